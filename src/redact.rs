@@ -1,0 +1,161 @@
+//! The one place that knows what is secret and masks it in every output.
+//!
+//! Passwords, passphrases, values read with `{{env "X"}}` and `--token` values are
+//! wrapped in [`Secret`] as soon as they are read, so they cannot be printed by accident
+//! (`Debug` and `Display` both show `***`). Text that may contain them (the rendered
+//! command, remote output, error messages) goes through a [`Redactor`] before it is
+//! written anywhere.
+
+use std::fmt;
+
+/// The mask written wherever a secret would appear.
+pub const MASK: &str = "***";
+
+/// A secret string. It prints as `***`; only [`Secret::expose`] gives the value.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The real value, for the one place that must send it (auth, sudo's stdin).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(MASK)
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(MASK)
+    }
+}
+
+/// Masks a known set of secret values, and `--token` values, in any text.
+#[derive(Clone, Debug, Default)]
+pub struct Redactor {
+    /// Longest first, so a secret that contains another is masked whole.
+    secrets: Vec<Secret>,
+}
+
+impl Redactor {
+    pub fn new() -> Redactor {
+        Redactor::default()
+    }
+
+    /// Adds a value to mask. Values shorter than 3 characters are ignored: masking every
+    /// `a` in a transcript would destroy it and hide nothing of worth.
+    pub fn add(&mut self, secret: &Secret) {
+        if secret.expose().chars().count() >= 3 && !self.secrets.contains(secret) {
+            self.secrets.push(secret.clone());
+            self.secrets
+                .sort_by_key(|s| std::cmp::Reverse(s.expose().len()));
+        }
+    }
+
+    pub fn extend<'a>(&mut self, secrets: impl IntoIterator<Item = &'a Secret>) {
+        for secret in secrets {
+            self.add(secret);
+        }
+    }
+
+    /// The text with every known secret and every `--token` value replaced by `***`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = mask_token_flags(text);
+        for secret in &self.secrets {
+            if out.contains(secret.expose()) {
+                out = out.replace(secret.expose(), MASK);
+            }
+        }
+        out
+    }
+}
+
+/// Masks the value of `--token=V` and `--token V` (keadm join's flag), whatever it is.
+pub fn mask_token_flags(text: &str) -> String {
+    const FLAG: &str = "--token";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find(FLAG) {
+        let after = &rest[pos + FLAG.len()..];
+        out.push_str(&rest[..pos + FLAG.len()]);
+        let (sep, value_start) = if let Some(stripped) = after.strip_prefix('=') {
+            ("=", stripped)
+        } else if after.starts_with([' ', '\t']) {
+            let trimmed = after.trim_start_matches([' ', '\t']);
+            (&after[..after.len() - trimmed.len()], trimmed)
+        } else {
+            // `--token-file` or similar: not the flag we mask.
+            rest = after;
+            continue;
+        };
+        let value_len = token_value_len(value_start);
+        out.push_str(sep);
+        if value_len > 0 {
+            out.push_str(MASK);
+        }
+        rest = &value_start[value_len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Length of a shell word starting at `s`, honouring simple quotes.
+fn token_value_len(s: &str) -> usize {
+    let mut quote: Option<char> = None;
+    for (i, c) in s.char_indices() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '\'' || c == '"' => quote = Some(c),
+            None if c.is_whitespace() || c == ';' || c == '&' || c == '|' => return i,
+            None => {}
+        }
+    }
+    s.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_never_prints() {
+        let s = Secret::new("hunter22");
+        assert_eq!(format!("{s} {s:?}"), "*** ***");
+    }
+
+    #[test]
+    fn token_flag_values_are_masked() {
+        assert_eq!(
+            mask_token_flags("join --token=abc.def --x=1"),
+            "join --token=*** --x=1"
+        );
+        assert_eq!(mask_token_flags("join --token abc.def"), "join --token ***");
+        assert_eq!(
+            mask_token_flags("join --token='a b' && ls"),
+            "join --token=*** && ls"
+        );
+        assert_eq!(mask_token_flags("--token-file=/x"), "--token-file=/x");
+    }
+
+    #[test]
+    fn known_secrets_are_masked_longest_first() {
+        let mut r = Redactor::new();
+        r.add(&Secret::new("pass"));
+        r.add(&Secret::new("password1"));
+        r.add(&Secret::new("ab"));
+        assert_eq!(r.redact("x password1 pass ab"), "x *** *** ab");
+    }
+}
