@@ -1,0 +1,708 @@
+//! Reading the config file into [`RawConfig`] with yaml.v2's leniency: YAML 1.1 booleans,
+//! scalars of any type read into string fields as their literal text, Go's integer forms,
+//! unknown keys accepted. Type mismatches are errors and unknown keys are warnings, every
+//! one naming its line, column and field path.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::schema::*;
+use super::yaml::{self, Node, Pos};
+use super::{Diagnostic, Severity};
+
+const TOP_KEYS: &[&str] = &[
+    "keadm",
+    "nodes",
+    "maxRunNum",
+    "remoteDir",
+    "timeoutSeconds",
+    "retries",
+    "connectTimeoutSeconds",
+    "hostKeyPolicy",
+];
+const KEADM_KEYS: &[&str] = &[
+    "download",
+    "keadmVersion",
+    "archGroup",
+    "offlinePackageDir",
+    "cmdTplArgs",
+    "keadmBinDir",
+];
+const DOWNLOAD_KEYS: &[&str] = &["enable", "url"];
+const NODE_KEYS: &[&str] = &[
+    "nodeName",
+    "keadmCmd",
+    "copyFrom",
+    "keadmBinDir",
+    "ssh",
+    "remoteDir",
+    "timeoutSeconds",
+    "retries",
+];
+const SSH_KEYS: &[&str] = &[
+    "ip",
+    "username",
+    "port",
+    "auth",
+    "connectTimeoutSeconds",
+    "hostKeyPolicy",
+    "sudo",
+    "proxyJump",
+];
+const JUMP_KEYS: &[&str] = &["ip", "port", "username", "auth", "hostKeyPolicy"];
+const AUTH_KEYS: &[&str] = &["type", "passwordAuth", "privateKeyAuth"];
+const PASSWORD_KEYS: &[&str] = &["password", "passwordEnv"];
+const PRIVATE_KEY_KEYS: &[&str] = &["privateKeyPath", "passphrase", "passphraseEnv"];
+
+/// Parses `text` (the contents of `path`) into a [`RawConfig`]. Syntax errors end the
+/// reading at once; type errors and warnings are all collected into `diags`.
+/// `Ok(None)` is an empty or null document.
+pub fn read(text: &str, diags: &mut Vec<Diagnostic>) -> Result<Option<RawConfig>, Diagnostic> {
+    let (root, tree_warnings) = yaml::parse(text).map_err(|err| Diagnostic {
+        severity: Severity::Error,
+        pos: Some(err.pos),
+        subject: None,
+        message: format!("the file is not valid YAML: {}", err.message),
+        fix: Some("correct the YAML syntax at that line (indentation and `:` are the usual suspects); a value starting with `{{` must be quoted".into()),
+    })?;
+    for w in tree_warnings {
+        diags.push(Diagnostic::warning(Some(w.pos), None, w.message, None));
+    }
+    let root = match root {
+        Some(root) if !root.is_null() => root,
+        _ => return Ok(None),
+    };
+    let mut reader = Reader { diags };
+    Ok(Some(reader.config(&root)))
+}
+
+/// A path for messages, e.g. `nodes[2].ssh.port`.
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+struct Reader<'d> {
+    diags: &'d mut Vec<Diagnostic>,
+}
+
+/// The entries of one mapping, looked up by key.
+struct Fields<'n> {
+    entries: &'n [(Node, Node)],
+    path: String,
+}
+
+impl<'n> Fields<'n> {
+    fn get(&self, key: &str) -> Option<&'n Node> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k.key_text() == Some(key))
+            .map(|(_, v)| v)
+            .filter(|v| !v.is_null())
+    }
+
+    fn path(&self, key: &str) -> String {
+        join(&self.path, key)
+    }
+}
+
+impl Reader<'_> {
+    fn error(&mut self, pos: Pos, message: String, fix: Option<String>) {
+        self.diags
+            .push(Diagnostic::error(Some(pos), None, message, fix));
+    }
+
+    /// Opens a mapping; keys outside `known` are warned about, with a suggestion.
+    fn fields<'n>(&mut self, node: &'n Node, path: &str, known: &[&str]) -> Option<Fields<'n>> {
+        match node {
+            Node::Map { entries, .. } => {
+                for (key, _) in entries {
+                    let Some(name) = key.key_text() else {
+                        self.diags.push(Diagnostic::warning(
+                            Some(key.pos()),
+                            None,
+                            format!("{path} has a key that is not text; it is ignored"),
+                            None,
+                        ));
+                        continue;
+                    };
+                    if !known.contains(&name) {
+                        let (message, fix) = unknown_key_advice(path, name, known, entries);
+                        self.diags
+                            .push(Diagnostic::warning(Some(key.pos()), None, message, fix));
+                    }
+                }
+                Some(Fields {
+                    entries,
+                    path: path.to_string(),
+                })
+            }
+            other => {
+                self.error(
+                    other.pos(),
+                    format!(
+                        "{} must be a mapping of keys to values, but it is {}",
+                        display_path(path),
+                        other.kind()
+                    ),
+                    None,
+                );
+                None
+            }
+        }
+    }
+
+    /// A string field: any scalar, as its literal text (yaml.v2 reads `token: 123` as "123").
+    fn string(&mut self, fields: &Fields, key: &str) -> Option<Spanned<String>> {
+        let node = fields.get(key)?;
+        match node {
+            Node::Scalar { value, pos, .. } => Some(Spanned::new(value.clone(), *pos)),
+            other => {
+                self.error(
+                    other.pos(),
+                    format!(
+                        "{} must be text, but it is {}",
+                        fields.path(key),
+                        other.kind()
+                    ),
+                    None,
+                );
+                None
+            }
+        }
+    }
+
+    /// An integer field, read as Go's yaml.v2 reads ints: `_` separators, `0x`, `0o`,
+    /// `0b`, a leading `0` for octal, and floats truncated. Quoted numbers are refused,
+    /// as yaml.v2 refuses them.
+    fn int(&mut self, fields: &Fields, key: &str) -> Option<Spanned<i64>> {
+        let node = fields.get(key)?;
+        let path = fields.path(key);
+        match node {
+            Node::Scalar {
+                value,
+                plain: true,
+                pos,
+            } => match parse_go_int(value) {
+                Some(n) => Some(Spanned::new(n, *pos)),
+                None => {
+                    self.error(
+                        *pos,
+                        format!("{path} must be a whole number, but it is `{value}`"),
+                        None,
+                    );
+                    None
+                }
+            },
+            Node::Scalar { value, pos, .. } => {
+                self.error(
+                    *pos,
+                    format!("{path} must be a number, but it is the quoted text \"{value}\""),
+                    Some(format!("remove the quotes: `{key}: {value}`")),
+                );
+                None
+            }
+            other => {
+                self.error(
+                    other.pos(),
+                    format!("{path} must be a number, but it is {}", other.kind()),
+                    None,
+                );
+                None
+            }
+        }
+    }
+
+    /// A boolean field with YAML 1.1's spellings (`yes`, `on`, `y`...), as yaml.v2 reads them.
+    fn boolean(&mut self, fields: &Fields, key: &str) -> Option<Spanned<bool>> {
+        let node = fields.get(key)?;
+        let path = fields.path(key);
+        match node {
+            Node::Scalar {
+                value,
+                plain: true,
+                pos,
+            } => match parse_yaml11_bool(value) {
+                Some(b) => Some(Spanned::new(b, *pos)),
+                None => {
+                    self.error(
+                        *pos,
+                        format!("{path} must be true or false, but it is `{value}`"),
+                        None,
+                    );
+                    None
+                }
+            },
+            Node::Scalar { value, pos, .. } => {
+                self.error(
+                    *pos,
+                    format!("{path} must be true or false, but it is the quoted text \"{value}\""),
+                    Some(format!("remove the quotes: `{key}: {value}`")),
+                );
+                None
+            }
+            other => {
+                self.error(
+                    other.pos(),
+                    format!("{path} must be true or false, but it is {}", other.kind()),
+                    None,
+                );
+                None
+            }
+        }
+    }
+
+    fn config(&mut self, root: &Node) -> RawConfig {
+        let mut config = RawConfig::default();
+        let Some(top) = self.fields(root, "", TOP_KEYS) else {
+            return config;
+        };
+        if let Some(keadm) = top.get("keadm") {
+            config.keadm = self.keadm(keadm);
+        }
+        if let Some(nodes) = top.get("nodes") {
+            config.nodes_pos = Some(nodes.pos());
+            match nodes {
+                Node::Seq { items, .. } => {
+                    for (index, item) in items.iter().enumerate() {
+                        config.nodes.push(self.node(item, index));
+                    }
+                }
+                other => self.error(
+                    other.pos(),
+                    format!("nodes must be a list of nodes, but it is {}", other.kind()),
+                    Some("write each node as a list item starting with `- nodeName: ...`".into()),
+                ),
+            }
+        }
+        config.max_run_num = self.int(&top, "maxRunNum");
+        config.remote_dir = self.string(&top, "remoteDir");
+        config.timeout_seconds = self.int(&top, "timeoutSeconds");
+        config.retries = self.int(&top, "retries");
+        config.connect_timeout_seconds = self.int(&top, "connectTimeoutSeconds");
+        config.host_key_policy = self.string(&top, "hostKeyPolicy");
+        config
+    }
+
+    fn keadm(&mut self, node: &Node) -> KeadmSection {
+        let mut section = KeadmSection::default();
+        let Some(fields) = self.fields(node, "keadm", KEADM_KEYS) else {
+            return section;
+        };
+        if let Some(download) = fields.get("download")
+            && let Some(dl) = self.fields(download, "keadm.download", DOWNLOAD_KEYS)
+        {
+            section.download_enable = self.boolean(&dl, "enable");
+            section.download_url = self.string(&dl, "url");
+        }
+        section.keadm_version = self.string(&fields, "keadmVersion");
+        section.offline_package_dir = self.string(&fields, "offlinePackageDir");
+        section.keadm_bin_dir = self.string(&fields, "keadmBinDir");
+        if let Some(group) = fields.get("archGroup") {
+            match group {
+                Node::Seq { items, .. } => {
+                    for item in items {
+                        match item {
+                            Node::Scalar { value, pos, .. } => {
+                                section.arch_group.push(Spanned::new(value.clone(), *pos))
+                            }
+                            other => self.error(
+                                other.pos(),
+                                format!(
+                                    "keadm.archGroup entries must be arch names, but one is {}",
+                                    other.kind()
+                                ),
+                                None,
+                            ),
+                        }
+                    }
+                }
+                other => self.error(
+                    other.pos(),
+                    format!(
+                        "keadm.archGroup must be a list such as [amd64, arm64], but it is {}",
+                        other.kind()
+                    ),
+                    None,
+                ),
+            }
+        }
+        if let Some(args) = fields.get("cmdTplArgs") {
+            section.cmd_tpl_args = self.string_map(args, "keadm.cmdTplArgs");
+        }
+        section
+    }
+
+    /// `map[string]string`: keys and scalar values as their literal text; a null value is "".
+    fn string_map(&mut self, node: &Node, path: &str) -> BTreeMap<String, Spanned<String>> {
+        let mut map = BTreeMap::new();
+        let Node::Map { entries, .. } = node else {
+            self.error(
+                node.pos(),
+                format!(
+                    "{path} must be a mapping of names to values, but it is {}",
+                    node.kind()
+                ),
+                None,
+            );
+            return map;
+        };
+        for (key, value) in entries {
+            let Some(name) = key.key_text() else { continue };
+            match value {
+                v if v.is_null() => {
+                    map.insert(name.to_string(), Spanned::new(String::new(), v.pos()));
+                }
+                Node::Scalar { value, pos, .. } => {
+                    map.insert(name.to_string(), Spanned::new(value.clone(), *pos));
+                }
+                other => self.error(
+                    other.pos(),
+                    format!("{path}.{name} must be text, but it is {}", other.kind()),
+                    None,
+                ),
+            }
+        }
+        map
+    }
+
+    fn node(&mut self, node: &Node, index: usize) -> RawNode {
+        let path = format!("nodes[{index}]");
+        let mut raw = RawNode {
+            index,
+            pos: node.pos(),
+            ..RawNode::default()
+        };
+        let Some(fields) = self.fields(node, &path, NODE_KEYS) else {
+            return raw;
+        };
+        raw.node_name = self.string(&fields, "nodeName");
+        raw.keadm_cmd = self.string(&fields, "keadmCmd");
+        raw.copy_from = self.string(&fields, "copyFrom");
+        raw.keadm_bin_dir = self.string(&fields, "keadmBinDir");
+        raw.remote_dir = self.string(&fields, "remoteDir");
+        raw.timeout_seconds = self.int(&fields, "timeoutSeconds");
+        raw.retries = self.int(&fields, "retries");
+        if let Some(ssh) = fields.get("ssh") {
+            raw.ssh = self.ssh(ssh, &join(&path, "ssh"), SSH_KEYS);
+        }
+        raw
+    }
+
+    fn ssh(&mut self, node: &Node, path: &str, known: &[&str]) -> Option<RawSsh> {
+        let fields = self.fields(node, path, known)?;
+        let mut ssh = RawSsh {
+            pos: node.pos(),
+            ..RawSsh::default()
+        };
+        ssh.ip = self.string(&fields, "ip");
+        ssh.username = self.string(&fields, "username");
+        ssh.port = self.int(&fields, "port");
+        ssh.host_key_policy = self.string(&fields, "hostKeyPolicy");
+        if let Some(auth) = fields.get("auth") {
+            ssh.auth = self.auth(auth, &fields.path("auth"));
+        }
+        if known.contains(&"sudo") {
+            ssh.connect_timeout_seconds = self.int(&fields, "connectTimeoutSeconds");
+            ssh.sudo = self.boolean(&fields, "sudo");
+            if let Some(jump) = fields.get("proxyJump") {
+                ssh.proxy_jump = self
+                    .ssh(jump, &fields.path("proxyJump"), JUMP_KEYS)
+                    .map(Box::new);
+            }
+        }
+        Some(ssh)
+    }
+
+    fn auth(&mut self, node: &Node, path: &str) -> Option<RawAuth> {
+        let fields = self.fields(node, path, AUTH_KEYS)?;
+        let mut auth = RawAuth {
+            pos: node.pos(),
+            auth_type: self.string(&fields, "type"),
+            ..RawAuth::default()
+        };
+        if let Some(pw) = fields.get("passwordAuth")
+            && let Some(pf) = self.fields(pw, &fields.path("passwordAuth"), PASSWORD_KEYS)
+        {
+            auth.password_auth = Some(RawPasswordAuth {
+                pos: pw.pos(),
+                password: self.string(&pf, "password"),
+                password_env: self.string(&pf, "passwordEnv"),
+            });
+        }
+        if let Some(pk) = fields.get("privateKeyAuth") {
+            // keadm's docs once showed `privateKeyAuth.password` with `type: password`; the
+            // generic unknown-key warning would not say what to do, so say it here.
+            let pk_known: &[&str] = PRIVATE_KEY_KEYS;
+            if let Some(pf) =
+                self.fields_quiet_password(pk, &fields.path("privateKeyAuth"), pk_known)
+            {
+                auth.private_key_auth = Some(RawPrivateKeyAuth {
+                    pos: pk.pos(),
+                    private_key_path: self.string(&pf, "privateKeyPath"),
+                    passphrase: self.string(&pf, "passphrase"),
+                    passphrase_env: self.string(&pf, "passphraseEnv"),
+                });
+            }
+        }
+        Some(auth)
+    }
+
+    /// Like [`Reader::fields`], with a pointed message for `privateKeyAuth.password`.
+    fn fields_quiet_password<'n>(
+        &mut self,
+        node: &'n Node,
+        path: &str,
+        known: &[&str],
+    ) -> Option<Fields<'n>> {
+        let before = self.diags.len();
+        let fields = self.fields(node, path, known)?;
+        for diag in &mut self.diags[before..] {
+            if diag.message.starts_with(&format!("{path}.password ")) {
+                diag.message = format!(
+                    "{path}.password is not a keadm field, so the password written there is ignored"
+                );
+                diag.fix = Some("with `type: password`, write it as `passwordAuth:` then `password: ...` (keadm's published examples have this mistake)".into());
+            }
+        }
+        Some(fields)
+    }
+}
+
+fn display_path(path: &str) -> &str {
+    if path.is_empty() {
+        "the config file"
+    } else {
+        path
+    }
+}
+
+/// The warning for an unknown key, with the intended key where it is obvious.
+fn unknown_key_advice(
+    path: &str,
+    key: &str,
+    known: &[&str],
+    siblings: &[(Node, Node)],
+) -> (String, Option<String>) {
+    let full = join(path, key);
+    let message = format!("{full} is not a known field, so it is ignored (keadm ignores it too)");
+    let fix = match (path, key) {
+        ("keadm", "nodes") => Some("`nodes` belongs at the top level, not under `keadm`: move it left so it lines up with `keadm:`".to_string()),
+        (p, "arch") if p.starts_with("nodes[") && !p.contains('.') => {
+            Some("remove it: keadm-batch detects each node's arch with `uname -m` (keadm dropped this field in v1.21)".to_string())
+        }
+        (p, "nodes") if p.starts_with("nodes[") => Some("a node cannot contain `nodes`; check the indentation".to_string()),
+        _ => {
+            // A key that belongs one level up or down is a common indentation slip.
+            let sibling_keys: Vec<&str> = siblings.iter().filter_map(|(k, _)| k.key_text()).collect();
+            suggest(key, known)
+                .filter(|s| !sibling_keys.contains(s))
+                .map(|s| format!("did you mean `{s}`?"))
+                .or_else(|| elsewhere(key).map(|place| format!("`{key}` belongs under `{place}`; check the indentation")))
+        }
+    };
+    (message, fix)
+}
+
+/// Where a known key lives when it is found at the wrong level.
+fn elsewhere(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "nodeName" | "keadmCmd" | "copyFrom" => "a `nodes` item",
+        "ip" | "username" | "port" | "auth" => "a node's `ssh`",
+        "keadmVersion" | "archGroup" | "download" | "offlinePackageDir" | "cmdTplArgs" => "`keadm`",
+        "password" | "passwordEnv" => "`passwordAuth`",
+        "privateKeyPath" => "`privateKeyAuth`",
+        "maxRunNum" => "the top level",
+        _ => return None,
+    })
+}
+
+/// The known key closest to `key`: same letters in another case, or at most two edits away.
+fn suggest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
+    if let Some(k) = known.iter().find(|k| k.eq_ignore_ascii_case(key)) {
+        return Some(k);
+    }
+    let lower = key.to_ascii_lowercase();
+    known
+        .iter()
+        .map(|k| (edit_distance(&lower, &k.to_ascii_lowercase()), *k))
+        .filter(|(d, k)| *d <= 2 && *d < k.len() / 2 + 1)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// YAML 1.1 booleans, the set Go's yaml.v2 resolves.
+pub fn parse_yaml11_bool(text: &str) -> Option<bool> {
+    match text {
+        "y" | "Y" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" | "true" | "True" | "TRUE" => {
+            Some(true)
+        }
+        "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" | "false" | "False" | "FALSE" => {
+            Some(false)
+        }
+        _ => None,
+    }
+}
+
+/// An integer as yaml.v2 resolves a plain scalar for an int field.
+pub fn parse_go_int(text: &str) -> Option<i64> {
+    let cleaned: String = text.chars().filter(|c| *c != '_').collect();
+    let (negative, digits) = match cleaned.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, cleaned.strip_prefix('+').unwrap_or(&cleaned)),
+    };
+    let parsed = if let Some(hex) = digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
+        i64::from_str_radix(hex, 16).ok()
+    } else if let Some(bin) = digits
+        .strip_prefix("0b")
+        .or_else(|| digits.strip_prefix("0B"))
+    {
+        i64::from_str_radix(bin, 2).ok()
+    } else if let Some(oct) = digits
+        .strip_prefix("0o")
+        .or_else(|| digits.strip_prefix("0O"))
+    {
+        i64::from_str_radix(oct, 8).ok()
+    } else if digits.len() > 1
+        && digits.starts_with('0')
+        && digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        i64::from_str_radix(&digits[1..], 8).ok()
+    } else if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        digits.parse::<i64>().ok()
+    } else {
+        // yaml.v2 truncates a float read into an int field.
+        text.parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite() && f.abs() < 9.0e18)
+            .map(|f| f.trunc().abs() as i64)
+    };
+    parsed.map(|n| if negative { -n } else { n })
+}
+
+/// Reads the config file at `path`; a missing or unreadable file is an error naming it.
+pub fn read_file(path: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|err| match err.kind() {
+        std::io::ErrorKind::NotFound => format!(
+            "The config file {} does not exist; create one with `keadm-batch batch gen-config -o {}`.",
+            path.display(),
+            path.display()
+        ),
+        _ => format!("The config file {} could not be read: {err}.", path.display()),
+    })?;
+    String::from_utf8(bytes).map_err(|err| {
+        format!(
+            "The config file {} is not UTF-8 text (invalid byte at offset {}); save it as UTF-8.",
+            path.display(),
+            err.utf8_error().valid_up_to()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> (RawConfig, Vec<Diagnostic>) {
+        let mut diags = Vec::new();
+        let config = read(text, &mut diags).unwrap().unwrap();
+        (config, diags)
+    }
+
+    #[test]
+    fn go_ints() {
+        assert_eq!(parse_go_int("22"), Some(22));
+        assert_eq!(parse_go_int("022"), Some(18));
+        assert_eq!(parse_go_int("0x16"), Some(22));
+        assert_eq!(parse_go_int("0b10110"), Some(22));
+        assert_eq!(parse_go_int("2_2"), Some(22));
+        assert_eq!(parse_go_int("-1"), Some(-1));
+        assert_eq!(parse_go_int("22.9"), Some(22));
+        assert_eq!(parse_go_int("abc"), None);
+        assert_eq!(parse_go_int(""), None);
+    }
+
+    #[test]
+    fn yaml11_booleans_and_literal_text() {
+        let (config, diags) = load(
+            "keadm:\n  download:\n    enable: off\n  cmdTplArgs:\n    token: 123\n    flag: yes\nnodes:\n- nodeName: 1.10\n  keadmCmd: join\n",
+        );
+        assert!(diags.is_empty(), "{diags:?}");
+        assert!(!config.keadm.download_enable.unwrap().value);
+        assert_eq!(config.keadm.cmd_tpl_args["token"].value, "123");
+        assert_eq!(config.keadm.cmd_tpl_args["flag"].value, "yes");
+        assert_eq!(config.nodes[0].node_name.as_ref().unwrap().value, "1.10");
+    }
+
+    #[test]
+    fn quoted_port_is_a_type_error_with_line() {
+        let mut diags = Vec::new();
+        read(
+            "nodes:\n- nodeName: a\n  ssh:\n    port: \"22\"\n",
+            &mut diags,
+        )
+        .unwrap();
+        let err = diags
+            .iter()
+            .find(|d| d.severity == Severity::Error)
+            .unwrap();
+        assert_eq!(err.pos.unwrap().line, 4);
+        assert!(err.message.contains("nodes[0].ssh.port"), "{}", err.message);
+        assert!(err.message.contains("quoted"), "{}", err.message);
+    }
+
+    #[test]
+    fn unknown_keys_warn_with_suggestions() {
+        let (_, diags) = load(
+            "keadm:\n  nodes: []\nnodes:\n- nodeName: a\n  keadmCMD: x\n  ssh:\n    auth:\n      type: password\n      privateKeyAuth:\n        password: p\n",
+        );
+        let text: Vec<String> = diags
+            .iter()
+            .map(|d| format!("{} {}", d.message, d.fix.clone().unwrap_or_default()))
+            .collect();
+        assert!(
+            text.iter()
+                .any(|t| t.contains("keadm.nodes") && t.contains("top level")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.contains("keadmCMD") && t.contains("`keadmCmd`")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.contains("privateKeyAuth.password") && t.contains("passwordAuth")),
+            "{text:?}"
+        );
+    }
+
+    #[test]
+    fn suggestions() {
+        assert_eq!(suggest("nodename", NODE_KEYS), Some("nodeName"));
+        assert_eq!(suggest("keadmcmd", NODE_KEYS), Some("keadmCmd"));
+        assert_eq!(suggest("usrname", SSH_KEYS), Some("username"));
+        assert_eq!(suggest("zzz", SSH_KEYS), None);
+    }
+}
