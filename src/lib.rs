@@ -3,5 +3,14 @@
 //! Data flows one way: `cli -> config -> plan -> stage -> pool(pipeline(transport)) -> report`.
 //! Nothing downstream reaches back upstream, and only `cli` knows clap.
 
+mod app;
+pub mod cli;
 pub mod config;
+pub mod dry_run;
+pub mod error;
+pub mod gen_config;
+pub mod options;
+pub mod plan;
 pub mod redact;
+
+pub use app::main_with_args;

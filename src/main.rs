@@ -1,1 +1,3 @@
-fn main() {}
+fn main() {
+    std::process::exit(keadm_batch::main_with_args(std::env::args_os()));
+}

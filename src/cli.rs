@@ -1,0 +1,254 @@
+//! The command line, parsed with clap into typed [`Command`] options. The only module
+//! that knows clap.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::HostKeyPolicy;
+use crate::options::{Command, GenConfigOptions, OutputFormat, RunOptions, Shard, Verbosity};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "keadm-batch",
+    version,
+    about = "Enroll, reset, upgrade or reconfigure KubeEdge edge nodes in bulk over SSH.",
+    long_about = "Enroll, reset, upgrade or reconfigure KubeEdge edge nodes in bulk over SSH.\n\nReads the config files of KubeEdge's `keadm batch` unchanged.",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: TopCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum TopCommand {
+    /// Batch process nodes using a config file (as `keadm batch`).
+    Batch(BatchArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+struct BatchArgs {
+    #[command(subcommand)]
+    sub: Option<BatchSub>,
+
+    /// Path to the config file (keadm's format).
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Validate and print the plan per node; touch no node and write no file.
+    #[arg(long)]
+    dry_run: bool,
+
+    /// Process only the nodes whose nodeName matches one of these globs (comma-separated).
+    #[arg(
+        long,
+        value_name = "NAME,...",
+        value_delimiter = ',',
+        help_heading = "Selection"
+    )]
+    only: Vec<String>,
+
+    /// Process only shard I of N (1-based): a stable split by sha256 of nodeName.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard, help_heading = "Selection")]
+    shard: Option<Shard>,
+
+    /// How many nodes to process at once (overrides maxRunNum).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10000), help_heading = "Policy")]
+    max_run_num: Option<u32>,
+
+    /// Deadline in seconds for each node's keadm command (default 600).
+    #[arg(long = "timeout", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Policy")]
+    timeout: Option<u64>,
+
+    /// Deadline in seconds for TCP connect, SSH handshake and authentication (default 10).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Policy")]
+    connect_timeout: Option<u64>,
+
+    /// How to treat node host keys (default accept-new: record unknown hosts, refuse changed keys).
+    #[arg(long, value_name = "POLICY", help_heading = "Policy")]
+    host_key_policy: Option<PolicyArg>,
+
+    /// The known-hosts file to check and record host keys in (default ~/.ssh/known_hosts).
+    #[arg(long, value_name = "FILE", help_heading = "Policy")]
+    known_hosts: Option<PathBuf>,
+
+    /// Refuse keadm packages from a mirror that publishes no checksum files.
+    #[arg(long, help_heading = "Policy")]
+    require_checksum: bool,
+
+    /// Hash the keadm binary on the node instead of trusting the sidecar we wrote.
+    #[arg(long, help_heading = "Policy")]
+    verify_remote: bool,
+
+    /// Where keadm packages are staged on this machine (default: keadm's /tmp/kubeedge/keadm).
+    #[arg(long, value_name = "DIR", help_heading = "Places")]
+    staging_dir: Option<PathBuf>,
+
+    /// Where this run's transcripts, journal and summary go (default ./batch_runs/<UTC time>-<id>).
+    #[arg(long, value_name = "DIR", help_heading = "Places")]
+    run_dir: Option<PathBuf>,
+
+    /// Print the summary as JSON on stdout.
+    #[arg(long, value_name = "FORMAT", help_heading = "Output")]
+    output: Option<OutputArg>,
+
+    /// Print only errors and the final result.
+    #[arg(short, long, conflicts_with = "verbose", help_heading = "Output")]
+    quiet: bool,
+
+    /// Print every step of every node.
+    #[arg(short, long, help_heading = "Output")]
+    verbose: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum BatchSub {
+    /// Write a commented config template.
+    GenConfig {
+        /// Where to write it.
+        #[arg(short, long, value_name = "FILE", default_value = "config.yaml")]
+        output: PathBuf,
+        /// Overwrite an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum PolicyArg {
+    AcceptNew,
+    Strict,
+    Off,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum OutputArg {
+    Text,
+    Json,
+}
+
+fn parse_shard(text: &str) -> Result<Shard, String> {
+    let (i, n) = text
+        .split_once('/')
+        .ok_or_else(|| format!("`{text}` is not of the form I/N, such as 2/4"))?;
+    let index: u64 = i
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{i}` is not a shard number"))?;
+    let count: u64 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{n}` is not a shard count"))?;
+    if count == 0 || index == 0 || index > count {
+        return Err(format!(
+            "shard {index}/{count} does not exist: I must be between 1 and N"
+        ));
+    }
+    Ok(Shard { index, count })
+}
+
+/// The clap command, for `--help` snapshots and shell completions.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// Parses the command line. Errors (and `--help`/`--version`) come back as clap's, which
+/// know how to print themselves and which exit code they deserve.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::Error> {
+    let cli = Cli::try_parse_from(args)?;
+    let TopCommand::Batch(batch) = cli.command;
+    if let Some(BatchSub::GenConfig { output, force }) = batch.sub {
+        return Ok(Command::GenConfig(GenConfigOptions { output, force }));
+    }
+    let Some(config) = batch.config else {
+        let mut cmd = command();
+        return Err(cmd.error(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "a config file is required: `keadm-batch batch -c config.yaml` (write one with `keadm-batch batch gen-config`)",
+        ));
+    };
+    Ok(Command::Run(RunOptions {
+        config,
+        dry_run: batch.dry_run,
+        only: batch.only.into_iter().filter(|s| !s.is_empty()).collect(),
+        shard: batch.shard,
+        max_run_num: batch.max_run_num.map(|n| n as usize),
+        timeout_seconds: batch.timeout,
+        connect_timeout_seconds: batch.connect_timeout,
+        host_key_policy: batch.host_key_policy.map(|p| match p {
+            PolicyArg::AcceptNew => HostKeyPolicy::AcceptNew,
+            PolicyArg::Strict => HostKeyPolicy::Strict,
+            PolicyArg::Off => HostKeyPolicy::Off,
+        }),
+        known_hosts: batch.known_hosts,
+        require_checksum: batch.require_checksum,
+        verify_remote: batch.verify_remote,
+        staging_dir: batch.staging_dir,
+        run_dir: batch.run_dir,
+        output: match batch.output {
+            Some(OutputArg::Json) => OutputFormat::Json,
+            _ => OutputFormat::Text,
+        },
+        verbosity: if batch.quiet {
+            Verbosity::Quiet
+        } else if batch.verbose {
+            Verbosity::Verbose
+        } else {
+            Verbosity::Normal
+        },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<Command, clap::Error> {
+        parse(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn keadm_spelling_works() {
+        let Command::Run(opts) = run(&["keadm-batch", "batch", "-c", "x.yaml"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(opts.config, PathBuf::from("x.yaml"));
+    }
+
+    #[test]
+    fn gen_config_defaults_to_config_yaml() {
+        assert_eq!(
+            run(&["keadm-batch", "batch", "gen-config"]).unwrap(),
+            Command::GenConfig(GenConfigOptions {
+                output: "config.yaml".into(),
+                force: false
+            })
+        );
+    }
+
+    #[test]
+    fn shard_and_only_parse() {
+        let Command::Run(opts) =
+            run(&["k", "batch", "-c", "c", "--shard", "2/4", "--only", "a*,b"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(opts.shard, Some(Shard { index: 2, count: 4 }));
+        assert_eq!(opts.only, vec!["a*".to_string(), "b".to_string()]);
+        assert!(run(&["k", "batch", "-c", "c", "--shard", "5/4"]).is_err());
+    }
+
+    #[test]
+    fn missing_config_is_a_usage_error() {
+        let err = run(&["k", "batch"]).unwrap_err();
+        assert!(err.to_string().contains("config file is required"));
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        command().debug_assert();
+    }
+}

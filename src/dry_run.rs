@@ -1,0 +1,129 @@
+//! `--dry-run`: the plan per node, in words, with secrets masked. Printed on stdout.
+
+use std::fmt::Write;
+
+use crate::config::{AuthSpec, PackageMode, SshSpec};
+use crate::plan::{KeadmSource, NodePlan, Plan, display_address};
+
+/// The whole plan as text.
+pub fn render(plan: &Plan) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Plan for {}", plan.config_path.display());
+    let _ = writeln!(
+        out,
+        "  nodes:       {} of {} selected, at most {} at once",
+        plan.nodes.len(),
+        plan.total_in_config,
+        plan.max_run_num
+    );
+    let _ = writeln!(out, "  known hosts: {}", plan.known_hosts.display());
+    match &plan.staging {
+        Some(staging) => {
+            let source = match &staging.mode {
+                PackageMode::Download { url: None } => "download from GitHub releases".to_string(),
+                PackageMode::Download { url: Some(url) } => format!("download from {url}"),
+                PackageMode::Offline { dir } => format!("offline packages in {}", dir.display()),
+            };
+            let arches = if staging.arch_group.is_empty() {
+                "none up front; each node's arch on demand".to_string()
+            } else {
+                staging.arch_group.join(", ")
+            };
+            let _ = writeln!(
+                out,
+                "  keadm:       {} ({source}), staged in {}; arches: {arches}",
+                staging.version,
+                staging.base_dir.display()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  keadm:       nothing to stage (every selected node has keadmBinDir)"
+            );
+        }
+    }
+    for node in &plan.nodes {
+        out.push('\n');
+        render_node(&mut out, node);
+    }
+    out
+}
+
+fn auth_line(ssh: &SshSpec) -> String {
+    match &ssh.auth {
+        AuthSpec::PrivateKey { path, .. } => format!("{} ({})", ssh.auth.kind(), path.display()),
+        other => other.kind().to_string(),
+    }
+}
+
+fn render_node(out: &mut String, node: &NodePlan) {
+    let r = &node.redactor;
+    let _ = writeln!(out, "node {} {}", node.index + 1, node.name);
+    let _ = writeln!(out, "  address:   {}", node.address());
+    let _ = writeln!(
+        out,
+        "  login:     {} with {}{}",
+        node.ssh.username,
+        auth_line(&node.ssh),
+        if node.sudo {
+            ", command under sudo"
+        } else {
+            ""
+        }
+    );
+    if let Some(jump) = &node.ssh.proxy_jump {
+        let _ = writeln!(
+            out,
+            "  via:       {}@{} with {}",
+            jump.username,
+            display_address(&jump.host, jump.port),
+            auth_line(jump)
+        );
+    }
+    let _ = writeln!(out, "  host keys: {}", node.host_key_policy.as_str());
+    let _ = writeln!(
+        out,
+        "  deadlines: connect {}s, command {}s, retries {}",
+        node.deadlines.connect.as_secs(),
+        node.deadlines.command.as_secs(),
+        node.retries
+    );
+    match &node.copy_from {
+        Some(dir) if node.copy_files.is_empty() => {
+            let _ = writeln!(out, "  upload:    nothing ({} is empty)", dir.display());
+        }
+        Some(dir) => {
+            let files: Vec<String> = node
+                .copy_files
+                .iter()
+                .map(|f| format!("{} ({:04o})", f.name, f.mode))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  upload:    from {} to {}/: {}",
+                dir.display(),
+                node.upload_dir,
+                files.join(", ")
+            );
+        }
+        None => {}
+    }
+    match &node.keadm {
+        KeadmSource::Staged => {
+            let _ = writeln!(
+                out,
+                "  keadm:     staged binary for the node's arch (uname -m), uploaded to {}/keadm",
+                node.upload_dir
+            );
+        }
+        KeadmSource::OnNode(dir) => {
+            let _ = writeln!(
+                out,
+                "  keadm:     already on the node in {dir} (keadmBinDir), not uploaded"
+            );
+        }
+    }
+    let _ = writeln!(out, "  exec dir:  {}", node.exec_dir);
+    let _ = writeln!(out, "  command:   {}", r.redact(&node.command));
+}

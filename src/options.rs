@@ -1,0 +1,63 @@
+//! Typed options for each command, built by `cli` from the command line. Nothing past this
+//! point knows clap.
+
+use std::path::PathBuf;
+
+use crate::config::HostKeyPolicy;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    GenConfig(GenConfigOptions),
+    Run(RunOptions),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenConfigOptions {
+    pub output: PathBuf,
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Verbosity {
+    Quiet,
+    #[default]
+    Normal,
+    Verbose,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// A shard `index` of `count` (1-based index), from `--shard I/N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u64,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunOptions {
+    pub config: PathBuf,
+    pub dry_run: bool,
+    // Selection.
+    pub only: Vec<String>,
+    pub shard: Option<Shard>,
+    // Policy: each overrides the config file.
+    pub max_run_num: Option<usize>,
+    pub timeout_seconds: Option<u64>,
+    pub connect_timeout_seconds: Option<u64>,
+    pub host_key_policy: Option<HostKeyPolicy>,
+    pub known_hosts: Option<PathBuf>,
+    pub require_checksum: bool,
+    pub verify_remote: bool,
+    // Places.
+    pub staging_dir: Option<PathBuf>,
+    pub run_dir: Option<PathBuf>,
+    // Output.
+    pub output: OutputFormat,
+    pub verbosity: Verbosity,
+}

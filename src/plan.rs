@@ -1,0 +1,341 @@
+//! Config + options -> what will happen to each selected node: resolved address, auth,
+//! directories, the exact remote command, deadlines and the secrets to mask. This is what
+//! `--dry-run` prints and what the pool executes.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::config::{Config, CopyFile, HostKeyPolicy, NodeSpec, PackageMode, SshSpec};
+use crate::options::{RunOptions, Shard};
+use crate::redact::Redactor;
+
+/// keadm's BASE: where keadm batch uploads files and keadm on every node.
+pub const REMOTE_BASE_DIR: &str = "/tmp/kubeedge/keadm";
+
+/// Default deadlines (product.md §2).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_RETRIES: u32 = 2;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Deadlines {
+    /// TCP connect, handshake and authentication together.
+    pub connect: Duration,
+    /// Each preparatory step (mkdir, checks, `uname -m`).
+    pub step: Duration,
+    /// An upload: this base plus [`Deadlines::upload_per_mib`] per MiB.
+    pub upload_base: Duration,
+    pub upload_per_mib: Duration,
+    /// The keadm command.
+    pub command: Duration,
+}
+
+impl Deadlines {
+    pub fn upload(&self, bytes: u64) -> Duration {
+        self.upload_base + self.upload_per_mib * (bytes.div_ceil(1 << 20) as u32)
+    }
+}
+
+/// Where the node's keadm binary comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeadmSource {
+    /// The staged binary for the arch the node reports.
+    Staged,
+    /// Already on the node in this directory (keadmBinDir): nothing uploaded.
+    OnNode(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct NodePlan {
+    pub index: usize,
+    pub name: String,
+    pub ssh: SshSpec,
+    pub host_key_policy: HostKeyPolicy,
+    /// Whether the remote command runs under `sudo -S -p '' sh -c`.
+    pub sudo: bool,
+    pub copy_files: Vec<CopyFile>,
+    pub copy_from: Option<PathBuf>,
+    pub keadm: KeadmSource,
+    /// Where copyFrom files and keadm are uploaded.
+    pub upload_dir: String,
+    /// Where the command runs (keadmBinDir, else the upload dir), as in keadm.
+    pub exec_dir: String,
+    /// keadmCmd, rendered.
+    pub keadm_cmd: String,
+    /// `cd <dir> && ./keadm <cmd>` (with `yes |` for reset), before any sudo wrapping.
+    pub command: String,
+    pub deadlines: Deadlines,
+    pub retries: u32,
+    /// Masks this node's secrets (and `--token` values) in everything written about it.
+    pub redactor: Arc<Redactor>,
+}
+
+impl NodePlan {
+    /// `host:port`, with IPv6 literals in brackets.
+    pub fn address(&self) -> String {
+        display_address(&self.ssh.host, self.ssh.port)
+    }
+}
+
+pub fn display_address(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub config_path: PathBuf,
+    pub max_run_num: usize,
+    pub known_hosts: PathBuf,
+    pub nodes: Vec<NodePlan>,
+    /// How many nodes the config lists, before selection.
+    pub total_in_config: usize,
+    pub staging: Option<StagingPlan>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StagingPlan {
+    pub version: String,
+    pub mode: PackageMode,
+    pub arch_group: Vec<String>,
+    pub base_dir: PathBuf,
+}
+
+/// Why no plan could be made from a valid config and these options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectionError(pub String);
+
+impl std::fmt::Display for SelectionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Builds the plan. `home` resolves the default known-hosts file.
+pub fn build(
+    config: &Config,
+    options: &RunOptions,
+    home: Option<PathBuf>,
+    default_base: PathBuf,
+) -> Result<Plan, SelectionError> {
+    let selected = select(&config.nodes, &options.only, options.shard)?;
+    let nodes: Vec<NodePlan> = selected
+        .into_iter()
+        .map(|node| node_plan(config, options, node))
+        .collect();
+    let staging = config
+        .keadm_version
+        .as_ref()
+        .filter(|_| nodes.iter().any(|n| n.keadm == KeadmSource::Staged))
+        .map(|version| StagingPlan {
+            version: version.clone(),
+            mode: config.package_mode.clone(),
+            arch_group: config.arch_group.clone(),
+            base_dir: options.staging_dir.clone().unwrap_or(default_base),
+        });
+    let known_hosts = options.known_hosts.clone().unwrap_or_else(|| {
+        home.unwrap_or_else(|| PathBuf::from("/root"))
+            .join(".ssh")
+            .join("known_hosts")
+    });
+    Ok(Plan {
+        config_path: config.path.clone(),
+        max_run_num: options.max_run_num.unwrap_or(config.max_run_num),
+        known_hosts,
+        nodes,
+        total_in_config: config.nodes.len(),
+        staging,
+    })
+}
+
+fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan {
+    let upload_dir = node
+        .remote_dir
+        .clone()
+        .unwrap_or_else(|| REMOTE_BASE_DIR.to_string());
+    let keadm = match &node.keadm_bin_dir {
+        Some(dir) => KeadmSource::OnNode(dir.clone()),
+        None => KeadmSource::Staged,
+    };
+    let exec_dir = match &keadm {
+        KeadmSource::OnNode(dir) => dir.clone(),
+        KeadmSource::Staged => upload_dir.clone(),
+    };
+    let command = keadm_command(&exec_dir, &node.command);
+    let connect = options
+        .connect_timeout_seconds
+        .or(node.ssh.connect_timeout_seconds)
+        .map_or(DEFAULT_CONNECT_TIMEOUT, Duration::from_secs);
+    let command_timeout = options
+        .timeout_seconds
+        .or(node.timeout_seconds)
+        .map_or(DEFAULT_COMMAND_TIMEOUT, Duration::from_secs);
+    let mut redactor = Redactor::new();
+    redactor.extend(&node.secrets);
+    NodePlan {
+        index: node.index,
+        name: node.name.clone(),
+        ssh: node.ssh.clone(),
+        host_key_policy: options
+            .host_key_policy
+            .or(node.ssh.host_key_policy)
+            .or(config.host_key_policy)
+            .unwrap_or(HostKeyPolicy::AcceptNew),
+        // Non-root logins need root for keadm; root needs no sudo.
+        sudo: node.ssh.sudo.unwrap_or(node.ssh.username != "root"),
+        copy_files: node.copy_files.clone(),
+        copy_from: node.copy_from.clone(),
+        keadm,
+        upload_dir,
+        exec_dir,
+        keadm_cmd: node.command.clone(),
+        command,
+        deadlines: Deadlines {
+            connect,
+            step: DEFAULT_STEP_TIMEOUT,
+            upload_base: Duration::from_secs(60),
+            upload_per_mib: Duration::from_secs(1),
+            command: command_timeout,
+        },
+        retries: node.retries.unwrap_or(DEFAULT_RETRIES),
+        redactor: Arc::new(redactor),
+    }
+}
+
+/// keadm's command line: `cd <dir> && ./keadm <cmd>`, with `yes |` in front of a `reset`
+/// so its confirmation prompt is answered.
+pub fn keadm_command(dir: &str, cmd: &str) -> String {
+    let first = cmd.split_whitespace().next().unwrap_or("");
+    if first == "reset" {
+        format!("cd {} && yes | ./keadm {cmd}", shell_quote(dir))
+    } else {
+        format!("cd {} && ./keadm {cmd}", shell_quote(dir))
+    }
+}
+
+/// Quotes `s` for a POSIX shell, leaving plain paths as they are for readability.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:@,".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+fn select<'c>(
+    nodes: &'c [NodeSpec],
+    only: &[String],
+    shard: Option<Shard>,
+) -> Result<Vec<&'c NodeSpec>, SelectionError> {
+    let mut selected: Vec<&NodeSpec> = nodes
+        .iter()
+        .filter(|n| only.is_empty() || only.iter().any(|pattern| glob_match(pattern, &n.name)))
+        .collect();
+    if selected.is_empty() && !only.is_empty() {
+        return Err(SelectionError(format!(
+            "--only {} matches no nodeName in the config; nothing was run",
+            only.join(",")
+        )));
+    }
+    if let Some(shard) = shard {
+        selected.retain(|n| shard_of(&n.name, shard.count) == shard.index);
+    }
+    Ok(selected)
+}
+
+/// The 1-based shard a node belongs to: the first 8 bytes of sha256(nodeName), as a
+/// big-endian u64, mod N, plus one. Stable whatever the order of the file.
+pub fn shard_of(name: &str, count: u64) -> u64 {
+    let digest = Sha256::digest(name.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first) % count + 1
+}
+
+/// Shell-style globs: `*` any run, `?` any one character.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    while pi < p.len() && p[pi] == '*' {
+        pi += 1;
+    }
+    pi == p.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_match_keadm() {
+        assert_eq!(
+            keadm_command("/tmp/kubeedge/keadm", "join --x=1"),
+            "cd /tmp/kubeedge/keadm && ./keadm join --x=1"
+        );
+        assert_eq!(
+            keadm_command("/tmp/kubeedge/keadm", "reset edge --force"),
+            "cd /tmp/kubeedge/keadm && yes | ./keadm reset edge --force"
+        );
+        assert_eq!(
+            keadm_command("/opt/my dir", "x"),
+            "cd '/opt/my dir' && ./keadm x"
+        );
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("edge-*", "edge-12"));
+        assert!(glob_match("e?ge-1", "edge-1"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("edge-*", "core-1"));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+        assert!(!glob_match("a*b*c", "aXXbYY"));
+    }
+
+    #[test]
+    fn shards_are_stable_and_cover_everything() {
+        let names: Vec<String> = (0..1000).map(|i| format!("edge-{i}")).collect();
+        let mut counts = [0; 4];
+        for name in &names {
+            let s = shard_of(name, 4);
+            assert_eq!(s, shard_of(name, 4));
+            counts[(s - 1) as usize] += 1;
+        }
+        assert_eq!(counts.iter().sum::<i32>(), 1000);
+        assert!(counts.iter().all(|c| *c > 150), "{counts:?}");
+    }
+
+    #[test]
+    fn ipv6_addresses_get_brackets() {
+        assert_eq!(display_address("::1", 22), "[::1]:22");
+        assert_eq!(display_address("10.0.0.1", 2222), "10.0.0.1:2222");
+    }
+}
