@@ -77,7 +77,12 @@ fn home() -> Option<PathBuf> {
 }
 
 fn run_batch(options: &RunOptions) -> Result<(), Error> {
-    let loaded = config::load(&options.config, &ProcessEnvironment)?;
+    let loaded = config::load(&options.config, &ProcessEnvironment).inspect_err(|err| {
+        // Warnings often explain the errors (`nodes` nested under `keadm`).
+        for warning in err.warnings() {
+            log::warn!("{}", warning.render(&options.config));
+        }
+    })?;
     for warning in &loaded.warnings {
         log::warn!("{}", warning.render(&options.config));
     }

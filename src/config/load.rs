@@ -129,7 +129,9 @@ impl Reader<'_> {
                         ));
                         continue;
                     };
-                    if !known.contains(&name) {
+                    // `x-` keys hold YAML anchors for reuse, as in docker compose files.
+                    let anchor_holder = path.is_empty() && name.starts_with("x-");
+                    if !known.contains(&name) && !anchor_holder {
                         let (message, fix) = unknown_key_advice(path, name, known, entries);
                         self.diags
                             .push(Diagnostic::warning(Some(key.pos()), None, message, fix));

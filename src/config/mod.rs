@@ -98,10 +98,21 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// The errors, in file order (those about the file as a whole last).
     pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
-        self.diagnostics
+        let mut errors: Vec<&Diagnostic> = self
+            .diagnostics
             .iter()
             .filter(|d| d.severity == Severity::Error)
+            .collect();
+        errors.sort_by_key(|d| d.pos.map_or((usize::MAX, 0), |p| (p.line, p.col)));
+        errors.into_iter()
+    }
+
+    pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Warning)
     }
 }
 

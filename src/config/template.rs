@@ -26,6 +26,8 @@ pub struct Rendered {
 pub struct TemplateError {
     pub offset: usize,
     pub message: String,
+    /// What to do about it, where there is one obvious thing.
+    pub fix: Option<String>,
 }
 
 impl std::fmt::Display for TemplateError {
@@ -80,10 +82,12 @@ pub fn render(template: &str, lookup: &dyn Lookup) -> Result<Rendered, TemplateE
                     "the action at column {} is never closed with `}}}}`",
                     column(template, action_offset)
                 ),
+                fix: Some("close it with `}}`".into()),
             })?;
         let action = Action::parse(body).map_err(|message| TemplateError {
             offset: action_offset,
             message,
+            fix: None,
         })?;
         match action {
             Action::Comment => {}
@@ -96,6 +100,9 @@ pub fn render(template: &str, lookup: &dyn Lookup) -> Result<Rendered, TemplateE
                             "`{}` refers to `{key}`, which keadm.cmdTplArgs does not define (keadm would silently write `<no value>`)",
                             body.trim()
                         ),
+                        fix: Some(format!(
+                            "define `{key}` under keadm.cmdTplArgs, or correct the placeholder"
+                        )),
                     });
                 }
             },
@@ -111,6 +118,7 @@ pub fn render(template: &str, lookup: &dyn Lookup) -> Result<Rendered, TemplateE
                             "`{}` reads the environment variable {name}, which is not set",
                             body.trim()
                         ),
+                        fix: Some(format!("export {name}=... before running keadm-batch")),
                     });
                 }
             },

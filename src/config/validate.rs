@@ -218,11 +218,13 @@ impl Validator<'_> {
         } else {
             PathBuf::from(text)
         };
-        if expanded.is_absolute() {
+        let absolute = if expanded.is_absolute() {
             expanded
         } else {
             self.env.current_dir().join(expanded)
-        }
+        };
+        // `./keys/id` shows as `/cwd/keys/id`, not `/cwd/./keys/id`.
+        absolute.components().collect()
     }
 
     fn seconds(
@@ -708,12 +710,12 @@ pub fn validate(
                 match template::render(&cmd.value, &lookup) {
                     Ok(rendered) => (rendered.text, rendered.secrets),
                     Err(err) => {
-                        v.error(
+                        v.diags.push(Diagnostic::error(
                             Some(cmd.pos),
                             subj(),
                             format!("keadmCmd cannot be rendered: {}", err.message),
-                            "define the key under keadm.cmdTplArgs or change the placeholder",
-                        );
+                            err.fix,
+                        ));
                         ok = false;
                         (String::new(), Vec::new())
                     }

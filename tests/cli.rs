@@ -1,0 +1,304 @@
+//! The binary before any node is touched: gen-config, validation errors (golden files,
+//! exact text and exit codes), dry runs, and the command line itself.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::test::{Test, golden};
+
+fn fixtures() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
+}
+
+/// Runs the binary in `dir` with a scratch HOME.
+fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_keadm-batch"))
+        .current_dir(dir)
+        .args(args)
+        .env("HOME", home.path())
+        .env_remove("RUST_LOG")
+        .env_remove("KEADM_BATCH_TEST_UNSET")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_invalid_fixture_exits_2_with_its_exact_message() {
+    let dir = fixtures().join("invalid");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 30, "{names:?}");
+    for name in names {
+        let (status, stdout, stderr) = run_in(&dir, &["batch", "-c", &name, "--dry-run"]);
+        assert_eq!(status, 2, "{name}: exit status\n{stderr}");
+        assert_eq!(stdout, "", "{name}: a failed validation prints no plan");
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+        // Paths resolve against the current directory; keep the checkout's location out of the golden files.
+        let stderr = stderr.replace(&fixtures().display().to_string(), "$FIXTURES");
+        golden(
+            &format!("fixtures/invalid/{}.stderr", name.trim_end_matches(".yaml")),
+            &stderr,
+        );
+    }
+}
+
+#[test]
+fn keadms_own_template_lists_every_empty_required_field() {
+    let dir = fixtures().join("invalid");
+    let (status, _, stderr) = run_in(
+        &dir,
+        &["batch", "-c", "keadm-gen-config-master.yaml", "--dry-run"],
+    );
+    assert_eq!(status, 2);
+    for field in [
+        "keadmVersion is empty",
+        "keadmCmd is empty",
+        "ssh.ip is empty",
+        "password is empty",
+    ] {
+        assert!(stderr.contains(field), "{field}: {stderr}");
+    }
+    // `url: ""` and `copyFrom: ""` mean "not set" rather than keadm's broken URL and path.
+    assert!(!stderr.contains("url"), "{stderr}");
+    assert!(!stderr.contains("copyFrom"), "{stderr}");
+}
+
+#[test]
+fn keadms_template_filled_in_dry_runs() {
+    let dir = fixtures().join("valid");
+    let (status, stdout, stderr) = run_in(
+        &dir,
+        &[
+            "batch",
+            "-c",
+            "keadm-gen-config-master-filled.yaml",
+            "--dry-run",
+        ],
+    );
+    assert_eq!(status, 0, "{stderr}");
+    assert!(stdout.contains("node 1 edge-node"), "{stdout}");
+    assert!(stdout.contains("--token=***"), "{stdout}");
+    assert!(
+        !stdout.contains("abcdef.eyJhbGciOi"),
+        "the token leaked: {stdout}"
+    );
+    assert!(
+        !stdout.contains("s3cret-pw"),
+        "the password leaked: {stdout}"
+    );
+}
+
+#[test]
+fn yaml_1_1_oddities_read_as_keadm_reads_them() {
+    let dir = fixtures().join("valid");
+    let (status, stdout, stderr) = run_in(
+        &dir,
+        &[
+            "batch",
+            "-c",
+            "yaml11-oddities.yaml",
+            "--dry-run",
+            "--known-hosts",
+            "/etc/keadm-batch/known_hosts",
+        ],
+    );
+    assert_eq!(status, 0, "{stderr}");
+    golden("fixtures/valid/yaml11-oddities.stdout", &stdout);
+    golden("fixtures/valid/yaml11-oddities.stderr", &stderr);
+    assert!(
+        stdout.contains("at most 3 at once"),
+        "the last maxRunNum wins"
+    );
+    assert!(
+        stdout.contains("address:   192.0.2.31:22"),
+        "0x16 is 22: {stdout}"
+    );
+    assert!(stdout.contains("[2001:db8::31]:2222"), "{stdout}");
+    assert!(stderr.contains("appears again"), "{stderr}");
+}
+
+#[test]
+fn example_config_dry_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (status, stdout, stderr) = run_in(
+        root,
+        &["batch", "-c", "batch_config.example.yaml", "--dry-run"],
+    );
+    assert_eq!(status, 0, "{stderr}");
+    assert_eq!(stderr, "");
+    assert!(stdout.contains("3 of 3 selected"));
+    assert!(stdout.contains("cd /usr/local/bin && yes | ./keadm reset edge --force"));
+    assert!(stdout.contains("--token=***"));
+    assert!(!stdout.contains("change-me"));
+}
+
+#[test]
+fn gen_config_writes_a_template_that_validates_once_filled() {
+    let out = Test::new().args(&["batch", "gen-config"]).run().status(0);
+    let written = std::fs::read_to_string(out.path("config.yaml")).unwrap();
+    golden("snapshots/gen-config.yaml", &written);
+    // As written, it names exactly the values left to fill in.
+    let test = out.test;
+    let cmd = |args: &[&str]| {
+        let mut c = test.command();
+        c.args(args);
+        c.output().unwrap()
+    };
+    let first = cmd(&["batch", "-c", "config.yaml", "--dry-run"]);
+    assert_eq!(first.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(
+        stderr.contains("ssh.ip is empty") && stderr.contains("password is empty"),
+        "{stderr}"
+    );
+    let filled = written
+        .replace("ip: \"\"  ", "ip: 192.0.2.9")
+        .replace("password: \"\"  ", "password: pw  ")
+        .replace("token: \"\"  ", "token: t.k.n ");
+    std::fs::write(test.path().join("config.yaml"), filled).unwrap();
+    let second = cmd(&["batch", "-c", "config.yaml", "--dry-run"]);
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&second.stderr),
+        "",
+        "no warnings on our own template"
+    );
+}
+
+#[test]
+fn gen_config_refuses_to_overwrite_without_force() {
+    let out = Test::new()
+        .file("mine.yaml", "precious")
+        .args(&["batch", "gen-config", "-o", "mine.yaml"])
+        .run()
+        .status(2)
+        .stderr_has("mine.yaml already exists; pass --force to overwrite it");
+    assert_eq!(
+        std::fs::read_to_string(out.path("mine.yaml")).unwrap(),
+        "precious"
+    );
+    let out = Test::new()
+        .file("mine.yaml", "precious")
+        .args(&["batch", "gen-config", "-o", "mine.yaml", "--force"])
+        .run()
+        .status(0);
+    assert!(
+        std::fs::read_to_string(out.path("mine.yaml"))
+            .unwrap()
+            .contains("keadmVersion")
+    );
+}
+
+#[test]
+fn help_is_documented() {
+    let out = Test::new().args(&["batch", "--help"]).run().status(0);
+    golden("snapshots/help-batch.txt", &out.stdout);
+    let out = Test::new().args(&["--help"]).run().status(0);
+    golden("snapshots/help.txt", &out.stdout);
+}
+
+#[test]
+fn missing_config_file_is_named() {
+    Test::new()
+        .args(&["batch", "-c", "nope.yaml", "--dry-run"])
+        .run()
+        .status(2)
+        .stderr_has("The config file nope.yaml does not exist; create one with `keadm-batch batch gen-config -o nope.yaml`.");
+}
+
+#[test]
+fn no_config_flag_is_a_usage_error() {
+    Test::new()
+        .args(&["batch"])
+        .run()
+        .status(2)
+        .stderr_has("a config file is required");
+}
+
+const TWO_NODES: &str = "keadm:\n  keadmVersion: v1.23.1\nnodes:\n  - nodeName: edge-a\n    keadmCmd: join --edgenode-name=edge-a\n    ssh: {ip: 192.0.2.1, username: root, auth: {type: agent}}\n  - nodeName: core-b\n    keadmCmd: join --edgenode-name=core-b\n    ssh: {ip: 192.0.2.2, username: ops, auth: {type: agent}}\n";
+
+#[test]
+fn only_selects_by_glob_and_refuses_to_select_nothing() {
+    Test::new()
+        .config(TWO_NODES)
+        .args(&[
+            "batch",
+            "-c",
+            "config.yaml",
+            "--dry-run",
+            "--only",
+            "edge-*",
+        ])
+        .run()
+        .status(0)
+        .stdout_has("1 of 2 selected")
+        .stdout_has("node 1 edge-a");
+    Test::new()
+        .config(TWO_NODES)
+        .args(&[
+            "batch",
+            "-c",
+            "config.yaml",
+            "--dry-run",
+            "--only",
+            "nothing-*",
+        ])
+        .run()
+        .status(2)
+        .stderr_has("--only nothing-* matches no nodeName");
+}
+
+#[test]
+fn non_root_logins_run_under_sudo_and_flags_override_the_file() {
+    Test::new()
+        .config(TWO_NODES)
+        .args(&[
+            "batch",
+            "-c",
+            "config.yaml",
+            "--dry-run",
+            "--timeout",
+            "42",
+            "--host-key-policy",
+            "strict",
+            "--max-run-num",
+            "7",
+        ])
+        .run()
+        .status(0)
+        .stdout_has("at most 7 at once")
+        .stdout_has("ops with ssh-agent, command under sudo")
+        .stdout_has("host keys: strict")
+        .stdout_has("command 42s");
+}
+
+#[test]
+fn password_env_and_env_template_values_are_masked() {
+    let config = "keadm:\n  keadmVersion: v1.23.1\nnodes:\n  - nodeName: edge-a\n    keadmCmd: 'join --edgenode-name=edge-a --certpath={{env \"SECRET_PATH\"}}'\n    ssh:\n      ip: 192.0.2.1\n      username: root\n      auth:\n        type: password\n        passwordAuth:\n          passwordEnv: NODE_PW\n";
+    Test::new()
+        .config(config)
+        .env("NODE_PW", "pw-from-env")
+        .env("SECRET_PATH", "very-secret-path")
+        .args(&["batch", "-c", "config.yaml", "--dry-run"])
+        .run()
+        .status(0)
+        .stdout_has("--certpath=***");
+}
