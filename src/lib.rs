@@ -10,7 +10,11 @@ pub mod dry_run;
 pub mod error;
 pub mod gen_config;
 pub mod options;
+pub mod outcome;
 pub mod plan;
+pub mod pool;
 pub mod redact;
+pub mod remote;
+pub mod report;
 
 pub use app::main_with_args;

@@ -1,0 +1,184 @@
+//! What happened to one node: its phase, its error, and the time each step took. The
+//! pipeline produces these; the report only consumes them.
+
+use serde::{Deserialize, Serialize};
+
+/// A node's phase. The first five are on the way; the rest are final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Pending,
+    Connecting,
+    Preparing,
+    Uploading,
+    Running,
+    Succeeded,
+    Failed,
+    TimedOut,
+    Skipped,
+    Interrupted,
+}
+
+impl Phase {
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            Phase::Succeeded
+                | Phase::Failed
+                | Phase::TimedOut
+                | Phase::Skipped
+                | Phase::Interrupted
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "pending",
+            Phase::Connecting => "connecting",
+            Phase::Preparing => "preparing",
+            Phase::Uploading => "uploading",
+            Phase::Running => "running",
+            Phase::Succeeded => "succeeded",
+            Phase::Failed => "failed",
+            Phase::TimedOut => "timed_out",
+            Phase::Skipped => "skipped",
+            Phase::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Seconds spent in each step; `None` for a step not reached.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepTimes {
+    pub connect: Option<f64>,
+    pub prepare: Option<f64>,
+    pub upload: Option<f64>,
+    pub run: Option<f64>,
+}
+
+impl StepTimes {
+    pub fn total(&self) -> f64 {
+        [self.connect, self.prepare, self.upload, self.run]
+            .iter()
+            .flatten()
+            .sum()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeOutcome {
+    /// 0-based position in the config's `nodes`.
+    pub index: usize,
+    pub name: String,
+    pub address: String,
+    /// The final phase.
+    pub phase: Phase,
+    /// Where it stopped, for failures: the phase that was under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_in: Option<Phase>,
+    /// One line, secrets masked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_class: Option<String>,
+    /// The keadm command's exit status, when it ran to the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    pub bytes_uploaded: u64,
+    /// Uploads skipped because the node already had the identical file.
+    pub uploads_skipped: u32,
+    pub connect_attempts: u32,
+    pub steps: StepTimes,
+    /// Seconds since the Unix epoch.
+    pub started_at: f64,
+    pub finished_at: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<String>,
+}
+
+impl NodeOutcome {
+    pub fn succeeded(&self) -> bool {
+        self.phase == Phase::Succeeded
+    }
+
+    /// keadm's line in `batch_process_log.txt`.
+    pub fn log_line(&self) -> String {
+        match (&self.phase, &self.error) {
+            (Phase::Succeeded, _) => format!("Successfully processed node {}", self.name),
+            (_, Some(error)) => {
+                format!("Failed to process node {}: {}", self.name, one_line(error))
+            }
+            (phase, None) => format!("Failed to process node {}: {}", self.name, phase.as_str()),
+        }
+    }
+
+    /// An outcome for a node that never ran (skipped by policy, or not started before an
+    /// interrupt).
+    pub fn not_run(
+        index: usize,
+        name: &str,
+        address: &str,
+        phase: Phase,
+        reason: &str,
+    ) -> NodeOutcome {
+        let now = now();
+        NodeOutcome {
+            index,
+            name: name.to_string(),
+            address: address.to_string(),
+            phase,
+            failed_in: None,
+            error: Some(reason.to_string()),
+            failure_class: None,
+            exit_status: None,
+            arch: None,
+            bytes_uploaded: 0,
+            uploads_skipped: 0,
+            connect_attempts: 0,
+            steps: StepTimes::default(),
+            started_at: now,
+            finished_at: now,
+            transcript: None,
+        }
+    }
+}
+
+/// Error text on one line: a multi-line error would break keadm's one-line-per-node log.
+pub fn one_line(text: &str) -> String {
+    text.split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+pub fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_match_keadm() {
+        let mut o = NodeOutcome::not_run(
+            0,
+            "edge-1",
+            "1.2.3.4:22",
+            Phase::Failed,
+            "boom\nsecond line",
+        );
+        assert_eq!(
+            o.log_line(),
+            "Failed to process node edge-1: boom | second line"
+        );
+        o.phase = Phase::Succeeded;
+        assert_eq!(o.log_line(), "Successfully processed node edge-1");
+    }
+}

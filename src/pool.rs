@@ -1,0 +1,323 @@
+//! The bounded pool: exactly `maxRunNum` workers on a dedicated rayon pool, nodes started
+//! in config order, failure policies (`--max-fail`, `--canary`) and Ctrl-C. Every selected
+//! node ends with exactly one recorded outcome, whatever happens.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use crate::outcome::{NodeOutcome, Phase};
+use crate::plan::NodePlan;
+use crate::report::Recorder;
+
+/// How far a run has been asked to stop: by the first and second Ctrl-C (or SIGTERM).
+#[derive(Debug, Default, Clone)]
+pub struct Cancel(Arc<AtomicU8>);
+
+impl Cancel {
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    /// The first request stops starting nodes; the second also stops running commands.
+    pub fn request(&self) -> u8 {
+        self.0.fetch_add(1, Ordering::SeqCst).saturating_add(1)
+    }
+
+    /// No new node may start.
+    pub fn stopping(&self) -> bool {
+        self.0.load(Ordering::SeqCst) >= 1
+    }
+
+    /// Running commands must be cancelled (and killed on their nodes).
+    pub fn aborting(&self) -> bool {
+        self.0.load(Ordering::SeqCst) >= 2
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Policy {
+    pub max_run_num: usize,
+    /// Stop starting nodes once this many have not succeeded.
+    pub max_fail: Option<usize>,
+    /// Run the first N nodes alone; go on only if all of them succeed.
+    pub canary: Option<usize>,
+}
+
+/// Runs `run_node` for every node in `nodes` under `policy`, recording each outcome.
+pub fn run_all<F>(
+    nodes: &[NodePlan],
+    policy: Policy,
+    cancel: &Cancel,
+    recorder: &Recorder,
+    run_node: F,
+) where
+    F: Fn(&NodePlan) -> NodeOutcome + Sync,
+{
+    let failures = AtomicUsize::new(0);
+    let canary = policy.canary.unwrap_or(0).min(nodes.len());
+    let (first, rest) = nodes.split_at(canary);
+    let mut skip_reason: Option<String> = None;
+    if !first.is_empty() {
+        run_wave(first, policy, cancel, recorder, &run_node, &failures);
+        let failed = failures.load(Ordering::SeqCst);
+        if failed > 0 {
+            skip_reason = Some(format!(
+                "skipped: {failed} of the {canary} canary node(s) did not succeed, so the rest were not started"
+            ));
+        }
+    }
+    if skip_reason.is_none() {
+        run_wave(rest, policy, cancel, recorder, &run_node, &failures);
+        if let Some(max) = policy.max_fail
+            && failures.load(Ordering::SeqCst) >= max
+        {
+            skip_reason = Some(format!(
+                "skipped: --max-fail {max} was reached, so no further node was started"
+            ));
+        }
+    }
+    // Every node gets exactly one line, even those never started.
+    for node in nodes {
+        if !recorder.recorded(node.index) {
+            let (phase, reason) = if cancel.stopping() {
+                (
+                    Phase::Interrupted,
+                    "not started: run interrupted".to_string(),
+                )
+            } else {
+                (
+                    Phase::Skipped,
+                    skip_reason
+                        .clone()
+                        .unwrap_or_else(|| "skipped: not started".to_string()),
+                )
+            };
+            recorder.record(NodeOutcome::not_run(
+                node.index,
+                &node.name,
+                &node.address(),
+                phase,
+                &reason,
+            ));
+        }
+    }
+}
+
+fn run_wave<F>(
+    nodes: &[NodePlan],
+    policy: Policy,
+    cancel: &Cancel,
+    recorder: &Recorder,
+    run_node: &F,
+    failures: &AtomicUsize,
+) where
+    F: Fn(&NodePlan) -> NodeOutcome + Sync,
+{
+    if nodes.is_empty() {
+        return;
+    }
+    let workers = policy.max_run_num.clamp(1, nodes.len());
+    // A dedicated pool sized to maxRunNum: rayon's global pool is sized to the CPUs.
+    // Worker threads mostly wait on the network, so a small stack is plenty.
+    let pool = match rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .stack_size(512 * 1024)
+        .thread_name(|i| format!("keadm-batch-worker-{i}"))
+        .build()
+    {
+        Ok(pool) => pool,
+        Err(err) => {
+            log::error!("could not start {workers} worker threads: {err}");
+            return;
+        }
+    };
+    let next = AtomicUsize::new(0);
+    pool.scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|_| {
+                loop {
+                    if cancel.stopping() {
+                        break;
+                    }
+                    if let Some(max) = policy.max_fail
+                        && failures.load(Ordering::SeqCst) >= max
+                    {
+                        break;
+                    }
+                    // Taking indices in order starts nodes in config order.
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(node) = nodes.get(i) else { break };
+                    let outcome = run_node(node);
+                    if !outcome.succeeded() {
+                        failures.fetch_add(1, Ordering::SeqCst);
+                    }
+                    recorder.record(outcome);
+                }
+            });
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
+    use crate::plan::{Deadlines, KeadmSource};
+    use crate::redact::Redactor;
+    use crate::report::{log::ResultLog, run_dir::RunDir};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    fn plan(index: usize) -> NodePlan {
+        NodePlan {
+            index,
+            name: format!("n{index}"),
+            ssh: SshSpec {
+                host: "127.0.0.1".into(),
+                port: 22,
+                username: "root".into(),
+                auth: AuthSpec::Agent,
+                connect_timeout_seconds: None,
+                host_key_policy: None,
+                sudo: None,
+                proxy_jump: None,
+            },
+            host_key_policy: HostKeyPolicy::AcceptNew,
+            sudo: false,
+            copy_files: vec![],
+            copy_from: None,
+            keadm: KeadmSource::Staged,
+            upload_dir: "/tmp/x".into(),
+            exec_dir: "/tmp/x".into(),
+            keadm_cmd: "join".into(),
+            command: "cd /tmp/x && ./keadm join".into(),
+            deadlines: Deadlines {
+                connect: Duration::from_secs(1),
+                step: Duration::from_secs(1),
+                upload_base: Duration::from_secs(1),
+                upload_per_mib: Duration::from_secs(1),
+                command: Duration::from_secs(1),
+            },
+            retries: 0,
+            redactor: Arc::new(Redactor::new()),
+        }
+    }
+
+    fn outcome(node: &NodePlan, ok: bool) -> NodeOutcome {
+        let mut o = NodeOutcome::not_run(node.index, &node.name, "a", Phase::Failed, "boom");
+        if ok {
+            o.phase = Phase::Succeeded;
+            o.error = None;
+        }
+        o
+    }
+
+    fn recorder(dir: &std::path::Path, total: usize) -> Recorder {
+        let run = RunDir::create(Some(&dir.join("run")), dir).unwrap();
+        Recorder::new(
+            ResultLog::create(&dir.join("log.txt")).unwrap(),
+            run.journal().unwrap(),
+            total,
+            true,
+        )
+    }
+
+    #[test]
+    fn never_more_than_max_run_num_at_once_and_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<NodePlan> = (0..20).map(plan).collect();
+        let rec = recorder(dir.path(), nodes.len());
+        let running = AtomicUsize::new(0);
+        let peak = AtomicUsize::new(0);
+        let starts = Mutex::new(Vec::new());
+        let policy = Policy {
+            max_run_num: 5,
+            ..Policy::default()
+        };
+        run_all(&nodes, policy, &Cancel::new(), &rec, |n| {
+            starts.lock().unwrap().push(n.index);
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(20));
+            running.fetch_sub(1, Ordering::SeqCst);
+            outcome(n, true)
+        });
+        assert_eq!(peak.load(Ordering::SeqCst), 5);
+        let starts = starts.into_inner().unwrap();
+        // Start order follows config order up to the race between workers taking the
+        // next index and recording their start.
+        assert_eq!(starts.len(), 20);
+        assert_eq!(rec.outcomes().len(), 20);
+        let log = std::fs::read_to_string(dir.path().join("log.txt")).unwrap();
+        assert_eq!(log.lines().count(), 20);
+    }
+
+    #[test]
+    fn max_fail_skips_the_rest_and_lists_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<NodePlan> = (0..10).map(plan).collect();
+        let rec = recorder(dir.path(), nodes.len());
+        let policy = Policy {
+            max_run_num: 1,
+            max_fail: Some(2),
+            canary: None,
+        };
+        run_all(&nodes, policy, &Cancel::new(), &rec, |n| {
+            outcome(n, n.index % 2 == 0)
+        });
+        let all = rec.outcomes();
+        assert_eq!(all.len(), 10);
+        // n0 ok, n1 fail, n2 ok, n3 fail -> stop; n4.. skipped.
+        assert_eq!(all[3].phase, Phase::Failed);
+        assert!(all[4..].iter().all(|o| o.phase == Phase::Skipped));
+        assert!(all[9].error.as_deref().unwrap().contains("--max-fail 2"));
+    }
+
+    #[test]
+    fn failed_canary_stops_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<NodePlan> = (0..6).map(plan).collect();
+        let rec = recorder(dir.path(), nodes.len());
+        let policy = Policy {
+            max_run_num: 4,
+            max_fail: None,
+            canary: Some(2),
+        };
+        run_all(&nodes, policy, &Cancel::new(), &rec, |n| {
+            outcome(n, n.index != 1)
+        });
+        let all = rec.outcomes();
+        assert_eq!(all[0].phase, Phase::Succeeded);
+        assert_eq!(all[1].phase, Phase::Failed);
+        assert!(
+            all[2..].iter().all(|o| o.phase == Phase::Skipped),
+            "{all:?}"
+        );
+        assert!(all[2].error.as_deref().unwrap().contains("canary"));
+    }
+
+    #[test]
+    fn cancel_marks_unstarted_nodes_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<NodePlan> = (0..5).map(plan).collect();
+        let rec = recorder(dir.path(), nodes.len());
+        let cancel = Cancel::new();
+        let policy = Policy {
+            max_run_num: 1,
+            ..Policy::default()
+        };
+        run_all(&nodes, policy, &cancel, &rec, |n| {
+            if n.index == 1 {
+                cancel.request();
+            }
+            outcome(n, true)
+        });
+        let all = rec.outcomes();
+        assert_eq!(all[1].phase, Phase::Succeeded, "a running node finishes");
+        assert!(all[2..].iter().all(|o| o.phase == Phase::Interrupted));
+        assert_eq!(
+            all[4].log_line(),
+            "Failed to process node n4: not started: run interrupted"
+        );
+    }
+}

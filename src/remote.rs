@@ -1,0 +1,312 @@
+//! The shell text we send to nodes. Kept in one place, pure and unit-tested, so the
+//! pipeline reads as steps and every remote command can be reviewed side by side.
+//!
+//! Everything here is POSIX sh and busybox-friendly: edge images are often minimal.
+
+use crate::plan::shell_quote;
+
+/// The file beside an uploaded file that records the sha256 of what we sent.
+pub const SIDECAR_SUFFIX: &str = ".sha256";
+/// Where the running command's process group id is written, in the upload dir, so a
+/// command past its deadline can be killed on the node.
+pub const PGID_FILE: &str = ".keadm-batch.pgid";
+
+/// How a remote command is wrapped for privileges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Privilege {
+    /// Run as the login user (root, or `sudo: false`).
+    Login,
+    /// Run under sudo, passwordless.
+    SudoNoPassword,
+    /// Run under sudo; the password is the first line on stdin.
+    SudoPassword,
+}
+
+impl Privilege {
+    /// Whether the caller must write the password line before any other stdin.
+    pub fn needs_password_line(self) -> bool {
+        self == Privilege::SudoPassword
+    }
+}
+
+/// Wraps `script` so that it runs with `privilege`: one `sudo ... sh -c` around all of it,
+/// so `cd`, `yes |` and `./keadm` all run as root and the password never appears in a
+/// command line.
+pub fn wrap(script: &str, privilege: Privilege) -> String {
+    match privilege {
+        Privilege::Login => script.to_string(),
+        Privilege::SudoNoPassword => format!("sudo -n sh -c {}", shell_quote(script)),
+        Privilege::SudoPassword => format!("sudo -S -p '' sh -c {}", shell_quote(script)),
+    }
+}
+
+/// What the one preparatory round trip learned about the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// `uname -m`.
+    pub machine: Option<String>,
+    /// Size and recorded sha256 (sidecar) of each file already in the upload dir.
+    pub existing: Vec<ExistingFile>,
+    /// Why the upload dir cannot be trusted, if it cannot.
+    pub dir_problem: Option<String>,
+    /// For sudo: whether it needs a password.
+    pub sudo_needs_password: Option<bool>,
+    /// Whether the node has `sha256sum` (for `--verify-remote`).
+    pub computed_sha256: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExistingFile {
+    pub name: String,
+    pub size: u64,
+    pub sidecar: String,
+}
+
+/// The preparatory script: create and check the upload dir, report `uname -m`, and the
+/// size and sidecar of each file we may skip uploading. One round trip. Runs with the
+/// privileges the later steps will have (under sudo for non-root logins).
+///
+/// The dir must be a real directory owned by the user we act as, not writable by others,
+/// and every parent must be owned by root or that user and not writable by others unless
+/// sticky (like /tmp): then nobody else can swap a file between our upload and our run.
+pub fn prepare_script(dir: &str, files: &[&str], verify: bool) -> String {
+    let mut s = String::new();
+    s.push_str("umask 077\n");
+    s.push_str(&format!("d={}\n", shell_quote(dir)));
+    s.push_str(concat!(
+        "echo \"KB_ARCH $(uname -m)\"\n",
+        "me=$(id -u)\n",
+        "if [ -L \"$d\" ]; then echo \"KB_BAD $d is a symbolic link; remove it or choose another remoteDir\"; exit 0; fi\n",
+        "err=$(mkdir -p \"$d\" 2>&1) || { echo \"KB_BAD cannot create $d: $err\"; exit 0; }\n",
+        "p=\"$d\"\n",
+        "while :; do\n",
+        "  if [ -L \"$p\" ]; then echo \"KB_BAD $p is a symbolic link\"; exit 0; fi\n",
+        "  set -- $(stat -c '%u %a' \"$p\" 2>/dev/null || echo x x)\n",
+        "  if [ \"$1\" = x ]; then echo \"KB_BAD cannot stat $p\"; exit 0; fi\n",
+        "  if [ \"$1\" != 0 ] && [ \"$1\" != \"$me\" ]; then echo \"KB_BAD $p is owned by uid $1, not by root or uid $me\"; exit 0; fi\n",
+        "  m=$(( 0$2 ))\n",
+        "  if [ \"$p\" = \"$d\" ]; then\n",
+        "    if [ \"$1\" != \"$me\" ]; then echo \"KB_BAD $d is owned by uid $1, not uid $me\"; exit 0; fi\n",
+        "    if [ $(( m & 022 )) -ne 0 ]; then echo \"KB_BAD $d is writable by other users (mode $2)\"; exit 0; fi\n",
+        "  elif [ $(( m & 022 )) -ne 0 ] && [ $(( m & 01000 )) -eq 0 ]; then echo \"KB_BAD $p is writable by other users (mode $2)\"; exit 0; fi\n",
+        "  [ \"$p\" = / ] && break\n",
+        "  p=$(dirname \"$p\")\n",
+        "done\n",
+        "echo KB_DIR_OK\n",
+    ));
+    for name in files {
+        let path = format!("\"$d\"/{}", shell_quote(name));
+        let sidecar = format!("\"$d\"/{}", shell_quote(&format!("{name}{SIDECAR_SUFFIX}")));
+        s.push_str(&format!(
+            "if [ -f {path} ] && [ -f {sidecar} ]; then echo \"KB_FILE {} $(wc -c < {path} | tr -d ' ') $(head -c 64 {sidecar})\"; fi\n",
+            shell_quote(name)
+        ));
+        if verify {
+            s.push_str(&format!(
+                "if [ -f {path} ]; then echo \"KB_SHA {} $(sha256sum {path} | cut -c1-64)\"; fi\n",
+                shell_quote(name)
+            ));
+        }
+    }
+    s
+}
+
+/// Runs `script` under sudo when `sudo` is set, finding out whether sudo needs a
+/// password: `sudo -n` first, then `sudo -S` reading the password line we send.
+/// Prints `KB_SUDO nopasswd` or `KB_SUDO password` before the script's own output.
+pub fn with_sudo_probe(script: &str) -> String {
+    let quoted = shell_quote(script);
+    format!(
+        "if sudo -n true 2>/dev/null; then echo 'KB_SUDO nopasswd'; sudo -n sh -c {quoted}; else echo 'KB_SUDO password'; sudo -S -p '' sh -c {quoted}; fi"
+    )
+}
+
+/// Parses the output of [`prepare_script`] (possibly behind [`with_sudo_probe`]).
+pub fn parse_facts(output: &str) -> NodeFacts {
+    let mut facts = NodeFacts::default();
+    let mut dir_ok = false;
+    for line in output.lines() {
+        let line = line.trim_end();
+        if let Some(rest) = line.strip_prefix("KB_ARCH ") {
+            facts.machine = Some(rest.trim().to_string());
+        } else if let Some(rest) = line.strip_prefix("KB_BAD ") {
+            facts.dir_problem = Some(rest.to_string());
+        } else if line == "KB_DIR_OK" {
+            dir_ok = true;
+        } else if let Some(rest) = line.strip_prefix("KB_SUDO ") {
+            facts.sudo_needs_password = Some(rest == "password");
+        } else if let Some(rest) = line.strip_prefix("KB_FILE ") {
+            let mut parts = rest.splitn(3, ' ');
+            if let (Some(name), Some(size), Some(sidecar)) =
+                (parts.next(), parts.next(), parts.next())
+                && let Ok(size) = size.parse()
+            {
+                facts.existing.push(ExistingFile {
+                    name: unquote(name),
+                    size,
+                    sidecar: sidecar.trim().to_string(),
+                });
+            }
+        } else if let Some(rest) = line.strip_prefix("KB_SHA ")
+            && let Some((name, sha)) = rest.rsplit_once(' ')
+        {
+            facts
+                .computed_sha256
+                .push((unquote(name), sha.trim().to_string()));
+        }
+    }
+    if !dir_ok && facts.dir_problem.is_none() {
+        let tail: Vec<&str> = output.lines().rev().take(3).collect();
+        facts.dir_problem = Some(if output.trim().is_empty() {
+            "the preparatory step printed nothing".to_string()
+        } else {
+            format!(
+                "the preparatory step did not finish: {}",
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            )
+        });
+    }
+    facts
+}
+
+fn unquote(word: &str) -> String {
+    word.trim_matches('\'').to_string()
+}
+
+/// A temporary name beside `name` in the upload dir, unique per run and node.
+pub fn temp_name(name: &str, token: &str) -> String {
+    format!(".{name}.{token}.tmp")
+}
+
+/// Streams stdin into `dir/tmp` with `mode` (for nodes without SFTP, and under sudo).
+pub fn receive_script(dir: &str, tmp: &str, mode: u32) -> String {
+    format!(
+        "umask 077 && cd {} && cat > {} && chmod {:o} {}",
+        shell_quote(dir),
+        shell_quote(tmp),
+        mode,
+        shell_quote(tmp)
+    )
+}
+
+/// Moves uploaded temporary files into place and writes their sidecars. Every rename is
+/// within one directory, so each file appears whole or not at all.
+pub fn finalize_script(dir: &str, moves: &[(String, String, String)]) -> String {
+    let mut parts = vec![format!("cd {}", shell_quote(dir))];
+    for (tmp, name, sha256) in moves {
+        parts.push(format!(
+            "mv -f {} {} && printf '%s\\n' {} > {}",
+            shell_quote(tmp),
+            shell_quote(name),
+            sha256,
+            shell_quote(&format!("{name}{SIDECAR_SUFFIX}"))
+        ));
+    }
+    parts.join(" && ")
+}
+
+/// The command that runs keadm: records its process group (so a deadline can kill the
+/// whole tree on the node), then runs keadm's own `cd <dir> && ./keadm <cmd>`.
+pub fn run_script(upload_dir: &str, keadm_command: &str) -> String {
+    format!(
+        "read kb_pid kb_comm kb_state kb_ppid kb_pgid kb_rest < /proc/$$/stat 2>/dev/null && echo \"$kb_pgid\" > {}/{PGID_FILE}; {keadm_command}",
+        shell_quote(upload_dir)
+    )
+}
+
+/// Kills the process group recorded by [`run_script`].
+pub fn kill_script(upload_dir: &str) -> String {
+    format!(
+        "g=$(cat {}/{PGID_FILE} 2>/dev/null) && [ -n \"$g\" ] && [ \"$g\" -gt 1 ] && kill -KILL -- -\"$g\"",
+        shell_quote(upload_dir)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sudo_wraps_the_whole_script_once() {
+        assert_eq!(
+            wrap("cd /x && ./keadm join", Privilege::SudoPassword),
+            "sudo -S -p '' sh -c 'cd /x && ./keadm join'"
+        );
+        assert_eq!(
+            wrap("echo 'a'", Privilege::SudoNoPassword),
+            r"sudo -n sh -c 'echo '\''a'\'''"
+        );
+        assert_eq!(wrap("x", Privilege::Login), "x");
+    }
+
+    #[test]
+    fn facts_parse() {
+        let out = "KB_SUDO password\nKB_ARCH aarch64\nKB_DIR_OK\nKB_FILE keadm 123 abcdef\nKB_SHA keadm ffff\n";
+        let facts = parse_facts(out);
+        assert_eq!(facts.machine.as_deref(), Some("aarch64"));
+        assert_eq!(facts.dir_problem, None);
+        assert_eq!(facts.sudo_needs_password, Some(true));
+        assert_eq!(
+            facts.existing,
+            vec![ExistingFile {
+                name: "keadm".into(),
+                size: 123,
+                sidecar: "abcdef".into()
+            }]
+        );
+        assert_eq!(facts.computed_sha256, vec![("keadm".into(), "ffff".into())]);
+    }
+
+    #[test]
+    fn an_unfinished_prepare_is_a_problem() {
+        let facts = parse_facts("KB_ARCH x86_64\nsudo: a password is required\n");
+        assert!(
+            facts
+                .dir_problem
+                .unwrap()
+                .contains("a password is required")
+        );
+    }
+
+    #[test]
+    fn prepare_script_is_valid_sh() {
+        let script = prepare_script("/tmp/kubeedge/keadm", &["keadm", "a b.sh"], true);
+        let status = std::process::Command::new("sh")
+            .args(["-n", "-c", &script])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{script}");
+    }
+
+    #[test]
+    fn prepare_script_checks_the_dir_for_real() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("kubeedge/keadm");
+        let script = prepare_script(dir.to_str().unwrap(), &["keadm"], false);
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout));
+        // tempdir's parents are fine (/tmp is sticky), the new dirs are ours and 0700.
+        assert_eq!(
+            facts.dir_problem,
+            None,
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        // A symlink planted at the dir is refused.
+        let planted = base.path().join("planted");
+        std::os::unix::fs::symlink("/etc", &planted).unwrap();
+        let script = prepare_script(planted.to_str().unwrap(), &[], false);
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout));
+        assert!(facts.dir_problem.unwrap().contains("symbolic link"));
+    }
+}

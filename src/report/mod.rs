@@ -1,0 +1,79 @@
+//! Everything a run writes: keadm's `batch_process_log.txt`, the run directory
+//! (transcripts, journal, summary), and the console. Only consumes outcomes.
+
+pub mod log;
+pub mod recap;
+pub mod run_dir;
+pub mod summary;
+pub mod transcript;
+
+use std::sync::Mutex;
+
+use crate::outcome::NodeOutcome;
+
+pub use run_dir::RunDir;
+
+/// Records each finished node the moment it finishes: one line in keadm's log, one line
+/// in the journal, one line on the console. Shared by all workers.
+pub struct Recorder {
+    inner: Mutex<Inner>,
+    quiet: bool,
+}
+
+struct Inner {
+    log: log::ResultLog,
+    journal: run_dir::Journal,
+    outcomes: Vec<NodeOutcome>,
+    total: usize,
+}
+
+impl Recorder {
+    pub fn new(
+        log: log::ResultLog,
+        journal: run_dir::Journal,
+        total: usize,
+        quiet: bool,
+    ) -> Recorder {
+        Recorder {
+            inner: Mutex::new(Inner {
+                log,
+                journal,
+                outcomes: Vec::with_capacity(total),
+                total,
+            }),
+            quiet,
+        }
+    }
+
+    /// Writes and flushes the node's result everywhere. A write failure is reported on
+    /// the console but does not stop the run: the other records still hold the result.
+    pub fn record(&self, outcome: NodeOutcome) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(err) = inner.log.append(&outcome) {
+            ::log::error!("could not write batch_process_log.txt: {err}");
+        }
+        if let Err(err) = inner.journal.append(&outcome) {
+            ::log::error!("could not write the journal: {err}");
+        }
+        inner.outcomes.push(outcome);
+        let done = inner.outcomes.len();
+        let total = inner.total;
+        let last = inner.outcomes.last().expect("just pushed");
+        if !self.quiet || !last.succeeded() {
+            eprintln!("{}", recap::node_line(last, done, total));
+        }
+    }
+
+    /// All outcomes so far, in config order.
+    pub fn outcomes(&self) -> Vec<NodeOutcome> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = inner.outcomes.clone();
+        all.sort_by_key(|o| o.index);
+        all
+    }
+
+    pub fn recorded(&self, index: usize) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.outcomes.iter().any(|o| o.index == index)
+    }
+}

@@ -1,0 +1,162 @@
+//! The run directory: `batch_runs/<UTC time>-<id>/` with `nodes/<index>-<name>.log`
+//! transcripts, `journal.jsonl` and `summary.json`; `batch_runs/latest` points at the
+//! newest run, so `--retry-failed` and operators find it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use crate::outcome::NodeOutcome;
+
+pub const RUNS_DIR: &str = "batch_runs";
+pub const LATEST: &str = "latest";
+pub const JOURNAL: &str = "journal.jsonl";
+pub const SUMMARY: &str = "summary.json";
+
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    pub path: PathBuf,
+    pub id: String,
+}
+
+impl RunDir {
+    /// Creates `chosen`, or a new `batch_runs/<time>-<id>` under `base` and points
+    /// `batch_runs/latest` at it.
+    pub fn create(chosen: Option<&Path>, base: &Path) -> io::Result<RunDir> {
+        let id = run_id();
+        let path = match chosen {
+            Some(dir) => dir.to_path_buf(),
+            None => base.join(RUNS_DIR).join(&id),
+        };
+        fs::create_dir_all(path.join("nodes"))?;
+        if chosen.is_none() {
+            point_latest(&base.join(RUNS_DIR), &id)?;
+        }
+        Ok(RunDir { path, id })
+    }
+
+    /// The transcript file of a node: `nodes/<index>-<name>.log`, 1-based index, name
+    /// characters outside `A-Za-z0-9._-` replaced by `_`.
+    pub fn transcript_path(&self, index: usize, name: &str) -> PathBuf {
+        self.path
+            .join("nodes")
+            .join(format!("{}-{}.log", index + 1, sanitize(name)))
+    }
+
+    pub fn journal(&self) -> io::Result<Journal> {
+        Journal::open(&self.path.join(JOURNAL))
+    }
+
+    pub fn summary_path(&self) -> PathBuf {
+        self.path.join(SUMMARY)
+    }
+}
+
+/// `batch_runs/latest` -> `<id>`, replaced atomically (a new link renamed over the old).
+fn point_latest(runs: &Path, id: &str) -> io::Result<()> {
+    let tmp = runs.join(format!(".latest-{}", std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(id, &tmp)?;
+    fs::rename(&tmp, runs.join(LATEST))
+}
+
+pub fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// `20261130T010203Z-4f2a`: sortable UTC time plus a short random part.
+fn run_id() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs();
+    let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
+    let rem = secs % 86_400;
+    let random = (now.subsec_nanos() ^ std::process::id().rotate_left(16)) & 0xffff;
+    format!(
+        "{y:04}{mo:02}{d:02}T{:02}{:02}{:02}Z-{random:04x}",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// `journal.jsonl`: one JSON line per finished node, appended and synced, so it
+/// survives a crash and `--retry-failed` can read it.
+pub struct Journal {
+    file: File,
+}
+
+impl Journal {
+    fn open(path: &Path) -> io::Result<Journal> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Journal { file })
+    }
+
+    pub fn append(&mut self, outcome: &NodeOutcome) -> io::Result<()> {
+        let mut line = serde_json::to_string(outcome).map_err(io::Error::other)?;
+        line.push('\n');
+        self.file.write_all(line.as_bytes())?;
+        self.file.sync_data()
+    }
+}
+
+/// Reads a journal; a torn last line (the process died mid-write) is skipped.
+pub fn read_journal(path: &Path) -> io::Result<Vec<NodeOutcome>> {
+    let text = fs::read_to_string(path)?;
+    Ok(text
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_787), (2026, 11, 30));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn names_are_sanitized() {
+        assert_eq!(sanitize("edge-1.a_b"), "edge-1.a_b");
+        assert_eq!(sanitize("../x y/é"), ".._x_y__");
+    }
+
+    #[test]
+    fn latest_points_at_the_newest_run() {
+        let base = tempfile::tempdir().unwrap();
+        let a = RunDir::create(None, base.path()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = RunDir::create(None, base.path()).unwrap();
+        let latest = fs::read_link(base.path().join(RUNS_DIR).join(LATEST)).unwrap();
+        assert_eq!(latest, PathBuf::from(&b.id));
+        assert!(a.path.join("nodes").is_dir());
+    }
+}

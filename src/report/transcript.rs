@@ -1,0 +1,153 @@
+//! A node's transcript: its remote stdout and stderr, plus our own step lines, with
+//! secrets masked line by line before anything reaches the disk. It keeps the last lines
+//! in memory for error messages and failure classification.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::redact::Redactor;
+
+/// Lines kept in memory for the error message and classification.
+const TAIL_LINES: usize = 40;
+/// A "line" longer than this is cut and written anyway, so a node printing megabytes
+/// without a newline cannot grow our memory.
+const MAX_LINE: usize = 64 * 1024;
+
+pub struct Transcript {
+    out: Option<BufWriter<File>>,
+    redactor: Arc<Redactor>,
+    partial: Vec<u8>,
+    tail: VecDeque<String>,
+    bytes: u64,
+}
+
+impl Transcript {
+    pub fn create(path: &Path, redactor: Arc<Redactor>) -> io::Result<Transcript> {
+        Ok(Transcript {
+            out: Some(BufWriter::new(File::create(path)?)),
+            redactor,
+            partial: Vec::new(),
+            tail: VecDeque::new(),
+            bytes: 0,
+        })
+    }
+
+    /// A transcript that only keeps the tail (for tests and when the file cannot be made).
+    pub fn in_memory(redactor: Arc<Redactor>) -> Transcript {
+        Transcript {
+            out: None,
+            redactor,
+            partial: Vec::new(),
+            tail: VecDeque::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Our own line, such as `[keadm-batch] connected in 0.12 s`.
+    pub fn note(&mut self, text: &str) {
+        self.flush_partial();
+        self.emit(&format!("[keadm-batch] {text}"));
+    }
+
+    fn emit(&mut self, line: &str) {
+        let clean = self.redactor.redact(line);
+        if let Some(out) = &mut self.out {
+            let _ = out.write_all(clean.as_bytes());
+            let _ = out.write_all(b"\n");
+        }
+        if self.tail.len() == TAIL_LINES {
+            self.tail.pop_front();
+        }
+        self.tail.push_back(clean);
+    }
+
+    fn flush_partial(&mut self) {
+        if !self.partial.is_empty() {
+            let line = String::from_utf8_lossy(&self.partial).into_owned();
+            self.partial.clear();
+            self.emit(&line);
+        }
+    }
+
+    /// The last non-empty remote lines, masked, oldest first.
+    pub fn tail(&self, n: usize) -> Vec<String> {
+        let lines: Vec<&String> = self
+            .tail
+            .iter()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("[keadm-batch]"))
+            .collect();
+        lines[lines.len().saturating_sub(n)..]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    pub fn remote_bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn finish(&mut self) {
+        self.flush_partial();
+        if let Some(out) = &mut self.out {
+            let _ = out.flush();
+        }
+    }
+}
+
+impl Write for Transcript {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.bytes += buf.len() as u64;
+        let mut rest = buf;
+        while let Some(pos) = rest.iter().position(|b| *b == b'\n') {
+            self.partial.extend_from_slice(&rest[..pos]);
+            let line = String::from_utf8_lossy(&self.partial)
+                .trim_end_matches('\r')
+                .to_string();
+            self.partial.clear();
+            self.emit(&line);
+            rest = &rest[pos + 1..];
+        }
+        self.partial.extend_from_slice(rest);
+        if self.partial.len() > MAX_LINE {
+            self.flush_partial();
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Transcript {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redact::Secret;
+
+    #[test]
+    fn secrets_split_across_writes_are_still_masked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.log");
+        let mut r = Redactor::new();
+        r.add(&Secret::new("hunter22"));
+        let mut t = Transcript::create(&path, Arc::new(r)).unwrap();
+        t.write_all(b"password is hun").unwrap();
+        t.write_all(b"ter22\njoin --token=abc.def\nlast").unwrap();
+        t.finish();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, "password is ***\njoin --token=***\nlast\n");
+        assert_eq!(
+            t.tail(2),
+            vec!["join --token=***".to_string(), "last".to_string()]
+        );
+    }
+}
