@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Validates and dry-runs a generated 10,000-node config, and prints the time next to a
+# baseline measured in the same run: the same binary printing its --help (process start
+# and exit, the floor for any invocation). Target: under 1 second on a 2-core machine.
+#   bench/validate.sh [NODES] [RUNS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+nodes="${1:-10000}"
+runs="${2:-5}"
+cargo build --release --quiet
+bin="$PWD/target/release/keadm-batch"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+python3 - "$nodes" > "$work/config.yaml" <<'PY'
+import sys
+n = int(sys.argv[1])
+print("keadm:\n  keadmVersion: v1.23.1\n  archGroup: [amd64, arm64]\n  cmdTplArgs:\n    cloud: 192.0.2.10:10000\n    token: abc.def\nmaxRunNum: 50\nx-ssh: &ssh\n  username: root\n  auth:\n    type: password\n    passwordAuth:\n      password: pw-secret\nnodes:")
+for i in range(n):
+    print(f"  - nodeName: edge-{i:05d}\n    keadmCmd: 'join --cloudcore-ipport={{{{.cloud}}}} --edgenode-name=edge-{i:05d} --token={{{{.token}}}}'\n    ssh:\n      <<: *ssh\n      ip: 10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}")
+PY
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+time_runs() {
+  for _ in $(seq "$runs"); do
+    local start end
+    start=$(date +%s.%N)
+    "$@" > /dev/null
+    end=$(date +%s.%N)
+    echo "$end - $start" | bc -l
+  done | median
+}
+
+base=$(time_runs "$bin" --help)
+dry=$(time_runs "$bin" batch -c "$work/config.yaml" --dry-run --known-hosts "$work/kh")
+rss=$( { /usr/bin/time -f '%M' "$bin" batch -c "$work/config.yaml" --dry-run --known-hosts "$work/kh" > /dev/null; } 2>&1 | tail -1)
+printf 'nodes: %s, runs: %s (median)\n' "$nodes" "$runs"
+printf 'baseline (--help):        %.3f s\n' "$base"
+printf 'validate + dry-run:       %.3f s  (%.1fx the baseline; target < 1 s)\n' "$dry" "$(echo "$dry / $base" | bc -l)"
+printf 'peak RSS:                 %s KiB\n' "$rss"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what the tests and the demo need on a fresh Debian machine, as root:
+# OpenSSH's sshd (to simulate edge nodes on loopback) and sudo (for non-root logins).
+# The package's own sshd service is kept from starting: the simulated nodes listen on
+# loopback addresses, and a system sshd on 0.0.0.0:22 would collide with them.
+set -euo pipefail
+
+need=()
+command -v /usr/sbin/sshd >/dev/null 2>&1 || need+=(openssh-server)
+command -v sudo >/dev/null 2>&1 || need+=(sudo)
+command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+[ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+
+if [ "${#need[@]}" -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: need root to install: ${need[*]}" >&2
+    exit 1
+  fi
+  created_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod 0755 /usr/sbin/policy-rc.d
+    created_policy=1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  if [ "$created_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
+fi
+# sshd refuses to start without its privilege-separation directory.
+mkdir -p /run/sshd
+chmod 0755 /run/sshd
