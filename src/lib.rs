@@ -3,4 +3,5 @@
 //! Data flows one way: `cli -> config -> plan -> stage -> pool(pipeline(transport)) -> report`.
 //! Nothing downstream reaches back upstream, and only `cli` knows clap.
 
+pub mod arch;
 pub mod redact;
