@@ -5,3 +5,4 @@
 
 pub mod arch;
 pub mod redact;
+pub mod stage;
