@@ -89,10 +89,11 @@ impl Http {
             let response = match self.send(url)? {
                 Some(response) => response,
                 None => {
-                    return Err(Failure::Fatal(StageError::HttpStatus {
-                        url: url.to_string(),
-                        status: status_text(StatusCode::NOT_FOUND),
-                    }));
+                    return Err(Failure::Fatal(StageError::http_status(
+                        url,
+                        status_text(StatusCode::NOT_FOUND),
+                        false,
+                    )));
                 }
             };
             self.save(response, dest, label)
@@ -117,10 +118,11 @@ impl Http {
         {
             Err(Failure::Status(status))
         } else {
-            Err(Failure::Fatal(StageError::HttpStatus {
-                url: url.to_string(),
-                status: status_text(status),
-            }))
+            Err(Failure::Fatal(StageError::http_status(
+                url,
+                status_text(status),
+                status.is_server_error(),
+            )))
         }
     }
 
@@ -191,10 +193,11 @@ impl Http {
             };
             if number >= attempts {
                 return Err(match failure {
-                    Failure::Status(status) => StageError::HttpStatus {
-                        url: url.to_string(),
-                        status: format!("{} (after {attempts} attempts)", status_text(status)),
-                    },
+                    Failure::Status(status) => StageError::http_status(
+                        url,
+                        format!("{} (after {attempts} attempts)", status_text(status)),
+                        true,
+                    ),
                     _ => StageError::Transfer {
                         url: url.to_string(),
                         attempts,

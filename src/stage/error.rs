@@ -51,12 +51,13 @@ pub enum StageError {
     )]
     HttpClient { error: String },
 
-    #[error(
-        "Downloading {url} failed with HTTP status {status}. Check keadm.keadmVersion (release \
-         tags start with 'v') and keadm.download.url, or use offline mode \
-         (keadm.download.enable: false with keadm.offlinePackageDir)."
-    )]
-    HttpStatus { url: String, status: String },
+    #[error("Downloading {url} failed with HTTP status {status}. {hint}")]
+    HttpStatus {
+        url: String,
+        status: String,
+        /// What to do, which depends on whose fault the status is.
+        hint: &'static str,
+    },
 
     #[error(
         "Downloading {url} failed after {attempts} attempt(s): {error}. Check the network \
@@ -145,6 +146,22 @@ pub enum StageError {
 }
 
 impl StageError {
+    /// A non-2xx answer. 4xx: the URL is wrong (version, mirror); 5xx: the server is.
+    pub(crate) fn http_status(url: &str, status: String, server_side: bool) -> Self {
+        let hint = if server_side {
+            "The server is failing; retry later, use another mirror (keadm.download.url), or \
+             use offline mode (keadm.download.enable: false with keadm.offlinePackageDir)."
+        } else {
+            "Check keadm.keadmVersion (release tags start with 'v') and keadm.download.url, or \
+             use offline mode (keadm.download.enable: false with keadm.offlinePackageDir)."
+        };
+        StageError::HttpStatus {
+            url: url.to_string(),
+            status,
+            hint,
+        }
+    }
+
     pub(crate) fn io(
         action: &'static str,
         path: impl Into<PathBuf>,

@@ -117,6 +117,14 @@ pub struct Stager {
     _lock: File,
 }
 
+impl std::fmt::Debug for Stager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stager")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Stager {
     /// Checks the settings, creates BASE owner-only (refusing unsafe existing dirs), and
     /// takes the staging lock, waiting for another run that holds it.
