@@ -67,13 +67,14 @@ impl Http {
                 Some(response) => response,
                 None => return Ok(None),
             };
-            // Checksum files are 129 bytes; anything huge is not one.
-            let mut body = String::new();
+            // Checksum files are 129 bytes; anything huge is not one. Bytes, not a String:
+            // a non-UTF-8 answer is a bad checksum file, not a reason to retry.
+            let mut body = Vec::new();
             response
                 .take(64 * 1024)
-                .read_to_string(&mut body)
+                .read_to_end(&mut body)
                 .map_err(|e| Failure::Transient(error_chain(&e)))?;
-            Ok(Some(body))
+            Ok(Some(String::from_utf8_lossy(&body).into_owned()))
         })
     }
 
@@ -102,11 +103,17 @@ impl Http {
 
     /// Sends a GET. `Ok(None)` for 404; other non-2xx statuses are failures.
     fn send(&self, url: &str) -> Result<Option<Response>, Failure> {
-        let response = self
-            .client
-            .get(url)
-            .send()
-            .map_err(|e| Failure::Transient(error_chain(&e)))?;
+        let response = self.client.get(url).send().map_err(|e| {
+            // A malformed URL or a redirect loop fails the same way every time.
+            if e.is_builder() || e.is_redirect() {
+                Failure::Fatal(StageError::BadUrl {
+                    url: url.to_string(),
+                    error: error_chain(&e),
+                })
+            } else {
+                Failure::Transient(error_chain(&e))
+            }
+        })?;
         let status = response.status();
         if status.is_success() {
             Ok(Some(response))

@@ -60,6 +60,12 @@ pub enum StageError {
     },
 
     #[error(
+        "Cannot download {url}: {error}. Fix keadm.download.url (it needs a scheme such as \
+         https:// and a host)."
+    )]
+    BadUrl { url: String, error: String },
+
+    #[error(
         "Downloading {url} failed after {attempts} attempt(s): {error}. Check the network \
          connection and the proxy environment variables (HTTPS_PROXY, NO_PROXY), or use \
          offline mode."
@@ -137,7 +143,11 @@ pub enum StageError {
     )]
     MissingBinary { package: String, expected: String },
 
-    #[error("Could not {action} {}: {error}.", path.display())]
+    #[error(
+        "Could not {action} {}: {error}. Check that this user can read and write there and \
+         that the disk has space, or choose another staging directory with --staging-dir.",
+        path.display()
+    )]
     Io {
         action: &'static str,
         path: PathBuf,
