@@ -254,7 +254,10 @@ fn a_truncated_body_is_retried() {
         &Env::tarball_path("amd64"),
         Route::ok(built.bytes.clone()).truncated(1),
     );
-    let stager = env.open(&[Arch::Amd64]);
+    // With the progress line on, which must survive a broken transfer.
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings.progress = true;
+    let stager = Stager::open(settings).unwrap();
 
     let staged = stager.for_node(Arch::Amd64).unwrap();
     assert!(staged.verified);
@@ -600,4 +603,62 @@ fn a_second_run_waits_for_the_staging_lock() {
         .recv_timeout(Duration::from_secs(10))
         .expect("the second run gets the lock once the first is gone");
     waiter.join().unwrap().unwrap();
+}
+
+#[test]
+fn temporaries_left_by_a_crashed_run_are_removed() {
+    let env = Env::new();
+    env.publish(&release("amd64"), true);
+    let package_dir = env.package_dir("amd64");
+    let bin_dir = env.bin_dir("amd64");
+    for dir in [&package_dir, &bin_dir] {
+        fs::create_dir_all(dir).unwrap();
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    for dir in [
+        env.base(),
+        env.base().join("package"),
+        env.base().join("bin"),
+    ] {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    fs::write(package_dir.join(".download-99999-0"), b"half a tarball").unwrap();
+    fs::create_dir_all(bin_dir.join(".unpack-99999-1/keadm-v1.21.0-linux-amd64")).unwrap();
+    fs::write(bin_dir.join("operator-notes.txt"), b"not ours to remove").unwrap();
+
+    env.open(&[Arch::Amd64]).stage_all().unwrap();
+    assert_eq!(
+        names(&package_dir),
+        [
+            "checksum_keadm-v1.21.0-linux-amd64.tar.gz.txt",
+            "keadm-v1.21.0-linux-amd64.tar.gz"
+        ]
+    );
+    assert_eq!(
+        names(&bin_dir),
+        ["keadm-v1.21.0-linux-amd64", "operator-notes.txt"]
+    );
+}
+
+#[test]
+fn a_url_without_a_scheme_fails_at_once_without_retries() {
+    let env = Env::new();
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings.source = PackageSource::Download {
+        url: Some("mirror.example/kubeedge".into()),
+    };
+    settings.retry_base_delay = Duration::from_secs(30);
+    let stager = Stager::open(settings).unwrap();
+
+    let started = std::time::Instant::now();
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "no backoff for a bad URL"
+    );
+    assert!(
+        err.contains("mirror.example/kubeedge/keadm-v1.21.0-linux-amd64.tar.gz"),
+        "{err}"
+    );
+    assert!(err.contains("Fix keadm.download.url"), "{err}");
 }

@@ -43,9 +43,18 @@ pub(crate) fn ensure_private_dir(dir: &Path) -> Result<PathBuf, StageError> {
             Component::Normal(name) => current.push(name),
         }
         let is_target = index + 1 == components.len();
-        let created = create_one(&current)?;
-        let meta = fs::symlink_metadata(&current)
-            .map_err(|e| StageError::io("inspect the staging directory", &current, e))?;
+        // Look before creating: mkdir on an existing dir can fail with EACCES or EROFS
+        // instead of EEXIST, and existing ancestors are only ever inspected.
+        let (meta, created) = match fs::symlink_metadata(&current) {
+            Ok(meta) => (meta, false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let created = create_one(&current)?;
+                let meta = fs::symlink_metadata(&current)
+                    .map_err(|e| StageError::io("inspect the staging directory", &current, e))?;
+                (meta, created)
+            }
+            Err(e) => return Err(StageError::io("inspect the staging directory", &current, e)),
+        };
         if is_target || created {
             check_owned(&current, &meta, euid)?;
         } else {

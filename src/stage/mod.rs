@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use crate::arch::Arch;
 use download::{Http, RemoveOnDrop};
-use unpack::{Expected, Extracted, unique_path, unpack_package};
+use unpack::{Expected, Extracted, remove_stale_temporaries, unique_path, unpack_package};
 
 pub use error::StageError;
 
@@ -248,6 +248,7 @@ impl Stager {
     fn stage(&self, arch: Arch) -> Result<StagedBinary, StageError> {
         let bin_root = dirs::ensure_private_subdir(&self.settings.base_dir, "bin")?;
         let bin_dir = dirs::ensure_private_subdir(&bin_root, arch.as_str())?;
+        remove_stale_temporaries(&bin_dir);
         let (extracted, tarball, verified) = match &self.settings.source {
             PackageSource::Download { url } => {
                 self.stage_download(arch, url.as_deref(), &bin_dir)?
@@ -284,6 +285,7 @@ impl Stager {
             .expect("download mode always has an HTTP client");
         let package_root = dirs::ensure_private_subdir(&self.settings.base_dir, "package")?;
         let package_dir = dirs::ensure_private_subdir(&package_root, arch.as_str())?;
+        remove_stale_temporaries(&package_dir);
         let tarball = package_dir.join(self.tarball_name(arch));
         let checksum_file = package_dir.join(self.checksum_name(arch));
         let package_url = self.package_url(arch);

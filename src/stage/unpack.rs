@@ -74,14 +74,24 @@ pub(crate) fn unpack_package(
     let unpacked_top = scratch.path().join(top);
     let binary_rel = format!("{top}/keadm/keadm");
     let binary = scratch.path().join(&binary_rel);
-    match fs::symlink_metadata(&binary) {
-        Ok(meta) if meta.file_type().is_file() => {}
-        _ => {
-            return Err(StageError::MissingBinary {
-                package: name.to_string(),
-                expected: binary_rel,
-            });
-        }
+    // Each step must be real: a linked `keadm/` would dangle once the scratch dir is gone.
+    let is_real = |path: &Path, dir: bool| {
+        fs::symlink_metadata(path).is_ok_and(|m| {
+            if dir {
+                m.file_type().is_dir()
+            } else {
+                m.file_type().is_file()
+            }
+        })
+    };
+    if !(is_real(&unpacked_top, true)
+        && is_real(&unpacked_top.join("keadm"), true)
+        && is_real(&binary, false))
+    {
+        return Err(StageError::MissingBinary {
+            package: name.to_string(),
+            expected: binary_rel,
+        });
     }
     remove_write_for_others(&unpacked_top)?;
     fs::set_permissions(&binary, fs::Permissions::from_mode(0o755))
@@ -218,12 +228,46 @@ fn replace_dir(new: &Path, target: &Path, parent: &Path) -> Result<(), StageErro
     Ok(())
 }
 
+/// The kinds of temporary names [`unique_path`] is called with.
+pub(crate) const TEMPORARY_KINDS: [&str; 4] = ["download", "unpack", "old", "write"];
+
 /// A per-process unique name in `dir`, starting with a dot so it never looks like a
-/// package or a binary.
+/// package or a binary. `what` is one of [`TEMPORARY_KINDS`].
 pub(crate) fn unique_path(dir: &Path, what: &str) -> PathBuf {
+    debug_assert!(TEMPORARY_KINDS.contains(&what));
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     dir.join(format!(".{what}-{}-{n}", std::process::id()))
+}
+
+/// Removes temporaries a crashed run left in `dir`. Only called under the staging lock and
+/// between stagings, so none of them can still be in use.
+pub(crate) fn remove_stale_temporaries(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let stale = TEMPORARY_KINDS
+            .iter()
+            .any(|kind| name.starts_with(&format!(".{kind}-")));
+        if !stale {
+            continue;
+        }
+        let path = entry.path();
+        let removed = match entry.file_type() {
+            Ok(kind) if kind.is_dir() => fs::remove_dir_all(&path),
+            _ => fs::remove_file(&path),
+        };
+        match removed {
+            Ok(()) => log::debug!("removed {} left by an earlier run", path.display()),
+            Err(e) => log::warn!(
+                "could not remove {} left by an earlier run: {e}",
+                path.display()
+            ),
+        }
+    }
 }
 
 /// A temporary directory removed on drop, whatever happened inside it.
