@@ -4,6 +4,7 @@
 //! Nothing downstream reaches back upstream, and only `cli` knows clap.
 
 mod app;
+pub mod arch;
 pub mod cli;
 pub mod config;
 pub mod dry_run;
@@ -16,5 +17,6 @@ pub mod pool;
 pub mod redact;
 pub mod remote;
 pub mod report;
+pub mod stage;
 
 pub use app::main_with_args;

@@ -1,0 +1,366 @@
+//! HTTP downloads: status checks, retries with backoff, streaming sha512, progress.
+//!
+//! keadm runs `curl -L -o` without `-f`, so a 404 page is saved as the tarball and only
+//! `tar` complains. Here any non-2xx status is an error naming the URL and the status, and
+//! transient failures (connect errors, 5xx, resets, truncated bodies) are retried.
+
+use std::collections::hash_map::RandomState;
+use std::fs::{self, OpenOptions};
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use reqwest::blocking::{Client, Response};
+use sha2::{Digest, Sha512};
+
+use super::StageError;
+
+/// How one attempt went wrong.
+enum Failure {
+    /// Worth another attempt: the network or the server had a bad moment.
+    Transient(String),
+    /// A 5xx (or 408/429) status: retried, and reported as a status when retries run out.
+    Status(StatusCode),
+    /// Retrying cannot help (a 4xx, a local write error).
+    Fatal(StageError),
+}
+
+pub(crate) struct Http {
+    client: Client,
+    retries: u32,
+    base_delay: Duration,
+    progress: bool,
+}
+
+impl Http {
+    pub(crate) fn new(
+        retries: u32,
+        base_delay: Duration,
+        progress: bool,
+    ) -> Result<Http, StageError> {
+        // Proxy environment variables are honoured by reqwest's default builder.
+        let client = Client::builder()
+            .user_agent(concat!("keadm-batch/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(15))
+            // In the blocking client this bounds the wait for headers and for each read,
+            // not the whole transfer: a stalled mirror fails, a slow one does not.
+            .timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| StageError::HttpClient {
+                error: error_chain(&e),
+            })?;
+        Ok(Http {
+            client,
+            retries,
+            base_delay,
+            progress,
+        })
+    }
+
+    /// Fetches a small text file. `Ok(None)` when the server answers 404.
+    pub(crate) fn get_text(&self, url: &str) -> Result<Option<String>, StageError> {
+        self.with_retries(url, || {
+            let response = match self.send(url)? {
+                Some(response) => response,
+                None => return Ok(None),
+            };
+            // Checksum files are 129 bytes; anything huge is not one. Bytes, not a String:
+            // a non-UTF-8 answer is a bad checksum file, not a reason to retry.
+            let mut body = Vec::new();
+            response
+                .take(64 * 1024)
+                .read_to_end(&mut body)
+                .map_err(|e| Failure::Transient(error_chain(&e)))?;
+            Ok(Some(String::from_utf8_lossy(&body).into_owned()))
+        })
+    }
+
+    /// Downloads `url` into `dest` (created or truncated, mode 0600, never through a
+    /// symlink), fsyncs it, and returns its sha512 in lowercase hex. A 404 is an error here.
+    pub(crate) fn download(
+        &self,
+        url: &str,
+        dest: &Path,
+        label: &str,
+    ) -> Result<String, StageError> {
+        self.with_retries(url, || {
+            let response = match self.send(url)? {
+                Some(response) => response,
+                None => {
+                    return Err(Failure::Fatal(StageError::http_status(
+                        url,
+                        status_text(StatusCode::NOT_FOUND),
+                        false,
+                    )));
+                }
+            };
+            self.save(response, dest, label)
+        })
+    }
+
+    /// Sends a GET. `Ok(None)` for 404; other non-2xx statuses are failures.
+    fn send(&self, url: &str) -> Result<Option<Response>, Failure> {
+        let response = self.client.get(url).send().map_err(|e| {
+            // A malformed URL or a redirect loop fails the same way every time.
+            if e.is_builder() || e.is_redirect() {
+                Failure::Fatal(StageError::BadUrl {
+                    url: url.to_string(),
+                    error: error_chain(&e),
+                })
+            } else {
+                Failure::Transient(error_chain(&e))
+            }
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(Some(response))
+        } else if status == StatusCode::NOT_FOUND {
+            Ok(None)
+        } else if status.is_server_error()
+            || status == StatusCode::REQUEST_TIMEOUT
+            || status == StatusCode::TOO_MANY_REQUESTS
+        {
+            Err(Failure::Status(status))
+        } else {
+            Err(Failure::Fatal(StageError::http_status(
+                url,
+                status_text(status),
+                status.is_server_error(),
+            )))
+        }
+    }
+
+    fn save(&self, mut response: Response, dest: &Path, label: &str) -> Result<String, Failure> {
+        let local = |action, e| Failure::Fatal(StageError::io(action, dest, e));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(dest)
+            .map_err(|e| local("create", e))?;
+        let total = response.content_length();
+        let mut progress = Progress::new(self.progress, label, total);
+        let mut hasher = Sha512::new();
+        let mut received: u64 = 0;
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = match response.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    progress.finish();
+                    return Err(Failure::Transient(format!(
+                        "the transfer broke off after {received} bytes: {}",
+                        error_chain(&e)
+                    )));
+                }
+            };
+            hasher.update(&buf[..n]);
+            file.write_all(&buf[..n]).map_err(|e| local("write", e))?;
+            received += n as u64;
+            progress.update(received);
+        }
+        progress.finish();
+        if let Some(total) = total
+            && received != total
+        {
+            return Err(Failure::Transient(format!(
+                "the server closed the connection after {received} of {total} bytes"
+            )));
+        }
+        file.sync_all().map_err(|e| local("flush", e))?;
+        Ok(hex::encode(hasher.finalize()))
+    }
+
+    /// Runs `attempt` up to `1 + retries` times, sleeping `base, 2*base, 4*base...` (plus
+    /// up to 25% jitter, so parallel runs do not retry in lockstep) between attempts.
+    fn with_retries<T>(
+        &self,
+        url: &str,
+        mut attempt: impl FnMut() -> Result<T, Failure>,
+    ) -> Result<T, StageError> {
+        let attempts = self.retries.saturating_add(1);
+        let mut number = 1;
+        loop {
+            let failure = match attempt() {
+                Ok(value) => return Ok(value),
+                Err(Failure::Fatal(error)) => return Err(error),
+                Err(failure) => failure,
+            };
+            let reason = match &failure {
+                Failure::Status(status) => format!("HTTP status {}", status_text(*status)),
+                Failure::Transient(reason) => reason.clone(),
+                Failure::Fatal(_) => unreachable!("returned above"),
+            };
+            if number >= attempts {
+                return Err(match failure {
+                    Failure::Status(status) => StageError::http_status(
+                        url,
+                        format!("{} (after {attempts} attempts)", status_text(status)),
+                        true,
+                    ),
+                    _ => StageError::Transfer {
+                        url: url.to_string(),
+                        attempts,
+                        error: reason,
+                    },
+                });
+            }
+            let delay = backoff(self.base_delay, number);
+            log::warn!(
+                "downloading {url} failed ({reason}); retrying in {:.1} s (attempt {} of {attempts})",
+                delay.as_secs_f64(),
+                number + 1
+            );
+            std::thread::sleep(delay);
+            number += 1;
+        }
+    }
+}
+
+/// `base * 2^(attempt-1)` plus up to 25% random jitter.
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    let exponential = base.saturating_mul(1u32 << (attempt - 1).min(16));
+    // RandomState is seeded randomly per instance: jitter without a rand dependency.
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u32(attempt);
+    let fraction = (hasher.finish() % 1000) as f64 / 4000.0;
+    exponential + exponential.mul_f64(fraction)
+}
+
+fn status_text(status: StatusCode) -> String {
+    match status.canonical_reason() {
+        Some(reason) => format!("{} {reason}", status.as_u16()),
+        None => status.as_u16().to_string(),
+    }
+}
+
+/// An error and its causes on one line: reqwest's top-level message alone ("error sending
+/// request") does not say what went wrong.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// A self-updating line on stderr: `label  12.3/45.6 MiB  7.8 MiB/s`.
+struct Progress<'a> {
+    enabled: bool,
+    label: &'a str,
+    total: Option<u64>,
+    start: Instant,
+    last_draw: Option<Instant>,
+    drawn: bool,
+}
+
+impl<'a> Progress<'a> {
+    fn new(enabled: bool, label: &'a str, total: Option<u64>) -> Self {
+        Progress {
+            enabled,
+            label,
+            total,
+            start: Instant::now(),
+            last_draw: None,
+            drawn: false,
+        }
+    }
+
+    fn update(&mut self, done: u64) {
+        if !self.enabled {
+            return;
+        }
+        let now = Instant::now();
+        if self
+            .last_draw
+            .is_some_and(|last| now.duration_since(last) < Duration::from_millis(100))
+        {
+            return;
+        }
+        self.last_draw = Some(now);
+        self.drawn = true;
+        let line = progress_line(self.label, done, self.total, now.duration_since(self.start));
+        // \r + erase-to-end-of-line: redraw in place on a terminal.
+        let _ = write!(io::stderr(), "\r{line}\x1b[K");
+    }
+
+    fn finish(&mut self) {
+        if self.drawn {
+            let _ = writeln!(io::stderr());
+            self.drawn = false;
+        }
+    }
+}
+
+fn progress_line(label: &str, done: u64, total: Option<u64>, elapsed: Duration) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    let rate = done as f64 / MIB / elapsed.as_secs_f64().max(0.001);
+    match total {
+        Some(total) => format!(
+            "{label}  {:.1}/{:.1} MiB  {rate:.1} MiB/s",
+            done as f64 / MIB,
+            total as f64 / MIB
+        ),
+        None => format!("{label}  {:.1} MiB  {rate:.1} MiB/s", done as f64 / MIB),
+    }
+}
+
+/// Removes a file on drop unless disarmed: a failed download leaves nothing behind.
+pub(crate) struct RemoveOnDrop<'a>(pub Option<&'a Path>);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(path) = self.0 {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_at_most_a_quarter_of_jitter() {
+        let base = Duration::from_secs(1);
+        for (attempt, expected) in [(1, 1.0), (2, 2.0), (3, 4.0)] {
+            let delay = backoff(base, attempt).as_secs_f64();
+            assert!(
+                delay >= expected && delay <= expected * 1.25,
+                "{attempt}: {delay}"
+            );
+        }
+    }
+
+    #[test]
+    fn progress_shows_size_and_rate() {
+        let line = progress_line(
+            "pkg",
+            3 * 1024 * 1024,
+            Some(6 * 1024 * 1024),
+            Duration::from_secs(2),
+        );
+        assert_eq!(line, "pkg  3.0/6.0 MiB  1.5 MiB/s");
+        let line = progress_line("pkg", 1024 * 1024, None, Duration::from_secs(1));
+        assert_eq!(line, "pkg  1.0 MiB  1.0 MiB/s");
+    }
+
+    #[test]
+    fn status_text_has_code_and_reason() {
+        assert_eq!(status_text(StatusCode::NOT_FOUND), "404 Not Found");
+        assert_eq!(status_text(StatusCode::from_u16(599).unwrap()), "599");
+    }
+}

@@ -1,0 +1,186 @@
+//! Why staging failed, in words an operator can act on.
+
+use std::path::PathBuf;
+
+use crate::arch::Arch;
+
+/// A staging failure. Every message is a full sentence that names the URL or path
+/// involved and says what to do about it.
+///
+/// Causes are kept as text rather than as `io::Error`/`reqwest::Error` so the error can be
+/// cloned: one failed staging of an arch is handed to every worker that asked for it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StageError {
+    #[error(
+        "keadmVersion is empty, so there is no keadm package to stage. Set keadm.keadmVersion \
+         to a release tag such as v1.21.0."
+    )]
+    EmptyVersion,
+
+    #[error(
+        "keadmVersion {version:?} cannot be part of a file name (it contains '/' or a NUL \
+         byte). Set keadm.keadmVersion to a release tag such as v1.21.0."
+    )]
+    BadVersion { version: String },
+
+    #[error(
+        "Could not create the staging directory {}: {error}. Check the permissions of its \
+         parent, or choose another directory with --staging-dir.",
+        path.display()
+    )]
+    CreateDir { path: PathBuf, error: String },
+
+    #[error(
+        "Refusing to use the staging directory {}: {reason}. Another user could swap the keadm \
+         binary there before it is uploaded. Remove it (or fix its owner and mode), or choose a \
+         directory only you can write with --staging-dir.",
+        path.display()
+    )]
+    UnsafeDir { path: PathBuf, reason: String },
+
+    #[error(
+        "Could not lock {}: {error}. Check that the staging directory is writable, or choose \
+         another one with --staging-dir.",
+        path.display()
+    )]
+    Lock { path: PathBuf, error: String },
+
+    #[error(
+        "Could not set up the HTTP client for downloads: {error}. Check the proxy environment \
+         variables (HTTPS_PROXY, HTTP_PROXY, NO_PROXY), or use offline mode."
+    )]
+    HttpClient { error: String },
+
+    #[error("Downloading {url} failed with HTTP status {status}. {hint}")]
+    HttpStatus {
+        url: String,
+        status: String,
+        /// What to do, which depends on whose fault the status is.
+        hint: &'static str,
+    },
+
+    #[error(
+        "Cannot download {url}: {error}. Fix keadm.download.url (it needs a scheme such as \
+         https:// and a host)."
+    )]
+    BadUrl { url: String, error: String },
+
+    #[error(
+        "Downloading {url} failed after {attempts} attempt(s): {error}. Check the network \
+         connection and the proxy environment variables (HTTPS_PROXY, NO_PROXY), or use \
+         offline mode."
+    )]
+    Transfer {
+        url: String,
+        attempts: u32,
+        error: String,
+    },
+
+    #[error(
+        "The checksum file {source_name} does not hold a sha512 digest (128 hex characters); it \
+         reads {content:?}. Check that the mirror serves KubeEdge's checksum files unchanged."
+    )]
+    BadChecksumFile {
+        source_name: String,
+        content: String,
+    },
+
+    #[error(
+        "The sha512 digest of {package} is {actual}, but {checksum_source} expects {expected}. \
+         The package is corrupt or was tampered with, so it was not used or cached. Retry, \
+         or check the mirror or offline package."
+    )]
+    ChecksumMismatch {
+        package: String,
+        checksum_source: String,
+        expected: String,
+        actual: String,
+    },
+
+    #[error(
+        "There is no checksum file at {checksum_source}, and --require-checksum is set, so \
+         {package} cannot be verified. Publish the release's checksum file beside the package, \
+         or drop --require-checksum to accept an unverified package."
+    )]
+    ChecksumRequired {
+        package: String,
+        checksum_source: String,
+    },
+
+    #[error(
+        "The offline package {} does not exist. Put keadm's release tarball for {arch} there \
+         (keadm.offlinePackageDir/<arch>/keadm-<version>-linux-<arch>.tar.gz).",
+        path.display()
+    )]
+    OfflineMissing { arch: Arch, path: PathBuf },
+
+    #[error(
+        "A node reported arch {arch}, which is not in keadm.archGroup, and offline mode cannot \
+         stage packages on demand. Add {arch} to keadm.archGroup and put its package at {}.",
+        path.display()
+    )]
+    OfflineArchNotInGroup { arch: Arch, path: PathBuf },
+
+    #[error(
+        "Could not read the package {package} as a gzip-compressed tar archive: {error}. The \
+         file is damaged or is not a keadm release tarball."
+    )]
+    BadArchive { package: String, error: String },
+
+    #[error(
+        "Refusing to unpack {package}: its entry {entry:?} {reason}. Use an unmodified keadm \
+         release tarball."
+    )]
+    UnsafeEntry {
+        package: String,
+        entry: String,
+        reason: String,
+    },
+
+    #[error(
+        "The package {package} has no keadm binary at {expected} (a regular file is required). \
+         Check that it is keadm's release tarball for this version and arch."
+    )]
+    MissingBinary { package: String, expected: String },
+
+    #[error(
+        "Could not {action} {}: {error}. Check that this user can read and write there and \
+         that the disk has space, or choose another staging directory with --staging-dir.",
+        path.display()
+    )]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        error: String,
+    },
+}
+
+impl StageError {
+    /// A non-2xx answer. 4xx: the URL is wrong (version, mirror); 5xx: the server is.
+    pub(crate) fn http_status(url: &str, status: String, server_side: bool) -> Self {
+        let hint = if server_side {
+            "The server is failing; retry later, use another mirror (keadm.download.url), or \
+             use offline mode (keadm.download.enable: false with keadm.offlinePackageDir)."
+        } else {
+            "Check keadm.keadmVersion (release tags start with 'v') and keadm.download.url, or \
+             use offline mode (keadm.download.enable: false with keadm.offlinePackageDir)."
+        };
+        StageError::HttpStatus {
+            url: url.to_string(),
+            status,
+            hint,
+        }
+    }
+
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        error: std::io::Error,
+    ) -> Self {
+        StageError::Io {
+            action,
+            path: path.into(),
+            error: error.to_string(),
+        }
+    }
+}

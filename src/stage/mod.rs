@@ -1,0 +1,631 @@
+//! Per-arch keadm binaries on the control host: download (checksum, cache) or offline
+//! package, safe unpack, and one shared, verified binary per arch for every worker.
+//!
+//! Layout follows keadm so its caches and ours are interchangeable: tarballs and their
+//! checksum files in `BASE/package/<arch>`, extractions in `BASE/bin/<arch>`. Unlike keadm,
+//! nothing enters the cache unverified by digest when the mirror publishes one, a cache hit
+//! is checked against its checksum file, and the binary is never taken from a directory
+//! another user could write.
+
+mod dirs;
+mod download;
+mod error;
+mod unpack;
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::arch::Arch;
+use download::{Http, RemoveOnDrop};
+use unpack::{Expected, Extracted, remove_stale_temporaries, unique_path, unpack_package};
+
+pub use error::StageError;
+
+/// keadm's BASE, the same on the control host and on the nodes.
+pub const DEFAULT_BASE_DIR: &str = "/tmp/kubeedge/keadm";
+
+/// Extra attempts for transient HTTP failures (product.md: 2 retries, 1 s then 2 s).
+pub const DEFAULT_RETRIES: u32 = 2;
+
+/// Where release tarballs come from when the config sets no `download.url`.
+const GITHUB_RELEASES: &str = "https://github.com/kubeedge/kubeedge/releases/download";
+
+/// Where packages come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PackageSource {
+    /// `keadm.download.enable` (default). `url` is `keadm.download.url`: the directory that
+    /// holds the tarballs; `None` means GitHub releases. An empty string counts as `None`.
+    Download { url: Option<String> },
+    /// `keadm.download.enable: false`: `dir/<arch>/keadm-<ver>-linux-<arch>.tar.gz`.
+    Offline { dir: PathBuf },
+}
+
+/// What to stage and how.
+#[derive(Clone, Debug)]
+pub struct StageSettings {
+    /// BASE; `BASE/package/<arch>` and `BASE/bin/<arch>` as in keadm.
+    pub base_dir: PathBuf,
+    /// `keadmVersion`, verbatim (release tags start with `v`).
+    pub version: String,
+    pub source: PackageSource,
+    /// Staged up front by [`Stager::stage_all`], in this order.
+    pub arch_group: Vec<Arch>,
+    /// A missing checksum file is fatal instead of a warning.
+    pub require_checksum: bool,
+    /// Show download progress on stderr (pass `stderr.is_terminal()`).
+    pub progress: bool,
+    /// Extra attempts after a transient HTTP failure.
+    pub retries: u32,
+    /// First backoff delay; it doubles on each retry.
+    pub retry_base_delay: Duration,
+}
+
+impl StageSettings {
+    /// Settings with the defaults: keadm's BASE, no arch group, checksums optional, no
+    /// progress, 2 retries starting at 1 s.
+    pub fn new(version: impl Into<String>, source: PackageSource) -> StageSettings {
+        StageSettings {
+            base_dir: PathBuf::from(DEFAULT_BASE_DIR),
+            version: version.into(),
+            source,
+            arch_group: Vec::new(),
+            require_checksum: false,
+            progress: false,
+            retries: DEFAULT_RETRIES,
+            retry_base_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A keadm binary ready to upload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StagedBinary {
+    pub arch: Arch,
+    /// `BASE/bin/<arch>/keadm-<ver>-linux-<arch>/keadm/keadm`, mode 0755.
+    pub binary: PathBuf,
+    pub binary_size: u64,
+    /// Lowercase hex; the node pipeline records it in the remote sidecar.
+    pub binary_sha256: String,
+    /// The tarball it came from: the cached download, or the offline package.
+    pub tarball: PathBuf,
+    /// Lowercase hex.
+    pub tarball_sha512: String,
+    /// False only when no checksum file was available (warned, marked "unverified").
+    pub verified: bool,
+}
+
+type Slot = Arc<OnceLock<Result<Arc<StagedBinary>, StageError>>>;
+
+/// Stages keadm binaries and hands them out to worker threads. Holds the lock on
+/// `BASE/.lock` until dropped, so two runs on one control host never share BASE at once.
+pub struct Stager {
+    settings: StageSettings,
+    http: Option<Http>,
+    /// One slot per arch: the first caller stages, concurrent callers wait on the slot,
+    /// later ones read it. A failure is kept too, so a broken mirror is asked once per run,
+    /// not once per node.
+    slots: Mutex<HashMap<Arch, Slot>>,
+    /// Stagings of different arches run one at a time: progress lines stay readable and
+    /// the mirror sees one download at a time, as with keadm.
+    one_at_a_time: Mutex<()>,
+    _lock: File,
+}
+
+impl std::fmt::Debug for Stager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stager")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stager {
+    /// Checks the settings, creates BASE owner-only (refusing unsafe existing dirs), and
+    /// takes the staging lock, waiting for another run that holds it.
+    pub fn open(mut settings: StageSettings) -> Result<Stager, StageError> {
+        if settings.version.is_empty() {
+            return Err(StageError::EmptyVersion);
+        }
+        // The version becomes part of file names under BASE.
+        if settings.version.contains(['/', '\0']) {
+            return Err(StageError::BadVersion {
+                version: settings.version.clone(),
+            });
+        }
+        if let PackageSource::Download { url } = &mut settings.source
+            && url.as_deref().is_some_and(|u| u.trim().is_empty())
+        {
+            *url = None;
+        }
+        settings.base_dir = dirs::ensure_private_dir(&settings.base_dir)?;
+        let lock = dirs::lock(&settings.base_dir)?;
+        let http = match settings.source {
+            PackageSource::Download { .. } => Some(Http::new(
+                settings.retries,
+                settings.retry_base_delay,
+                settings.progress,
+            )?),
+            PackageSource::Offline { .. } => None,
+        };
+        Ok(Stager {
+            settings,
+            http,
+            slots: Mutex::new(HashMap::new()),
+            one_at_a_time: Mutex::new(()),
+            _lock: lock,
+        })
+    }
+
+    /// Stages every `arch_group` arch, in order (duplicates once); stops at the first error.
+    pub fn stage_all(&self) -> Result<Vec<Arc<StagedBinary>>, StageError> {
+        let mut staged: Vec<Arc<StagedBinary>> = Vec::new();
+        for &arch in &self.settings.arch_group {
+            if staged.iter().all(|s| s.arch != arch) {
+                staged.push(self.for_node(arch)?);
+            }
+        }
+        Ok(staged)
+    }
+
+    /// For a node that reported `arch`: the staged binary. Arches staged earlier are
+    /// returned from memory. An arch outside `arch_group` is staged on demand in download
+    /// mode; in offline mode it is an error naming the arch, the setting and the path.
+    /// Concurrent callers asking for the same arch wait for one staging.
+    pub fn for_node(&self, arch: Arch) -> Result<Arc<StagedBinary>, StageError> {
+        if let PackageSource::Offline { dir } = &self.settings.source
+            && !self.settings.arch_group.contains(&arch)
+        {
+            return Err(StageError::OfflineArchNotInGroup {
+                arch,
+                path: self.offline_package(dir, arch),
+            });
+        }
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            slots.entry(arch).or_default().clone()
+        };
+        slot.get_or_init(|| {
+            let _turn = self.one_at_a_time.lock().unwrap_or_else(|e| e.into_inner());
+            self.stage(arch).map(Arc::new)
+        })
+        .clone()
+    }
+
+    /// Where the package for `arch` comes from: its URL in download mode, its path in
+    /// offline mode. For messages and the dry-run plan.
+    pub fn package_url(&self, arch: Arch) -> String {
+        match &self.settings.source {
+            PackageSource::Download { url } => {
+                format!(
+                    "{}/{}",
+                    self.download_dir(url.as_deref()),
+                    self.tarball_name(arch)
+                )
+            }
+            PackageSource::Offline { dir } => self.offline_package(dir, arch).display().to_string(),
+        }
+    }
+
+    /// The settings in use, with BASE made absolute.
+    pub fn settings(&self) -> &StageSettings {
+        &self.settings
+    }
+
+    fn download_dir(&self, url: Option<&str>) -> String {
+        match url {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => format!("{GITHUB_RELEASES}/{}", self.settings.version),
+        }
+    }
+
+    fn checksum_url(&self, arch: Arch, url: Option<&str>) -> String {
+        format!("{}/{}", self.download_dir(url), self.checksum_name(arch))
+    }
+
+    /// `keadm-<ver>-linux-<arch>`: the tarball's top directory.
+    fn top_dir(&self, arch: Arch) -> String {
+        format!("keadm-{}-linux-{arch}", self.settings.version)
+    }
+
+    fn tarball_name(&self, arch: Arch) -> String {
+        format!("{}.tar.gz", self.top_dir(arch))
+    }
+
+    fn checksum_name(&self, arch: Arch) -> String {
+        format!("checksum_{}.txt", self.tarball_name(arch))
+    }
+
+    fn offline_package(&self, dir: &Path, arch: Arch) -> PathBuf {
+        dir.join(arch.as_str()).join(self.tarball_name(arch))
+    }
+
+    fn stage(&self, arch: Arch) -> Result<StagedBinary, StageError> {
+        let bin_root = dirs::ensure_private_subdir(&self.settings.base_dir, "bin")?;
+        let bin_dir = dirs::ensure_private_subdir(&bin_root, arch.as_str())?;
+        remove_stale_temporaries(&bin_dir);
+        let (extracted, tarball, verified) = match &self.settings.source {
+            PackageSource::Download { url } => {
+                self.stage_download(arch, url.as_deref(), &bin_dir)?
+            }
+            PackageSource::Offline { dir } => self.stage_offline(arch, dir, &bin_dir)?,
+        };
+        let (binary_size, binary_sha256) = sha256_file(&extracted.binary)?;
+        log::info!(
+            "staged keadm {} for {arch}: {} ({binary_size} bytes, sha256 {binary_sha256}{})",
+            self.settings.version,
+            extracted.binary.display(),
+            if verified { "" } else { ", unverified" }
+        );
+        Ok(StagedBinary {
+            arch,
+            binary: extracted.binary,
+            binary_size,
+            binary_sha256,
+            tarball,
+            tarball_sha512: extracted.tarball_sha512,
+            verified,
+        })
+    }
+
+    fn stage_download(
+        &self,
+        arch: Arch,
+        url: Option<&str>,
+        bin_dir: &Path,
+    ) -> Result<(Extracted, PathBuf, bool), StageError> {
+        let http = self
+            .http
+            .as_ref()
+            .expect("download mode always has an HTTP client");
+        let package_root = dirs::ensure_private_subdir(&self.settings.base_dir, "package")?;
+        let package_dir = dirs::ensure_private_subdir(&package_root, arch.as_str())?;
+        remove_stale_temporaries(&package_dir);
+        let tarball = package_dir.join(self.tarball_name(arch));
+        let checksum_file = package_dir.join(self.checksum_name(arch));
+        let package_url = self.package_url(arch);
+        let checksum_url = self.checksum_url(arch, url);
+        let top = self.top_dir(arch);
+        // What the mirror said about the checksum, once asked: Some(None) = it has none.
+        let mut mirror_checksum: Option<Option<String>> = None;
+
+        if fs::symlink_metadata(&tarball).is_ok_and(|m| m.is_file()) {
+            let local = read_cached_checksum(&checksum_file);
+            let (expected, source) = match local {
+                Some(digest) => (Some(digest), checksum_file.display().to_string()),
+                None => {
+                    let fetched = self.fetch_checksum(http, &checksum_url)?;
+                    mirror_checksum = Some(fetched.clone());
+                    if fetched.is_none() {
+                        self.no_checksum(&tarball.display().to_string(), &checksum_url)?;
+                    }
+                    (fetched, checksum_url.clone())
+                }
+            };
+            let expectation = expected.as_deref().map(|digest| Expected {
+                digest,
+                source: &source,
+            });
+            let name = tarball.display().to_string();
+            match unpack_package(&tarball, &name, bin_dir, &top, expectation.as_ref()) {
+                Ok(extracted) => {
+                    if let (Some(digest), Some(_)) = (&expected, &mirror_checksum) {
+                        write_atomically(&checksum_file, format!("{digest}\n").as_bytes())?;
+                    }
+                    log::info!("reused the cached package {name}");
+                    return Ok((extracted, tarball, expected.is_some()));
+                }
+                Err(error) => {
+                    log::warn!("the cached package cannot be used, downloading it again: {error}");
+                    let _ = fs::remove_file(&tarball);
+                    let _ = fs::remove_file(&checksum_file);
+                }
+            }
+        }
+
+        log::info!("downloading keadm for {arch} from {package_url}");
+        let partial = unique_path(&package_dir, "download");
+        let mut cleanup = RemoveOnDrop(Some(&partial));
+        let actual = http.download(&package_url, &partial, &self.tarball_name(arch))?;
+        let expected = match mirror_checksum {
+            Some(known) => known,
+            None => {
+                let fetched = self.fetch_checksum(http, &checksum_url)?;
+                if fetched.is_none() {
+                    self.no_checksum(&package_url, &checksum_url)?;
+                }
+                fetched
+            }
+        };
+        if let Some(expected) = &expected
+            && *expected != actual
+        {
+            return Err(StageError::ChecksumMismatch {
+                package: package_url,
+                checksum_source: checksum_url,
+                expected: expected.clone(),
+                actual,
+            });
+        }
+        // Unpack before caching, so a tarball that cannot be used never enters the cache.
+        let expectation = expected.as_deref().map(|digest| Expected {
+            digest,
+            source: &checksum_url,
+        });
+        let extracted =
+            unpack_package(&partial, &package_url, bin_dir, &top, expectation.as_ref())?;
+        fs::rename(&partial, &tarball)
+            .map_err(|e| StageError::io("move into place", &tarball, e))?;
+        cleanup.0 = None;
+        match &expected {
+            Some(digest) => write_atomically(&checksum_file, format!("{digest}\n").as_bytes())?,
+            // A stale checksum file beside a new tarball would fail the next cache check.
+            None => {
+                let _ = fs::remove_file(&checksum_file);
+            }
+        }
+        sync_dir(&package_dir);
+        Ok((extracted, tarball, expected.is_some()))
+    }
+
+    fn stage_offline(
+        &self,
+        arch: Arch,
+        dir: &Path,
+        bin_dir: &Path,
+    ) -> Result<(Extracted, PathBuf, bool), StageError> {
+        let package = self.offline_package(dir, arch);
+        if !package.is_file() {
+            return Err(StageError::OfflineMissing {
+                arch,
+                path: package,
+            });
+        }
+        let checksum_file = dir.join(arch.as_str()).join(self.checksum_name(arch));
+        let checksum_source = checksum_file.display().to_string();
+        let name = package.display().to_string();
+        let expected = match fs::read_to_string(&checksum_file) {
+            Ok(text) => Some(
+                parse_checksum(&text).ok_or_else(|| StageError::BadChecksumFile {
+                    source_name: checksum_source.clone(),
+                    content: shorten(&text),
+                })?,
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.no_checksum(&name, &checksum_source)?;
+                None
+            }
+            Err(e) => return Err(StageError::io("read", &checksum_file, e)),
+        };
+        let expectation = expected.as_deref().map(|digest| Expected {
+            digest,
+            source: &checksum_source,
+        });
+        let extracted = unpack_package(
+            &package,
+            &name,
+            bin_dir,
+            &self.top_dir(arch),
+            expectation.as_ref(),
+        )?;
+        log::info!(
+            "extracted the offline package {name} to {}",
+            bin_dir.display()
+        );
+        Ok((extracted, package, expected.is_some()))
+    }
+
+    /// The checksum published beside the package; `None` when the mirror has none (404).
+    fn fetch_checksum(&self, http: &Http, url: &str) -> Result<Option<String>, StageError> {
+        match http.get_text(url)? {
+            None => Ok(None),
+            Some(text) => {
+                parse_checksum(&text)
+                    .map(Some)
+                    .ok_or_else(|| StageError::BadChecksumFile {
+                        source_name: url.to_string(),
+                        content: shorten(&text),
+                    })
+            }
+        }
+    }
+
+    /// A package without a checksum file: fatal with `require_checksum`, else a warning.
+    fn no_checksum(&self, package: &str, checksum_source: &str) -> Result<(), StageError> {
+        if self.settings.require_checksum {
+            return Err(StageError::ChecksumRequired {
+                package: package.to_string(),
+                checksum_source: checksum_source.to_string(),
+            });
+        }
+        log::warn!(
+            "there is no checksum file at {checksum_source}; using {package} unverified \
+             (--require-checksum makes this an error)"
+        );
+        Ok(())
+    }
+}
+
+/// The digest in a checksum file: the first word, 128 hex characters (sha512), lowercased.
+/// KubeEdge writes the bare digest and a newline; `sha512sum` output (digest, spaces,
+/// file name) is accepted too.
+fn parse_checksum(text: &str) -> Option<String> {
+    let digest = text.split_whitespace().next()?;
+    (digest.len() == 128 && digest.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| digest.to_ascii_lowercase())
+}
+
+/// A cached checksum file's digest; `None` (re-fetch) when missing or unreadable.
+fn read_cached_checksum(path: &Path) -> Option<String> {
+    let text = fs::read_to_string(path).ok()?;
+    let digest = parse_checksum(&text);
+    if digest.is_none() {
+        log::warn!("ignoring the damaged checksum file {}", path.display());
+    }
+    digest
+}
+
+fn shorten(text: &str) -> String {
+    let mut short: String = text.chars().take(80).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    short
+}
+
+/// Size and sha256 (lowercase hex) of a file.
+fn sha256_file(path: &Path) -> Result<(u64, String), StageError> {
+    let mut file = File::open(path).map_err(|e| StageError::io("open", path, e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut size = 0u64;
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| StageError::io("read", path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((size, hex::encode(hasher.finalize())))
+}
+
+/// Writes `path` via a temporary file in the same directory, fsync and rename, so a
+/// crash never leaves a half-written file under the real name.
+fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), StageError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = unique_path(dir, "write");
+    let cleanup = RemoveOnDrop(Some(&tmp));
+    let mut file = File::create(&tmp).map_err(|e| StageError::io("create", &tmp, e))?;
+    file.write_all(contents)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| StageError::io("write", &tmp, e))?;
+    fs::rename(&tmp, path).map_err(|e| StageError::io("move into place", path, e))?;
+    std::mem::forget(cleanup);
+    Ok(())
+}
+
+/// Makes renames in `dir` durable. Best effort: a failure only weakens crash safety.
+fn sync_dir(dir: &Path) {
+    if let Err(e) = File::open(dir).and_then(|d| d.sync_all()) {
+        log::debug!("could not fsync {}: {e}", dir.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stager(source: PackageSource, version: &str) -> (tempfile::TempDir, Stager) {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut settings = StageSettings::new(version, source);
+        settings.base_dir = tmp.path().join("keadm");
+        (tmp, Stager::open(settings).unwrap())
+    }
+
+    #[test]
+    fn default_urls_point_at_github_releases() {
+        let (_tmp, stager) = stager(PackageSource::Download { url: None }, "v1.21.0");
+        assert_eq!(
+            stager.package_url(Arch::Arm64),
+            "https://github.com/kubeedge/kubeedge/releases/download/v1.21.0/keadm-v1.21.0-linux-arm64.tar.gz"
+        );
+        assert_eq!(
+            stager.checksum_url(Arch::Arm64, None),
+            "https://github.com/kubeedge/kubeedge/releases/download/v1.21.0/checksum_keadm-v1.21.0-linux-arm64.tar.gz.txt"
+        );
+    }
+
+    #[test]
+    fn mirror_urls_get_exactly_one_slash() {
+        for url in [
+            "http://mirror/keadm",
+            "http://mirror/keadm/",
+            "http://mirror/keadm//",
+        ] {
+            let source = PackageSource::Download {
+                url: Some(url.into()),
+            };
+            let (_tmp, stager) = stager(source, "v1.20.0");
+            assert_eq!(
+                stager.package_url(Arch::Arm),
+                "http://mirror/keadm/keadm-v1.20.0-linux-arm.tar.gz"
+            );
+            assert_eq!(
+                stager.checksum_url(Arch::Arm, Some(url)),
+                "http://mirror/keadm/checksum_keadm-v1.20.0-linux-arm.tar.gz.txt"
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_mirror_url_means_github() {
+        let source = PackageSource::Download {
+            url: Some(" ".into()),
+        };
+        let (_tmp, stager) = stager(source, "v1.21.0");
+        assert!(stager.package_url(Arch::Amd64).starts_with(GITHUB_RELEASES));
+    }
+
+    #[test]
+    fn offline_package_paths_follow_keadm() {
+        let source = PackageSource::Offline {
+            dir: PathBuf::from("/pkgs"),
+        };
+        let (_tmp, stager) = stager(source, "v1.21.0");
+        assert_eq!(
+            stager.package_url(Arch::Amd64),
+            "/pkgs/amd64/keadm-v1.21.0-linux-amd64.tar.gz"
+        );
+    }
+
+    #[test]
+    fn versions_that_cannot_be_file_names_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (version, expected) in [
+            ("", "keadmVersion is empty"),
+            ("v1/../x", "cannot be part of a file name"),
+        ] {
+            let mut settings = StageSettings::new(version, PackageSource::Download { url: None });
+            settings.base_dir = tmp.path().join("keadm");
+            let err = Stager::open(settings).err().unwrap().to_string();
+            assert!(err.contains(expected), "{err}");
+        }
+    }
+
+    #[test]
+    fn checksum_files_are_parsed_leniently_but_must_hold_a_sha512() {
+        let digest = "AB".repeat(64);
+        assert_eq!(
+            parse_checksum(&format!("{digest}\n")),
+            Some("ab".repeat(64))
+        );
+        assert_eq!(
+            parse_checksum(&format!("{digest}  keadm-v1.21.0-linux-amd64.tar.gz\n")),
+            Some("ab".repeat(64))
+        );
+        assert_eq!(parse_checksum(""), None);
+        assert_eq!(
+            parse_checksum(&"ab".repeat(32)),
+            None,
+            "a sha256 is not enough"
+        );
+        assert_eq!(parse_checksum(&"zz".repeat(64)), None);
+        assert_eq!(parse_checksum("<html>404</html>"), None);
+    }
+
+    #[test]
+    fn the_stager_can_be_shared_between_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Stager>();
+        assert_send_sync::<StagedBinary>();
+        assert_send_sync::<StageError>();
+    }
+}

@@ -1,0 +1,518 @@
+//! Safe unpacking of a keadm release tarball into `BASE/bin/<arch>`.
+//!
+//! keadm shells out to `tar -xzvf`, which trusts the archive. We read it with flate2 + tar,
+//! hash the file in the same pass (so the bytes we check are the bytes we unpack, even for
+//! an offline package in a directory others can write), refuse anything that could land
+//! outside the target or create a device, and only move the result into place once the
+//! digest matches and the binary is present.
+
+use std::fs;
+use std::io::{self, BufReader, Read};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use flate2::read::GzDecoder;
+use sha2::{Digest, Sha512};
+use tar::EntryType;
+
+use super::StageError;
+
+/// What a package must hash to, and where that expectation came from (for messages).
+pub(crate) struct Expected<'a> {
+    pub digest: &'a str,
+    pub source: &'a str,
+}
+
+/// An unpacked, verified package.
+pub(crate) struct Extracted {
+    /// `bin_dir/<top>/keadm/keadm`, mode 0755.
+    pub binary: PathBuf,
+    pub tarball_sha512: String,
+}
+
+/// Unpacks `tarball` into `bin_dir/<top>` (replacing an earlier extraction), where `top`
+/// is `keadm-<ver>-linux-<arch>`. With `expected`, a digest mismatch is an error and
+/// nothing is moved into place. `name` is how messages refer to the package (a freshly
+/// downloaded one still sits under a temporary name, so its URL says more).
+pub(crate) fn unpack_package(
+    tarball: &Path,
+    name: &str,
+    bin_dir: &Path,
+    top: &str,
+    expected: Option<&Expected<'_>>,
+) -> Result<Extracted, StageError> {
+    let file = fs::File::open(tarball).map_err(|e| StageError::io("open", tarball, e))?;
+    let scratch = ScratchDir::create(bin_dir, "unpack")?;
+
+    let reader = HashingReader::new(BufReader::with_capacity(256 * 1024, file));
+    let mut archive = tar::Archive::new(GzDecoder::new(reader));
+    // Modes are kept (masked to 0o777: no setuid from an archive); owners are not.
+    archive.set_preserve_permissions(false);
+    archive.set_unpack_xattrs(false);
+    let extracted = extract_entries(&mut archive, scratch.path(), name);
+
+    // Hash whatever the decoder did not need (trailer, padding) so the digest covers the
+    // whole file, even when extraction stopped early on a bad entry.
+    let mut reader = archive.into_inner().into_inner();
+    io::copy(&mut reader, &mut io::sink()).map_err(|e| StageError::io("read", tarball, e))?;
+    let actual = reader.finish_hex();
+
+    // A mismatch explains a broken archive better than the archive error does.
+    if let Some(expected) = expected
+        && expected.digest != actual
+    {
+        return Err(StageError::ChecksumMismatch {
+            package: name.to_string(),
+            checksum_source: expected.source.to_string(),
+            expected: expected.digest.to_string(),
+            actual,
+        });
+    }
+    extracted?;
+
+    let unpacked_top = scratch.path().join(top);
+    let binary_rel = format!("{top}/keadm/keadm");
+    let binary = scratch.path().join(&binary_rel);
+    // Each step must be real: a linked `keadm/` would dangle once the scratch dir is gone.
+    let is_real = |path: &Path, dir: bool| {
+        fs::symlink_metadata(path).is_ok_and(|m| {
+            if dir {
+                m.file_type().is_dir()
+            } else {
+                m.file_type().is_file()
+            }
+        })
+    };
+    if !(is_real(&unpacked_top, true)
+        && is_real(&unpacked_top.join("keadm"), true)
+        && is_real(&binary, false))
+    {
+        return Err(StageError::MissingBinary {
+            package: name.to_string(),
+            expected: binary_rel,
+        });
+    }
+    remove_write_for_others(&unpacked_top)?;
+    fs::set_permissions(&binary, fs::Permissions::from_mode(0o755))
+        .map_err(|e| StageError::io("set the mode of", &binary, e))?;
+
+    let target = bin_dir.join(top);
+    replace_dir(&unpacked_top, &target, bin_dir)?;
+    Ok(Extracted {
+        binary: target.join("keadm/keadm"),
+        tarball_sha512: actual,
+    })
+}
+
+fn extract_entries<R: Read>(
+    archive: &mut tar::Archive<R>,
+    dest: &Path,
+    package: &str,
+) -> Result<(), StageError> {
+    let bad_archive = |e: io::Error| StageError::BadArchive {
+        package: package.to_string(),
+        error: e.to_string(),
+    };
+    for entry in archive.entries().map_err(bad_archive)? {
+        let mut entry = entry.map_err(bad_archive)?;
+        let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let unsafe_entry = |reason: &str| StageError::UnsafeEntry {
+            package: package.to_string(),
+            entry: name.clone(),
+            reason: reason.to_string(),
+        };
+        let path = entry.path().map_err(bad_archive)?.into_owned();
+        if let Some(reason) = escape_reason(&path) {
+            return Err(unsafe_entry(reason));
+        }
+        if path.components().all(|c| c == Component::CurDir) {
+            continue; // "./": the extraction dir itself
+        }
+        match entry.header().entry_type() {
+            EntryType::Regular | EntryType::Continuous | EntryType::Directory => {}
+            kind @ (EntryType::Symlink | EntryType::Link) => {
+                let target = entry
+                    .link_name()
+                    .map_err(bad_archive)?
+                    .ok_or_else(|| unsafe_entry("is a link without a target"))?;
+                // Targets may only point down from where they are resolved: with no `..`
+                // and no root, even chains of links stay inside.
+                if escape_reason(&target).is_some() {
+                    let what = if kind == EntryType::Symlink {
+                        "is a symbolic link"
+                    } else {
+                        "is a hard link"
+                    };
+                    return Err(unsafe_entry(&format!(
+                        "{what} to {:?}, outside the package",
+                        target.display().to_string()
+                    )));
+                }
+            }
+            EntryType::Char | EntryType::Block => return Err(unsafe_entry("is a device file")),
+            EntryType::Fifo => return Err(unsafe_entry("is a FIFO")),
+            // PAX and GNU metadata records are folded into the next entry by `tar`.
+            EntryType::XGlobalHeader
+            | EntryType::XHeader
+            | EntryType::GNULongName
+            | EntryType::GNULongLink => continue,
+            _ => return Err(unsafe_entry("has an entry type keadm packages never use")),
+        }
+        // `unpack_in` repeats its own containment checks: a second line of defence.
+        let inside = entry.unpack_in(dest).map_err(|e| StageError::BadArchive {
+            package: package.to_string(),
+            error: format!("entry {name:?}: {e}"),
+        })?;
+        if !inside {
+            return Err(unsafe_entry("points outside the extraction directory"));
+        }
+    }
+    Ok(())
+}
+
+/// Why `path` could resolve outside the directory it is relative to, if it could.
+fn escape_reason(path: &Path) -> Option<&'static str> {
+    for component in path.components() {
+        match component {
+            Component::ParentDir => return Some("points outside the package ('..')"),
+            Component::RootDir | Component::Prefix(_) => return Some("is an absolute path"),
+            Component::CurDir | Component::Normal(_) => {}
+        }
+    }
+    None
+}
+
+/// Clears group/other write bits below `dir` (links are not followed): an archive saying
+/// 0777 must not make the binary swappable by other users.
+fn remove_write_for_others(dir: &Path) -> Result<(), StageError> {
+    let meta = fs::symlink_metadata(dir).map_err(|e| StageError::io("inspect", dir, e))?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o022 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(mode & 0o7755))
+            .map_err(|e| StageError::io("set the mode of", dir, e))?;
+    }
+    if meta.is_dir() {
+        for child in fs::read_dir(dir).map_err(|e| StageError::io("read", dir, e))? {
+            let child = child.map_err(|e| StageError::io("read", dir, e))?;
+            remove_write_for_others(&child.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// Moves `new` to `target`, replacing what was there. Two renames in one directory we
+/// own: a reader sees the old tree or the new one, never a half-written mix.
+fn replace_dir(new: &Path, target: &Path, parent: &Path) -> Result<(), StageError> {
+    let old = if fs::symlink_metadata(target).is_ok() {
+        let old = unique_path(parent, "old");
+        fs::rename(target, &old).map_err(|e| StageError::io("move aside", target, e))?;
+        Some(old)
+    } else {
+        None
+    };
+    fs::rename(new, target).map_err(|e| StageError::io("move into place", target, e))?;
+    if let Some(old) = old {
+        let removed = if fs::symlink_metadata(&old).is_ok_and(|m| m.is_dir()) {
+            fs::remove_dir_all(&old)
+        } else {
+            fs::remove_file(&old)
+        };
+        if let Err(e) = removed {
+            log::warn!("could not remove the old extraction {}: {e}", old.display());
+        }
+    }
+    Ok(())
+}
+
+/// The kinds of temporary names [`unique_path`] is called with.
+pub(crate) const TEMPORARY_KINDS: [&str; 4] = ["download", "unpack", "old", "write"];
+
+/// A per-process unique name in `dir`, starting with a dot so it never looks like a
+/// package or a binary. `what` is one of [`TEMPORARY_KINDS`].
+pub(crate) fn unique_path(dir: &Path, what: &str) -> PathBuf {
+    debug_assert!(TEMPORARY_KINDS.contains(&what));
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!(".{what}-{}-{n}", std::process::id()))
+}
+
+/// Removes temporaries a crashed run left in `dir`. Only called under the staging lock and
+/// between stagings, so none of them can still be in use.
+pub(crate) fn remove_stale_temporaries(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let stale = TEMPORARY_KINDS
+            .iter()
+            .any(|kind| name.starts_with(&format!(".{kind}-")));
+        if !stale {
+            continue;
+        }
+        let path = entry.path();
+        let removed = match entry.file_type() {
+            Ok(kind) if kind.is_dir() => fs::remove_dir_all(&path),
+            _ => fs::remove_file(&path),
+        };
+        match removed {
+            Ok(()) => log::debug!("removed {} left by an earlier run", path.display()),
+            Err(e) => log::warn!(
+                "could not remove {} left by an earlier run: {e}",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// A temporary directory removed on drop, whatever happened inside it.
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn create(parent: &Path, what: &str) -> Result<ScratchDir, StageError> {
+        let path = unique_path(parent, what);
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(|e| StageError::io("create the temporary directory", &path, e))?;
+        Ok(ScratchDir(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Hashes everything read through it with sha512.
+pub(crate) struct HashingReader<R> {
+    inner: R,
+    hasher: Sha512,
+}
+
+impl<R: Read> HashingReader<R> {
+    pub(crate) fn new(inner: R) -> Self {
+        HashingReader {
+            inner,
+            hasher: Sha512::new(),
+        }
+    }
+
+    pub(crate) fn finish_hex(self) -> String {
+        hex::encode(self.hasher.finalize())
+    }
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::Compression;
+    use flate2::write::GzEncoder;
+
+    const TOP: &str = "keadm-v1.21.0-linux-amd64";
+
+    enum Item<'a> {
+        File(&'a str, &'a [u8], u32),
+        Dir(&'a str),
+        Symlink(&'a str, &'a str),
+        HardLink(&'a str, &'a str),
+        Device(&'a str),
+    }
+
+    /// Writes the name straight into the header: `tar::Builder` refuses `..` itself.
+    fn raw_header(name: &str, kind: EntryType, size: u64, mode: u32) -> tar::Header {
+        let mut header = tar::Header::new_old();
+        header.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+        header.set_entry_type(kind);
+        header.set_size(size);
+        header.set_mode(mode);
+        header
+    }
+
+    fn tarball(dir: &Path, items: &[Item]) -> PathBuf {
+        let mut builder = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
+        for item in items {
+            let (mut header, data): (tar::Header, &[u8]) = match *item {
+                Item::File(name, data, mode) => (
+                    raw_header(name, EntryType::Regular, data.len() as u64, mode),
+                    data,
+                ),
+                Item::Dir(name) => (raw_header(name, EntryType::Directory, 0, 0o755), b""),
+                Item::Symlink(name, target) | Item::HardLink(name, target) => {
+                    let kind = if matches!(item, Item::Symlink(..)) {
+                        EntryType::Symlink
+                    } else {
+                        EntryType::Link
+                    };
+                    let mut header = raw_header(name, kind, 0, 0o777);
+                    header.as_old_mut().linkname[..target.len()].copy_from_slice(target.as_bytes());
+                    (header, b"")
+                }
+                Item::Device(name) => (raw_header(name, EntryType::Char, 0, 0o644), b""),
+            };
+            header.set_cksum();
+            builder.append(&header, data).unwrap();
+        }
+        let bytes = builder.into_inner().unwrap().finish().unwrap();
+        let path = dir.join(format!("{TOP}.tar.gz"));
+        fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    fn good_items() -> Vec<Item<'static>> {
+        vec![
+            Item::Dir("keadm-v1.21.0-linux-amd64/"),
+            Item::File("keadm-v1.21.0-linux-amd64/version", b"v1.21.0\n", 0o644),
+            Item::Dir("keadm-v1.21.0-linux-amd64/keadm/"),
+            Item::File(
+                "keadm-v1.21.0-linux-amd64/keadm/keadm",
+                b"#!/bin/sh\n",
+                0o666,
+            ),
+        ]
+    }
+
+    fn bin_dir(tmp: &Path) -> PathBuf {
+        let dir = tmp.join("bin");
+        fs::create_dir(&dir).unwrap();
+        dir
+    }
+
+    fn refused(items: Vec<Item>) -> String {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = bin_dir(tmp.path());
+        let tarball = tarball(tmp.path(), &items);
+        let err = unpack_package(&tarball, "pkg", &bin, TOP, None)
+            .err()
+            .expect("the archive must be refused");
+        // Nothing moved into place, no scratch dir left behind.
+        assert_eq!(fs::read_dir(&bin).unwrap().count(), 0, "{err}");
+        err.to_string()
+    }
+
+    #[test]
+    fn a_good_package_unpacks_with_an_executable_binary() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = bin_dir(tmp.path());
+        let tarball = tarball(tmp.path(), &good_items());
+        let digest = hex::encode(Sha512::digest(fs::read(&tarball).unwrap()));
+        let expected = Expected {
+            digest: &digest,
+            source: "test",
+        };
+        let out = unpack_package(&tarball, "pkg", &bin, TOP, Some(&expected)).unwrap();
+        assert_eq!(out.tarball_sha512, digest);
+        assert_eq!(out.binary, bin.join(TOP).join("keadm/keadm"));
+        let mode = fs::metadata(&out.binary).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o755);
+        // Unpacking again replaces the old tree and leaves no scratch dirs.
+        unpack_package(&tarball, "pkg", &bin, TOP, None).unwrap();
+        let names: Vec<_> = fs::read_dir(&bin)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [TOP]);
+    }
+
+    #[test]
+    fn a_digest_mismatch_moves_nothing_into_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = bin_dir(tmp.path());
+        let tarball = tarball(tmp.path(), &good_items());
+        let expected = Expected {
+            digest: "00",
+            source: "sums.txt",
+        };
+        let err = unpack_package(&tarball, "pkg", &bin, TOP, Some(&expected))
+            .err()
+            .unwrap();
+        assert!(matches!(err, StageError::ChecksumMismatch { .. }), "{err}");
+        assert_eq!(fs::read_dir(&bin).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn parent_dir_entries_are_refused() {
+        let mut items = good_items();
+        items.push(Item::File("../evil", b"x", 0o644));
+        let err = refused(items);
+        assert!(
+            err.contains("\"../evil\" points outside the package"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn absolute_entries_are_refused() {
+        let mut items = good_items();
+        items.insert(0, Item::File("/etc/evil", b"x", 0o644));
+        let err = refused(items);
+        assert!(err.contains("\"/etc/evil\" is an absolute path"), "{err}");
+    }
+
+    #[test]
+    fn escaping_symlinks_and_hard_links_are_refused() {
+        let mut items = good_items();
+        items.push(Item::Symlink("keadm-v1.21.0-linux-amd64/up", "../../.."));
+        let err = refused(items);
+        assert!(err.contains("is a symbolic link to \"../../..\""), "{err}");
+
+        let mut items = good_items();
+        items.push(Item::Symlink("keadm-v1.21.0-linux-amd64/abs", "/etc"));
+        assert!(refused(items).contains("is a symbolic link to \"/etc\""));
+
+        let mut items = good_items();
+        items.push(Item::HardLink("keadm-v1.21.0-linux-amd64/h", "/etc/shadow"));
+        assert!(refused(items).contains("is a hard link to \"/etc/shadow\""));
+    }
+
+    #[test]
+    fn device_files_are_refused() {
+        let mut items = good_items();
+        items.push(Item::Device("keadm-v1.21.0-linux-amd64/null"));
+        let err = refused(items);
+        assert!(err.contains("is a device file"), "{err}");
+    }
+
+    #[test]
+    fn a_binary_that_is_a_symlink_does_not_count() {
+        let items = vec![
+            Item::Dir("keadm-v1.21.0-linux-amd64/"),
+            Item::Dir("keadm-v1.21.0-linux-amd64/keadm/"),
+            Item::File("keadm-v1.21.0-linux-amd64/real", b"#!/bin/sh\n", 0o755),
+            Item::Symlink("keadm-v1.21.0-linux-amd64/keadm/keadm", "real"),
+        ];
+        let err = refused(items);
+        assert!(err.contains("has no keadm binary"), "{err}");
+    }
+
+    #[test]
+    fn garbage_is_a_readable_archive_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = bin_dir(tmp.path());
+        let path = tmp.path().join("x.tar.gz");
+        fs::write(&path, b"<html>Not Found</html>").unwrap();
+        let err = unpack_package(&path, "pkg", &bin, TOP, None).err().unwrap();
+        assert!(
+            err.to_string().contains("as a gzip-compressed tar archive"),
+            "{err}"
+        );
+    }
+}

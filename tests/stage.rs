@@ -1,0 +1,664 @@
+//! The package stager against a real HTTP server on 127.0.0.1 and real files on disk.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::fake_release::{Built, FakeRelease};
+use common::http_server::{HttpServer, Route};
+use keadm_batch::arch::Arch;
+use keadm_batch::stage::{PackageSource, StageError, StageSettings, Stager};
+
+const VERSION: &str = "v1.21.0";
+const MIRROR: &str = "/mirror/kubeedge";
+
+struct Env {
+    server: HttpServer,
+    tmp: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            server: HttpServer::start(),
+            tmp: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn base(&self) -> PathBuf {
+        self.tmp.path().join("staging/keadm")
+    }
+
+    /// Download settings for the mirror (with a trailing slash, which must be harmless).
+    fn settings(&self, arch_group: &[Arch]) -> StageSettings {
+        let mut settings = StageSettings::new(
+            VERSION,
+            PackageSource::Download {
+                url: Some(format!("{}/", self.server.url(MIRROR))),
+            },
+        );
+        settings.base_dir = self.base();
+        settings.arch_group = arch_group.to_vec();
+        settings.retry_base_delay = Duration::from_millis(5);
+        settings
+    }
+
+    fn open(&self, arch_group: &[Arch]) -> Stager {
+        Stager::open(self.settings(arch_group)).unwrap()
+    }
+
+    fn tarball_path(arch: &str) -> String {
+        format!("{MIRROR}/keadm-{VERSION}-linux-{arch}.tar.gz")
+    }
+
+    fn checksum_path(arch: &str) -> String {
+        format!("{MIRROR}/checksum_keadm-{VERSION}-linux-{arch}.tar.gz.txt")
+    }
+
+    fn tarball_url(&self, arch: &str) -> String {
+        self.server.url(&Env::tarball_path(arch))
+    }
+
+    fn checksum_url(&self, arch: &str) -> String {
+        self.server.url(&Env::checksum_path(arch))
+    }
+
+    /// Serves a release (and, when asked, its checksum file) on the mirror.
+    fn publish(&self, release: &FakeRelease, with_checksum: bool) -> Built {
+        let built = release.build();
+        self.server.route(
+            &Env::tarball_path(&release.arch),
+            Route::ok(built.bytes.clone()),
+        );
+        if with_checksum {
+            self.server.route(
+                &Env::checksum_path(&release.arch),
+                Route::ok(format!("{}\n", built.sha512)),
+            );
+        }
+        built
+    }
+
+    fn tarball_hits(&self, arch: &str) -> usize {
+        self.server.hits(&Env::tarball_path(arch))
+    }
+
+    fn checksum_hits(&self, arch: &str) -> usize {
+        self.server.hits(&Env::checksum_path(arch))
+    }
+
+    fn package_dir(&self, arch: &str) -> PathBuf {
+        self.base().join("package").join(arch)
+    }
+
+    fn bin_dir(&self, arch: &str) -> PathBuf {
+        self.base().join("bin").join(arch)
+    }
+}
+
+fn release(arch: &str) -> FakeRelease {
+    FakeRelease::new(VERSION, arch)
+}
+
+/// File names in `dir`, hidden ones included, sorted; empty when `dir` is missing.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = match fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    names.sort();
+    names
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+fn expect_err(result: Result<Arc<keadm_batch::stage::StagedBinary>, StageError>) -> String {
+    match result {
+        Ok(staged) => panic!("expected an error, staged {staged:?}"),
+        Err(error) => {
+            eprintln!("observed error: {error}");
+            error.to_string()
+        }
+    }
+}
+
+#[test]
+fn download_stages_a_verified_executable_and_caches_tarball_and_checksum() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), true);
+    let stager = env.open(&[Arch::Amd64]);
+
+    let staged = stager.stage_all().unwrap();
+    assert_eq!(staged.len(), 1);
+    let staged = &staged[0];
+    let binary = env
+        .bin_dir("amd64")
+        .join("keadm-v1.21.0-linux-amd64/keadm/keadm");
+    assert_eq!(staged.arch, Arch::Amd64);
+    assert_eq!(staged.binary, binary);
+    assert_eq!(fs::read(&binary).unwrap(), built.binary);
+    assert_eq!(mode(&binary), 0o755);
+    assert_eq!(staged.binary_size, built.binary.len() as u64);
+    assert_eq!(staged.binary_sha256, built.binary_sha256);
+    assert_eq!(staged.tarball_sha512, built.sha512);
+    assert!(staged.verified);
+
+    let package_dir = env.package_dir("amd64");
+    assert_eq!(
+        staged.tarball,
+        package_dir.join("keadm-v1.21.0-linux-amd64.tar.gz")
+    );
+    assert_eq!(fs::read(&staged.tarball).unwrap(), built.bytes);
+    let cached_checksum = package_dir.join("checksum_keadm-v1.21.0-linux-amd64.tar.gz.txt");
+    assert_eq!(
+        fs::read_to_string(cached_checksum).unwrap(),
+        format!("{}\n", built.sha512)
+    );
+    // Nothing else: no partial downloads, no scratch dirs.
+    assert_eq!(
+        names(&package_dir),
+        [
+            "checksum_keadm-v1.21.0-linux-amd64.tar.gz.txt",
+            "keadm-v1.21.0-linux-amd64.tar.gz"
+        ]
+    );
+    assert_eq!(names(&env.bin_dir("amd64")), ["keadm-v1.21.0-linux-amd64"]);
+    assert_eq!(names(&env.base()), [".lock", "bin", "package"]);
+    for dir in [env.base(), env.base().join("bin"), env.package_dir("amd64")] {
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+    }
+    assert_eq!(env.tarball_hits("amd64"), 1);
+    assert_eq!(env.checksum_hits("amd64"), 1);
+
+    // A node reporting the arch gets the same binary from memory.
+    let again = stager.for_node(Arch::Amd64).unwrap();
+    assert!(Arc::ptr_eq(&again, &staged_arc(&stager)));
+    assert_eq!(env.server.total_hits(), 2);
+    assert_eq!(stager.package_url(Arch::Amd64), env.tarball_url("amd64"));
+}
+
+fn staged_arc(stager: &Stager) -> Arc<keadm_batch::stage::StagedBinary> {
+    stager.for_node(Arch::Amd64).unwrap()
+}
+
+#[test]
+fn a_missing_tarball_is_an_error_with_url_and_status_and_is_not_retried() {
+    let env = Env::new();
+    let stager = env.open(&[Arch::Amd64]);
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+    assert!(err.contains("HTTP status 404 Not Found"), "{err}");
+    assert!(err.contains("keadmVersion"), "{err}");
+    assert_eq!(env.tarball_hits("amd64"), 1);
+    assert_eq!(
+        env.checksum_hits("amd64"),
+        0,
+        "no checksum request for a missing package"
+    );
+    assert!(names(&env.package_dir("amd64")).is_empty());
+}
+
+#[test]
+fn server_errors_are_retried_then_reported_with_the_status() {
+    let env = Env::new();
+    env.server
+        .route(&Env::tarball_path("amd64"), Route::status(503, "busy"));
+    let stager = env.open(&[Arch::Amd64]);
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+    assert!(
+        err.contains("503 Service Unavailable (after 3 attempts)"),
+        "{err}"
+    );
+    assert!(err.contains("The server is failing"), "{err}");
+    assert_eq!(env.tarball_hits("amd64"), 3);
+    assert!(names(&env.package_dir("amd64")).is_empty());
+}
+
+#[test]
+fn a_checksum_mismatch_leaves_nothing_in_the_cache() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), false);
+    let wrong = "0123456789abcdef".repeat(8);
+    env.server.route(
+        &Env::checksum_path("amd64"),
+        Route::ok(format!("{wrong}\n")),
+    );
+    let stager = env.open(&[Arch::Amd64]);
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&built.sha512), "actual digest: {err}");
+    assert!(err.contains(&wrong), "expected digest: {err}");
+    assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+    assert!(err.contains(&env.checksum_url("amd64")), "{err}");
+    assert!(names(&env.package_dir("amd64")).is_empty());
+    assert!(names(&env.bin_dir("amd64")).is_empty());
+}
+
+#[test]
+fn a_truncated_body_is_retried() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), true);
+    env.server.route(
+        &Env::tarball_path("amd64"),
+        Route::ok(built.bytes.clone()).truncated(1),
+    );
+    // With the progress line on, which must survive a broken transfer.
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings.progress = true;
+    let stager = Stager::open(settings).unwrap();
+
+    let staged = stager.for_node(Arch::Amd64).unwrap();
+    assert!(staged.verified);
+    assert_eq!(fs::read(&staged.tarball).unwrap(), built.bytes);
+    assert_eq!(env.tarball_hits("amd64"), 2);
+    assert_eq!(env.checksum_hits("amd64"), 1);
+}
+
+#[test]
+fn a_body_truncated_every_time_fails_after_the_retries_and_leaves_no_file() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), true);
+    env.server.route(
+        &Env::tarball_path("amd64"),
+        Route::ok(built.bytes.clone()).truncated(u32::MAX),
+    );
+    let stager = env.open(&[Arch::Amd64]);
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+    assert!(err.contains("failed after 3 attempt(s)"), "{err}");
+    assert_eq!(env.tarball_hits("amd64"), 3);
+    assert!(names(&env.package_dir("amd64")).is_empty());
+    assert!(names(&env.bin_dir("amd64")).is_empty());
+
+    // The failure is remembered: other workers asking for the arch get it without traffic.
+    let again = expect_err(stager.for_node(Arch::Amd64));
+    assert_eq!(again, err);
+    assert_eq!(env.tarball_hits("amd64"), 3);
+}
+
+#[test]
+fn a_good_cache_is_reused_without_any_request() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), true);
+    let first = env.open(&[Arch::Amd64]).stage_all().unwrap();
+    assert_eq!(env.server.total_hits(), 2);
+
+    // The mirror could even be gone now.
+    env.server.remove(&Env::tarball_path("amd64"));
+    env.server.remove(&Env::checksum_path("amd64"));
+    let second = env.open(&[Arch::Amd64]).stage_all().unwrap();
+    assert_eq!(
+        env.server.total_hits(),
+        2,
+        "a verified cache hit needs no request"
+    );
+    assert!(second[0].verified);
+    assert_eq!(second[0].tarball_sha512, built.sha512);
+    assert_eq!(second[0].binary_sha256, first[0].binary_sha256);
+    assert_eq!(mode(&second[0].binary), 0o755);
+}
+
+#[test]
+fn a_corrupt_cache_entry_is_replaced_by_a_fresh_download() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), true);
+    let first = env.open(&[Arch::Amd64]).stage_all().unwrap();
+    let tarball = first[0].tarball.clone();
+    fs::write(&tarball, b"<html>not a tarball</html>").unwrap();
+
+    let second = env.open(&[Arch::Amd64]).stage_all().unwrap();
+    assert!(second[0].verified);
+    assert_eq!(fs::read(&tarball).unwrap(), built.bytes);
+    assert_eq!(env.tarball_hits("amd64"), 2);
+    assert_eq!(env.checksum_hits("amd64"), 2);
+    assert_eq!(names(&env.package_dir("amd64")).len(), 2);
+}
+
+#[test]
+fn a_cached_tarball_without_its_checksum_file_costs_one_checksum_request() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), true);
+    let first = env.open(&[Arch::Amd64]).stage_all().unwrap();
+    let checksum_file = env
+        .package_dir("amd64")
+        .join("checksum_keadm-v1.21.0-linux-amd64.tar.gz.txt");
+    fs::remove_file(&checksum_file).unwrap();
+
+    let second = env.open(&[Arch::Amd64]).stage_all().unwrap();
+    assert!(second[0].verified);
+    assert_eq!(second[0].tarball, first[0].tarball);
+    assert_eq!(env.tarball_hits("amd64"), 1);
+    assert_eq!(env.checksum_hits("amd64"), 2);
+    assert_eq!(
+        fs::read_to_string(checksum_file).unwrap(),
+        format!("{}\n", built.sha512)
+    );
+}
+
+#[test]
+fn a_mirror_without_checksum_files_gives_an_unverified_binary() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), false);
+    let stager = env.open(&[Arch::Amd64]);
+
+    let staged = stager.for_node(Arch::Amd64).unwrap();
+    assert!(!staged.verified);
+    assert_eq!(staged.tarball_sha512, built.sha512);
+    assert_eq!(staged.binary_sha256, built.binary_sha256);
+    assert_eq!(
+        names(&env.package_dir("amd64")),
+        ["keadm-v1.21.0-linux-amd64.tar.gz"]
+    );
+    assert_eq!(env.checksum_hits("amd64"), 1);
+}
+
+#[test]
+fn a_mirror_without_checksum_files_is_fatal_with_require_checksum() {
+    let env = Env::new();
+    env.publish(&release("amd64"), false);
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings.require_checksum = true;
+    let stager = Stager::open(settings).unwrap();
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&env.checksum_url("amd64")), "{err}");
+    assert!(err.contains("--require-checksum"), "{err}");
+    assert!(names(&env.package_dir("amd64")).is_empty());
+    assert!(names(&env.bin_dir("amd64")).is_empty());
+}
+
+#[test]
+fn a_tarball_with_a_parent_dir_entry_is_refused() {
+    let env = Env::new();
+    env.publish(&release("amd64").with_evil_entry(), true);
+    let stager = env.open(&[Arch::Amd64]);
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+    assert!(err.contains("\"../evil\""), "{err}");
+    assert!(names(&env.package_dir("amd64")).is_empty());
+    assert!(names(&env.bin_dir("amd64")).is_empty());
+    assert!(!env.base().join("bin/evil").exists());
+    assert!(!env.bin_dir("amd64").join("evil").exists());
+}
+
+#[test]
+fn a_tarball_without_the_binary_is_refused() {
+    let env = Env::new();
+    env.publish(&release("amd64").without_binary(), true);
+    let stager = env.open(&[Arch::Amd64]);
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+    assert!(
+        err.contains("keadm-v1.21.0-linux-amd64/keadm/keadm"),
+        "{err}"
+    );
+    assert!(names(&env.package_dir("amd64")).is_empty());
+    assert!(names(&env.bin_dir("amd64")).is_empty());
+}
+
+fn offline_env(arch_group: &[Arch]) -> (tempfile::TempDir, PathBuf, StageSettings) {
+    let tmp = tempfile::tempdir().unwrap();
+    let packages = tmp.path().join("offline");
+    let mut settings = StageSettings::new(
+        VERSION,
+        PackageSource::Offline {
+            dir: packages.clone(),
+        },
+    );
+    settings.base_dir = tmp.path().join("keadm");
+    settings.arch_group = arch_group.to_vec();
+    (tmp, packages, settings)
+}
+
+/// Puts a release in `<packages>/<arch>/`, with a checksum file holding `checksum`.
+fn place_offline(
+    packages: &Path,
+    release: &FakeRelease,
+    checksum: Option<&str>,
+) -> (Built, PathBuf) {
+    let built = release.build();
+    let dir = packages.join(&release.arch);
+    fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(release.file_name());
+    fs::write(&path, &built.bytes).unwrap();
+    if let Some(checksum) = checksum {
+        fs::write(dir.join(release.checksum_name()), format!("{checksum}\n")).unwrap();
+    }
+    (built, path)
+}
+
+#[test]
+fn offline_packages_are_verified_and_extracted_into_bin() {
+    let (tmp, packages, settings) = offline_env(&[Arch::Amd64, Arch::Arm64]);
+    let amd64 = release("amd64").build();
+    let (_, amd64_path) = place_offline(&packages, &release("amd64"), Some(&amd64.sha512));
+    let (arm64, arm64_path) = place_offline(&packages, &release("arm64"), None);
+    let stager = Stager::open(settings).unwrap();
+
+    let staged = stager.stage_all().unwrap();
+    assert_eq!(staged.len(), 2);
+    assert_eq!(staged[0].tarball, amd64_path);
+    assert_eq!(staged[0].tarball_sha512, amd64.sha512);
+    assert!(staged[0].verified);
+    assert_eq!(
+        staged[0].binary,
+        tmp.path()
+            .join("keadm/bin/amd64/keadm-v1.21.0-linux-amd64/keadm/keadm")
+    );
+    assert_eq!(mode(&staged[0].binary), 0o755);
+    assert_eq!(staged[0].binary_sha256, amd64.binary_sha256);
+    // No checksum file beside the arm64 package: staged, but marked unverified.
+    assert_eq!(staged[1].tarball, arm64_path);
+    assert!(!staged[1].verified);
+    assert_eq!(staged[1].binary_sha256, arm64.binary_sha256);
+    // keadm's behaviour: offline packages are not copied into BASE/package.
+    assert!(!tmp.path().join("keadm/package").exists());
+}
+
+#[test]
+fn a_missing_offline_package_names_the_expected_path() {
+    let (_tmp, packages, settings) = offline_env(&[Arch::Arm]);
+    let stager = Stager::open(settings).unwrap();
+
+    let err = expect_err(stager.for_node(Arch::Arm));
+    let expected = packages.join("arm/keadm-v1.21.0-linux-arm.tar.gz");
+    assert!(err.contains(&expected.display().to_string()), "{err}");
+    let err = match stager.stage_all() {
+        Err(error) => error.to_string(),
+        Ok(_) => panic!("stage_all must fail too"),
+    };
+    assert!(err.contains(&expected.display().to_string()), "{err}");
+}
+
+#[test]
+fn an_offline_checksum_mismatch_is_refused() {
+    let (tmp, packages, settings) = offline_env(&[Arch::Amd64]);
+    let wrong = "fedcba9876543210".repeat(8);
+    let (built, path) = place_offline(&packages, &release("amd64"), Some(&wrong));
+    let stager = Stager::open(settings).unwrap();
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&built.sha512), "{err}");
+    assert!(err.contains(&wrong), "{err}");
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert!(names(&tmp.path().join("keadm/bin/amd64")).is_empty());
+}
+
+#[test]
+fn download_mode_stages_an_arch_outside_the_arch_group_on_demand() {
+    let env = Env::new();
+    env.publish(&release("amd64"), true);
+    let arm64 = env.publish(&release("arm64"), true);
+    let stager = env.open(&[Arch::Amd64]);
+
+    stager.stage_all().unwrap();
+    assert_eq!(
+        env.tarball_hits("arm64"),
+        0,
+        "only archGroup is staged up front"
+    );
+    let staged = stager.for_node(Arch::Arm64).unwrap();
+    assert_eq!(staged.arch, Arch::Arm64);
+    assert_eq!(staged.binary_sha256, arm64.binary_sha256);
+    assert!(
+        staged
+            .binary
+            .ends_with("bin/arm64/keadm-v1.21.0-linux-arm64/keadm/keadm")
+    );
+    assert_eq!(env.tarball_hits("arm64"), 1);
+}
+
+#[test]
+fn offline_mode_refuses_an_arch_outside_the_arch_group_by_name() {
+    let (_tmp, packages, settings) = offline_env(&[Arch::Amd64]);
+    // Even a package in place is not used: the operator chose the arch group.
+    place_offline(&packages, &release("arm"), None);
+    let stager = Stager::open(settings).unwrap();
+
+    let err = expect_err(stager.for_node(Arch::Arm));
+    assert!(err.contains("reported arch arm,"), "{err}");
+    assert!(err.contains("Add arm to keadm.archGroup"), "{err}");
+    let path = packages.join("arm/keadm-v1.21.0-linux-arm.tar.gz");
+    assert!(err.contains(&path.display().to_string()), "{err}");
+}
+
+#[test]
+fn concurrent_callers_for_one_arch_share_one_download() {
+    let env = Env::new();
+    let built = release("amd64").build();
+    env.server.route(
+        &Env::tarball_path("amd64"),
+        Route::ok(built.bytes.clone()).delayed(Duration::from_millis(300)),
+    );
+    env.server.route(
+        &Env::checksum_path("amd64"),
+        Route::ok(format!("{}\n", built.sha512)),
+    );
+    let stager = env.open(&[]);
+
+    let staged: Vec<_> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| stager.for_node(Arch::Amd64).unwrap()))
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert!(staged.iter().all(|s| Arc::ptr_eq(s, &staged[0])));
+    assert_eq!(env.tarball_hits("amd64"), 1);
+    assert_eq!(env.checksum_hits("amd64"), 1);
+}
+
+#[test]
+fn a_staging_dir_that_is_a_symlink_is_refused() {
+    let env = Env::new();
+    let real = env.tmp.path().join("elsewhere");
+    fs::create_dir(&real).unwrap();
+    let link = env.tmp.path().join("keadm");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings.base_dir = link.clone();
+
+    let err = match Stager::open(settings) {
+        Ok(_) => panic!("a symlinked staging dir must be refused"),
+        Err(error) => error.to_string(),
+    };
+    eprintln!("observed error: {err}");
+    assert!(err.contains(&link.display().to_string()), "{err}");
+    assert!(err.contains("it is a symbolic link"), "{err}");
+    assert!(err.contains("--staging-dir"), "{err}");
+    assert!(names(&real).is_empty(), "nothing written through the link");
+}
+
+#[test]
+fn a_second_run_waits_for_the_staging_lock() {
+    let env = Env::new();
+    let first = env.open(&[]);
+    let settings = env.settings(&[]);
+    let (done_tx, done_rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let second = Stager::open(settings);
+        done_tx.send(()).unwrap();
+        second.map(|_| ())
+    });
+    assert!(
+        done_rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "the second run must wait while the first holds the lock"
+    );
+    drop(first);
+    done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the second run gets the lock once the first is gone");
+    waiter.join().unwrap().unwrap();
+}
+
+#[test]
+fn temporaries_left_by_a_crashed_run_are_removed() {
+    let env = Env::new();
+    env.publish(&release("amd64"), true);
+    let package_dir = env.package_dir("amd64");
+    let bin_dir = env.bin_dir("amd64");
+    for dir in [&package_dir, &bin_dir] {
+        fs::create_dir_all(dir).unwrap();
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    for dir in [
+        env.base(),
+        env.base().join("package"),
+        env.base().join("bin"),
+    ] {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    fs::write(package_dir.join(".download-99999-0"), b"half a tarball").unwrap();
+    fs::create_dir_all(bin_dir.join(".unpack-99999-1/keadm-v1.21.0-linux-amd64")).unwrap();
+    fs::write(bin_dir.join("operator-notes.txt"), b"not ours to remove").unwrap();
+
+    env.open(&[Arch::Amd64]).stage_all().unwrap();
+    assert_eq!(
+        names(&package_dir),
+        [
+            "checksum_keadm-v1.21.0-linux-amd64.tar.gz.txt",
+            "keadm-v1.21.0-linux-amd64.tar.gz"
+        ]
+    );
+    assert_eq!(
+        names(&bin_dir),
+        ["keadm-v1.21.0-linux-amd64", "operator-notes.txt"]
+    );
+}
+
+#[test]
+fn a_url_without_a_scheme_fails_at_once_without_retries() {
+    let env = Env::new();
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings.source = PackageSource::Download {
+        url: Some("mirror.example/kubeedge".into()),
+    };
+    settings.retry_base_delay = Duration::from_secs(30);
+    let stager = Stager::open(settings).unwrap();
+
+    let started = std::time::Instant::now();
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "no backoff for a bad URL"
+    );
+    assert!(
+        err.contains("mirror.example/kubeedge/keadm-v1.21.0-linux-amd64.tar.gz"),
+        "{err}"
+    );
+    assert!(err.contains("Fix keadm.download.url"), "{err}");
+}
