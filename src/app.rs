@@ -5,10 +5,18 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 
-use crate::config::{self, validate::ProcessEnvironment};
+use std::io::IsTerminal;
+
+use crate::arch::Arch;
+use crate::config::{self, PackageMode, validate::ProcessEnvironment};
 use crate::error::Error;
-use crate::options::{Command, RunOptions, Verbosity};
-use crate::{cli, dry_run, gen_config, plan};
+use crate::options::{Command, OutputFormat, RunOptions, Verbosity};
+use crate::pool::{self, Cancel};
+use crate::report::log::ResultLog;
+use crate::report::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};
+use crate::report::{self, Recorder, RunDir, recap};
+use crate::stage::{PackageSource, StageSettings, Stager};
+use crate::{cli, dry_run, gen_config, outcome, pipeline, plan};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {

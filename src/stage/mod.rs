@@ -212,6 +212,16 @@ impl Stager {
         }
     }
 
+    /// The binary staged for `arch` so far in this run, if any (for the summary).
+    pub fn staged(&self, arch: Arch) -> Option<Arc<StagedBinary>> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .get(&arch)
+            .and_then(|slot| slot.get())
+            .and_then(|result| result.as_ref().ok())
+            .cloned()
+    }
+
     /// The settings in use, with BASE made absolute.
     pub fn settings(&self) -> &StageSettings {
         &self.settings

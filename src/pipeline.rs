@@ -1,0 +1,560 @@
+//! One node, start to finish: connect, prepare (mkdir + checks + `uname -m` + sidecars in
+//! one round trip), upload what is missing, run keadm. Each step is timed and has its own
+//! deadline; the result is a [`NodeOutcome`]. The pipeline never prints: everything it has
+//! to say goes into the node's transcript and outcome.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::arch::Arch;
+use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
+use crate::outcome::{NodeOutcome, Phase, StepTimes, now};
+use crate::plan::{KeadmSource, NodePlan};
+use crate::pool::Cancel;
+use crate::remote::{self, NodeFacts, Privilege};
+use crate::report::transcript::Transcript;
+use crate::report::RunDir;
+use crate::stage::Stager;
+use crate::transport::{self, ConnectSpec, Endpoint, RemoteExit, SshConnection, TransportError};
+
+/// What every node's pipeline shares.
+pub struct Context<'a> {
+    /// None when no node needs a staged binary.
+    pub stager: Option<&'a Stager>,
+    pub known_hosts: PathBuf,
+    pub run_dir: &'a RunDir,
+    pub cancel: &'a Cancel,
+    pub verify_remote: bool,
+    /// Makes temporary upload names unique per run.
+    pub run_token: String,
+    /// Base of the connect retry backoff (1 s by default; tests shorten it).
+    pub retry_base: Duration,
+}
+
+/// Seconds between SSH keepalives while a command runs: a dead peer is noticed within
+/// a few of these instead of at the command deadline.
+const KEEPALIVE_SECS: u32 = 15;
+
+/// A step's failure: the phase it happened in and a one-line reason.
+struct StepError {
+    phase: Phase,
+    message: String,
+    timed_out: bool,
+    exit_status: Option<i32>,
+}
+
+impl StepError {
+    fn new(phase: Phase, message: impl Into<String>) -> StepError {
+        StepError {
+            phase,
+            message: message.into(),
+            timed_out: false,
+            exit_status: None,
+        }
+    }
+}
+
+struct Run<'a, 'c> {
+    node: &'a NodePlan,
+    ctx: &'a Context<'c>,
+    transcript: Transcript,
+    steps: StepTimes,
+    arch: Option<Arch>,
+    bytes_uploaded: u64,
+    uploads_skipped: u32,
+    connect_attempts: u32,
+}
+
+/// Processes one node and returns its outcome. Never panics on node behaviour.
+pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
+    let started_at = now();
+    let transcript_path = ctx.run_dir.transcript_path(node.index, &node.name);
+    let transcript = Transcript::create(&transcript_path, node.redactor.clone())
+        .unwrap_or_else(|err| {
+            log::warn!("{}: cannot write the transcript {}: {err}", node.name, transcript_path.display());
+            Transcript::in_memory(node.redactor.clone())
+        });
+    let mut run = Run {
+        node,
+        ctx,
+        transcript,
+        steps: StepTimes::default(),
+        arch: None,
+        bytes_uploaded: 0,
+        uploads_skipped: 0,
+        connect_attempts: 0,
+    };
+    let result = run.all_steps();
+    let (phase, failed_in, error, exit_status) = match result {
+        Ok(()) => (Phase::Succeeded, None, None, Some(0)),
+        Err(e) => {
+            let phase = if e.timed_out { Phase::TimedOut } else { Phase::Failed };
+            run.transcript.note(&format!("{}: {}", phase.as_str(), e.message));
+            (phase, Some(e.phase), Some(node.redactor.redact(&e.message)), e.exit_status)
+        }
+    };
+    run.transcript.finish();
+    NodeOutcome {
+        index: node.index,
+        name: node.name.clone(),
+        address: node.address(),
+        phase,
+        failed_in,
+        error,
+        failure_class: None,
+        exit_status,
+        arch: run.arch.map(|a| a.as_str().to_string()),
+        bytes_uploaded: run.bytes_uploaded,
+        uploads_skipped: run.uploads_skipped,
+        connect_attempts: run.connect_attempts,
+        steps: run.steps,
+        started_at,
+        finished_at: now(),
+        transcript: Some(transcript_path.display().to_string()),
+    }
+}
+
+fn connect_spec(ssh: &SshSpec, policy: HostKeyPolicy, known_hosts: &std::path::Path, timeout: Duration) -> ConnectSpec {
+    ConnectSpec {
+        endpoint: Endpoint::new(ssh.host.clone(), ssh.port),
+        username: ssh.username.clone(),
+        auth: match &ssh.auth {
+            AuthSpec::Password(p) => transport::Auth::Password(p.clone()),
+            AuthSpec::PrivateKey { path, passphrase } => transport::Auth::PrivateKey {
+                path: path.clone(),
+                passphrase: passphrase.clone(),
+            },
+            AuthSpec::Agent => transport::Auth::Agent { socket: None },
+        },
+        host_key_policy: match ssh.host_key_policy.unwrap_or(policy) {
+            HostKeyPolicy::AcceptNew => transport::HostKeyPolicy::AcceptNew,
+            HostKeyPolicy::Strict => transport::HostKeyPolicy::Strict,
+            HostKeyPolicy::Off => transport::HostKeyPolicy::Off,
+        },
+        known_hosts: known_hosts.to_path_buf(),
+        connect_timeout: timeout,
+        keepalive_secs: KEEPALIVE_SECS,
+        jump: ssh
+            .proxy_jump
+            .as_ref()
+            .map(|j| Box::new(connect_spec(j, policy, known_hosts, timeout))),
+    }
+}
+
+/// A file to put on the node, unless it is there already.
+struct Upload {
+    local: PathBuf,
+    name: String,
+    mode: u32,
+    size: u64,
+    sha256: String,
+}
+
+impl Run<'_, '_> {
+    fn all_steps(&mut self) -> Result<(), StepError> {
+        let mut conn = self.connect()?;
+        let (facts, privilege) = self.prepare(&mut conn)?;
+        let uploads = self.wanted_uploads(&facts)?;
+        let moves = self.upload(&mut conn, uploads, &facts, privilege)?;
+        self.run_keadm(&mut conn, &moves, privilege)
+    }
+
+    fn timed<T>(&mut self, phase: Phase, f: impl FnOnce(&mut Self) -> Result<T, StepError>) -> Result<T, StepError> {
+        let start = Instant::now();
+        let result = f(self);
+        let secs = Some(start.elapsed().as_secs_f64());
+        match phase {
+            Phase::Connecting => self.steps.connect = secs,
+            Phase::Preparing => self.steps.prepare = secs,
+            Phase::Uploading => self.steps.upload = secs,
+            _ => self.steps.run = secs,
+        }
+        result
+    }
+
+    fn password(&self) -> Option<&str> {
+        match &self.node.ssh.auth {
+            AuthSpec::Password(p) => Some(p.expose()),
+            _ => None,
+        }
+    }
+
+    fn connect(&mut self) -> Result<SshConnection, StepError> {
+        self.timed(Phase::Connecting, |run| {
+            let spec = connect_spec(&run.node.ssh, run.node.host_key_policy, &run.ctx.known_hosts, run.node.deadlines.connect);
+            let attempts = 1 + run.node.retries;
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                run.connect_attempts = attempt;
+                let start = Instant::now();
+                match SshConnection::connect(&spec) {
+                    Ok(conn) => {
+                        run.transcript.note(&format!(
+                            "connected to {} as {} in {:.2}s (host key {})",
+                            run.node.address(),
+                            run.node.ssh.username,
+                            start.elapsed().as_secs_f64(),
+                            conn.host_key_fingerprint()
+                        ));
+                        return Ok(conn);
+                    }
+                    Err(err) if err.is_transient() && attempt < attempts && !run.ctx.cancel.stopping() => {
+                        let delay = backoff(run.ctx.retry_base, attempt);
+                        run.transcript.note(&format!(
+                            "attempt {attempt} of {attempts} failed: {err} Retrying in {:.1}s.",
+                            delay.as_secs_f64()
+                        ));
+                        std::thread::sleep(delay);
+                    }
+                    Err(err) => {
+                        let tries = if attempt > 1 { format!(" (after {attempt} attempts)") } else { String::new() };
+                        return Err(StepError::new(
+                            Phase::Connecting,
+                            format!("failed to connect to {}{tries}: {err}", run.node.name),
+                        ));
+                    }
+                }
+            }
+        })
+    }
+
+    /// Prepares the upload dir and learns the node's arch and what is already there, in
+    /// one round trip. For non-root logins it also learns whether sudo needs a password.
+    fn prepare(&mut self, conn: &mut SshConnection) -> Result<(NodeFacts, Privilege), StepError> {
+        self.timed(Phase::Preparing, |run| {
+            let node = run.node;
+            let mut names: Vec<&str> = node.copy_files.iter().map(|f| f.name.as_str()).collect();
+            if node.keadm == KeadmSource::Staged {
+                names.push("keadm");
+            }
+            let script = remote::prepare_script(&node.upload_dir, &names, run.ctx.verify_remote);
+            let password_line = run.password().map(|p| format!("{p}\n"));
+            let (command, stdin) = if node.sudo {
+                (remote::with_sudo_probe(&script), password_line.clone())
+            } else {
+                (script, None)
+            };
+            let mut output = Vec::new();
+            let deadline = Instant::now() + node.deadlines.step;
+            let mut stdin_reader = stdin.as_deref().map(str::as_bytes);
+            let exit = conn
+                .exec(&command, stdin_reader.as_mut().map(|r| r as &mut dyn Read), deadline, &mut output)
+                .map_err(|e| StepError::new(Phase::Preparing, format!("failed to prepare {}: {e}", node.upload_dir)))?;
+            let text = String::from_utf8_lossy(&output);
+            let facts = remote::parse_facts(&text);
+            let privilege = match (node.sudo, facts.sudo_needs_password) {
+                (false, _) => Privilege::Login,
+                (true, Some(false)) => Privilege::SudoNoPassword,
+                (true, _) => Privilege::SudoPassword,
+            };
+            if privilege == Privilege::SudoPassword && password_line.is_none() {
+                return Err(StepError::new(
+                    Phase::Preparing,
+                    format!(
+                        "sudo on the node needs a password, but {} logs in without one; give {} passwordless sudo, or use password auth",
+                        node.name, node.ssh.username
+                    ),
+                ));
+            }
+            if let Some(problem) = &facts.dir_problem {
+                let hint = if text.contains("incorrect password") || text.contains("Sorry, try again") {
+                    " (sudo rejected the login password)"
+                } else {
+                    ""
+                };
+                return Err(StepError::new(
+                    Phase::Preparing,
+                    format!("the upload dir {} cannot be used{hint}: {problem} ({exit})", node.upload_dir),
+                ));
+            }
+            run.transcript.note(&format!(
+                "prepared {} ({}), uname -m: {}",
+                node.upload_dir,
+                match privilege {
+                    Privilege::Login => "as the login user",
+                    Privilege::SudoNoPassword => "under passwordless sudo",
+                    Privilege::SudoPassword => "under sudo with the login password",
+                },
+                facts.machine.as_deref().unwrap_or("?")
+            ));
+            Ok((facts, privilege))
+        })
+    }
+
+    /// The files to upload: copyFrom files and, unless keadmBinDir says keadm is there
+    /// already, the staged keadm for the node's arch.
+    fn wanted_uploads(&mut self, facts: &NodeFacts) -> Result<Vec<Upload>, StepError> {
+        let node = self.node;
+        let mut uploads = Vec::new();
+        for file in &node.copy_files {
+            let sha256 = sha256_file(&file.path).map_err(|e| {
+                StepError::new(Phase::Uploading, format!("failed to read {}: {e}", file.path.display()))
+            })?;
+            uploads.push(Upload {
+                local: file.path.clone(),
+                name: file.name.clone(),
+                mode: file.mode,
+                size: file.size,
+                sha256,
+            });
+        }
+        if node.keadm == KeadmSource::Staged {
+            let machine = facts.machine.clone().unwrap_or_default();
+            let arch = Arch::from_uname(&machine).map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
+            self.arch = Some(arch);
+            let stager = self.ctx.stager.ok_or_else(|| {
+                StepError::new(Phase::Preparing, "no keadm binary was staged for this run".to_string())
+            })?;
+            let staged = stager
+                .for_node(arch)
+                .map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
+            uploads.push(Upload {
+                local: staged.binary.clone(),
+                name: "keadm".into(),
+                mode: 0o755,
+                size: staged.binary_size,
+                sha256: staged.binary_sha256.clone(),
+            });
+        }
+        Ok(uploads)
+    }
+
+    /// Uploads each file that the node lacks to a temporary name. Returns the renames
+    /// (temporary name, final name, sha256) the run step performs before keadm starts.
+    fn upload(
+        &mut self,
+        conn: &mut SshConnection,
+        uploads: Vec<Upload>,
+        facts: &NodeFacts,
+        privilege: Privilege,
+    ) -> Result<Vec<(String, String, String)>, StepError> {
+        self.timed(Phase::Uploading, |run| {
+            let node = run.node;
+            let mut moves = Vec::new();
+            // Under sudo the dir belongs to root, so files go through `sudo sh -c 'cat >'`.
+            let mut use_sftp = privilege == Privilege::Login;
+            for upload in uploads {
+                let already = if run.ctx.verify_remote {
+                    facts
+                        .computed_sha256
+                        .iter()
+                        .any(|(name, sha)| *name == upload.name && *sha == upload.sha256)
+                } else {
+                    facts
+                        .existing
+                        .iter()
+                        .any(|f| f.name == upload.name && f.size == upload.size && f.sidecar == upload.sha256)
+                };
+                if already {
+                    run.uploads_skipped += 1;
+                    run.transcript.note(&format!("{} is already on the node (sha256 {}), not uploaded", upload.name, &upload.sha256[..12]));
+                    continue;
+                }
+                let tmp = remote::temp_name(&upload.name, &run.ctx.run_token);
+                let deadline = Instant::now() + node.deadlines.upload(upload.size);
+                let start = Instant::now();
+                let open = |path: &PathBuf| {
+                    File::open(path).map_err(|e| StepError::new(Phase::Uploading, format!("failed to open local file {}: {e}", path.display())))
+                };
+                let mut sent = None;
+                if use_sftp {
+                    let mut file = open(&upload.local)?;
+                    let remote_path = format!("{}/{}", node.upload_dir, tmp);
+                    match conn.upload_sftp(&mut file, &remote_path, upload.mode, deadline) {
+                        Ok(bytes) => sent = Some(bytes),
+                        Err(TransportError::SftpUnavailable { .. }) => {
+                            run.transcript.note("the node has no SFTP; streaming files over exec instead");
+                            use_sftp = false;
+                        }
+                        Err(e) => return Err(upload_error(&upload, e)),
+                    }
+                }
+                if sent.is_none() {
+                    let mut file = open(&upload.local)?;
+                    let script = remote::wrap(&remote::receive_script(&node.upload_dir, &tmp, upload.mode), privilege);
+                    let password_line = run.password().filter(|_| privilege.needs_password_line()).map(|p| format!("{p}\n"));
+                    let mut stdin: Box<dyn Read> = match password_line {
+                        Some(line) => Box::new(std::io::Cursor::new(line.into_bytes()).chain(&mut file)),
+                        None => Box::new(&mut file),
+                    };
+                    let mut output = Vec::new();
+                    let exit = conn
+                        .exec(&script, Some(&mut stdin), deadline, &mut output)
+                        .map_err(|e| upload_error(&upload, e))?;
+                    if !exit.success() {
+                        return Err(StepError::new(
+                            Phase::Uploading,
+                            format!(
+                                "failed to upload file {}: the node answered {exit}: {}",
+                                upload.name,
+                                String::from_utf8_lossy(&output).trim()
+                            ),
+                        ));
+                    }
+                    sent = Some(upload.size);
+                }
+                let bytes = sent.unwrap_or(0);
+                run.bytes_uploaded += bytes;
+                run.transcript.note(&format!(
+                    "uploaded {} ({} bytes, mode {:04o}) in {:.2}s",
+                    upload.name,
+                    bytes,
+                    upload.mode,
+                    start.elapsed().as_secs_f64()
+                ));
+                moves.push((tmp, upload.name, upload.sha256));
+            }
+            Ok(moves)
+        })
+    }
+
+    fn run_keadm(&mut self, conn: &mut SshConnection, moves: &[(String, String, String)], privilege: Privilege) -> Result<(), StepError> {
+        self.timed(Phase::Running, |run| {
+            let node = run.node;
+            let mut script = String::new();
+            if !moves.is_empty() {
+                script.push_str(&remote::finalize_script(&node.upload_dir, moves));
+                script.push_str(" || exit 125\n");
+            }
+            script.push_str(&remote::run_script(&node.upload_dir, &node.command));
+            let command = remote::wrap(&script, privilege);
+            run.transcript.note(&format!("running: {}", node.redactor.redact(&node.command)));
+            let password_line = run.password().filter(|_| privilege.needs_password_line()).map(|p| format!("{p}\n"));
+            let mut stdin_bytes = password_line.as_deref().map(str::as_bytes);
+            let deadline = Instant::now() + node.deadlines.command;
+            let result = conn.exec(
+                &command,
+                stdin_bytes.as_mut().map(|r| r as &mut dyn Read),
+                deadline,
+                &mut run.transcript,
+            );
+            match result {
+                Ok(RemoteExit::Code(0)) => {
+                    run.transcript.note("keadm exited with status 0");
+                    Ok(())
+                }
+                Ok(exit) => {
+                    let code = match &exit {
+                        RemoteExit::Code(c) => Some(*c),
+                        RemoteExit::Signal(_) => None,
+                    };
+                    let last = run.transcript.tail(1).pop();
+                    let detail = last.map(|l| format!(" (last output: {})", truncate(&l, 200))).unwrap_or_default();
+                    let status = match &exit {
+                        RemoteExit::Code(c) => format!("Process exited with status {c}"),
+                        RemoteExit::Signal(s) => format!("Process exited from signal {s}"),
+                    };
+                    Err(StepError {
+                        phase: Phase::Running,
+                        message: format!("failed to execute keadm command {}: {status}{detail}", node.command),
+                        timed_out: false,
+                        exit_status: code,
+                    })
+                }
+                Err(TransportError::Timeout { .. }) => {
+                    let killed = run.kill(conn, privilege);
+                    Err(StepError {
+                        phase: Phase::Running,
+                        message: format!(
+                            "the keadm command ran past its {} s deadline and {}",
+                            node.deadlines.command.as_secs(),
+                            if killed { "was killed on the node" } else { "could not be confirmed killed on the node" }
+                        ),
+                        timed_out: true,
+                        exit_status: None,
+                    })
+                }
+                Err(e) => Err(StepError::new(Phase::Running, format!("failed to execute keadm command {}: {e}", node.command))),
+            }
+        })
+    }
+
+    /// Kills the command's process group on the node through a fresh channel.
+    fn kill(&mut self, conn: &mut SshConnection, privilege: Privilege) -> bool {
+        let command = remote::wrap(&remote::kill_script(&self.node.upload_dir), privilege);
+        let password_line = self.password().filter(|_| privilege.needs_password_line()).map(|p| format!("{p}\n"));
+        let mut stdin_bytes = password_line.as_deref().map(str::as_bytes);
+        let mut output = Vec::new();
+        let deadline = Instant::now() + self.node.deadlines.step;
+        let result = conn.exec(&command, stdin_bytes.as_mut().map(|r| r as &mut dyn Read), deadline, &mut output);
+        let ok = matches!(result, Ok(RemoteExit::Code(0)));
+        self.transcript.note(&format!(
+            "deadline reached: kill of the command's process group {}",
+            if ok { "succeeded" } else { "failed (the command may have ended already)" }
+        ));
+        ok || matches!(result, Ok(_))
+    }
+}
+
+fn upload_error(upload: &Upload, err: TransportError) -> StepError {
+    StepError {
+        phase: Phase::Uploading,
+        message: format!("failed to upload file {}: {err}", upload.name),
+        timed_out: matches!(err, TransportError::Timeout { .. }),
+        exit_status: None,
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        format!("{}...", s.chars().take(max).collect::<String>())
+    }
+}
+
+/// 1 s, 2 s, 4 s... times a jitter between 0.5 and 1.5, so nodes that failed together do
+/// not retry in lockstep.
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    let factor = 1u32 << (attempt - 1).min(6);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let jitter = 0.5 + f64::from(nanos % 1000) / 1000.0;
+    (base * factor).mul_f64(jitter)
+}
+
+fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_with_jitter() {
+        let base = Duration::from_secs(1);
+        let first = backoff(base, 1);
+        assert!(first >= Duration::from_millis(500) && first <= Duration::from_millis(1500));
+        let second = backoff(base, 2);
+        assert!(second >= Duration::from_secs(1) && second <= Duration::from_secs(3));
+    }
+
+    #[test]
+    fn sha256_of_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"abc").unwrap();
+        assert_eq!(
+            sha256_file(&path).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
