@@ -4,3 +4,4 @@
 //! Nothing downstream reaches back upstream, and only `cli` knows clap.
 
 pub mod redact;
+pub mod transport;
