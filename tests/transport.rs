@@ -24,6 +24,7 @@ fn spec_for(endpoint: Endpoint, auth: Auth, known_hosts: PathBuf) -> ConnectSpec
         known_hosts,
         connect_timeout: Duration::from_secs(10),
         keepalive_secs: 15,
+        jump: None,
     }
 }
 
@@ -634,4 +635,66 @@ fn throughput_40_mib_sftp_vs_openssh_cat() {
             40.0 / s
         );
     }
+}
+
+#[test]
+fn jump_host_carries_exec_and_upload_to_the_node_behind_it() {
+    let mut fleet = Fleet::builder().nodes(2).start();
+    let mut spec = password_spec(&fleet, fleet.node(1));
+    spec.jump = Some(Box::new(password_spec(&fleet, fleet.node(0))));
+    let mut conn = connect(&spec);
+    assert_eq!(
+        conn.host_key_fingerprint(),
+        fleet.node(1).host_key_fingerprint()
+    );
+    let (exit, out) = run(&mut conn, "echo via-jump; exit 4");
+    assert_eq!((exit, out.as_str()), (RemoteExit::Code(4), "via-jump\n"));
+    let data = random_bytes(5 << 20, 9);
+    conn.upload_sftp(&mut Cursor::new(&data), "/tmp/blob", 0o600, far())
+        .unwrap();
+    assert!(fs::read(fleet.node(1).tmp_path("blob")).unwrap() == data);
+    // Both hosts were recorded under their own entries.
+    let text = fs::read_to_string(fleet.known_hosts()).unwrap();
+    for i in 0..2 {
+        let host = fleet.node(i).host().to_string();
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{host} "))),
+            "{text}"
+        );
+    }
+
+    // The traffic really goes through the jump host: without it the session is lost.
+    fleet.node_mut(0).kill_sshd();
+    let err = conn.exec("true", None, far(), &mut Vec::new()).unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+}
+
+#[test]
+fn jump_host_failures_name_both_hosts_and_keep_their_class() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let mut jump = password_spec(&fleet, fleet.node(0));
+    jump.auth = Auth::Password(Secret::new("wrong"));
+    let mut spec = password_spec(&fleet, fleet.node(1));
+    spec.jump = Some(Box::new(jump));
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(matches!(err, TransportError::Jump { .. }), "{err:?}");
+    assert!(!err.is_transient());
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&fleet.node(1).endpoint().to_string())
+            && msg.contains("rejected the password")
+            && msg.contains(&fleet.node(0).endpoint().to_string()),
+        "{msg}"
+    );
+
+    // A target that is not listening: the jump host's "connect failed" is transient.
+    let mut spec = spec_for(
+        refused_endpoint(),
+        Auth::Password(fleet.root_password()),
+        fleet.known_hosts(),
+    );
+    spec.jump = Some(Box::new(password_spec(&fleet, fleet.node(0))));
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(matches!(err, TransportError::Jump { .. }), "{err:?}");
+    assert!(err.is_transient(), "{err:?}: {err}");
 }

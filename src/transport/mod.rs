@@ -7,6 +7,7 @@
 //!
 //! Every operation takes a deadline; errors say which node, which user and what to do.
 
+mod jump;
 mod known_hosts;
 mod ssh;
 
@@ -103,6 +104,10 @@ pub struct ConnectSpec {
     pub connect_timeout: Duration,
     /// Seconds between keepalive probes once connected; 0 turns them off.
     pub keepalive_secs: u32,
+    /// A jump host (bastion) to reach the node through, as `ssh -J` does. Its own host
+    /// key and auth are checked by its own spec; its connect time counts against this
+    /// spec's `connect_timeout`.
+    pub jump: Option<Box<ConnectSpec>>,
 }
 
 /// How a remote command ended.
@@ -148,7 +153,7 @@ pub enum TransportError {
         source: io::Error,
     },
 
-    #[error("Connecting to the node at {endpoint} timed out after {} s while {phase}.", .after.as_secs_f64())]
+    #[error("Connecting to the node at {endpoint} timed out after {:.1} s while {phase}.", .after.as_secs_f64())]
     ConnectTimeout {
         endpoint: Endpoint,
         phase: &'static str,
@@ -204,7 +209,7 @@ pub enum TransportError {
     #[error("Could not use the known-hosts file {}: {message}.", .path.display())]
     KnownHosts { path: PathBuf, message: String },
 
-    #[error("{what} on the node at {endpoint} did not finish within {} s.", .after.as_secs_f64())]
+    #[error("{what} on the node at {endpoint} did not finish within {:.1} s.", .after.as_secs_f64())]
     Timeout {
         endpoint: Endpoint,
         what: String,
@@ -230,6 +235,13 @@ pub enum TransportError {
         message: String,
         /// Set when the failure is at socket level (connection lost), not a refusal by the node.
         transient: bool,
+    },
+
+    #[error("Could not reach the node at {endpoint} through the jump host {jump}: {source}")]
+    Jump {
+        endpoint: Endpoint,
+        jump: Endpoint,
+        source: Box<TransportError>,
     },
 
     #[error("Reading the local input for the node at {endpoint} failed: {source}.")]
@@ -262,6 +274,7 @@ impl TransportError {
                     | io::ErrorKind::AddrNotAvailable
                     | io::ErrorKind::Interrupted
             ),
+            TransportError::Jump { source, .. } => source.is_transient(),
             TransportError::Handshake { transient, .. }
             | TransportError::Session { transient, .. } => *transient,
             _ => false,
@@ -274,6 +287,7 @@ impl TransportError {
             TransportError::KnownHosts { .. } => None,
             TransportError::Resolve { endpoint, .. }
             | TransportError::Refused { endpoint }
+            | TransportError::Jump { endpoint, .. }
             | TransportError::Connect { endpoint, .. }
             | TransportError::ConnectTimeout { endpoint, .. }
             | TransportError::Handshake { endpoint, .. }

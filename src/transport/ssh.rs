@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use ssh2::{BlockDirections, Channel, ErrorCode, ExtendedData, MethodType, Session};
 
+use super::jump::Bridge;
 use super::known_hosts;
 use super::{Auth, ConnectSpec, Endpoint, RemoteExit, TransportError};
 
@@ -75,11 +76,14 @@ exit 0"#;
 ///
 /// Not shared between threads: create it, use it and drop it on one worker thread.
 pub struct SshConnection {
-    session: Session,
+    pub(super) session: Session,
     /// The socket's fd, owned by `session`; kept for poll(2) in the non-blocking loops.
-    fd: RawFd,
+    pub(super) fd: RawFd,
     endpoint: Endpoint,
     fingerprint: String,
+    /// Declared after `session` so it drops after it: the session's end of the socket
+    /// pair closes first, which is what ends the bridge thread that `Bridge` joins.
+    _bridge: Option<Bridge>,
 }
 
 impl std::fmt::Debug for SshConnection {
@@ -98,11 +102,6 @@ impl SshConnection {
     pub fn connect(spec: &ConnectSpec) -> Result<SshConnection, TransportError> {
         let deadline = Instant::now() + spec.connect_timeout;
         let endpoint = &spec.endpoint;
-        let tcp = connect_tcp(spec, deadline)?;
-        // Nagle only delays the many small packets of handshake, auth and exec requests.
-        let _ = tcp.set_nodelay(true);
-        let fd = tcp.as_raw_fd();
-
         let mut session = Session::new().map_err(|e| TransportError::Session {
             endpoint: endpoint.clone(),
             what: "creating the SSH session".to_string(),
@@ -110,17 +109,33 @@ impl SshConnection {
             transient: false,
         })?;
         set_preferences(&session);
-        session.set_tcp_stream(tcp);
+        let (fd, bridge) = match &spec.jump {
+            Some(jump) => {
+                let (stream, bridge) = Bridge::open(jump, endpoint, deadline)?;
+                let fd = stream.as_raw_fd();
+                session.set_tcp_stream(stream);
+                (fd, Some(bridge))
+            }
+            None => {
+                let tcp = connect_tcp(spec, deadline)?;
+                // Nagle only delays the many small packets of handshake, auth and exec.
+                let _ = tcp.set_nodelay(true);
+                let fd = tcp.as_raw_fd();
+                session.set_tcp_stream(tcp);
+                (fd, None)
+            }
+        };
 
-        session.set_timeout(remaining_ms(spec, deadline, "starting the SSH handshake")?);
-        session
-            .handshake()
-            .map_err(|e| connect_error(spec, deadline, "performing the SSH handshake", e))?;
-        let fingerprint = known_hosts::session_fingerprint(&session);
-        known_hosts::verify(&session, spec)?;
-
-        session.set_timeout(remaining_ms(spec, deadline, "authenticating")?);
-        authenticate(&session, spec, deadline)?;
+        let fingerprint = match handshake_and_auth(&mut session, spec, deadline) {
+            Ok(fingerprint) => fingerprint,
+            Err(e) => {
+                // The session holds the bridge's socket end: it must go first, or
+                // joining the bridge thread would wait for it forever.
+                drop(session);
+                drop(bridge);
+                return Err(e);
+            }
+        };
 
         session.set_timeout(0);
         if spec.keepalive_secs > 0 {
@@ -137,6 +152,7 @@ impl SshConnection {
             fd,
             endpoint: endpoint.clone(),
             fingerprint,
+            _bridge: bridge,
         })
     }
 
@@ -677,6 +693,23 @@ fn set_preferences(session: &Session) {
             log::debug!("libssh2 refused the algorithm preference {order:?}: {e}");
         }
     }
+}
+
+/// Handshake, host-key check and authentication; returns the host key fingerprint.
+fn handshake_and_auth(
+    session: &mut Session,
+    spec: &ConnectSpec,
+    deadline: Instant,
+) -> Result<String, TransportError> {
+    session.set_timeout(remaining_ms(spec, deadline, "starting the SSH handshake")?);
+    session
+        .handshake()
+        .map_err(|e| connect_error(spec, deadline, "performing the SSH handshake", e))?;
+    let fingerprint = known_hosts::session_fingerprint(session);
+    known_hosts::verify(session, spec)?;
+    session.set_timeout(remaining_ms(spec, deadline, "authenticating")?);
+    authenticate(session, spec, deadline)?;
+    Ok(fingerprint)
 }
 
 fn connect_error(
