@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::fake_keadm::{self, FakeKeadm};
 use common::fleet::{Fleet, KeyKind, Node, NodeOpt, Tarpit, refused_endpoint};
 use keadm_batch::redact::Secret;
 use keadm_batch::transport::{
@@ -697,4 +698,76 @@ fn jump_host_failures_name_both_hosts_and_keep_their_class() {
     let err = SshConnection::connect(&spec).unwrap_err();
     assert!(matches!(err, TransportError::Jump { .. }), "{err:?}");
     assert!(err.is_transient(), "{err:?}: {err}");
+}
+
+#[test]
+fn hashed_known_hosts_entries_are_matched() {
+    let mut fleet = Fleet::builder().nodes(1).start();
+    let spec = password_spec(&fleet, fleet.node(0));
+    connect(&spec);
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-H", "-f"])
+        .arg(fleet.known_hosts())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let hashed = fs::read_to_string(fleet.known_hosts()).unwrap();
+    assert!(hashed.starts_with("|1|"), "{hashed}");
+    connect(&spec);
+    assert_eq!(fs::read_to_string(fleet.known_hosts()).unwrap(), hashed);
+
+    fleet.node_mut(0).restart_with_new_host_key();
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(
+        matches!(err, TransportError::HostKeyChanged { .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn fake_keadm_records_args_stdin_and_exit_on_the_node() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let local = fleet.dir().join("fake-keadm");
+    FakeKeadm::new()
+        .prints("joining")
+        .prints_stderr("it's a warning")
+        .reads_stdin_line()
+        .exits_with(5)
+        .write_to(&local)
+        .unwrap();
+    let mut conn = connect(&password_spec(&fleet, node));
+    assert!(run(&mut conn, "mkdir -p /tmp/kubeedge/keadm").0.success());
+    conn.upload_sftp(
+        &mut fs::File::open(&local).unwrap(),
+        "/tmp/kubeedge/keadm/keadm",
+        0o755,
+        far(),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let exit = conn
+        .exec(
+            "cd /tmp/kubeedge/keadm && ./keadm join --token='a b' --x=1",
+            Some(&mut Cursor::new(b"secret-line\nmore\n")),
+            far(),
+            &mut out,
+        )
+        .unwrap();
+    assert_eq!(exit, RemoteExit::Code(5));
+    assert_eq!(String::from_utf8_lossy(&out), "joining\nit's a warning\n");
+
+    let calls = fake_keadm::calls(&node.tmp_path("kubeedge/keadm/keadm"));
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let call = &calls[0];
+    assert_eq!(call.args, ["join", "--token=a b", "--x=1"]);
+    assert_eq!(call.cwd, "/tmp/kubeedge/keadm");
+    assert_eq!(call.stdin_line.as_deref(), Some("secret-line"));
+    assert_eq!(call.exit_code, Some(5));
+    assert!(
+        call.end.unwrap() >= call.start && call.start > 1.0e9,
+        "{call:?}"
+    );
 }
