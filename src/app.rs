@@ -105,7 +105,167 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         print!("{}", dry_run::render(&plan));
         return Ok(());
     }
-    Err(Error::Usage(
-        "running nodes is not built yet; use --dry-run".into(),
-    ))
+    execute(plan, &loaded.config, options)
+}
+
+/// Stages packages, runs every selected node, and writes the results.
+fn execute(plan: plan::Plan, config: &config::Config, options: &RunOptions) -> Result<(), Error> {
+    let wall = std::time::Instant::now();
+    let started_at = outcome::now();
+    let quiet = options.verbosity == Verbosity::Quiet;
+    // Staging comes first: if it fails, no node and no previous result file is touched.
+    let stager = match &plan.staging {
+        Some(staging) => Some(stage_packages(staging, options)?),
+        None => None,
+    };
+    let cwd = std::env::current_dir()
+        .map_err(|e| Error::Output(format!("the current directory is unusable: {e}")))?;
+    let run_dir = RunDir::create(options.run_dir.as_deref(), &cwd).map_err(|e| {
+        Error::Output(format!(
+            "could not create the run directory under {}: {e}",
+            cwd.display()
+        ))
+    })?;
+    let log_path = cwd.join(report::log::LOG_FILE);
+    let log = ResultLog::create(&log_path)
+        .map_err(|e| Error::Output(format!("could not create {}: {e}", log_path.display())))?;
+    let journal = run_dir.journal().map_err(|e| {
+        Error::Output(format!(
+            "could not create the journal in {}: {e}",
+            run_dir.path.display()
+        ))
+    })?;
+    let recorder = Recorder::new(log, journal, plan.nodes.len(), quiet);
+
+    let cancel = Cancel::new();
+    install_signal_handler(&cancel);
+    if !quiet {
+        eprintln!(
+            "Processing {} node{} ({} at once); transcripts in {}",
+            plan.nodes.len(),
+            if plan.nodes.len() == 1 { "" } else { "s" },
+            plan.max_run_num.min(plan.nodes.len().max(1)),
+            run_dir.path.display()
+        );
+    }
+    let ctx = pipeline::Context {
+        stager: stager.as_ref(),
+        known_hosts: plan.known_hosts.clone(),
+        run_dir: &run_dir,
+        cancel: &cancel,
+        verify_remote: options.verify_remote,
+        run_token: run_dir.id.clone(),
+        retry_base: std::time::Duration::from_secs(1),
+    };
+    let policy = pool::Policy {
+        max_run_num: plan.max_run_num,
+        max_fail: None,
+        canary: None,
+    };
+    pool::run_all(&plan.nodes, policy, &cancel, &recorder, |node| {
+        pipeline::process(node, &ctx)
+    });
+
+    let outcomes = recorder.outcomes();
+    let totals = Totals::of(&outcomes);
+    let summary = Summary {
+        version: SUMMARY_VERSION,
+        tool: format!("keadm-batch {}", env!("CARGO_PKG_VERSION")),
+        run_id: run_dir.id.clone(),
+        config: config.path.display().to_string(),
+        started_at,
+        finished_at: outcome::now(),
+        interrupted: cancel.stopping(),
+        totals: totals.clone(),
+        packages: stager.as_ref().map(staged_packages).unwrap_or_default(),
+        nodes: outcomes.clone(),
+    };
+    if let Err(e) = summary.write(&run_dir.summary_path()) {
+        log::error!("could not write {}: {e}", run_dir.summary_path().display());
+    }
+    if options.output == OutputFormat::Json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary).unwrap_or_default()
+        );
+    }
+    if !quiet {
+        eprint!(
+            "{}",
+            recap::render(
+                &outcomes,
+                &run_dir.path,
+                &log_path,
+                wall.elapsed().as_secs_f64()
+            )
+        );
+    }
+    if cancel.stopping() {
+        return Err(Error::Interrupted(format!(
+            "{} of {} nodes finished; the rest are marked in {}",
+            totals.selected - totals.interrupted,
+            totals.selected,
+            log_path.display()
+        )));
+    }
+    if totals.not_succeeded() > 0 {
+        return Err(Error::NodesFailed {
+            failed: totals.not_succeeded(),
+            total: totals.selected,
+            run_dir: run_dir.path.display().to_string(),
+        });
+    }
+    Ok(())
+}
+
+fn stage_packages(staging: &plan::StagingPlan, options: &RunOptions) -> Result<Stager, Error> {
+    let source = match &staging.mode {
+        PackageMode::Download { url } => PackageSource::Download { url: url.clone() },
+        PackageMode::Offline { dir } => PackageSource::Offline { dir: dir.clone() },
+    };
+    let mut settings = StageSettings::new(staging.version.clone(), source);
+    settings.base_dir = staging.base_dir.clone();
+    settings.arch_group = staging
+        .arch_group
+        .iter()
+        .filter_map(|a| Arch::from_name(a))
+        .collect();
+    settings.require_checksum = options.require_checksum;
+    settings.progress = std::io::stderr().is_terminal() && options.verbosity != Verbosity::Quiet;
+    let stager = Stager::open(settings).map_err(|e| Error::Stage(e.to_string()))?;
+    stager
+        .stage_all()
+        .map_err(|e| Error::Stage(e.to_string()))?;
+    Ok(stager)
+}
+
+fn staged_packages(stager: &Stager) -> Vec<StagedPackage> {
+    Arch::ALL
+        .iter()
+        .filter_map(|arch| stager.staged(*arch))
+        .map(|b| StagedPackage {
+            arch: b.arch.as_str().to_string(),
+            version: stager.settings().version.clone(),
+            tarball_sha512: b.tarball_sha512.clone(),
+            verified: b.verified,
+        })
+        .collect()
+}
+
+/// The first Ctrl-C or SIGTERM stops starting nodes; the second cancels running ones.
+fn install_signal_handler(cancel: &Cancel) {
+    let cancel = cancel.clone();
+    let result = ctrlc::set_handler(move || {
+        let level = cancel.request();
+        if level == 1 {
+            eprintln!(
+                "\nkeadm-batch: stopping: no new node will start; running nodes finish or reach their deadline. Press Ctrl-C again to cancel them."
+            );
+        } else if level == 2 {
+            eprintln!("\nkeadm-batch: cancelling running nodes; results are still written.");
+        }
+    });
+    if let Err(err) = result {
+        log::warn!("could not install the Ctrl-C handler: {err}");
+    }
 }

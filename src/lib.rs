@@ -12,11 +12,13 @@ pub mod error;
 pub mod gen_config;
 pub mod options;
 pub mod outcome;
+pub mod pipeline;
 pub mod plan;
 pub mod pool;
 pub mod redact;
 pub mod remote;
 pub mod report;
 pub mod stage;
+pub mod transport;
 
 pub use app::main_with_args;

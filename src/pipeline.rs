@@ -4,7 +4,7 @@
 //! to say goes into the node's transcript and outcome.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -16,8 +16,8 @@ use crate::outcome::{NodeOutcome, Phase, StepTimes, now};
 use crate::plan::{KeadmSource, NodePlan};
 use crate::pool::Cancel;
 use crate::remote::{self, NodeFacts, Privilege};
-use crate::report::transcript::Transcript;
 use crate::report::RunDir;
+use crate::report::transcript::Transcript;
 use crate::stage::Stager;
 use crate::transport::{self, ConnectSpec, Endpoint, RemoteExit, SshConnection, TransportError};
 
@@ -73,9 +73,13 @@ struct Run<'a, 'c> {
 pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
     let started_at = now();
     let transcript_path = ctx.run_dir.transcript_path(node.index, &node.name);
-    let transcript = Transcript::create(&transcript_path, node.redactor.clone())
-        .unwrap_or_else(|err| {
-            log::warn!("{}: cannot write the transcript {}: {err}", node.name, transcript_path.display());
+    let transcript =
+        Transcript::create(&transcript_path, node.redactor.clone()).unwrap_or_else(|err| {
+            log::warn!(
+                "{}: cannot write the transcript {}: {err}",
+                node.name,
+                transcript_path.display()
+            );
             Transcript::in_memory(node.redactor.clone())
         });
     let mut run = Run {
@@ -92,9 +96,19 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
     let (phase, failed_in, error, exit_status) = match result {
         Ok(()) => (Phase::Succeeded, None, None, Some(0)),
         Err(e) => {
-            let phase = if e.timed_out { Phase::TimedOut } else { Phase::Failed };
-            run.transcript.note(&format!("{}: {}", phase.as_str(), e.message));
-            (phase, Some(e.phase), Some(node.redactor.redact(&e.message)), e.exit_status)
+            let phase = if e.timed_out {
+                Phase::TimedOut
+            } else {
+                Phase::Failed
+            };
+            run.transcript
+                .note(&format!("{}: {}", phase.as_str(), e.message));
+            (
+                phase,
+                Some(e.phase),
+                Some(node.redactor.redact(&e.message)),
+                e.exit_status,
+            )
         }
     };
     run.transcript.finish();
@@ -118,7 +132,12 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
     }
 }
 
-fn connect_spec(ssh: &SshSpec, policy: HostKeyPolicy, known_hosts: &std::path::Path, timeout: Duration) -> ConnectSpec {
+fn connect_spec(
+    ssh: &SshSpec,
+    policy: HostKeyPolicy,
+    known_hosts: &std::path::Path,
+    timeout: Duration,
+) -> ConnectSpec {
     ConnectSpec {
         endpoint: Endpoint::new(ssh.host.clone(), ssh.port),
         username: ssh.username.clone(),
@@ -163,7 +182,11 @@ impl Run<'_, '_> {
         self.run_keadm(&mut conn, &moves, privilege)
     }
 
-    fn timed<T>(&mut self, phase: Phase, f: impl FnOnce(&mut Self) -> Result<T, StepError>) -> Result<T, StepError> {
+    fn timed<T>(
+        &mut self,
+        phase: Phase,
+        f: impl FnOnce(&mut Self) -> Result<T, StepError>,
+    ) -> Result<T, StepError> {
         let start = Instant::now();
         let result = f(self);
         let secs = Some(start.elapsed().as_secs_f64());
@@ -185,7 +208,12 @@ impl Run<'_, '_> {
 
     fn connect(&mut self) -> Result<SshConnection, StepError> {
         self.timed(Phase::Connecting, |run| {
-            let spec = connect_spec(&run.node.ssh, run.node.host_key_policy, &run.ctx.known_hosts, run.node.deadlines.connect);
+            let spec = connect_spec(
+                &run.node.ssh,
+                run.node.host_key_policy,
+                &run.ctx.known_hosts,
+                run.node.deadlines.connect,
+            );
             let attempts = 1 + run.node.retries;
             let mut attempt = 0;
             loop {
@@ -203,7 +231,11 @@ impl Run<'_, '_> {
                         ));
                         return Ok(conn);
                     }
-                    Err(err) if err.is_transient() && attempt < attempts && !run.ctx.cancel.stopping() => {
+                    Err(err)
+                        if err.is_transient()
+                            && attempt < attempts
+                            && !run.ctx.cancel.stopping() =>
+                    {
                         let delay = backoff(run.ctx.retry_base, attempt);
                         run.transcript.note(&format!(
                             "attempt {attempt} of {attempts} failed: {err} Retrying in {:.1}s.",
@@ -212,7 +244,11 @@ impl Run<'_, '_> {
                         std::thread::sleep(delay);
                     }
                     Err(err) => {
-                        let tries = if attempt > 1 { format!(" (after {attempt} attempts)") } else { String::new() };
+                        let tries = if attempt > 1 {
+                            format!(" (after {attempt} attempts)")
+                        } else {
+                            String::new()
+                        };
                         return Err(StepError::new(
                             Phase::Connecting,
                             format!("failed to connect to {}{tries}: {err}", run.node.name),
@@ -293,7 +329,10 @@ impl Run<'_, '_> {
         let mut uploads = Vec::new();
         for file in &node.copy_files {
             let sha256 = sha256_file(&file.path).map_err(|e| {
-                StepError::new(Phase::Uploading, format!("failed to read {}: {e}", file.path.display()))
+                StepError::new(
+                    Phase::Uploading,
+                    format!("failed to read {}: {e}", file.path.display()),
+                )
             })?;
             uploads.push(Upload {
                 local: file.path.clone(),
@@ -305,10 +344,14 @@ impl Run<'_, '_> {
         }
         if node.keadm == KeadmSource::Staged {
             let machine = facts.machine.clone().unwrap_or_default();
-            let arch = Arch::from_uname(&machine).map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
+            let arch = Arch::from_uname(&machine)
+                .map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
             self.arch = Some(arch);
             let stager = self.ctx.stager.ok_or_else(|| {
-                StepError::new(Phase::Preparing, "no keadm binary was staged for this run".to_string())
+                StepError::new(
+                    Phase::Preparing,
+                    "no keadm binary was staged for this run".to_string(),
+                )
             })?;
             let staged = stager
                 .for_node(arch)
@@ -345,21 +388,29 @@ impl Run<'_, '_> {
                         .iter()
                         .any(|(name, sha)| *name == upload.name && *sha == upload.sha256)
                 } else {
-                    facts
-                        .existing
-                        .iter()
-                        .any(|f| f.name == upload.name && f.size == upload.size && f.sidecar == upload.sha256)
+                    facts.existing.iter().any(|f| {
+                        f.name == upload.name && f.size == upload.size && f.sidecar == upload.sha256
+                    })
                 };
                 if already {
                     run.uploads_skipped += 1;
-                    run.transcript.note(&format!("{} is already on the node (sha256 {}), not uploaded", upload.name, &upload.sha256[..12]));
+                    run.transcript.note(&format!(
+                        "{} is already on the node (sha256 {}), not uploaded",
+                        upload.name,
+                        &upload.sha256[..12]
+                    ));
                     continue;
                 }
                 let tmp = remote::temp_name(&upload.name, &run.ctx.run_token);
                 let deadline = Instant::now() + node.deadlines.upload(upload.size);
                 let start = Instant::now();
                 let open = |path: &PathBuf| {
-                    File::open(path).map_err(|e| StepError::new(Phase::Uploading, format!("failed to open local file {}: {e}", path.display())))
+                    File::open(path).map_err(|e| {
+                        StepError::new(
+                            Phase::Uploading,
+                            format!("failed to open local file {}: {e}", path.display()),
+                        )
+                    })
                 };
                 let mut sent = None;
                 if use_sftp {
@@ -368,7 +419,8 @@ impl Run<'_, '_> {
                     match conn.upload_sftp(&mut file, &remote_path, upload.mode, deadline) {
                         Ok(bytes) => sent = Some(bytes),
                         Err(TransportError::SftpUnavailable { .. }) => {
-                            run.transcript.note("the node has no SFTP; streaming files over exec instead");
+                            run.transcript
+                                .note("the node has no SFTP; streaming files over exec instead");
                             use_sftp = false;
                         }
                         Err(e) => return Err(upload_error(&upload, e)),
@@ -376,10 +428,18 @@ impl Run<'_, '_> {
                 }
                 if sent.is_none() {
                     let mut file = open(&upload.local)?;
-                    let script = remote::wrap(&remote::receive_script(&node.upload_dir, &tmp, upload.mode), privilege);
-                    let password_line = run.password().filter(|_| privilege.needs_password_line()).map(|p| format!("{p}\n"));
+                    let script = remote::wrap(
+                        &remote::receive_script(&node.upload_dir, &tmp, upload.mode),
+                        privilege,
+                    );
+                    let password_line = run
+                        .password()
+                        .filter(|_| privilege.needs_password_line())
+                        .map(|p| format!("{p}\n"));
                     let mut stdin: Box<dyn Read> = match password_line {
-                        Some(line) => Box::new(std::io::Cursor::new(line.into_bytes()).chain(&mut file)),
+                        Some(line) => {
+                            Box::new(std::io::Cursor::new(line.into_bytes()).chain(&mut file))
+                        }
                         None => Box::new(&mut file),
                     };
                     let mut output = Vec::new();
@@ -413,7 +473,12 @@ impl Run<'_, '_> {
         })
     }
 
-    fn run_keadm(&mut self, conn: &mut SshConnection, moves: &[(String, String, String)], privilege: Privilege) -> Result<(), StepError> {
+    fn run_keadm(
+        &mut self,
+        conn: &mut SshConnection,
+        moves: &[(String, String, String)],
+        privilege: Privilege,
+    ) -> Result<(), StepError> {
         self.timed(Phase::Running, |run| {
             let node = run.node;
             let mut script = String::new();
@@ -423,8 +488,12 @@ impl Run<'_, '_> {
             }
             script.push_str(&remote::run_script(&node.upload_dir, &node.command));
             let command = remote::wrap(&script, privilege);
-            run.transcript.note(&format!("running: {}", node.redactor.redact(&node.command)));
-            let password_line = run.password().filter(|_| privilege.needs_password_line()).map(|p| format!("{p}\n"));
+            run.transcript
+                .note(&format!("running: {}", node.redactor.redact(&node.command)));
+            let password_line = run
+                .password()
+                .filter(|_| privilege.needs_password_line())
+                .map(|p| format!("{p}\n"));
             let mut stdin_bytes = password_line.as_deref().map(str::as_bytes);
             let deadline = Instant::now() + node.deadlines.command;
             let result = conn.exec(
@@ -444,14 +513,19 @@ impl Run<'_, '_> {
                         RemoteExit::Signal(_) => None,
                     };
                     let last = run.transcript.tail(1).pop();
-                    let detail = last.map(|l| format!(" (last output: {})", truncate(&l, 200))).unwrap_or_default();
+                    let detail = last
+                        .map(|l| format!(" (last output: {})", truncate(&l, 200)))
+                        .unwrap_or_default();
                     let status = match &exit {
                         RemoteExit::Code(c) => format!("Process exited with status {c}"),
                         RemoteExit::Signal(s) => format!("Process exited from signal {s}"),
                     };
                     Err(StepError {
                         phase: Phase::Running,
-                        message: format!("failed to execute keadm command {}: {status}{detail}", node.command),
+                        message: format!(
+                            "failed to execute keadm command {}: {status}{detail}",
+                            node.command
+                        ),
                         timed_out: false,
                         exit_status: code,
                     })
@@ -463,13 +537,20 @@ impl Run<'_, '_> {
                         message: format!(
                             "the keadm command ran past its {} s deadline and {}",
                             node.deadlines.command.as_secs(),
-                            if killed { "was killed on the node" } else { "could not be confirmed killed on the node" }
+                            if killed {
+                                "was killed on the node"
+                            } else {
+                                "could not be confirmed killed on the node"
+                            }
                         ),
                         timed_out: true,
                         exit_status: None,
                     })
                 }
-                Err(e) => Err(StepError::new(Phase::Running, format!("failed to execute keadm command {}: {e}", node.command))),
+                Err(e) => Err(StepError::new(
+                    Phase::Running,
+                    format!("failed to execute keadm command {}: {e}", node.command),
+                )),
             }
         })
     }
@@ -477,15 +558,27 @@ impl Run<'_, '_> {
     /// Kills the command's process group on the node through a fresh channel.
     fn kill(&mut self, conn: &mut SshConnection, privilege: Privilege) -> bool {
         let command = remote::wrap(&remote::kill_script(&self.node.upload_dir), privilege);
-        let password_line = self.password().filter(|_| privilege.needs_password_line()).map(|p| format!("{p}\n"));
+        let password_line = self
+            .password()
+            .filter(|_| privilege.needs_password_line())
+            .map(|p| format!("{p}\n"));
         let mut stdin_bytes = password_line.as_deref().map(str::as_bytes);
         let mut output = Vec::new();
         let deadline = Instant::now() + self.node.deadlines.step;
-        let result = conn.exec(&command, stdin_bytes.as_mut().map(|r| r as &mut dyn Read), deadline, &mut output);
+        let result = conn.exec(
+            &command,
+            stdin_bytes.as_mut().map(|r| r as &mut dyn Read),
+            deadline,
+            &mut output,
+        );
         let ok = matches!(result, Ok(RemoteExit::Code(0)));
         self.transcript.note(&format!(
             "deadline reached: kill of the command's process group {}",
-            if ok { "succeeded" } else { "failed (the command may have ended already)" }
+            if ok {
+                "succeeded"
+            } else {
+                "failed (the command may have ended already)"
+            }
         ));
         ok || matches!(result, Ok(_))
     }

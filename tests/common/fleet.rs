@@ -1,0 +1,740 @@
+//! A fleet of real OpenSSH `sshd` "edge nodes" on loopback, for integration tests.
+//!
+//! ```ignore
+//! let fleet = Fleet::builder().nodes(3).node_option(1, NodeOpt::Uname("aarch64")).start();
+//! let node = fleet.node(0);
+//! // connect to node.host():node.port() as root with fleet.root_password()
+//! // or fleet.private_key(KeyKind::Ed25519); read node.tmp_path("kubeedge/x") afterwards.
+//! ```
+//!
+//! Each node is one `sshd -D` started as
+//! `unshare --mount --pid --fork --kill-child --mount-proc --propagation private -- sh -c '...'`,
+//! whose script bind-mounts, inside that node's private mount namespace only:
+//! the node's own dir over `/tmp` (keadm's fixed remote dir would collide otherwise), a
+//! copy of `/etc/shadow` with a known root password, an empty dir over `/root` (a small,
+//! pristine HOME), and optionally a `uname`/`arch` wrapper that reports another machine
+//! name. `sh` then execs sshd, which becomes pid 1 of the node's pid namespace: killing it
+//! from outside takes every session and command of that node with it.
+//!
+//! Addresses: node n of this process listens on `127.B.C.D:22` where B is derived from
+//! the process id (10..=249) and C.D from a process-wide counter, so test threads and
+//! concurrently running test binaries pick different addresses. Before use the address
+//! is probed by binding it; if sshd still fails to start (someone took it meanwhile) the
+//! node is retried on the next address. Port 22 keeps configs realistic ("host only").
+//! `NodeOpt::Ipv6` nodes listen on `[::1]:<free port>` instead.
+//!
+//! State lives in a temp dir under `/var/tmp` (never under `/tmp`, which each node
+//! replaces with its own). Dropping the fleet kills exactly the processes it started,
+//! by pid, and removes the dir.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use keadm_batch::redact::Secret;
+use keadm_batch::transport::Endpoint;
+
+const SSHD: &str = "/usr/sbin/sshd";
+const SFTP_SERVER: &str = "/usr/lib/openssh/sftp-server";
+/// How long a node may take to accept TCP after its sshd was spawned.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+const ROOT_PASSWORD: &str = "edge-root-pw-1";
+const KEY_PASSPHRASE: &str = "edge-key-passphrase";
+
+/// Per-node options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeOpt {
+    /// `uname -m` (and `uname -a`, `arch`) report this machine name instead of the real one.
+    Uname(&'static str),
+    /// No `Subsystem sftp` line: SFTP requests are refused, as on images without sftp-server.
+    NoSftp,
+    /// Listen on `[::1]` and a free port instead of `127.x.y.z:22`.
+    Ipv6,
+    /// An extra sshd_config line, e.g. `"MaxSessions 2"`; it overrides the fleet's defaults.
+    SshdConfig(&'static str),
+}
+
+/// The client keys a fleet authorizes for root (generated on first use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyKind {
+    /// OpenSSH-format ed25519, no passphrase.
+    Ed25519,
+    /// OpenSSH-format ed25519 encrypted with [`Fleet::key_passphrase`].
+    Ed25519Passphrase,
+    /// RSA 2048 in the old PEM format, no passphrase.
+    RsaPem,
+}
+
+#[derive(Default)]
+pub struct FleetBuilder {
+    nodes: usize,
+    all: Vec<NodeOpt>,
+    per_node: HashMap<usize, Vec<NodeOpt>>,
+}
+
+impl FleetBuilder {
+    pub fn nodes(mut self, n: usize) -> Self {
+        self.nodes = n;
+        self
+    }
+
+    /// An option for node `i` (0-based).
+    pub fn node_option(mut self, i: usize, opt: NodeOpt) -> Self {
+        self.per_node.entry(i).or_default().push(opt);
+        self
+    }
+
+    /// An option for every node.
+    pub fn all_nodes(mut self, opt: NodeOpt) -> Self {
+        self.all.push(opt);
+        self
+    }
+
+    /// Starts every node and waits until each accepts TCP. Panics with the node's log if
+    /// one cannot start: a test cannot proceed without its fleet.
+    pub fn start(self) -> Fleet {
+        let dir = tempfile::Builder::new()
+            .prefix("keadm-fleet-")
+            .tempdir_in("/var/tmp")
+            .expect("create the fleet dir under /var/tmp");
+        let root = dir.path().to_path_buf();
+        fs::create_dir_all(root.join("keys")).unwrap();
+        let authorized_keys = root.join("authorized_keys");
+        fs::write(&authorized_keys, "").unwrap();
+        let shadow = root.join("shadow");
+        write_shadow_copy(&shadow, ROOT_PASSWORD);
+        // sshd refuses to start without its privilege-separation dir. It is normally made
+        // by the service manager; creating it is what starting sshd on this machine needs.
+        fs::create_dir_all("/run/sshd").expect("create /run/sshd");
+
+        let shared = Shared {
+            root,
+            authorized_keys,
+            shadow,
+        };
+        let mut nodes = Vec::with_capacity(self.nodes);
+        for i in 0..self.nodes {
+            let mut opts = self.all.clone();
+            opts.extend(self.per_node.get(&i).cloned().unwrap_or_default());
+            nodes.push(Node::create(&shared, i, opts));
+        }
+        // Spawn all, then wait for all, so 20 nodes start in about the time of one.
+        for node in &mut nodes {
+            node.spawn();
+        }
+        for node in &mut nodes {
+            node.wait_ready_or_retry();
+        }
+        Fleet {
+            shared,
+            nodes,
+            keys: Default::default(),
+            _dir: dir,
+        }
+    }
+}
+
+struct Shared {
+    root: PathBuf,
+    authorized_keys: PathBuf,
+    shadow: PathBuf,
+}
+
+pub struct Fleet {
+    shared: Shared,
+    nodes: Vec<Node>,
+    keys: [OnceLock<PathBuf>; 3],
+    // Dropped last (fields drop in order): the nodes are killed before their dirs go.
+    _dir: tempfile::TempDir,
+}
+
+impl Fleet {
+    pub fn builder() -> FleetBuilder {
+        FleetBuilder::default()
+    }
+
+    pub fn node(&self, i: usize) -> &Node {
+        &self.nodes[i]
+    }
+
+    pub fn node_mut(&mut self, i: usize) -> &mut Node {
+        &mut self.nodes[i]
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Root's password on every node.
+    pub fn root_password(&self) -> Secret {
+        Secret::new(ROOT_PASSWORD)
+    }
+
+    /// The passphrase of [`KeyKind::Ed25519Passphrase`].
+    pub fn key_passphrase(&self) -> Secret {
+        Secret::new(KEY_PASSPHRASE)
+    }
+
+    /// The fleet's own temp dir (outside every node's /tmp), for test files.
+    pub fn dir(&self) -> &Path {
+        &self.shared.root
+    }
+
+    /// A known-hosts path for the tool under test; not created. Nodes get fresh host
+    /// keys every run, so they must never go to the real `~/.ssh/known_hosts`.
+    pub fn known_hosts(&self) -> PathBuf {
+        self.shared.root.join("known_hosts")
+    }
+
+    /// The private key of that kind, generated and authorized for root on first use.
+    pub fn private_key(&self, kind: KeyKind) -> PathBuf {
+        let slot = match kind {
+            KeyKind::Ed25519 => 0,
+            KeyKind::Ed25519Passphrase => 1,
+            KeyKind::RsaPem => 2,
+        };
+        self.keys[slot]
+            .get_or_init(|| {
+                let (name, args): (&str, Vec<&str>) = match kind {
+                    KeyKind::Ed25519 => ("id_ed25519", vec!["-t", "ed25519", "-N", ""]),
+                    KeyKind::Ed25519Passphrase => (
+                        "id_ed25519_pass",
+                        vec!["-t", "ed25519", "-N", KEY_PASSPHRASE],
+                    ),
+                    KeyKind::RsaPem => (
+                        "id_rsa_pem",
+                        vec!["-t", "rsa", "-b", "2048", "-m", "PEM", "-N", ""],
+                    ),
+                };
+                let path = self.shared.root.join("keys").join(name);
+                run_ok(
+                    Command::new("ssh-keygen")
+                        .args(&args)
+                        .args(["-q", "-C", name, "-f"])
+                        .arg(&path),
+                );
+                let public = fs::read_to_string(path.with_extension("pub")).unwrap();
+                // One short O_APPEND write per key: keys generated from several threads
+                // at once cannot interleave.
+                fs::OpenOptions::new()
+                    .append(true)
+                    .open(&self.shared.authorized_keys)
+                    .unwrap()
+                    .write_all(public.as_bytes())
+                    .unwrap();
+                path
+            })
+            .clone()
+    }
+}
+
+/// One sshd "edge node".
+pub struct Node {
+    index: usize,
+    host: String,
+    port: u16,
+    dir: PathBuf,
+    opts: Vec<NodeOpt>,
+    authorized_keys: PathBuf,
+    shadow: PathBuf,
+    child: Option<Child>,
+    sshd_pid: Option<i32>,
+    spawned_at: Instant,
+}
+
+impl Node {
+    fn create(shared: &Shared, index: usize, opts: Vec<NodeOpt>) -> Node {
+        let dir = shared.root.join(format!("node{index}"));
+        let tmp = dir.join("tmp");
+        fs::create_dir_all(&tmp).unwrap();
+        // A real /tmp: world-writable and sticky.
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o1777)).unwrap();
+        let home = dir.join("home");
+        fs::create_dir_all(&home).unwrap();
+        fs::set_permissions(&home, fs::Permissions::from_mode(0o700)).unwrap();
+        let mut node = Node {
+            index,
+            host: String::new(),
+            port: 0,
+            dir,
+            opts,
+            authorized_keys: shared.authorized_keys.clone(),
+            shadow: shared.shadow.clone(),
+            child: None,
+            sshd_pid: None,
+            spawned_at: Instant::now(),
+        };
+        node.new_host_key();
+        node.write_uname_wrappers();
+        let (host, port) = allocate_address(node.opts.contains(&NodeOpt::Ipv6));
+        node.host = host;
+        node.port = port;
+        node
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The address sshd listens on, unbracketed (`127.20.0.2`, `::1`).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::new(self.host.clone(), self.port)
+    }
+
+    /// The host-side path of `rel` inside this node's `/tmp`.
+    pub fn tmp_path(&self, rel: &str) -> PathBuf {
+        self.dir.join("tmp").join(rel.trim_start_matches('/'))
+    }
+
+    /// The host-side pid of this node's sshd (pid 1 of its pid namespace).
+    pub fn sshd_pid(&self) -> i32 {
+        self.sshd_pid.expect("the node is not running")
+    }
+
+    /// The node's sshd log (`sshd -E`), for assertions and failure messages.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("sshd.log")).unwrap_or_default()
+    }
+
+    /// The host key's fingerprint as OpenSSH prints it (`SHA256:...`).
+    pub fn host_key_fingerprint(&self) -> String {
+        let out = run_ok(
+            Command::new("ssh-keygen")
+                .arg("-lf")
+                .arg(self.host_key_path().with_extension("pub")),
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Runs `sh -c script` inside the node's namespaces (its /tmp, its uname), as root.
+    pub fn shell(&self, script: &str) -> Output {
+        Command::new("nsenter")
+            .args([
+                "-t",
+                &self.sshd_pid().to_string(),
+                "-m",
+                "-p",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .output()
+            .expect("run nsenter")
+    }
+
+    /// Kills the node (sshd and everything in its pid namespace) and waits for it.
+    pub fn kill_sshd(&mut self) {
+        let pid = self.sshd_pid.take();
+        if let Some(pid) = pid {
+            // SAFETY: plain kill(2) on a pid we started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        if let Some(mut child) = self.child.take() {
+            // `unshare --kill-child` forwards its death to sshd, should the pid above
+            // not have been found.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // SIGKILL is asynchronous: wait until sshd is gone (or a zombie, whose sockets
+        // are closed), so a restart never finds the old listener still answering.
+        if let Some(pid) = pid {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                match fs::read_to_string(format!("/proc/{pid}/stat")) {
+                    Ok(stat)
+                        if !stat
+                            .rsplit_once(')')
+                            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')) =>
+                    {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+
+    /// Starts the node again on the same address, keeping its host key.
+    pub fn restart(&mut self) {
+        self.kill_sshd();
+        self.spawn();
+        self.wait_ready_or_retry();
+    }
+
+    /// Starts the node again on the same address with a freshly generated host key, as
+    /// a reinstalled (or impersonated) node would present.
+    pub fn restart_with_new_host_key(&mut self) {
+        self.kill_sshd();
+        self.new_host_key();
+        self.spawn();
+        self.wait_ready_or_retry();
+    }
+
+    fn host_key_path(&self) -> PathBuf {
+        self.dir.join("ssh_host_ed25519_key")
+    }
+
+    fn new_host_key(&self) {
+        let key = self.host_key_path();
+        let _ = fs::remove_file(&key);
+        let _ = fs::remove_file(key.with_extension("pub"));
+        run_ok(
+            Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", "node-host-key", "-f"])
+                .arg(&key),
+        );
+    }
+
+    fn fake_uname(&self) -> Option<&'static str> {
+        self.opts.iter().find_map(|o| match o {
+            NodeOpt::Uname(m) => Some(*m),
+            _ => None,
+        })
+    }
+
+    fn write_uname_wrappers(&self) {
+        let Some(machine) = self.fake_uname() else {
+            return;
+        };
+        // Mount points for the real binary (bound here inside the namespace before the
+        // wrapper hides it).
+        fs::write(self.dir.join("uname.real"), "").unwrap();
+        let real = self.dir.join("uname.real");
+        let uname = format!(
+            "#!/bin/sh\n# Fake machine name: the real uname's output with the real machine name replaced.\n\
+             real_m=$('{real}' -m)\nout=$('{real}' \"$@\") || exit $?\nprintf '%s\\n' \"$out\" | sed \"s/$real_m/{machine}/g\"\n",
+            real = real.display()
+        );
+        write_exec(&self.dir.join("uname"), &uname);
+        write_exec(
+            &self.dir.join("arch"),
+            &format!("#!/bin/sh\necho {machine}\n"),
+        );
+    }
+
+    fn write_config(&self) -> PathBuf {
+        let listen = if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        };
+        // sshd uses the first value it reads for each keyword, so the test's own lines
+        // go first and override the defaults below.
+        let mut cfg = String::new();
+        for opt in &self.opts {
+            if let NodeOpt::SshdConfig(line) = opt {
+                cfg.push_str(line);
+                cfg.push('\n');
+            }
+        }
+        cfg.push_str(&format!(
+            "ListenAddress {listen}\n\
+             HostKey {hostkey}\n\
+             PidFile none\n\
+             UsePAM no\n\
+             StrictModes no\n\
+             PermitRootLogin yes\n\
+             PasswordAuthentication yes\n\
+             KbdInteractiveAuthentication no\n\
+             PubkeyAuthentication yes\n\
+             AuthorizedKeysFile {keys}\n\
+             UseDNS no\n\
+             PrintMotd no\n\
+             PrintLastLog no\n\
+             MaxStartups 200\n\
+             MaxSessions 50\n\
+             LogLevel VERBOSE\n",
+            hostkey = self.host_key_path().display(),
+            keys = self.authorized_keys.display(),
+        ));
+        if !self.opts.contains(&NodeOpt::NoSftp) {
+            cfg.push_str(&format!("Subsystem sftp {SFTP_SERVER}\n"));
+        }
+        let path = self.dir.join("sshd_config");
+        fs::write(&path, cfg).unwrap();
+        path
+    }
+
+    fn script(&self, config: &Path) -> String {
+        let d = self.dir.display();
+        let mut s = format!(
+            "set -e\n\
+             mount --bind '{d}/tmp' /tmp\n\
+             mount --bind '{shadow}' /etc/shadow\n\
+             mount --bind '{d}/home' /root\n",
+            shadow = self.shadow.display()
+        );
+        if self.fake_uname().is_some() {
+            s.push_str(&format!(
+                "mount --bind /usr/bin/uname '{d}/uname.real'\n\
+                 mount --bind '{d}/uname' /usr/bin/uname\n\
+                 mount --bind '{d}/arch' /usr/bin/arch\n"
+            ));
+        }
+        s.push_str(&format!(
+            "exec {SSHD} -D -f '{cfg}' -E '{d}/sshd.log'\n",
+            cfg = config.display()
+        ));
+        s
+    }
+
+    fn spawn(&mut self) {
+        let config = self.write_config();
+        let script = self.script(&config);
+        let stderr = fs::File::create(self.dir.join("start.log")).unwrap();
+        let child = Command::new("unshare")
+            .args([
+                "--mount",
+                "--pid",
+                "--fork",
+                "--kill-child=SIGKILL",
+                "--mount-proc",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn unshare");
+        self.child = Some(child);
+        self.sshd_pid = None;
+        self.spawned_at = Instant::now();
+    }
+
+    /// Waits until the node accepts TCP. If its sshd died (most likely someone else took
+    /// the address between our probe and its bind), retries on a new address.
+    fn wait_ready_or_retry(&mut self) {
+        for attempt in 0..3 {
+            match self.wait_ready() {
+                Ok(()) => {
+                    self.sshd_pid = Some(self.find_sshd_pid());
+                    return;
+                }
+                Err(why) if attempt < 2 => {
+                    eprintln!(
+                        "fleet: node {} on {}:{} did not start ({why}); retrying on a new address",
+                        self.index, self.host, self.port
+                    );
+                    self.kill_sshd();
+                    let (host, port) = allocate_address(self.opts.contains(&NodeOpt::Ipv6));
+                    self.host = host;
+                    self.port = port;
+                    self.spawn();
+                }
+                Err(why) => panic!(
+                    "fleet: node {} on {}:{} did not start: {why}\nstart.log:\n{}\nsshd.log:\n{}",
+                    self.index,
+                    self.host,
+                    self.port,
+                    fs::read_to_string(self.dir.join("start.log")).unwrap_or_default(),
+                    self.log()
+                ),
+            }
+        }
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let addr: SocketAddr = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .unwrap()
+            .next()
+            .unwrap();
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                return Err(format!("its process exited with {status}"));
+            }
+            if self.spawned_at.elapsed() > READY_TIMEOUT {
+                return Err(format!("it did not accept TCP within {READY_TIMEOUT:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The forked child of `unshare` is `sh`, which exec'd sshd.
+    fn find_sshd_pid(&self) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            if let Some(pid) = self.try_find_sshd_pid() {
+                return pid;
+            }
+            if Instant::now() > deadline {
+                panic!("fleet: cannot find the sshd of node {}", self.index);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn try_find_sshd_pid(&self) -> Option<i32> {
+        let parent = self.child.as_ref().unwrap().id() as i32;
+        let children = fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        if let Some(pid) = children
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+        {
+            return Some(pid);
+        }
+        // Kernels without CONFIG_PROC_CHILDREN: scan for the process whose parent it is.
+        for entry in fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // Fields after the parenthesised command name: state, ppid, ...
+            let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+            if rest
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<i32>().ok())
+                == Some(parent)
+            {
+                return Some(pid);
+            }
+        }
+        None
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill_sshd();
+    }
+}
+
+/// A listener that completes TCP handshakes (the kernel does, from its backlog) but never
+/// accepts or speaks: an SSH client connecting to it waits for a banner forever.
+pub struct Tarpit {
+    listener: TcpListener,
+}
+
+impl Tarpit {
+    pub fn start() -> Tarpit {
+        Tarpit {
+            listener: TcpListener::bind("127.0.0.1:0").unwrap(),
+        }
+    }
+
+    pub fn endpoint(&self) -> Endpoint {
+        let addr = self.listener.local_addr().unwrap();
+        Endpoint::new(addr.ip().to_string(), addr.port())
+    }
+}
+
+/// A loopback endpoint nothing listens on, for "connection refused". It is a fresh node
+/// address of this process (probed free, never given to a node), not a released
+/// ephemeral port on 127.0.0.1, which a parallel test's bind(0) could pick up again.
+pub fn refused_endpoint() -> Endpoint {
+    let (host, port) = allocate_address(false);
+    Endpoint::new(host, port)
+}
+
+static NEXT_ADDRESS: AtomicU32 = AtomicU32::new(0);
+
+/// Picks a free loopback address for a node; see the module doc.
+fn allocate_address(ipv6: bool) -> (String, u16) {
+    if ipv6 {
+        let listener = TcpListener::bind("[::1]:0").expect("bind [::1]:0 (is IPv6 loopback up?)");
+        return ("::1".to_string(), listener.local_addr().unwrap().port());
+    }
+    let b = 10 + std::process::id() % 240;
+    for _ in 0..1000 {
+        let n = NEXT_ADDRESS.fetch_add(1, Ordering::Relaxed);
+        let host = format!("127.{b}.{}.{}", (n / 250) % 256, 2 + n % 250);
+        match TcpListener::bind((host.as_str(), 22)) {
+            Ok(_) => return (host, 22),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                // Not root: any free port on that address.
+                let l = TcpListener::bind((host.as_str(), 0)).unwrap();
+                return (host, l.local_addr().unwrap().port());
+            }
+            Err(_) => continue,
+        }
+    }
+    panic!("fleet: no free loopback address found");
+}
+
+fn write_shadow_copy(path: &Path, password: &str) {
+    let mut child = Command::new("openssl")
+        .args(["passwd", "-6", "-stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run openssl passwd");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
+    let mut hash = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut hash)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "openssl passwd failed");
+    let hash = hash.trim();
+    let original = fs::read_to_string("/etc/shadow").expect("read /etc/shadow (tests run as root)");
+    let mut out = String::new();
+    for line in original.lines() {
+        match line.split_once(':') {
+            Some(("root", rest)) => {
+                let rest = rest.split_once(':').map(|(_, r)| r).unwrap_or("");
+                out.push_str(&format!("root:{hash}:{rest}\n"));
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    fs::write(path, out).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o640)).unwrap();
+}
+
+fn write_exec(path: &Path, text: &str) {
+    fs::write(path, text).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

@@ -1,0 +1,773 @@
+//! The SSH transport against real OpenSSH sshd nodes on loopback (see tests/common/fleet.rs).
+
+mod common;
+
+use std::fs;
+use std::io::Cursor;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::fake_keadm::{self, FakeKeadm};
+use common::fleet::{Fleet, KeyKind, Node, NodeOpt, Tarpit, refused_endpoint};
+use keadm_batch::redact::Secret;
+use keadm_batch::transport::{
+    Auth, ConnectSpec, Endpoint, HostKeyPolicy, RemoteExit, SshConnection, TransportError,
+};
+
+fn spec_for(endpoint: Endpoint, auth: Auth, known_hosts: PathBuf) -> ConnectSpec {
+    ConnectSpec {
+        endpoint,
+        username: "root".to_string(),
+        auth,
+        host_key_policy: HostKeyPolicy::AcceptNew,
+        known_hosts,
+        connect_timeout: Duration::from_secs(10),
+        keepalive_secs: 15,
+        jump: None,
+    }
+}
+
+fn password_spec(fleet: &Fleet, node: &Node) -> ConnectSpec {
+    spec_for(
+        node.endpoint(),
+        Auth::Password(fleet.root_password()),
+        fleet.known_hosts(),
+    )
+}
+
+fn connect(spec: &ConnectSpec) -> SshConnection {
+    SshConnection::connect(spec).unwrap_or_else(|e| panic!("connect to {}: {e}", spec.endpoint))
+}
+
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
+/// Runs `command` and returns its exit and merged output.
+fn run(conn: &mut SshConnection, command: &str) -> (RemoteExit, String) {
+    let mut out = Vec::new();
+    let exit = conn
+        .exec(command, None, far(), &mut out)
+        .unwrap_or_else(|e| panic!("exec {command:?}: {e}"));
+    (exit, String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so no test needs a `rand` dependency.
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+#[test]
+fn password_login_runs_a_command_and_reports_exit_status_and_output() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let mut conn = connect(&password_spec(&fleet, node));
+    assert_eq!(conn.host_key_fingerprint(), node.host_key_fingerprint());
+
+    let (exit, out) = run(&mut conn, "echo to-stdout; echo to-stderr >&2; exit 3");
+    assert_eq!(exit, RemoteExit::Code(3));
+    assert_eq!(exit.to_string(), "exit status 3");
+    assert!(out.contains("to-stdout\n"), "{out:?}");
+    assert!(out.contains("to-stderr\n"), "{out:?}");
+
+    // The connection is reusable, HOME is the node's pristine one, /tmp is the node's.
+    let (exit, out) = run(
+        &mut conn,
+        "echo $HOME; ls -A /root | wc -l; touch /tmp/marker",
+    );
+    assert!(exit.success());
+    assert_eq!(out, "/root\n0\n");
+    assert!(node.tmp_path("marker").exists());
+}
+
+#[test]
+fn algorithms_prefer_curve25519_and_aes_gcm() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let conn = connect(&password_spec(&fleet, fleet.node(0)));
+    let (kex, cipher) = conn.negotiated();
+    assert_eq!(kex, "curve25519-sha256");
+    assert_eq!(cipher, "aes128-gcm@openssh.com");
+}
+
+#[test]
+fn key_logins_ed25519_passphrase_and_rsa_pem() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let cases = [
+        (KeyKind::Ed25519, None),
+        (KeyKind::Ed25519Passphrase, Some(fleet.key_passphrase())),
+        (KeyKind::RsaPem, None),
+    ];
+    for (kind, passphrase) in cases {
+        let auth = Auth::PrivateKey {
+            path: fleet.private_key(kind),
+            passphrase,
+        };
+        let mut conn = connect(&spec_for(node.endpoint(), auth, fleet.known_hosts()));
+        let (exit, out) = run(&mut conn, "id -un");
+        assert!(exit.success(), "{kind:?}");
+        assert_eq!(out, "root\n", "{kind:?}");
+    }
+}
+
+#[test]
+fn wrong_passphrase_is_a_clear_final_error() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let key = fleet.private_key(KeyKind::Ed25519Passphrase);
+    let auth = Auth::PrivateKey {
+        path: key.clone(),
+        passphrase: Some(Secret::new("not-the-passphrase")),
+    };
+    let err =
+        SshConnection::connect(&spec_for(node.endpoint(), auth, fleet.known_hosts())).unwrap_err();
+    assert!(matches!(err, TransportError::AuthSetup { .. }), "{err:?}");
+    assert!(!err.is_transient());
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&key.display().to_string()) && msg.contains("passphrase"),
+        "{msg}"
+    );
+    assert!(!msg.contains("not-the-passphrase"), "{msg}");
+
+    let missing = Auth::PrivateKey {
+        path: fleet.dir().join("no-such-key"),
+        passphrase: None,
+    };
+    let err = SshConnection::connect(&spec_for(node.endpoint(), missing, fleet.known_hosts()))
+        .unwrap_err();
+    assert!(err.to_string().contains("no-such-key"), "{err}");
+}
+
+/// An ssh-agent on its own socket, killed (by pid) on drop.
+struct Agent {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Agent {
+    fn start(dir: &Path, key: &Path) -> Agent {
+        let socket = dir.join("agent.sock");
+        let child = Command::new("ssh-agent")
+            .args(["-D", "-a"])
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start ssh-agent");
+        let agent = Agent { child, socket };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !agent.socket.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "ssh-agent did not create its socket"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The socket goes to ssh-add's environment only; this process's stays untouched.
+        let status = Command::new("ssh-add")
+            .arg("-q")
+            .arg(key)
+            .env("SSH_AUTH_SOCK", &agent.socket)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "ssh-add failed");
+        agent
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn ssh_agent_login_through_an_explicit_socket() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let agent = Agent::start(fleet.dir(), &fleet.private_key(KeyKind::Ed25519));
+    let auth = Auth::Agent {
+        socket: Some(agent.socket.clone()),
+    };
+    let mut conn = connect(&spec_for(node.endpoint(), auth, fleet.known_hosts()));
+    assert_eq!(run(&mut conn, "echo via-agent").1, "via-agent\n");
+
+    let auth = Auth::Agent {
+        socket: Some(fleet.dir().join("no-agent.sock")),
+    };
+    let err =
+        SshConnection::connect(&spec_for(node.endpoint(), auth, fleet.known_hosts())).unwrap_err();
+    assert!(err.to_string().contains("no-agent.sock"), "{err}");
+    assert!(!err.is_transient());
+}
+
+#[test]
+fn wrong_password_is_rejected_with_a_sentence_and_not_retried() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let mut spec = password_spec(&fleet, node);
+    spec.auth = Auth::Password(Secret::new("wrong-password"));
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "The node at {}:22 rejected the password for user root.",
+            node.host()
+        )
+    );
+    assert!(!err.is_transient());
+}
+
+#[test]
+fn refused_port_is_transient() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec_for(
+        refused_endpoint(),
+        Auth::Password(Secret::new("x")),
+        dir.path().join("known_hosts"),
+    );
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(
+        matches!(err, TransportError::Refused { .. }),
+        "{err:?}: {err}"
+    );
+    assert!(err.is_transient());
+    assert!(err.to_string().contains("refused the connection"), "{err}");
+}
+
+#[test]
+fn silent_listener_hits_the_connect_deadline() {
+    let tarpit = Tarpit::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_for(
+        tarpit.endpoint(),
+        Auth::Password(Secret::new("x")),
+        dir.path().join("known_hosts"),
+    );
+    spec.connect_timeout = Duration::from_millis(1500);
+    let started = Instant::now();
+    let err = SshConnection::connect(&spec).unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(err, TransportError::ConnectTimeout { .. }),
+        "{err:?}"
+    );
+    assert!(err.is_transient());
+    assert!(
+        took >= Duration::from_millis(1400) && took < Duration::from_millis(2500),
+        "took {took:?}"
+    );
+}
+
+#[test]
+fn accept_new_records_the_key_then_a_changed_key_is_refused_with_the_fix() {
+    let mut fleet = Fleet::builder().nodes(1).start();
+    let known_hosts = fleet.dir().join("nested/dir/known_hosts");
+    let spec = {
+        let node = fleet.node(0);
+        spec_for(
+            node.endpoint(),
+            Auth::Password(fleet.root_password()),
+            known_hosts.clone(),
+        )
+    };
+    connect(&spec);
+    connect(&spec);
+    let text = fs::read_to_string(&known_hosts).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.starts_with(&format!("{} ssh-ed25519 ", fleet.node(0).host())),
+        "{text}"
+    );
+    let dir_mode = fs::metadata(known_hosts.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(dir_mode & 0o777, 0o700);
+
+    fleet.node_mut(0).restart_with_new_host_key();
+    let new_fp = fleet.node(0).host_key_fingerprint();
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(
+        matches!(err, TransportError::HostKeyChanged { .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_transient());
+    let msg = err.to_string();
+    let host = fleet.node(0).host().to_string();
+    assert!(msg.contains(&format!("{host}:22")), "{msg}");
+    assert!(msg.contains(&new_fp), "{msg}");
+    assert!(msg.contains(&known_hosts.display().to_string()), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "ssh-keygen -R '{host}' -f {}",
+            known_hosts.display()
+        )),
+        "{msg}"
+    );
+    // Nothing was added for the impostor key.
+    assert_eq!(fs::read_to_string(&known_hosts).unwrap(), text);
+
+    // Following the advice works.
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-R", &host, "-f"])
+        .arg(&known_hosts)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    connect(&spec);
+}
+
+#[test]
+fn strict_refuses_unknown_hosts_and_off_accepts_anything() {
+    let mut fleet = Fleet::builder().nodes(1).start();
+    let mut spec = password_spec(&fleet, fleet.node(0));
+    spec.host_key_policy = HostKeyPolicy::Strict;
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(
+        matches!(err, TransportError::HostKeyUnknown { .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_transient());
+    let msg = err.to_string();
+    assert!(msg.contains(&fleet.node(0).host_key_fingerprint()), "{msg}");
+    assert!(msg.contains("ssh-keyscan"), "{msg}");
+    assert!(!fleet.known_hosts().exists());
+
+    // Once recorded, strict accepts it.
+    spec.host_key_policy = HostKeyPolicy::AcceptNew;
+    connect(&spec);
+    spec.host_key_policy = HostKeyPolicy::Strict;
+    connect(&spec);
+
+    // Off: even a changed key is accepted, and nothing is written.
+    fleet.node_mut(0).restart_with_new_host_key();
+    let before = fs::read_to_string(fleet.known_hosts()).unwrap();
+    spec.host_key_policy = HostKeyPolicy::Off;
+    connect(&spec);
+    assert_eq!(fs::read_to_string(fleet.known_hosts()).unwrap(), before);
+}
+
+#[test]
+fn parallel_accept_new_workers_lose_no_entries() {
+    let fleet = Fleet::builder().nodes(6).start();
+    // A pre-existing line libssh2 cannot parse, and a comment, must survive.
+    fs::write(
+        fleet.known_hosts(),
+        "# mine\n@cert-authority *.example.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeFakeFake",
+    )
+    .unwrap();
+    std::thread::scope(|s| {
+        for node in fleet.nodes() {
+            let spec = password_spec(&fleet, node);
+            s.spawn(move || connect(&spec));
+        }
+    });
+    let text = fs::read_to_string(fleet.known_hosts()).unwrap();
+    assert!(text.starts_with("# mine\n@cert-authority *.example.com ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeFakeFake\n"), "{text}");
+    for node in fleet.nodes() {
+        let n = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{} ", node.host())))
+            .count();
+        assert_eq!(n, 1, "{}: {text}", node.host());
+    }
+}
+
+#[test]
+fn ipv6_node_uses_bracketed_known_hosts_entries() {
+    let fleet = Fleet::builder().nodes(1).all_nodes(NodeOpt::Ipv6).start();
+    let node = fleet.node(0);
+    assert_eq!(node.host(), "::1");
+    let mut conn = connect(&password_spec(&fleet, node));
+    assert!(run(&mut conn, "true").0.success());
+    let text = fs::read_to_string(fleet.known_hosts()).unwrap();
+    assert!(
+        text.starts_with(&format!("[::1]:{} ssh-ed25519 ", node.port())),
+        "{text}"
+    );
+}
+
+#[test]
+fn exec_streams_10_mib_of_stdin_byte_exact() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let mut conn = connect(&password_spec(&fleet, node));
+    let data = random_bytes(10 << 20, 7);
+    let mut out = Vec::new();
+    let exit = conn
+        .exec(
+            "cat > /tmp/in.bin",
+            Some(&mut Cursor::new(&data)),
+            far(),
+            &mut out,
+        )
+        .unwrap();
+    assert!(exit.success());
+    assert!(out.is_empty());
+    assert!(fs::read(node.tmp_path("in.bin")).unwrap() == data);
+}
+
+#[test]
+fn exec_with_large_input_and_output_at_once_does_not_deadlock() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let mut conn = connect(&password_spec(&fleet, fleet.node(0)));
+    let data = random_bytes(8 << 20, 11);
+    let mut out = Vec::new();
+    let exit = conn
+        .exec("cat", Some(&mut Cursor::new(&data)), far(), &mut out)
+        .unwrap();
+    assert!(exit.success());
+    assert!(out == data, "echoed {} of {} bytes", out.len(), data.len());
+}
+
+#[test]
+fn exec_deadline_times_out_promptly_and_kills_the_command() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let mut conn = connect(&password_spec(&fleet, node));
+    let started = Instant::now();
+    let mut out = Vec::new();
+    let err = conn
+        .exec(
+            "echo begun; sleep 30 & sleep 31; echo never",
+            None,
+            Instant::now() + Duration::from_secs(1),
+            &mut out,
+        )
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err:?}");
+    assert!(!err.is_transient());
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_millis(2500),
+        "took {took:?}\n{}",
+        node.log()
+    );
+    assert_eq!(String::from_utf8_lossy(&out), "begun\n");
+    assert!(err.to_string().contains("did not finish within"), "{err}");
+
+    // The whole process group is gone on the node, and the connection still works.
+    std::thread::sleep(Duration::from_millis(200));
+    let (exit, out) = run(&mut conn, "ps -eo comm= | grep -c '^sleep$' || true");
+    assert!(exit.success());
+    assert_eq!(out, "0\n");
+}
+
+#[test]
+fn exec_reports_a_killing_signal() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let mut conn = connect(&password_spec(&fleet, fleet.node(0)));
+    let (exit, _) = run(&mut conn, "kill -KILL $$");
+    assert_eq!(exit, RemoteExit::Signal("KILL".to_string()));
+    assert_eq!(exit.to_string(), "killed by signal KILL");
+}
+
+#[test]
+fn upload_sftp_arrives_byte_exact_with_its_mode() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let mut conn = connect(&password_spec(&fleet, node));
+    let data = random_bytes((5 << 20) + 12345, 3);
+    let (exit, _) = run(&mut conn, "mkdir -p /tmp/kubeedge/keadm");
+    assert!(exit.success());
+    // An existing longer file is truncated.
+    fs::write(node.tmp_path("kubeedge/keadm/keadm"), vec![0u8; 6 << 20]).unwrap();
+    let sent = conn
+        .upload_sftp(
+            &mut Cursor::new(&data),
+            "/tmp/kubeedge/keadm/keadm",
+            0o755,
+            far(),
+        )
+        .unwrap();
+    assert_eq!(sent, data.len() as u64);
+    let path = node.tmp_path("kubeedge/keadm/keadm");
+    assert!(fs::read(&path).unwrap() == data);
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o7777,
+        0o755
+    );
+
+    let err = conn
+        .upload_sftp(&mut Cursor::new(b"x"), "/tmp/no/such/dir/f", 0o644, far())
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Sftp { .. }), "{err:?}");
+    assert!(err.to_string().contains("/tmp/no/such/dir/f"), "{err}");
+}
+
+#[test]
+fn node_without_sftp_fails_upload_clearly() {
+    let fleet = Fleet::builder().nodes(1).all_nodes(NodeOpt::NoSftp).start();
+    let mut conn = connect(&password_spec(&fleet, fleet.node(0)));
+    let err = conn
+        .upload_sftp(&mut Cursor::new(b"data"), "/tmp/f", 0o644, far())
+        .unwrap_err();
+    assert!(
+        matches!(err, TransportError::SftpUnavailable { .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_transient());
+    assert!(err.to_string().contains("no SFTP subsystem"), "{err}");
+    // The connection survives for an exec fallback.
+    assert!(run(&mut conn, "true").0.success());
+}
+
+#[test]
+fn fake_architecture_via_uname_wrapper() {
+    let fleet = Fleet::builder()
+        .nodes(2)
+        .node_option(1, NodeOpt::Uname("aarch64"))
+        .start();
+    let real = String::from_utf8(Command::new("uname").arg("-m").output().unwrap().stdout).unwrap();
+    let mut conn = connect(&password_spec(&fleet, fleet.node(0)));
+    assert_eq!(run(&mut conn, "uname -m").1, real);
+    let mut conn = connect(&password_spec(&fleet, fleet.node(1)));
+    assert_eq!(
+        run(&mut conn, "uname -m; /bin/uname -m; arch").1,
+        "aarch64\naarch64\naarch64\n"
+    );
+    assert!(run(&mut conn, "uname -a").1.contains("aarch64"));
+}
+
+#[test]
+fn twenty_nodes_start_and_all_accept_a_connection() {
+    let started = Instant::now();
+    let fleet = Fleet::builder().nodes(20).start();
+    let start_time = started.elapsed();
+    let connected = Instant::now();
+    std::thread::scope(|s| {
+        for chunk in fleet.nodes().chunks(5) {
+            let fleet = &fleet;
+            s.spawn(move || {
+                for node in chunk {
+                    let mut conn = connect(&password_spec(fleet, node));
+                    assert_eq!(run(&mut conn, "echo ok").1, "ok\n");
+                }
+            });
+        }
+    });
+    eprintln!(
+        "fleet of 20: started in {start_time:?}, all connected and ran a command in {:?}",
+        connected.elapsed()
+    );
+    let mut hosts: Vec<_> = fleet.nodes().iter().map(|n| n.endpoint()).collect();
+    hosts.sort_by_key(|e| e.to_string());
+    hosts.dedup();
+    assert_eq!(hosts.len(), 20);
+    assert!(start_time < Duration::from_secs(10), "{start_time:?}");
+}
+
+#[test]
+fn killed_node_is_refused_and_restart_brings_it_back() {
+    let mut fleet = Fleet::builder().nodes(1).start();
+    let spec = password_spec(&fleet, fleet.node(0));
+    connect(&spec);
+    fleet.node_mut(0).kill_sshd();
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    fleet.node_mut(0).restart();
+    connect(&spec);
+}
+
+/// `cargo test --release --test transport -- --ignored --nocapture throughput`
+#[test]
+#[ignore = "benchmark; run by hand"]
+fn throughput_40_mib_sftp_vs_openssh_cat() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let data = random_bytes(40 << 20, 5);
+    let local = fleet.dir().join("blob");
+    fs::write(&local, &data).unwrap();
+
+    let mut conn = connect(&password_spec(&fleet, node));
+    for _ in 0..3 {
+        let t = Instant::now();
+        conn.upload_sftp(
+            &mut fs::File::open(&local).unwrap(),
+            "/tmp/blob",
+            0o755,
+            far(),
+        )
+        .unwrap();
+        let s = t.elapsed().as_secs_f64();
+        eprintln!("upload_sftp 40 MiB: {s:.3} s = {:.0} MiB/s", 40.0 / s);
+    }
+    assert!(fs::read(node.tmp_path("blob")).unwrap() == data);
+
+    let key = fleet.private_key(KeyKind::Ed25519);
+    for _ in 0..3 {
+        let t = Instant::now();
+        let status = Command::new("ssh")
+            .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"])
+            .arg("-o")
+            .arg(format!(
+                "UserKnownHostsFile={}",
+                fleet.dir().join("kh-ssh").display()
+            ))
+            .args(["-c", "aes128-gcm@openssh.com", "-i"])
+            .arg(&key)
+            .args(["-p", &node.port().to_string()])
+            .arg(format!("root@{}", node.host()))
+            .arg("cat > /tmp/blob2")
+            .stdin(fs::File::open(&local).unwrap())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let s = t.elapsed().as_secs_f64();
+        eprintln!(
+            "ssh -c aes128-gcm 'cat > f' 40 MiB: {s:.3} s = {:.0} MiB/s",
+            40.0 / s
+        );
+    }
+}
+
+#[test]
+fn jump_host_carries_exec_and_upload_to_the_node_behind_it() {
+    let mut fleet = Fleet::builder().nodes(2).start();
+    let mut spec = password_spec(&fleet, fleet.node(1));
+    spec.jump = Some(Box::new(password_spec(&fleet, fleet.node(0))));
+    let mut conn = connect(&spec);
+    assert_eq!(
+        conn.host_key_fingerprint(),
+        fleet.node(1).host_key_fingerprint()
+    );
+    let (exit, out) = run(&mut conn, "echo via-jump; exit 4");
+    assert_eq!((exit, out.as_str()), (RemoteExit::Code(4), "via-jump\n"));
+    let data = random_bytes(5 << 20, 9);
+    conn.upload_sftp(&mut Cursor::new(&data), "/tmp/blob", 0o600, far())
+        .unwrap();
+    assert!(fs::read(fleet.node(1).tmp_path("blob")).unwrap() == data);
+    // Both hosts were recorded under their own entries.
+    let text = fs::read_to_string(fleet.known_hosts()).unwrap();
+    for i in 0..2 {
+        let host = fleet.node(i).host().to_string();
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{host} "))),
+            "{text}"
+        );
+    }
+
+    // The traffic really goes through the jump host: without it the session is lost.
+    fleet.node_mut(0).kill_sshd();
+    let err = conn.exec("true", None, far(), &mut Vec::new()).unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+}
+
+#[test]
+fn jump_host_failures_name_both_hosts_and_keep_their_class() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let mut jump = password_spec(&fleet, fleet.node(0));
+    jump.auth = Auth::Password(Secret::new("wrong"));
+    let mut spec = password_spec(&fleet, fleet.node(1));
+    spec.jump = Some(Box::new(jump));
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(matches!(err, TransportError::Jump { .. }), "{err:?}");
+    assert!(!err.is_transient());
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&fleet.node(1).endpoint().to_string())
+            && msg.contains("rejected the password")
+            && msg.contains(&fleet.node(0).endpoint().to_string()),
+        "{msg}"
+    );
+
+    // A target that is not listening: the jump host's "connect failed" is transient.
+    let mut spec = spec_for(
+        refused_endpoint(),
+        Auth::Password(fleet.root_password()),
+        fleet.known_hosts(),
+    );
+    spec.jump = Some(Box::new(password_spec(&fleet, fleet.node(0))));
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(matches!(err, TransportError::Jump { .. }), "{err:?}");
+    assert!(err.is_transient(), "{err:?}: {err}");
+}
+
+#[test]
+fn hashed_known_hosts_entries_are_matched() {
+    let mut fleet = Fleet::builder().nodes(1).start();
+    let spec = password_spec(&fleet, fleet.node(0));
+    connect(&spec);
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-H", "-f"])
+        .arg(fleet.known_hosts())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let hashed = fs::read_to_string(fleet.known_hosts()).unwrap();
+    assert!(hashed.starts_with("|1|"), "{hashed}");
+    connect(&spec);
+    assert_eq!(fs::read_to_string(fleet.known_hosts()).unwrap(), hashed);
+
+    fleet.node_mut(0).restart_with_new_host_key();
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(
+        matches!(err, TransportError::HostKeyChanged { .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn fake_keadm_records_args_stdin_and_exit_on_the_node() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let local = fleet.dir().join("fake-keadm");
+    FakeKeadm::new()
+        .prints("joining")
+        .prints_stderr("it's a warning")
+        .reads_stdin_line()
+        .exits_with(5)
+        .write_to(&local)
+        .unwrap();
+    let mut conn = connect(&password_spec(&fleet, node));
+    assert!(run(&mut conn, "mkdir -p /tmp/kubeedge/keadm").0.success());
+    conn.upload_sftp(
+        &mut fs::File::open(&local).unwrap(),
+        "/tmp/kubeedge/keadm/keadm",
+        0o755,
+        far(),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let exit = conn
+        .exec(
+            "cd /tmp/kubeedge/keadm && ./keadm join --token='a b' --x=1",
+            Some(&mut Cursor::new(b"secret-line\nmore\n")),
+            far(),
+            &mut out,
+        )
+        .unwrap();
+    assert_eq!(exit, RemoteExit::Code(5));
+    assert_eq!(String::from_utf8_lossy(&out), "joining\nit's a warning\n");
+
+    let calls = fake_keadm::calls(&node.tmp_path("kubeedge/keadm/keadm"));
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let call = &calls[0];
+    assert_eq!(call.args, ["join", "--token=a b", "--x=1"]);
+    assert_eq!(call.cwd, "/tmp/kubeedge/keadm");
+    assert_eq!(call.stdin_line.as_deref(), Some("secret-line"));
+    assert_eq!(call.exit_code, Some(5));
+    assert!(
+        call.end.unwrap() >= call.start && call.start > 1.0e9,
+        "{call:?}"
+    );
+}
