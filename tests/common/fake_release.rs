@@ -12,6 +12,8 @@ pub struct FakeRelease {
     pub evil_entry: bool,
     /// Leaves out `keadm/keadm`.
     pub omit_binary: bool,
+    /// The content of `keadm/keadm`; a script that prints its version by default.
+    pub binary: Option<Vec<u8>>,
 }
 
 pub struct Built {
@@ -31,7 +33,14 @@ impl FakeRelease {
             arch: arch.to_string(),
             evil_entry: false,
             omit_binary: false,
+            binary: None,
         }
+    }
+
+    /// Ships `content` as `keadm/keadm` (a fake keadm script, say).
+    pub fn with_binary(mut self, content: &[u8]) -> FakeRelease {
+        self.binary = Some(content.to_vec());
+        self
     }
 
     pub fn with_evil_entry(mut self) -> FakeRelease {
@@ -56,11 +65,11 @@ impl FakeRelease {
 
     pub fn build(&self) -> Built {
         let top = format!("keadm-{}-linux-{}", self.version, self.arch);
-        let binary = format!(
+        let binary = self.binary.clone().unwrap_or_else(|| format!(
             "#!/bin/sh\n# fake keadm {} for linux/{}\necho \"keadm version: {}\"\n",
             self.version, self.arch, self.version
         )
-        .into_bytes();
+        .into_bytes());
         let mut builder = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
         append_dir(&mut builder, &format!("{top}/"));
         append_file(

@@ -5,4 +5,5 @@ pub mod fake_keadm;
 pub mod fake_release;
 pub mod fleet;
 pub mod http_server;
+pub mod scenario;
 pub mod test;

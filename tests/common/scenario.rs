@@ -1,0 +1,261 @@
+//! End-to-end scenarios: a fleet of real sshd nodes, an offline keadm release whose
+//! `keadm` is a fake script, a config pointing at the nodes, and the keadm-batch binary
+//! run against them in a scratch directory.
+//!
+//! ```ignore
+//! let fleet = Fleet::builder().nodes(3).start();
+//! let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("joined"));
+//! let out = sc.run(&[]);           // writes config.yaml and runs `batch -c config.yaml`
+//! out.status(0);
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::fake_keadm::FakeKeadm;
+use super::fake_release::FakeRelease;
+use super::fleet::{Fleet, Node};
+
+pub const VERSION: &str = "v1.23.1";
+
+/// How a node in the generated config logs in.
+#[derive(Clone, Debug)]
+pub enum Login {
+    Password(String),
+    Key(PathBuf),
+    KeyWithPassphrase(PathBuf, String),
+    Agent,
+}
+
+pub struct Scenario<'f> {
+    pub fleet: &'f Fleet,
+    pub dir: tempfile::TempDir,
+    pub keadm: FakeKeadm,
+    pub login: Login,
+    /// Extra YAML lines for every node (indented 4 spaces), e.g. `"timeoutSeconds: 2"`.
+    pub node_extra: Vec<String>,
+    /// Extra top-level YAML lines.
+    pub top_extra: Vec<String>,
+    pub keadm_cmd: String,
+    pub max_run_num: usize,
+    /// Which fleet nodes are in the config (all by default).
+    pub nodes: Option<Vec<usize>>,
+}
+
+impl<'f> Scenario<'f> {
+    pub fn new(fleet: &'f Fleet) -> Scenario<'f> {
+        let dir = tempfile::Builder::new()
+            .prefix("keadm-batch-run")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        Scenario {
+            fleet,
+            dir,
+            keadm: FakeKeadm::new(),
+            login: Login::Password(fleet.root_password().expose().to_string()),
+            node_extra: Vec::new(),
+            top_extra: Vec::new(),
+            keadm_cmd: "join --cloudcore-ipport=192.0.2.10:10000 --edgenode-name={name} --token=abc.def".into(),
+            max_run_num: 5,
+            nodes: None,
+        }
+    }
+
+    pub fn keadm(mut self, fake: FakeKeadm) -> Self {
+        self.keadm = fake;
+        self
+    }
+
+    pub fn login(mut self, login: Login) -> Self {
+        self.login = login;
+        self
+    }
+
+    pub fn cmd(mut self, cmd: &str) -> Self {
+        self.keadm_cmd = cmd.to_string();
+        self
+    }
+
+    pub fn node_yaml(mut self, line: &str) -> Self {
+        self.node_extra.push(line.to_string());
+        self
+    }
+
+    pub fn top_yaml(mut self, line: &str) -> Self {
+        self.top_extra.push(line.to_string());
+        self
+    }
+
+    pub fn max_run_num(mut self, n: usize) -> Self {
+        self.max_run_num = n;
+        self
+    }
+
+    pub fn only_nodes(mut self, nodes: &[usize]) -> Self {
+        self.nodes = Some(nodes.to_vec());
+        self
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn staging_dir(&self) -> PathBuf {
+        self.path("staging")
+    }
+
+    /// The node name used for fleet node `i`.
+    pub fn name(i: usize) -> String {
+        format!("edge-{i:02}")
+    }
+
+    /// Writes the offline packages (every arch) with the fake keadm inside.
+    fn write_packages(&self) {
+        let script = self.keadm.script();
+        for arch in ["amd64", "arm64", "arm"] {
+            let release = FakeRelease::new(VERSION, arch).with_binary(script.as_bytes());
+            let built = release.build();
+            let dir = self.path("packages").join(arch);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(release.file_name()), &built.bytes).unwrap();
+            std::fs::write(dir.join(release.checksum_name()), format!("{}\n", built.sha512)).unwrap();
+        }
+    }
+
+    fn auth_yaml(&self) -> String {
+        match &self.login {
+            Login::Password(pw) => format!("auth:\n        type: password\n        passwordAuth:\n          password: '{pw}'"),
+            Login::Key(path) => format!("auth:\n        type: privateKey\n        privateKeyAuth:\n          privateKeyPath: {}", path.display()),
+            Login::KeyWithPassphrase(path, pass) => format!(
+                "auth:\n        type: privateKey\n        privateKeyAuth:\n          privateKeyPath: {}\n          passphrase: '{pass}'",
+                path.display()
+            ),
+            Login::Agent => "auth:\n        type: agent".to_string(),
+        }
+    }
+
+    pub fn node_block(&self, i: usize, node: &Node) -> String {
+        let name = Scenario::name(i);
+        let mut s = format!(
+            "  - nodeName: {name}\n    keadmCmd: '{}'\n    ssh:\n      ip: '{}'\n      port: {}\n      username: root\n      {}\n",
+            self.keadm_cmd.replace("{name}", &name),
+            node.host(),
+            node.port(),
+            self.auth_yaml()
+        );
+        for extra in &self.node_extra {
+            s.push_str(&format!("    {extra}\n"));
+        }
+        s
+    }
+
+    pub fn config_text(&self) -> String {
+        let mut s = format!(
+            "keadm:\n  download:\n    enable: false\n  keadmVersion: {VERSION}\n  archGroup: [amd64]\n  offlinePackageDir: {}\nmaxRunNum: {}\n",
+            self.path("packages").display(),
+            self.max_run_num
+        );
+        for extra in &self.top_extra {
+            s.push_str(extra);
+            s.push('\n');
+        }
+        s.push_str("nodes:\n");
+        let picked: Vec<usize> = self.nodes.clone().unwrap_or_else(|| (0..self.fleet.nodes().len()).collect());
+        for i in picked {
+            s.push_str(&self.node_block(i, self.fleet.node(i)));
+        }
+        s
+    }
+
+    /// Writes config and packages (if absent) and returns the command to run.
+    pub fn command(&self, extra: &[&str]) -> Command {
+        if !self.path("packages").exists() {
+            self.write_packages();
+        }
+        let config = self.path("config.yaml");
+        if !config.exists() {
+            std::fs::write(&config, self.config_text()).unwrap();
+        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_keadm-batch"));
+        cmd.current_dir(self.dir.path())
+            .env("HOME", self.dir.path())
+            .env_remove("RUST_LOG")
+            .args(["batch", "-c", "config.yaml", "--known-hosts"])
+            .arg(self.fleet.known_hosts())
+            .arg("--staging-dir")
+            .arg(self.staging_dir())
+            .args(extra);
+        cmd
+    }
+
+    pub fn run(&self, extra: &[&str]) -> RunOutput {
+        let out = self.command(extra).output().unwrap();
+        RunOutput {
+            status: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            dir: self.dir.path().to_path_buf(),
+        }
+    }
+}
+
+pub struct RunOutput {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub dir: PathBuf,
+}
+
+impl RunOutput {
+    pub fn status(&self, code: i32) -> &Self {
+        assert_eq!(self.status, code, "exit status\n--- stdout:\n{}\n--- stderr:\n{}", self.stdout, self.stderr);
+        self
+    }
+
+    /// `batch_process_log.txt`, as lines.
+    pub fn log_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("batch_process_log.txt"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    pub fn log_has(&self, line: &str) -> &Self {
+        let lines = self.log_lines();
+        assert!(lines.iter().any(|l| l == line), "log lacks {line:?}:\n{}\n--- stderr:\n{}", lines.join("\n"), self.stderr);
+        self
+    }
+
+    pub fn log_line_starting(&self, prefix: &str) -> String {
+        let lines = self.log_lines();
+        lines
+            .iter()
+            .find(|l| l.starts_with(prefix))
+            .cloned()
+            .unwrap_or_else(|| panic!("no log line starts with {prefix:?}:\n{}\n--- stderr:\n{}", lines.join("\n"), self.stderr))
+    }
+
+    pub fn latest_run(&self) -> PathBuf {
+        self.dir.join("batch_runs").join("latest")
+    }
+
+    pub fn transcript(&self, i: usize) -> String {
+        let path = self.latest_run().join("nodes").join(format!("{}-{}.log", i + 1, Scenario::name(i)));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    pub fn summary(&self) -> serde_json::Value {
+        let text = std::fs::read_to_string(self.latest_run().join("summary.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+/// The path of keadm in a node's default remote dir.
+pub fn remote_keadm(node: &Node) -> PathBuf {
+    node.tmp_path("kubeedge/keadm/keadm")
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}
