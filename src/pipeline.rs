@@ -580,7 +580,7 @@ impl Run<'_, '_> {
                 "failed (the command may have ended already)"
             }
         ));
-        ok || matches!(result, Ok(_))
+        result.is_ok()
     }
 }
 

@@ -119,8 +119,10 @@ fn token_value_len(s: &str) -> usize {
             Some(q) if c == q => quote = None,
             Some(_) => {}
             None if c == '\'' || c == '"' => quote = Some(c),
-            None if c.is_whitespace() || c == ';' || c == '&' || c == '|' => return i,
-            None => {}
+            // Tokens are `<hex>.<JWT>`: base64url and dots. Anything else ends the value,
+            // so the `:` after a token in an error message survives.
+            None if c.is_ascii_alphanumeric() || "._-+/=".contains(c) => {}
+            None => return i,
         }
     }
     s.len()
@@ -148,6 +150,10 @@ mod tests {
             "join --token=*** && ls"
         );
         assert_eq!(mask_token_flags("--token-file=/x"), "--token-file=/x");
+        assert_eq!(
+            mask_token_flags("x --token=a.b: failed"),
+            "x --token=***: failed"
+        );
     }
 
     #[test]

@@ -10,25 +10,472 @@ use common::scenario::{Login, Scenario, remote_keadm};
 #[test]
 fn password_login_enrolls_every_node() {
     let fleet = Fleet::builder().nodes(3).start();
-    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("I0806 join.go:78] 10. Install Complete!"));
+    let sc = Scenario::new(&fleet)
+        .keadm(FakeKeadm::new().prints("I0806 join.go:78] 10. Install Complete!"));
     let out = sc.run(&[]);
     out.status(0);
     for i in 0..3 {
-        out.log_has(&format!("Successfully processed node {}", Scenario::name(i)));
+        out.log_has(&format!(
+            "Successfully processed node {}",
+            Scenario::name(i)
+        ));
         let calls = fake_keadm::calls(&remote_keadm(fleet.node(i)));
         assert_eq!(calls.len(), 1, "node {i} ran keadm once");
         assert_eq!(calls[0].cwd, "/tmp/kubeedge/keadm");
         assert_eq!(
             calls[0].args,
-            ["join", "--cloudcore-ipport=192.0.2.10:10000", &format!("--edgenode-name={}", Scenario::name(i)), "--token=abc.def"]
+            [
+                "join",
+                "--cloudcore-ipport=192.0.2.10:10000",
+                &format!("--edgenode-name={}", Scenario::name(i)),
+                "--token=abc.def"
+            ]
         );
         let transcript = out.transcript(i);
         assert!(transcript.contains("Install Complete!"), "{transcript}");
         assert!(transcript.contains("--token=***"), "{transcript}");
-        assert!(!transcript.contains("abc.def"), "the token leaked into the transcript");
+        assert!(
+            !transcript.contains("abc.def"),
+            "the token leaked into the transcript"
+        );
     }
     assert_eq!(out.log_lines().len(), 3);
     let summary = out.summary();
     assert_eq!(summary["totals"]["succeeded"], 3);
     assert_eq!(summary["nodes"][0]["arch"], "amd64");
+}
+
+#[test]
+fn key_logins_work_plain_pem_and_with_passphrase() {
+    let fleet = Fleet::builder().nodes(3).start();
+    for (i, login) in [
+        Login::Key(fleet.private_key(KeyKind::Ed25519)),
+        Login::Key(fleet.private_key(KeyKind::RsaPem)),
+        Login::KeyWithPassphrase(
+            fleet.private_key(KeyKind::Ed25519Passphrase),
+            fleet.key_passphrase().expose().to_string(),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let sc = Scenario::new(&fleet).login(login).only_nodes(&[i]);
+        let out = sc.run(&[]);
+        out.status(0).log_has(&format!(
+            "Successfully processed node {}",
+            Scenario::name(i)
+        ));
+        assert_eq!(fake_keadm::calls(&remote_keadm(fleet.node(i))).len(), 1);
+        let transcript = std::fs::read_to_string(
+            out.latest_run()
+                .join("nodes")
+                .join(format!("1-{}.log", Scenario::name(i))),
+        )
+        .unwrap();
+        assert!(
+            !transcript.contains(fleet.key_passphrase().expose()),
+            "passphrase leaked"
+        );
+    }
+}
+
+#[test]
+fn agent_login_uses_ssh_auth_sock() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let key = fleet.private_key(KeyKind::Ed25519);
+    let agent_dir = tempfile::tempdir().unwrap();
+    let sock = agent_dir.path().join("agent.sock");
+    let mut agent = std::process::Command::new("ssh-agent")
+        .arg("-D")
+        .arg("-a")
+        .arg(&sock)
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let added = std::process::Command::new("ssh-add")
+        .arg(&key)
+        .env("SSH_AUTH_SOCK", &sock)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let sc = Scenario::new(&fleet).login(Login::Agent);
+    let out = sc
+        .command(&[])
+        .env("SSH_AUTH_SOCK", &sock)
+        .output()
+        .unwrap();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fake_keadm::calls(&remote_keadm(fleet.node(0))).len(), 1);
+}
+
+#[test]
+fn wrong_password_fails_without_retry() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet).login(Login::Password("not-the-password".into()));
+    let out = sc.run(&[]);
+    out.status(1);
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(line.contains("failed to connect to edge-00"), "{line}");
+    assert!(
+        line.contains("rejected the password for user root"),
+        "{line}"
+    );
+    assert!(!line.contains("not-the-password"), "{line}");
+    assert_eq!(
+        out.summary()["nodes"][0]["connect_attempts"],
+        1,
+        "auth failures are not retried"
+    );
+    assert!(!remote_keadm(fleet.node(0)).exists());
+}
+
+#[test]
+fn refused_port_is_retried_then_reported() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let refused = common::fleet::refused_endpoint();
+    let sc = Scenario::new(&fleet).top_yaml("retries: 1");
+    std::fs::write(
+        sc.path("config.yaml"),
+        sc.config_text()
+            .replace(
+                &format!("port: {}", fleet.node(0).port()),
+                &format!("port: {}", refused.port),
+            )
+            .replace(
+                &format!("ip: '{}'", fleet.node(0).host()),
+                &format!("ip: '{}'", refused.host),
+            ),
+    )
+    .unwrap();
+    let out = sc.run(&[]);
+    out.status(1);
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(line.contains("refused the connection"), "{line}");
+    assert!(line.contains("after 2 attempts"), "{line}");
+    assert_eq!(out.summary()["nodes"][0]["connect_attempts"], 2);
+    assert!(out.transcript(0).contains("attempt 1 of 2 failed"));
+}
+
+#[test]
+fn changed_host_key_fails_under_accept_new_and_unknown_fails_under_strict() {
+    let mut fleet = Fleet::builder().nodes(1).start();
+    {
+        let sc = Scenario::new(&fleet);
+        sc.run(&[]).status(0);
+        let known = std::fs::read_to_string(fleet.known_hosts()).unwrap();
+        assert!(
+            known.contains(fleet.node(0).host()),
+            "accept-new recorded the host: {known}"
+        );
+    }
+    fleet.node_mut(0).restart_with_new_host_key();
+    let new_fp = fleet.node(0).host_key_fingerprint();
+    {
+        let sc = Scenario::new(&fleet);
+        let out = sc.run(&[]);
+        out.status(1);
+        let line = out.log_line_starting("Failed to process node edge-00: ");
+        assert!(line.contains("host key of the node"), "{line}");
+        assert!(
+            line.contains(&new_fp),
+            "names the new fingerprint {new_fp}: {line}"
+        );
+        assert!(line.contains("ssh-keygen -R"), "{line}");
+        assert_eq!(
+            out.summary()["nodes"][0]["connect_attempts"],
+            1,
+            "never retried"
+        );
+    }
+    std::fs::remove_file(fleet.known_hosts()).unwrap();
+    let sc = Scenario::new(&fleet);
+    let out = sc.run(&["--host-key-policy", "strict"]);
+    out.status(1);
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(line.contains("host-key policy is strict"), "{line}");
+    assert!(
+        !fleet.known_hosts().exists()
+            || !std::fs::read_to_string(fleet.known_hosts())
+                .unwrap()
+                .contains(fleet.node(0).host())
+    );
+}
+
+#[test]
+fn keadm_failure_puts_its_exit_status_in_the_log() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let sc = Scenario::new(&fleet).keadm(
+        FakeKeadm::new()
+            .prints_stderr("Error: EdgeCore is already running on this node")
+            .exits_with(3),
+    );
+    let out = sc.run(&[]);
+    out.status(1);
+    let line = out.log_line_starting("Failed to process node edge-01: ");
+    assert_eq!(
+        line,
+        "Failed to process node edge-01: failed to execute keadm command cd /tmp/kubeedge/keadm && ./keadm join --cloudcore-ipport=192.0.2.10:10000 --edgenode-name=edge-01 --token=***: Process exited with status 3 (last output: Error: EdgeCore is already running on this node)"
+    );
+    assert_eq!(out.summary()["nodes"][1]["exit_status"], 3);
+    assert!(
+        out.stderr.contains("2 of 2 selected nodes did not succeed"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn reset_receives_yes_on_stdin() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet)
+        .keadm(FakeKeadm::new().reads_stdin_line())
+        .cmd("reset edge");
+    sc.run(&[]).status(0);
+    let calls = fake_keadm::calls(&remote_keadm(fleet.node(0)));
+    assert_eq!(calls[0].args, ["reset", "edge"]);
+    assert_eq!(calls[0].stdin_line.as_deref(), Some("y"));
+}
+
+#[test]
+fn copy_from_files_arrive_with_their_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet);
+    let files = sc.path("files");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("install.sh"), "#!/bin/sh\necho pre-run\n").unwrap();
+    std::fs::set_permissions(
+        files.join("install.sh"),
+        std::fs::Permissions::from_mode(0o750),
+    )
+    .unwrap();
+    std::fs::write(files.join("ca.crt"), "CERT").unwrap();
+    std::fs::set_permissions(files.join("ca.crt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let sc = sc.node_yaml(&format!("copyFrom: {}", files.display()));
+    sc.run(&[]).status(0);
+    let node = fleet.node(0);
+    for (name, mode, content) in [
+        ("install.sh", 0o750, "#!/bin/sh\necho pre-run\n"),
+        ("ca.crt", 0o600, "CERT"),
+    ] {
+        let path = node.tmp_path(&format!("kubeedge/keadm/{name}"));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), content);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            mode,
+            "{name}"
+        );
+    }
+    let keadm_mode = std::fs::metadata(remote_keadm(node))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(keadm_mode, 0o755);
+    let dir_mode = std::fs::metadata(node.tmp_path("kubeedge/keadm"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(dir_mode, 0o700, "the upload dir is owner-only");
+}
+
+#[test]
+fn keadm_bin_dir_skips_the_upload() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let preinstalled = node.tmp_path("preinstalled/keadm");
+    FakeKeadm::new().write_to(&preinstalled).unwrap();
+    let sc = Scenario::new(&fleet).node_yaml("keadmBinDir: /tmp/preinstalled");
+    let out = sc.run(&[]);
+    out.status(0);
+    let calls = fake_keadm::calls(&preinstalled);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].cwd, "/tmp/preinstalled");
+    assert!(!remote_keadm(node).exists(), "nothing uploaded");
+    assert!(
+        node.tmp_path("kubeedge/keadm").is_dir(),
+        "the dir is still made, as keadm does"
+    );
+    assert_eq!(out.summary()["nodes"][0]["bytes_uploaded"], 0);
+    assert!(!sc.staging_dir().join("bin").exists(), "nothing staged");
+}
+
+#[test]
+fn each_arch_gets_its_own_build() {
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .node_option(1, NodeOpt::Uname("aarch64"))
+        .node_option(2, NodeOpt::Uname("armv7l"))
+        .start();
+    let sc = Scenario::new(&fleet).arch_group("[amd64, arm64, arm]");
+    let out = sc.run(&[]);
+    out.status(0);
+    for (i, arch) in [(0, "amd64"), (1, "arm64"), (2, "arm")] {
+        let script = std::fs::read_to_string(remote_keadm(fleet.node(i))).unwrap();
+        assert!(
+            script.ends_with(&format!("# arch={arch}\n")),
+            "node {i}: {script}"
+        );
+        assert_eq!(out.summary()["nodes"][i]["arch"], arch);
+    }
+}
+
+#[test]
+fn an_arch_keadm_has_no_build_for_fails_that_node_only() {
+    let fleet = Fleet::builder()
+        .nodes(2)
+        .node_option(1, NodeOpt::Uname("riscv64"))
+        .start();
+    let sc = Scenario::new(&fleet);
+    let out = sc.run(&[]);
+    out.status(1);
+    out.log_has("Successfully processed node edge-00");
+    let line = out.log_line_starting("Failed to process node edge-01: ");
+    assert!(
+        line.contains("keadm publishes no build for riscv64"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_command_past_its_deadline_is_killed_on_the_node() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet)
+        .keadm(
+            FakeKeadm::new()
+                .prints("waiting for certificates")
+                .sleeps(60.0),
+        )
+        .node_yaml("timeoutSeconds: 2");
+    let started = std::time::Instant::now();
+    let out = sc.run(&[]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    out.status(1);
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(
+        line.contains("ran past its 2 s deadline and was killed on the node"),
+        "{line}"
+    );
+    assert_eq!(out.summary()["nodes"][0]["phase"], "timed_out");
+    let calls = fake_keadm::calls(&remote_keadm(fleet.node(0)));
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].end, None, "keadm never finished");
+    // Nothing of the command is left running on the node.
+    let ps = fleet
+        .node(0)
+        .shell("ps -eo args | grep -c '[s]leep 60' || true");
+    assert_eq!(
+        String::from_utf8_lossy(&ps.stdout).trim(),
+        "0",
+        "the sleep was killed"
+    );
+}
+
+#[test]
+fn twenty_nodes_never_exceed_max_run_num() {
+    let fleet = Fleet::builder().nodes(20).start();
+    let sc = Scenario::new(&fleet)
+        .keadm(FakeKeadm::new().sleeps(0.4))
+        .max_run_num(5);
+    let started = std::time::Instant::now();
+    let out = sc.run(&[]);
+    let wall = started.elapsed();
+    out.status(0);
+    assert_eq!(out.log_lines().len(), 20);
+    let mut events = Vec::new();
+    for i in 0..20 {
+        let calls = fake_keadm::calls(&remote_keadm(fleet.node(i)));
+        assert_eq!(calls.len(), 1);
+        events.push((calls[0].start, 1));
+        events.push((calls[0].end.unwrap(), -1));
+    }
+    events.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let (mut running, mut peak) = (0, 0);
+    for (_, delta) in events {
+        running += delta;
+        peak = peak.max(running);
+    }
+    assert!(peak <= 5, "{peak} keadm commands ran at once");
+    assert!(peak >= 2, "the nodes did run in parallel ({peak})");
+    eprintln!(
+        "20 nodes, maxRunNum 5, keadm sleeping 0.4 s: {:.2} s wall",
+        wall.as_secs_f64()
+    );
+}
+
+#[test]
+fn a_second_run_skips_the_identical_upload() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet);
+    let first = sc.run(&[]);
+    first.status(0);
+    assert!(
+        first.summary()["nodes"][0]["bytes_uploaded"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let sidecar =
+        std::fs::read_to_string(fleet.node(0).tmp_path("kubeedge/keadm/keadm.sha256")).unwrap();
+    assert_eq!(sidecar.trim().len(), 64);
+    let second = sc.run(&[]);
+    second.status(0);
+    assert_eq!(second.summary()["nodes"][0]["bytes_uploaded"], 0);
+    assert_eq!(second.summary()["nodes"][0]["uploads_skipped"], 1);
+    assert!(second.transcript(0).contains("already on the node"));
+    assert_eq!(
+        fake_keadm::calls(&remote_keadm(fleet.node(0))).len(),
+        2,
+        "keadm still ran twice"
+    );
+    // A tampered binary is noticed by size or sidecar and replaced.
+    std::fs::write(remote_keadm(fleet.node(0)), "#!/bin/sh\nexit 9\n").unwrap();
+    let third = sc.run(&[]);
+    third.status(0);
+    assert!(
+        third.summary()["nodes"][0]["bytes_uploaded"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+}
+
+#[test]
+fn staging_failure_exits_3_and_keeps_the_previous_log() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet).arch_group("[amd64]");
+    std::fs::write(
+        sc.path("batch_process_log.txt"),
+        "Successfully processed node earlier\n",
+    )
+    .unwrap();
+    sc.run(&["--dry-run"]).status(0);
+    std::fs::remove_dir_all(sc.path("packages/amd64")).unwrap();
+    let out = sc.run(&[]);
+    out.status(3);
+    assert!(
+        out.stderr
+            .contains("keadm-v1.23.1-linux-amd64.tar.gz does not exist"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.log_lines(), ["Successfully processed node earlier"]);
+    assert!(!remote_keadm(fleet.node(0)).exists());
+    assert!(
+        !fleet.node(0).tmp_path("kubeedge").exists(),
+        "no node was touched"
+    );
 }

@@ -65,11 +65,13 @@ impl FakeRelease {
 
     pub fn build(&self) -> Built {
         let top = format!("keadm-{}-linux-{}", self.version, self.arch);
-        let binary = self.binary.clone().unwrap_or_else(|| format!(
-            "#!/bin/sh\n# fake keadm {} for linux/{}\necho \"keadm version: {}\"\n",
-            self.version, self.arch, self.version
-        )
-        .into_bytes());
+        let binary = self.binary.clone().unwrap_or_else(|| {
+            format!(
+                "#!/bin/sh\n# fake keadm {} for linux/{}\necho \"keadm version: {}\"\n",
+                self.version, self.arch, self.version
+            )
+            .into_bytes()
+        });
         let mut builder = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
         append_dir(&mut builder, &format!("{top}/"));
         append_file(

@@ -40,6 +40,7 @@ pub struct Scenario<'f> {
     pub max_run_num: usize,
     /// Which fleet nodes are in the config (all by default).
     pub nodes: Option<Vec<usize>>,
+    pub arch_group: String,
 }
 
 impl<'f> Scenario<'f> {
@@ -55,10 +56,18 @@ impl<'f> Scenario<'f> {
             login: Login::Password(fleet.root_password().expose().to_string()),
             node_extra: Vec::new(),
             top_extra: Vec::new(),
-            keadm_cmd: "join --cloudcore-ipport=192.0.2.10:10000 --edgenode-name={name} --token=abc.def".into(),
+            keadm_cmd:
+                "join --cloudcore-ipport=192.0.2.10:10000 --edgenode-name={name} --token=abc.def"
+                    .into(),
             max_run_num: 5,
             nodes: None,
+            arch_group: "[amd64]".into(),
         }
+    }
+
+    pub fn arch_group(mut self, group: &str) -> Self {
+        self.arch_group = group.to_string();
+        self
     }
 
     pub fn keadm(mut self, fake: FakeKeadm) -> Self {
@@ -111,21 +120,31 @@ impl<'f> Scenario<'f> {
 
     /// Writes the offline packages (every arch) with the fake keadm inside.
     fn write_packages(&self) {
-        let script = self.keadm.script();
         for arch in ["amd64", "arm64", "arm"] {
+            // A comment names the arch, so a test can tell which build a node received.
+            let script = format!("{}# arch={arch}\n", self.keadm.script());
             let release = FakeRelease::new(VERSION, arch).with_binary(script.as_bytes());
             let built = release.build();
             let dir = self.path("packages").join(arch);
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join(release.file_name()), &built.bytes).unwrap();
-            std::fs::write(dir.join(release.checksum_name()), format!("{}\n", built.sha512)).unwrap();
+            std::fs::write(
+                dir.join(release.checksum_name()),
+                format!("{}\n", built.sha512),
+            )
+            .unwrap();
         }
     }
 
     fn auth_yaml(&self) -> String {
         match &self.login {
-            Login::Password(pw) => format!("auth:\n        type: password\n        passwordAuth:\n          password: '{pw}'"),
-            Login::Key(path) => format!("auth:\n        type: privateKey\n        privateKeyAuth:\n          privateKeyPath: {}", path.display()),
+            Login::Password(pw) => format!(
+                "auth:\n        type: password\n        passwordAuth:\n          password: '{pw}'"
+            ),
+            Login::Key(path) => format!(
+                "auth:\n        type: privateKey\n        privateKeyAuth:\n          privateKeyPath: {}",
+                path.display()
+            ),
             Login::KeyWithPassphrase(path, pass) => format!(
                 "auth:\n        type: privateKey\n        privateKeyAuth:\n          privateKeyPath: {}\n          passphrase: '{pass}'",
                 path.display()
@@ -151,7 +170,8 @@ impl<'f> Scenario<'f> {
 
     pub fn config_text(&self) -> String {
         let mut s = format!(
-            "keadm:\n  download:\n    enable: false\n  keadmVersion: {VERSION}\n  archGroup: [amd64]\n  offlinePackageDir: {}\nmaxRunNum: {}\n",
+            "keadm:\n  download:\n    enable: false\n  keadmVersion: {VERSION}\n  archGroup: {}\n  offlinePackageDir: {}\nmaxRunNum: {}\n",
+            self.arch_group,
             self.path("packages").display(),
             self.max_run_num
         );
@@ -160,7 +180,10 @@ impl<'f> Scenario<'f> {
             s.push('\n');
         }
         s.push_str("nodes:\n");
-        let picked: Vec<usize> = self.nodes.clone().unwrap_or_else(|| (0..self.fleet.nodes().len()).collect());
+        let picked: Vec<usize> = self
+            .nodes
+            .clone()
+            .unwrap_or_else(|| (0..self.fleet.nodes().len()).collect());
         for i in picked {
             s.push_str(&self.node_block(i, self.fleet.node(i)));
         }
@@ -208,7 +231,11 @@ pub struct RunOutput {
 
 impl RunOutput {
     pub fn status(&self, code: i32) -> &Self {
-        assert_eq!(self.status, code, "exit status\n--- stdout:\n{}\n--- stderr:\n{}", self.stdout, self.stderr);
+        assert_eq!(
+            self.status, code,
+            "exit status\n--- stdout:\n{}\n--- stderr:\n{}",
+            self.stdout, self.stderr
+        );
         self
     }
 
@@ -223,7 +250,12 @@ impl RunOutput {
 
     pub fn log_has(&self, line: &str) -> &Self {
         let lines = self.log_lines();
-        assert!(lines.iter().any(|l| l == line), "log lacks {line:?}:\n{}\n--- stderr:\n{}", lines.join("\n"), self.stderr);
+        assert!(
+            lines.iter().any(|l| l == line),
+            "log lacks {line:?}:\n{}\n--- stderr:\n{}",
+            lines.join("\n"),
+            self.stderr
+        );
         self
     }
 
@@ -233,7 +265,13 @@ impl RunOutput {
             .iter()
             .find(|l| l.starts_with(prefix))
             .cloned()
-            .unwrap_or_else(|| panic!("no log line starts with {prefix:?}:\n{}\n--- stderr:\n{}", lines.join("\n"), self.stderr))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no log line starts with {prefix:?}:\n{}\n--- stderr:\n{}",
+                    lines.join("\n"),
+                    self.stderr
+                )
+            })
     }
 
     pub fn latest_run(&self) -> PathBuf {
@@ -241,7 +279,10 @@ impl RunOutput {
     }
 
     pub fn transcript(&self, i: usize) -> String {
-        let path = self.latest_run().join("nodes").join(format!("{}-{}.log", i + 1, Scenario::name(i)));
+        let path =
+            self.latest_run()
+                .join("nodes")
+                .join(format!("{}-{}.log", i + 1, Scenario::name(i)));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
