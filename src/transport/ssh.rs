@@ -186,6 +186,9 @@ impl SshConnection {
     /// directions never deadlock and the deadline is exact. At the deadline the command
     /// is sent SIGKILL (OpenSSH kills the command's whole process group), the channel is
     /// closed and `Err(Timeout)` is returned.
+    ///
+    /// `stdin` is read on this thread between socket waits, so it should be a reader
+    /// that does not stall (a file or memory); a stalled reader delays the deadline.
     pub fn exec(
         &mut self,
         command: &str,
