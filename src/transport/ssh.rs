@@ -183,9 +183,12 @@ impl SshConnection {
     /// streaming the merged stdout and stderr into `output` as it arrives.
     ///
     /// The session runs non-blocking around poll(2), so large input and output in both
-    /// directions never deadlock and the deadline is exact. At the deadline the command
-    /// is sent SIGKILL (OpenSSH kills the command's whole process group), the channel is
-    /// closed and `Err(Timeout)` is returned.
+    /// directions never deadlock and the deadline is exact. At the deadline the command's
+    /// process group is killed on the node (see `kill_remote`), the channel is closed and
+    /// `Err(Timeout)` is returned; the connection stays usable.
+    ///
+    /// `stdin` is read on this thread between socket waits, so it should be a reader
+    /// that does not stall (a file or memory); a stalled reader delays the deadline.
     pub fn exec(
         &mut self,
         command: &str,
