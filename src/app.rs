@@ -159,8 +159,8 @@ fn execute(plan: plan::Plan, config: &config::Config, options: &RunOptions) -> R
     };
     let policy = pool::Policy {
         max_run_num: plan.max_run_num,
-        max_fail: None,
-        canary: None,
+        max_fail: options.max_fail,
+        canary: options.canary,
     };
     pool::run_all(&plan.nodes, policy, &cancel, &recorder, |node| {
         pipeline::process(node, &ctx)

@@ -59,6 +59,14 @@ struct BatchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10000), help_heading = "Policy")]
     max_run_num: Option<u32>,
 
+    /// Stop starting nodes once N of them have not succeeded; the rest are skipped and listed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Policy")]
+    max_fail: Option<u32>,
+
+    /// Run the first N nodes alone, and go on with the rest only if all of them succeed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Policy")]
+    canary: Option<u32>,
+
     /// Deadline in seconds for each node's keadm command (default 600).
     #[arg(long = "timeout", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Policy")]
     timeout: Option<u64>,
@@ -176,6 +184,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         only: batch.only.into_iter().filter(|s| !s.is_empty()).collect(),
         shard: batch.shard,
         max_run_num: batch.max_run_num.map(|n| n as usize),
+        max_fail: batch.max_fail.map(|n| n as usize),
+        canary: batch.canary.map(|n| n as usize),
         timeout_seconds: batch.timeout,
         connect_timeout_seconds: batch.connect_timeout,
         host_key_policy: batch.host_key_policy.map(|p| match p {

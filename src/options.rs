@@ -48,6 +48,8 @@ pub struct RunOptions {
     pub shard: Option<Shard>,
     // Policy: each overrides the config file.
     pub max_run_num: Option<usize>,
+    pub max_fail: Option<usize>,
+    pub canary: Option<usize>,
     pub timeout_seconds: Option<u64>,
     pub connect_timeout_seconds: Option<u64>,
     pub host_key_policy: Option<HostKeyPolicy>,

@@ -370,7 +370,13 @@ impl Validator<'_> {
                 self.error(
                     other.as_ref().map(|s| s.pos).or(Some(raw.pos)),
                     subj(),
-                    format!("{path}.ip is empty (keadm would connect to the control host itself)"),
+                    if path.ends_with("proxyJump") {
+                        format!("{path}.ip is empty")
+                    } else {
+                        format!(
+                            "{path}.ip is empty (keadm would connect to the control host itself)"
+                        )
+                    },
                     format!("set {path}.ip to the node's IP address or host name"),
                 );
                 ok = false;
@@ -732,6 +738,14 @@ pub fn validate(
                 (String::new(), Vec::new())
             }
         };
+        for flag in empty_flag_values(&command) {
+            v.warn(
+                node.keadm_cmd.as_ref().map(|c| c.pos),
+                subj(),
+                format!("keadmCmd passes {flag}= with an empty value"),
+                Some("fill in the value (an empty keadm.cmdTplArgs entry?)".into()),
+            );
+        }
         if let Some(edge_name) = edgenode_name(&command)
             && let Some(first) = edge_names.insert(edge_name.clone(), node.index)
         {
@@ -922,6 +936,16 @@ fn collect_auth_secrets(ssh: &SshSpec, out: &mut Vec<Secret>) {
     }
 }
 
+/// Flags written as `--flag=` with nothing after the `=`: usually an empty template value.
+pub fn empty_flag_values(command: &str) -> Vec<String> {
+    command
+        .split_whitespace()
+        .filter_map(|word| word.strip_suffix('='))
+        .filter(|flag| flag.starts_with("--") && !flag.contains('='))
+        .map(str::to_string)
+        .collect()
+}
+
 /// The `--edgenode-name` a rendered keadm command sets, if any.
 pub fn edgenode_name(command: &str) -> Option<String> {
     let mut words = command.split_whitespace();
@@ -1040,6 +1064,15 @@ mod tests {
         let (config, diags) = check(&text);
         assert!(diags.is_empty(), "{diags:?}");
         assert!(!config.unwrap().needs_staging());
+    }
+
+    #[test]
+    fn empty_flag_values_are_found() {
+        assert_eq!(
+            empty_flag_values("join --token= --x=1 --y="),
+            vec!["--token", "--y"]
+        );
+        assert!(empty_flag_values("join --token=a").is_empty());
     }
 
     #[test]

@@ -29,9 +29,15 @@ impl RunDir {
             None => base.join(RUNS_DIR).join(&id),
         };
         fs::create_dir_all(path.join("nodes"))?;
-        if chosen.is_none() {
-            point_latest(&base.join(RUNS_DIR), &id)?;
-        }
+        // `latest` follows every run, including one placed with --run-dir, so
+        // --retry-failed always finds the newest journal.
+        let runs = base.join(RUNS_DIR);
+        fs::create_dir_all(&runs)?;
+        let target = match chosen {
+            Some(_) => std::path::absolute(&path)?,
+            None => PathBuf::from(&id),
+        };
+        point_latest(&runs, &target)?;
         Ok(RunDir { path, id })
     }
 
@@ -53,10 +59,10 @@ impl RunDir {
 }
 
 /// `batch_runs/latest` -> `<id>`, replaced atomically (a new link renamed over the old).
-fn point_latest(runs: &Path, id: &str) -> io::Result<()> {
+fn point_latest(runs: &Path, target: &Path) -> io::Result<()> {
     let tmp = runs.join(format!(".latest-{}", std::process::id()));
     let _ = fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(id, &tmp)?;
+    std::os::unix::fs::symlink(target, &tmp)?;
     fs::rename(&tmp, runs.join(LATEST))
 }
 

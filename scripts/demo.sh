@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# A real enrollment without owning edge nodes: on a fresh Debian machine, as root, this
+# installs OpenSSH's server if missing, starts three simulated edge nodes (real sshd
+# processes on 127.0.99.11-13:22, each with its own /tmp and root password in a private
+# mount namespace), builds a small fake offline keadm release whose `keadm join` records
+# its arguments on the node, writes a config, runs `keadm-batch batch -c` against it,
+# shows the results, and stops every process it started.
+#   scripts/demo.sh            # keep nothing
+#   KEEP=1 scripts/demo.sh     # keep the demo directory for a look around
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD"
+
+if [ "$(id -u)" != 0 ]; then
+  echo "demo: run as root (it starts sshd processes in private mount namespaces)" >&2
+  exit 1
+fi
+bash scripts/setup.sh
+echo "==> building keadm-batch"
+cargo build --release --quiet
+bin="$repo/target/release/keadm-batch"
+
+demo="$(mktemp -d /var/tmp/keadm-batch-demo.XXXXXX)"
+pids=()
+cleanup() {
+  # unshare ignores SIGTERM while it waits; SIGKILL ends it, and --kill-child takes the
+  # node's sshd (pid 1 of its namespace, so every session too) with it.
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "${KEEP:-}" = 1 ]; then echo "demo directory kept: $demo"; else rm -rf "$demo"; fi
+}
+trap cleanup EXIT
+
+password="demo-root-$$"
+shadow="$demo/shadow"
+hash="$(openssl passwd -6 "$password")"
+awk -F: -v OFS=: -v h="$hash" '$1 == "root" { $2 = h } { print }' /etc/shadow > "$shadow"
+chmod 0640 "$shadow"
+
+echo "==> starting three edge nodes"
+for i in 1 2 3; do
+  node="$demo/node$i"
+  mkdir -p "$node/tmp" "$node/home"
+  chmod 1777 "$node/tmp"
+  ssh-keygen -q -t ed25519 -N '' -f "$node/host_key"
+  cat > "$node/sshd_config" <<CFG
+ListenAddress 127.0.99.1$i:22
+HostKey $node/host_key
+PidFile none
+UsePAM no
+StrictModes no
+PermitRootLogin yes
+PasswordAuthentication yes
+KbdInteractiveAuthentication no
+AuthorizedKeysFile none
+Subsystem sftp /usr/lib/openssh/sftp-server
+CFG
+  unshare --mount --pid --fork --kill-child --mount-proc --propagation private -- sh -c "
+    mount --bind '$node/tmp' /tmp &&
+    mount --bind '$shadow' /etc/shadow &&
+    mount --bind '$node/home' /root &&
+    exec /usr/sbin/sshd -D -f '$node/sshd_config' -E '$node/sshd.log'" &
+  pids+=("$!")
+done
+for i in 1 2 3; do
+  for _ in $(seq 100); do
+    if (exec 3<>/dev/tcp/127.0.99.1$i/22) 2>/dev/null; then break; fi
+    sleep 0.05
+  done
+done
+
+echo "==> building a fake offline keadm release (v1.23.1, amd64)"
+release="$demo/release/keadm-v1.23.1-linux-amd64"
+mkdir -p "$release/keadm" "$demo/packages/amd64"
+echo v1.23.1 > "$release/version"
+cat > "$release/keadm/keadm" <<'KEADM'
+#!/bin/sh
+# A stand-in for keadm: prints keadm join's steps and records how it was called.
+echo "$(date -u +%FT%TZ) keadm $*" >> /tmp/kubeedge/keadm/joined.txt
+for step in "1. Check KubeEdge edgecore process status" "2. Check if the management directory is clean" \
+            "3. Check if the node name is valid" "4. Create the necessary directories" "5. Pull Images" \
+            "9. Run EdgeCore daemon" "10. Install Complete!"; do
+  echo "I1130 join.go:78] $step" >&2
+done
+KEADM
+chmod 0755 "$release/keadm/keadm"
+tar -czf "$demo/packages/amd64/keadm-v1.23.1-linux-amd64.tar.gz" -C "$demo/release" keadm-v1.23.1-linux-amd64
+sha512sum "$demo/packages/amd64/keadm-v1.23.1-linux-amd64.tar.gz" | cut -d' ' -f1 \
+  > "$demo/packages/amd64/checksum_keadm-v1.23.1-linux-amd64.tar.gz.txt"
+
+cat > "$demo/config.yaml" <<CFG
+keadm:
+  download:
+    enable: false
+  keadmVersion: v1.23.1
+  archGroup: [amd64]
+  offlinePackageDir: ./packages
+  cmdTplArgs:
+    cloudcore: 192.0.2.10:10000
+maxRunNum: 2
+x-ssh: &ssh
+  username: root
+  auth:
+    type: password
+    passwordAuth:
+      passwordEnv: DEMO_NODE_PASSWORD
+nodes:
+CFG
+for i in 1 2 3; do
+  cat >> "$demo/config.yaml" <<CFG
+  - nodeName: edge-$i
+    keadmCmd: 'join --cloudcore-ipport={{.cloudcore}} --edgenode-name=edge-$i --token={{env "DEMO_TOKEN"}}'
+    ssh:
+      <<: *ssh
+      ip: 127.0.99.1$i
+CFG
+done
+
+cd "$demo"
+export DEMO_NODE_PASSWORD="$password"
+export DEMO_TOKEN="0123456789abcdef.eyJhbGciOiJIUzI1NiJ9.demo"
+echo "==> the config"
+cat config.yaml
+echo
+echo "==> keadm-batch batch -c config.yaml --dry-run"
+"$bin" batch -c config.yaml --dry-run --known-hosts "$demo/known_hosts" --staging-dir "$demo/staging"
+echo
+echo "==> keadm-batch batch -c config.yaml"
+status=0
+"$bin" batch -c config.yaml --known-hosts "$demo/known_hosts" --staging-dir "$demo/staging" || status=$?
+echo
+echo "==> batch_process_log.txt"
+cat batch_process_log.txt
+echo
+echo "==> what each node's keadm was called with (read from the node's own /tmp)"
+for i in 1 2 3; do
+  printf 'edge-%s: ' "$i"; cat "$demo/node$i/tmp/kubeedge/keadm/joined.txt" 2>/dev/null || echo "(nothing)"
+done
+echo
+echo "==> the run directory"
+find batch_runs/latest/ -type f | sort
+echo
+echo "==> the transcript of edge-1"
+cat batch_runs/latest/nodes/1-edge-1.log
+echo
+echo "keadm-batch exited with status $status"
+exit "$status"
