@@ -305,7 +305,7 @@ impl Run<'_, '_> {
                 };
                 return Err(StepError::new(
                     Phase::Preparing,
-                    format!("the upload dir {} cannot be used{hint}: {problem} ({exit})", node.upload_dir),
+                    format!("the upload dir {} cannot be used{hint}: {problem}{}", node.upload_dir, if exit.success() { String::new() } else { format!(" ({exit})") }),
                 ));
             }
             run.transcript.note(&format!(

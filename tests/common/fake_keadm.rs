@@ -80,6 +80,7 @@ impl FakeKeadm {
              id=$$\n\
              echo \"$id start $(date +%s.%N)\" >> \"$rec\"\n\
              echo \"$id cwd $(pwd)\" >> \"$rec\"\n\
+             echo \"$id uid $(id -u)\" >> \"$rec\"\n\
              for a in \"$@\"; do printf '%s arg %s\\n' \"$id\" \"$a\" >> \"$rec\"; done\n",
         );
         if self.read_stdin_line {
@@ -124,6 +125,8 @@ pub struct Call {
     pub cwd: String,
     pub args: Vec<String>,
     pub stdin_line: Option<String>,
+    /// The user id keadm ran as.
+    pub uid: Option<u32>,
 }
 
 /// The path of the record file of the fake at `script`.
@@ -157,6 +160,7 @@ pub fn calls(script: &Path) -> Vec<Call> {
         match kind {
             "start" => call.start = rest.parse().unwrap_or(0.0),
             "cwd" => call.cwd = rest.to_string(),
+            "uid" => call.uid = rest.parse().ok(),
             "arg" => call.args.push(rest.to_string()),
             "stdin" => call.stdin_line = Some(rest.to_string()),
             "end" => {

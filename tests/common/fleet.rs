@@ -59,7 +59,16 @@ pub enum NodeOpt {
     Ipv6,
     /// An extra sshd_config line, e.g. `"MaxSessions 2"`; it overrides the fleet's defaults.
     SshdConfig(&'static str),
+    /// The non-root user [`TEST_USER`] may use sudo on this node, with or without its
+    /// password (a sudoers copy bind-mounted in the node's namespace only).
+    Sudo { password_required: bool },
 }
+
+/// A non-root login present on every node (a passwd copy in each node's namespace; the
+/// machine's own user database is never touched). Password [`TEST_USER_PASSWORD`].
+pub const TEST_USER: &str = "kbuser";
+pub const TEST_USER_PASSWORD: &str = "edge-user-pw-1";
+const TEST_USER_ID: u32 = 1500;
 
 /// The client keys a fleet authorizes for root (generated on first use).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -110,6 +119,7 @@ impl FleetBuilder {
         fs::write(&authorized_keys, "").unwrap();
         let shadow = root.join("shadow");
         write_shadow_copy(&shadow, ROOT_PASSWORD);
+        write_user_db_copies(&root);
         // sshd refuses to start without its privilege-separation dir. It is normally made
         // by the service manager; creating it is what starting sshd on this machine needs.
         fs::create_dir_all("/run/sshd").expect("create /run/sshd");
@@ -481,9 +491,23 @@ impl Node {
             "set -e\n\
              mount --bind '{d}/tmp' /tmp\n\
              mount --bind '{shadow}' /etc/shadow\n\
-             mount --bind '{d}/home' /root\n",
-            shadow = self.shadow.display()
+             mount --bind '{d}/home' /root\n\
+             mount --bind '{root}/passwd' /etc/passwd\n\
+             mount --bind '{root}/group' /etc/group\n",
+            shadow = self.shadow.display(),
+            root = self.shadow.parent().unwrap().display(),
         );
+        if let Some(password_required) = self.opts.iter().find_map(|o| match o {
+            NodeOpt::Sudo { password_required } => Some(*password_required),
+            _ => None,
+        }) {
+            let sudoers = self.dir.join("sudoers");
+            write_sudoers_copy(&sudoers, password_required);
+            s.push_str(&format!(
+                "mount --bind '{}' /etc/sudoers\n",
+                sudoers.display()
+            ));
+        }
         if self.fake_uname().is_some() {
             s.push_str(&format!(
                 "mount --bind /usr/bin/uname '{d}/uname.real'\n\
@@ -684,6 +708,61 @@ fn allocate_address(ipv6: bool) -> (String, u16) {
     panic!("fleet: no free loopback address found");
 }
 
+/// Copies of /etc/passwd and /etc/group with [`TEST_USER`] added.
+fn write_user_db_copies(root: &Path) {
+    let passwd = fs::read_to_string("/etc/passwd").unwrap();
+    fs::write(
+        root.join("passwd"),
+        format!("{passwd}{TEST_USER}:x:{TEST_USER_ID}:{TEST_USER_ID}:keadm-batch test user:/tmp:/bin/sh\n"),
+    )
+    .unwrap();
+    let group = fs::read_to_string("/etc/group").unwrap();
+    fs::write(
+        root.join("group"),
+        format!("{group}{TEST_USER}:x:{TEST_USER_ID}:\n"),
+    )
+    .unwrap();
+    for name in ["passwd", "group"] {
+        fs::set_permissions(root.join(name), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+}
+
+/// A sudoers copy granting [`TEST_USER`] sudo, with or without a password.
+fn write_sudoers_copy(path: &Path, password_required: bool) {
+    let original = fs::read_to_string("/etc/sudoers").unwrap_or_default();
+    let rule = if password_required {
+        "ALL=(ALL) ALL"
+    } else {
+        "ALL=(ALL) NOPASSWD: ALL"
+    };
+    fs::write(path, format!("{original}\n{TEST_USER} {rule}\n")).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o440)).unwrap();
+}
+
+fn password_hash(password: &str) -> String {
+    let mut child = Command::new("openssl")
+        .args(["passwd", "-6", "-stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run openssl passwd");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
+    let mut hash = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut hash)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "openssl passwd failed");
+    hash.trim().to_string()
+}
+
 fn write_shadow_copy(path: &Path, password: &str) {
     let mut child = Command::new("openssl")
         .args(["passwd", "-6", "-stdin"])
@@ -707,6 +786,7 @@ fn write_shadow_copy(path: &Path, password: &str) {
     assert!(child.wait().unwrap().success(), "openssl passwd failed");
     let hash = hash.trim();
     let original = fs::read_to_string("/etc/shadow").expect("read /etc/shadow (tests run as root)");
+    let user_hash = password_hash(TEST_USER_PASSWORD);
     let mut out = String::new();
     for line in original.lines() {
         match line.split_once(':') {
@@ -720,6 +800,7 @@ fn write_shadow_copy(path: &Path, password: &str) {
             }
         }
     }
+    out.push_str(&format!("{TEST_USER}:{user_hash}:20000:0:99999:7:::\n"));
     fs::write(path, out).unwrap();
     fs::set_permissions(path, fs::Permissions::from_mode(0o640)).unwrap();
 }

@@ -41,6 +41,9 @@ pub struct Scenario<'f> {
     /// Which fleet nodes are in the config (all by default).
     pub nodes: Option<Vec<usize>>,
     pub arch_group: String,
+    pub username: String,
+    /// Extra YAML lines under each node's `ssh:` (indented 6 spaces), e.g. `"sudo: false"`.
+    pub ssh_extra: Vec<String>,
 }
 
 impl<'f> Scenario<'f> {
@@ -62,7 +65,19 @@ impl<'f> Scenario<'f> {
             max_run_num: 5,
             nodes: None,
             arch_group: "[amd64]".into(),
+            username: "root".into(),
+            ssh_extra: Vec::new(),
         }
+    }
+
+    pub fn ssh_yaml(mut self, line: &str) -> Self {
+        self.ssh_extra.push(line.to_string());
+        self
+    }
+
+    pub fn username(mut self, user: &str) -> Self {
+        self.username = user.to_string();
+        self
     }
 
     pub fn arch_group(mut self, group: &str) -> Self {
@@ -156,12 +171,16 @@ impl<'f> Scenario<'f> {
     pub fn node_block(&self, i: usize, node: &Node) -> String {
         let name = Scenario::name(i);
         let mut s = format!(
-            "  - nodeName: {name}\n    keadmCmd: '{}'\n    ssh:\n      ip: '{}'\n      port: {}\n      username: root\n      {}\n",
+            "  - nodeName: {name}\n    keadmCmd: '{}'\n    ssh:\n      ip: '{}'\n      port: {}\n      username: {}\n      {}\n",
             self.keadm_cmd.replace("{name}", &name),
             node.host(),
             node.port(),
+            self.username,
             self.auth_yaml()
         );
+        for extra in &self.ssh_extra {
+            s.push_str(&format!("      {extra}\n"));
+        }
         for extra in &self.node_extra {
             s.push_str(&format!("    {extra}\n"));
         }

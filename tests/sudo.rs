@@ -1,0 +1,167 @@
+//! Non-root logins on real sshd nodes: keadm runs as root through one `sudo sh -c`, with
+//! or without a sudo password, and the password never shows or leaks into uploads.
+
+mod common;
+
+use common::fake_keadm::{self, FakeKeadm};
+use common::fleet::{Fleet, KeyKind, NodeOpt, TEST_USER, TEST_USER_PASSWORD};
+use common::scenario::{Login, Scenario, remote_keadm};
+
+#[test]
+fn passwordless_sudo_runs_keadm_as_root() {
+    let fleet = Fleet::builder()
+        .nodes(1)
+        .node_option(
+            0,
+            NodeOpt::Sudo {
+                password_required: false,
+            },
+        )
+        .start();
+    let sc = Scenario::new(&fleet)
+        .username(TEST_USER)
+        .login(Login::Key(fleet.private_key(KeyKind::Ed25519)));
+    let out = sc.run(&[]);
+    out.status(0);
+    let calls = fake_keadm::calls(&remote_keadm(fleet.node(0)));
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].uid, Some(0), "keadm ran as root");
+    assert!(
+        out.transcript(0).contains("under passwordless sudo"),
+        "{}",
+        out.transcript(0)
+    );
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(fleet.node(0).tmp_path("kubeedge/keadm")).unwrap();
+    assert_eq!(meta.uid(), 0, "the upload dir belongs to root under sudo");
+}
+
+#[test]
+fn password_sudo_gets_the_login_password_on_stdin_only() {
+    let fleet = Fleet::builder()
+        .nodes(1)
+        .node_option(
+            0,
+            NodeOpt::Sudo {
+                password_required: true,
+            },
+        )
+        .start();
+    let sc = Scenario::new(&fleet)
+        .username(TEST_USER)
+        .login(Login::Password(TEST_USER_PASSWORD.into()))
+        .keadm(FakeKeadm::new().reads_stdin_line())
+        .cmd("reset edge");
+    let out = sc.run(&[]);
+    out.status(0);
+    let calls = fake_keadm::calls(&remote_keadm(fleet.node(0)));
+    assert_eq!(calls[0].uid, Some(0));
+    assert_eq!(
+        calls[0].stdin_line.as_deref(),
+        Some("y"),
+        "reset still gets `yes`, not the password"
+    );
+    assert!(
+        out.transcript(0)
+            .contains("under sudo with the login password")
+    );
+    // The upload went through `sudo sh -c 'cat >'`: the password line must not be in the file.
+    let uploaded = std::fs::read(remote_keadm(fleet.node(0))).unwrap();
+    assert!(!String::from_utf8_lossy(&uploaded).contains(TEST_USER_PASSWORD));
+    assert!(
+        uploaded.starts_with(b"#!/bin/sh"),
+        "the binary arrived intact"
+    );
+    for file in [
+        out.latest_run().join("summary.json"),
+        out.latest_run().join("journal.jsonl"),
+        out.dir.join("batch_process_log.txt"),
+    ] {
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            !text.contains(TEST_USER_PASSWORD),
+            "{} leaks the password",
+            file.display()
+        );
+    }
+    assert!(!out.transcript(0).contains(TEST_USER_PASSWORD));
+    assert!(!out.stderr.contains(TEST_USER_PASSWORD));
+}
+
+#[test]
+fn sudo_that_needs_a_password_with_a_key_login_is_a_clear_error() {
+    let fleet = Fleet::builder()
+        .nodes(1)
+        .node_option(
+            0,
+            NodeOpt::Sudo {
+                password_required: true,
+            },
+        )
+        .start();
+    let sc = Scenario::new(&fleet)
+        .username(TEST_USER)
+        .login(Login::Key(fleet.private_key(KeyKind::Ed25519)));
+    let out = sc.run(&[]);
+    out.status(1);
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(line.contains("sudo on the node needs a password"), "{line}");
+    assert!(!remote_keadm(fleet.node(0)).exists());
+}
+
+#[test]
+fn sudo_off_runs_as_the_login_user_in_its_own_dir() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet)
+        .username(TEST_USER)
+        .login(Login::Password(TEST_USER_PASSWORD.into()))
+        .ssh_yaml("sudo: false")
+        .node_yaml("remoteDir: /tmp/kbuser-keadm");
+    let out = sc.run(&[]);
+    out.status(0);
+    let calls = fake_keadm::calls(&fleet.node(0).tmp_path("kbuser-keadm/keadm"));
+    assert_eq!(calls[0].uid, Some(1500));
+    assert_eq!(calls[0].cwd, "/tmp/kbuser-keadm");
+}
+
+#[test]
+fn a_planted_symlink_at_the_remote_dir_is_refused() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let node = fleet.node(1);
+    std::fs::create_dir_all(node.tmp_path("kubeedge")).unwrap();
+    std::fs::create_dir_all(node.tmp_path("attacker")).unwrap();
+    std::os::unix::fs::symlink("/tmp/attacker", node.tmp_path("kubeedge/keadm")).unwrap();
+    let sc = Scenario::new(&fleet);
+    let out = sc.run(&[]);
+    out.status(1);
+    out.log_has("Successfully processed node edge-00");
+    let line = out.log_line_starting("Failed to process node edge-01: ");
+    assert!(
+        line.contains("/tmp/kubeedge/keadm is a symbolic link"),
+        "{line}"
+    );
+    assert!(
+        std::fs::read_dir(node.tmp_path("attacker"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "nothing was written through the link"
+    );
+}
+
+#[test]
+fn a_remote_dir_writable_by_others_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let fleet = Fleet::builder().nodes(1).start();
+    let dir = fleet.node(0).tmp_path("kubeedge/keadm");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let sc = Scenario::new(&fleet);
+    let out = sc.run(&[]);
+    out.status(1);
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(
+        line.contains("/tmp/kubeedge/keadm is writable by other users (mode 777)"),
+        "{line}"
+    );
+}
