@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 
+use std::collections::HashSet;
 use std::io::IsTerminal;
 
 use crate::arch::Arch;
@@ -16,7 +17,7 @@ use crate::report::log::ResultLog;
 use crate::report::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};
 use crate::report::{self, Recorder, RunDir, recap};
 use crate::stage::{PackageSource, StageSettings, Stager};
-use crate::{cli, dry_run, gen_config, outcome, pipeline, plan};
+use crate::{cli, dry_run, gen_config, outcome, pipeline, plan, rerun};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
@@ -94,22 +95,84 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     for warning in &loaded.warnings {
         log::warn!("{}", warning.render(&options.config));
     }
+    let retry = if options.retry_failed {
+        match retry_selection(&loaded.config, options)? {
+            Some(retry) => Some(retry),
+            None => return Ok(()),
+        }
+    } else {
+        None
+    };
     let plan = plan::build(
         &loaded.config,
         options,
         home(),
         PathBuf::from(plan::REMOTE_BASE_DIR),
+        retry.as_ref().map(|(names, _)| names),
     )
     .map_err(|e| Error::Usage(e.0))?;
     if options.dry_run {
         print!("{}", dry_run::render(&plan));
         return Ok(());
     }
-    execute(plan, &loaded.config, options)
+    execute(
+        plan,
+        &loaded.config,
+        options,
+        retry.map(|(_, previous)| previous),
+    )
+}
+
+/// The nodes `--retry-failed` should process, and the run they come from; `None` when
+/// there is nothing to retry (which is a success).
+fn retry_selection(
+    config: &config::Config,
+    options: &RunOptions,
+) -> Result<Option<(HashSet<String>, PathBuf)>, Error> {
+    let cwd = std::env::current_dir()
+        .map_err(|e| Error::Output(format!("the current directory is unusable: {e}")))?;
+    let Some(latest) = rerun::latest_run(&cwd) else {
+        return Err(Error::Usage(format!(
+            "--retry-failed found no earlier run in {}; run without it first",
+            cwd.join(report::run_dir::RUNS_DIR).display()
+        )));
+    };
+    let known = rerun::last_outcomes(&latest).map_err(Error::Output)?;
+    let names: Vec<&str> = config.nodes.iter().map(|n| n.name.as_str()).collect();
+    let selection = rerun::select(&names, &known, options.class.as_deref());
+    if !selection.gone.is_empty() {
+        log::warn!(
+            "{} node(s) of the earlier run are no longer in the config and are ignored: {}",
+            selection.gone.len(),
+            selection.gone.join(", ")
+        );
+    }
+    if selection.names.is_empty() {
+        eprintln!(
+            "Nothing to retry: every node of the config {} in {}.",
+            match &options.class {
+                Some(class) => format!("succeeded or failed with a class other than {class}"),
+                None => "succeeded".to_string(),
+            },
+            latest.display()
+        );
+        return Ok(None);
+    }
+    eprintln!(
+        "Retrying {} node(s) that did not succeed in {}.",
+        selection.names.len(),
+        latest.display()
+    );
+    Ok(Some((selection.names, latest)))
 }
 
 /// Stages packages, runs every selected node, and writes the results.
-fn execute(plan: plan::Plan, config: &config::Config, options: &RunOptions) -> Result<(), Error> {
+fn execute(
+    plan: plan::Plan,
+    config: &config::Config,
+    options: &RunOptions,
+    retry_of: Option<PathBuf>,
+) -> Result<(), Error> {
     let wall = std::time::Instant::now();
     let started_at = outcome::now();
     let quiet = options.verbosity == Verbosity::Quiet;
@@ -126,6 +189,12 @@ fn execute(plan: plan::Plan, config: &config::Config, options: &RunOptions) -> R
             cwd.display()
         ))
     })?;
+    if let Some(previous) = &retry_of {
+        let _ = std::fs::write(
+            run_dir.path.join(rerun::RETRY_OF),
+            previous.display().to_string(),
+        );
+    }
     let log_path = cwd.join(report::log::LOG_FILE);
     let log = ResultLog::create(&log_path)
         .map_err(|e| Error::Output(format!("could not create {}: {e}", log_path.display())))?;

@@ -51,6 +51,20 @@ struct BatchArgs {
     )]
     only: Vec<String>,
 
+    /// Process only the nodes that did not succeed (or never ran) in the latest run, read
+    /// from its journal (works after a crash too).
+    #[arg(long, help_heading = "Selection")]
+    retry_failed: bool,
+
+    /// With --retry-failed: only the nodes whose failure has this class (see summary.json).
+    #[arg(
+        long,
+        value_name = "CLASS",
+        requires = "retry_failed",
+        help_heading = "Selection"
+    )]
+    class: Option<String>,
+
     /// Process only shard I of N (1-based): a stable split by sha256 of nodeName.
     #[arg(long, value_name = "I/N", value_parser = parse_shard, help_heading = "Selection")]
     shard: Option<Shard>,
@@ -183,6 +197,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         dry_run: batch.dry_run,
         only: batch.only.into_iter().filter(|s| !s.is_empty()).collect(),
         shard: batch.shard,
+        retry_failed: batch.retry_failed,
+        class: batch.class,
         max_run_num: batch.max_run_num.map(|n| n as usize),
         max_fail: batch.max_fail.map(|n| n as usize),
         canary: batch.canary.map(|n| n as usize),

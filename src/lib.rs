@@ -18,6 +18,7 @@ pub mod pool;
 pub mod redact;
 pub mod remote;
 pub mod report;
+pub mod rerun;
 pub mod stage;
 pub mod transport;
 

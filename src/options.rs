@@ -46,6 +46,8 @@ pub struct RunOptions {
     // Selection.
     pub only: Vec<String>,
     pub shard: Option<Shard>,
+    pub retry_failed: bool,
+    pub class: Option<String>,
     // Policy: each overrides the config file.
     pub max_run_num: Option<usize>,
     pub max_fail: Option<usize>,

@@ -44,6 +44,8 @@ struct StepError {
     phase: Phase,
     message: String,
     timed_out: bool,
+    /// The operator cancelled the run (second Ctrl-C) while this step ran.
+    interrupted: bool,
     exit_status: Option<i32>,
 }
 
@@ -53,6 +55,18 @@ impl StepError {
             phase,
             message: message.into(),
             timed_out: false,
+            interrupted: false,
+            exit_status: None,
+        }
+    }
+
+    /// The error of a transport call made during `phase`, prefixed with what was done.
+    fn transport(phase: Phase, context: String, err: TransportError) -> StepError {
+        StepError {
+            phase,
+            interrupted: matches!(err, TransportError::Aborted { .. }),
+            timed_out: matches!(err, TransportError::Timeout { .. }),
+            message: format!("{context}: {err}"),
             exit_status: None,
         }
     }
@@ -96,7 +110,9 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
     let (phase, failed_in, error, exit_status) = match result {
         Ok(()) => (Phase::Succeeded, None, None, Some(0)),
         Err(e) => {
-            let phase = if e.timed_out {
+            let phase = if e.interrupted {
+                Phase::Interrupted
+            } else if e.timed_out {
                 Phase::TimedOut
             } else {
                 Phase::Failed
@@ -176,6 +192,8 @@ struct Upload {
 impl Run<'_, '_> {
     fn all_steps(&mut self) -> Result<(), StepError> {
         let mut conn = self.connect()?;
+        let cancel = self.ctx.cancel.clone();
+        conn.set_abort(Some(std::sync::Arc::new(move || cancel.aborting())));
         let (facts, privilege) = self.prepare(&mut conn)?;
         let uploads = self.wanted_uploads(&facts)?;
         let moves = self.upload(&mut conn, uploads, &facts, privilege)?;
@@ -280,7 +298,7 @@ impl Run<'_, '_> {
             let mut stdin_reader = stdin.as_deref().map(str::as_bytes);
             let exit = conn
                 .exec(&command, stdin_reader.as_mut().map(|r| r as &mut dyn Read), deadline, &mut output)
-                .map_err(|e| StepError::new(Phase::Preparing, format!("failed to prepare {}: {e}", node.upload_dir)))?;
+                .map_err(|e| StepError::transport(Phase::Preparing, format!("failed to prepare {}", node.upload_dir), e))?;
             let text = String::from_utf8_lossy(&output);
             let facts = remote::parse_facts(&text);
             let privilege = match (node.sudo, facts.sudo_needs_password) {
@@ -527,6 +545,7 @@ impl Run<'_, '_> {
                             node.command
                         ),
                         timed_out: false,
+                        interrupted: false,
                         exit_status: code,
                     })
                 }
@@ -544,12 +563,32 @@ impl Run<'_, '_> {
                             }
                         ),
                         timed_out: true,
+                        interrupted: false,
                         exit_status: None,
                     })
                 }
-                Err(e) => Err(StepError::new(
+                Err(TransportError::Aborted { .. }) => {
+                    // Under sudo the command belongs to root: kill it as root too.
+                    let killed = run.kill(conn, privilege);
+                    Err(StepError {
+                        phase: Phase::Running,
+                        message: format!(
+                            "cancelled by the operator; the keadm command {} on the node",
+                            if killed {
+                                "was killed"
+                            } else {
+                                "could not be confirmed killed"
+                            }
+                        ),
+                        timed_out: false,
+                        interrupted: true,
+                        exit_status: None,
+                    })
+                }
+                Err(e) => Err(StepError::transport(
                     Phase::Running,
-                    format!("failed to execute keadm command {}: {e}", node.command),
+                    format!("failed to execute keadm command {}", node.command),
+                    e,
                 )),
             }
         })
@@ -557,6 +596,8 @@ impl Run<'_, '_> {
 
     /// Kills the command's process group on the node through a fresh channel.
     fn kill(&mut self, conn: &mut SshConnection, privilege: Privilege) -> bool {
+        // This cleanup must run even when the operator has asked to abort.
+        conn.set_abort(None);
         let command = remote::wrap(&remote::kill_script(&self.node.upload_dir), privilege);
         let password_line = self
             .password()
@@ -573,7 +614,7 @@ impl Run<'_, '_> {
         );
         let ok = matches!(result, Ok(RemoteExit::Code(0)));
         self.transcript.note(&format!(
-            "deadline reached: kill of the command's process group {}",
+            "kill of the command's process group {}",
             if ok {
                 "succeeded"
             } else {
@@ -585,12 +626,11 @@ impl Run<'_, '_> {
 }
 
 fn upload_error(upload: &Upload, err: TransportError) -> StepError {
-    StepError {
-        phase: Phase::Uploading,
-        message: format!("failed to upload file {}: {err}", upload.name),
-        timed_out: matches!(err, TransportError::Timeout { .. }),
-        exit_status: None,
-    }
+    StepError::transport(
+        Phase::Uploading,
+        format!("failed to upload file {}", upload.name),
+        err,
+    )
 }
 
 fn truncate(s: &str, max: usize) -> String {

@@ -2,6 +2,7 @@
 //! directories, the exact remote command, deadlines and the secrets to mask. This is what
 //! `--dry-run` prints and what the pool executes.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,8 +125,12 @@ pub fn build(
     options: &RunOptions,
     home: Option<PathBuf>,
     default_base: PathBuf,
+    retry: Option<&HashSet<String>>,
 ) -> Result<Plan, SelectionError> {
-    let selected = select(&config.nodes, &options.only, options.shard)?;
+    let mut selected = select(&config.nodes, &options.only, options.shard)?;
+    if let Some(retry) = retry {
+        selected.retain(|n| retry.contains(&n.name));
+    }
     let nodes: Vec<NodePlan> = selected
         .into_iter()
         .map(|node| node_plan(config, options, node))

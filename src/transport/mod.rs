@@ -21,6 +21,9 @@ use crate::redact::Secret;
 pub use known_hosts::{host_entry, sha256_fingerprint};
 pub use ssh::SshConnection;
 
+/// Answers whether the operator asked to cancel running commands.
+pub type AbortCheck = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// Where a node's sshd listens.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Endpoint {
@@ -244,6 +247,9 @@ pub enum TransportError {
         source: Box<TransportError>,
     },
 
+    #[error("The command on the node at {endpoint} was cancelled by the operator and killed.")]
+    Aborted { endpoint: Endpoint },
+
     #[error("Reading the local input for the node at {endpoint} failed: {source}.")]
     LocalRead {
         endpoint: Endpoint,
@@ -298,6 +304,7 @@ impl TransportError {
             | TransportError::Timeout { endpoint, .. }
             | TransportError::SftpUnavailable { endpoint, .. }
             | TransportError::Sftp { endpoint, .. }
+            | TransportError::Aborted { endpoint }
             | TransportError::Session { endpoint, .. }
             | TransportError::LocalRead { endpoint, .. }
             | TransportError::OutputWrite { endpoint, .. } => Some(endpoint),

@@ -9,7 +9,7 @@ use ssh2::{BlockDirections, Channel, ErrorCode, ExtendedData, MethodType, Sessio
 
 use super::jump::Bridge;
 use super::known_hosts;
-use super::{Auth, ConnectSpec, Endpoint, RemoteExit, TransportError};
+use super::{AbortCheck, Auth, ConnectSpec, Endpoint, RemoteExit, TransportError};
 
 // libssh2 error codes we act on (ssh2 does not re-export libssh2-sys, and adding it as a
 // dependency for a dozen constants is not worth it). Values from libssh2.h.
@@ -81,6 +81,9 @@ pub struct SshConnection {
     pub(super) fd: RawFd,
     endpoint: Endpoint,
     fingerprint: String,
+    /// Asked between socket waits; true ends a running command like a deadline would
+    /// (the operator's second Ctrl-C).
+    abort: Option<AbortCheck>,
     /// Declared after `session` so it drops after it: the session's end of the socket
     /// pair closes first, which is what ends the bridge thread that `Bridge` joins.
     _bridge: Option<Bridge>,
@@ -152,6 +155,7 @@ impl SshConnection {
             fd,
             endpoint: endpoint.clone(),
             fingerprint,
+            abort: None,
             _bridge: bridge,
         })
     }
@@ -177,6 +181,13 @@ impl SshConnection {
                 .unwrap_or("")
                 .to_string(),
         )
+    }
+
+    /// Makes every later wait ask `check`; once it answers true, the running command is
+    /// killed on the node and the call returns `Err(Aborted)`.
+    /// `None` removes the check (to run a cleanup command after an abort).
+    pub fn set_abort(&mut self, check: Option<AbortCheck>) {
+        self.abort = check;
     }
 
     /// Runs `command` via exec. Streams `stdin` (if any) and then sends EOF, while
@@ -212,6 +223,13 @@ impl SshConnection {
             Err(TransportError::Timeout { .. }) => {
                 self.kill_remote(&mut channel);
                 return Err(self.timeout(&what, started));
+            }
+            Err(TransportError::Aborted { endpoint }) => {
+                // The kill must not itself be aborted.
+                let check = self.abort.take();
+                self.kill_remote(&mut channel);
+                self.abort = check;
+                return Err(TransportError::Aborted { endpoint });
             }
             Err(e) => return Err(e),
         }
@@ -500,6 +518,11 @@ impl SshConnection {
         let now = Instant::now();
         if now >= deadline {
             return Err(self.timeout(what, started));
+        }
+        if self.abort.as_ref().is_some_and(|check| check()) {
+            return Err(TransportError::Aborted {
+                endpoint: self.endpoint.clone(),
+            });
         }
         let mut limit = (deadline - now).min(MAX_POLL);
         match self.session.keepalive_send() {

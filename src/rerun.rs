@@ -1,0 +1,160 @@
+//! `--retry-failed`: which nodes of the current config still need a run, judged from the
+//! journals of earlier runs. Journals are appended and synced per node, so this works
+//! even after a crash or a SIGKILL.
+//!
+//! A retry run records `retry_of` (the run it retried) in its own directory: the nodes it
+//! did not touch keep the outcome they had there, and so on back along the chain.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use crate::outcome::NodeOutcome;
+use crate::report::run_dir::{self, JOURNAL, LATEST, RUNS_DIR};
+
+/// The file in a run directory that names the run it retried.
+pub const RETRY_OF: &str = "retry_of";
+/// How far back a chain of retries is followed.
+const MAX_CHAIN: usize = 1000;
+
+/// The last known outcome of every node recorded along the chain from `run`.
+pub fn last_outcomes(run: &Path) -> Result<HashMap<String, NodeOutcome>, String> {
+    let mut known: HashMap<String, NodeOutcome> = HashMap::new();
+    let mut current = Some(run.to_path_buf());
+    let mut seen = HashSet::new();
+    while let Some(dir) = current.take() {
+        if !seen.insert(dir.clone()) || seen.len() > MAX_CHAIN {
+            break;
+        }
+        let journal = dir.join(JOURNAL);
+        let outcomes = run_dir::read_journal(&journal)
+            .map_err(|e| format!("the journal {} cannot be read: {e}", journal.display()))?;
+        // Within one journal the last line for a node wins; an older run never overrides
+        // a newer one.
+        let mut this_run: HashMap<String, NodeOutcome> = HashMap::new();
+        for outcome in outcomes {
+            this_run.insert(outcome.name.clone(), outcome);
+        }
+        for (name, outcome) in this_run {
+            known.entry(name).or_insert(outcome);
+        }
+        current = std::fs::read_to_string(dir.join(RETRY_OF))
+            .ok()
+            .map(|s| PathBuf::from(s.trim()))
+            .filter(|p| p.is_dir());
+    }
+    Ok(known)
+}
+
+/// The newest run directory under `base` (`batch_runs/latest`).
+pub fn latest_run(base: &Path) -> Option<PathBuf> {
+    let link = base.join(RUNS_DIR).join(LATEST);
+    let target = std::fs::read_link(&link).ok()?;
+    let dir = if target.is_absolute() {
+        target
+    } else {
+        base.join(RUNS_DIR).join(target)
+    };
+    dir.is_dir().then_some(dir)
+}
+
+/// What a retry should do, given the config's node names and what is known of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetrySelection {
+    /// Names to process: not succeeded, or never recorded (unless a class is asked for).
+    pub names: HashSet<String>,
+    /// Names recorded earlier that the config no longer has.
+    pub gone: Vec<String>,
+}
+
+pub fn select(
+    config_names: &[&str],
+    known: &HashMap<String, NodeOutcome>,
+    class: Option<&str>,
+) -> RetrySelection {
+    let names = config_names
+        .iter()
+        .filter(|name| match (known.get(**name), class) {
+            (Some(o), Some(class)) => !o.succeeded() && o.failure_class.as_deref() == Some(class),
+            (None, Some(_)) => false,
+            (Some(o), None) => !o.succeeded(),
+            (None, None) => true,
+        })
+        .map(|s| s.to_string())
+        .collect();
+    let in_config: HashSet<&str> = config_names.iter().copied().collect();
+    let mut gone: Vec<String> = known
+        .keys()
+        .filter(|k| !in_config.contains(k.as_str()))
+        .cloned()
+        .collect();
+    gone.sort();
+    RetrySelection { names, gone }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Phase;
+    use std::io::Write;
+
+    fn outcome(name: &str, phase: Phase, class: Option<&str>) -> NodeOutcome {
+        let mut o = NodeOutcome::not_run(0, name, "a", phase, "x");
+        o.failure_class = class.map(str::to_string);
+        o
+    }
+
+    fn write_journal(dir: &Path, outcomes: &[NodeOutcome]) {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut f = std::fs::File::create(dir.join(JOURNAL)).unwrap();
+        for o in outcomes {
+            writeln!(f, "{}", serde_json::to_string(o).unwrap()).unwrap();
+        }
+    }
+
+    #[test]
+    fn chains_keep_the_newest_outcome() {
+        let base = tempfile::tempdir().unwrap();
+        let first = base.path().join("1");
+        let second = base.path().join("2");
+        write_journal(
+            &first,
+            &[
+                outcome("a", Phase::Succeeded, None),
+                outcome("b", Phase::Failed, None),
+                outcome("c", Phase::Failed, None),
+            ],
+        );
+        write_journal(&second, &[outcome("b", Phase::Succeeded, None)]);
+        std::fs::write(second.join(RETRY_OF), first.display().to_string()).unwrap();
+        let known = last_outcomes(&second).unwrap();
+        assert!(known["a"].succeeded() && known["b"].succeeded() && !known["c"].succeeded());
+        let sel = select(&["a", "b", "c", "d"], &known, None);
+        assert_eq!(
+            sel.names,
+            ["c", "d"].iter().map(|s| s.to_string()).collect()
+        );
+    }
+
+    #[test]
+    fn a_torn_last_line_is_ignored_and_classes_filter() {
+        let base = tempfile::tempdir().unwrap();
+        write_journal(
+            base.path(),
+            &[
+                outcome("a", Phase::Failed, Some("token_invalid")),
+                outcome("b", Phase::Failed, Some("unknown")),
+            ],
+        );
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(base.path().join(JOURNAL))
+            .unwrap();
+        f.write_all(b"{\"index\":3,\"na").unwrap();
+        let known = last_outcomes(base.path()).unwrap();
+        assert_eq!(known.len(), 2);
+        let sel = select(&["a", "b", "z"], &known, Some("token_invalid"));
+        assert_eq!(sel.names, ["a"].iter().map(|s| s.to_string()).collect());
+        let sel = select(&["a"], &known, None);
+        assert_eq!(sel.gone, vec!["b".to_string()]);
+    }
+}
