@@ -192,7 +192,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             "a config file is required: `keadm-batch batch -c config.yaml` (write one with `keadm-batch batch gen-config`)",
         ));
     };
-    Ok(Command::Run(RunOptions {
+    Ok(Command::Run(Box::new(RunOptions {
         config,
         dry_run: batch.dry_run,
         only: batch.only.into_iter().filter(|s| !s.is_empty()).collect(),
@@ -225,7 +225,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         } else {
             Verbosity::Normal
         },
-    }))
+    })))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crate::config::HostKeyPolicy;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     GenConfig(GenConfigOptions),
-    Run(RunOptions),
+    Run(Box<RunOptions>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
