@@ -14,6 +14,7 @@ use crate::error::Error;
 use crate::options::{Command, OutputFormat, RunOptions, Verbosity};
 use crate::pool::{self, Cancel};
 use crate::report::log::ResultLog;
+use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};
 use crate::report::{self, Recorder, RunDir, recap};
 use crate::stage::{PackageSource, StageSettings, Stager};
@@ -31,7 +32,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
     };
     let verbosity = match &command {
         Command::Run(options) => options.verbosity,
-        Command::GenConfig(_) => Verbosity::Normal,
+        _ => Verbosity::Normal,
     };
     init_logging(verbosity);
     match run(command) {
@@ -69,12 +70,19 @@ fn init_logging(verbosity: Verbosity) {
     if let Ok(spec) = std::env::var("RUST_LOG") {
         builder.parse_filters(&spec);
     }
+    // Records print above the live status line instead of tearing it.
+    builder.target(env_logger::Target::Pipe(Box::new(ConsoleWriter)));
     let _ = builder.try_init();
 }
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
         Command::GenConfig(options) => gen_config::run(&options),
+        Command::Completions(shell) => {
+            cli::write_completions(&shell, &mut std::io::stdout()).map_err(Error::Usage)
+        }
+        Command::Man => cli::write_man_page(&mut std::io::stdout())
+            .map_err(|e| Error::Output(format!("could not write the manual page: {e}"))),
         Command::Run(options) => run_batch(&options),
     }
 }
@@ -204,7 +212,9 @@ fn execute(
             run_dir.path.display()
         ))
     })?;
-    let recorder = Recorder::new(log, journal, plan.nodes.len(), quiet);
+    let live = std::io::stderr().is_terminal() && !quiet;
+    let progress = Progress::new(plan.nodes.len(), plan.total_in_config, live);
+    let recorder = Recorder::new(log, journal, plan.nodes.len(), quiet, progress.clone());
 
     let cancel = Cancel::new();
     install_signal_handler(&cancel);
@@ -225,6 +235,7 @@ fn execute(
         verify_remote: options.verify_remote,
         run_token: run_dir.id.clone(),
         retry_base: std::time::Duration::from_secs(1),
+        progress: &progress,
     };
     let policy = pool::Policy {
         max_run_num: plan.max_run_num,
@@ -235,6 +246,7 @@ fn execute(
         pipeline::process(node, &ctx)
     });
 
+    progress.finish();
     let outcomes = recorder.outcomes();
     let totals = Totals::of(&outcomes);
     let summary = Summary {

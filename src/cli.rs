@@ -25,7 +25,14 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum TopCommand {
     /// Batch process nodes using a config file (as `keadm batch`).
-    Batch(BatchArgs),
+    Batch(Box<BatchArgs>),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `keadm-batch man > keadm-batch.1`.
+    Man,
 }
 
 #[derive(Args, Debug)]
@@ -172,6 +179,24 @@ fn parse_shard(text: &str) -> Result<Shard, String> {
     Ok(Shard { index, count })
 }
 
+/// Writes the completion script for `shell` (a name `Command::Completions` carries).
+pub fn write_completions(shell: &str, out: &mut dyn std::io::Write) -> Result<(), String> {
+    let shell: clap_complete::Shell = shell.parse().map_err(|e: String| e)?;
+    clap_complete::generate(shell, &mut command(), "keadm-batch", out);
+    Ok(())
+}
+
+/// Writes the manual page of the whole tool, `batch` included.
+pub fn write_man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let cmd = command();
+    clap_mangen::Man::new(cmd.clone()).render(out)?;
+    if let Some(batch) = cmd.find_subcommand("batch") {
+        let batch = batch.clone().name("keadm-batch-batch");
+        clap_mangen::Man::new(batch).render(out)?;
+    }
+    Ok(())
+}
+
 /// The clap command, for `--help` snapshots and shell completions.
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
@@ -181,7 +206,11 @@ pub fn command() -> clap::Command {
 /// know how to print themselves and which exit code they deserve.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::Error> {
     let cli = Cli::try_parse_from(args)?;
-    let TopCommand::Batch(batch) = cli.command;
+    let batch = match cli.command {
+        TopCommand::Batch(batch) => batch,
+        TopCommand::Completions { shell } => return Ok(Command::Completions(shell.to_string())),
+        TopCommand::Man => return Ok(Command::Man),
+    };
     if let Some(BatchSub::GenConfig { output, force }) = batch.sub {
         return Ok(Command::GenConfig(GenConfigOptions { output, force }));
     }

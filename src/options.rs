@@ -8,6 +8,10 @@ use crate::config::HostKeyPolicy;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     GenConfig(GenConfigOptions),
+    /// A shell completion script for this shell.
+    Completions(String),
+    /// The manual page.
+    Man,
     Run(Box<RunOptions>),
 }
 

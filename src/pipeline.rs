@@ -17,6 +17,7 @@ use crate::plan::{KeadmSource, NodePlan};
 use crate::pool::Cancel;
 use crate::remote::{self, NodeFacts, Privilege};
 use crate::report::RunDir;
+use crate::report::progress::Progress;
 use crate::report::transcript::Transcript;
 use crate::stage::Stager;
 use crate::transport::{self, ConnectSpec, Endpoint, RemoteExit, SshConnection, TransportError};
@@ -33,6 +34,8 @@ pub struct Context<'a> {
     pub run_token: String,
     /// Base of the connect retry backoff (1 s by default; tests shorten it).
     pub retry_base: Duration,
+    /// Told of every phase change, for the live status line.
+    pub progress: &'a Progress,
 }
 
 /// Seconds between SSH keepalives while a command runs: a dead peer is noticed within
@@ -128,6 +131,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         }
     };
     run.transcript.finish();
+    ctx.progress.phase(node.index, &node.name, phase);
     NodeOutcome {
         index: node.index,
         name: node.name.clone(),
@@ -205,6 +209,9 @@ impl Run<'_, '_> {
         phase: Phase,
         f: impl FnOnce(&mut Self) -> Result<T, StepError>,
     ) -> Result<T, StepError> {
+        self.ctx
+            .progress
+            .phase(self.node.index, &self.node.name, phase);
         let start = Instant::now();
         let result = f(self);
         let secs = Some(start.elapsed().as_secs_f64());

@@ -214,11 +214,13 @@ mod tests {
 
     fn recorder(dir: &std::path::Path, total: usize) -> Recorder {
         let run = RunDir::create(Some(&dir.join("run")), dir).unwrap();
+        let progress = crate::report::progress::Progress::new(total, total, false);
         Recorder::new(
             ResultLog::create(&dir.join("log.txt")).unwrap(),
             run.journal().unwrap(),
             total,
             true,
+            progress,
         )
     }
 

@@ -302,3 +302,24 @@ fn password_env_and_env_template_values_are_masked() {
         .status(0)
         .stdout_has("--certpath=***");
 }
+
+#[test]
+fn completions_and_man_page_cover_every_flag() {
+    let out = Test::new().args(&["completions", "bash"]).run().status(0);
+    for flag in [
+        "--retry-failed",
+        "--max-fail",
+        "--canary",
+        "--host-key-policy",
+        "--dry-run",
+    ] {
+        assert!(out.stdout.contains(flag), "bash completion lacks {flag}");
+    }
+    let out = Test::new().args(&["man"]).run().status(0);
+    assert!(out.stdout.contains(".TH keadm-batch 1"));
+    assert!(
+        out.stdout.contains("retry\\-failed"),
+        "the man page documents batch's flags"
+    );
+    Test::new().args(&["completions", "tcsh"]).run().status(2);
+}

@@ -2,14 +2,16 @@
 //! (transcripts, journal, summary), and the console. Only consumes outcomes.
 
 pub mod log;
+pub mod progress;
 pub mod recap;
 pub mod run_dir;
 pub mod summary;
 pub mod transcript;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::outcome::NodeOutcome;
+use progress::Progress;
 
 pub use run_dir::RunDir;
 
@@ -18,6 +20,7 @@ pub use run_dir::RunDir;
 pub struct Recorder {
     inner: Mutex<Inner>,
     quiet: bool,
+    progress: Arc<Progress>,
 }
 
 struct Inner {
@@ -33,6 +36,7 @@ impl Recorder {
         journal: run_dir::Journal,
         total: usize,
         quiet: bool,
+        progress: Arc<Progress>,
     ) -> Recorder {
         Recorder {
             inner: Mutex::new(Inner {
@@ -42,6 +46,7 @@ impl Recorder {
                 total,
             }),
             quiet,
+            progress,
         }
     }
 
@@ -59,8 +64,11 @@ impl Recorder {
         let done = inner.outcomes.len();
         let total = inner.total;
         let last = inner.outcomes.last().expect("just pushed");
-        if !self.quiet || !last.succeeded() {
-            eprintln!("{}", recap::node_line(last, done, total));
+        let line = recap::node_line(last, done, total);
+        let show = !self.quiet || !last.succeeded();
+        drop(inner);
+        if show {
+            self.progress.finished(&line);
         }
     }
 

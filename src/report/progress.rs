@@ -1,0 +1,268 @@
+//! The live console: on a terminal, one status line (counts by phase, nodes per minute,
+//! ETA, the slowest running nodes) under the per-node result lines; elsewhere, plain
+//! timestamped lines. Log records go through [`ConsoleWriter`] so they never tear the
+//! status line.
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::outcome::Phase;
+
+/// The status line in use, if any, so log records and result lines print above it.
+fn active_bar() -> &'static Mutex<Option<ProgressBar>> {
+    static BAR: OnceLock<Mutex<Option<ProgressBar>>> = OnceLock::new();
+    BAR.get_or_init(|| Mutex::new(None))
+}
+
+/// Prints a line on stderr above the status line (or plainly when there is none).
+pub fn println(line: &str) {
+    let bar = active_bar()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    match bar {
+        Some(bar) => bar.println(line),
+        None => eprintln!("{line}"),
+    }
+}
+
+/// stderr for env_logger: records print above the status line.
+pub struct ConsoleWriter;
+
+impl Write for ConsoleWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let bar = active_bar()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match bar {
+            Some(bar) => {
+                let text = String::from_utf8_lossy(buf);
+                bar.suspend(|| io::stderr().write_all(text.as_bytes()))?;
+            }
+            None => io::stderr().write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        io::stderr().flush()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct NodeState {
+    name: String,
+    phase: Phase,
+    since: Instant,
+}
+
+/// Where every node is. The pipeline reports phase changes here; the status line and
+/// nothing else reads it.
+pub struct Progress {
+    total: usize,
+    started: Instant,
+    nodes: Mutex<Vec<Option<NodeState>>>,
+    finished: Mutex<usize>,
+    bar: Option<ProgressBar>,
+    stop: Arc<AtomicBool>,
+    ticker: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Progress {
+    /// A status line on stderr when `live` (a terminal, not quiet); otherwise silent.
+    pub fn new(total: usize, slots: usize, live: bool) -> Arc<Progress> {
+        let bar = live.then(|| {
+            let bar = ProgressBar::with_draw_target(
+                Some(total as u64),
+                ProgressDrawTarget::stderr_with_hz(4),
+            );
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {bar:24} {pos}/{len} {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        if let Some(bar) = &bar {
+            *active_bar().lock().unwrap_or_else(|e| e.into_inner()) = Some(bar.clone());
+        }
+        let progress = Arc::new(Progress {
+            total,
+            started: Instant::now(),
+            nodes: Mutex::new(vec![None; slots]),
+            finished: Mutex::new(0),
+            bar,
+            stop: Arc::new(AtomicBool::new(false)),
+            ticker: Mutex::new(None),
+        });
+        if progress.bar.is_some() {
+            let weak = Arc::downgrade(&progress);
+            let stop = progress.stop.clone();
+            let handle = std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match weak.upgrade() {
+                        Some(p) => p.redraw(),
+                        None => break,
+                    }
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+            });
+            *progress.ticker.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        }
+        progress
+    }
+
+    /// Node `index` (its position in the config) entered `phase`.
+    pub fn phase(&self, index: usize, name: &str, phase: Phase) {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if index >= nodes.len() {
+            nodes.resize(index + 1, None);
+        }
+        if phase.is_final() {
+            nodes[index] = None;
+        } else {
+            nodes[index] = Some(NodeState {
+                name: name.to_string(),
+                phase,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// A node finished; `line` is its result line.
+    pub fn finished(&self, line: &str) {
+        let done = {
+            let mut finished = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+            *finished += 1;
+            *finished
+        };
+        match &self.bar {
+            Some(bar) => {
+                bar.println(line);
+                bar.set_position(done as u64);
+            }
+            None => eprintln!("{} {line}", timestamp()),
+        }
+    }
+
+    /// The status text: counts by phase, rate, ETA, slowest running nodes.
+    pub fn status(&self) -> String {
+        let nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        let finished = *self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counts = [0usize; 4];
+        let mut running: Vec<&NodeState> = Vec::new();
+        for state in nodes.iter().flatten() {
+            match state.phase {
+                Phase::Connecting => counts[0] += 1,
+                Phase::Preparing => counts[1] += 1,
+                Phase::Uploading => counts[2] += 1,
+                Phase::Running => counts[3] += 1,
+                _ => {}
+            }
+            running.push(state);
+        }
+        running.sort_by_key(|s| s.since);
+        let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
+        let rate = finished as f64 / elapsed * 60.0;
+        let mut text = format!(
+            "connecting {} · preparing {} · uploading {} · running {} | {:.0}/min",
+            counts[0], counts[1], counts[2], counts[3], rate
+        );
+        if finished > 0 && finished < self.total {
+            let eta = (self.total - finished) as f64 / (finished as f64 / elapsed);
+            text.push_str(&format!(" | ETA {}", human(eta)));
+        }
+        let slowest: Vec<String> = running
+            .iter()
+            .take(3)
+            .filter(|s| s.since.elapsed() > Duration::from_secs(5))
+            .map(|s| {
+                format!(
+                    "{} {} {}",
+                    s.name,
+                    s.phase.as_str(),
+                    human(s.since.elapsed().as_secs_f64())
+                )
+            })
+            .collect();
+        if !slowest.is_empty() {
+            text.push_str(&format!(" | slowest: {}", slowest.join(", ")));
+        }
+        text
+    }
+
+    fn redraw(&self) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(self.status());
+            bar.tick();
+        }
+    }
+
+    /// Removes the status line; later output prints plainly.
+    pub fn finish(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(handle) = self.ticker.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = handle.join();
+        }
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+            *active_bar().lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+}
+
+fn human(secs: f64) -> String {
+    let secs = secs.max(0.0) as u64;
+    if secs >= 3600 {
+        format!("{}h{:02}m", secs / 3600, (secs / 60) % 60)
+    } else if secs >= 60 {
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// `01:02:03` UTC, for plain lines.
+fn timestamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let rem = secs % 86_400;
+    format!("{:02}:{:02}:{:02}", rem / 3600, (rem / 60) % 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_counts_phases() {
+        let p = Progress::new(4, 4, false);
+        p.phase(0, "a", Phase::Connecting);
+        p.phase(1, "b", Phase::Running);
+        p.phase(2, "c", Phase::Running);
+        p.phase(2, "c", Phase::Succeeded);
+        p.finished("[1/4] ok c");
+        let status = p.status();
+        assert!(
+            status.starts_with("connecting 1 · preparing 0 · uploading 0 · running 1"),
+            "{status}"
+        );
+        assert!(status.contains("ETA"), "{status}");
+        p.finish();
+    }
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(human(5.2), "5s");
+        assert_eq!(human(125.0), "2m05s");
+        assert_eq!(human(3700.0), "1h01m");
+    }
+}
