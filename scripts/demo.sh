@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # A real enrollment without owning edge nodes: on a fresh Debian machine, as root, this
-# installs OpenSSH's server if missing, starts three simulated edge nodes (real sshd
-# processes on 127.0.99.11-13:22, each with its own /tmp and root password in a private
+# installs OpenSSH's server if missing, starts three (NODES) simulated edge nodes (real sshd
+# processes on 127.0.99.11:22 and up, each with its own /tmp and root password in a private
 # mount namespace), builds a small fake offline keadm release whose `keadm join` records
 # its arguments on the node, writes a config, runs `keadm-batch batch -c` against it,
 # shows the results, and stops every process it started.
 #   scripts/demo.sh            # keep nothing
 #   KEEP=1 scripts/demo.sh     # keep the demo directory for a look around
+#   NODES=50 JOIN_SECONDS=3 FAIL="edge-7 edge-23" scripts/demo.sh
+#                              # a bigger fleet whose joins take up to 3 s, two of them failing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
@@ -20,6 +22,8 @@ echo "==> building keadm-batch"
 cargo build --release --quiet
 bin="$repo/target/release/keadm-batch"
 
+nodes="${NODES:-3}"
+if [ "$nodes" -lt 1 ] || [ "$nodes" -gt 240 ]; then echo "demo: NODES must be 1..240" >&2; exit 2; fi
 demo="$(mktemp -d /var/tmp/keadm-batch-demo.XXXXXX)"
 pids=()
 cleanup() {
@@ -37,14 +41,14 @@ hash="$(openssl passwd -6 "$password")"
 awk -F: -v OFS=: -v h="$hash" '$1 == "root" { $2 = h } { print }' /etc/shadow > "$shadow"
 chmod 0640 "$shadow"
 
-echo "==> starting three edge nodes"
-for i in 1 2 3; do
+echo "==> starting $nodes edge nodes"
+for i in $(seq "$nodes"); do
   node="$demo/node$i"
   mkdir -p "$node/tmp" "$node/home"
   chmod 1777 "$node/tmp"
   ssh-keygen -q -t ed25519 -N '' -f "$node/host_key"
   cat > "$node/sshd_config" <<CFG
-ListenAddress 127.0.99.1$i:22
+ListenAddress 127.0.99.$((10 + i)):22
 HostKey $node/host_key
 PidFile none
 UsePAM no
@@ -62,9 +66,9 @@ CFG
     exec /usr/sbin/sshd -D -f '$node/sshd_config' -E '$node/sshd.log'" &
   pids+=("$!")
 done
-for i in 1 2 3; do
+for i in $(seq "$nodes"); do
   for _ in $(seq 100); do
-    if (exec 3<>/dev/tcp/127.0.99.1$i/22) 2>/dev/null; then break; fi
+    if (exec 3<>/dev/tcp/127.0.99.$((10 + i))/22) 2>/dev/null; then break; fi
     sleep 0.05
   done
 done
@@ -73,10 +77,23 @@ echo "==> building a fake offline keadm release (v1.23.1, amd64)"
 release="$demo/release/keadm-v1.23.1-linux-amd64"
 mkdir -p "$release/keadm" "$demo/packages/amd64"
 echo v1.23.1 > "$release/version"
-cat > "$release/keadm/keadm" <<'KEADM'
+cat > "$release/keadm/keadm" <<KEADM
 #!/bin/sh
 # A stand-in for keadm: prints keadm join's steps and records how it was called.
+join_seconds=${JOIN_SECONDS:-0}
+fail="${FAIL:-}"
+KEADM
+cat >> "$release/keadm/keadm" <<'KEADM'
 echo "$(date -u +%FT%TZ) keadm $*" >> /tmp/kubeedge/keadm/joined.txt
+name=$(printf '%s\n' "$@" | sed -n 's/^--edgenode-name=//p')
+if [ "$join_seconds" -gt 0 ]; then sleep $(( $(od -An -N1 -tu1 /dev/urandom) % (join_seconds + 1) )); fi
+for f in $fail; do
+  if [ "$f" = "$name" ]; then
+    echo "I1130 join.go:78] 1. Check KubeEdge edgecore process status" >&2
+    echo "Error: EdgeCore is already running on this node, please run reset to clean up first" >&2
+    exit 1
+  fi
+done
 for step in "1. Check KubeEdge edgecore process status" "2. Check if the management directory is clean" \
             "3. Check if the node name is valid" "4. Create the necessary directories" "5. Pull Images" \
             "9. Run EdgeCore daemon" "10. Install Complete!"; do
@@ -97,7 +114,7 @@ keadm:
   offlinePackageDir: ./packages
   cmdTplArgs:
     cloudcore: 192.0.2.10:10000
-maxRunNum: 2
+maxRunNum: ${MAX_RUN_NUM:-2}
 x-ssh: &ssh
   username: root
   auth:
@@ -106,13 +123,13 @@ x-ssh: &ssh
       passwordEnv: DEMO_NODE_PASSWORD
 nodes:
 CFG
-for i in 1 2 3; do
+for i in $(seq "$nodes"); do
   cat >> "$demo/config.yaml" <<CFG
   - nodeName: edge-$i
     keadmCmd: 'join --cloudcore-ipport={{.cloudcore}} --edgenode-name=edge-$i --token={{env "DEMO_TOKEN"}}'
     ssh:
       <<: *ssh
-      ip: 127.0.99.1$i
+      ip: 127.0.99.$((10 + i))
 CFG
 done
 
@@ -123,7 +140,7 @@ echo "==> the config"
 cat config.yaml
 echo
 echo "==> keadm-batch batch -c config.yaml --dry-run"
-"$bin" batch -c config.yaml --dry-run --known-hosts "$demo/known_hosts" --staging-dir "$demo/staging"
+"$bin" batch -c config.yaml --dry-run --known-hosts "$demo/known_hosts" --staging-dir "$demo/staging" | head -40
 echo
 echo "==> keadm-batch batch -c config.yaml"
 status=0
@@ -133,12 +150,12 @@ echo "==> batch_process_log.txt"
 cat batch_process_log.txt
 echo
 echo "==> what each node's keadm was called with (read from the node's own /tmp)"
-for i in 1 2 3; do
+for i in $(seq "$nodes" | head -5); do
   printf 'edge-%s: ' "$i"; cat "$demo/node$i/tmp/kubeedge/keadm/joined.txt" 2>/dev/null || echo "(nothing)"
 done
 echo
 echo "==> the run directory"
-find batch_runs/latest/ -type f | sort
+find batch_runs/latest/ -type f | sort | head -8
 echo
 echo "==> the transcript of edge-1"
 cat batch_runs/latest/nodes/1-edge-1.log
