@@ -90,8 +90,9 @@ struct Run<'a, 'c> {
 pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
     let started_at = now();
     let transcript_path = ctx.run_dir.transcript_path(node.index, &node.name);
-    let transcript =
-        Transcript::create(&transcript_path, node.redactor.clone()).unwrap_or_else(|err| {
+    let transcript = Transcript::create(&transcript_path, node.redactor.clone())
+        .map(|t| t.labelled(&node.name))
+        .unwrap_or_else(|err| {
             log::warn!(
                 "{}: cannot write the transcript {}: {err}",
                 node.name,

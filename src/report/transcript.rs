@@ -22,6 +22,8 @@ pub struct Transcript {
     partial: Vec<u8>,
     tail: VecDeque<String>,
     bytes: u64,
+    /// Who the transcript is about, for `-v` console lines.
+    label: String,
 }
 
 impl Transcript {
@@ -32,6 +34,7 @@ impl Transcript {
             partial: Vec::new(),
             tail: VecDeque::new(),
             bytes: 0,
+            label: String::new(),
         })
     }
 
@@ -43,13 +46,24 @@ impl Transcript {
             partial: Vec::new(),
             tail: VecDeque::new(),
             bytes: 0,
+            label: String::new(),
         }
     }
 
-    /// Our own line, such as `[keadm-batch] connected in 0.12 s`.
+    /// Names the node in `-v` console lines.
+    pub fn labelled(mut self, label: &str) -> Transcript {
+        self.label = label.to_string();
+        self
+    }
+
+    /// Our own line, such as `[keadm-batch] connected in 0.12 s`; also an info record
+    /// (shown with `-v`).
     pub fn note(&mut self, text: &str) {
         self.flush_partial();
         self.emit(&format!("[keadm-batch] {text}"));
+        if !self.label.is_empty() {
+            log::info!("{}: {}", self.label, self.redactor.redact(text));
+        }
     }
 
     fn emit(&mut self, line: &str) {
