@@ -479,3 +479,31 @@ fn staging_failure_exits_3_and_keeps_the_previous_log() {
         "no node was touched"
     );
 }
+
+#[test]
+fn verify_remote_hashes_the_binary_on_the_node_instead_of_trusting_the_sidecar() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet);
+    sc.run(&[]).status(0);
+    // Same size, same sidecar, different bytes: only a hash on the node can tell.
+    let path = remote_keadm(fleet.node(0));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 2;
+    bytes[last] = if bytes[last] == b'x' { b'y' } else { b'x' };
+    std::fs::write(&path, &bytes).unwrap();
+    let trusting = sc.run(&[]);
+    trusting.status(0);
+    assert_eq!(
+        trusting.summary()["nodes"][0]["uploads_skipped"],
+        1,
+        "the sidecar is trusted by default"
+    );
+    let verifying = sc.run(&["--verify-remote"]);
+    verifying.status(0);
+    assert_eq!(verifying.summary()["nodes"][0]["uploads_skipped"], 0);
+    assert_ne!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "the tampered binary was replaced"
+    );
+}
