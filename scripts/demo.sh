@@ -151,7 +151,9 @@ cat batch_process_log.txt
 echo
 echo "==> what each node's keadm was called with (read from the node's own /tmp)"
 for i in $(seq "$nodes" | head -5); do
-  printf 'edge-%s: ' "$i"; cat "$demo/node$i/tmp/kubeedge/keadm/joined.txt" 2>/dev/null || echo "(nothing)"
+  # The node did receive the real token; the demo does not print it either.
+  printf 'edge-%s: ' "$i"
+  sed 's/--token=[^ ]*/--token=(received; not shown)/' "$demo/node$i/tmp/kubeedge/keadm/joined.txt" 2>/dev/null || echo "(nothing)"
 done
 echo
 echo "==> the run directory"
