@@ -6,6 +6,7 @@
 mod app;
 pub mod arch;
 pub mod cli;
+pub mod cloudcore;
 pub mod config;
 pub mod dry_run;
 pub mod error;
