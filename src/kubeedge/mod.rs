@@ -3,6 +3,8 @@
 //! pure or returns shell text; the pipeline decides when to use them. The facts behind
 //! them are in the shared spec `kubeedge-join.md`.
 
+pub mod classify;
 pub mod token;
 
+pub use classify::{FailureClass, Step, UnknownClass, classify, last_step};
 pub use token::{JoinToken, Lifetime, TokenError};
