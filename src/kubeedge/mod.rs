@@ -4,7 +4,9 @@
 //! them are in the shared spec `kubeedge-join.md`.
 
 pub mod classify;
+pub mod preflight;
 pub mod token;
 
 pub use classify::{FailureClass, Step, UnknownClass, classify, last_step};
+pub use preflight::{Finding, FindingId};
 pub use token::{JoinToken, Lifetime, TokenError};
