@@ -261,7 +261,9 @@ fn base64url_decode(text: &str) -> Option<Vec<u8>> {
 impl fmt::Display for JoinToken {
     /// Only the public parts: the CA hash's first 12 characters and the expiry.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "token for CA sha256:{}…", &self.ca_hash[..12])?;
+        // `ca_hash` is a public field, so it may be shorter than a real one.
+        let short = self.ca_hash.get(..12).unwrap_or(&self.ca_hash);
+        write!(f, "token for CA sha256:{short}…")?;
         match self.expires_at {
             Some(at) => write!(f, ", expires {}", rfc3339(at)),
             None => write!(f, ", no expiry"),
