@@ -11,6 +11,7 @@ pub mod config;
 pub mod dry_run;
 pub mod error;
 pub mod gen_config;
+pub mod kubeedge;
 pub mod options;
 pub mod outcome;
 pub mod pipeline;

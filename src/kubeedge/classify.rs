@@ -1,0 +1,403 @@
+//! Why a `keadm join` failed, read from its transcript and, after a timeout, the tail of
+//! the edgecore log (kubeedge-join.md §5).
+//!
+//! keadm exits 1 for every failure and tells the cause only in text, so classes are
+//! recognised by the message fragments keadm, containerd and edgecore print. Step lines
+//! and errors go through klog, whose `file:line` changes between versions, so only the
+//! text is matched, case-insensitively.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A failed or timed-out node's failure class. The snake_case ids ([`FailureClass::as_str`])
+/// are what summary.json holds and `--class` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FailureClass {
+    /// edgecore already runs on the node (or bash is missing, which keadm reports the same way).
+    AlreadyJoined,
+    /// `/etc/kubeedge` holds leftovers, or containerd holds a sandbox from an interrupted join.
+    DirtyManagementDir,
+    /// cloudcore already has a node of that name (or failed to look it up).
+    NameTaken,
+    /// The node could not reach cloudcore's HTTPS port, or `--cloudcore-ipport` is malformed.
+    CloudcoreUnreachable,
+    /// cloudcore refused the token: expired, malformed, or badly signed.
+    TokenInvalid,
+    /// The token's CA hash is not the CA cloudcore serves.
+    CaMismatch,
+    /// Pulling the installation-package (or pause) image failed or hung.
+    ImagePullStalled,
+    /// The container runtime is missing, has CRI disabled, or uses another cgroup driver.
+    RuntimeMissing,
+    /// None of the above was recognised.
+    Unknown,
+}
+
+impl FailureClass {
+    /// Every class, in the order a recap lists them.
+    pub const ALL: [FailureClass; 9] = [
+        FailureClass::AlreadyJoined,
+        FailureClass::DirtyManagementDir,
+        FailureClass::NameTaken,
+        FailureClass::CloudcoreUnreachable,
+        FailureClass::TokenInvalid,
+        FailureClass::CaMismatch,
+        FailureClass::ImagePullStalled,
+        FailureClass::RuntimeMissing,
+        FailureClass::Unknown,
+    ];
+
+    /// The id used in summary.json and by `--class`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::AlreadyJoined => "already_joined",
+            FailureClass::DirtyManagementDir => "dirty_management_dir",
+            FailureClass::NameTaken => "name_taken",
+            FailureClass::CloudcoreUnreachable => "cloudcore_unreachable",
+            FailureClass::TokenInvalid => "token_invalid",
+            FailureClass::CaMismatch => "ca_mismatch",
+            FailureClass::ImagePullStalled => "image_pull_stalled",
+            FailureClass::RuntimeMissing => "runtime_missing",
+            FailureClass::Unknown => "unknown",
+        }
+    }
+
+    /// A short heading for the recap's groups.
+    pub fn title(self) -> &'static str {
+        match self {
+            FailureClass::AlreadyJoined => "Already joined (edgecore running)",
+            FailureClass::DirtyManagementDir => "Dirty management directory",
+            FailureClass::NameTaken => "Node name taken",
+            FailureClass::CloudcoreUnreachable => "cloudcore unreachable",
+            FailureClass::TokenInvalid => "Join token expired or invalid",
+            FailureClass::CaMismatch => "CA mismatch",
+            FailureClass::ImagePullStalled => "Image pull failed or stalled",
+            FailureClass::RuntimeMissing => "Container runtime missing or misconfigured",
+            FailureClass::Unknown => "Unrecognised failure",
+        }
+    }
+
+    /// What to do about it, in full sentences.
+    pub fn suggested_fix(self) -> &'static str {
+        match self {
+            FailureClass::AlreadyJoined => {
+                "edgecore already runs on these nodes, so they were probably joined before. \
+                 Leave them out, or reset them first (`keadm reset edge --force`, or --reset-first) \
+                 and retry. If nothing named edgecore runs there, install bash: without it keadm \
+                 always reports that edgecore is running."
+            }
+            FailureClass::DirtyManagementDir => {
+                "/etc/kubeedge (or containerd) holds leftovers of an earlier join. Retry with \
+                 --reset-first, which runs `keadm reset edge --force` before the join."
+            }
+            FailureClass::NameTaken => {
+                "cloudcore already has a node with this --edgenode-name, or answered 500 when asked. \
+                 Give each node a unique name, or delete the stale node on the cloud side \
+                 (`kubectl delete node <name>`), and retry."
+            }
+            FailureClass::CloudcoreUnreachable => {
+                "The nodes could not reach cloudcore over HTTPS. Check that --cloudcore-ipport is \
+                 host:port, that the certificate port (--certport, default 10002; 30002 behind \
+                 the Helm NodePort service) is open from the nodes, and, for x509 errors, the \
+                 nodes' clocks and the names in cloudcore's certificate. Then retry with --reset-first."
+            }
+            FailureClass::TokenInvalid => {
+                "cloudcore refused the join token: it has expired or is not a valid token. Get a \
+                 fresh one on the cloud side with `keadm gettoken`, put it in the config, and retry \
+                 this class with --reset-first (the failed join left /etc/kubeedge behind)."
+            }
+            FailureClass::CaMismatch => {
+                "The token's CA hash is not cloudcore's CA: the token comes from another cluster, \
+                 or cloudcore's CA was replaced. Get the token from this cluster with `keadm gettoken` \
+                 and retry with --reset-first."
+            }
+            FailureClass::ImagePullStalled => {
+                "The kubeedge/installation-package image (or the runtime's pause image) could not \
+                 be pulled, or the pull hung. Check that the nodes reach the registry (or pass \
+                 --image-repository for a mirror), that the image exists for their architecture, \
+                 or preload the images on air-gapped nodes; then retry with --reset-first."
+            }
+            FailureClass::RuntimeMissing => {
+                "keadm could not use the container runtime. Install and start containerd (or pass \
+                 --remote-runtime-endpoint=unix://<socket>), make sure \"cri\" is not in \
+                 disabled_plugins in /etc/containerd/config.toml, and pass --cgroupdriver=systemd \
+                 when containerd uses SystemdCgroup = true. Then retry with --reset-first."
+            }
+            FailureClass::Unknown => {
+                "The cause was not recognised. Read the node's transcript and its edgecore log \
+                 (`journalctl -u edgecore -xe` or /var/log/kubeedge/edgecore.log)."
+            }
+        }
+    }
+}
+
+impl fmt::Display for FailureClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `--class` value that names no class.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a failure class; use one of: {list}.", list = class_list())]
+pub struct UnknownClass(pub String);
+
+fn class_list() -> String {
+    FailureClass::ALL.map(FailureClass::as_str).join(", ")
+}
+
+impl FromStr for FailureClass {
+    type Err = UnknownClass;
+
+    /// Takes the snake_case id; dashes are accepted for underscores.
+    fn from_str(s: &str) -> Result<FailureClass, UnknownClass> {
+        let wanted = s.trim().replace('-', "_");
+        FailureClass::ALL
+            .into_iter()
+            .find(|c| c.as_str() == wanted)
+            .ok_or_else(|| UnknownClass(s.to_string()))
+    }
+}
+
+/// Message fragments, lowercase, per class. Within one line the first class that matches
+/// wins, so the specific token and CA messages come before the generic certificate-fetch
+/// ones, and the runtime's `connection refused` is claimed before anything about cloudcore.
+const RULES: &[(FailureClass, &[&str])] = &[
+    (
+        FailureClass::CaMismatch,
+        // edgecore: `failed to validate CA certificate. tokenCAhash: <a>, CAhash: <b>`
+        &["failed to validate ca certificate", "tokencahash"],
+    ),
+    (
+        FailureClass::TokenInvalid,
+        &[
+            "token is expired",
+            "token validation failure",
+            "credentials are in the wrong format",
+            "token signature is invalid",
+            "token is malformed",
+            "code: 401",
+        ],
+    ),
+    (
+        FailureClass::AlreadyJoined,
+        &["edgecore is already running on this node"],
+    ),
+    (
+        FailureClass::DirtyManagementDir,
+        &[
+            "is not clean, please remove it first",
+            // containerd still holds the sandbox of an interrupted join (older keadm);
+            // `keadm reset edge` removes it, exactly as for /etc/kubeedge leftovers.
+            "failed to reserve sandbox name",
+        ],
+    ),
+    (
+        FailureClass::NameTaken,
+        &["node already exists or internal error occurred"],
+    ),
+    (
+        FailureClass::RuntimeMissing,
+        &[
+            "failed to new remote image service",
+            "unknown service runtime.v1",
+            "only support unix socket endpoint",
+            "expected cgroupspath to be of format",
+            "cgroup driver",
+            "cni plugin not initialized",
+        ],
+    ),
+    (
+        FailureClass::ImagePullStalled,
+        &[
+            "pull images failed",
+            "failed to pull image",
+            "no match for platform in manifest",
+            // Step 6's sandbox has 20 s to start, and in that time containerd must pull
+            // its pause image: a deadline there is a stalled pull.
+            "copy resources failed: rpc error: code = deadlineexceeded",
+        ],
+    ),
+    (
+        FailureClass::CloudcoreUnreachable,
+        &[
+            "error making request: get \"https://",
+            "get current host and port failed",
+            "failed to get ca certificate",
+            "failed to request the cloudcore server",
+            "failed to get edge certificate from the cloudcore",
+        ],
+    ),
+];
+
+/// The class of a failed or timed-out join.
+///
+/// `lines` is the transcript, followed (for joins that timed out waiting for their
+/// certificate) by the last lines of the edgecore log. The last line that matches a known
+/// message decides, because edgecore restarts every 10 s and its newest complaint is the
+/// current one. With nothing recognised, a run our own deadline cut off (`timed_out`)
+/// while keadm was at its `Pull Images` step is a stalled pull: keadm has no timeout there.
+pub fn classify(lines: &[String], timed_out: bool) -> FailureClass {
+    for line in lines.iter().rev() {
+        let lower = line.to_lowercase();
+        for (class, fragments) in RULES {
+            if fragments.iter().any(|f| lower.contains(f)) {
+                return *class;
+            }
+        }
+    }
+    if timed_out && last_step(lines).is_some_and(|s| s.title.eq_ignore_ascii_case("Pull Images")) {
+        return FailureClass::ImagePullStalled;
+    }
+    FailureClass::Unknown
+}
+
+/// A numbered keadm step line, such as `5. Pull Images`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// The number keadm printed. With `--pre-run` every step after the first is one
+    /// higher than without, so compare titles rather than numbers.
+    pub number: u32,
+    /// The text after the number, e.g. `Pull Images`.
+    pub title: String,
+}
+
+/// The last keadm step the transcript reached, the cheapest way to tell where a run that
+/// was killed stopped. Step lines are klog lines (`I0806 14:58:26.123456 12345
+/// join.go:78] 5. Pull Images`), possibly behind a journald prefix.
+pub fn last_step(lines: &[String]) -> Option<Step> {
+    lines.iter().rev().find_map(|line| step_of(line))
+}
+
+fn step_of(line: &str) -> Option<Step> {
+    let (header, text) = line.split_once("] ")?;
+    // A klog header names the Go source file; this keeps "1. " in other text from counting.
+    if !header.contains(".go:") {
+        return None;
+    }
+    let (number, title) = text.trim_end().split_once(". ")?;
+    if number.is_empty() || number.len() > 2 || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(Step {
+        number: number.parse().ok()?,
+        title: title.trim().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_string).collect()
+    }
+
+    /// Fixtures our own deadline cut off; every other fixture ended on its own.
+    const TIMED_OUT: &[&str] = &["image_pull_stalled.log", "unknown.timeout.log"];
+
+    #[test]
+    fn every_fixture_is_classified_as_its_name_says() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/transcripts");
+        let mut seen = std::collections::BTreeSet::new();
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            let file = path.file_name().unwrap().to_str().unwrap().to_string();
+            let want: FailureClass = file.split('.').next().unwrap().parse().unwrap();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let got = classify(&lines(&text), TIMED_OUT.contains(&file.as_str()));
+            assert_eq!(got, want, "{file}");
+            seen.insert(want);
+        }
+        assert_eq!(
+            seen.len(),
+            FailureClass::ALL.len(),
+            "a fixture per class: {seen:?}"
+        );
+    }
+
+    #[test]
+    fn ids_round_trip_and_unknown_ids_are_refused() {
+        for class in FailureClass::ALL {
+            assert_eq!(class.as_str().parse::<FailureClass>(), Ok(class));
+            assert_eq!(class.to_string(), class.as_str());
+            assert!(class.suggested_fix().ends_with('.'), "{class}");
+            assert!(!class.title().is_empty());
+        }
+        assert_eq!("token-invalid".parse(), Ok(FailureClass::TokenInvalid));
+        let err = "token_expired".parse::<FailureClass>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`token_expired` is not a failure class; use one of: already_joined, \
+             dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
+             ca_mismatch, image_pull_stalled, runtime_missing, unknown."
+        );
+    }
+
+    #[test]
+    fn the_newest_recognised_message_wins() {
+        let log = lines(
+            "E0806 15:00:01.000000 4242 certmanager.go:82] failed to apply the edge certs, err: failed to get CA certificate, err: Get \"https://10.0.0.1:10002/ca.crt\": dial tcp 10.0.0.1:10002: connect: connection refused\n\
+             E0806 15:00:11.000000 4243 certmanager.go:82] failed to apply the edge certs, err: failed to get edge certificate from the cloudcore, error: failed to call http, code: 401, message: token validation failure, err: token has invalid claims: token is expired",
+        );
+        assert_eq!(classify(&log, false), FailureClass::TokenInvalid);
+        let mut reversed = log.clone();
+        reversed.reverse();
+        assert_eq!(
+            classify(&reversed, false),
+            FailureClass::CloudcoreUnreachable
+        );
+    }
+
+    #[test]
+    fn within_a_line_the_specific_class_wins() {
+        let runtime = "Error: edge node join failed: failed to new remote image service, err: validate service connection: validate CRI v1 image API for endpoint \"unix:///run/containerd/containerd.sock\": rpc error: code = Unavailable desc = connection error: desc = \"transport: Error while dialing: dial unix /run/containerd/containerd.sock: connect: connection refused\"";
+        assert_eq!(
+            classify(&lines(runtime), false),
+            FailureClass::RuntimeMissing
+        );
+        let old_token = "F0806 15:00:11.000000 4243 certmanager.go:82] failed to apply the edge certs, err: failed to get edge certificate from the cloudcore, error: failed to call http, code: 401, message: token validation failure, err: Token is expired";
+        assert_eq!(
+            classify(&lines(old_token), false),
+            FailureClass::TokenInvalid
+        );
+    }
+
+    #[test]
+    fn a_deadline_during_the_pull_is_a_stalled_pull_and_elsewhere_unknown() {
+        let t = lines(
+            "I0806 14:58:26.123456   12345 join.go:78] 4. Create the necessary directories\n\
+             I0806 14:58:26.223456   12345 join_others.go:183] 5. Pull Images\n\
+             I0806 14:58:26.323456   12345 image.go:40] Pulling kubeedge/installation-package:v1.23.0 ...",
+        );
+        assert_eq!(classify(&t, true), FailureClass::ImagePullStalled);
+        assert_eq!(classify(&t, false), FailureClass::Unknown);
+        let t = lines("I0806 14:58:26.123456   12345 join.go:78] 9. Run EdgeCore daemon");
+        assert_eq!(classify(&t, true), FailureClass::Unknown);
+        assert_eq!(classify(&[], true), FailureClass::Unknown);
+    }
+
+    #[test]
+    fn last_step_reads_klog_step_lines_only() {
+        let t = lines(
+            "I0806 14:58:26.123456   12345 join.go:78] 1. Executing pre-run script: /root/pre.sh\n\
+             I0806 14:58:26.123456   12345 join.go:78] 2. Check KubeEdge edgecore process status\n\
+             Aug 06 14:58:27 edge-1 keadm[12345]: I0806 14:58:27.000001   12345 join.go:94] 3. Check if the management directory is clean\n\
+             [keadm-batch] 1. not a keadm step\n\
+             W0806 14:58:28.000000   12345 common.go:190] could not fetch a KubeEdge version from the internet: 3. nope",
+        );
+        assert_eq!(
+            last_step(&t),
+            Some(Step {
+                number: 3,
+                title: "Check if the management directory is clean".into()
+            })
+        );
+        assert_eq!(last_step(&lines("Error: x")), None);
+    }
+}

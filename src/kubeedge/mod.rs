@@ -1,0 +1,12 @@
+//! What keadm-batch knows about KubeEdge itself, beyond running keadm: the join token,
+//! the pre-flight probe for `keadm join`, and reading why a join failed. Each part is
+//! pure or returns shell text; the pipeline decides when to use them. The facts behind
+//! them are in the shared spec `kubeedge-join.md`.
+
+pub mod classify;
+pub mod preflight;
+pub mod token;
+
+pub use classify::{FailureClass, Step, UnknownClass, classify, last_step};
+pub use preflight::{Finding, FindingId};
+pub use token::{JoinToken, Lifetime, TokenError};

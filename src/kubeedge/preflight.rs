@@ -1,0 +1,671 @@
+//! The pre-flight probe for `keadm join`: one read-only round trip per node, before any
+//! upload, that finds what would make the join fail (kubeedge-join.md §1.2 and §3).
+//!
+//! The probe is POSIX sh that works under dash, bash and busybox, runs no tool beyond
+//! `ls`, `wc`, `head`, `tr`, `awk` and `df` (and `pidof`/`systemctl` when they exist), and
+//! writes nothing anywhere: the noexec check reads `/proc/mounts` instead of trying to run
+//! a file in the upload directory. It prints one `KB_PF <id> <detail>` line per finding
+//! and `KB_PF_DONE` last, so a probe cut off midway is told apart from a clean node.
+
+use std::fmt;
+
+use crate::plan::shell_quote;
+
+/// The runtime endpoint keadm join uses without `--remote-runtime-endpoint`
+/// (kubeedge `staging/.../constants/default_others.go`).
+pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+
+/// The last line of a probe that ran to its end.
+const DONE: &str = "KB_PF_DONE";
+
+/// What the probe can find. Each is something keadm join would trip over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FindingId {
+    /// A process named edgecore runs, or edgecore.service is active (keadm's check 1).
+    EdgecoreRunning,
+    /// `/etc/kubeedge` exists and is not an empty directory (keadm's check 2).
+    ManagementDirNotClean,
+    /// The container runtime socket keadm will dial is missing (fails before step 5).
+    RuntimeSocketMissing,
+    /// The upload directory is on a `noexec` mount, so `./keadm` cannot run there.
+    UploadDirNoexec,
+    /// Less free space where the upload goes than the files need.
+    LowDisk,
+    /// No `bash`: keadm runs its checks through `bash -c` and misreports without it.
+    BashMissing,
+    /// The probe did not print its last line, so any of the above may be missing.
+    ProbeIncomplete,
+}
+
+impl FindingId {
+    /// Every finding, in the order the probe checks them.
+    pub const ALL: [FindingId; 7] = [
+        FindingId::EdgecoreRunning,
+        FindingId::ManagementDirNotClean,
+        FindingId::RuntimeSocketMissing,
+        FindingId::UploadDirNoexec,
+        FindingId::LowDisk,
+        FindingId::BashMissing,
+        FindingId::ProbeIncomplete,
+    ];
+
+    /// The id the probe prints, also fit for JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingId::EdgecoreRunning => "edgecore_running",
+            FindingId::ManagementDirNotClean => "management_dir_not_clean",
+            FindingId::RuntimeSocketMissing => "runtime_socket_missing",
+            FindingId::UploadDirNoexec => "upload_dir_noexec",
+            FindingId::LowDisk => "low_disk",
+            FindingId::BashMissing => "bash_missing",
+            FindingId::ProbeIncomplete => "probe_incomplete",
+        }
+    }
+
+    fn from_probe(id: &str) -> Option<FindingId> {
+        FindingId::ALL.into_iter().find(|f| f.as_str() == id)
+    }
+}
+
+impl fmt::Display for FindingId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One thing the probe found on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub id: FindingId,
+    /// What exactly was seen on this node (pids, entries, paths, sizes); may be empty.
+    pub detail: String,
+}
+
+impl Finding {
+    /// What is wrong, as a fixed sentence.
+    pub fn message(&self) -> &'static str {
+        match self.id {
+            FindingId::EdgecoreRunning => {
+                "edgecore is already running on this node, so keadm join would stop at its first check."
+            }
+            FindingId::ManagementDirNotClean => {
+                "/etc/kubeedge is not empty, so keadm join would stop at its second check."
+            }
+            FindingId::RuntimeSocketMissing => {
+                "The container runtime socket keadm join will use does not exist, so the join would fail before pulling images."
+            }
+            FindingId::UploadDirNoexec => {
+                "The upload directory is on a noexec mount, so the uploaded keadm could not run there."
+            }
+            FindingId::LowDisk => {
+                "The upload directory's filesystem has less free space than the files to upload need."
+            }
+            FindingId::BashMissing => {
+                "bash is not installed; keadm runs its checks through bash and without it always reports that edgecore is already running."
+            }
+            FindingId::ProbeIncomplete => {
+                "The pre-flight probe did not finish, so its findings are incomplete."
+            }
+        }
+    }
+
+    /// What to do about it, as a fixed sentence.
+    pub fn suggested_action(&self) -> &'static str {
+        match self.id {
+            FindingId::EdgecoreRunning => {
+                "Leave the node out if it is joined already, or reset it first with `keadm reset edge --force` (--reset-first)."
+            }
+            FindingId::ManagementDirNotClean => {
+                "Run `keadm reset edge --force` on the node (or use --reset-first), or remove /etc/kubeedge if nothing in it is needed."
+            }
+            FindingId::RuntimeSocketMissing => {
+                "Install and start containerd (or the node's runtime), or pass --remote-runtime-endpoint=unix://<socket> in keadmCmd."
+            }
+            FindingId::UploadDirNoexec => {
+                "Set remoteDir to a directory on a filesystem mounted without noexec, for example /var/lib/keadm-batch."
+            }
+            FindingId::LowDisk => {
+                "Free space on that filesystem, or set remoteDir to a directory on a larger one."
+            }
+            FindingId::BashMissing => {
+                "Install bash on the node (for example `apk add bash` on Alpine, `opkg install bash` on OpenWrt)."
+            }
+            FindingId::ProbeIncomplete => {
+                "Check that the node's shell is a POSIX sh and that sudo works without a terminal, then run --preflight-only again."
+            }
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    /// `message (detail)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.detail.is_empty() {
+            f.write_str(self.message())
+        } else {
+            write!(
+                f,
+                "{} ({})",
+                self.message().trim_end_matches('.'),
+                self.detail
+            )
+        }
+    }
+}
+
+/// Whether a rendered keadmCmd (`join ...`, or a whole `cd X && ./keadm join ...`) is a
+/// `keadm join`, the only command the probe is for.
+pub fn is_join(command: &str) -> bool {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    // The word after `keadm` where it is run (first, or after `&&`, `;` or `|`), else the
+    // command's first word: keadmCmd itself starts with the subcommand.
+    let in_command_position = |i: usize| {
+        i == 0 || matches!(words[i - 1], "&&" | "||" | ";" | "|") || words[i - 1].ends_with(';')
+    };
+    let start = (0..words.len())
+        .find(|&i| in_command_position(i) && words[i].rsplit('/').next() == Some("keadm"))
+        .map_or(0, |i| i + 1);
+    words[start.min(words.len())..]
+        .iter()
+        .find(|w| !w.starts_with('-'))
+        .is_some_and(|w| *w == "join")
+}
+
+/// The runtime socket keadm join will dial: `--remote-runtime-endpoint` (`=V` or ` V`)
+/// from the command, else keadm's default, without the `unix://` scheme. A bare path is
+/// returned as is (the CRI client takes it as unix); any other scheme is returned whole,
+/// and the probe reports it, since keadm supports only unix sockets.
+pub fn runtime_socket(command: &str) -> String {
+    let mut words = command.split_whitespace();
+    let mut endpoint = None;
+    while let Some(word) = words.next() {
+        if let Some(v) = word.strip_prefix("--remote-runtime-endpoint=") {
+            endpoint = Some(v.to_string());
+        } else if word == "--remote-runtime-endpoint" {
+            endpoint = words.next().map(str::to_string);
+        }
+    }
+    let endpoint = endpoint
+        .map(|e| e.trim_matches(['"', '\'']).to_string())
+        .filter(|e| !e.is_empty())
+        .unwrap_or_else(|| DEFAULT_RUNTIME_ENDPOINT.to_string());
+    match endpoint.strip_prefix("unix://") {
+        Some(path) => path.to_string(),
+        None => endpoint,
+    }
+}
+
+/// The probe: POSIX sh, read-only, one round trip. Run it with the privileges keadm will
+/// have (as root, or inside `remote::wrap`), then give its output to [`parse`].
+/// `needed_bytes` is the size of the files still to upload; 0 skips the disk check.
+pub fn probe_script(upload_dir: &str, runtime_socket: &str, needed_bytes: u64) -> String {
+    let mut s = String::new();
+    s.push_str(&format!("UP={}\n", shell_quote(upload_dir)));
+    s.push_str(&format!("SOCK={}\n", shell_quote(runtime_socket)));
+    s.push_str(&format!("NEED_KIB={}\n", needed_bytes.div_ceil(1024)));
+    s.push_str(PROBE_BODY);
+    s
+}
+
+/// The part of the probe that does not depend on its arguments. `MOUNTS` is a variable so
+/// the unit tests can feed it a mount table of their own.
+const PROBE_BODY: &str = r#"MOUNTS=/proc/mounts
+pf() { printf 'KB_PF %s %s\n' "$1" "$2"; }
+has() { command -v "$1" >/dev/null 2>&1; }
+# 1. edgecore: /proc/*/comm needs no tool at all; pidof (what keadm itself runs) also
+# matches an argv[0] of edgecore. Each node has its own pid namespace, so this sees
+# only the node's processes.
+ec=
+for p in /proc/[0-9]*; do
+  read -r c 2>/dev/null < "$p/comm" || continue
+  [ "$c" = edgecore ] && ec="$ec ${p#/proc/}"
+done
+if has pidof; then
+  for p in $(pidof edgecore 2>/dev/null); do
+    case "$ec " in *" $p "*) ;; *) ec="$ec $p";; esac
+  done
+fi
+if [ -n "$ec" ]; then pf edgecore_running "pid$ec"
+elif has systemctl && [ -d /run/systemd/system ] && systemctl is-active --quiet edgecore 2>/dev/null; then
+  pf edgecore_running "edgecore.service is active"
+fi
+# 2. /etc/kubeedge must be absent or empty: keadm refuses any entry in it.
+if [ -d /etc/kubeedge ]; then
+  if ! l=$(ls -A /etc/kubeedge 2>&1); then pf management_dir_not_clean "cannot read /etc/kubeedge: $l"
+  elif [ -n "$l" ]; then
+    pf management_dir_not_clean "$(printf '%s\n' "$l" | wc -l | tr -d ' ') entries: $(printf '%s\n' "$l" | head -n 6 | tr '\n' ' ')"
+  fi
+elif [ -e /etc/kubeedge ] || [ -L /etc/kubeedge ]; then
+  pf management_dir_not_clean "/etc/kubeedge is not a directory"
+fi
+# 3. The runtime socket keadm will dial; name other well-known sockets that do exist.
+case $SOCK in
+  unix://*) s=${SOCK#unix://} ;;
+  *://*) s=; pf runtime_socket_missing "$SOCK is not a unix:// endpoint; keadm supports only unix sockets" ;;
+  *) s=$SOCK ;;
+esac
+if [ -n "$s" ] && [ ! -S "$s" ]; then
+  if [ -e "$s" ]; then d="$s is not a socket"; else d="$s does not exist"; fi
+  alt=
+  for a in /run/containerd/containerd.sock /run/k3s/containerd/containerd.sock \
+           /var/run/crio/crio.sock /var/run/cri-dockerd.sock /run/isulad.sock; do
+    [ "$a" != "$s" ] && [ -S "$a" ] && alt="$alt unix://$a"
+  done
+  [ -n "$alt" ] && d="$d; found$alt"
+  pf runtime_socket_missing "$d"
+fi
+# 4 and 5 look at the upload dir or, before its first upload, its nearest existing parent.
+e=$UP
+while [ ! -d "$e" ]; do e=$(dirname "$e"); done
+e=$(cd "$e" 2>/dev/null && pwd -P) || e=/
+# The mount that holds it is the longest mount point that prefixes it; of equals, the
+# last one listed is on top. Mount points are octal-escaped in the table.
+r=$(awk -v p="$e" '{ m = $2; gsub(/\\040/, " ", m); gsub(/\\011/, "\t", m)
+  if ((m == "/" || p == m || index(p, m "/") == 1) && length(m) >= best) { best = length(m); o = $4; mp = m } }
+  END { if (mp != "") print o " " mp }' "$MOUNTS" 2>/dev/null)
+case ",${r%% *}," in
+  *,noexec,*) pf upload_dir_noexec "$e is on ${r#* }, mounted noexec" ;;
+esac
+if [ "$NEED_KIB" -gt 0 ]; then
+  free=$(df -Pk "$e" 2>/dev/null | awk 'NR == 2 { print $4 }')
+  case $free in
+    ''|*[!0-9]*) ;;
+    *) [ "$free" -lt "$NEED_KIB" ] && pf low_disk "$free $NEED_KIB $e" ;;
+  esac
+fi
+# 6. keadm runs `bash -c "pidof edgecore"`, `/bin/bash <pre-run>` and its service start.
+has bash || pf bash_missing "no bash on PATH ($PATH)"
+echo KB_PF_DONE
+"#;
+
+/// Reads the probe's output (other lines, such as a sudo probe's, are ignored). A probe
+/// that did not print its last line yields a [`FindingId::ProbeIncomplete`] finding with
+/// the output's last lines.
+pub fn parse(output: &str) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let mut done = false;
+    for line in output.lines() {
+        let line = line.trim_end();
+        if line == DONE {
+            done = true;
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("KB_PF ") else {
+            continue;
+        };
+        let (id, detail) = rest.split_once(' ').unwrap_or((rest, ""));
+        let Some(id) = FindingId::from_probe(id) else {
+            continue;
+        };
+        let detail = match id {
+            FindingId::LowDisk => disk_detail(detail),
+            _ => detail.trim().to_string(),
+        };
+        findings.push(Finding { id, detail });
+    }
+    if !done {
+        let tail: Vec<&str> = output
+            .lines()
+            .map(str::trim_end)
+            .filter(|l| !l.is_empty() && !l.starts_with("KB_PF"))
+            .collect();
+        let tail = &tail[tail.len().saturating_sub(3)..];
+        findings.push(Finding {
+            id: FindingId::ProbeIncomplete,
+            detail: if tail.is_empty() {
+                "it printed nothing more".to_string()
+            } else {
+                format!("it ended with: {}", tail.join(" | "))
+            },
+        });
+    }
+    findings
+}
+
+/// `<free KiB> <needed KiB> <dir>` into words.
+fn disk_detail(raw: &str) -> String {
+    let mut parts = raw.splitn(3, ' ');
+    match (
+        parts.next().and_then(|v| v.parse::<u64>().ok()),
+        parts.next().and_then(|v| v.parse::<u64>().ok()),
+        parts.next(),
+    ) {
+        (Some(free), Some(need), Some(dir)) => format!(
+            "{} free in {dir}, {} needed",
+            human_kib(free),
+            human_kib(need)
+        ),
+        _ => raw.trim().to_string(),
+    }
+}
+
+fn human_kib(kib: u64) -> String {
+    if kib < 10 * 1024 {
+        format!("{kib} KiB")
+    } else {
+        format!("{} MiB", kib / 1024)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+    use std::path::Path;
+    use std::process::Command;
+
+    fn run_sh(script: &str) -> String {
+        let out = Command::new("sh").args(["-c", script]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn ids(findings: &[Finding]) -> Vec<FindingId> {
+        findings.iter().map(|f| f.id).collect()
+    }
+
+    /// Only these findings: the host this runs on may have edgecore-named test processes
+    /// or an /etc/kubeedge of its own, which the fleet tests rule out with namespaces.
+    fn local_ids(findings: &[Finding]) -> Vec<FindingId> {
+        ids(findings)
+            .into_iter()
+            .filter(|id| {
+                !matches!(
+                    id,
+                    FindingId::EdgecoreRunning | FindingId::ManagementDirNotClean
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn join_detection() {
+        assert!(is_join("join --cloudcore-ipport=1.2.3.4:10000 --token=x"));
+        assert!(is_join("cd /tmp/kubeedge/keadm && ./keadm join --x=1"));
+        assert!(is_join("keadm join"));
+        assert!(is_join("/usr/local/bin/keadm join --token=x"));
+        assert!(!is_join("cd /opt/keadm && ./keadm reset"));
+        assert!(!is_join("reset edge --force"));
+        assert!(!is_join("cd /x && yes | ./keadm reset edge"));
+        assert!(!is_join("deprecated join"));
+        assert!(!is_join(""));
+        assert!(!is_join("keadm"));
+    }
+
+    #[test]
+    fn runtime_socket_from_the_command_or_keadms_default() {
+        assert_eq!(
+            runtime_socket("join --x=1"),
+            "/run/containerd/containerd.sock"
+        );
+        assert_eq!(
+            runtime_socket(
+                "join --remote-runtime-endpoint=unix:///run/k3s/containerd/containerd.sock"
+            ),
+            "/run/k3s/containerd/containerd.sock"
+        );
+        assert_eq!(
+            runtime_socket("join --remote-runtime-endpoint '/var/run/crio/crio.sock' --y"),
+            "/var/run/crio/crio.sock"
+        );
+        assert_eq!(
+            runtime_socket("join --remote-runtime-endpoint=tcp://1.2.3.4:1"),
+            "tcp://1.2.3.4:1"
+        );
+        assert_eq!(
+            runtime_socket("join --remote-runtime-endpoint="),
+            "/run/containerd/containerd.sock"
+        );
+    }
+
+    #[test]
+    fn the_script_is_valid_sh_and_quotes_its_arguments() {
+        let script = probe_script("/tmp/it's here", "/run/a b.sock", 1);
+        let status = Command::new("sh")
+            .args(["-n", "-c", &script])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert!(script.contains(r"UP='/tmp/it'\''s here'"), "{script}");
+        assert!(script.contains("NEED_KIB=1\n"));
+        assert!(probe_script("/x", "/s", 1025).contains("NEED_KIB=2\n"));
+    }
+
+    #[test]
+    fn a_good_local_setup_has_no_findings() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("containerd.sock");
+        let _listener = UnixListener::bind(&sock).unwrap();
+        let up = dir.path().join("kubeedge/keadm");
+        let out = run_sh(&probe_script(
+            up.to_str().unwrap(),
+            sock.to_str().unwrap(),
+            4096,
+        ));
+        assert!(out.ends_with("KB_PF_DONE\n"), "{out}");
+        assert_eq!(local_ids(&parse(&out)), [], "{out}");
+        // The probe created nothing.
+        assert!(!dir.path().join("kubeedge").exists());
+    }
+
+    #[test]
+    fn a_missing_socket_names_the_sockets_that_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.sock");
+        let out = run_sh(&probe_script("/tmp", missing.to_str().unwrap(), 0));
+        let findings = parse(&out);
+        let f = findings
+            .iter()
+            .find(|f| f.id == FindingId::RuntimeSocketMissing)
+            .unwrap();
+        assert_eq!(f.detail, format!("{} does not exist", missing.display()));
+
+        let not_socket = dir.path().join("file.sock");
+        std::fs::write(&not_socket, "").unwrap();
+        let out = run_sh(&probe_script(
+            "/tmp",
+            &format!("unix://{}", not_socket.display()),
+            0,
+        ));
+        let f = parse(&out)
+            .into_iter()
+            .find(|f| f.id == FindingId::RuntimeSocketMissing)
+            .unwrap();
+        assert_eq!(
+            f.detail,
+            format!("{} is not a socket", not_socket.display())
+        );
+
+        let out = run_sh(&probe_script("/tmp", "tcp://10.0.0.1:5000", 0));
+        let f = parse(&out)
+            .into_iter()
+            .find(|f| f.id == FindingId::RuntimeSocketMissing)
+            .unwrap();
+        assert!(f.detail.contains("not a unix:// endpoint"), "{}", f.detail);
+    }
+
+    #[test]
+    fn too_little_disk_is_reported_in_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let up = dir.path().join("a/b");
+        // More than any disk this runs on.
+        let out = run_sh(&probe_script(up.to_str().unwrap(), "/dev/null", 1 << 60));
+        let f = parse(&out)
+            .into_iter()
+            .find(|f| f.id == FindingId::LowDisk)
+            .unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        assert!(
+            f.detail.contains(&format!("free in {}, ", real.display())),
+            "{}",
+            f.detail
+        );
+        assert!(f.detail.ends_with(" MiB needed"), "{}", f.detail);
+    }
+
+    #[test]
+    fn noexec_is_read_from_the_mount_table_longest_prefix_last_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let up = base.join("my dir/kubeedge");
+        std::fs::create_dir_all(&up).unwrap();
+        let escaped = base.display().to_string();
+        let table = |lines: &[String]| {
+            let path = base.join("mounts");
+            std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+            path
+        };
+        let probe = |mounts: &Path| {
+            let script = probe_script(up.to_str().unwrap(), "/dev/null", 0).replace(
+                "MOUNTS=/proc/mounts",
+                &format!("MOUNTS={}", shell_quote(mounts.to_str().unwrap())),
+            );
+            parse(&run_sh(&script))
+                .into_iter()
+                .filter(|f| f.id == FindingId::UploadDirNoexec)
+                .collect::<Vec<_>>()
+        };
+        let root = "/dev/vda / ext4 rw,relatime 0 0".to_string();
+        // A noexec mount on a sibling with a shared prefix does not count.
+        let sibling = format!("tmpfs {escaped}/my tmpfs rw,noexec 0 0");
+        assert_eq!(probe(&table(&[root.clone(), sibling])), []);
+        // The mount holding the dir, its name escaped as in /proc/mounts.
+        let holder = format!("tmpfs {escaped}/my\\040dir tmpfs rw,nosuid,noexec 0 0");
+        let found = probe(&table(&[root.clone(), holder.clone()]));
+        assert_eq!(
+            found[0].detail,
+            format!(
+                "{} is on {}, mounted noexec",
+                up.display(),
+                base.join("my dir").display()
+            )
+        );
+        // Mounted over again without noexec: the later line is on top.
+        let over = format!("tmpfs {escaped}/my\\040dir tmpfs rw,nosuid 0 0");
+        assert_eq!(probe(&table(&[root.clone(), holder.clone(), over])), []);
+        // A noexec root holds everything without a mount of its own.
+        let noexec_root = "/dev/vda / ext4 ro,noexec 0 0".to_string();
+        assert_eq!(probe(&table(&[noexec_root])).len(), 1);
+    }
+
+    #[test]
+    fn edgecore_by_process_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("edgecore");
+        std::fs::copy("/bin/sleep", &fake).unwrap();
+        let mut child = Command::new(&fake).arg("30").spawn().unwrap();
+        let out = run_sh(&probe_script("/tmp", "/dev/null", 0));
+        let _ = child.kill();
+        let _ = child.wait();
+        let f = parse(&out)
+            .into_iter()
+            .find(|f| f.id == FindingId::EdgecoreRunning);
+        let f = f.unwrap_or_else(|| panic!("{out}"));
+        assert!(
+            f.detail
+                .split_whitespace()
+                .any(|p| p == child.id().to_string()),
+            "{}",
+            f.detail
+        );
+    }
+
+    #[test]
+    fn no_bash_on_path_is_found_and_the_probe_needs_only_a_few_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        for tool in ["ls", "wc", "head", "tr", "awk", "df", "dirname"] {
+            let real = ["/usr/bin", "/bin"]
+                .iter()
+                .map(|d| Path::new(d).join(tool))
+                .find(|p| p.exists())
+                .unwrap();
+            std::os::unix::fs::symlink(real, bin.join(tool)).unwrap();
+        }
+        let script = probe_script(dir.path().join("up").to_str().unwrap(), "/dev/null", 1);
+        let out = Command::new("/bin/sh")
+            .args(["-c", &script])
+            .env_clear()
+            .env("PATH", &bin)
+            .output()
+            .unwrap();
+        assert!(
+            out.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = String::from_utf8(out.stdout).unwrap();
+        let findings = parse(&out);
+        assert_eq!(
+            local_ids(&findings),
+            [FindingId::RuntimeSocketMissing, FindingId::BashMissing],
+            "{out}"
+        );
+        assert_eq!(
+            findings.last().unwrap().detail,
+            format!("no bash on PATH ({})", bin.display())
+        );
+    }
+
+    #[test]
+    fn parse_reads_findings_and_notices_a_cut_off_probe() {
+        let out = "KB_SUDO nopasswd\nKB_PF edgecore_running pid 12 40\nKB_PF low_disk 900 51200 /tmp\nKB_PF future_check x\nKB_PF_DONE\n";
+        assert_eq!(
+            parse(out),
+            [
+                Finding {
+                    id: FindingId::EdgecoreRunning,
+                    detail: "pid 12 40".into()
+                },
+                Finding {
+                    id: FindingId::LowDisk,
+                    detail: "900 KiB free in /tmp, 50 MiB needed".into()
+                }
+            ]
+        );
+        let cut = parse("KB_PF bash_missing no bash\nsudo: a password is required\n");
+        assert_eq!(
+            ids(&cut),
+            [FindingId::BashMissing, FindingId::ProbeIncomplete]
+        );
+        assert_eq!(cut[1].detail, "it ended with: sudo: a password is required");
+        assert_eq!(parse("")[0].detail, "it printed nothing more");
+    }
+
+    #[test]
+    fn every_finding_has_fixed_sentences() {
+        for id in FindingId::ALL {
+            let f = Finding {
+                id,
+                detail: String::new(),
+            };
+            assert!(
+                f.message().ends_with('.') && f.suggested_action().ends_with('.'),
+                "{id}"
+            );
+            assert_eq!(FindingId::from_probe(id.as_str()), Some(id));
+            assert!(
+                PROBE_BODY.contains(id.as_str()) || id == FindingId::ProbeIncomplete,
+                "{id}"
+            );
+        }
+        let f = Finding {
+            id: FindingId::UploadDirNoexec,
+            detail: "/tmp is on /tmp, mounted noexec".into(),
+        };
+        assert_eq!(
+            f.to_string(),
+            "The upload directory is on a noexec mount, so the uploaded keadm could not run there (/tmp is on /tmp, mounted noexec)"
+        );
+    }
+}

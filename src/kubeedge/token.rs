@@ -1,0 +1,496 @@
+//! keadm join's `--token`: what can be learned from it without any secret.
+//!
+//! A token is `<caHash>.<JWT header>.<JWT payload>.<JWT signature>` (kubeedge
+//! `pkg/security/token/token.go`): the lowercase hex sha256 of cloudcore's CA certificate
+//! (DER), then an HS256 JWT whose payload is only `{"exp":<unix seconds>}`. Nothing here
+//! checks the signature (that needs the CA key), and nothing here ever puts the token, or
+//! any part of it but the public CA hash, into a message: a valid token mints node
+//! certificates for any name until it expires.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+use crate::report::run_dir::civil_from_days;
+
+/// How long after the last node starts the token may still be needed. keadm join's last
+/// step waits up to 300 s for edgecore to fetch its certificate, and that fetch is the
+/// first (and only) time the token is checked, so a token that lives until the last node
+/// starts but not this much longer can still fail that node.
+pub const USE_MARGIN_SECS: u64 = 300;
+
+/// What a join token says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinToken {
+    /// Lowercase hex sha256 of the CA certificate (DER) the token was issued under. Public:
+    /// `curl -sk https://<cloudcore>:10002/ca.crt | sha256sum` gives the same.
+    pub ca_hash: String,
+    /// The JWT's `exp` claim in unix seconds; `None` when the payload has no `exp` (never
+    /// the case for tokens cloudcore makes, and then the token does not expire).
+    pub expires_at: Option<u64>,
+}
+
+/// Why a string is not a join token. The messages never contain the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error(
+        "The join token has {parts} dot-separated parts; keadm join expects 4 (<CA hash>.<JWT header>.<JWT payload>.<JWT signature>), as printed by `keadm gettoken`."
+    )]
+    WrongShape { parts: usize },
+    #[error(
+        "The join token does not start with a CA hash (64 lowercase hex characters); copy the whole output of `keadm gettoken`."
+    )]
+    BadCaHash,
+    #[error(
+        "The join token's JWT payload is not valid base64url; copy the whole output of `keadm gettoken`."
+    )]
+    BadEncoding,
+    #[error("The join token's JWT payload is not a JSON object: {0}.")]
+    BadPayload(String),
+    #[error("The join token's `exp` claim is not a unix time in seconds.")]
+    BadExpiry,
+}
+
+/// Parses a join token. Whitespace around it (a pasted newline) is ignored.
+pub fn parse(token: &str) -> Result<JoinToken, TokenError> {
+    let parts: Vec<&str> = token.trim().split('.').collect();
+    if parts.len() != 4 {
+        return Err(TokenError::WrongShape { parts: parts.len() });
+    }
+    let ca_hash = parts[0];
+    // keadm compares the hash as a string with lowercase hex, so uppercase would never match.
+    if ca_hash.len() != 64
+        || !ca_hash
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err(TokenError::BadCaHash);
+    }
+    let payload = base64url_decode(parts[2]).ok_or(TokenError::BadEncoding)?;
+    let claims: serde_json::Value =
+        serde_json::from_slice(&payload).map_err(|e| TokenError::BadPayload(e.to_string()))?;
+    let object = claims
+        .as_object()
+        .ok_or_else(|| TokenError::BadPayload("it is not an object".to_string()))?;
+    let expires_at = match object.get("exp") {
+        None | Some(serde_json::Value::Null) => None,
+        // jwt v5 writes whole seconds, but NumericDate also reads fractions; accept both.
+        Some(serde_json::Value::Number(n)) => Some(match n.as_u64() {
+            Some(secs) => secs,
+            None => match n.as_f64() {
+                Some(f) if f.is_finite() && f >= 0.0 => f.floor() as u64,
+                _ => return Err(TokenError::BadExpiry),
+            },
+        }),
+        Some(_) => return Err(TokenError::BadExpiry),
+    };
+    Ok(JoinToken {
+        ca_hash: ca_hash.to_string(),
+        expires_at,
+    })
+}
+
+/// The value of `--token=V` or `--token V` in a rendered keadm command, without the
+/// quotes around it, or `None` when there is no such flag or its value is empty.
+/// `--token-file` and the like are not `--token`.
+pub fn find_token(command: &str) -> Option<&str> {
+    let mut rest = command;
+    while let Some(pos) = rest.find("--token") {
+        let at_word_start = pos == 0 || rest[..pos].ends_with([' ', '\t', '\n']);
+        let after = &rest[pos + "--token".len()..];
+        rest = after;
+        if !at_word_start {
+            continue;
+        }
+        let value = if let Some(v) = after.strip_prefix('=') {
+            v
+        } else if after.starts_with([' ', '\t']) {
+            after.trim_start_matches([' ', '\t'])
+        } else {
+            continue;
+        };
+        let word = match value.chars().next() {
+            Some(q @ ('\'' | '"')) => {
+                let inner = &value[1..];
+                &inner[..inner.find(q).unwrap_or(inner.len())]
+            }
+            _ => &value[..value.find(char::is_whitespace).unwrap_or(value.len())],
+        };
+        return (!word.is_empty()).then_some(word);
+    }
+    None
+}
+
+/// Whether a token is still good for the whole batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifetime {
+    /// It outlives the batch (or has no expiry).
+    Ok,
+    /// It expires at `at`, at or before `needed_until`: the estimated start of the last
+    /// node plus [`USE_MARGIN_SECS`].
+    ExpiresMidBatch { at: u64, needed_until: u64 },
+    /// It expired at `at`, at or before now.
+    Expired { at: u64 },
+}
+
+/// Compares the token's expiry with `now` and the batch's estimated duration until the
+/// last node starts (see [`batch_estimate`]). All times are unix seconds. Prefer
+/// cloudcore's clock (the `Date:` header of its `/ca.crt` answer) for `now` when there is
+/// one: cloudcore checks `exp` with no leeway against its own clock.
+pub fn check_lifetime(token: &JoinToken, now: u64, batch_seconds: u64) -> Lifetime {
+    let Some(at) = token.expires_at else {
+        return Lifetime::Ok;
+    };
+    let needed_until = now
+        .saturating_add(batch_seconds)
+        .saturating_add(USE_MARGIN_SECS);
+    if at <= now {
+        Lifetime::Expired { at }
+    } else if at <= needed_until {
+        Lifetime::ExpiresMidBatch { at, needed_until }
+    } else {
+        Lifetime::Ok
+    }
+}
+
+impl Lifetime {
+    /// Whether the batch can use the token.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Lifetime::Ok)
+    }
+
+    /// A full-sentence explanation for the operator, or `None` for [`Lifetime::Ok`]. It
+    /// states when the token expires (UTC) and how to get a fresh one, never the token.
+    pub fn message(&self, now: u64) -> Option<String> {
+        const FRESH: &str = "Get a fresh token on the cloud side with `keadm gettoken` \
+             (or `kubectl -n kubeedge get secret tokensecret -o jsonpath='{.data.tokendata}' | base64 -d`) \
+             and run again. If it prints the same token, cloudcore has stopped refreshing it \
+             (it gives up after one failed refresh); restarting cloudcore makes a new one.";
+        match *self {
+            Lifetime::Ok => None,
+            Lifetime::Expired { at } => Some(format!(
+                "The join token (--token) expired at {} ({} ago), so every node would time out waiting for its certificate. {FRESH}",
+                rfc3339(at),
+                human_duration(now.saturating_sub(at))
+            )),
+            Lifetime::ExpiresMidBatch { at, needed_until } => Some(format!(
+                "The join token (--token) expires at {} (in {}), but the batch needs it until about {} (the estimated start of the last node plus {} min for edgecore to fetch its certificate), so the last nodes would fail. {FRESH}",
+                rfc3339(at),
+                human_duration(at.saturating_sub(now)),
+                rfc3339(needed_until),
+                USE_MARGIN_SECS / 60
+            )),
+        }
+    }
+}
+
+/// Seconds from the start of the batch until its last node would start:
+/// `(ceil(nodes / max_run_num) - 1) × per_node_secs`, rounded up.
+///
+/// The pool keeps `max_run_num` nodes busy and starts the next as one finishes, so with
+/// equal per-node times nodes start in waves of `max_run_num`, and the last wave starts
+/// after all the earlier ones. A `max_run_num` of 0 counts as 1, as in the pool. The time
+/// the last node itself takes is not included; [`check_lifetime`] adds the token's own use
+/// margin.
+pub fn batch_estimate(nodes: usize, max_run_num: usize, per_node_secs: f64) -> u64 {
+    if nodes == 0 || !per_node_secs.is_finite() || per_node_secs <= 0.0 {
+        return 0;
+    }
+    let waves_before_last = nodes.div_ceil(max_run_num.max(1)) - 1;
+    (waves_before_last as f64 * per_node_secs).ceil() as u64
+}
+
+/// Whether `ca_cert_der` (cloudcore's `/ca.crt` body, which is DER) is the CA the token was
+/// issued under: edgecore makes the same comparison and otherwise never gets a certificate.
+pub fn ca_hash_matches(token: &JoinToken, ca_cert_der: &[u8]) -> bool {
+    hex::encode(Sha256::digest(ca_cert_der)) == token.ca_hash
+}
+
+/// `2026-08-06T14:58:26Z` for unix seconds.
+pub fn rfc3339(unix_secs: u64) -> String {
+    let (y, mo, d) = civil_from_days((unix_secs / 86_400) as i64);
+    let rem = unix_secs % 86_400;
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// A rough, readable duration: `45 s`, `12 min`, `3 h 5 min`, `2 d 4 h`.
+fn human_duration(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs} s"),
+        60..3600 => format!("{} min", secs / 60),
+        3600..86_400 => format!("{} h {} min", secs / 3600, (secs % 3600) / 60),
+        _ => format!("{} d {} h", secs / 86_400, (secs % 86_400) / 3600),
+    }
+}
+
+/// Decodes base64url (or standard base64), with or without `=` padding. A tiny decoder
+/// is all a JWT payload needs, so no crate is pulled in for it.
+fn base64url_decode(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches('=');
+    if text.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for b in text.bytes() {
+        let v = match b {
+            b'A'..=b'Z' => b - b'A',
+            b'a'..=b'z' => b - b'a' + 26,
+            b'0'..=b'9' => b - b'0' + 52,
+            b'-' | b'+' => 62,
+            b'_' | b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+impl fmt::Display for JoinToken {
+    /// Only the public parts: the CA hash's first 12 characters and the expiry.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `ca_hash` is a public field, so it may be shorter than a real one.
+        let short = self.ca_hash.get(..12).unwrap_or(&self.ca_hash);
+        write!(f, "token for CA sha256:{short}…")?;
+        match self.expires_at {
+            Some(at) => write!(f, ", expires {}", rfc3339(at)),
+            None => write!(f, ", no expiry"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CA: &str = "4b1ea5f5cd0a6a1a12c6b2b07db7a7e38b3bcb7ac0b7dfb3b6c0f0a2d0f1e2c3";
+
+    fn b64url(bytes: &[u8]) -> String {
+        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b))
+                << (8 * (3 - chunk.len()));
+            for i in 0..=chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+
+    fn token_with(payload: &str) -> String {
+        format!(
+            "{CA}.{}.{}.c2lnbmF0dXJl",
+            b64url(br#"{"alg":"HS256","typ":"JWT"}"#),
+            b64url(payload.as_bytes())
+        )
+    }
+
+    #[test]
+    fn parses_the_real_payload_from_kubeedge_issue_5417() {
+        let token =
+            format!("{CA}.eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJleHAiOjE3MDcyOTU3MDV9.sig");
+        let parsed = parse(&token).unwrap();
+        assert_eq!(parsed.ca_hash, CA);
+        assert_eq!(parsed.expires_at, Some(1_707_295_705));
+        assert_eq!(parse(&format!(" {token}\n")).unwrap(), parsed);
+    }
+
+    #[test]
+    fn decoder_agrees_with_the_encoder_for_every_length() {
+        let data: Vec<u8> = (0..=255u8).collect();
+        for len in 0..40 {
+            let encoded = b64url(&data[..len]);
+            assert_eq!(base64url_decode(&encoded).unwrap(), &data[..len], "{len}");
+            let padded = format!("{encoded}{}", "=".repeat((4 - encoded.len() % 4) % 4));
+            assert_eq!(base64url_decode(&padded).unwrap(), &data[..len], "{len}");
+        }
+        assert_eq!(base64url_decode("a"), None);
+        assert_eq!(base64url_decode("ab$d"), None);
+    }
+
+    #[test]
+    fn expiry_forms() {
+        let exp = |p: &str| parse(&token_with(p)).map(|t| t.expires_at);
+        assert_eq!(exp(r#"{"exp":1700000000}"#), Ok(Some(1_700_000_000)));
+        assert_eq!(exp(r#"{"exp":1700000000.75}"#), Ok(Some(1_700_000_000)));
+        assert_eq!(exp(r#"{"exp":1.7e9}"#), Ok(Some(1_700_000_000)));
+        assert_eq!(exp(r#"{}"#), Ok(None));
+        assert_eq!(exp(r#"{"exp":"soon"}"#), Err(TokenError::BadExpiry));
+        assert_eq!(exp(r#"{"exp":-5}"#), Err(TokenError::BadExpiry));
+        assert!(matches!(exp("[1]"), Err(TokenError::BadPayload(_))));
+        assert!(matches!(exp("not json"), Err(TokenError::BadPayload(_))));
+    }
+
+    #[test]
+    fn malformed_tokens_are_refused_without_echoing_them() {
+        let secret_part = "eyJleHAiOjE3MDcyOTU3MDV9";
+        let cases = [
+            (
+                format!("{CA}.{secret_part}"),
+                TokenError::WrongShape { parts: 2 },
+            ),
+            (String::new(), TokenError::WrongShape { parts: 1 }),
+            (
+                format!("{}.a.{secret_part}.c", CA.to_uppercase()),
+                TokenError::BadCaHash,
+            ),
+            (format!("abc.a.{secret_part}.c"), TokenError::BadCaHash),
+            (format!("{CA}.a.{secret_part}!.c"), TokenError::BadEncoding),
+        ];
+        for (token, want) in cases {
+            let err = parse(&token).unwrap_err();
+            assert_eq!(err, want, "{token}");
+            let msg = err.to_string();
+            assert!(!msg.contains(secret_part) && !msg.contains(CA), "{msg}");
+            assert!(msg.ends_with('.'), "{msg}");
+        }
+    }
+
+    #[test]
+    fn finds_the_token_flag_in_its_forms() {
+        assert_eq!(find_token("join --token=abc.def --x=1"), Some("abc.def"));
+        assert_eq!(
+            find_token("join --cloudcore-ipport=h:1 --token abc.def"),
+            Some("abc.def")
+        );
+        assert_eq!(find_token("join --token='a.b.c.d' --x"), Some("a.b.c.d"));
+        assert_eq!(find_token("join --token \"a.b\""), Some("a.b"));
+        assert_eq!(find_token("join --token-file=/x --token=t"), Some("t"));
+        assert_eq!(find_token("join --token-file=/x"), None);
+        assert_eq!(find_token("join x--token=t"), None);
+        assert_eq!(find_token("join --token="), None);
+        assert_eq!(find_token("join --token= --x"), None);
+        assert_eq!(find_token("reset edge --force"), None);
+    }
+
+    #[test]
+    fn lifetime_against_now_and_the_batch() {
+        let t = JoinToken {
+            ca_hash: CA.into(),
+            expires_at: Some(10_000),
+        };
+        assert_eq!(
+            check_lifetime(&t, 10_000, 0),
+            Lifetime::Expired { at: 10_000 }
+        );
+        assert_eq!(
+            check_lifetime(&t, 20_000, 0),
+            Lifetime::Expired { at: 10_000 }
+        );
+        assert_eq!(
+            check_lifetime(&t, 9_000, 800),
+            Lifetime::ExpiresMidBatch {
+                at: 10_000,
+                needed_until: 10_100
+            }
+        );
+        // jwt v5 accepts a token only while `now < exp`, so the last second does not count.
+        assert_eq!(
+            check_lifetime(&t, 9_000, 700),
+            Lifetime::ExpiresMidBatch {
+                at: 10_000,
+                needed_until: 10_000
+            }
+        );
+        assert_eq!(check_lifetime(&t, 9_000, 699), Lifetime::Ok);
+        let forever = JoinToken {
+            ca_hash: CA.into(),
+            expires_at: None,
+        };
+        assert_eq!(check_lifetime(&forever, u64::MAX, u64::MAX), Lifetime::Ok);
+        assert_eq!(
+            check_lifetime(&t, 0, u64::MAX),
+            Lifetime::ExpiresMidBatch {
+                at: 10_000,
+                needed_until: u64::MAX
+            }
+        );
+    }
+
+    #[test]
+    fn lifetime_messages_say_when_and_what_to_do() {
+        assert_eq!(Lifetime::Ok.message(0), None);
+        // 2024-02-07T08:48:25Z is the expiry of the token in kubeedge issue 5417.
+        let expired = Lifetime::Expired { at: 1_707_295_705 }
+            .message(1_707_295_705 + 3 * 3600 + 120)
+            .unwrap();
+        assert!(
+            expired.contains("expired at 2024-02-07T08:48:25Z (3 h 2 min ago)"),
+            "{expired}"
+        );
+        assert!(expired.contains("`keadm gettoken`"), "{expired}");
+        let mid = Lifetime::ExpiresMidBatch {
+            at: 1_707_295_705,
+            needed_until: 1_707_299_305,
+        }
+        .message(1_707_295_705 - 1500)
+        .unwrap();
+        assert!(
+            mid.contains("expires at 2024-02-07T08:48:25Z (in 25 min)"),
+            "{mid}"
+        );
+        assert!(mid.contains("until about 2024-02-07T09:48:25Z"), "{mid}");
+        assert!(mid.contains("`keadm gettoken`"), "{mid}");
+    }
+
+    #[test]
+    fn rfc3339_and_durations() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400 + 86_399), "2000-02-29T23:59:59Z");
+        assert_eq!(rfc3339(1_786_028_306), "2026-08-06T14:58:26Z");
+        assert_eq!(human_duration(59), "59 s");
+        assert_eq!(human_duration(60), "1 min");
+        assert_eq!(human_duration(3 * 86_400 + 7200 + 59), "3 d 2 h");
+    }
+
+    #[test]
+    fn batch_estimate_counts_waves_before_the_last() {
+        assert_eq!(batch_estimate(0, 10, 60.0), 0);
+        assert_eq!(batch_estimate(1, 10, 60.0), 0);
+        assert_eq!(batch_estimate(10, 10, 60.0), 0);
+        assert_eq!(batch_estimate(11, 10, 60.0), 60);
+        assert_eq!(batch_estimate(1000, 10, 45.5), 99 * 45 + 50);
+        assert_eq!(batch_estimate(3, 0, 10.0), 20);
+        assert_eq!(batch_estimate(3, 1, f64::NAN), 0);
+    }
+
+    #[test]
+    fn ca_hash_is_sha256_of_the_der() {
+        let der = b"not really DER, but any bytes hash the same way";
+        let hash = hex::encode(Sha256::digest(der));
+        let t = JoinToken {
+            ca_hash: hash,
+            expires_at: None,
+        };
+        assert!(ca_hash_matches(&t, der));
+        assert!(!ca_hash_matches(&t, b"another CA"));
+        // Known vector: sha256 of the empty string.
+        let empty = JoinToken {
+            ca_hash: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".into(),
+            expires_at: None,
+        };
+        assert!(ca_hash_matches(&empty, b""));
+    }
+
+    #[test]
+    fn display_shows_only_public_parts() {
+        let t = parse(&token_with(r#"{"exp":0}"#)).unwrap();
+        assert_eq!(
+            t.to_string(),
+            "token for CA sha256:4b1ea5f5cd0a…, expires 1970-01-01T00:00:00Z"
+        );
+    }
+}

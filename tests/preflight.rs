@@ -1,0 +1,271 @@
+//! The join pre-flight probe on real sshd nodes (tests/common/fleet.rs), run through
+//! `SshConnection` exactly as the pipeline would. Every change a test makes to a node
+//! (a fake edgecore, /etc/kubeedge leftovers, noexec and tiny mounts) lives in that node's
+//! own pid and mount namespaces: the host's /etc and processes are never touched.
+
+mod common;
+
+use std::os::unix::net::UnixListener;
+use std::time::{Duration, Instant};
+
+use common::fleet::{Fleet, Node};
+use keadm_batch::kubeedge::preflight::{self, Finding, FindingId};
+use keadm_batch::remote::{Privilege, wrap};
+use keadm_batch::transport::{Auth, ConnectSpec, HostKeyPolicy, SshConnection};
+
+const UPLOAD_DIR: &str = "/tmp/kubeedge/keadm";
+/// About the size of a keadm binary.
+const KEADM_BYTES: u64 = 60 * 1024 * 1024;
+
+/// Runs the probe on `node` over SSH and returns what it found.
+fn probe(fleet: &Fleet, node: &Node, upload_dir: &str, socket: &str, needed: u64) -> Vec<Finding> {
+    let spec = ConnectSpec {
+        endpoint: node.endpoint(),
+        username: "root".to_string(),
+        auth: Auth::Password(fleet.root_password()),
+        host_key_policy: HostKeyPolicy::AcceptNew,
+        known_hosts: fleet.known_hosts(),
+        connect_timeout: Duration::from_secs(10),
+        keepalive_secs: 15,
+        jump: None,
+    };
+    let mut conn = SshConnection::connect(&spec).unwrap_or_else(|e| panic!("connect: {e}"));
+    let script = wrap(
+        &preflight::probe_script(upload_dir, socket, needed),
+        Privilege::Login,
+    );
+    let mut out = Vec::new();
+    let exit = conn
+        .exec(
+            &script,
+            None,
+            Instant::now() + Duration::from_secs(30),
+            &mut out,
+        )
+        .unwrap_or_else(|e| panic!("run the probe: {e}"));
+    let out = String::from_utf8_lossy(&out).into_owned();
+    assert!(exit.success(), "{exit}: {out}");
+    // Nothing but findings and the end marker: no stray errors from any shell or tool.
+    for line in out.lines() {
+        assert!(
+            line.starts_with("KB_PF"),
+            "unexpected output {line:?} in {out}"
+        );
+    }
+    preflight::parse(&out)
+}
+
+fn ids(findings: &[Finding]) -> Vec<FindingId> {
+    findings.iter().map(|f| f.id).collect()
+}
+
+/// Runs `script` inside the node's namespaces and insists that it worked.
+fn on_node(node: &Node, script: &str) {
+    let out = node.shell(script);
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A listening unix socket at the node's `/tmp/containerd.sock`, standing in for a runtime.
+fn runtime_socket(node: &Node) -> (UnixListener, &'static str) {
+    let listener = UnixListener::bind(node.tmp_path("containerd.sock")).unwrap();
+    (listener, "/tmp/containerd.sock")
+}
+
+#[test]
+fn a_clean_node_has_no_findings_and_the_default_socket_is_checked() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let (_runtime, socket) = runtime_socket(node);
+    let findings = probe(&fleet, node, UPLOAD_DIR, socket, KEADM_BYTES);
+    assert_eq!(findings, [], "expected a clean node");
+    // The probe wrote nothing, not even the upload dir.
+    assert!(!node.tmp_path("kubeedge").exists());
+
+    // Without --remote-runtime-endpoint keadm dials containerd's default socket, which
+    // this test machine does not have (it runs no containerd).
+    let socket = preflight::runtime_socket("join --cloudcore-ipport=127.0.0.1:10000");
+    assert_eq!(socket, "/run/containerd/containerd.sock");
+    if !std::path::Path::new(&socket).exists() {
+        let findings = probe(&fleet, node, UPLOAD_DIR, &socket, KEADM_BYTES);
+        assert_eq!(ids(&findings), [FindingId::RuntimeSocketMissing]);
+        assert!(
+            findings[0]
+                .detail
+                .starts_with("/run/containerd/containerd.sock does not exist"),
+            "{}",
+            findings[0].detail
+        );
+    }
+}
+
+#[test]
+fn a_running_edgecore_is_found_in_the_nodes_own_pid_namespace_only() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let (busy, idle) = (fleet.node(0), fleet.node(1));
+    let (_r0, socket) = runtime_socket(busy);
+    let (_r1, _) = runtime_socket(idle);
+    // A process whose name is edgecore, as `pidof` and /proc/<pid>/comm see it.
+    on_node(
+        busy,
+        "cp /bin/sleep /tmp/edgecore && /tmp/edgecore 300 >/dev/null 2>&1 </dev/null &",
+    );
+    let findings = probe(&fleet, busy, UPLOAD_DIR, socket, KEADM_BYTES);
+    assert_eq!(ids(&findings), [FindingId::EdgecoreRunning]);
+    assert!(
+        findings[0].detail.starts_with("pid "),
+        "{}",
+        findings[0].detail
+    );
+    // The other node's namespace has no such process.
+    assert_eq!(probe(&fleet, idle, UPLOAD_DIR, socket, KEADM_BYTES), []);
+
+    // Only argv[0] says edgecore (`exec -a`): keadm's own `pidof edgecore` matches it.
+    if std::path::Path::new("/usr/bin/pidof").exists()
+        || std::path::Path::new("/bin/pidof").exists()
+    {
+        on_node(
+            idle,
+            "bash -c 'exec -a edgecore sleep 300' >/dev/null 2>&1 </dev/null &",
+        );
+        let findings = probe(&fleet, idle, UPLOAD_DIR, socket, KEADM_BYTES);
+        assert_eq!(ids(&findings), [FindingId::EdgecoreRunning]);
+    }
+}
+
+#[test]
+fn leftovers_in_etc_kubeedge_are_found() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let (_runtime, socket) = runtime_socket(node);
+    // The host has no /etc/kubeedge to bind over, so the node gets an overlay on /etc whose
+    // writes land in its own /tmp; its copy of /etc/shadow (root's test password) is
+    // carried into the overlay, since the overlay hides the bind mount below it.
+    on_node(
+        node,
+        "set -e\n\
+         mkdir -p /tmp/etc-overlay/up /tmp/etc-overlay/work\n\
+         cp /etc/shadow /tmp/etc-overlay/shadow\n\
+         mount -t overlay overlay -o lowerdir=/etc,upperdir=/tmp/etc-overlay/up,workdir=/tmp/etc-overlay/work /etc\n\
+         mount --bind /tmp/etc-overlay/shadow /etc/shadow\n\
+         mkdir -p /etc/kubeedge/config /etc/kubeedge/ca\n\
+         : > /etc/kubeedge/idempotency_record\n",
+    );
+    assert!(
+        !std::path::Path::new("/etc/kubeedge").exists(),
+        "the host's /etc was changed"
+    );
+    let findings = probe(&fleet, node, UPLOAD_DIR, socket, KEADM_BYTES);
+    assert_eq!(ids(&findings), [FindingId::ManagementDirNotClean]);
+    assert_eq!(
+        findings[0].detail,
+        "3 entries: ca config idempotency_record"
+    );
+
+    // An empty /etc/kubeedge is clean, as keadm sees it.
+    on_node(node, "rm -rf /etc/kubeedge/* && test -d /etc/kubeedge");
+    assert_eq!(probe(&fleet, node, UPLOAD_DIR, socket, KEADM_BYTES), []);
+}
+
+#[test]
+fn a_noexec_upload_dir_is_found_and_really_is_noexec() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let (_runtime, socket) = runtime_socket(node);
+    on_node(
+        node,
+        "mkdir -p /tmp/noexec && mount -t tmpfs -o noexec,size=512m tmpfs /tmp/noexec",
+    );
+    // The upload dir does not exist yet; its nearest parent decides.
+    let findings = probe(
+        &fleet,
+        node,
+        "/tmp/noexec/kubeedge/keadm",
+        socket,
+        KEADM_BYTES,
+    );
+    assert_eq!(ids(&findings), [FindingId::UploadDirNoexec]);
+    assert_eq!(
+        findings[0].detail,
+        "/tmp/noexec is on /tmp/noexec, mounted noexec"
+    );
+    // What the finding predicts: a script there cannot be run.
+    let out = node.shell(
+        "printf '#!/bin/sh\\necho ran\\n' > /tmp/noexec/x && chmod 700 /tmp/noexec/x && /tmp/noexec/x",
+    );
+    assert!(!out.status.success(), "{out:?}");
+    // A dir beside it, on an exec mount, is fine.
+    assert_eq!(probe(&fleet, node, UPLOAD_DIR, socket, KEADM_BYTES), []);
+}
+
+#[test]
+fn too_little_disk_for_the_binary_is_found() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let (_runtime, socket) = runtime_socket(node);
+    on_node(
+        node,
+        "mkdir -p /tmp/small/kubeedge && mount -t tmpfs -o size=1m tmpfs /tmp/small/kubeedge",
+    );
+    let findings = probe(
+        &fleet,
+        node,
+        "/tmp/small/kubeedge/keadm",
+        socket,
+        KEADM_BYTES,
+    );
+    assert_eq!(ids(&findings), [FindingId::LowDisk]);
+    assert_eq!(
+        findings[0].detail,
+        "1024 KiB free in /tmp/small/kubeedge, 60 MiB needed"
+    );
+    // A small file fits, and nothing to upload needs no space.
+    assert_eq!(
+        probe(
+            &fleet,
+            node,
+            "/tmp/small/kubeedge/keadm",
+            socket,
+            100 * 1024
+        ),
+        []
+    );
+    assert_eq!(
+        probe(&fleet, node, "/tmp/small/kubeedge/keadm", socket, 0),
+        []
+    );
+}
+
+#[test]
+fn everything_at_once_in_one_round_trip() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    on_node(
+        node,
+        "set -e\n\
+         cp /bin/sleep /tmp/edgecore && /tmp/edgecore 300 >/dev/null 2>&1 </dev/null &\n\
+         mkdir -p /tmp/etc-overlay/up /tmp/etc-overlay/work /tmp/bad\n\
+         cp /etc/shadow /tmp/etc-overlay/shadow\n\
+         mount -t overlay overlay -o lowerdir=/etc,upperdir=/tmp/etc-overlay/up,workdir=/tmp/etc-overlay/work /etc\n\
+         mount --bind /tmp/etc-overlay/shadow /etc/shadow\n\
+         mkdir -p /etc/kubeedge/certs\n\
+         mount -t tmpfs -o noexec,size=1m tmpfs /tmp/bad\n",
+    );
+    let findings = probe(&fleet, node, "/tmp/bad/keadm", "/tmp/no.sock", KEADM_BYTES);
+    assert_eq!(
+        ids(&findings),
+        [
+            FindingId::EdgecoreRunning,
+            FindingId::ManagementDirNotClean,
+            FindingId::RuntimeSocketMissing,
+            FindingId::UploadDirNoexec,
+            FindingId::LowDisk,
+        ]
+    );
+    for f in &findings {
+        assert!(!f.message().is_empty() && !f.suggested_action().is_empty());
+    }
+}
