@@ -11,6 +11,7 @@ use std::io::IsTerminal;
 use crate::arch::Arch;
 use crate::config::{self, PackageMode, validate::ProcessEnvironment};
 use crate::error::Error;
+use crate::kubeedge::before_run;
 use crate::options::{Command, OutputFormat, RunOptions, Verbosity};
 use crate::pool::{self, Cancel};
 use crate::report::log::ResultLog;
@@ -119,6 +120,10 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         retry.as_ref().map(|(names, _)| names),
     )
     .map_err(|e| Error::Usage(e.0))?;
+    kubeedge_checks(&plan, options)?;
+    if options.preflight_only {
+        return preflight_only(&plan);
+    }
     if options.dry_run {
         print!("{}", dry_run::render(&plan));
         return Ok(());
@@ -129,6 +134,146 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         options,
         retry.map(|(_, previous)| previous),
     )
+}
+
+/// Connects to every selected node, runs the read-only probes, prints a table of findings
+/// on stdout. Exit 1 when any node has a finding or could not be probed.
+fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
+    use rayon::prelude::*;
+    let cancel = Cancel::new();
+    install_signal_handler(&cancel);
+    let progress = Progress::new(plan.nodes.len(), plan.total_in_config, false);
+    let scratch =
+        std::env::temp_dir().join(format!("keadm-batch-preflight-{}", std::process::id()));
+    let run_dir = RunDir::create(Some(&scratch), &scratch)
+        .map_err(|e| Error::Output(format!("could not create {}: {e}", scratch.display())))?;
+    let ctx = pipeline::Context {
+        stager: None,
+        known_hosts: plan.known_hosts.clone(),
+        run_dir: &run_dir,
+        cancel: &cancel,
+        verify_remote: false,
+        run_token: run_dir.id.clone(),
+        retry_base: std::time::Duration::from_secs(1),
+        progress: &progress,
+        // Findings are reported, never acted on, in this mode.
+        preflight: crate::options::PreflightMode::Warn,
+        binary_size_hint: 0,
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(plan.max_run_num.clamp(1, plan.nodes.len().max(1)))
+        .build()
+        .map_err(|e| Error::Output(e.to_string()))?;
+    let results: Vec<_> = pool.install(|| {
+        plan.nodes
+            .par_iter()
+            .map(|node| {
+                if crate::kubeedge::preflight::is_join(&node.keadm_cmd) {
+                    pipeline::preflight_only(node, &ctx)
+                } else {
+                    Ok(Vec::new())
+                }
+            })
+            .collect()
+    });
+    let _ = std::fs::remove_dir_all(&scratch);
+    let mut table = String::new();
+    let width = plan
+        .nodes
+        .iter()
+        .map(|n| n.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    table.push_str(&format!(
+        "{:<width$}  {:<22}  FINDINGS\n",
+        "NODE", "ADDRESS"
+    ));
+    let mut bad = 0;
+    for (node, result) in plan.nodes.iter().zip(&results) {
+        let address = node.address();
+        match result {
+            Ok(findings) if findings.is_empty() => {
+                let note = if crate::kubeedge::preflight::is_join(&node.keadm_cmd) {
+                    "none"
+                } else {
+                    "none (not a join)"
+                };
+                table.push_str(&format!("{:<width$}  {:<22}  {note}\n", node.name, address));
+            }
+            Ok(findings) => {
+                bad += 1;
+                for (i, f) in findings.iter().enumerate() {
+                    let id: crate::kubeedge::FindingId = match crate::kubeedge::FindingId::ALL
+                        .iter()
+                        .find(|x| x.as_str() == f.id)
+                    {
+                        Some(id) => *id,
+                        None => continue,
+                    };
+                    let finding = crate::kubeedge::Finding {
+                        id,
+                        detail: f.detail.clone(),
+                    };
+                    let (n, a) = if i == 0 {
+                        (node.name.as_str(), address.as_str())
+                    } else {
+                        ("", "")
+                    };
+                    table.push_str(&format!("{n:<width$}  {a:<22}  {finding}\n"));
+                    table.push_str(&format!(
+                        "{:<width$}  {:<22}    -> {}\n",
+                        "",
+                        "",
+                        finding.suggested_action()
+                    ));
+                }
+            }
+            Err(error) => {
+                bad += 1;
+                table.push_str(&format!(
+                    "{:<width$}  {:<22}  not probed: {error}\n",
+                    node.name, address
+                ));
+            }
+        }
+    }
+    print!("{table}");
+    if cancel.stopping() {
+        return Err(Error::Interrupted("the probes were stopped".into()));
+    }
+    if bad > 0 {
+        return Err(Error::Findings {
+            nodes: bad,
+            total: plan.nodes.len(),
+        });
+    }
+    Ok(())
+}
+
+/// The join batch as a whole, before any node is touched: token lifetime, CA hash, and
+/// node names cloudcore already has. Fatal problems are a config error (exit 2).
+fn kubeedge_checks(plan: &plan::Plan, options: &RunOptions) -> Result<(), Error> {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let per_node = rerun::latest_run(&cwd)
+        .and_then(|run| rerun::measured_per_node_secs(&run))
+        .unwrap_or(before_run::DEFAULT_PER_NODE_SECS);
+    let now = outcome::now() as u64;
+    let problems = before_run::check(plan, options.preflight, now, per_node, !options.dry_run);
+    let mut fatal = Vec::new();
+    for problem in problems {
+        if problem.fatal {
+            fatal.push(problem.message);
+        } else {
+            log::warn!("{}", problem.message);
+        }
+    }
+    if fatal.is_empty() {
+        Ok(())
+    } else {
+        fatal.push("No node was touched.".into());
+        Err(Error::Usage(fatal.join("\n")))
+    }
 }
 
 /// The nodes `--retry-failed` should process, and the run they come from; `None` when
@@ -145,9 +290,19 @@ fn retry_selection(
             cwd.join(report::run_dir::RUNS_DIR).display()
         )));
     };
+    // `token-invalid` and `token_invalid` both name a class; journals hold the latter.
+    let class = match &options.class {
+        Some(class) => Some(
+            class
+                .parse::<crate::kubeedge::classify::FailureClass>()
+                .map_err(|e| Error::Usage(e.to_string()))?
+                .as_str(),
+        ),
+        None => None,
+    };
     let known = rerun::last_outcomes(&latest).map_err(Error::Output)?;
     let names: Vec<&str> = config.nodes.iter().map(|n| n.name.as_str()).collect();
-    let selection = rerun::select(&names, &known, options.class.as_deref());
+    let selection = rerun::select(&names, &known, class);
     if !selection.gone.is_empty() {
         log::warn!(
             "{} node(s) of the earlier run are no longer in the config and are ignored: {}",
@@ -236,6 +391,18 @@ fn execute(
         run_token: run_dir.id.clone(),
         retry_base: std::time::Duration::from_secs(1),
         progress: &progress,
+        preflight: options.preflight,
+        binary_size_hint: stager
+            .as_ref()
+            .map(|s| {
+                Arch::ALL
+                    .iter()
+                    .filter_map(|a| s.staged(*a))
+                    .map(|b| b.binary_size)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0),
     };
     let policy = pool::Policy {
         max_run_num: plan.max_run_num,

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::HostKeyPolicy;
-use crate::options::{Command, GenConfigOptions, OutputFormat, RunOptions, Shard, Verbosity};
+use crate::options::{
+    Command, GenConfigOptions, OutputFormat, PreflightMode, RunOptions, Shard, Verbosity,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -104,6 +106,25 @@ struct BatchArgs {
     #[arg(long, value_name = "FILE", help_heading = "Policy")]
     known_hosts: Option<PathBuf>,
 
+    /// Pre-flight checks for join commands (edgecore running, /etc/kubeedge not clean,
+    /// runtime socket, noexec, disk, bash, token lifetime, name collisions): warn, or skip
+    /// failing nodes untouched with strict.
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "warn",
+        help_heading = "Policy"
+    )]
+    preflight: PreflightArg,
+
+    /// Connect, run only the read-only pre-flight probes, print a table of findings.
+    #[arg(long, conflicts_with = "dry_run", help_heading = "Policy")]
+    preflight_only: bool,
+
+    /// Run `keadm reset edge --force` before each join (for nodes left dirty by a failed join).
+    #[arg(long, help_heading = "Policy")]
+    reset_first: bool,
+
     /// Refuse keadm packages from a mirror that publishes no checksum files.
     #[arg(long, help_heading = "Policy")]
     require_checksum: bool,
@@ -151,6 +172,13 @@ enum PolicyArg {
     AcceptNew,
     Strict,
     Off,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum PreflightArg {
+    Off,
+    Warn,
+    Strict,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -240,6 +268,13 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         }),
         known_hosts: batch.known_hosts,
         require_checksum: batch.require_checksum,
+        preflight: match batch.preflight {
+            PreflightArg::Off => PreflightMode::Off,
+            PreflightArg::Warn => PreflightMode::Warn,
+            PreflightArg::Strict => PreflightMode::Strict,
+        },
+        preflight_only: batch.preflight_only,
+        reset_first: batch.reset_first,
         verify_remote: batch.verify_remote,
         staging_dir: batch.staging_dir,
         run_dir: batch.run_dir,

@@ -29,6 +29,11 @@ pub enum Error {
         total: usize,
         run_dir: String,
     },
+    /// `--preflight-only` found something on some nodes (or could not probe them).
+    #[error(
+        "{nodes} of {total} nodes have pre-flight findings or could not be probed; nothing was changed on any node"
+    )]
+    Findings { nodes: usize, total: usize },
     /// The operator pressed Ctrl-C or sent SIGTERM; results were written.
     #[error("interrupted: {0}")]
     Interrupted(String),
@@ -40,7 +45,7 @@ impl Error {
             Error::Interrupted(_) => 130,
             Error::Usage(_) | Error::Config(_) | Error::GenConfig(_) => 2,
             Error::Stage(_) => 3,
-            Error::NodesFailed { .. } | Error::Output(_) => 1,
+            Error::NodesFailed { .. } | Error::Findings { .. } | Error::Output(_) => 1,
         }
     }
 }

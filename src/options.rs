@@ -36,6 +36,17 @@ pub enum OutputFormat {
     Json,
 }
 
+/// How pre-flight findings count (`--preflight`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PreflightMode {
+    Off,
+    /// Report findings and go on.
+    #[default]
+    Warn,
+    /// A node with findings is skipped, untouched; a doomed batch does not start.
+    Strict,
+}
+
 /// A shard `index` of `count` (1-based index), from `--shard I/N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {
@@ -61,6 +72,9 @@ pub struct RunOptions {
     pub host_key_policy: Option<HostKeyPolicy>,
     pub known_hosts: Option<PathBuf>,
     pub require_checksum: bool,
+    pub preflight: PreflightMode,
+    pub preflight_only: bool,
+    pub reset_first: bool,
     pub verify_remote: bool,
     // Places.
     pub staging_dir: Option<PathBuf>,

@@ -96,6 +96,16 @@ pub struct NodeOutcome {
     pub finished_at: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transcript: Option<String>,
+    /// What the pre-flight probe found (join commands).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preflight: Vec<PreflightFinding>,
+}
+
+/// One pre-flight finding: its id (`edgecore_running`...) and what was seen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreflightFinding {
+    pub id: String,
+    pub detail: String,
 }
 
 impl NodeOutcome {
@@ -141,6 +151,7 @@ impl NodeOutcome {
             started_at: now,
             finished_at: now,
             transcript: None,
+            preflight: Vec::new(),
         }
     }
 }

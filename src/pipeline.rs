@@ -12,7 +12,9 @@ use sha2::{Digest, Sha256};
 
 use crate::arch::Arch;
 use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
-use crate::outcome::{NodeOutcome, Phase, StepTimes, now};
+use crate::kubeedge::{classify, preflight};
+use crate::options::PreflightMode;
+use crate::outcome::{NodeOutcome, Phase, PreflightFinding, StepTimes, now};
 use crate::plan::{KeadmSource, NodePlan};
 use crate::pool::Cancel;
 use crate::remote::{self, NodeFacts, Privilege};
@@ -36,6 +38,9 @@ pub struct Context<'a> {
     pub retry_base: Duration,
     /// Told of every phase change, for the live status line.
     pub progress: &'a Progress,
+    pub preflight: PreflightMode,
+    /// The largest staged binary, for the pre-flight disk check.
+    pub binary_size_hint: u64,
 }
 
 /// Seconds between SSH keepalives while a command runs: a dead peer is noticed within
@@ -49,6 +54,8 @@ struct StepError {
     timed_out: bool,
     /// The operator cancelled the run (second Ctrl-C) while this step ran.
     interrupted: bool,
+    /// Pre-flight (strict) decided not to touch the node.
+    skipped: bool,
     exit_status: Option<i32>,
 }
 
@@ -59,6 +66,7 @@ impl StepError {
             message: message.into(),
             timed_out: false,
             interrupted: false,
+            skipped: false,
             exit_status: None,
         }
     }
@@ -68,6 +76,7 @@ impl StepError {
         StepError {
             phase,
             interrupted: matches!(err, TransportError::Aborted { .. }),
+            skipped: false,
             timed_out: matches!(err, TransportError::Timeout { .. }),
             message: format!("{context}: {err}"),
             exit_status: None,
@@ -84,6 +93,27 @@ struct Run<'a, 'c> {
     bytes_uploaded: u64,
     uploads_skipped: u32,
     connect_attempts: u32,
+    findings: Vec<PreflightFinding>,
+}
+
+/// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
+pub fn preflight_only(node: &NodePlan, ctx: &Context) -> Result<Vec<PreflightFinding>, String> {
+    let mut run = Run {
+        node,
+        ctx,
+        transcript: Transcript::in_memory(node.redactor.clone()),
+        steps: StepTimes::default(),
+        arch: None,
+        bytes_uploaded: 0,
+        uploads_skipped: 0,
+        connect_attempts: 0,
+        findings: Vec::new(),
+    };
+    let result = run.connect().and_then(|mut conn| run.preflight(&mut conn));
+    match result {
+        Ok(()) => Ok(run.findings),
+        Err(e) => Err(node.redactor.redact(&e.message)),
+    }
 }
 
 /// Processes one node and returns its outcome. Never panics on node behaviour.
@@ -109,6 +139,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         bytes_uploaded: 0,
         uploads_skipped: 0,
         connect_attempts: 0,
+        findings: Vec::new(),
     };
     let result = run.all_steps();
     let (phase, failed_in, error, exit_status) = match result {
@@ -116,6 +147,8 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         Err(e) => {
             let phase = if e.interrupted {
                 Phase::Interrupted
+            } else if e.skipped {
+                Phase::Skipped
             } else if e.timed_out {
                 Phase::TimedOut
             } else {
@@ -131,6 +164,14 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
             )
         }
     };
+    // Why a join failed, read from what keadm (and edgecore) printed.
+    let failure_class = matches!(phase, Phase::Failed | Phase::TimedOut)
+        .then(|| classify::classify(&run.transcript.tail(80), phase == Phase::TimedOut))
+        .filter(|_| preflight::is_join(&node.keadm_cmd) || failed_in == Some(Phase::Running))
+        .map(|class| class.as_str().to_string());
+    if let Some(class) = &failure_class {
+        run.transcript.note(&format!("failure class: {class}"));
+    }
     run.transcript.finish();
     ctx.progress.phase(node.index, &node.name, phase);
     NodeOutcome {
@@ -140,7 +181,8 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         phase,
         failed_in,
         error,
-        failure_class: None,
+        failure_class,
+        preflight: std::mem::take(&mut run.findings),
         exit_status,
         arch: run.arch.map(|a| a.as_str().to_string()),
         bytes_uploaded: run.bytes_uploaded,
@@ -199,10 +241,75 @@ impl Run<'_, '_> {
         let mut conn = self.connect()?;
         let cancel = self.ctx.cancel.clone();
         conn.set_abort(Some(std::sync::Arc::new(move || cancel.aborting())));
+        if self.ctx.preflight != PreflightMode::Off && preflight::is_join(&self.node.keadm_cmd) {
+            self.preflight(&mut conn)?;
+        }
         let (facts, privilege) = self.prepare(&mut conn)?;
         let uploads = self.wanted_uploads(&facts)?;
         let moves = self.upload(&mut conn, uploads, &facts, privilege)?;
         self.run_keadm(&mut conn, &moves, privilege)
+    }
+
+    /// The read-only pre-flight probe, one round trip before anything changes on the
+    /// node. In strict mode a finding skips the node untouched.
+    fn preflight(&mut self, conn: &mut SshConnection) -> Result<(), StepError> {
+        self.timed(Phase::Preparing, |run| {
+            let node = run.node;
+            let needed: u64 =
+                node.copy_files.iter().map(|f| f.size).sum::<u64>() + run.ctx.binary_size_hint;
+            let script = preflight::probe_script(
+                &node.upload_dir,
+                &preflight::runtime_socket(&node.keadm_cmd),
+                needed,
+            );
+            let mut output = Vec::new();
+            let deadline = Instant::now() + node.deadlines.step;
+            conn.exec(&script, None, deadline, &mut output)
+                .map_err(|e| {
+                    StepError::transport(
+                        Phase::Preparing,
+                        "failed to run the pre-flight probe".to_string(),
+                        e,
+                    )
+                })?;
+            let findings = preflight::parse(&String::from_utf8_lossy(&output));
+            for finding in &findings {
+                run.transcript.note(&format!(
+                    "pre-flight: {finding}; {}",
+                    finding.suggested_action()
+                ));
+                if run.ctx.preflight == PreflightMode::Warn {
+                    log::warn!("{}: pre-flight: {finding}", node.name);
+                }
+            }
+            run.findings = findings
+                .iter()
+                .map(|f| PreflightFinding {
+                    id: f.id.as_str().to_string(),
+                    detail: f.detail.clone(),
+                })
+                .collect();
+            if run.ctx.preflight == PreflightMode::Strict && !findings.is_empty() {
+                let first = &findings[0];
+                let more = if findings.len() > 1 {
+                    format!(" (and {} more finding(s))", findings.len() - 1)
+                } else {
+                    String::new()
+                };
+                return Err(StepError {
+                    phase: Phase::Preparing,
+                    message: format!(
+                        "skipped by pre-flight: {first}{more}; {}",
+                        first.suggested_action()
+                    ),
+                    timed_out: false,
+                    interrupted: false,
+                    skipped: true,
+                    exit_status: None,
+                });
+            }
+            Ok(())
+        })
     }
 
     fn timed<T>(
@@ -554,11 +661,15 @@ impl Run<'_, '_> {
                         ),
                         timed_out: false,
                         interrupted: false,
+                        skipped: false,
                         exit_status: code,
                     })
                 }
                 Err(TransportError::Timeout { .. }) => {
                     let killed = run.kill(conn, privilege);
+                    if preflight::is_join(&node.keadm_cmd) {
+                        run.edgecore_log(conn, privilege);
+                    }
                     Err(StepError {
                         phase: Phase::Running,
                         message: format!(
@@ -572,6 +683,7 @@ impl Run<'_, '_> {
                         ),
                         timed_out: true,
                         interrupted: false,
+                        skipped: false,
                         exit_status: None,
                     })
                 }
@@ -590,6 +702,7 @@ impl Run<'_, '_> {
                         ),
                         timed_out: false,
                         interrupted: true,
+                        skipped: false,
                         exit_status: None,
                     })
                 }
@@ -600,6 +713,29 @@ impl Run<'_, '_> {
                 )),
             }
         })
+    }
+
+    /// Appends the last lines of edgecore's log to the transcript: a join that timed out
+    /// waiting for certificates says why only there.
+    fn edgecore_log(&mut self, conn: &mut SshConnection, privilege: Privilege) {
+        let script = remote::wrap(
+            "journalctl -u edgecore -n 40 --no-pager 2>/dev/null | grep -v '^-- ' || tail -n 40 /var/log/kubeedge/edgecore.log 2>/dev/null",
+            privilege,
+        );
+        let password_line = self
+            .password()
+            .filter(|_| privilege.needs_password_line())
+            .map(|p| format!("{p}\n"));
+        let mut stdin_bytes = password_line.as_deref().map(str::as_bytes);
+        let deadline = Instant::now() + self.node.deadlines.step;
+        self.transcript
+            .note("the last lines of edgecore's log follow");
+        let _ = conn.exec(
+            &script,
+            stdin_bytes.as_mut().map(|r| r as &mut dyn Read),
+            deadline,
+            &mut self.transcript,
+        );
     }
 
     /// Kills the command's process group on the node through a fresh channel.

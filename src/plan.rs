@@ -173,7 +173,16 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         KeadmSource::OnNode(dir) => dir.clone(),
         KeadmSource::Staged => upload_dir.clone(),
     };
-    let command = keadm_command(&exec_dir, &node.command);
+    let mut command = keadm_command(&exec_dir, &node.command);
+    if options.reset_first && crate::kubeedge::preflight::is_join(&node.command) {
+        // keadm's recommended clean-up of a failed join, then the join itself; a reset
+        // that finds nothing to clean must not stop the join, hence `;`.
+        command = format!(
+            "cd {} && ./keadm reset edge --force; ./keadm {}",
+            shell_quote(&exec_dir),
+            node.command
+        );
+    }
     let connect = options
         .connect_timeout_seconds
         .or(node.ssh.connect_timeout_seconds)
@@ -184,6 +193,11 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         .map_or(DEFAULT_COMMAND_TIMEOUT, Duration::from_secs);
     let mut redactor = Redactor::new();
     redactor.extend(&node.secrets);
+    // The join token is a secret wherever it shows up, not only after `--token`
+    // (edgecore's log quotes it bare when it is malformed).
+    if let Some(token) = crate::kubeedge::token::find_token(&node.command) {
+        redactor.add(&crate::redact::Secret::new(token));
+    }
     NodePlan {
         index: node.index,
         name: node.name.clone(),

@@ -57,6 +57,23 @@ pub fn latest_run(base: &Path) -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
+/// The median time a node took in the run at `run` (succeeded nodes only), to estimate
+/// how long the next batch will take.
+pub fn measured_per_node_secs(run: &Path) -> Option<f64> {
+    let outcomes = run_dir::read_journal(&run.join(JOURNAL)).ok()?;
+    let mut times: Vec<f64> = outcomes
+        .iter()
+        .filter(|o| o.succeeded())
+        .map(|o| o.steps.total())
+        .filter(|t| *t > 0.0)
+        .collect();
+    if times.is_empty() {
+        return None;
+    }
+    times.sort_by(f64::total_cmp);
+    Some(times[times.len() / 2])
+}
+
 /// What a retry should do, given the config's node names and what is known of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetrySelection {

@@ -167,7 +167,7 @@ fn gen_config_writes_a_template_that_validates_once_filled() {
     let filled = written
         .replace("ip: \"\"  ", "ip: 192.0.2.9")
         .replace("password: \"\"  ", "password: pw  ")
-        .replace("token: \"\"  ", "token: t.k.n ");
+        .replace("token: \"\"  ", "token: 0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07.eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJleHAiOjQxMDI0NDQ4MDB9.bm90LWEtcmVhbC1zaWduYXR1cmU ");
     std::fs::write(test.path().join("config.yaml"), filled).unwrap();
     let second = cmd(&["batch", "-c", "config.yaml", "--dry-run"]);
     assert_eq!(

@@ -3,6 +3,7 @@
 //! pure or returns shell text; the pipeline decides when to use them. The facts behind
 //! them are in the shared spec `kubeedge-join.md`.
 
+pub mod before_run;
 pub mod classify;
 pub mod preflight;
 pub mod token;

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
+use crate::kubeedge::classify::FailureClass;
 use crate::outcome::{NodeOutcome, Phase};
 
 use super::summary::Totals;
@@ -63,6 +64,45 @@ pub fn render(outcomes: &[NodeOutcome], run_dir: &Path, log_path: &Path, wall_se
                 out,
                 "  ... and {} more (see summary.json)",
                 failed.len() - 50
+            );
+        }
+    }
+    let mut by_class: Vec<(FailureClass, Vec<&str>)> = Vec::new();
+    for o in &failed {
+        if let Some(class) = o
+            .failure_class
+            .as_deref()
+            .and_then(|c| c.parse::<FailureClass>().ok())
+        {
+            match by_class.iter_mut().find(|(c, _)| *c == class) {
+                Some((_, names)) => names.push(&o.name),
+                None => by_class.push((class, vec![&o.name])),
+            }
+        }
+    }
+    if !by_class.is_empty() {
+        by_class.sort_by_key(|(_, names)| std::cmp::Reverse(names.len()));
+        let _ = writeln!(out, "\nBy cause:");
+        for (class, names) in &by_class {
+            let shown: Vec<&str> = names.iter().take(5).copied().collect();
+            let more = if names.len() > 5 {
+                format!(" and {} more", names.len() - 5)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "  {} [{}]: {} node(s): {}{more}",
+                class.title(),
+                class.as_str(),
+                names.len(),
+                shown.join(", ")
+            );
+            let _ = writeln!(out, "    fix: {}", class.suggested_fix());
+            let _ = writeln!(
+                out,
+                "    then: keadm-batch batch -c <config> --retry-failed --class {}",
+                class.as_str()
             );
         }
     }

@@ -44,6 +44,9 @@ pub struct Scenario<'f> {
     pub username: String,
     /// Extra YAML lines under each node's `ssh:` (indented 6 spaces), e.g. `"sudo: false"`.
     pub ssh_extra: Vec<String>,
+    /// `--preflight` mode; off unless a test asks, so runs stay one concern each (and no
+    /// test ever asks the config's cloudcore address anything).
+    pub preflight: String,
 }
 
 impl<'f> Scenario<'f> {
@@ -67,7 +70,13 @@ impl<'f> Scenario<'f> {
             arch_group: "[amd64]".into(),
             username: "root".into(),
             ssh_extra: Vec::new(),
+            preflight: "off".into(),
         }
+    }
+
+    pub fn preflight(mut self, mode: &str) -> Self {
+        self.preflight = mode.to_string();
+        self
     }
 
     pub fn ssh_yaml(mut self, line: &str) -> Self {
@@ -226,6 +235,8 @@ impl<'f> Scenario<'f> {
             .arg(self.fleet.known_hosts())
             .arg("--staging-dir")
             .arg(self.staging_dir())
+            .arg("--preflight")
+            .arg(&self.preflight)
             .args(extra);
         cmd
     }
