@@ -2,7 +2,7 @@
 //! the join token's lifetime against the batch's estimated length, the token's CA hash
 //! against cloudcore's CA, and node names cloudcore already has.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::cloudcore::{self, Cloudcore};
@@ -49,15 +49,13 @@ pub fn check(
     let mut problems = Vec::new();
 
     // Tokens: usually one for the whole batch; each distinct one is checked once.
-    let mut tokens: BTreeMap<&str, usize> = BTreeMap::new();
-    for node in &joins {
-        if let Some(t) = token::find_token(&node.keadm_cmd) {
-            *tokens.entry(t).or_default() += 1;
-        }
-    }
+    let tokens: BTreeSet<&str> = joins
+        .iter()
+        .filter_map(|node| token::find_token(&node.keadm_cmd))
+        .collect();
     let estimate = token::batch_estimate(joins.len(), plan.max_run_num, per_node_secs);
     let mut parsed = Vec::new();
-    for (text, _) in &tokens {
+    for text in &tokens {
         match token::parse(text) {
             Ok(t) => {
                 let lifetime = token::check_lifetime(&t, now, estimate);
