@@ -26,7 +26,7 @@ fn password_login_enrolls_every_node() {
             calls[0].args,
             [
                 "join",
-                "--cloudcore-ipport=192.0.2.10:10000",
+                "--cloudcore-ipport=127.0.0.1:10000",
                 &format!("--edgenode-name={}", Scenario::name(i)),
                 "--token=abc.def"
             ]
@@ -226,7 +226,7 @@ fn keadm_failure_puts_its_exit_status_in_the_log() {
     let line = out.log_line_starting("Failed to process node edge-01: ");
     assert_eq!(
         line,
-        "Failed to process node edge-01: failed to execute keadm command cd /tmp/kubeedge/keadm && ./keadm join --cloudcore-ipport=192.0.2.10:10000 --edgenode-name=edge-01 --token=***: Process exited with status 3 (last output: Error: EdgeCore is already running on this node)"
+        "Failed to process node edge-01: failed to execute keadm command cd /tmp/kubeedge/keadm && ./keadm join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-01 --token=***: Process exited with status 3 (last output: Error: EdgeCore is already running on this node)"
     );
     assert_eq!(out.summary()["nodes"][1]["exit_status"], 3);
     assert!(

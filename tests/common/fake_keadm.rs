@@ -33,6 +33,7 @@ pub struct FakeKeadm {
     exit_code: i32,
     sleep_secs: f64,
     read_stdin_line: bool,
+    already_joined_until_reset: bool,
 }
 
 impl FakeKeadm {
@@ -71,6 +72,13 @@ impl FakeKeadm {
         self
     }
 
+    /// Acts like a node that was joined before: `join` fails with keadm's "already
+    /// running" error until a `reset` call has run on the node.
+    pub fn already_joined_until_reset(mut self) -> Self {
+        self.already_joined_until_reset = true;
+        self
+    }
+
     /// The script text.
     pub fn script(&self) -> String {
         let mut s = String::from(
@@ -83,6 +91,17 @@ impl FakeKeadm {
              echo \"$id uid $(id -u)\" >> \"$rec\"\n\
              for a in \"$@\"; do printf '%s arg %s\\n' \"$id\" \"$a\" >> \"$rec\"; done\n",
         );
+        if self.already_joined_until_reset {
+            s.push_str(
+                "mark=\"$(dirname \"$rec\")/.was-reset\"\n\
+                 if [ \"$1\" = reset ]; then touch \"$mark\"; echo \"$id end $(date +%s.%N) 0\" >> \"$rec\"; exit 0; fi\n\
+                 if [ ! -e \"$mark\" ]; then\n\
+                 echo 'I1130 12:00:00.000000    1 join.go:78] 1. Check KubeEdge edgecore process status' >&2\n\
+                 echo 'Error: EdgeCore is already running on this node, please run reset to clean up first' >&2\n\
+                 echo \"$id end $(date +%s.%N) 1\" >> \"$rec\"; exit 1\n\
+                 fi\n",
+            );
+        }
         if self.read_stdin_line {
             s.push_str(
                 "IFS= read -r line || line=''\n\

@@ -63,7 +63,7 @@ impl<'f> Scenario<'f> {
             node_extra: Vec::new(),
             top_extra: Vec::new(),
             keadm_cmd:
-                "join --cloudcore-ipport=192.0.2.10:10000 --edgenode-name={name} --token=abc.def"
+                "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name={name} --token=abc.def"
                     .into(),
             max_run_num: 5,
             nodes: None,

@@ -1,0 +1,324 @@
+//! KubeEdge-aware runs on real sshd nodes: pre-flight findings, the join token's lifetime
+//! and CA hash, node names cloudcore already has, failure classes, and reruns by class.
+//! cloudcore is a local stand-in on 127.0.0.1 (`openssl s_server`).
+
+mod common;
+
+use common::cloudcore::{FakeCloudcore, now, token};
+use common::fake_keadm::{self, FakeKeadm};
+use common::fleet::Fleet;
+use common::scenario::{Scenario, remote_keadm};
+
+/// A join command against the fake cloudcore (or a refused loopback port).
+fn join_cmd(port: u16, token: &str) -> String {
+    format!(
+        "join --cloudcore-ipport=127.0.0.1:10000 --certport={port} --edgenode-name={{name}} --token={token}"
+    )
+}
+
+fn refused_port() -> u16 {
+    common::fleet::refused_endpoint().port
+}
+
+const A_CA_HASH: &str = "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07";
+
+#[test]
+fn an_expired_token_stops_the_batch_before_any_node() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let expired = token(A_CA_HASH, now() - 3600);
+    let sc = Scenario::new(&fleet)
+        .cmd(&join_cmd(refused_port(), &expired))
+        .preflight("warn");
+    let out = sc.run(&[]);
+    out.status(2);
+    assert!(
+        out.stderr.contains("The join token (--token) expired at"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("keadm gettoken"), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains(&expired) && !out.stderr.contains("signature"),
+        "the token is never printed"
+    );
+    assert!(
+        !fleet.node(0).tmp_path("kubeedge").exists(),
+        "no node was touched"
+    );
+    assert!(out.log_lines().is_empty(), "no result file was started");
+}
+
+#[test]
+fn a_token_that_expires_mid_batch_warns_or_stops_under_strict() {
+    let fleet = Fleet::builder().nodes(3).start();
+    // 3 nodes one at a time at the default 60 s each, plus edgecore's 5 minutes: ~7 min.
+    let short = token(A_CA_HASH, now() + 200);
+    let sc = Scenario::new(&fleet)
+        .cmd(&join_cmd(refused_port(), &short))
+        .max_run_num(1)
+        .preflight("warn");
+    let out = sc.run(&["--dry-run"]);
+    out.status(0);
+    assert!(
+        out.stderr
+            .contains("warning: The join token (--token) expires at"),
+        "{}",
+        out.stderr
+    );
+    let strict = Scenario::new(&fleet)
+        .cmd(&join_cmd(refused_port(), &short))
+        .max_run_num(1)
+        .preflight("strict");
+    let out = strict.run(&["--dry-run"]);
+    out.status(2);
+    assert!(
+        out.stderr
+            .contains("error: The join token (--token) expires at"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_token_from_another_cluster_is_caught_against_cloudcores_ca() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let cloudcore = FakeCloudcore::start();
+    let wrong = token(A_CA_HASH, now() + 86_400);
+    let sc = Scenario::new(&fleet)
+        .cmd(&join_cmd(cloudcore.port, &wrong))
+        .preflight("warn");
+    let out = sc.run(&[]);
+    out.status(2);
+    assert!(
+        out.stderr.contains("is not the sha256 of cloudcore's CA"),
+        "{}",
+        out.stderr
+    );
+    assert!(!fleet.node(0).tmp_path("kubeedge").exists());
+    // The right CA hash passes, and the batch runs.
+    let right = token(&cloudcore.ca_hash(), now() + 86_400);
+    let sc = Scenario::new(&fleet)
+        .cmd(&join_cmd(cloudcore.port, &right))
+        .preflight("warn");
+    let out = sc.run(&[]);
+    out.status(0);
+}
+
+#[test]
+fn names_cloudcore_already_has_are_reported_before_any_node() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let cloudcore = FakeCloudcore::start();
+    cloudcore.register("edge-01");
+    let good = token(&cloudcore.ca_hash(), now() + 86_400);
+    let strict = Scenario::new(&fleet)
+        .cmd(&join_cmd(cloudcore.port, &good))
+        .preflight("strict");
+    let out = strict.run(&[]);
+    out.status(2);
+    assert!(
+        out.stderr
+            .contains("already has 1 of these --edgenode-name values"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("edge-01"), "{}", out.stderr);
+    for i in 0..3 {
+        assert!(
+            !fleet.node(i).tmp_path("kubeedge").exists(),
+            "node {i} was not touched"
+        );
+    }
+    let warn = Scenario::new(&fleet)
+        .cmd(&join_cmd(cloudcore.port, &good))
+        .preflight("warn");
+    let out = warn.run(&[]);
+    assert!(
+        out.stderr
+            .contains("warning: cloudcore at https://127.0.0.1"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// Gives node `i` a running process named edgecore, in its own pid namespace.
+fn fake_edgecore(fleet: &Fleet, i: usize) {
+    let out = fleet
+        .node(i)
+        .shell("cp /bin/sleep /tmp/edgecore && (/tmp/edgecore 300 >/dev/null 2>&1 &) ; sleep 0.2");
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// Makes keadm's default runtime socket argument point at a socket that exists on node `i`.
+fn runtime_socket(fleet: &Fleet, i: usize) {
+    let path = fleet.node(i).tmp_path("containerd.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::mem::forget(listener);
+}
+
+#[test]
+fn strict_pre_flight_skips_a_node_untouched_and_warn_goes_on() {
+    let fleet = Fleet::builder().nodes(2).start();
+    for i in 0..2 {
+        runtime_socket(&fleet, i);
+    }
+    fake_edgecore(&fleet, 1);
+    let cmd = format!(
+        "{} --remote-runtime-endpoint=unix:///tmp/containerd.sock",
+        join_cmd(refused_port(), &token(A_CA_HASH, now() + 86_400))
+    );
+    let strict = Scenario::new(&fleet).cmd(&cmd).preflight("strict");
+    let out = strict.run(&[]);
+    out.status(1);
+    out.log_has("Successfully processed node edge-00");
+    let line = out.log_line_starting("Failed to process node edge-01: ");
+    assert!(
+        line.contains("skipped by pre-flight: edgecore is already running on this node"),
+        "{line}"
+    );
+    assert_eq!(out.summary()["nodes"][1]["phase"], "skipped");
+    assert_eq!(
+        out.summary()["nodes"][1]["preflight"][0]["id"],
+        "edgecore_running"
+    );
+    assert!(
+        !remote_keadm(fleet.node(1)).exists(),
+        "nothing was uploaded to the skipped node"
+    );
+    assert!(
+        !fleet.node(1).tmp_path("kubeedge").exists(),
+        "not even the dir was made"
+    );
+
+    let warn = Scenario::new(&fleet).cmd(&cmd).preflight("warn");
+    let out = warn.run(&[]);
+    out.status(0);
+    assert!(
+        out.stderr
+            .contains("edge-01: pre-flight: edgecore is already running"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn preflight_only_prints_a_table_and_changes_nothing() {
+    let fleet = Fleet::builder().nodes(2).start();
+    runtime_socket(&fleet, 0);
+    fake_edgecore(&fleet, 1);
+    let cmd = format!(
+        "{} --remote-runtime-endpoint=unix:///tmp/containerd.sock",
+        join_cmd(refused_port(), &token(A_CA_HASH, now() + 86_400))
+    );
+    let sc = Scenario::new(&fleet).cmd(&cmd).preflight("warn");
+    let out = sc.run(&["--preflight-only"]);
+    out.status(1);
+    assert!(out.stdout.starts_with("NODE"), "{}", out.stdout);
+    let row0 = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("edge-00"))
+        .unwrap();
+    assert!(row0.ends_with("none"), "{row0}");
+    assert!(
+        out.stdout
+            .contains("edgecore is already running on this node"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("The container runtime socket keadm join will use does not exist"),
+        "node 1 has no socket: {}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("1 of 2 nodes have pre-flight findings"),
+        "{}",
+        out.stderr
+    );
+    for i in 0..2 {
+        assert!(
+            !fleet.node(i).tmp_path("kubeedge").exists(),
+            "node {i} unchanged"
+        );
+    }
+    assert!(!sc.path("batch_process_log.txt").exists());
+}
+
+#[test]
+fn failures_are_classified_and_retried_by_class_with_reset_first() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().already_joined_until_reset());
+    let first = sc.run(&[]);
+    first.status(1);
+    let summary = first.summary();
+    for i in 0..3 {
+        assert_eq!(summary["nodes"][i]["failure_class"], "already_joined");
+    }
+    assert!(first.stderr.contains("By cause:"), "{}", first.stderr);
+    assert!(
+        first
+            .stderr
+            .contains("Already joined (edgecore running) [already_joined]: 3 node(s)"),
+        "{}",
+        first.stderr
+    );
+    assert!(
+        first
+            .stderr
+            .contains("--retry-failed --class already_joined"),
+        "{}",
+        first.stderr
+    );
+    // No node failed with this class: nothing to retry.
+    let none = sc.run(&["--retry-failed", "--class", "token_invalid"]);
+    none.status(0);
+    assert!(none.stderr.contains("Nothing to retry"), "{}", none.stderr);
+    let bad = sc.run(&["--retry-failed", "--class", "sunspots"]);
+    bad.status(2);
+    assert!(
+        bad.stderr.contains("`sunspots` is not a failure class"),
+        "{}",
+        bad.stderr
+    );
+    // Reset first, then join: every node recovers.
+    let retry = sc.run(&[
+        "--retry-failed",
+        "--class",
+        "already-joined",
+        "--reset-first",
+    ]);
+    retry.status(0);
+    for i in 0..3 {
+        let calls = fake_keadm::calls(&remote_keadm(fleet.node(i)));
+        let args: Vec<&str> = calls.iter().map(|c| c.args[0].as_str()).collect();
+        assert_eq!(args, ["join", "reset", "join"], "node {i}");
+        assert_eq!(calls[1].args, ["reset", "edge", "--force"]);
+    }
+}
+
+#[test]
+fn a_join_cut_off_while_pulling_images_is_image_pull_stalled() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet)
+        .keadm(
+            FakeKeadm::new()
+                .prints_stderr(
+                    "I1130 12:00:01.000000    1 join.go:78] 4. Create the necessary directories",
+                )
+                .prints_stderr("I1130 12:00:02.000000    1 join.go:78] 5. Pull Images")
+                .sleeps(60.0),
+        )
+        .node_yaml("timeoutSeconds: 2");
+    let out = sc.run(&[]);
+    out.status(1);
+    assert_eq!(out.summary()["nodes"][0]["phase"], "timed_out");
+    assert_eq!(
+        out.summary()["nodes"][0]["failure_class"],
+        "image_pull_stalled"
+    );
+    assert!(
+        out.transcript(0)
+            .contains("the last lines of edgecore's log follow")
+    );
+}
