@@ -401,7 +401,7 @@ impl Run<'_, '_> {
                     ));
                     continue;
                 }
-                let tmp = remote::temp_name(&upload.name, &run.ctx.run_token);
+                let tmp = remote::temp_name(&upload.name, &run.ctx.run_token, node.index);
                 let deadline = Instant::now() + node.deadlines.upload(upload.size);
                 let start = Instant::now();
                 let open = |path: &PathBuf| {

@@ -173,9 +173,10 @@ fn unquote(word: &str) -> String {
     word.trim_matches('\'').to_string()
 }
 
-/// A temporary name beside `name` in the upload dir, unique per run and node.
-pub fn temp_name(name: &str, token: &str) -> String {
-    format!(".{name}.{token}.tmp")
+/// A temporary name beside `name` in the upload dir, unique per run and node: two nodes
+/// of one run that share a host (and so an upload dir) must not write one file.
+pub fn temp_name(name: &str, token: &str, node_index: usize) -> String {
+    format!(".{name}.{token}-{node_index}.tmp")
 }
 
 /// Streams stdin into `dir/tmp` with `mode` (for nodes without SFTP, and under sudo).
@@ -237,6 +238,15 @@ mod tests {
             r"sudo -n sh -c 'echo '\''a'\'''"
         );
         assert_eq!(wrap("x", Privilege::Login), "x");
+    }
+
+    #[test]
+    fn temp_names_differ_per_node_of_one_run() {
+        assert_eq!(
+            temp_name("keadm", "20260101T000000Z-ab12", 3),
+            ".keadm.20260101T000000Z-ab12-3.tmp"
+        );
+        assert_ne!(temp_name("keadm", "t", 0), temp_name("keadm", "t", 1));
     }
 
     #[test]
