@@ -179,6 +179,24 @@ pub fn temp_name(name: &str, token: &str, node_index: usize) -> String {
     format!(".{name}.{token}-{node_index}.tmp")
 }
 
+/// After a failed upload: removes the partial temporary file (it may be what filled the
+/// disk) and reports the space left in the dir as `KB_FREE <KiB>`.
+pub fn upload_failed_script(dir: &str, tmp: &str) -> String {
+    format!(
+        "cd {} && rm -f {} && df -Pk . | awk 'NR == 2 {{ print \"KB_FREE \" $4 }}'",
+        shell_quote(dir),
+        shell_quote(tmp)
+    )
+}
+
+/// Parses the output of [`upload_failed_script`]: free KiB in the upload dir.
+pub fn parse_free_kib(output: &str) -> Option<u64> {
+    output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("KB_FREE "))
+        .and_then(|kib| kib.trim().parse().ok())
+}
+
 /// Streams stdin into `dir/tmp` with `mode` (for nodes without SFTP, and under sudo).
 pub fn receive_script(dir: &str, tmp: &str, mode: u32) -> String {
     format!(
@@ -247,6 +265,25 @@ mod tests {
             ".keadm.20260101T000000Z-ab12-3.tmp"
         );
         assert_ne!(temp_name("keadm", "t", 0), temp_name("keadm", "t", 1));
+    }
+
+    #[test]
+    fn free_space_probe_runs_and_parses() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".keadm.t-0.tmp"), b"partial").unwrap();
+        let script = upload_failed_script(dir.path().to_str().unwrap(), ".keadm.t-0.tmp");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(parse_free_kib(&text).is_some(), "{text}");
+        assert!(
+            !dir.path().join(".keadm.t-0.tmp").exists(),
+            "the partial file is removed"
+        );
+        assert_eq!(parse_free_kib("KB_FREE 60\n"), Some(60));
+        assert_eq!(parse_free_kib("df: not found\n"), None);
     }
 
     #[test]
