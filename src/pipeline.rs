@@ -534,7 +534,7 @@ impl Run<'_, '_> {
                     ));
                     continue;
                 }
-                let tmp = remote::temp_name(&upload.name, &run.ctx.run_token);
+                let tmp = remote::temp_name(&upload.name, &run.ctx.run_token, node.index);
                 let deadline = Instant::now() + node.deadlines.upload(upload.size);
                 let start = Instant::now();
                 let open = |path: &PathBuf| {
@@ -556,7 +556,12 @@ impl Run<'_, '_> {
                                 .note("the node has no SFTP; streaming files over exec instead");
                             use_sftp = false;
                         }
-                        Err(e) => return Err(upload_error(&upload, e)),
+                        Err(e) => {
+                            let err = upload_error(&upload, e);
+                            return Err(
+                                run.explain_upload_failure(conn, err, &upload, &tmp, privilege)
+                            );
+                        }
                     }
                 }
                 if sent.is_none() {
@@ -576,18 +581,21 @@ impl Run<'_, '_> {
                         None => Box::new(&mut file),
                     };
                     let mut output = Vec::new();
-                    let exit = conn
-                        .exec(&script, Some(&mut stdin), deadline, &mut output)
-                        .map_err(|e| upload_error(&upload, e))?;
-                    if !exit.success() {
-                        return Err(StepError::new(
+                    let result = conn.exec(&script, Some(&mut stdin), deadline, &mut output);
+                    let err = match result {
+                        Ok(exit) if exit.success() => None,
+                        Ok(exit) => Some(StepError::new(
                             Phase::Uploading,
                             format!(
                                 "failed to upload file {}: the node answered {exit}: {}",
                                 upload.name,
                                 String::from_utf8_lossy(&output).trim()
                             ),
-                        ));
+                        )),
+                        Err(e) => Some(upload_error(&upload, e)),
+                    };
+                    if let Some(err) = err {
+                        return Err(run.explain_upload_failure(conn, err, &upload, &tmp, privilege));
                     }
                     sent = Some(upload.size);
                 }
@@ -619,7 +627,11 @@ impl Run<'_, '_> {
                 script.push_str(&remote::finalize_script(&node.upload_dir, moves));
                 script.push_str(" || exit 125\n");
             }
-            script.push_str(&remote::run_script(&node.upload_dir, &node.command));
+            script.push_str(&remote::run_script(
+                &node.upload_dir,
+                node.index,
+                &node.command,
+            ));
             let command = remote::wrap(&script, privilege);
             run.transcript
                 .note(&format!("running: {}", node.redactor.redact(&node.command)));
@@ -738,11 +750,64 @@ impl Run<'_, '_> {
         );
     }
 
+    /// After a failed upload: removes the partial temporary file and, when the dir has
+    /// less room than the file needs, says so. SFTP servers report a full disk only as
+    /// "Failure", which names no cause. A timed-out upload is left as it is: the
+    /// connection may be stuck, and another round trip would wait on it again.
+    fn explain_upload_failure(
+        &mut self,
+        conn: &mut SshConnection,
+        err: StepError,
+        upload: &Upload,
+        tmp: &str,
+        privilege: Privilege,
+    ) -> StepError {
+        if err.timed_out {
+            return err;
+        }
+        let dir = &self.node.upload_dir;
+        let command = remote::wrap(&remote::upload_failed_script(dir, tmp), privilege);
+        let password_line = self
+            .password()
+            .filter(|_| privilege.needs_password_line())
+            .map(|p| format!("{p}\n"));
+        let mut stdin_bytes = password_line.as_deref().map(str::as_bytes);
+        let mut output = Vec::new();
+        let deadline = Instant::now() + self.node.deadlines.step.min(Duration::from_secs(10));
+        let probe = conn.exec(
+            &command,
+            stdin_bytes.as_mut().map(|r| r as &mut dyn Read),
+            deadline,
+            &mut output,
+        );
+        let free_kib = match probe {
+            Ok(_) => remote::parse_free_kib(&String::from_utf8_lossy(&output)),
+            Err(_) => None,
+        };
+        match free_kib {
+            Some(free) if free.saturating_mul(1024) < upload.size => {
+                self.transcript.note(&err.message);
+                StepError {
+                    message: format!(
+                        "failed to upload file {}: no space left on device in {dir} on the node ({} KiB needed, {free} KiB free)",
+                        upload.name,
+                        upload.size.div_ceil(1024),
+                    ),
+                    ..err
+                }
+            }
+            _ => err,
+        }
+    }
+
     /// Kills the command's process group on the node through a fresh channel.
     fn kill(&mut self, conn: &mut SshConnection, privilege: Privilege) -> bool {
         // This cleanup must run even when the operator has asked to abort.
         conn.set_abort(None);
-        let command = remote::wrap(&remote::kill_script(&self.node.upload_dir), privilege);
+        let command = remote::wrap(
+            &remote::kill_script(&self.node.upload_dir, self.node.index),
+            privilege,
+        );
         let password_line = self
             .password()
             .filter(|_| privilege.needs_password_line())

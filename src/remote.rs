@@ -9,7 +9,11 @@ use crate::plan::shell_quote;
 pub const SIDECAR_SUFFIX: &str = ".sha256";
 /// Where the running command's process group id is written, in the upload dir, so a
 /// command past its deadline can be killed on the node.
-pub const PGID_FILE: &str = ".keadm-batch.pgid";
+/// One per config node (`.keadm-batch.<index>.pgid`): two nodes of a config may be one
+/// host, and a deadline on one must not kill the other's keadm.
+fn pgid_file(index: usize) -> String {
+    format!(".keadm-batch.{index}.pgid")
+}
 
 /// How a remote command is wrapped for privileges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,9 +177,28 @@ fn unquote(word: &str) -> String {
     word.trim_matches('\'').to_string()
 }
 
-/// A temporary name beside `name` in the upload dir, unique per run and node.
-pub fn temp_name(name: &str, token: &str) -> String {
-    format!(".{name}.{token}.tmp")
+/// A temporary name beside `name` in the upload dir, unique per run and node: two nodes
+/// of one run that share a host (and so an upload dir) must not write one file.
+pub fn temp_name(name: &str, token: &str, node_index: usize) -> String {
+    format!(".{name}.{token}-{node_index}.tmp")
+}
+
+/// After a failed upload: removes the partial temporary file (it may be what filled the
+/// disk) and reports the space left in the dir as `KB_FREE <KiB>`.
+pub fn upload_failed_script(dir: &str, tmp: &str) -> String {
+    format!(
+        "cd {} && rm -f {} && df -Pk . | awk 'NR == 2 {{ print \"KB_FREE \" $4 }}'",
+        shell_quote(dir),
+        shell_quote(tmp)
+    )
+}
+
+/// Parses the output of [`upload_failed_script`]: free KiB in the upload dir.
+pub fn parse_free_kib(output: &str) -> Option<u64> {
+    output
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("KB_FREE "))
+        .and_then(|kib| kib.trim().parse().ok())
 }
 
 /// Streams stdin into `dir/tmp` with `mode` (for nodes without SFTP, and under sudo).
@@ -207,17 +230,19 @@ pub fn finalize_script(dir: &str, moves: &[(String, String, String)]) -> String 
 
 /// The command that runs keadm: records its process group (so a deadline can kill the
 /// whole tree on the node), then runs keadm's own `cd <dir> && ./keadm <cmd>`.
-pub fn run_script(upload_dir: &str, keadm_command: &str) -> String {
+pub fn run_script(upload_dir: &str, index: usize, keadm_command: &str) -> String {
+    let pgid_file = pgid_file(index);
     format!(
-        "read kb_pid kb_comm kb_state kb_ppid kb_pgid kb_rest < /proc/$$/stat 2>/dev/null && echo \"$kb_pgid\" > {}/{PGID_FILE}; {keadm_command}",
+        "read kb_pid kb_comm kb_state kb_ppid kb_pgid kb_rest < /proc/$$/stat 2>/dev/null && echo \"$kb_pgid\" > {}/{pgid_file}; {keadm_command}",
         shell_quote(upload_dir)
     )
 }
 
 /// Kills the process group recorded by [`run_script`].
-pub fn kill_script(upload_dir: &str) -> String {
+pub fn kill_script(upload_dir: &str, index: usize) -> String {
+    let pgid_file = pgid_file(index);
     format!(
-        "g=$(cat {}/{PGID_FILE} 2>/dev/null) && [ -n \"$g\" ] && [ \"$g\" -gt 1 ] && kill -KILL -- -\"$g\"",
+        "g=$(cat {}/{pgid_file} 2>/dev/null) && [ -n \"$g\" ] && [ \"$g\" -gt 1 ] && kill -KILL -- -\"$g\"",
         shell_quote(upload_dir)
     )
 }
@@ -237,6 +262,34 @@ mod tests {
             r"sudo -n sh -c 'echo '\''a'\'''"
         );
         assert_eq!(wrap("x", Privilege::Login), "x");
+    }
+
+    #[test]
+    fn temp_names_differ_per_node_of_one_run() {
+        assert_eq!(
+            temp_name("keadm", "20260101T000000Z-ab12", 3),
+            ".keadm.20260101T000000Z-ab12-3.tmp"
+        );
+        assert_ne!(temp_name("keadm", "t", 0), temp_name("keadm", "t", 1));
+    }
+
+    #[test]
+    fn free_space_probe_runs_and_parses() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".keadm.t-0.tmp"), b"partial").unwrap();
+        let script = upload_failed_script(dir.path().to_str().unwrap(), ".keadm.t-0.tmp");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(parse_free_kib(&text).is_some(), "{text}");
+        assert!(
+            !dir.path().join(".keadm.t-0.tmp").exists(),
+            "the partial file is removed"
+        );
+        assert_eq!(parse_free_kib("KB_FREE 60\n"), Some(60));
+        assert_eq!(parse_free_kib("df: not found\n"), None);
     }
 
     #[test]

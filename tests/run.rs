@@ -334,23 +334,6 @@ fn each_arch_gets_its_own_build() {
 }
 
 #[test]
-fn an_arch_keadm_has_no_build_for_fails_that_node_only() {
-    let fleet = Fleet::builder()
-        .nodes(2)
-        .node_option(1, NodeOpt::Uname("riscv64"))
-        .start();
-    let sc = Scenario::new(&fleet);
-    let out = sc.run(&[]);
-    out.status(1);
-    out.log_has("Successfully processed node edge-00");
-    let line = out.log_line_starting("Failed to process node edge-01: ");
-    assert!(
-        line.contains("keadm publishes no build for riscv64"),
-        "{line}"
-    );
-}
-
-#[test]
 fn a_command_past_its_deadline_is_killed_on_the_node() {
     let fleet = Fleet::builder().nodes(1).start();
     let sc = Scenario::new(&fleet)

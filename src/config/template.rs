@@ -165,12 +165,14 @@ fn split_action(s: &str) -> Option<(&str, bool, usize)> {
             None => {
                 if b == b'"' || b == b'`' || b == b'\'' {
                     quote = Some(b);
-                } else if s[i..].starts_with(" -}}")
-                    || s[i..].starts_with("\t-}}")
-                    || s[i..].starts_with("\n-}}")
+                // Byte comparisons: `i` may be inside a multi-byte character, where
+                // slicing `s` would panic (found by fuzzing: `{{ awk ل`).
+                } else if bytes[i..].starts_with(b" -}}")
+                    || bytes[i..].starts_with(b"\t-}}")
+                    || bytes[i..].starts_with(b"\n-}}")
                 {
                     return Some((&s[..i], true, i + 4));
-                } else if s[i..].starts_with("}}") {
+                } else if bytes[i..].starts_with(b"}}") {
                     return Some((&s[..i], false, i + 2));
                 }
             }
@@ -403,6 +405,14 @@ mod tests {
 
     fn err(t: &str) -> String {
         render(t, &fake()).unwrap_err().message
+    }
+
+    #[test]
+    fn non_ascii_inside_an_action_is_an_error_not_a_panic() {
+        // Found by fuzz/fuzz_targets/template_render.rs and config_load.rs.
+        assert!(err("reset [{{ awk \u{644}").contains("never closed"));
+        assert!(render("{{\u{5dc}md}} x", &fake()).is_err());
+        assert_eq!(ok("{{ .cmd }} \u{644}{{/* \u{5dc} */}}"), "join \u{644}");
     }
 
     // Expected values are what Go's text/template prints for the same template and map.

@@ -101,6 +101,11 @@ pub struct TreeWarning {
 /// "billion laughs" config cannot exhaust the control host's memory.
 const MAX_NODES: usize = 2_000_000;
 
+/// Sequences and mappings may nest this deep. keadm configs nest about six levels; the
+/// tree is built (and dropped) recursively, so a limit keeps a file of a hundred thousand
+/// `- ` from overflowing the stack (block sequences have no limit in the parser).
+const MAX_DEPTH: usize = 64;
+
 /// Parses the first document of `text` (yaml.v2 reads only the first). `Ok(None)` for a
 /// file with no document or only comments.
 pub fn parse(text: &str) -> Result<(Option<Node>, Vec<TreeWarning>), SyntaxError> {
@@ -109,6 +114,7 @@ pub fn parse(text: &str) -> Result<(Option<Node>, Vec<TreeWarning>), SyntaxError
         anchors: HashMap::new(),
         warnings: Vec::new(),
         nodes: 0,
+        depth: 0,
     };
     let root = builder.document()?;
     Ok((root, builder.warnings))
@@ -119,6 +125,8 @@ struct Builder<'a> {
     anchors: HashMap<usize, Node>,
     warnings: Vec<TreeWarning>,
     nodes: usize,
+    /// Sequences and mappings open around the node being built.
+    depth: usize,
 }
 
 fn syntax_error(err: &ScanError) -> SyntaxError {
@@ -205,6 +213,7 @@ impl<'a> Builder<'a> {
                 }),
             },
             Event::SequenceStart(anchor, _tag) => {
+                self.enter(pos)?;
                 let mut items = Vec::new();
                 loop {
                     let (event, span) = self.next()?;
@@ -213,12 +222,15 @@ impl<'a> Builder<'a> {
                     }
                     items.push(self.node(event, span)?);
                 }
+                self.depth -= 1;
                 let node = Node::Seq { items, pos };
                 self.remember(anchor, &node);
                 Ok(node)
             }
             Event::MappingStart(anchor, _tag) => {
+                self.enter(pos)?;
                 let node = self.mapping(pos)?;
+                self.depth -= 1;
                 self.remember(anchor, &node);
                 Ok(node)
             }
@@ -227,6 +239,17 @@ impl<'a> Builder<'a> {
                 message: format!("unexpected YAML event {other:?}"),
             }),
         }
+    }
+
+    fn enter(&mut self, pos: Pos) -> Result<(), SyntaxError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(SyntaxError {
+                pos,
+                message: format!("the document nests more than {MAX_DEPTH} levels deep"),
+            });
+        }
+        Ok(())
     }
 
     fn remember(&mut self, anchor: usize, node: &Node) {
@@ -357,6 +380,19 @@ mod tests {
         let root = root.unwrap();
         let c = map_get(map_get(&root, "b"), "c");
         assert_eq!(c.pos(), Pos { line: 3, col: 6 });
+    }
+
+    #[test]
+    fn deep_nesting_is_a_syntax_error_not_a_stack_overflow() {
+        // Block sequences (`- - - x`) have no nesting limit in the parser; flow
+        // collections hit the parser's own limit first.
+        let deep = format!("{}x", "- ".repeat(100_000));
+        let err = parse(&deep).unwrap_err();
+        assert_eq!(err.message, "the document nests more than 64 levels deep");
+        let flow = format!("{}x{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(parse(&flow).is_err());
+        let ok = format!("{}x{}", "[".repeat(64), "]".repeat(64));
+        assert!(parse(&ok).is_ok());
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub struct FakeKeadm {
     exit_code: i32,
     sleep_secs: f64,
     read_stdin_line: bool,
+    shell: Vec<String>,
+    pad_to: usize,
     already_joined_until_reset: bool,
 }
 
@@ -62,6 +64,21 @@ impl FakeKeadm {
     /// Sleeps this long after printing, before exiting.
     pub fn sleeps(mut self, secs: f64) -> Self {
         self.sleep_secs = secs;
+        self
+    }
+
+    /// Runs this shell text after printing and before sleeping, e.g.
+    /// `"if [ -e /tmp/hang ]; then sleep 600; fi"` for a fault on one node only (each node
+    /// has its own /tmp).
+    pub fn runs(mut self, shell: &str) -> Self {
+        self.shell.push(shell.to_string());
+        self
+    }
+
+    /// Pads the script with comment lines after its `exit` to at least `bytes`, so its
+    /// upload takes a while or fills a small disk.
+    pub fn padded_to(mut self, bytes: usize) -> Self {
+        self.pad_to = bytes;
         self
     }
 
@@ -114,6 +131,10 @@ impl FakeKeadm {
         for line in &self.stderr_lines {
             s.push_str(&format!("printf '%s\\n' {} >&2\n", shell_quote(line)));
         }
+        for line in &self.shell {
+            s.push_str(line);
+            s.push('\n');
+        }
         if self.sleep_secs > 0.0 {
             s.push_str(&format!("sleep {}\n", self.sleep_secs));
         }
@@ -121,6 +142,11 @@ impl FakeKeadm {
             "echo \"$id end $(date +%s.%N) {code}\" >> \"$rec\"\nexit {code}\n",
             code = self.exit_code
         ));
+        // Never read: the shell stops at `exit`.
+        let pad = format!("# {}\n", "x".repeat(1021));
+        while s.len() < self.pad_to {
+            s.push_str(&pad);
+        }
         s
     }
 

@@ -57,7 +57,8 @@ pub enum NodeOpt {
     NoSftp,
     /// Listen on `[::1]` and a free port instead of `127.x.y.z:22`.
     Ipv6,
-    /// An extra sshd_config line, e.g. `"MaxSessions 2"`; it overrides the fleet's defaults.
+    /// An extra sshd_config line, e.g. `"MaxSessions 2"`; it overrides the fleet's defaults
+    /// (a `Subsystem sftp` line replaces the fleet's sftp-server).
     SshdConfig(&'static str),
     /// The non-root user [`TEST_USER`] may use sudo on this node, with or without its
     /// password (a sudoers copy bind-mounted in the node's namespace only).
@@ -352,6 +353,54 @@ impl Node {
             .expect("run nsenter")
     }
 
+    /// The sshd processes serving this node's connections: every `sshd` below the
+    /// listener (the per-connection monitor and its session child), not the listener.
+    pub fn session_sshd_pids(&self) -> Vec<i32> {
+        let listener = self.sshd_pid();
+        let mut parents: HashMap<i32, Vec<(i32, String)>> = HashMap::new();
+        for entry in fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let Some((head, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let comm = head
+                .split_once('(')
+                .map(|(_, c)| c)
+                .unwrap_or("")
+                .to_string();
+            if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
+                parents.entry(ppid).or_default().push((pid, comm));
+            }
+        }
+        let mut found = Vec::new();
+        let mut queue = vec![listener];
+        while let Some(parent) = queue.pop() {
+            for (pid, comm) in parents.get(&parent).into_iter().flatten() {
+                if comm == "sshd" {
+                    found.push(*pid);
+                    queue.push(*pid);
+                }
+            }
+        }
+        found
+    }
+
+    /// Kills the sshd processes serving this node's open connections (as an sshd crash
+    /// or an OOM kill would), leaving the listener up. Returns the pids killed.
+    pub fn kill_session_sshds(&self) -> Vec<i32> {
+        let pids = self.session_sshd_pids();
+        for pid in &pids {
+            // SAFETY: plain kill(2) on sshd processes of a node this fleet started.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        pids
+    }
+
     /// Kills the node (sshd and everything in its pid namespace) and waits for it.
     pub fn kill_sshd(&mut self) {
         let pid = self.sshd_pid.take();
@@ -477,7 +526,12 @@ impl Node {
             hostkey = self.host_key_path().display(),
             keys = self.authorized_keys.display(),
         ));
-        if !self.opts.contains(&NodeOpt::NoSftp) {
+        // sshd refuses a second `Subsystem sftp`: a test's own (a wrapper) replaces ours.
+        let own_sftp = self
+            .opts
+            .iter()
+            .any(|o| matches!(o, NodeOpt::SshdConfig(line) if line.starts_with("Subsystem sftp")));
+        if !self.opts.contains(&NodeOpt::NoSftp) && !own_sftp {
             cfg.push_str(&format!("Subsystem sftp {SFTP_SERVER}\n"));
         }
         let path = self.dir.join("sshd_config");

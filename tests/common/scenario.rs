@@ -41,6 +41,10 @@ pub struct Scenario<'f> {
     /// Which fleet nodes are in the config (all by default).
     pub nodes: Option<Vec<usize>>,
     pub arch_group: String,
+    /// Extra YAML lines for one node (fleet index → lines).
+    pub node_extra_for: std::collections::HashMap<usize, Vec<String>>,
+    /// Nodes whose config points somewhere else than their sshd (a tarpit, say).
+    pub endpoint_for: std::collections::HashMap<usize, keadm_batch::transport::Endpoint>,
     pub username: String,
     /// Extra YAML lines under each node's `ssh:` (indented 6 spaces), e.g. `"sudo: false"`.
     pub ssh_extra: Vec<String>,
@@ -62,6 +66,8 @@ impl<'f> Scenario<'f> {
             login: Login::Password(fleet.root_password().expose().to_string()),
             node_extra: Vec::new(),
             top_extra: Vec::new(),
+            node_extra_for: Default::default(),
+            endpoint_for: Default::default(),
             keadm_cmd:
                 "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name={name} --token=abc.def"
                     .into(),
@@ -111,6 +117,21 @@ impl<'f> Scenario<'f> {
 
     pub fn node_yaml(mut self, line: &str) -> Self {
         self.node_extra.push(line.to_string());
+        self
+    }
+
+    /// An extra YAML line for fleet node `i` only.
+    pub fn node_yaml_for(mut self, i: usize, line: &str) -> Self {
+        self.node_extra_for
+            .entry(i)
+            .or_default()
+            .push(line.to_string());
+        self
+    }
+
+    /// Points fleet node `i`'s config entry at `endpoint` instead of its sshd.
+    pub fn endpoint_for(mut self, i: usize, endpoint: keadm_batch::transport::Endpoint) -> Self {
+        self.endpoint_for.insert(i, endpoint);
         self
     }
 
@@ -179,18 +200,30 @@ impl<'f> Scenario<'f> {
 
     pub fn node_block(&self, i: usize, node: &Node) -> String {
         let name = Scenario::name(i);
+        let (host, port) = match self.endpoint_for.get(&i) {
+            Some(e) => (e.host.as_str(), e.port),
+            None => (node.host(), node.port()),
+        };
         let mut s = format!(
             "  - nodeName: {name}\n    keadmCmd: '{}'\n    ssh:\n      ip: '{}'\n      port: {}\n      username: {}\n      {}\n",
             self.keadm_cmd.replace("{name}", &name),
-            node.host(),
-            node.port(),
+            host,
+            port,
             self.username,
             self.auth_yaml()
         );
         for extra in &self.ssh_extra {
             s.push_str(&format!("      {extra}\n"));
         }
-        for extra in &self.node_extra {
+        // Per-node lines first: one indented two more (`"  connectTimeoutSeconds: 1"`)
+        // then still belongs to the ssh block above.
+        for extra in self
+            .node_extra_for
+            .get(&i)
+            .into_iter()
+            .flatten()
+            .chain(&self.node_extra)
+        {
             s.push_str(&format!("    {extra}\n"));
         }
         s

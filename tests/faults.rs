@@ -1,0 +1,502 @@
+//! Faults on real loopback sshd nodes. Each case puts one faulty node among healthy ones
+//! and checks three things: the faulty node's line says what happened, every healthy
+//! node still enrolls, and every node gets exactly one line in batch_process_log.txt.
+//!
+//! Per-node keadm behaviour comes from marker files: each node has its own /tmp, so the
+//! fake keadm's `if [ -e /tmp/<marker> ]` is true on the faulty node only.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use common::fake_keadm::{self, FakeKeadm};
+use common::fleet::{Fleet, NodeOpt, Tarpit};
+use common::scenario::{RunOutput, Scenario, remote_keadm};
+
+const SFTP_SERVER: &str = "/usr/lib/openssh/sftp-server";
+
+/// Asserts one line per node of `0..nodes` and that every node but `faulty` succeeded;
+/// returns the faulty node's reason.
+fn one_fault(out: &RunOutput, nodes: usize, faulty: usize) -> String {
+    every_node_has_one_line(out, nodes, Some(faulty));
+    let prefix = format!("Failed to process node {}: ", Scenario::name(faulty));
+    let line = out.log_line_starting(&prefix);
+    eprintln!("faulty node's line: {line}");
+    line[prefix.len()..].to_string()
+}
+
+fn every_node_has_one_line(out: &RunOutput, nodes: usize, faulty: Option<usize>) {
+    let lines = out.log_lines();
+    assert_eq!(
+        lines.len(),
+        nodes,
+        "one line per node:\n{}\n--- stderr:\n{}",
+        lines.join("\n"),
+        out.stderr
+    );
+    for i in 0..nodes {
+        let name = Scenario::name(i);
+        let success = format!("Successfully processed node {name}");
+        let failure = format!("Failed to process node {name}: ");
+        let mine: Vec<&String> = lines
+            .iter()
+            .filter(|l| **l == success || l.starts_with(&failure))
+            .collect();
+        assert_eq!(mine.len(), 1, "node {name}: {lines:#?}");
+        if Some(i) != faulty {
+            assert_eq!(
+                *mine[0], success,
+                "a healthy node was hurt\n--- stderr:\n{}",
+                out.stderr
+            );
+        }
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// What the scenario's offline package holds as the amd64 keadm.
+fn staged_keadm(fake: &FakeKeadm) -> String {
+    format!("{}# arch=amd64\n", fake.script())
+}
+
+/// Temporary upload files left in a node's upload dir.
+fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".tmp"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Spawns the tool with its output in files, for tests that act while it runs.
+fn spawn(sc: &Scenario, extra: &[&str]) -> Child {
+    let stdout = std::fs::File::create(sc.path("stdout.txt")).unwrap();
+    let stderr = std::fs::File::create(sc.path("stderr.txt")).unwrap();
+    sc.command(extra)
+        .stdout(stdout)
+        .stderr(stderr)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a child spawned by [`spawn`]; returns its output and its peak RSS in KiB.
+fn wait_measured(sc: &Scenario, child: Child, limit: Duration) -> (RunOutput, u64) {
+    let pid = child.id() as libc::pid_t;
+    let deadline = Instant::now() + limit;
+    let (status, rss_kib) = loop {
+        let mut status = 0;
+        // SAFETY: zeroed rusage is a valid out-parameter; the pid is our own child.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let done = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if done == pid {
+            let code = if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                -1
+            };
+            break (code, usage.ru_maxrss as u64);
+        }
+        assert!(done == 0, "wait4 failed");
+        if Instant::now() > deadline {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("keadm-batch did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The child was reaped by wait4 above; `Child` must not wait on it again.
+    std::mem::forget(child);
+    let read = |name: &str| std::fs::read_to_string(sc.path(name)).unwrap_or_default();
+    let out = RunOutput {
+        status,
+        stdout: read("stdout.txt"),
+        stderr: read("stderr.txt"),
+        dir: sc.dir.path().to_path_buf(),
+    };
+    (out, rss_kib)
+}
+
+/// A `Subsystem sftp` wrapper that relays the client's bytes to sftp-server 16 KiB at a
+/// time, 20 per second: a 2 MiB upload then takes seconds instead of milliseconds.
+fn slow_sftp_wrapper() -> (tempfile::TempDir, &'static str) {
+    let dir = tempfile::Builder::new()
+        .prefix("keadm-slow-sftp")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let path = dir.path().join("slow-sftp-server");
+    let script = format!(
+        "#!/bin/sh\n\
+         # Throttled sftp-server for tests/faults.rs.\n\
+         {{\n\
+           while :; do\n\
+             n=$(dd bs=16384 count=1 2>&1 >&3 | sed -n 's/^\\([0-9]*\\) bytes.*/\\1/p')\n\
+             [ \"${{n:-0}}\" -gt 0 ] || break\n\
+             sleep 0.05\n\
+           done 3>&1\n\
+         }} | exec {SFTP_SERVER}\n"
+    );
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The sshd_config line must outlive the fleet; a test leaks one short string.
+    let line = Box::leak(format!("Subsystem sftp {}", path.display()).into_boxed_str());
+    (dir, line)
+}
+
+#[test]
+fn sshd_killed_mid_upload_fails_that_node_only() {
+    let (_wrapper, subsystem) = slow_sftp_wrapper();
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .node_option(1, NodeOpt::SshdConfig(subsystem))
+        .start();
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().padded_to(2 << 20));
+    let mut child = spawn(&sc, &[]);
+    let upload_dir = fleet.node(1).tmp_path("kubeedge/keadm");
+    // Kill once a part of the file is on the node.
+    wait_for("the slow upload to start", Duration::from_secs(20), || {
+        temporaries(&upload_dir)
+            .iter()
+            .any(|t| std::fs::metadata(upload_dir.join(t)).is_ok_and(|m| m.len() >= 64 * 1024))
+    });
+    let killed = fleet.node(1).kill_session_sshds();
+    assert!(!killed.is_empty(), "no session sshd found");
+    let status = child.wait().unwrap();
+    let out = RunOutput {
+        status: status.code().unwrap_or(-1),
+        stdout: String::new(),
+        stderr: std::fs::read_to_string(sc.path("stderr.txt")).unwrap(),
+        dir: sc.dir.path().to_path_buf(),
+    };
+    out.status(1);
+    let reason = one_fault(&out, 3, 1);
+    assert!(
+        reason.starts_with("failed to upload file keadm: "),
+        "{reason}"
+    );
+    assert_eq!(out.summary()["nodes"][1]["phase"], "failed");
+    assert!(
+        !remote_keadm(fleet.node(1)).exists(),
+        "no half file in place"
+    );
+    for i in [0, 2] {
+        assert_eq!(
+            std::fs::read_to_string(remote_keadm(fleet.node(i))).unwrap(),
+            staged_keadm(&sc.keadm)
+        );
+    }
+}
+
+#[test]
+fn sshd_killed_while_keadm_runs_fails_that_node_only() {
+    let fleet = Fleet::builder().nodes(3).start();
+    std::fs::write(fleet.node(1).tmp_path("slow-keadm"), "").unwrap();
+    let sc = Scenario::new(&fleet)
+        .keadm(FakeKeadm::new().runs("if [ -e /tmp/slow-keadm ]; then sleep 30; fi"));
+    let mut child = spawn(&sc, &[]);
+    let script = remote_keadm(fleet.node(1));
+    wait_for("keadm to start on node 1", Duration::from_secs(20), || {
+        !fake_keadm::calls(&script).is_empty()
+    });
+    let started = Instant::now();
+    assert!(!fleet.node(1).kill_session_sshds().is_empty());
+    let status = child.wait().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the dead connection was noticed in {:?}",
+        started.elapsed()
+    );
+    let out = RunOutput {
+        status: status.code().unwrap_or(-1),
+        stdout: String::new(),
+        stderr: std::fs::read_to_string(sc.path("stderr.txt")).unwrap(),
+        dir: sc.dir.path().to_path_buf(),
+    };
+    out.status(1);
+    let reason = one_fault(&out, 3, 1);
+    assert!(
+        reason
+            .starts_with("failed to execute keadm command cd /tmp/kubeedge/keadm && ./keadm join"),
+        "{reason}"
+    );
+    assert_eq!(out.summary()["nodes"][1]["failed_in"], "running");
+}
+
+#[test]
+fn a_tarpit_hits_the_connect_deadline() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let tarpit = Tarpit::start();
+    let sc = Scenario::new(&fleet)
+        .endpoint_for(1, tarpit.endpoint())
+        .node_yaml_for(1, "  connectTimeoutSeconds: 1")
+        .node_yaml_for(1, "retries: 1");
+    let started = Instant::now();
+    let out = sc.run(&[]);
+    assert!(started.elapsed() < Duration::from_secs(15));
+    out.status(1);
+    let reason = one_fault(&out, 3, 1);
+    assert!(
+        reason.contains("timed out after 1.0 s") && reason.contains("after 2 attempts"),
+        "{reason}"
+    );
+    assert_eq!(out.summary()["nodes"][1]["connect_attempts"], 2);
+    assert_eq!(out.summary()["nodes"][1]["failed_in"], "connecting");
+}
+
+#[test]
+fn a_full_remote_dir_says_no_space_left() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let mount = fleet
+        .node(1)
+        .shell("mkdir -p /tmp/full && mount -t tmpfs -o size=64k,mode=1777 tmpfs /tmp/full");
+    assert!(mount.status.success(), "{mount:?}");
+    let sc = Scenario::new(&fleet)
+        .keadm(FakeKeadm::new().padded_to(256 << 10))
+        .node_yaml_for(1, "remoteDir: /tmp/full/keadm");
+    let out = sc.run(&[]);
+    out.status(1);
+    let reason = one_fault(&out, 3, 1);
+    assert!(
+        reason.starts_with(
+            "failed to upload file keadm: no space left on device in /tmp/full/keadm on the node (257 KiB needed, "
+        ),
+        "{reason}"
+    );
+    // The partial file was removed, so the node's disk is not left full.
+    let left = fleet.node(1).shell("ls -a /tmp/full/keadm");
+    let listing = String::from_utf8_lossy(&left.stdout);
+    assert!(!listing.contains(".tmp"), "{listing}");
+}
+
+#[test]
+fn a_node_without_sftp_gets_files_over_exec() {
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .node_option(1, NodeOpt::NoSftp)
+        .start();
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().padded_to(300 << 10));
+    let out = sc.run(&[]);
+    out.status(0);
+    every_node_has_one_line(&out, 3, None);
+    assert!(
+        out.transcript(1)
+            .contains("the node has no SFTP; streaming files over exec instead"),
+        "{}",
+        out.transcript(1)
+    );
+    assert!(!out.transcript(0).contains("no SFTP"));
+    let arrived = std::fs::read(remote_keadm(fleet.node(1))).unwrap();
+    assert_eq!(arrived, staged_keadm(&sc.keadm).as_bytes());
+    let sidecar =
+        std::fs::read_to_string(fleet.node(1).tmp_path("kubeedge/keadm/keadm.sha256")).unwrap();
+    assert_eq!(sidecar.trim(), sha256_hex(&arrived));
+    assert_eq!(fake_keadm::calls(&remote_keadm(fleet.node(1))).len(), 1);
+}
+
+#[test]
+fn megabytes_of_output_go_to_the_transcript_in_bounded_memory() {
+    const OUTPUT: u64 = 48_000_000;
+    let fleet = Fleet::builder().nodes(3).start();
+    std::fs::write(fleet.node(1).tmp_path("chatty"), "").unwrap();
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().runs(&format!(
+        "if [ -e /tmp/chatty ]; then yes 'I0806 12:00:00.000000 1234 join.go:78] pulling image kubeedge/installation-package, please wait' | head -c {OUTPUT}; fi"
+    )));
+    let child = spawn(&sc, &[]);
+    let (out, rss_kib) = wait_measured(&sc, child, Duration::from_secs(60));
+    out.status(0);
+    every_node_has_one_line(&out, 3, None);
+    let transcript = std::fs::metadata(
+        out.latest_run()
+            .join("nodes")
+            .join(format!("2-{}.log", Scenario::name(1))),
+    )
+    .unwrap()
+    .len();
+    assert!(transcript >= OUTPUT, "transcript has {transcript} bytes");
+    eprintln!(
+        "{OUTPUT} bytes of keadm output: peak RSS of keadm-batch {} MiB",
+        rss_kib / 1024
+    );
+    assert!(
+        rss_kib * 1024 < OUTPUT * 3 / 4,
+        "peak RSS {rss_kib} KiB: the output was held in memory"
+    );
+}
+
+#[test]
+fn keadm_that_never_exits_is_killed_at_the_deadline() {
+    let fleet = Fleet::builder().nodes(3).start();
+    std::fs::write(fleet.node(1).tmp_path("hang"), "").unwrap();
+    let sc = Scenario::new(&fleet)
+        .keadm(FakeKeadm::new().runs("if [ -e /tmp/hang ]; then sleep 600; fi"))
+        .node_yaml("timeoutSeconds: 3");
+    let out = sc.run(&[]);
+    out.status(1);
+    let reason = one_fault(&out, 3, 1);
+    assert_eq!(
+        reason,
+        "the keadm command ran past its 3 s deadline and was killed on the node"
+    );
+    assert_eq!(out.summary()["nodes"][1]["phase"], "timed_out");
+    let ps = fleet
+        .node(1)
+        .shell("ps -eo args | grep -c '[s]leep 600' || true");
+    assert_eq!(String::from_utf8_lossy(&ps.stdout).trim(), "0");
+}
+
+#[test]
+fn an_arch_keadm_has_no_build_for_fails_that_node_only() {
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .node_option(1, NodeOpt::Uname("riscv64"))
+        .start();
+    let sc = Scenario::new(&fleet);
+    let out = sc.run(&[]);
+    out.status(1);
+    let reason = one_fault(&out, 3, 1);
+    assert!(
+        reason.contains("keadm publishes no build for riscv64"),
+        "{reason}"
+    );
+    assert_eq!(out.summary()["nodes"][1]["failed_in"], "preparing");
+    assert!(!remote_keadm(fleet.node(1)).exists(), "nothing uploaded");
+}
+
+/// `Successfully processed node <name>` or `Failed to process node <name>: <reason>`.
+fn is_keadm_line(line: &str) -> bool {
+    let name_ok = |n: &str| !n.is_empty() && !n.contains(char::is_whitespace);
+    if let Some(name) = line.strip_prefix("Successfully processed node ") {
+        return name_ok(name);
+    }
+    line.strip_prefix("Failed to process node ")
+        .and_then(|rest| rest.split_once(": "))
+        .is_some_and(|(name, reason)| name_ok(name) && !reason.is_empty())
+}
+
+/// Runs 8 nodes two at a time and SIGKILLs the tool once some have finished. Returns
+/// the scenario (to run again) and the names the journal records as succeeded.
+fn run_and_sigkill(fleet: &Fleet) -> (Scenario<'_>, Vec<String>) {
+    let sc = Scenario::new(fleet)
+        .keadm(FakeKeadm::new().sleeps(0.3))
+        .max_run_num(2);
+    let mut child = spawn(&sc, &[]);
+    let log = sc.path("batch_process_log.txt");
+    wait_for("three finished nodes", Duration::from_secs(30), || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.lines().count() >= 3)
+    });
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.ends_with('\n'), "a torn last line: {text:?}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 3 && lines.len() < 8, "{text}");
+    for line in &lines {
+        assert!(is_keadm_line(line), "not a whole keadm line: {line:?}");
+    }
+    let journal =
+        std::fs::read_to_string(sc.path("batch_runs").join("latest").join("journal.jsonl"))
+            .unwrap();
+    assert!(journal.ends_with('\n'), "a torn journal line");
+    let mut succeeded = Vec::new();
+    for line in journal.lines() {
+        let entry: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let name = entry["name"].as_str().unwrap().to_string();
+        if entry["phase"] == "succeeded" {
+            succeeded.push(name);
+        }
+    }
+    // Every node in the result log is in the journal (both are written per node, log first).
+    assert!(journal.lines().count() + 1 >= lines.len());
+    (sc, succeeded)
+}
+
+#[test]
+fn sigkill_mid_run_leaves_only_whole_lines() {
+    let fleet = Fleet::builder().nodes(8).start();
+    let (_sc, succeeded) = run_and_sigkill(&fleet);
+    assert!(!succeeded.is_empty());
+}
+
+#[test]
+fn retry_failed_finishes_what_a_sigkill_interrupted() {
+    let fleet = Fleet::builder().nodes(8).start();
+    let (sc, succeeded) = run_and_sigkill(&fleet);
+    let out = sc.run(&["--retry-failed"]);
+    out.status(0);
+    for i in 0..8 {
+        let name = Scenario::name(i);
+        let calls = fake_keadm::calls(&remote_keadm(fleet.node(i))).len();
+        if succeeded.contains(&name) {
+            assert_eq!(calls, 1, "{name} succeeded before and was not run again");
+        } else {
+            assert!(calls >= 1, "{name} never ran");
+            out.log_has(&format!("Successfully processed node {name}"));
+        }
+    }
+    assert_eq!(out.log_lines().len(), 8 - succeeded.len());
+}
+
+#[test]
+fn two_nodes_on_one_host_do_not_corrupt_each_others_upload() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().padded_to(4 << 20));
+    let twin = sc
+        .node_block(0, fleet.node(0))
+        .replace("edge-00", "edge-03");
+    std::fs::write(sc.path("config.yaml"), sc.config_text() + &twin).unwrap();
+    let out = sc.run(&[]);
+    out.status(0);
+    assert!(
+        out.stderr.contains(&format!(
+            "{}:{} is also node 1's address; both nodes will run on one host",
+            fleet.node(0).host(),
+            fleet.node(0).port()
+        )),
+        "{}",
+        out.stderr
+    );
+    let warned_at = out.stderr.find("is also node 1's address").unwrap();
+    let first_result = out.stderr.find("] ok ").expect("a node result on stderr");
+    assert!(
+        warned_at < first_result,
+        "warned before the run: {}",
+        out.stderr
+    );
+    every_node_has_one_line(&out, 4, None);
+    let node = fleet.node(0);
+    let arrived = std::fs::read(remote_keadm(node)).unwrap();
+    assert!(
+        arrived == staged_keadm(&sc.keadm).as_bytes(),
+        "the keadm on the shared host differs from the staged one ({} bytes)",
+        arrived.len()
+    );
+    let sidecar = std::fs::read_to_string(node.tmp_path("kubeedge/keadm/keadm.sha256")).unwrap();
+    assert_eq!(sidecar.trim(), sha256_hex(&arrived));
+    assert!(temporaries(&node.tmp_path("kubeedge/keadm")).is_empty());
+    assert_eq!(fake_keadm::calls(&remote_keadm(node)).len(), 2);
+}
