@@ -48,4 +48,7 @@ if [ -z "$deny" ]; then
     fi
 fi
 "$deny" --version
+# cargo deny reads `cargo metadata` for every target platform, so crates that only other
+# platforms build (Windows console helpers, say) must be in the local registry too.
+cargo fetch --locked --quiet
 "$deny" --offline --log-level error check licenses bans sources
