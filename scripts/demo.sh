@@ -7,8 +7,9 @@
 # shows the results, and stops every process it started.
 #   scripts/demo.sh            # keep nothing
 #   KEEP=1 scripts/demo.sh     # keep the demo directory for a look around
-#   NODES=50 JOIN_SECONDS=3 FAIL="edge-7 edge-23" scripts/demo.sh
-#                              # a bigger fleet whose joins take up to 3 s, two of them failing
+#   NODES=50 JOIN_SECONDS=3 FAIL="edge-7 edge-23=name edge-31=runtime" scripts/demo.sh
+#                              # a bigger fleet whose joins take up to 3 s, three failing
+#                              # (already joined by default, or =name / =runtime)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
@@ -88,11 +89,23 @@ echo "$(date -u +%FT%TZ) keadm $*" >> /tmp/kubeedge/keadm/joined.txt
 name=$(printf '%s\n' "$@" | sed -n 's/^--edgenode-name=//p')
 if [ "$join_seconds" -gt 0 ]; then sleep $(( $(od -An -N1 -tu1 /dev/urandom) % (join_seconds + 1) )); fi
 for f in $fail; do
-  if [ "$f" = "$name" ]; then
-    echo "I1130 join.go:78] 1. Check KubeEdge edgecore process status" >&2
-    echo "Error: EdgeCore is already running on this node, please run reset to clean up first" >&2
-    exit 1
-  fi
+  # FAIL entries are names, or name=cause with cause one of already, name, runtime.
+  case "$f" in
+    "$name"|"$name="*) cause=${f#"$name"}; cause=${cause#=} ;;
+    *) continue ;;
+  esac
+  echo "I1130 join.go:78] 1. Check KubeEdge edgecore process status" >&2
+  case "$cause" in
+    name)
+      echo "I1130 join.go:99] 3. Check if the node name is valid" >&2
+      echo "Error: node already exists or internal error occurred, cannot register again" >&2 ;;
+    runtime)
+      echo "I1130 join.go:134] 4. Create the necessary directories" >&2
+      echo 'Error: edge node join failed: failed to new remote image service, err: validate service connection: validate CRI v1 image API for endpoint "unix:///run/containerd/containerd.sock": rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial unix /run/containerd/containerd.sock: connect: no such file or directory"' >&2 ;;
+    *)
+      echo "Error: EdgeCore is already running on this node, please run reset to clean up first" >&2 ;;
+  esac
+  exit 1
 done
 for step in "1. Check KubeEdge edgecore process status" "2. Check if the management directory is clean" \
             "3. Check if the node name is valid" "4. Create the necessary directories" "5. Pull Images" \

@@ -212,6 +212,7 @@ fn preflight_only_prints_a_table_and_changes_nothing() {
     let sc = Scenario::new(&fleet).cmd(&cmd).preflight("warn");
     let out = sc.run(&["--preflight-only"]);
     out.status(1);
+    eprintln!("--preflight-only table:\n{}", out.stdout);
     assert!(out.stdout.starts_with("NODE"), "{}", out.stdout);
     let row0 = out
         .stdout
@@ -251,6 +252,7 @@ fn failures_are_classified_and_retried_by_class_with_reset_first() {
     let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().already_joined_until_reset());
     let first = sc.run(&[]);
     first.status(1);
+    eprintln!("first run's stderr:\n{}", first.stderr);
     let summary = first.summary();
     for i in 0..3 {
         assert_eq!(summary["nodes"][i]["failure_class"], "already_joined");
