@@ -2,6 +2,7 @@
 //! (transcripts, journal, summary), and the console. Only consumes outcomes.
 
 pub mod log;
+pub mod merge;
 pub mod recap;
 pub mod run_dir;
 pub mod summary;
