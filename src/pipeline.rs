@@ -447,8 +447,12 @@ impl Run<'_, '_> {
         self.timed(Phase::Uploading, |run| {
             let node = run.node;
             let mut moves = Vec::new();
-            // Under sudo the dir belongs to root, so files go through `sudo sh -c 'cat >'`.
-            let mut use_sftp = privilege == Privilege::Login;
+            // Files stream over exec (`cat >`, one channel; under sudo inside `sudo sh -c`),
+            // read through the exec loop's small buffer. SFTP stays as the path below but is
+            // not chosen: libssh2 holds each 1 MiB write until it is acknowledged, about
+            // 2 MiB per worker (118 MiB peak at maxRunNum 50, against 33 MiB over exec) and
+            // a round trip per MiB on slow links (see bench/README.md).
+            let mut use_sftp = false;
             for upload in uploads {
                 let already = if run.ctx.verify_remote {
                     facts

@@ -104,7 +104,8 @@ pub fn prepare_script(dir: &str, files: &[&str], verify: bool) -> String {
         "    if [ $(( m & 022 )) -ne 0 ]; then echo \"KB_BAD $d is writable by other users (mode $2)\"; exit 0; fi\n",
         "  elif [ $(( m & 022 )) -ne 0 ] && [ $(( m & 01000 )) -eq 0 ]; then echo \"KB_BAD $p is writable by other users (mode $2)\"; exit 0; fi\n",
         "  [ \"$p\" = / ] && break\n",
-        "  p=$(dirname \"$p\")\n",
+        // The parent without forking dirname: strip the last component.
+        "  case \"$p\" in */*) q=${p%/*}; p=${q:-/} ;; *) break ;; esac\n",
         "done\n",
         "echo KB_DIR_OK\n",
     ));
