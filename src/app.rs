@@ -12,7 +12,7 @@ use crate::arch::Arch;
 use crate::config::{self, PackageMode, validate::ProcessEnvironment};
 use crate::error::Error;
 use crate::kubeedge::before_run;
-use crate::options::{Command, OutputFormat, RunOptions, Verbosity};
+use crate::options::{Command, MergeOptions, OutputFormat, RunOptions, Verbosity};
 use crate::pool::{self, Cancel};
 use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
@@ -85,7 +85,36 @@ fn run(command: Command) -> Result<(), Error> {
         Command::Man => cli::write_man_page(&mut std::io::stdout())
             .map_err(|e| Error::Output(format!("could not write the manual page: {e}"))),
         Command::Run(options) => run_batch(&options),
+        Command::Merge(options) => run_merge(&options),
     }
+}
+
+/// `batch merge DIR...`: the shards' results as one. Exits like a run would: 1 when some
+/// node did not succeed.
+fn run_merge(options: &MergeOptions) -> Result<(), Error> {
+    let merged = report::merge::merge(&options.dirs).map_err(|e| Error::Usage(e.to_string()))?;
+    if let Some(into) = &options.into {
+        std::fs::create_dir_all(into)
+            .and_then(|()| merged.summary.write(&into.join(report::run_dir::SUMMARY)))
+            .and_then(|()| std::fs::write(into.join(report::log::LOG_FILE), merged.log_text()))
+            .map_err(|e| Error::Output(format!("could not write to {}: {e}", into.display())))?;
+    }
+    match options.output {
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&merged.summary).unwrap_or_default()
+        ),
+        OutputFormat::Text => print!("{}", report::merge::render(&merged)),
+    }
+    let totals = &merged.summary.totals;
+    if totals.not_succeeded() > 0 {
+        return Err(Error::NodesFailed {
+            failed: totals.not_succeeded(),
+            total: totals.selected,
+            run_dir: merged.summary.merged_from.join(", "),
+        });
+    }
+    Ok(())
 }
 
 fn home() -> Option<PathBuf> {
@@ -375,9 +404,12 @@ fn execute(
     install_signal_handler(&cancel);
     if !quiet {
         eprintln!(
-            "Processing {} node{} ({} at once); transcripts in {}",
+            "Processing {} node{}{} ({} at once); transcripts in {}",
             plan.nodes.len(),
             if plan.nodes.len() == 1 { "" } else { "s" },
+            plan.shard
+                .map(|s| format!(" of shard {}", dry_run::shard_line(s)))
+                .unwrap_or_default(),
             plan.max_run_num.min(plan.nodes.len().max(1)),
             run_dir.path.display()
         );
@@ -427,6 +459,7 @@ fn execute(
         totals: totals.clone(),
         packages: stager.as_ref().map(staged_packages).unwrap_or_default(),
         nodes: outcomes.clone(),
+        merged_from: Vec::new(),
     };
     if let Err(e) = summary.write(&run_dir.summary_path()) {
         log::error!("could not write {}: {e}", run_dir.summary_path().display());

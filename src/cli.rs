@@ -8,7 +8,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::HostKeyPolicy;
 use crate::options::{
-    Command, GenConfigOptions, OutputFormat, PreflightMode, RunOptions, Shard, Verbosity,
+    Command, GenConfigOptions, MergeOptions, OutputFormat, PreflightMode, RunOptions, Shard,
+    Verbosity,
 };
 
 #[derive(Parser, Debug)]
@@ -165,6 +166,19 @@ enum BatchSub {
         #[arg(long)]
         force: bool,
     },
+    /// Combine the run directories of several shards (--shard I/N runs) into one summary
+    /// and one keadm-style log; every node must appear in exactly one of them.
+    Merge {
+        /// The shards' run directories (each with summary.json or journal.jsonl).
+        #[arg(value_name = "DIR", required = true)]
+        dirs: Vec<PathBuf>,
+        /// Print the merged summary as JSON instead of text.
+        #[arg(long, value_name = "FORMAT")]
+        output: Option<OutputArg>,
+        /// Also write the merged summary.json and batch_process_log.txt into DIR.
+        #[arg(long, value_name = "DIR")]
+        into: Option<PathBuf>,
+    },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -239,8 +253,21 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         TopCommand::Completions { shell } => return Ok(Command::Completions(shell.to_string())),
         TopCommand::Man => return Ok(Command::Man),
     };
-    if let Some(BatchSub::GenConfig { output, force }) = batch.sub {
-        return Ok(Command::GenConfig(GenConfigOptions { output, force }));
+    match batch.sub {
+        Some(BatchSub::GenConfig { output, force }) => {
+            return Ok(Command::GenConfig(GenConfigOptions { output, force }));
+        }
+        Some(BatchSub::Merge { dirs, output, into }) => {
+            return Ok(Command::Merge(MergeOptions {
+                dirs,
+                output: match output {
+                    Some(OutputArg::Json) => OutputFormat::Json,
+                    _ => OutputFormat::Text,
+                },
+                into,
+            }));
+        }
+        None => {}
     }
     let Some(config) = batch.config else {
         let mut cmd = command();
@@ -329,6 +356,19 @@ mod tests {
         assert_eq!(opts.shard, Some(Shard { index: 2, count: 4 }));
         assert_eq!(opts.only, vec!["a*".to_string(), "b".to_string()]);
         assert!(run(&["k", "batch", "-c", "c", "--shard", "5/4"]).is_err());
+    }
+
+    #[test]
+    fn merge_takes_dirs() {
+        assert_eq!(
+            run(&["k", "batch", "merge", "a", "b", "--output", "json"]).unwrap(),
+            Command::Merge(MergeOptions {
+                dirs: vec!["a".into(), "b".into()],
+                output: OutputFormat::Json,
+                into: None
+            })
+        );
+        assert!(run(&["k", "batch", "merge"]).is_err());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use crate::config::{AuthSpec, PackageMode, SshSpec};
+use crate::options::Shard;
 use crate::plan::{KeadmSource, NodePlan, Plan, display_address};
 
 /// The whole plan as text.
@@ -16,6 +17,9 @@ pub fn render(plan: &Plan) -> String {
         plan.total_in_config,
         plan.max_run_num
     );
+    if let Some(shard) = plan.shard {
+        let _ = writeln!(out, "  shard:       {}", shard_line(shard));
+    }
     let _ = writeln!(out, "  known hosts: {}", plan.known_hosts.display());
     match &plan.staging {
         Some(staging) => {
@@ -48,6 +52,17 @@ pub fn render(plan: &Plan) -> String {
         render_node(&mut out, node);
     }
     out
+}
+
+/// `2/4 (the nodes whose sha256(nodeName) mod 4 is 1)`.
+pub fn shard_line(shard: Shard) -> String {
+    format!(
+        "{}/{} (the nodes whose sha256(nodeName) mod {} is {})",
+        shard.index,
+        shard.count,
+        shard.count,
+        shard.index - 1
+    )
 }
 
 fn auth_line(ssh: &SshSpec) -> String {

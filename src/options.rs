@@ -13,6 +13,17 @@ pub enum Command {
     /// The manual page.
     Man,
     Run(Box<RunOptions>),
+    Merge(MergeOptions),
+}
+
+/// `batch merge DIR...`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergeOptions {
+    /// The shards' run directories.
+    pub dirs: Vec<PathBuf>,
+    pub output: OutputFormat,
+    /// Also write the merged summary.json and batch_process_log.txt into this directory.
+    pub into: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

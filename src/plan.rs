@@ -98,6 +98,8 @@ pub struct Plan {
     pub nodes: Vec<NodePlan>,
     /// How many nodes the config lists, before selection.
     pub total_in_config: usize,
+    /// `--shard I/N`, when this run processes one shard.
+    pub shard: Option<Shard>,
     pub staging: Option<StagingPlan>,
 }
 
@@ -156,6 +158,7 @@ pub fn build(
         known_hosts,
         nodes,
         total_in_config: config.nodes.len(),
+        shard: options.shard,
         staging,
     })
 }

@@ -57,6 +57,20 @@ pub struct NodeFacts {
     pub sudo_needs_password: Option<bool>,
     /// Whether the node has `sha256sum` (for `--verify-remote`).
     pub computed_sha256: Vec<(String, String)>,
+    /// The tools [`TOOLS_PROBE`] found working (`tar`, `gzip`, `sha512sum`); `None` when
+    /// the probe did not run.
+    pub tools: Option<Vec<String>>,
+}
+
+impl NodeFacts {
+    /// Whether the node can receive the release tarball and unpack it itself.
+    pub fn can_unpack_tarball(&self) -> bool {
+        self.tools.as_ref().is_some_and(|tools| {
+            ["tar", "gzip", "sha512sum"]
+                .iter()
+                .all(|t| tools.iter().any(|have| have == t))
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +108,8 @@ pub fn prepare_script(dir: &str, files: &[&str], verify: bool) -> String {
         "    if [ $(( m & 022 )) -ne 0 ]; then echo \"KB_BAD $d is writable by other users (mode $2)\"; exit 0; fi\n",
         "  elif [ $(( m & 022 )) -ne 0 ] && [ $(( m & 01000 )) -eq 0 ]; then echo \"KB_BAD $p is writable by other users (mode $2)\"; exit 0; fi\n",
         "  [ \"$p\" = / ] && break\n",
-        "  p=$(dirname \"$p\")\n",
+        // The parent without forking dirname: strip the last component.
+        "  case \"$p\" in */*) q=${p%/*}; p=${q:-/} ;; *) break ;; esac\n",
         "done\n",
         "echo KB_DIR_OK\n",
     ));
@@ -114,6 +129,18 @@ pub fn prepare_script(dir: &str, files: &[&str], verify: bool) -> String {
     }
     s
 }
+
+/// Appended to [`prepare_script`] when the node may get the release tarball instead of
+/// the binary: prints `KB_TOOLS` and the tools that actually work (each is run on empty
+/// input, so a stub such as `/bin/false` in place of `tar` does not count). Three tiny
+/// processes per node, so the pipeline adds it only when a tarball would pay off.
+pub const TOOLS_PROBE: &str = concat!(
+    "kb_t=\n",
+    "command -v sha512sum >/dev/null 2>&1 && sha512sum </dev/null >/dev/null 2>&1 && kb_t=\"$kb_t sha512sum\"\n",
+    "command -v gzip >/dev/null 2>&1 && echo | gzip -c 2>/dev/null | gzip -dc >/dev/null 2>&1 && kb_t=\"$kb_t gzip\"\n",
+    "command -v tar >/dev/null 2>&1 && tar -cf - /dev/null 2>/dev/null | tar -tf - >/dev/null 2>&1 && kb_t=\"$kb_t tar\"\n",
+    "echo \"KB_TOOLS$kb_t\"\n",
+);
 
 /// Runs `script` under sudo when `sudo` is set, finding out whether sudo needs a
 /// password: `sudo -n` first, then `sudo -S` reading the password line we send.
@@ -137,6 +164,8 @@ pub fn parse_facts(output: &str) -> NodeFacts {
             facts.dir_problem = Some(rest.to_string());
         } else if line == "KB_DIR_OK" {
             dir_ok = true;
+        } else if let Some(rest) = line.strip_prefix("KB_TOOLS") {
+            facts.tools = Some(rest.split_whitespace().map(str::to_string).collect());
         } else if let Some(rest) = line.strip_prefix("KB_SUDO ") {
             facts.sudo_needs_password = Some(rest == "password");
         } else if let Some(rest) = line.strip_prefix("KB_FILE ") {
@@ -209,6 +238,29 @@ pub fn receive_script(dir: &str, tmp: &str, mode: u32) -> String {
         shell_quote(tmp),
         mode,
         shell_quote(tmp)
+    )
+}
+
+/// Receives the release tarball on stdin into `dir/tar_tmp`, checks its sha512, unpacks
+/// `entry` (the keadm binary inside) to `dir/bin_tmp` with mode 0755, checks its size,
+/// and removes the tarball. Any failure removes both temporary files and exits 3 after
+/// printing `KB_TARBALL_FAILED`, so the caller can fall back to sending the binary.
+pub fn receive_tarball_script(
+    dir: &str,
+    tar_tmp: &str,
+    bin_tmp: &str,
+    sha512: &str,
+    entry: &str,
+    binary_size: u64,
+) -> String {
+    let (t, b) = (shell_quote(tar_tmp), shell_quote(bin_tmp));
+    format!(
+        "umask 077 && cd {dir} && cat > {t} && s=$(sha512sum {t}) && [ \"${{s%% *}}\" = {sha} ] && \
+         gzip -dc {t} | tar -xOf - {entry} > {b} && [ \"$(wc -c < {b} | tr -d ' ')\" = {binary_size} ] && \
+         chmod 755 {b} && rm -f {t} || {{ rm -f {t} {b}; echo KB_TARBALL_FAILED; exit 3; }}",
+        dir = shell_quote(dir),
+        sha = shell_quote(sha512),
+        entry = shell_quote(entry),
     )
 }
 
@@ -308,6 +360,92 @@ mod tests {
             }]
         );
         assert_eq!(facts.computed_sha256, vec![("keadm".into(), "ffff".into())]);
+    }
+
+    #[test]
+    fn tools_probe_finds_working_tools_only() {
+        let out = std::process::Command::new("sh")
+            .args(["-c", TOOLS_PROBE])
+            .output()
+            .unwrap();
+        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout));
+        assert!(facts.can_unpack_tarball(), "{facts:?}");
+        let stubbed = format!("tar() {{ false; }}\n{TOOLS_PROBE}");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &stubbed])
+            .output()
+            .unwrap();
+        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(
+            facts.tools,
+            Some(vec!["sha512sum".to_string(), "gzip".to_string()])
+        );
+        assert!(!facts.can_unpack_tarball());
+        assert!(!parse_facts("KB_DIR_OK\n").can_unpack_tarball());
+    }
+
+    #[test]
+    fn tarball_script_unpacks_verifies_and_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = tempfile::tempdir().unwrap();
+        let top = src.path().join("keadm-v1-linux-amd64/keadm");
+        std::fs::create_dir_all(&top).unwrap();
+        std::fs::write(top.join("keadm"), b"#!/bin/sh\necho hi\n").unwrap();
+        let tarball = src.path().join("k.tar.gz");
+        let ok = std::process::Command::new("tar")
+            .arg("-czf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(src.path())
+            .arg("keadm-v1-linux-amd64")
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let bytes = std::fs::read(&tarball).unwrap();
+        let sha512 = {
+            use sha2::Digest;
+            hex::encode(sha2::Sha512::digest(&bytes))
+        };
+        let run = |sha: &str, size: u64| {
+            let script = receive_tarball_script(
+                dir.path().to_str().unwrap(),
+                ".t.tmp",
+                ".b.tmp",
+                sha,
+                "keadm-v1-linux-amd64/keadm/keadm",
+                size,
+            );
+            let mut child = std::process::Command::new("sh")
+                .args(["-c", &script])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(&bytes).unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let out = run(&sha512, 18);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            std::fs::read(dir.path().join(".b.tmp")).unwrap(),
+            b"#!/bin/sh\necho hi\n"
+        );
+        assert!(!dir.path().join(".t.tmp").exists());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(".b.tmp"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        // A wrong digest or size: nothing left behind, exit 3.
+        for (sha, size) in [("0".repeat(128), 18), (sha512.clone(), 19)] {
+            let out = run(&sha, size);
+            assert_eq!(out.status.code(), Some(3));
+            assert!(String::from_utf8_lossy(&out.stdout).contains("KB_TARBALL_FAILED"));
+            assert!(!dir.path().join(".t.tmp").exists());
+            assert!(!dir.path().join(".b.tmp").exists());
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! (transcripts, journal, summary), and the console. Only consumes outcomes.
 
 pub mod log;
+pub mod merge;
 pub mod progress;
 pub mod recap;
 pub mod run_dir;

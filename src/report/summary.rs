@@ -66,6 +66,9 @@ pub struct Summary {
     #[serde(default)]
     pub packages: Vec<StagedPackage>,
     pub nodes: Vec<NodeOutcome>,
+    /// For a summary made by `batch merge`: the run directories it combines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_from: Vec<String>,
 }
 
 impl Summary {

@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# Fleet benchmark: keadm-batch against the floor OpenSSH sets on this machine, measured in
+# the same run. Starts N real sshd nodes on loopback (each with a private tmpfs /tmp in its
+# own mount and pid namespace), builds fake offline keadm releases, and runs:
+#   W1  NODES1 nodes, SIZE1 MiB incompressible keadm, maxRunNum C1
+#       baseline: one `ssh -c aes128-gcm@openssh.com -o KexAlgorithms=curve25519-sha256`
+#       per node streaming keadm over stdin, `xargs -P C1`
+#   W2  W1 again with keadm already on every node; baseline: ssh running only keadm join
+#   W3  NODES3 nodes, SIZE3 MiB keadm whose join sleeps SLEEP3 s, maxRunNum C3
+#   W4  bytes on the wire per node for a compressible real ELF (W4_ELF) vs its size
+# Prints each figure as a ratio to its baseline, and keadm-batch's peak RSS.
+#
+#   bench/fleet.sh                      # everything at full size, median of REPS=3
+#   QUICK=1 bench/fleet.sh              # scaled down: 20 nodes, 8 MiB, 60 nodes for W3
+#   WORKLOADS="w1 w2" REPS=1 bench/fleet.sh
+# Knobs (environment): NODES1 SIZE1 C1 NODES3 SIZE3 C3 SLEEP3 NODES4 W4_ELF REPS
+# WORKLOADS KEEP=1 (keep the work dir), BASE_WRAP (the same in front of the baseline's xargs), OURS_WRAP (a profiler in front of keadm-batch, e.g.
+# OURS_WRAP='perf record -g -o /tmp/kb-{run}.perf --'; {run} becomes the run's name). Needs root (namespaces, sshd on 127.x:22).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD"
+
+if [ "$(id -u)" != 0 ]; then
+  echo "bench: run as root (it starts sshd processes in private namespaces)" >&2
+  exit 1
+fi
+
+if [ "${QUICK:-}" = 1 ]; then
+  : "${NODES1:=20}" "${SIZE1:=8}" "${C1:=10}" "${NODES3:=60}" "${SIZE3:=1}" "${C3:=20}" "${NODES4:=5}" "${REPS:=1}"
+fi
+NODES1="${NODES1:-100}"; SIZE1="${SIZE1:-40}"; C1="${C1:-50}"
+NODES3="${NODES3:-500}"; SIZE3="${SIZE3:-1}"; C3="${C3:-100}"; SLEEP3="${SLEEP3:-2}"
+NODES4="${NODES4:-10}"; REPS="${REPS:-3}"
+WORKLOADS="${WORKLOADS:-w1 w2 w3 w4}"
+if [ -z "${W4_ELF:-}" ]; then
+  # A Go binary of the Kubernetes family is the closest stand-in for keadm: kubectl if one
+  # is installed (the Google Cloud SDK ships several), else the largest ELF in /usr/bin.
+  W4_ELF=$( { command -v kubectl; ls -S /usr/lib/google-cloud-sdk/bin/kubectl* 2>/dev/null; } | head -1 || true)
+fi
+if [ -z "${W4_ELF:-}" ]; then
+  W4_ELF=$(for f in $(ls -S /usr/bin); do
+    [ -f "/usr/bin/$f" ] && [ "$(head -c4 "/usr/bin/$f" | od -An -c | tr -d ' ')" = '177ELF' ] && { echo "/usr/bin/$f"; break; }
+  done)
+fi
+VERSION=v1.23.1
+
+bash scripts/setup.sh
+command -v /usr/bin/time >/dev/null || { echo "bench: needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
+echo "==> building keadm-batch (release)"
+cargo build --release --quiet
+bin="$repo/target/release/keadm-batch"
+
+work="$(mktemp -d /var/tmp/keadm-bench.XXXXXX)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "${KEEP:-}" = 1 ]; then echo "bench: work dir kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+fleet_size=0
+for w in $WORKLOADS; do
+  case $w in
+    w1|w2) [ "$NODES1" -gt "$fleet_size" ] && fleet_size=$NODES1 ;;
+    w3) [ "$NODES3" -gt "$fleet_size" ] && fleet_size=$NODES3 ;;
+    w4) [ "$NODES4" -gt "$fleet_size" ] && fleet_size=$NODES4 ;;
+  esac
+done
+
+# ---------------------------------------------------------------- the fleet
+ssh-keygen -q -t ed25519 -N '' -C bench -f "$work/id_ed25519"
+cp "$work/id_ed25519.pub" "$work/authorized_keys"
+ssh-keygen -q -t ed25519 -N '' -C bench-host -f "$work/host_key"
+mkdir -p "$work/home" && chmod 0700 "$work/home"
+host_of() { echo "127.252.$(( $1 / 250 )).$(( $1 % 250 + 2 ))"; }
+node_pid=()   # the sshd pid (pid 1 of the node's namespace) of each node
+
+echo "==> starting $fleet_size sshd nodes (tmpfs /tmp each)"
+start=$(date +%s.%N)
+for i in $(seq 0 $(( fleet_size - 1 ))); do
+  d="$work/node$i"; mkdir -p "$d"
+  cat > "$d/sshd_config" <<CFG
+ListenAddress $(host_of "$i"):22
+HostKey $work/host_key
+PidFile none
+UsePAM no
+StrictModes no
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+AuthorizedKeysFile $work/authorized_keys
+UseDNS no
+PrintMotd no
+PrintLastLog no
+MaxStartups 1000
+LogLevel VERBOSE
+Subsystem sftp /usr/lib/openssh/sftp-server
+CFG
+  unshare --mount --pid --fork --kill-child --mount-proc --propagation private -- sh -c "
+    mount -t tmpfs -o mode=1777 tmpfs /tmp &&
+    mount --bind '$work/home' /root &&
+    exec /usr/sbin/sshd -D -f '$d/sshd_config' -E '$d/sshd.log'" </dev/null 2>"$d/start.log" &
+  pids+=("$!")
+done
+for i in $(seq 0 $(( fleet_size - 1 ))); do
+  h=$(host_of "$i")
+  for _ in $(seq 400); do
+    if (exec 3<>"/dev/tcp/$h/22") 2>/dev/null; then break; fi
+    sleep 0.025
+  done
+  parent=${pids[$i]}
+  child=$(cat "/proc/$parent/task/$parent/children" 2>/dev/null | awk '{print $1}')
+  [ -n "$child" ] || { echo "bench: node $i did not start: $(cat "$work/node$i/start.log")" >&2; exit 1; }
+  node_pid[$i]=$child
+done
+printf '    fleet up in %.1f s\n' "$(echo "$(date +%s.%N) - $start" | bc -l)"
+
+# Empties every node's /tmp (the tmpfs lives in the node's namespace; reach it via /proc).
+clear_nodes() {
+  for i in $(seq 0 $(( fleet_size - 1 ))); do
+    find "/proc/${node_pid[$i]}/root/tmp/" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true
+  done
+}
+
+# ---------------------------------------------------------------- releases and configs
+# make_release NAME SIZE_MIB SLEEP [ELF]: a keadm that is a shell script (join sleeps, then
+# exits 0) followed by SIZE MiB of random bytes, or by the ELF's bytes.
+make_release() {
+  local name=$1 size=$2 sleep=$3 elf=${4:-}
+  local r="$work/$name/rel/keadm-$VERSION-linux-amd64"
+  mkdir -p "$r/keadm" "$work/$name/packages/amd64"
+  echo "$VERSION" > "$r/version"
+  printf '#!/bin/sh\n[ %s = 0 ] || sleep %s\nexit 0\n' "$sleep" "$sleep" > "$r/keadm/keadm"
+  if [ -n "$elf" ]; then cat "$elf" >> "$r/keadm/keadm"
+  else head -c "$(( size * 1048576 ))" /dev/urandom >> "$r/keadm/keadm"; fi
+  chmod 0755 "$r/keadm/keadm"
+  local tgz="$work/$name/packages/amd64/keadm-$VERSION-linux-amd64.tar.gz"
+  tar -cf - -C "$work/$name/rel" "keadm-$VERSION-linux-amd64" | gzip > "$tgz"
+  sha512sum "$tgz" | cut -d' ' -f1 > "$work/$name/packages/amd64/checksum_keadm-$VERSION-linux-amd64.tar.gz.txt"
+  cp "$r/keadm/keadm" "$work/$name/keadm"
+}
+
+# make_config NAME NODES MAXRUN
+make_config() {
+  local name=$1 n=$2 c=$3
+  {
+    printf 'keadm:\n  download:\n    enable: false\n  keadmVersion: %s\n  archGroup: [amd64]\n  offlinePackageDir: %s\n' "$VERSION" "$work/$name/packages"
+    printf 'maxRunNum: %s\nnodes:\n' "$c"
+    for i in $(seq 0 $(( n - 1 ))); do
+      printf '  - nodeName: edge-%04d\n    keadmCmd: join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-%04d\n    ssh:\n      ip: %s\n      username: root\n      auth:\n        type: privateKey\n        privateKeyAuth:\n          privateKeyPath: %s\n' \
+        "$i" "$i" "$(host_of "$i")" "$work/id_ed25519"
+    done
+  } > "$work/$name/config.yaml"
+}
+
+# ---------------------------------------------------------------- runners
+ssh_opts=(-F /dev/null -i "$work/id_ed25519" -o BatchMode=yes -o StrictHostKeyChecking=no
+  -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=30
+  -c aes128-gcm@openssh.com -o KexAlgorithms=curve25519-sha256)
+export -f host_of
+
+# CPU seconds the whole machine spent busy (user, nice, system, irq, softirq) so far:
+# on loopback both ends share the 2 cores, so this is the run's total cost. Other
+# processes on the machine count too; keep it quiet while benchmarking.
+busy() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{printf "%.2f\n", ($2+$3+$4+$7+$8)/hz}' /proc/stat; }
+
+# baseline NODES C UPLOAD(1|0) KEADM: one ssh per node, C at a time; prints seconds.
+baseline() {
+  local n=$1 c=$2 upload=$3 keadm=$4 remote
+  if [ "$upload" = 1 ]; then
+    remote='mkdir -p /tmp/kb-base && cat > /tmp/kb-base/keadm && chmod 0755 /tmp/kb-base/keadm && cd /tmp/kb-base && ./keadm join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge'
+  else
+    remote='cd /tmp/kb-base && ./keadm join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge'
+  fi
+  local t0 t1 c0
+  c0=$(busy); t0=$(date +%s.%N)
+  seq 0 $(( n - 1 )) | ${BASE_WRAP:-} env BENCH_KEADM="$keadm" BENCH_UPLOAD="$upload" BENCH_REMOTE="$remote" \
+    xargs -P "$c" -I{} bash -c '
+      h=$(host_of {})
+      if [ "$BENCH_UPLOAD" = 1 ]; then ssh "$@" "root@$h" "$BENCH_REMOTE" < "$BENCH_KEADM"
+      else ssh "$@" "root@$h" "$BENCH_REMOTE" < /dev/null; fi || echo "baseline: node {} failed" >&2' \
+      _ "${ssh_opts[@]}"
+  t1=$(date +%s.%N)
+  echo "$(busy) - $c0" | bc -l > "$work/lastcpu"
+  echo "$t1 - $t0" | bc -l
+}
+
+# ours NAME RUNDIR [ARGS...]: runs keadm-batch; prints "seconds rss_kib"; fails on failure.
+ours() {
+  local name=$1 rd=$2; shift 2
+  local t0 t1 rss wrap=${OURS_WRAP:-}
+  wrap=${wrap//\{run\}/$rd}
+  local c0
+  c0=$(busy); t0=$(date +%s.%N)
+  ( cd "$work/$name" && /usr/bin/time -f '%M' -o "$work/$name/rss" $wrap "$bin" batch -c config.yaml \
+      --known-hosts "$work/known_hosts" --host-key-policy off --preflight off --staging-dir "$work/$name/staging" \
+      --run-dir "$rd" -q "$@" ) >"$work/$name/out.log" 2>&1 \
+    || { echo "bench: keadm-batch failed, see $work/$name/out.log:" >&2; tail -5 "$work/$name/out.log" >&2; KEEP=1; exit 1; }
+  t1=$(date +%s.%N)
+  echo "$(busy) - $c0" | bc -l > "$work/lastcpu"
+  rss=$(tail -1 "$work/$name/rss")
+  echo "$(echo "$t1 - $t0" | bc -l) $rss"
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+ratio() { echo "$1 / $2" | bc -l; }
+report() { # LABEL OURS BASE TARGET RSS OURS_CPU BASE_CPU
+  printf '%-4s keadm-batch %7.2f s   baseline %7.2f s   ratio %5.2fx (target <= %s)   peak RSS %s MiB   machine CPU %.1f s vs %.1f s\n' \
+    "$1" "$2" "$3" "$(ratio "$2" "$3")" "$4" "$(( $5 / 1024 ))" "$6" "$7"
+}
+results=()
+
+# ---------------------------------------------------------------- W1 and W2
+if [[ " $WORKLOADS " == *" w1 "* || " $WORKLOADS " == *" w2 "* ]]; then
+  echo "==> W1/W2: $NODES1 nodes, $SIZE1 MiB incompressible keadm, maxRunNum $C1, median of $REPS"
+  make_release w1 "$SIZE1" 0
+  make_config w1 "$NODES1" "$C1"
+  b1=(); o1=(); r1=(); b2=(); o2=(); r2=(); cb1=(); co1=(); cb2=(); co2=()
+  for rep in $(seq "$REPS"); do
+    clear_nodes
+    b1+=("$(baseline "$NODES1" "$C1" 1 "$work/w1/keadm")")
+    cb1+=("$(cat "$work/lastcpu")")
+    clear_nodes
+    read -r t rss < <(ours w1 "run-w1-$rep"); o1+=("$t"); r1+=("$rss")
+    co1+=("$(cat "$work/lastcpu")")
+    # W2: keadm is on every node now (ours in its dir, the baseline's in /tmp/kb-base).
+    for i in $(seq 0 $(( NODES1 - 1 ))); do
+      mkdir -p "/proc/${node_pid[$i]}/root/tmp/kb-base"
+      cp "$work/w1/keadm" "/proc/${node_pid[$i]}/root/tmp/kb-base/keadm"
+    done
+    b2+=("$(baseline "$NODES1" "$C1" 0 "$work/w1/keadm")")
+    cb2+=("$(cat "$work/lastcpu")")
+    read -r t rss < <(ours w1 "run-w2-$rep"); o2+=("$t"); r2+=("$rss")
+    co2+=("$(cat "$work/lastcpu")")
+    sent=$(grep -o '"bytes_uploaded": [0-9]*' "$work/w1/run-w2-$rep/summary.json" | awk '{s+=$2} END {printf "%d\n", s}')
+    [ "$sent" = 0 ] || echo "bench: W2 uploaded $sent bytes; expected none" >&2
+    printf '    rep %s: W1 ours %.2f s (%.1f CPU-s) base %.2f s (%.1f CPU-s); W2 ours %.2f s (%.1f CPU-s) base %.2f s (%.1f CPU-s)\n' \
+      "$rep" "${o1[-1]}" "${co1[-1]}" "${b1[-1]}" "${cb1[-1]}" "${o2[-1]}" "${co2[-1]}" "${b2[-1]}" "${cb2[-1]}"
+  done
+  clear_nodes
+  W1=$(printf '%s\n' "${o1[@]}" | median); B1=$(printf '%s\n' "${b1[@]}" | median)
+  W2=$(printf '%s\n' "${o2[@]}" | median); B2=$(printf '%s\n' "${b2[@]}" | median)
+  R1=$(printf '%s\n' "${r1[@]}" | sort -n | tail -1); R2=$(printf '%s\n' "${r2[@]}" | sort -n | tail -1)
+  [[ " $WORKLOADS " == *" w1 "* ]] && results+=("$(report W1 "$W1" "$B1" "1.0x, RSS <= 64 MiB" "$R1" "$(printf '%s\n' "${co1[@]}" | median)" "$(printf '%s\n' "${cb1[@]}" | median)")")
+  [[ " $WORKLOADS " == *" w2 "* ]] && results+=("$(report W2 "$W2" "$B2" 1.2x "$R2" "$(printf '%s\n' "${co2[@]}" | median)" "$(printf '%s\n' "${cb2[@]}" | median)")")
+fi
+
+# ---------------------------------------------------------------- W3
+if [[ " $WORKLOADS " == *" w3 "* ]]; then
+  echo "==> W3: $NODES3 nodes, $SIZE3 MiB keadm, join sleeps $SLEEP3 s, maxRunNum $C3, median of $REPS"
+  make_release w3 "$SIZE3" "$SLEEP3"
+  make_config w3 "$NODES3" "$C3"
+  b3=(); o3=(); r3=(); cb3=(); co3=()
+  for rep in $(seq "$REPS"); do
+    clear_nodes
+    b3+=("$(baseline "$NODES3" "$C3" 1 "$work/w3/keadm")")
+    cb3+=("$(cat "$work/lastcpu")")
+    clear_nodes
+    read -r t rss < <(ours w3 "run-w3-$rep"); o3+=("$t"); r3+=("$rss")
+    co3+=("$(cat "$work/lastcpu")")
+    printf '    rep %s: ours %.2f s (%.1f CPU-s) base %.2f s (%.1f CPU-s)\n' "$rep" "${o3[-1]}" "${co3[-1]}" "${b3[-1]}" "${cb3[-1]}"
+  done
+  clear_nodes
+  W3=$(printf '%s\n' "${o3[@]}" | median); B3=$(printf '%s\n' "${b3[@]}" | median)
+  R3=$(printf '%s\n' "${r3[@]}" | sort -n | tail -1)
+  results+=("$(report W3 "$W3" "$B3" 0.85x "$R3" "$(printf '%s\n' "${co3[@]}" | median)" "$(printf '%s\n' "${cb3[@]}" | median)")")
+fi
+
+# ---------------------------------------------------------------- W4
+if [[ " $WORKLOADS " == *" w4 "* ]]; then
+  echo "==> W4: bytes on the wire for $W4_ELF ($(stat -L -c %s "$W4_ELF") bytes) as keadm, $NODES4 nodes"
+  make_release w4 0 0 "$W4_ELF"
+  make_config w4 "$NODES4" "$NODES4"
+  clear_nodes
+  for i in $(seq 0 $(( NODES4 - 1 ))); do : > "$work/node$i/sshd.log"; done
+  read -r t rss < <(ours w4 run-w4)
+  size=$(stat -c %s "$work/w4/keadm")
+  tgz=$(stat -c %s "$work/w4/packages/amd64/keadm-$VERSION-linux-amd64.tar.gz")
+  sent=$(grep -o '"bytes_uploaded": [0-9]*' "$work/w4/run-w4/summary.json" | awk '{s+=$2} END {printf "%d\n", s}')
+  per_node=$(( sent / NODES4 ))
+  # Cross-check: what each node's sshd says it received (all packets, crypto included).
+  wire=$(for i in $(seq 0 $(( NODES4 - 1 ))); do cat "$work/node$i/sshd.log"; done | grep -o 'Transferred: sent [0-9]*, received [0-9]*' | awk '{s+=$5} END {printf "%d\n", s}')
+  same=0
+  for i in $(seq 0 $(( NODES4 - 1 ))); do
+    cmp -s "$work/w4/keadm" "/proc/${node_pid[$i]}/root/tmp/kubeedge/keadm/keadm" && same=$(( same + 1 ))
+  done
+  results+=("$(printf 'W4   %d bytes/node sent for a %d-byte keadm (tarball %d): ratio %.3fx (target <= 0.35x); sshd received %d bytes/node in all (%.3fx); %d/%d nodes byte-identical; %.2f s; peak RSS %d MiB' \
+    "$per_node" "$size" "$tgz" "$(ratio "$per_node" "$size")" "$(( wire / NODES4 ))" "$(ratio "$(( wire / NODES4 ))" "$size")" "$same" "$NODES4" "$t" "$(( rss / 1024 ))")")
+  clear_nodes
+fi
+
+echo
+echo "==> results ($(nproc) cores; W1/W2 ${NODES1}x${SIZE1} MiB C=$C1; W3 ${NODES3}x${SIZE3} MiB C=$C3 sleep ${SLEEP3}s; median of $REPS)"
+printf '%s\n' "${results[@]}"

@@ -1,0 +1,132 @@
+//! Bytes on the wire: a keadm package that compresses well travels as its release
+//! tarball (checked by sha512 and unpacked on the node), and nodes that cannot unpack it
+//! get the plain binary. Real sshd nodes on loopback.
+
+mod common;
+
+use common::fake_keadm::{self, FakeKeadm};
+use common::fake_release::FakeRelease;
+use common::fleet::{Fleet, NodeOpt, TEST_USER, TEST_USER_PASSWORD};
+use common::scenario::{Login, Scenario, VERSION, remote_keadm};
+
+/// A fake keadm padded with 2 MiB of repetitive comment lines: it gzips to a few KiB.
+fn compressible_keadm() -> Vec<u8> {
+    let mut script = FakeKeadm::new().prints("joined").script();
+    let line = "# padding: a long, highly repetitive line of text that gzip folds away\n";
+    while script.len() < 2 << 20 {
+        script.push_str(line);
+    }
+    script.into_bytes()
+}
+
+/// Writes the offline amd64 package with `binary` inside, before the scenario's first run
+/// (which then keeps it).
+fn write_package(sc: &Scenario, binary: &[u8]) {
+    let release = FakeRelease::new(VERSION, "amd64").with_binary(binary);
+    let built = release.build();
+    assert!(
+        (built.bytes.len() as f64) < 0.1 * binary.len() as f64,
+        "the test package should compress well"
+    );
+    let dir = sc.path("packages").join("amd64");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(release.file_name()), &built.bytes).unwrap();
+    std::fs::write(
+        dir.join(release.checksum_name()),
+        format!("{}\n", built.sha512),
+    )
+    .unwrap();
+}
+
+fn node_summary(summary: &serde_json::Value, name: &str) -> serde_json::Value {
+    summary["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in the summary"))
+        .clone()
+}
+
+#[test]
+fn a_compressible_package_travels_as_its_tarball_and_nodes_without_tar_get_the_binary() {
+    let fleet = Fleet::builder().nodes(2).start();
+    // Node 1's `tar` is a stub that fails: it must get the plain binary.
+    let hidden = fleet.node(1).shell("mount --bind /bin/false /usr/bin/tar");
+    assert!(hidden.status.success(), "{hidden:?}");
+    let binary = compressible_keadm();
+    let sc = Scenario::new(&fleet);
+    write_package(&sc, &binary);
+    let out = sc.run(&[]);
+    out.status(0);
+    let summary = out.summary();
+
+    let tarball_node = node_summary(&summary, &Scenario::name(0));
+    let sent = tarball_node["bytes_uploaded"].as_u64().unwrap();
+    assert!(
+        sent > 0 && (sent as f64) < 0.5 * binary.len() as f64,
+        "tarball mode sent {sent} bytes for a {}-byte binary",
+        binary.len()
+    );
+    assert_eq!(
+        std::fs::read(remote_keadm(fleet.node(0))).unwrap(),
+        binary,
+        "the unpacked binary is byte-identical"
+    );
+    assert!(out.transcript(0).contains("release tarball"));
+    let leftovers: Vec<String> = std::fs::read_dir(fleet.node(0).tmp_path("kubeedge/keadm"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+
+    let plain_node = node_summary(&summary, &Scenario::name(1));
+    assert_eq!(plain_node["bytes_uploaded"], binary.len() as u64);
+    assert_eq!(std::fs::read(remote_keadm(fleet.node(1))).unwrap(), binary);
+    assert!(!out.transcript(1).contains("release tarball"));
+    for i in 0..2 {
+        assert_eq!(fake_keadm::calls(&remote_keadm(fleet.node(i))).len(), 1);
+    }
+
+    // The sidecar records the binary's sha256, so a second run skips the upload.
+    let again = sc.run(&[]);
+    again.status(0);
+    let summary = again.summary();
+    for i in 0..2 {
+        let node = node_summary(&summary, &Scenario::name(i));
+        assert_eq!(node["bytes_uploaded"], 0, "{node}");
+        assert_eq!(node["uploads_skipped"], 1, "{node}");
+    }
+}
+
+#[test]
+fn tarball_mode_works_under_password_sudo() {
+    let fleet = Fleet::builder()
+        .nodes(1)
+        .node_option(
+            0,
+            NodeOpt::Sudo {
+                password_required: true,
+            },
+        )
+        .start();
+    let binary = compressible_keadm();
+    let sc = Scenario::new(&fleet)
+        .username(TEST_USER)
+        .login(Login::Password(TEST_USER_PASSWORD.into()));
+    write_package(&sc, &binary);
+    let out = sc.run(&[]);
+    out.status(0);
+    let node = node_summary(&out.summary(), &Scenario::name(0));
+    assert!(node["bytes_uploaded"].as_u64().unwrap() < binary.len() as u64 / 2);
+    assert_eq!(std::fs::read(remote_keadm(fleet.node(0))).unwrap(), binary);
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(remote_keadm(fleet.node(0))).unwrap();
+    assert_eq!(meta.uid(), 0, "unpacked as root");
+    assert_eq!(meta.mode() & 0o777, 0o755);
+    assert_eq!(
+        fake_keadm::calls(&remote_keadm(fleet.node(0)))[0].uid,
+        Some(0)
+    );
+}
