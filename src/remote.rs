@@ -231,13 +231,13 @@ pub fn parse_free_kib(output: &str) -> Option<u64> {
 }
 
 /// Streams stdin into `dir/tmp` with `mode` (for nodes without SFTP, and under sudo).
-pub fn receive_script(dir: &str, tmp: &str, mode: u32) -> String {
+/// `size` is checked after `cat` ends: a connection that breaks mid-stream ends the
+/// remote `cat` as an ordinary end of input, and a short file must never go further.
+pub fn receive_script(dir: &str, tmp: &str, mode: u32, size: u64) -> String {
+    let tmp = shell_quote(tmp);
     format!(
-        "umask 077 && cd {} && cat > {} && chmod {:o} {}",
+        "umask 077 && cd {} && cat > {tmp} && [ \"$(wc -c < {tmp} | tr -d ' ')\" = {size} ] && chmod {mode:o} {tmp}",
         shell_quote(dir),
-        shell_quote(tmp),
-        mode,
-        shell_quote(tmp)
     )
 }
 
