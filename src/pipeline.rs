@@ -227,6 +227,9 @@ fn connect_spec(
     }
 }
 
+/// An uploaded file to rename into place: (temporary name, final name, sha256).
+type Move = (String, String, String);
+
 /// Counts the bytes read through it.
 struct Counting<'a, R> {
     inner: R,
@@ -581,7 +584,7 @@ impl Run<'_, '_> {
         uploads: Vec<Upload>,
         facts: &NodeFacts,
         privilege: Privilege,
-    ) -> Result<(Vec<(String, String, String)>, Option<Deferred>), StepError> {
+    ) -> Result<(Vec<Move>, Option<Deferred>), StepError> {
         self.timed(Phase::Uploading, |run| {
             let node = run.node;
             let mut moves = Vec::new();
@@ -705,7 +708,7 @@ impl Run<'_, '_> {
     fn run_keadm(
         &mut self,
         conn: &mut SshConnection,
-        moves: &[(String, String, String)],
+        moves: &[Move],
         deferred: Option<Deferred>,
         privilege: Privilege,
     ) -> Result<(), StepError> {
