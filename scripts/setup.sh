@@ -11,6 +11,8 @@ command -v sudo >/dev/null 2>&1 || need+=(sudo)
 command -v unshare >/dev/null 2>&1 || need+=(util-linux)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v ps >/dev/null 2>&1 || need+=(procps)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
 
