@@ -403,13 +403,6 @@ impl Run<'_, '_> {
         result
     }
 
-    fn password(&self) -> Option<&str> {
-        match &self.node.ssh.auth {
-            AuthSpec::Password(p) => Some(p.expose()),
-            _ => None,
-        }
-    }
-
     fn connect(&mut self) -> Result<SshConnection, StepError> {
         self.timed(Phase::Connecting, |run| {
             let spec = connect_spec(
@@ -476,7 +469,7 @@ impl Run<'_, '_> {
             if node.keadm == KeadmSource::Staged && run.ctx.stager.is_some_and(tarball_may_pay_off) {
                 script.push_str(remote::TOOLS_PROBE);
             }
-            let password_line = run.password().map(|p| format!("{p}\n"));
+            let password_line = password_of(node).map(|p| format!("{p}\n"));
             let (command, stdin) = if node.sudo {
                 (remote::with_sudo_probe(&script), password_line.clone())
             } else {
@@ -657,22 +650,18 @@ impl Run<'_, '_> {
                 }
                 if sent.is_none() {
                     let mut file = open(&upload.local)?;
-                    let script = remote::wrap(
-                        &remote::receive_script(&node.upload_dir, &tmp, upload.mode, upload.size),
-                        privilege,
-                    );
-                    let password_line = run
-                        .password()
-                        .filter(|_| privilege.needs_password_line())
-                        .map(|p| format!("{p}\n"));
-                    let mut stdin: Box<dyn Read> = match password_line {
-                        Some(line) => {
-                            Box::new(std::io::Cursor::new(line.into_bytes()).chain(&mut file))
-                        }
-                        None => Box::new(&mut file),
-                    };
+                    let script =
+                        remote::receive_script(&node.upload_dir, &tmp, upload.mode, upload.size);
                     let mut output = Vec::new();
-                    let result = conn.exec(&script, Some(&mut stdin), deadline, &mut output);
+                    let result = exec_as(
+                        conn,
+                        &script,
+                        privilege,
+                        password_of(node),
+                        Some(&mut file),
+                        deadline,
+                        &mut output,
+                    );
                     let err = match result {
                         Ok(exit) if exit.success() => None,
                         Ok(exit) => Some(StepError::new(
@@ -731,13 +720,8 @@ impl Run<'_, '_> {
                 node.index,
                 &node.command,
             ));
-            let command = remote::wrap(&script, privilege);
             run.transcript
                 .note(&format!("running: {}", node.redactor.redact(&node.command)));
-            let password_line = run
-                .password()
-                .filter(|_| privilege.needs_password_line())
-                .map(|p| format!("{p}\n"));
             let mut deadline = Instant::now() + node.deadlines.command;
             let mut file = match &deferred {
                 Some(d) => {
@@ -757,25 +741,20 @@ impl Run<'_, '_> {
                 }
                 None => None,
             };
-            let prefix = std::io::Cursor::new(password_line.unwrap_or_default().into_bytes());
             let read_from_file = std::cell::Cell::new(0u64);
             let mut counted = file.as_mut().map(|f| Counting {
                 inner: f,
                 count: &read_from_file,
             });
-            let mut stdin: Option<Box<dyn Read + '_>> =
-                match (&mut counted, prefix.get_ref().is_empty()) {
-                    (Some(f), _) => Some(Box::new(prefix.chain(f))),
-                    (None, false) => Some(Box::new(prefix)),
-                    (None, true) => None,
-                };
-            let result = conn.exec(
-                &command,
-                stdin.as_mut().map(|r| r as &mut dyn Read),
+            let result = exec_as(
+                conn,
+                &script,
+                privilege,
+                password_of(node),
+                counted.as_mut().map(|c| c as &mut dyn Read),
                 deadline,
                 &mut run.transcript,
             );
-            drop(stdin);
             // The connection broke before the whole file was handed over: an upload failure.
             if let (Some(d), Err(e)) = (&deferred, &result)
                 && read_from_file.get() < d.upload.size
@@ -889,21 +868,16 @@ impl Run<'_, '_> {
     /// Appends the last lines of edgecore's log to the transcript: a join that timed out
     /// waiting for certificates says why only there.
     fn edgecore_log(&mut self, conn: &mut SshConnection, privilege: Privilege) {
-        let script = remote::wrap(
-            "journalctl -u edgecore -n 40 --no-pager 2>/dev/null | grep -v '^-- ' || tail -n 40 /var/log/kubeedge/edgecore.log 2>/dev/null",
-            privilege,
-        );
-        let password_line = self
-            .password()
-            .filter(|_| privilege.needs_password_line())
-            .map(|p| format!("{p}\n"));
-        let mut stdin_bytes = password_line.as_deref().map(str::as_bytes);
+        let script = "journalctl -u edgecore -n 40 --no-pager 2>/dev/null | grep -v '^-- ' || tail -n 40 /var/log/kubeedge/edgecore.log 2>/dev/null";
         let deadline = Instant::now() + self.node.deadlines.step;
         self.transcript
             .note("the last lines of edgecore's log follow");
-        let _ = conn.exec(
-            &script,
-            stdin_bytes.as_mut().map(|r| r as &mut dyn Read),
+        let _ = exec_as(
+            conn,
+            script,
+            privilege,
+            password_of(self.node),
+            None,
             deadline,
             &mut self.transcript,
         );
@@ -925,17 +899,14 @@ impl Run<'_, '_> {
             return err;
         }
         let dir = &self.node.upload_dir;
-        let command = remote::wrap(&remote::upload_failed_script(dir, tmp), privilege);
-        let password_line = self
-            .password()
-            .filter(|_| privilege.needs_password_line())
-            .map(|p| format!("{p}\n"));
-        let mut stdin_bytes = password_line.as_deref().map(str::as_bytes);
         let mut output = Vec::new();
         let deadline = Instant::now() + self.node.deadlines.step.min(Duration::from_secs(10));
-        let probe = conn.exec(
-            &command,
-            stdin_bytes.as_mut().map(|r| r as &mut dyn Read),
+        let probe = exec_as(
+            conn,
+            &remote::upload_failed_script(dir, tmp),
+            privilege,
+            password_of(self.node),
+            None,
             deadline,
             &mut output,
         );
@@ -976,16 +947,13 @@ impl Run<'_, '_> {
             &self.ctx.run_token,
             self.node.index,
         );
-        let script = remote::wrap(
-            &remote::receive_tarball_script(
-                &node.upload_dir,
-                &tar_tmp,
-                tmp,
-                &tarball.sha512,
-                &tarball.entry,
-                upload.size,
-            ),
-            privilege,
+        let script = remote::receive_tarball_script(
+            &node.upload_dir,
+            &tar_tmp,
+            tmp,
+            &tarball.sha512,
+            &tarball.entry,
+            upload.size,
         );
         let mut file = File::open(&tarball.path).map_err(|e| {
             StepError::new(
@@ -993,19 +961,18 @@ impl Run<'_, '_> {
                 format!("failed to open local file {}: {e}", tarball.path.display()),
             )
         })?;
-        let password_line = self
-            .password()
-            .filter(|_| privilege.needs_password_line())
-            .map(|p| format!("{p}\n"));
-        let mut stdin: Box<dyn Read> = match password_line {
-            Some(line) => Box::new(std::io::Cursor::new(line.into_bytes()).chain(&mut file)),
-            None => Box::new(&mut file),
-        };
         let deadline = Instant::now() + node.deadlines.upload(tarball.size);
         let mut output = Vec::new();
-        let exit = conn
-            .exec(&script, Some(&mut stdin), deadline, &mut output)
-            .map_err(|e| upload_error(upload, e))?;
+        let exit = exec_as(
+            conn,
+            &script,
+            privilege,
+            password_of(node),
+            Some(&mut file),
+            deadline,
+            &mut output,
+        )
+        .map_err(|e| upload_error(upload, e))?;
         if exit.success() {
             self.transcript.note(&format!(
                 "sent the release tarball ({} bytes for a {}-byte binary); the node checked its sha512 and unpacked {}",
@@ -1026,20 +993,14 @@ impl Run<'_, '_> {
     fn kill(&mut self, conn: &mut SshConnection, privilege: Privilege) -> bool {
         // This cleanup must run even when the operator has asked to abort.
         conn.set_abort(None);
-        let command = remote::wrap(
-            &remote::kill_script(&self.node.upload_dir, self.node.index),
-            privilege,
-        );
-        let password_line = self
-            .password()
-            .filter(|_| privilege.needs_password_line())
-            .map(|p| format!("{p}\n"));
-        let mut stdin_bytes = password_line.as_deref().map(str::as_bytes);
         let mut output = Vec::new();
         let deadline = Instant::now() + self.node.deadlines.step;
-        let result = conn.exec(
-            &command,
-            stdin_bytes.as_mut().map(|r| r as &mut dyn Read),
+        let result = exec_as(
+            conn,
+            &remote::kill_script(&self.node.upload_dir, self.node.index),
+            privilege,
+            password_of(self.node),
+            None,
             deadline,
             &mut output,
         );
@@ -1053,6 +1014,45 @@ impl Run<'_, '_> {
             }
         ));
         result.is_ok()
+    }
+}
+
+/// The login password, which sudo may need on stdin.
+fn password_of(node: &NodePlan) -> Option<&str> {
+    match &node.ssh.auth {
+        AuthSpec::Password(p) => Some(p.expose()),
+        _ => None,
+    }
+}
+
+/// Runs `script` with `privilege` (one `sudo sh -c` around it for non-root logins). When
+/// sudo needs the password it goes first on stdin, then `body`: the one place that feeds
+/// sudo, so the password never lands in a file or on keadm's stdin.
+fn exec_as(
+    conn: &mut SshConnection,
+    script: &str,
+    privilege: Privilege,
+    password: Option<&str>,
+    body: Option<&mut dyn Read>,
+    deadline: Instant,
+    output: &mut dyn std::io::Write,
+) -> Result<RemoteExit, TransportError> {
+    let command = remote::wrap(script, privilege);
+    let line = password
+        .filter(|_| privilege.needs_password_line())
+        .map(|p| format!("{p}\n"))
+        .unwrap_or_default();
+    let prefix = std::io::Cursor::new(line.into_bytes());
+    match body {
+        Some(body) => {
+            let mut stdin = prefix.chain(body);
+            conn.exec(&command, Some(&mut stdin), deadline, output)
+        }
+        None if !prefix.get_ref().is_empty() => {
+            let mut stdin = prefix;
+            conn.exec(&command, Some(&mut stdin), deadline, output)
+        }
+        None => conn.exec(&command, None, deadline, output),
     }
 }
 
