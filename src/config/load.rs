@@ -181,45 +181,30 @@ impl Reader<'_> {
     /// `0b`, a leading `0` for octal, and floats truncated. Quoted numbers are refused,
     /// as yaml.v2 refuses them.
     fn int(&mut self, fields: &Fields, key: &str) -> Option<Spanned<i64>> {
-        let node = fields.get(key)?;
-        let path = fields.path(key);
-        match node {
-            Node::Scalar {
-                value,
-                plain: true,
-                pos,
-            } => match parse_go_int(value) {
-                Some(n) => Some(Spanned::new(n, *pos)),
-                None => {
-                    self.error(
-                        *pos,
-                        format!("{path} must be a whole number, but it is `{value}`"),
-                        None,
-                    );
-                    None
-                }
-            },
-            Node::Scalar { value, pos, .. } => {
-                self.error(
-                    *pos,
-                    format!("{path} must be a number, but it is the quoted text \"{value}\""),
-                    Some(format!("remove the quotes: `{key}: {value}`")),
-                );
-                None
-            }
-            other => {
-                self.error(
-                    other.pos(),
-                    format!("{path} must be a number, but it is {}", other.kind()),
-                    None,
-                );
-                None
-            }
-        }
+        self.plain(fields, key, parse_go_int, "a whole number", "a number")
     }
 
     /// A boolean field with YAML 1.1's spellings (`yes`, `on`, `y`...), as yaml.v2 reads them.
     fn boolean(&mut self, fields: &Fields, key: &str) -> Option<Spanned<bool>> {
+        self.plain(
+            fields,
+            key,
+            parse_yaml11_bool,
+            "true or false",
+            "true or false",
+        )
+    }
+
+    /// A field that must be a plain (unquoted) scalar that `parse` accepts; `expected`
+    /// describes a valid value, `kind` the type, in the error messages.
+    fn plain<T>(
+        &mut self,
+        fields: &Fields,
+        key: &str,
+        parse: fn(&str) -> Option<T>,
+        expected: &str,
+        kind: &str,
+    ) -> Option<Spanned<T>> {
         let node = fields.get(key)?;
         let path = fields.path(key);
         match node {
@@ -227,12 +212,12 @@ impl Reader<'_> {
                 value,
                 plain: true,
                 pos,
-            } => match parse_yaml11_bool(value) {
-                Some(b) => Some(Spanned::new(b, *pos)),
+            } => match parse(value) {
+                Some(v) => Some(Spanned::new(v, *pos)),
                 None => {
                     self.error(
                         *pos,
-                        format!("{path} must be true or false, but it is `{value}`"),
+                        format!("{path} must be {expected}, but it is `{value}`"),
                         None,
                     );
                     None
@@ -241,7 +226,7 @@ impl Reader<'_> {
             Node::Scalar { value, pos, .. } => {
                 self.error(
                     *pos,
-                    format!("{path} must be true or false, but it is the quoted text \"{value}\""),
+                    format!("{path} must be {kind}, but it is the quoted text \"{value}\""),
                     Some(format!("remove the quotes: `{key}: {value}`")),
                 );
                 None
@@ -249,7 +234,7 @@ impl Reader<'_> {
             other => {
                 self.error(
                     other.pos(),
-                    format!("{path} must be true or false, but it is {}", other.kind()),
+                    format!("{path} must be {kind}, but it is {}", other.kind()),
                     None,
                 );
                 None
