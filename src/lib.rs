@@ -8,6 +8,7 @@ pub mod arch;
 pub mod cli;
 pub mod cloudcore;
 pub mod config;
+pub mod digest;
 pub mod dry_run;
 pub mod error;
 pub mod gen_config;

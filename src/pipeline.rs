@@ -8,8 +8,6 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
-
 use crate::arch::Arch;
 use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
 use crate::kubeedge::{classify, preflight};
@@ -528,18 +526,12 @@ impl Run<'_, '_> {
         let node = self.node;
         let mut uploads = Vec::new();
         for file in &node.copy_files {
-            let sha256 = sha256_file(&file.path).map_err(|e| {
-                StepError::new(
-                    Phase::Uploading,
-                    format!("failed to read {}: {e}", file.path.display()),
-                )
-            })?;
             uploads.push(Upload {
                 local: file.path.clone(),
                 name: file.name.clone(),
                 mode: file.mode,
                 size: file.size,
-                sha256,
+                sha256: file.sha256.clone(),
                 tarball: None,
             });
         }
@@ -1084,20 +1076,6 @@ fn backoff(base: Duration, attempt: u32) -> Duration {
     (base * factor).mul_f64(jitter)
 }
 
-fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
-    let mut file = File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1109,16 +1087,5 @@ mod tests {
         assert!(first >= Duration::from_millis(500) && first <= Duration::from_millis(1500));
         let second = backoff(base, 2);
         assert!(second >= Duration::from_secs(1) && second <= Duration::from_secs(3));
-    }
-
-    #[test]
-    fn sha256_of_a_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, b"abc").unwrap();
-        assert_eq!(
-            sha256_file(&path).unwrap(),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
     }
 }

@@ -133,6 +133,8 @@ pub struct CopyFile {
     pub path: PathBuf,
     pub mode: u32,
     pub size: u64,
+    /// Read once here: every node that uploads the file compares it with its sidecar.
+    pub sha256: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -176,6 +178,8 @@ impl AuthSpec {
 struct Validator<'a> {
     diags: &'a mut Vec<Diagnostic>,
     env: &'a dyn Environment,
+    /// copyFrom dirs already listed and hashed: a fleet usually shares one.
+    copy_dirs: HashMap<PathBuf, Vec<CopyFile>>,
 }
 
 impl Validator<'_> {
@@ -561,6 +565,9 @@ impl Validator<'_> {
         subject: &str,
     ) -> Option<(PathBuf, Vec<CopyFile>)> {
         let dir = self.local_path(&field.value);
+        if let Some(files) = self.copy_dirs.get(&dir) {
+            return Some((dir, files.clone()));
+        }
         let subj = || Some(subject.to_string());
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
@@ -594,12 +601,24 @@ impl Validator<'_> {
                     );
                     ok = false;
                 }
-                Ok(meta) => files.push(CopyFile {
-                    name: display,
-                    path,
-                    mode: meta.permissions().mode() & 0o7777,
-                    size: meta.len(),
-                }),
+                Ok(meta) => match crate::digest::sha256_file(&path) {
+                    Ok((size, sha256)) => files.push(CopyFile {
+                        name: display,
+                        path,
+                        mode: meta.permissions().mode() & 0o7777,
+                        size,
+                        sha256,
+                    }),
+                    Err(err) => {
+                        self.error(
+                            Some(field.pos),
+                            subj(),
+                            format!("copyFrom file {} cannot be read: {err}", path.display()),
+                            "make it readable, or remove it",
+                        );
+                        ok = false;
+                    }
+                },
                 Err(err) => {
                     self.error(
                         Some(field.pos),
@@ -610,6 +629,9 @@ impl Validator<'_> {
                     ok = false;
                 }
             }
+        }
+        if ok {
+            self.copy_dirs.insert(dir.clone(), files.clone());
         }
         ok.then_some((dir, files))
     }
@@ -622,7 +644,11 @@ pub fn validate(
     env: &dyn Environment,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Config> {
-    let mut v = Validator { diags, env };
+    let mut v = Validator {
+        diags,
+        env,
+        copy_dirs: HashMap::new(),
+    };
     let Some(raw) = raw else {
         v.error(
             None,

@@ -14,12 +14,10 @@ mod unpack;
 
 use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-
-use sha2::{Digest, Sha256};
 
 use crate::arch::Arch;
 use download::{Http, RemoveOnDrop};
@@ -490,21 +488,7 @@ fn shorten(text: &str) -> String {
 
 /// Size and sha256 (lowercase hex) of a file.
 fn sha256_file(path: &Path) -> Result<(u64, String), StageError> {
-    let mut file = File::open(path).map_err(|e| StageError::io("open", path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut size = 0u64;
-    loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| StageError::io("read", path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        size += n as u64;
-    }
-    Ok((size, hex::encode(hasher.finalize())))
+    crate::digest::sha256_file(path).map_err(|e| StageError::io("read", path, e))
 }
 
 /// Writes `path` via a temporary file in the same directory, fsync and rename, so a

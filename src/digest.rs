@@ -1,0 +1,41 @@
+//! File digests, read in one pass with a fixed buffer.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+/// Size and sha256 (lowercase hex) of the file at `path`.
+pub fn sha256_file(path: &Path) -> io::Result<(u64, String)> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut size = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok((size, hex::encode(hasher.finalize())))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sha256_of_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"abc").unwrap();
+        assert_eq!(
+            super::sha256_file(&path).unwrap(),
+            (
+                3,
+                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".to_string()
+            )
+        );
+    }
+}
