@@ -276,23 +276,12 @@ const TARBALL_MAX_RATIO: f64 = 0.8;
 
 /// The tarball of `staged`, if sending it beats sending the binary.
 fn tarball_source(staged: &crate::stage::StagedBinary) -> Option<TarballSource> {
-    let size = std::fs::metadata(&staged.tarball).ok()?.len();
-    if size as f64 >= TARBALL_MAX_RATIO * staged.binary_size as f64 {
-        return None;
-    }
-    // The binary is `<top>/keadm/keadm` under the extraction dir, as in the tarball.
-    let parts: Vec<String> = staged
-        .binary
-        .components()
-        .rev()
-        .take(3)
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    (parts.len() == 3).then(|| TarballSource {
+    let size = staged.tarball_size;
+    ((size as f64) < TARBALL_MAX_RATIO * staged.binary_size as f64).then(|| TarballSource {
         path: staged.tarball.clone(),
         size,
         sha512: staged.tarball_sha512.clone(),
-        entry: format!("{}/{}/{}", parts[2], parts[1], parts[0]),
+        entry: staged.tarball_entry.clone(),
     })
 }
 

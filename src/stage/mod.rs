@@ -92,8 +92,11 @@ pub struct StagedBinary {
     pub binary_sha256: String,
     /// The tarball it came from: the cached download, or the offline package.
     pub tarball: PathBuf,
+    pub tarball_size: u64,
     /// Lowercase hex.
     pub tarball_sha512: String,
+    /// Where the binary sits inside the tarball: `keadm-<ver>-linux-<arch>/keadm/keadm`.
+    pub tarball_entry: String,
     /// False only when no checksum file was available (warned, marked "unverified").
     pub verified: bool,
 }
@@ -264,6 +267,9 @@ impl Stager {
             PackageSource::Offline { dir } => self.stage_offline(arch, dir, &bin_dir)?,
         };
         let (binary_size, binary_sha256) = sha256_file(&extracted.binary)?;
+        let tarball_size = std::fs::metadata(&tarball)
+            .map_err(|e| StageError::io("read", &tarball, e))?
+            .len();
         log::info!(
             "staged keadm {} for {arch}: {} ({binary_size} bytes, sha256 {binary_sha256}{})",
             self.settings.version,
@@ -276,7 +282,9 @@ impl Stager {
             binary_size,
             binary_sha256,
             tarball,
+            tarball_size,
             tarball_sha512: extracted.tarball_sha512,
+            tarball_entry: format!("{}/keadm/keadm", self.top_dir(arch)),
             verified,
         })
     }
