@@ -49,11 +49,9 @@ const KEEPALIVE_SECS: u32 = 15;
 struct StepError {
     phase: Phase,
     message: String,
-    timed_out: bool,
-    /// The operator cancelled the run (second Ctrl-C) while this step ran.
-    interrupted: bool,
-    /// Pre-flight (strict) decided not to touch the node.
-    skipped: bool,
+    /// The node's final phase: Failed, TimedOut, Interrupted (the operator's second
+    /// Ctrl-C) or Skipped (strict pre-flight left it untouched).
+    ending: Phase,
     exit_status: Option<i32>,
 }
 
@@ -62,9 +60,7 @@ impl StepError {
         StepError {
             phase,
             message: message.into(),
-            timed_out: false,
-            interrupted: false,
-            skipped: false,
+            ending: Phase::Failed,
             exit_status: None,
         }
     }
@@ -73,9 +69,11 @@ impl StepError {
     fn transport(phase: Phase, context: String, err: TransportError) -> StepError {
         StepError {
             phase,
-            interrupted: matches!(err, TransportError::Aborted { .. }),
-            skipped: false,
-            timed_out: matches!(err, TransportError::Timeout { .. }),
+            ending: match err {
+                TransportError::Aborted { .. } => Phase::Interrupted,
+                TransportError::Timeout { .. } => Phase::TimedOut,
+                _ => Phase::Failed,
+            },
             message: format!("{context}: {err}"),
             exit_status: None,
         }
@@ -96,17 +94,7 @@ struct Run<'a, 'c> {
 
 /// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
 pub fn preflight_only(node: &NodePlan, ctx: &Context) -> Result<Vec<PreflightFinding>, String> {
-    let mut run = Run {
-        node,
-        ctx,
-        transcript: Transcript::in_memory(node.redactor.clone()),
-        steps: StepTimes::default(),
-        arch: None,
-        bytes_uploaded: 0,
-        uploads_skipped: 0,
-        connect_attempts: 0,
-        findings: Vec::new(),
-    };
+    let mut run = Run::new(node, ctx, Transcript::in_memory(node.redactor.clone()));
     let result = run.connect().and_then(|mut conn| run.preflight(&mut conn));
     match result {
         Ok(()) => Ok(run.findings),
@@ -128,30 +116,12 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
             );
             Transcript::in_memory(node.redactor.clone())
         });
-    let mut run = Run {
-        node,
-        ctx,
-        transcript,
-        steps: StepTimes::default(),
-        arch: None,
-        bytes_uploaded: 0,
-        uploads_skipped: 0,
-        connect_attempts: 0,
-        findings: Vec::new(),
-    };
+    let mut run = Run::new(node, ctx, transcript);
     let result = run.all_steps();
     let (phase, failed_in, error, exit_status) = match result {
         Ok(()) => (Phase::Succeeded, None, None, Some(0)),
         Err(e) => {
-            let phase = if e.interrupted {
-                Phase::Interrupted
-            } else if e.skipped {
-                Phase::Skipped
-            } else if e.timed_out {
-                Phase::TimedOut
-            } else {
-                Phase::Failed
-            };
+            let phase = e.ending;
             run.transcript
                 .note(&format!("{}: {}", phase.as_str(), e.message));
             (
@@ -163,10 +133,13 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         }
     };
     // Why a join failed, read from what keadm (and edgecore) printed.
-    let failure_class = matches!(phase, Phase::Failed | Phase::TimedOut)
-        .then(|| classify::classify(&run.transcript.tail(80), phase == Phase::TimedOut))
-        .filter(|_| preflight::is_join(&node.keadm_cmd) || failed_in == Some(Phase::Running))
-        .map(|class| class.as_str().to_string());
+    let classifiable = matches!(phase, Phase::Failed | Phase::TimedOut)
+        && (preflight::is_join(&node.keadm_cmd) || failed_in == Some(Phase::Running));
+    let failure_class = classifiable.then(|| {
+        classify::classify(&run.transcript.tail(80), phase == Phase::TimedOut)
+            .as_str()
+            .to_string()
+    });
     if let Some(class) = &failure_class {
         run.transcript.note(&format!("failure class: {class}"));
     }
@@ -218,10 +191,7 @@ fn connect_spec(
         known_hosts: known_hosts.to_path_buf(),
         connect_timeout: timeout,
         keepalive_secs: KEEPALIVE_SECS,
-        jump: ssh
-            .proxy_jump
-            .as_ref()
-            .map(|j| Box::new(connect_spec(j, policy, known_hosts, timeout))),
+        jump: ssh.proxy_jump.as_ref()            .map(|j| Box::new(connect_spec(j, policy, known_hosts, timeout))),
     }
 }
 
@@ -294,7 +264,21 @@ fn tarball_may_pay_off(stager: &Stager) -> bool {
         .any(|staged| tarball_source(&staged).is_some())
 }
 
-impl Run<'_, '_> {
+impl<'a, 'c> Run<'a, 'c> {
+    fn new(node: &'a NodePlan, ctx: &'a Context<'c>, transcript: Transcript) -> Self {
+        Run {
+            node,
+            ctx,
+            transcript,
+            steps: StepTimes::default(),
+            arch: None,
+            bytes_uploaded: 0,
+            uploads_skipped: 0,
+            connect_attempts: 0,
+            findings: Vec::new(),
+        }
+    }
+
     fn all_steps(&mut self) -> Result<(), StepError> {
         let mut conn = self.connect()?;
         let cancel = self.ctx.cancel.clone();
@@ -360,9 +344,7 @@ impl Run<'_, '_> {
                         "skipped by pre-flight: {first}{more}; {}",
                         first.suggested_action()
                     ),
-                    timed_out: false,
-                    interrupted: false,
-                    skipped: true,
+                    ending: Phase::Skipped,
                     exit_status: None,
                 });
             }
@@ -380,13 +362,14 @@ impl Run<'_, '_> {
             .phase(self.node.index, &self.node.name, phase);
         let start = Instant::now();
         let result = f(self);
-        let secs = Some(start.elapsed().as_secs_f64());
-        match phase {
-            Phase::Connecting => self.steps.connect = secs,
-            Phase::Preparing => self.steps.prepare = secs,
-            Phase::Uploading => self.steps.upload = secs,
-            _ => self.steps.run = secs,
-        }
+        let slot = match phase {
+            Phase::Connecting => &mut self.steps.connect,
+            Phase::Preparing => &mut self.steps.prepare,
+            Phase::Uploading => &mut self.steps.upload,
+            _ => &mut self.steps.run,
+        };
+        // Adds up: the pre-flight probe and the prepare round trip both count as preparing.
+        *slot = Some(slot.unwrap_or(0.0) + start.elapsed().as_secs_f64());
         result
     }
 
@@ -564,11 +547,10 @@ impl Run<'_, '_> {
             let mut moves = Vec::new();
             let count = uploads.len();
             // Files stream over exec (`cat >`, one channel; under sudo inside `sudo sh -c`),
-            // read through the exec loop's small buffer. SFTP stays as the path below but is
-            // not chosen: libssh2 holds each 1 MiB write until it is acknowledged, about
-            // 2 MiB per worker (118 MiB peak at maxRunNum 50, against 33 MiB over exec) and
-            // a round trip per MiB on slow links (see bench/README.md).
-            let mut use_sftp = false;
+            // read through the exec loop's small buffer. Not SFTP: libssh2 holds each 1 MiB
+            // write until it is acknowledged, about 2 MiB per worker (118 MiB peak at
+            // maxRunNum 50, against 33 MiB over exec) and a round trip per MiB on slow links
+            // (see bench/README.md and docs/decisions.md).
             for (position, upload) in uploads.into_iter().enumerate() {
                 let already = if run.ctx.verify_remote {
                     facts
@@ -607,27 +589,9 @@ impl Run<'_, '_> {
                 // The last plain upload rides in the run's own channel: one exec (and one
                 // remote shell) less per node, which is what a fleet of many small nodes
                 // pays for (the benchmark's W3).
-                if sent.is_none() && !use_sftp && position + 1 == count {
+                if sent.is_none() && position + 1 == count {
                     moves.push((tmp.clone(), upload.name.clone(), upload.sha256.clone()));
                     return Ok((moves, Some(Deferred { upload, tmp })));
-                }
-                if sent.is_none() && use_sftp {
-                    let mut file = open(&upload.local)?;
-                    let remote_path = format!("{}/{}", node.upload_dir, tmp);
-                    match conn.upload_sftp(&mut file, &remote_path, upload.mode, deadline) {
-                        Ok(bytes) => sent = Some(bytes),
-                        Err(TransportError::SftpUnavailable { .. }) => {
-                            run.transcript
-                                .note("the node has no SFTP; streaming files over exec instead");
-                            use_sftp = false;
-                        }
-                        Err(e) => {
-                            let err = upload_error(&upload, e);
-                            return Err(
-                                run.explain_upload_failure(conn, err, &upload, &tmp, privilege)
-                            );
-                        }
-                    }
                 }
                 if sent.is_none() {
                     let mut file = open(&upload.local)?;
@@ -790,9 +754,7 @@ impl Run<'_, '_> {
                             "failed to execute keadm command {}: {status}{detail}",
                             node.command
                         ),
-                        timed_out: false,
-                        interrupted: false,
-                        skipped: false,
+                        ending: Phase::Failed,
                         exit_status: code,
                     })
                 }
@@ -812,9 +774,7 @@ impl Run<'_, '_> {
                                 "could not be confirmed killed on the node"
                             }
                         ),
-                        timed_out: true,
-                        interrupted: false,
-                        skipped: false,
+                        ending: Phase::TimedOut,
                         exit_status: None,
                     })
                 }
@@ -831,9 +791,7 @@ impl Run<'_, '_> {
                                 "could not be confirmed killed"
                             }
                         ),
-                        timed_out: false,
-                        interrupted: true,
-                        skipped: false,
+                        ending: Phase::Interrupted,
                         exit_status: None,
                     })
                 }
@@ -876,7 +834,7 @@ impl Run<'_, '_> {
         tmp: &str,
         privilege: Privilege,
     ) -> StepError {
-        if err.timed_out {
+        if err.ending == Phase::TimedOut {
             return err;
         }
         let dir = &self.node.upload_dir;
