@@ -183,7 +183,9 @@ fn connect_spec(
             },
             AuthSpec::Agent => transport::Auth::Agent { socket: None },
         },
-        host_key_policy: match ssh.host_key_policy.unwrap_or(policy) {
+        // `policy` is the node's, resolved by the plan (flag over file); a jump host's own
+        // setting applies to the jump host only.
+        host_key_policy: match policy {
             HostKeyPolicy::AcceptNew => transport::HostKeyPolicy::AcceptNew,
             HostKeyPolicy::Strict => transport::HostKeyPolicy::Strict,
             HostKeyPolicy::Off => transport::HostKeyPolicy::Off,
@@ -191,7 +193,10 @@ fn connect_spec(
         known_hosts: known_hosts.to_path_buf(),
         connect_timeout: timeout,
         keepalive_secs: KEEPALIVE_SECS,
-        jump: ssh.proxy_jump.as_ref()            .map(|j| Box::new(connect_spec(j, policy, known_hosts, timeout))),
+        jump: ssh.proxy_jump.as_ref().map(|j| {
+            let jump_policy = j.host_key_policy.unwrap_or(policy);
+            Box::new(connect_spec(j, jump_policy, known_hosts, timeout))
+        }),
     }
 }
 

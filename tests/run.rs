@@ -490,3 +490,13 @@ fn verify_remote_hashes_the_binary_on_the_node_instead_of_trusting_the_sidecar()
         "the tampered binary was replaced"
     );
 }
+
+#[test]
+fn the_host_key_flag_overrides_the_file() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet).ssh_yaml("hostKeyPolicy: off");
+    let out = sc.run(&["--host-key-policy", "strict"]);
+    out.status(1);
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(line.contains("host-key policy is strict"), "{line}");
+}
