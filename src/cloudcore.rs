@@ -15,7 +15,7 @@ pub const DEFAULT_CERT_PORT: u16 = 10002;
 /// Where cloudcore's https port is, from a rendered `keadm join` command:
 /// the host of `--cloudcore-ipport` and `--certport` (default 10002).
 pub fn endpoint(command: &str) -> Option<(String, u16)> {
-    let ipport = flag_value(command, "--cloudcore-ipport")?;
+    let ipport = crate::plan::flag_value(command, "--cloudcore-ipport")?;
     let host = match ipport.rsplit_once(':') {
         Some((host, _port)) => host
             .trim_start_matches('[')
@@ -26,23 +26,10 @@ pub fn endpoint(command: &str) -> Option<(String, u16)> {
     if host.is_empty() || host.contains('{') {
         return None;
     }
-    let port = flag_value(command, "--certport")
+    let port = crate::plan::flag_value(command, "--certport")
         .and_then(|p| p.parse().ok())
         .unwrap_or(DEFAULT_CERT_PORT);
     Some((host, port))
-}
-
-fn flag_value<'a>(command: &'a str, flag: &str) -> Option<&'a str> {
-    let mut words = command.split_whitespace();
-    while let Some(word) = words.next() {
-        if let Some(value) = word.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
-            return Some(value.trim_matches(['\'', '"']));
-        }
-        if word == flag {
-            return words.next().map(|v| v.trim_matches(['\'', '"']));
-        }
-    }
-    None
 }
 
 pub struct Cloudcore {

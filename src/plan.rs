@@ -242,6 +242,38 @@ pub fn keadm_command(dir: &str, cmd: &str) -> String {
     }
 }
 
+/// The value of `flag` in a rendered keadm command (`--flag=V` or `--flag V`, quotes
+/// removed), the last one when repeated, as keadm's own flag parsing takes it. `None`
+/// when the flag is absent or its value is empty.
+pub fn flag_value<'c>(command: &'c str, flag: &str) -> Option<&'c str> {
+    let mut found = None;
+    let mut rest = command;
+    while let Some(pos) = rest.find(flag) {
+        let at_word_start = pos == 0 || rest[..pos].ends_with([' ', '\t', '\n']);
+        let after = &rest[pos + flag.len()..];
+        rest = after;
+        if !at_word_start {
+            continue;
+        }
+        let value = if let Some(v) = after.strip_prefix('=') {
+            v
+        } else if after.starts_with([' ', '\t']) {
+            after.trim_start_matches([' ', '\t'])
+        } else {
+            continue;
+        };
+        let word = match value.chars().next() {
+            Some(q @ ('\'' | '"')) => {
+                let inner = &value[1..];
+                &inner[..inner.find(q).unwrap_or(inner.len())]
+            }
+            _ => &value[..value.find(char::is_whitespace).unwrap_or(value.len())],
+        };
+        found = Some(word);
+    }
+    found.filter(|w| !w.is_empty())
+}
+
 /// Quotes `s` for a POSIX shell, leaving plain paths as they are for readability.
 pub fn shell_quote(s: &str) -> String {
     if !s.is_empty()

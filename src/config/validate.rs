@@ -974,18 +974,7 @@ pub fn empty_flag_values(command: &str) -> Vec<String> {
 
 /// The `--edgenode-name` a rendered keadm command sets, if any.
 pub fn edgenode_name(command: &str) -> Option<String> {
-    let mut words = command.split_whitespace();
-    while let Some(word) = words.next() {
-        if let Some(value) = word.strip_prefix("--edgenode-name=") {
-            return Some(value.trim_matches(['"', '\'']).to_string());
-        }
-        if word == "--edgenode-name" {
-            return words
-                .next()
-                .map(|w| w.trim_matches(['"', '\'']).to_string());
-        }
-    }
-    None
+    crate::plan::flag_value(command, "--edgenode-name").map(str::to_string)
 }
 
 struct EnvLookup<'a> {

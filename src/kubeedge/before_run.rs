@@ -11,12 +11,15 @@ use crate::options::PreflightMode;
 use crate::plan::Plan;
 
 use super::preflight::is_join;
-use super::token::{self, Lifetime};
+use super::token::{self, JoinToken, Lifetime};
 
 /// Per-node time assumed when no earlier run measured one: a typical join.
 pub const DEFAULT_PER_NODE_SECS: f64 = 60.0;
 /// How long cloudcore may take to answer one request.
 const CLOUDCORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The `--edgenode-name` values and the tokens of the nodes that join one cloudcore.
+type Joiners<'p> = (Vec<String>, BTreeSet<&'p str>);
 
 /// Something a check found. `fatal` problems stop the batch (exit 2).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +57,7 @@ pub fn check(
         .filter_map(|node| token::find_token(&node.keadm_cmd))
         .collect();
     let estimate = token::batch_estimate(joins.len(), plan.max_run_num, per_node_secs);
-    let mut parsed = Vec::new();
+    let mut parsed: BTreeMap<&str, JoinToken> = BTreeMap::new();
     for text in &tokens {
         match token::parse(text) {
             Ok(t) => {
@@ -63,7 +66,7 @@ pub fn check(
                     let fatal = strict || matches!(lifetime, Lifetime::Expired { .. });
                     problems.push(Problem { fatal, message });
                 }
-                parsed.push(t);
+                parsed.insert(text, t);
             }
             Err(err) => problems.push(Problem {
                 fatal: strict,
@@ -75,17 +78,17 @@ pub fn check(
     if !ask_cloudcore {
         return problems;
     }
-    // cloudcore, once per address the nodes join.
-    let mut endpoints: BTreeMap<(String, u16), Vec<String>> = BTreeMap::new();
+    // cloudcore, once per address the nodes join, with the names and tokens of the nodes
+    // that join it: a config may join two clusters, each with its own token.
+    let mut endpoints: BTreeMap<(String, u16), Joiners> = BTreeMap::new();
     for node in &joins {
         if let Some(endpoint) = cloudcore::endpoint(&node.keadm_cmd) {
-            endpoints
-                .entry(endpoint)
-                .or_default()
-                .extend(edgenode_name(&node.keadm_cmd));
+            let (names, tokens) = endpoints.entry(endpoint).or_default();
+            names.extend(edgenode_name(&node.keadm_cmd));
+            tokens.extend(token::find_token(&node.keadm_cmd));
         }
     }
-    for ((host, port), names) in endpoints {
+    for ((host, port), (names, tokens)) in endpoints {
         let client = match Cloudcore::new(&host, port, CLOUDCORE_TIMEOUT) {
             Ok(c) => c,
             Err(message) => {
@@ -98,7 +101,7 @@ pub fn check(
         };
         match client.ca_hash() {
             Ok(ca_hash) => {
-                for t in &parsed {
+                for t in tokens.iter().filter_map(|text| parsed.get(text)) {
                     if t.ca_hash != ca_hash {
                         problems.push(Problem {
                             fatal: true,

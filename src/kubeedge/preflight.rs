@@ -176,19 +176,9 @@ pub fn is_join(command: &str) -> bool {
 /// returned as is (the CRI client takes it as unix); any other scheme is returned whole,
 /// and the probe reports it, since keadm supports only unix sockets.
 pub fn runtime_socket(command: &str) -> String {
-    let mut words = command.split_whitespace();
-    let mut endpoint = None;
-    while let Some(word) = words.next() {
-        if let Some(v) = word.strip_prefix("--remote-runtime-endpoint=") {
-            endpoint = Some(v.to_string());
-        } else if word == "--remote-runtime-endpoint" {
-            endpoint = words.next().map(str::to_string);
-        }
-    }
-    let endpoint = endpoint
-        .map(|e| e.trim_matches(['"', '\'']).to_string())
-        .filter(|e| !e.is_empty())
-        .unwrap_or_else(|| DEFAULT_RUNTIME_ENDPOINT.to_string());
+    let endpoint = crate::plan::flag_value(command, "--remote-runtime-endpoint")
+        .unwrap_or(DEFAULT_RUNTIME_ENDPOINT)
+        .to_string();
     match endpoint.strip_prefix("unix://") {
         Some(path) => path.to_string(),
         None => endpoint,

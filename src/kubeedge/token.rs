@@ -9,8 +9,6 @@
 
 use std::fmt;
 
-use sha2::{Digest, Sha256};
-
 use crate::report::run_dir::civil_from_days;
 
 /// How long after the last node starts the token may still be needed. keadm join's last
@@ -94,31 +92,7 @@ pub fn parse(token: &str) -> Result<JoinToken, TokenError> {
 /// quotes around it, or `None` when there is no such flag or its value is empty.
 /// `--token-file` and the like are not `--token`.
 pub fn find_token(command: &str) -> Option<&str> {
-    let mut rest = command;
-    while let Some(pos) = rest.find("--token") {
-        let at_word_start = pos == 0 || rest[..pos].ends_with([' ', '\t', '\n']);
-        let after = &rest[pos + "--token".len()..];
-        rest = after;
-        if !at_word_start {
-            continue;
-        }
-        let value = if let Some(v) = after.strip_prefix('=') {
-            v
-        } else if after.starts_with([' ', '\t']) {
-            after.trim_start_matches([' ', '\t'])
-        } else {
-            continue;
-        };
-        let word = match value.chars().next() {
-            Some(q @ ('\'' | '"')) => {
-                let inner = &value[1..];
-                &inner[..inner.find(q).unwrap_or(inner.len())]
-            }
-            _ => &value[..value.find(char::is_whitespace).unwrap_or(value.len())],
-        };
-        return (!word.is_empty()).then_some(word);
-    }
-    None
+    crate::plan::flag_value(command, "--token")
 }
 
 /// Whether a token is still good for the whole batch.
@@ -198,12 +172,6 @@ pub fn batch_estimate(nodes: usize, max_run_num: usize, per_node_secs: f64) -> u
     }
     let waves_before_last = nodes.div_ceil(max_run_num.max(1)) - 1;
     (waves_before_last as f64 * per_node_secs).ceil() as u64
-}
-
-/// Whether `ca_cert_der` (cloudcore's `/ca.crt` body, which is DER) is the CA the token was
-/// issued under: edgecore makes the same comparison and otherwise never gets a certificate.
-pub fn ca_hash_matches(token: &JoinToken, ca_cert_der: &[u8]) -> bool {
-    hex::encode(Sha256::digest(ca_cert_der)) == token.ca_hash
 }
 
 /// `2026-08-06T14:58:26Z` for unix seconds.
@@ -465,24 +433,6 @@ mod tests {
         assert_eq!(batch_estimate(1000, 10, 45.5), 99 * 45 + 50);
         assert_eq!(batch_estimate(3, 0, 10.0), 20);
         assert_eq!(batch_estimate(3, 1, f64::NAN), 0);
-    }
-
-    #[test]
-    fn ca_hash_is_sha256_of_the_der() {
-        let der = b"not really DER, but any bytes hash the same way";
-        let hash = hex::encode(Sha256::digest(der));
-        let t = JoinToken {
-            ca_hash: hash,
-            expires_at: None,
-        };
-        assert!(ca_hash_matches(&t, der));
-        assert!(!ca_hash_matches(&t, b"another CA"));
-        // Known vector: sha256 of the empty string.
-        let empty = JoinToken {
-            ca_hash: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855".into(),
-            expires_at: None,
-        };
-        assert!(ca_hash_matches(&empty, b""));
     }
 
     #[test]
