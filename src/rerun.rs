@@ -28,14 +28,10 @@ pub fn last_outcomes(run: &Path) -> Result<HashMap<String, NodeOutcome>, String>
         let journal = dir.join(JOURNAL);
         let outcomes = run_dir::read_journal(&journal)
             .map_err(|e| format!("the journal {} cannot be read: {e}", journal.display()))?;
-        // Within one journal the last line for a node wins; an older run never overrides
-        // a newer one.
-        let mut this_run: HashMap<String, NodeOutcome> = HashMap::new();
-        for outcome in outcomes {
-            this_run.insert(outcome.name.clone(), outcome);
-        }
-        for (name, outcome) in this_run {
-            known.entry(name).or_insert(outcome);
+        // Newest first: within a journal its last line for a node, and a newer run
+        // before an older one; the first outcome seen for a node is kept.
+        for outcome in outcomes.into_iter().rev() {
+            known.entry(outcome.name.clone()).or_insert(outcome);
         }
         current = std::fs::read_to_string(dir.join(RETRY_OF))
             .ok()

@@ -7,7 +7,7 @@
 //! twice, or shards of different splits), and merging them would count it twice, so
 //! that is an error naming the node and both directories.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -139,10 +139,10 @@ pub fn combine(inputs: &[(PathBuf, Summary)]) -> Result<Summary, MergeError> {
     let mut nodes: Vec<NodeOutcome> = Vec::new();
     let mut packages: Vec<StagedPackage> = Vec::new();
     for (dir, summary) in inputs {
-        let mut in_this: HashMap<&str, ()> = HashMap::new();
+        let mut in_this: HashSet<&str> = HashSet::new();
         for node in &summary.nodes {
             // A journal may hold a node twice only if the run wrote it twice; keep one.
-            if in_this.insert(node.name.as_str(), ()).is_some() {
+            if !in_this.insert(node.name.as_str()) {
                 continue;
             }
             if let Some(first) = owner.insert(node.name.as_str(), dir.as_path()) {
