@@ -97,6 +97,17 @@ fn spawn(sc: &Scenario, extra: &[&str]) -> Child {
         .unwrap()
 }
 
+/// What a run started by [`spawn`] left: its exit status and the output files.
+fn spawned_output(sc: &Scenario, status: i32) -> RunOutput {
+    let read = |name: &str| std::fs::read_to_string(sc.path(name)).unwrap_or_default();
+    RunOutput {
+        status,
+        stdout: read("stdout.txt"),
+        stderr: read("stderr.txt"),
+        dir: sc.dir.path().to_path_buf(),
+    }
+}
+
 /// Waits for a child spawned by [`spawn`]; returns its output and its peak RSS in KiB.
 fn wait_measured(sc: &Scenario, child: Child, limit: Duration) -> (RunOutput, u64) {
     let pid = child.id() as libc::pid_t;
@@ -124,7 +135,6 @@ fn wait_measured(sc: &Scenario, child: Child, limit: Duration) -> (RunOutput, u6
             } else {
                 -1
             };
-            let _ = usage.ru_maxrss;
             break (code, hwm_kib);
         }
         assert!(done == 0, "wait4 failed");
@@ -137,14 +147,7 @@ fn wait_measured(sc: &Scenario, child: Child, limit: Duration) -> (RunOutput, u6
     };
     // The child was reaped by wait4 above; `Child` must not wait on it again.
     std::mem::forget(child);
-    let read = |name: &str| std::fs::read_to_string(sc.path(name)).unwrap_or_default();
-    let out = RunOutput {
-        status,
-        stdout: read("stdout.txt"),
-        stderr: read("stderr.txt"),
-        dir: sc.dir.path().to_path_buf(),
-    };
-    (out, rss_kib)
+    (spawned_output(sc, status), rss_kib)
 }
 
 #[test]
@@ -172,12 +175,7 @@ fn sshd_killed_mid_upload_fails_that_node_only() {
     let killed = fleet.node(1).kill_session_sshds();
     assert!(!killed.is_empty(), "no session sshd found");
     let status = child.wait().unwrap();
-    let out = RunOutput {
-        status: status.code().unwrap_or(-1),
-        stdout: String::new(),
-        stderr: std::fs::read_to_string(sc.path("stderr.txt")).unwrap(),
-        dir: sc.dir.path().to_path_buf(),
-    };
+    let out = spawned_output(&sc, status.code().unwrap_or(-1));
     out.status(1);
     let reason = one_fault(&out, 3, 1);
     assert!(
@@ -216,12 +214,7 @@ fn sshd_killed_while_keadm_runs_fails_that_node_only() {
         "the dead connection was noticed in {:?}",
         started.elapsed()
     );
-    let out = RunOutput {
-        status: status.code().unwrap_or(-1),
-        stdout: String::new(),
-        stderr: std::fs::read_to_string(sc.path("stderr.txt")).unwrap(),
-        dir: sc.dir.path().to_path_buf(),
-    };
+    let out = spawned_output(&sc, status.code().unwrap_or(-1));
     out.status(1);
     let reason = one_fault(&out, 3, 1);
     assert!(
@@ -411,16 +404,31 @@ fn run_and_sigkill(fleet: &Fleet) -> (Scenario<'_>, Vec<String>) {
             .unwrap();
     assert!(journal.ends_with('\n'), "a torn journal line");
     let mut succeeded = Vec::new();
+    let mut journaled = Vec::new();
     for line in journal.lines() {
         let entry: serde_json::Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
         let name = entry["name"].as_str().unwrap().to_string();
         if entry["phase"] == "succeeded" {
-            succeeded.push(name);
+            succeeded.push(name.clone());
         }
+        journaled.push(name);
     }
-    // Every node in the result log is in the journal (both are written per node, log first).
-    assert!(journal.lines().count() + 1 >= lines.len());
+    // Every node in the result log is in the journal. Both are written per node, the log
+    // first, so only the last log line may have lost its journal line to the kill.
+    for line in &lines[..lines.len() - 1] {
+        let name = line
+            .strip_prefix("Successfully processed node ")
+            .or_else(|| {
+                line.strip_prefix("Failed to process node ")
+                    .and_then(|r| r.split(':').next())
+            })
+            .unwrap();
+        assert!(
+            journaled.iter().any(|j| j == name),
+            "{name} is in the log but not the journal"
+        );
+    }
     (sc, succeeded)
 }
 

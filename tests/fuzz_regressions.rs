@@ -65,7 +65,8 @@ fn fixtures(target: &str) -> Vec<(PathBuf, String)> {
                 })
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    assert!(!files.is_empty(), "no fixtures in {}", dir.display());
     files.sort();
     files
 }

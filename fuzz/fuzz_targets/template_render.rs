@@ -28,10 +28,8 @@ impl Lookup for FakeLookup {
 
 fuzz_target!(|text: &str| {
     match template::render(text, &FakeLookup) {
-        Ok(rendered) => {
-            // Values are pasted in once: rendering never re-expands a value's braces.
-            let _ = rendered.text.len();
-        }
+        // A panic is what this target hunts; any rendered text is fine.
+        Ok(_) => {}
         Err(err) => assert!(
             err.offset <= text.len(),
             "error offset {} is past the end of a {}-byte template",
