@@ -164,4 +164,24 @@ mod tests {
         r.add(&Secret::new("ab"));
         assert_eq!(r.redact("x password1 pass ab"), "x *** *** ab");
     }
+
+    /// Security finding 2: a word shaped like a KubeEdge join token (64 hex digits, a
+    /// dot, a JWT) is masked wherever it stands, even when no config names it.
+    #[test]
+    fn token_shaped_words_are_masked_anywhere() {
+        let token = format!(
+            "{}.eyJhbGciOiJIUzI1NiJ9.eyJleHAiOjE4MDAwMDAwMDB9.c2ln-bmF0_dXJl",
+            "0f".repeat(32)
+        );
+        let r = Redactor::new();
+        assert_eq!(
+            r.redact(&format!("edgecore: token \"{token}\" is invalid")),
+            "edgecore: token \"***\" is invalid"
+        );
+        assert_eq!(r.redact(&format!("-t{token}")), "-t***");
+        // Not a token: too few hex digits, or no JWT after the dot.
+        let hex = "0f".repeat(32);
+        assert_eq!(r.redact(&format!("{hex}.notajwt")), format!("{hex}.notajwt"));
+        assert_eq!(r.redact("abc.eyJ.eyJ.x"), "abc.eyJ.eyJ.x");
+    }
 }

@@ -309,6 +309,7 @@ pub fn kill_script(upload_dir: &str, index: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn sudo_wraps_the_whole_script_once() {
@@ -506,5 +507,113 @@ mod tests {
             .unwrap();
         let facts = parse_facts(&String::from_utf8_lossy(&out.stdout));
         assert!(facts.dir_problem.unwrap().contains("symbolic link"));
+    }
+
+    /// Security finding 10: a process-group file left from an earlier run (its group long
+    /// gone, the number reused by an unrelated process) never aims the deadline kill at
+    /// that process; the group that run_script records is killed.
+    #[test]
+    fn a_stale_pgid_file_never_aims_the_kill_elsewhere() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let pgid_path = dir.path().join(pgid_file(0));
+        let sh = |script: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", script])
+                .output()
+                .unwrap()
+        };
+        for stale in ["{pid}\n", "{pid} 1\n"] {
+            let mut victim = std::process::Command::new("sleep")
+                .arg("30")
+                .process_group(0)
+                .spawn()
+                .unwrap();
+            std::fs::write(&pgid_path, stale.replace("{pid}", &victim.id().to_string())).unwrap();
+            sh(&kill_script(d, 0));
+            std::thread::sleep(Duration::from_millis(200));
+            let alive = victim.try_wait().unwrap().is_none();
+            let _ = victim.kill();
+            let _ = victim.wait();
+            assert!(alive, "the kill hit an unrelated process group ({stale:?})");
+        }
+        // A stale file is replaced by the run's own record, which the kill then uses.
+        std::fs::write(&pgid_path, "1\n").unwrap();
+        let mut run = std::process::Command::new("sh")
+            .args(["-c", &run_script(d, 0, "sleep 30")])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while matches!(
+            std::fs::read_to_string(&pgid_path).unwrap_or_default().trim(),
+            "" | "1"
+        ) {
+            assert!(started.elapsed() < Duration::from_secs(10), "no pgid recorded");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = sh(&kill_script(d, 0));
+        assert!(out.status.success(), "{out:?}");
+        let status = run.wait().unwrap();
+        assert!(!status.success(), "the run was killed");
+    }
+
+    /// Security finding 1: file names are data in the prepare script, whatever they hold.
+    #[test]
+    fn prepare_script_keeps_hostile_names_as_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = [
+            "a\"b",
+            "it's",
+            "a$(touch kb_pwned)b",
+            "a`touch kb_pwned2`b",
+            "-rf",
+            "new\nline",
+            "x y",
+        ];
+        for name in names {
+            std::fs::write(dir.path().join(name), "12345").unwrap();
+            std::fs::write(dir.path().join(format!("{name}.sha256")), "feed\n").unwrap();
+        }
+        let script = prepare_script(dir.path().to_str().unwrap(), &names, true);
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let facts = parse_facts(&text);
+        assert_eq!(facts.dir_problem, None, "{text}");
+        let mut seen: Vec<&str> = facts.existing.iter().map(|f| f.name.as_str()).collect();
+        seen.sort();
+        let mut expected = names.to_vec();
+        expected.sort();
+        assert_eq!(seen, expected, "{text}");
+        assert!(facts.existing.iter().all(|f| f.size == 5 && f.sidecar == "feed"));
+        assert_eq!(facts.computed_sha256.len(), names.len(), "{text}");
+        assert!(!dir.path().join("kb_pwned").exists());
+        assert!(!dir.path().join("kb_pwned2").exists());
+    }
+
+    /// Security finding 1: a name that looks like an option stays a file name for `mv`.
+    #[test]
+    fn finalize_moves_option_like_names_as_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("up");
+        std::fs::create_dir(&sub).unwrap();
+        let name = "--target-directory=..";
+        std::fs::write(sub.join(".tmp1"), "data").unwrap();
+        let script = finalize_script(
+            sub.to_str().unwrap(),
+            &[(".tmp1".to_string(), name.to_string(), "ab".repeat(32))],
+        );
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(std::fs::read_to_string(sub.join(name)).unwrap(), "data");
+        assert!(!dir.path().join(".tmp1").exists(), "nothing moved out of the dir");
     }
 }

@@ -497,3 +497,32 @@ fn two_nodes_on_one_host_do_not_corrupt_each_others_upload() {
     assert!(temporaries(&node.tmp_path("kubeedge/keadm")).is_empty());
     assert_eq!(fake_keadm::calls(&remote_keadm(node)).len(), 2);
 }
+
+/// Security finding 8: a node that answers `uname -m` with megabytes and terminal escape
+/// sequences fails alone, and what it printed reaches the console, the log line and the
+/// summary only as one short line with control characters escaped.
+#[test]
+fn a_hostile_machine_name_is_cut_and_escaped() {
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .node_option(1, NodeOpt::Uname("x86_64"))
+        .start();
+    std::fs::write(
+        fleet.node(1).uname_wrapper(),
+        "#!/bin/sh\nprintf '\\033]0;pwned\\007\\033[2J'\nhead -c 3000000 /dev/zero | tr '\\0' A\necho\n",
+    )
+    .unwrap();
+    let sc = Scenario::new(&fleet);
+    let out = sc.run(&[]);
+    out.status(1);
+    let reason = one_fault(&out, 3, 1);
+    assert!(reason.len() < 600, "the log line has {} bytes", reason.len());
+    for text in [&out.stderr, &out.stdout, &reason] {
+        assert!(!text.contains('\u{1b}'), "an escape sequence reached the output");
+        assert!(!text.contains(&"A".repeat(1000)), "the node's text was not cut");
+    }
+    let summary = std::fs::read_to_string(out.latest_run().join("summary.json")).unwrap();
+    assert!(summary.len() < 20_000, "summary.json has {} bytes", summary.len());
+    let log = std::fs::read_to_string(out.dir.join("batch_process_log.txt")).unwrap();
+    assert!(log.len() < 2_000, "batch_process_log.txt has {} bytes", log.len());
+}

@@ -26,26 +26,35 @@ const A_CA_HASH: &str = "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47
 fn an_expired_token_stops_the_batch_before_any_node() {
     let fleet = Fleet::builder().nodes(2).start();
     let expired = token(A_CA_HASH, now() - 3600);
-    let sc = Scenario::new(&fleet)
-        .cmd(&join_cmd(refused_port(), &expired))
-        .preflight("warn");
-    let out = sc.run(&[]);
-    out.status(2);
-    assert!(
-        out.stderr.contains("The join token (--token) expired at"),
-        "{}",
-        out.stderr
-    );
-    assert!(out.stderr.contains("keadm gettoken"), "{}", out.stderr);
-    assert!(
-        !out.stderr.contains(&expired) && !out.stderr.contains("signature"),
-        "the token is never printed"
-    );
-    assert!(
-        !fleet.node(0).tmp_path("kubeedge").exists(),
-        "no node was touched"
-    );
-    assert!(out.log_lines().is_empty(), "no result file was started");
+    // Every spelling keadm join accepts for its flags (security finding 2): a short `-t`
+    // must not slip past the check.
+    let port = refused_port();
+    for cmd in [
+        join_cmd(port, &expired),
+        format!("join -e 127.0.0.1:10000 -s {port} -i {{name}} -t {expired}"),
+        format!("join -e=127.0.0.1:10000 -s={port} -i={{name}} -t={expired}"),
+        format!("join -e127.0.0.1:10000 -s{port} -i{{name}} -t{expired}"),
+        format!("join --cloudcore-ipport 127.0.0.1:10000 --certport {port} --token '{expired}'"),
+    ] {
+        let sc = Scenario::new(&fleet).cmd(&cmd).preflight("warn");
+        let out = sc.run(&[]);
+        out.status(2);
+        assert!(
+            out.stderr.contains("The join token (--token) expired at"),
+            "{cmd}: {}",
+            out.stderr
+        );
+        assert!(out.stderr.contains("keadm gettoken"), "{}", out.stderr);
+        assert!(
+            !out.stderr.contains(&expired) && !out.stderr.contains("signature"),
+            "the token is never printed"
+        );
+        assert!(
+            !fleet.node(0).tmp_path("kubeedge").exists(),
+            "no node was touched"
+        );
+        assert!(out.log_lines().is_empty(), "no result file was started");
+    }
 }
 
 #[test]

@@ -252,21 +252,86 @@ fn a_bastion_relays_to_nodes_behind_it() {
     }
 }
 
+/// Security finding 3: `--host-key-policy` on the command line reaches the jump host too;
+/// a file default of `off` must not hand the bastion's credentials to whoever answers.
+#[test]
+fn the_host_key_flag_reaches_the_jump_host() {
+    let mut fleet = Fleet::builder().nodes(2).start();
+    let key = fleet.private_key(KeyKind::Ed25519);
+    let bastion_yaml = |fleet: &Fleet| {
+        let bastion = fleet.node(0);
+        format!(
+            "proxyJump:\n        ip: '{}'\n        port: {}\n        username: root\n        auth:\n          type: password\n          passwordAuth:\n            password: '{}'",
+            bastion.host(),
+            bastion.port(),
+            fleet.root_password().expose()
+        )
+    };
+    let yaml = bastion_yaml(&fleet);
+    fn scenario<'f>(fleet: &'f Fleet, key: &std::path::Path, yaml: &str) -> Scenario<'f> {
+        Scenario::new(fleet)
+            .only_nodes(&[1])
+            .top_yaml("hostKeyPolicy: off")
+            .login(Login::Key(key.to_path_buf()))
+            .ssh_yaml(yaml)
+    }
+    // The flag's accept-new records both keys; then the bastion is reinstalled.
+    scenario(&fleet, &key, &yaml)
+        .run(&["--host-key-policy", "accept-new"])
+        .status(0);
+    fleet.node_mut(0).restart_with_new_host_key();
+    let sc = scenario(&fleet, &key, &yaml);
+    let out = sc.run(&["--host-key-policy", "strict"]);
+    out.status(1);
+    let bastion = fleet.node(0);
+    let line = out.log_line_starting(&format!("Failed to process node {}", Scenario::name(1)));
+    assert!(
+        line.contains(&format!("{}:{}", bastion.host(), bastion.port()))
+            && line.contains("has changed"),
+        "the bastion is checked under the flag's strict policy: {line}"
+    );
+    assert!(fake_keadm::calls(&remote_keadm(fleet.node(1))).len() == 1);
+    // Without the flag the file's `off` applies to the bastion, as the operator wrote it.
+    sc.run(&[]).status(0);
+}
+
+/// Every spelling keadm join accepts for its token (security finding 2).
+const TOKEN_SPELLINGS: [(&str, &str); 5] = [
+    ("--token=", "--token=***"),
+    ("--token ", "--token ***"),
+    ("-t ", "-t ***"),
+    ("-t=", "-t=***"),
+    ("-t", "-t***"),
+];
+
 #[test]
 fn secrets_never_reach_any_output() {
+    for (spelling, masked) in TOKEN_SPELLINGS {
+        secrets_never_reach_any_output_with(spelling, masked);
+    }
+}
+
+fn secrets_never_reach_any_output_with(spelling: &str, masked: &str) {
     let fleet = Fleet::builder().nodes(2).start();
     let password = fleet.root_password().expose().to_string();
     let passphrase = fleet.key_passphrase().expose().to_string();
     let token = "3f2e1d0c9b8a.eyJleHAiOjE3OTk5OTk5OTl9.c2lnbmF0dXJl";
+    // A token that is in no config: masked for its shape alone.
+    let stray_token = format!(
+        "{}.eyJhbGciOiJIUzI1NiJ9.eyJleHAiOjE4MDAwMDAwMDB9.c3RyYXktc2lnbmF0dXJl",
+        "ab".repeat(32)
+    );
     let env_secret = "value-from-the-environment-42";
     let sc = Scenario::new(&fleet)
         .keadm(
             FakeKeadm::new()
                 .prints("received --token and the extra flag")
+                .runs("echo \"keadm got: $*\"")
+                .runs(&format!("echo 'edgecore: token {stray_token} is not valid' >&2"))
                 .exits_with(1),
         )
         .cmd(&format!(
-            "join --edgenode-name={{name}} --token={token} --extra={{{{env \"KB_TEST_SECRET\"}}}}"
+            "join --edgenode-name={{name}} {spelling}{token} --extra={{{{env \"KB_TEST_SECRET\"}}}}"
         ));
     std::fs::write(
         sc.path("config.yaml"),
@@ -279,6 +344,13 @@ fn secrets_never_reach_any_output() {
         .replace("KEYPATH", &fleet.private_key(KeyKind::Ed25519Passphrase).display().to_string()),
     )
     .unwrap();
+    let dry_run = sc
+        .command(&["--dry-run"])
+        .env("KB_TEST_SECRET", env_secret)
+        .env("KB_TEST_PASSPHRASE", &passphrase)
+        .output()
+        .unwrap();
+    assert_eq!(dry_run.status.code(), Some(0), "{spelling}: {dry_run:?}");
     let out = sc
         .command(&["--output", "json", "-v"])
         .env("KB_TEST_SECRET", env_secret)
@@ -288,11 +360,13 @@ fn secrets_never_reach_any_output() {
     assert_eq!(
         out.status.code(),
         Some(1),
-        "{}",
+        "{spelling}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut everything =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let mut everything = [&dry_run.stdout, &dry_run.stderr, &out.stdout, &out.stderr]
+        .iter()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect::<String>();
     for entry in walk(sc.dir.path()) {
         if entry.extension().is_some_and(|e| e == "gz")
             || entry.starts_with(sc.path("packages"))
@@ -306,8 +380,12 @@ fn secrets_never_reach_any_output() {
     let config = std::fs::read_to_string(sc.path("config.yaml")).unwrap();
     let everything = everything.replace(&config, "");
     assert!(
-        everything.contains("--token=***"),
-        "the masked form is shown"
+        everything.contains(masked),
+        "{spelling}: the masked form {masked:?} is shown"
+    );
+    assert!(
+        everything.contains("keadm got: join"),
+        "{spelling}: the node's output is in the transcript"
     );
     for secret in [
         password.as_str(),
@@ -315,8 +393,13 @@ fn secrets_never_reach_any_output() {
         token,
         env_secret,
         "eyJleHAiOjE3OTk5OTk5OTl9",
+        &stray_token,
+        "c3RyYXktc2lnbmF0dXJl",
     ] {
-        assert!(!everything.contains(secret), "{secret:?} leaked");
+        assert!(
+            !everything.contains(secret),
+            "{spelling}: {secret:?} leaked"
+        );
     }
 }
 

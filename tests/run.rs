@@ -500,3 +500,75 @@ fn the_host_key_flag_overrides_the_file() {
     let line = out.log_line_starting("Failed to process node edge-00: ");
     assert!(line.contains("host-key policy is strict"), "{line}");
 }
+
+/// Security finding 1: a copyFrom file name is data on the node, never shell code, not
+/// even under `"..."` and not as an option to `mv`; every such file arrives whole, is
+/// skipped on the next run, and nothing else happens on the node.
+#[test]
+fn copy_from_file_names_stay_data_on_the_node() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet);
+    let files = sc.path("files");
+    std::fs::create_dir_all(&files).unwrap();
+    let names = [
+        "a\"b",
+        "it's",
+        "a$(touch kb_pwned_dollar)b",
+        "a`touch kb_pwned_tick`b",
+        "-rf",
+        "--target-directory=..",
+        "with space",
+        "new\nline",
+        "ünïcødé-файл",
+        "$HOME",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        std::fs::write(files.join(name), format!("content {i} of {name:?}\n")).unwrap();
+    }
+    let sc = sc.node_yaml(&format!("copyFrom: {}", files.display()));
+    let node = fleet.node(0);
+    let dir = node.tmp_path("kubeedge/keadm");
+    for run in 1..=2 {
+        let out = sc.run(&[]);
+        out.status(0).log_has(&format!(
+            "Successfully processed node {}",
+            Scenario::name(0)
+        ));
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(
+                std::fs::read(dir.join(name)).unwrap_or_default(),
+                format!("content {i} of {name:?}\n").as_bytes(),
+                "run {run}: {name:?} arrived byte-identical"
+            );
+        }
+        let node_summary = &out.summary()["nodes"][0];
+        if run == 2 {
+            assert_eq!(
+                node_summary["uploads_skipped"],
+                names.len() + 1,
+                "every file and keadm are skipped on the rerun: {node_summary}"
+            );
+            assert_eq!(node_summary["bytes_uploaded"], 0);
+        }
+    }
+    // Nothing else happened: the upload dir holds exactly the files, their sidecars,
+    // keadm and the run's process-group file; nothing was moved out or created elsewhere.
+    let mut listed: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    listed.sort();
+    let mut expected: Vec<String> = names
+        .iter()
+        .flat_map(|n| [n.to_string(), format!("{n}.sha256")])
+        .chain(["keadm".into(), "keadm.sha256".into()])
+        .chain([".keadm-batch.0.pgid".into()])
+        .collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+    let found = node.shell(
+        "find /tmp /root \\( -name 'kb_pwned*' -o -name '*target-directory*' \\) ! -path '/tmp/kubeedge/keadm/*' -print; \
+         ls -A /tmp/kubeedge",
+    );
+    assert_eq!(String::from_utf8_lossy(&found.stdout), "keadm\n");
+}

@@ -165,3 +165,41 @@ fn a_remote_dir_writable_by_others_is_refused() {
         "{line}"
     );
 }
+
+/// Security finding 6: when `sudo -S` does not prompt (here: `sh` needs no password,
+/// `true` does, so the probe learns "password"), the password line must reach neither an
+/// uploaded file nor keadm's stdin.
+#[test]
+fn a_sudo_that_does_not_prompt_never_passes_the_password_on() {
+    let fleet = Fleet::builder()
+        .nodes(1)
+        .node_option(
+            0,
+            NodeOpt::SudoRules(&["ALL=(ALL) ALL", "ALL=(ALL) NOPASSWD: /usr/bin/sh, /bin/sh"]),
+        )
+        .start();
+    let sc = Scenario::new(&fleet)
+        .username(TEST_USER)
+        .login(Login::Password(TEST_USER_PASSWORD.into()))
+        .keadm(FakeKeadm::new().reads_stdin_line());
+    let files = sc.path("files");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("pre-run.sh"), "#!/bin/sh\necho pre-run\n").unwrap();
+    let sc = sc.node_yaml(&format!("copyFrom: {}", files.display()));
+    let out = sc.run(&[]);
+    out.status(0);
+    let calls = fake_keadm::calls(&remote_keadm(fleet.node(0)));
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].uid, Some(0));
+    assert_eq!(
+        calls[0].stdin_line.as_deref(),
+        Some(""),
+        "keadm's stdin is /dev/null"
+    );
+    let uploaded = std::fs::read(remote_keadm(fleet.node(0))).unwrap();
+    assert!(uploaded.starts_with(b"#!/bin/sh"), "the binary arrived intact");
+    assert_eq!(
+        std::fs::read_to_string(fleet.node(0).tmp_path("kubeedge/keadm/pre-run.sh")).unwrap(),
+        "#!/bin/sh\necho pre-run\n"
+    );
+}

@@ -40,3 +40,27 @@ impl ResultLog {
         self.file.flush()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Security finding 7: a symlink planted where the log goes is refused, not followed,
+    /// and the file is owner-only.
+    #[test]
+    fn the_log_is_private_and_never_follows_a_symlink() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let path = dir.path().join(LOG_FILE);
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let err = ResultLog::create(&path).err().expect("a planted symlink is refused");
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        std::fs::remove_file(&path).unwrap();
+        ResultLog::create(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}

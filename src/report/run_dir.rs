@@ -58,6 +58,33 @@ impl RunDir {
     }
 }
 
+/// STUB (before the fix): the old pid-named scratch dir.
+pub struct ScratchRun {
+    pub run: RunDir,
+}
+
+impl ScratchRun {
+    pub fn path(&self) -> &Path {
+        &self.run.path
+    }
+}
+
+impl Drop for ScratchRun {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.run.path);
+    }
+}
+
+impl RunDir {
+    pub fn scratch() -> io::Result<ScratchRun> {
+        let scratch =
+            std::env::temp_dir().join(format!("keadm-batch-preflight-{}", std::process::id()));
+        Ok(ScratchRun {
+            run: RunDir::create(Some(&scratch), &scratch)?,
+        })
+    }
+}
+
 /// `batch_runs/latest` -> `<id>`, replaced atomically (a new link renamed over the old).
 fn point_latest(runs: &Path, target: &Path) -> io::Result<()> {
     let tmp = runs.join(format!(".latest-{}", std::process::id()));
@@ -164,5 +191,40 @@ mod tests {
         let latest = fs::read_link(base.path().join(RUNS_DIR).join(LATEST)).unwrap();
         assert_eq!(latest, PathBuf::from(&b.id));
         assert!(a.path.join("nodes").is_dir());
+    }
+
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// Security finding 7: run directories and the files in them hold command lines and
+    /// node output, so only their owner may read them, whatever the umask.
+    #[test]
+    fn run_files_are_owner_only() {
+        let base = tempfile::tempdir().unwrap();
+        let run = RunDir::create(None, base.path()).unwrap();
+        assert_eq!(mode(&base.path().join(RUNS_DIR)), 0o700);
+        assert_eq!(mode(&run.path), 0o700);
+        assert_eq!(mode(&run.path.join("nodes")), 0o700);
+        let _journal = run.journal().unwrap();
+        assert_eq!(mode(&run.path.join(JOURNAL)), 0o600);
+        let chosen = base.path().join("chosen/run");
+        let run = RunDir::create(Some(&chosen), base.path()).unwrap();
+        assert_eq!(mode(&run.path), 0o700);
+    }
+
+    /// Security finding 7: `--preflight-only`'s scratch directory is new, random and
+    /// owner-only; a directory another user made in advance is never used.
+    #[test]
+    fn scratch_run_dirs_are_fresh_and_private() {
+        let a = RunDir::scratch().unwrap();
+        let b = RunDir::scratch().unwrap();
+        assert_ne!(a.path(), b.path());
+        assert_eq!(mode(a.path()), 0o700);
+        assert!(a.path().join("nodes").is_dir());
+        let path = a.path().to_path_buf();
+        drop(a);
+        assert!(!path.exists(), "the scratch directory is removed after use");
     }
 }

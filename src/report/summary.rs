@@ -84,3 +84,25 @@ impl Summary {
         serde_json::from_str(&text).map_err(io::Error::other)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Security finding 7: summary.json is owner-only.
+    #[test]
+    fn the_summary_is_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("summary.json");
+        let summary: Summary = serde_json::from_str(
+            r#"{"version":1,"run_id":"r","config":"c","started_at":0,"finished_at":0,
+               "interrupted":false,"totals":{"selected":0,"succeeded":0,"failed":0,
+               "timed_out":0,"skipped":0,"interrupted":0},"nodes":[]}"#,
+        )
+        .unwrap();
+        summary.write(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}

@@ -50,6 +50,11 @@ impl Transcript {
         }
     }
 
+    /// STUB (before the fix): no cap.
+    pub fn capped_at(self, _bytes: u64) -> Transcript {
+        self
+    }
+
     /// Names the node in `-v` console lines.
     pub fn labelled(mut self, label: &str) -> Transcript {
         self.label = label.to_string();
@@ -163,5 +168,60 @@ mod tests {
             t.tail(2),
             vec!["join --token=***".to_string(), "last".to_string()]
         );
+    }
+
+    /// Security finding 9: a secret that straddles the cut of an over-long line is
+    /// masked whole; neither piece reaches the file.
+    #[test]
+    fn a_secret_split_at_the_line_cut_is_still_masked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.log");
+        let mut r = Redactor::new();
+        r.add(&Secret::new("hunter22-secret"));
+        let mut t = Transcript::create(&path, Arc::new(r)).unwrap();
+        t.write_all("x".repeat(MAX_LINE - 5).as_bytes()).unwrap();
+        t.write_all(b"hunter22-").unwrap();
+        t.write_all(b"secret and the rest\n").unwrap();
+        t.finish();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("hunter"), "a piece of the secret leaked");
+        assert!(!text.contains("-secret"), "a piece of the secret leaked");
+        assert!(text.contains("***"));
+        assert!(text.contains(" and the rest"));
+    }
+
+    /// Security finding 8: a transcript stops growing at its cap and says so in a last
+    /// line; the in-memory tail still follows the node.
+    #[test]
+    fn a_transcript_stops_at_its_cap_and_says_what_was_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.log");
+        let mut t = Transcript::create(&path, Arc::new(Redactor::new()))
+            .unwrap()
+            .capped_at(4096);
+        for i in 0..1000 {
+            writeln!(t, "line {i} of a chatty node").unwrap();
+        }
+        t.finish();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.len() < 4096 + 300, "the file has {} bytes", text.len());
+        let last = text.lines().last().unwrap();
+        assert!(
+            last.starts_with("[keadm-batch] transcript cut at 4096 bytes:"),
+            "{last}"
+        );
+        assert_eq!(t.tail(1), vec!["line 999 of a chatty node".to_string()]);
+    }
+
+    /// Security finding 8: terminal control sequences from a node are written escaped.
+    #[test]
+    fn control_characters_are_escaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.log");
+        let mut t = Transcript::create(&path, Arc::new(Redactor::new())).unwrap();
+        t.write_all(b"a\x1b]0;title\x07b\tc\n").unwrap();
+        t.finish();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, "a\\x1b]0;title\\x07b\tc\n");
     }
 }

@@ -63,6 +63,9 @@ pub enum NodeOpt {
     /// The non-root user [`TEST_USER`] may use sudo on this node, with or without its
     /// password (a sudoers copy bind-mounted in the node's namespace only).
     Sudo { password_required: bool },
+    /// The non-root user [`TEST_USER`] gets exactly these sudoers rules (each line is
+    /// prefixed with the user name), e.g. a password for everything but `sh`.
+    SudoRules(&'static [&'static str]),
 }
 
 /// A non-root login present on every node (a passwd copy in each node's namespace; the
@@ -464,6 +467,12 @@ impl Node {
         );
     }
 
+    /// The `uname` wrapper of a node started with [`NodeOpt::Uname`]; a test may rewrite
+    /// it (the file is bind-mounted, so the node sees the new text at once).
+    pub fn uname_wrapper(&self) -> PathBuf {
+        self.dir.join("uname")
+    }
+
     fn fake_uname(&self) -> Option<&'static str> {
         self.opts.iter().find_map(|o| match o {
             NodeOpt::Uname(m) => Some(*m),
@@ -551,12 +560,18 @@ impl Node {
             shadow = self.shadow.display(),
             root = self.shadow.parent().unwrap().display(),
         );
-        if let Some(password_required) = self.opts.iter().find_map(|o| match o {
-            NodeOpt::Sudo { password_required } => Some(*password_required),
+        if let Some(rules) = self.opts.iter().find_map(|o| match o {
+            NodeOpt::Sudo {
+                password_required: true,
+            } => Some(&["ALL=(ALL) ALL"][..]),
+            NodeOpt::Sudo {
+                password_required: false,
+            } => Some(&["ALL=(ALL) NOPASSWD: ALL"][..]),
+            NodeOpt::SudoRules(rules) => Some(*rules),
             _ => None,
         }) {
             let sudoers = self.dir.join("sudoers");
-            write_sudoers_copy(&sudoers, password_required);
+            write_sudoers_copy(&sudoers, rules);
             s.push_str(&format!(
                 "mount --bind '{}' /etc/sudoers\n",
                 sudoers.display()
@@ -781,15 +796,11 @@ fn write_user_db_copies(root: &Path) {
     }
 }
 
-/// A sudoers copy granting [`TEST_USER`] sudo, with or without a password.
-fn write_sudoers_copy(path: &Path, password_required: bool) {
+/// A sudoers copy granting [`TEST_USER`] sudo by `rules` (sudo applies the last match).
+fn write_sudoers_copy(path: &Path, rules: &[&str]) {
     let original = fs::read_to_string("/etc/sudoers").unwrap_or_default();
-    let rule = if password_required {
-        "ALL=(ALL) ALL"
-    } else {
-        "ALL=(ALL) NOPASSWD: ALL"
-    };
-    fs::write(path, format!("{original}\n{TEST_USER} {rule}\n")).unwrap();
+    let rules: String = rules.iter().map(|r| format!("{TEST_USER} {r}\n")).collect();
+    fs::write(path, format!("{original}\n{rules}")).unwrap();
     fs::set_permissions(path, fs::Permissions::from_mode(0o440)).unwrap();
 }
 
