@@ -94,9 +94,14 @@ fn run(command: Command) -> Result<(), Error> {
 fn run_merge(options: &MergeOptions) -> Result<(), Error> {
     let merged = report::merge::merge(&options.dirs).map_err(|e| Error::Usage(e.to_string()))?;
     if let Some(into) = &options.into {
-        std::fs::create_dir_all(into)
+        report::files::create_dir_all(into)
             .and_then(|()| merged.summary.write(&into.join(report::run_dir::SUMMARY)))
-            .and_then(|()| std::fs::write(into.join(report::log::LOG_FILE), merged.log_text()))
+            .and_then(|()| {
+                report::files::write(
+                    &into.join(report::log::LOG_FILE),
+                    merged.log_text().as_bytes(),
+                )
+            })
             .map_err(|e| Error::Output(format!("could not write to {}: {e}", into.display())))?;
     }
     match options.output {
@@ -172,14 +177,17 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
     let cancel = Cancel::new();
     install_signal_handler(&cancel);
     let progress = Progress::new(plan.nodes.len(), plan.total_in_config, false);
-    let scratch =
-        std::env::temp_dir().join(format!("keadm-batch-preflight-{}", std::process::id()));
-    let run_dir = RunDir::create(Some(&scratch), &scratch)
-        .map_err(|e| Error::Output(format!("could not create {}: {e}", scratch.display())))?;
+    let scratch = RunDir::scratch().map_err(|e| {
+        Error::Output(format!(
+            "could not create a temporary directory in {}: {e}",
+            std::env::temp_dir().display()
+        ))
+    })?;
+    let run_dir = &scratch.run;
     let ctx = pipeline::Context {
         stager: None,
         known_hosts: plan.known_hosts.clone(),
-        run_dir: &run_dir,
+        run_dir,
         cancel: &cancel,
         verify_remote: false,
         run_token: run_dir.id.clone(),
@@ -197,7 +205,7 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
         plan.nodes
             .par_iter()
             .map(|node| {
-                if crate::kubeedge::preflight::is_join(&node.keadm_cmd) {
+                if node.keadm_args.is_join() {
                     pipeline::preflight_only(node, &ctx)
                 } else {
                     Ok(Vec::new())
@@ -205,7 +213,7 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
             })
             .collect()
     });
-    let _ = std::fs::remove_dir_all(&scratch);
+    drop(scratch);
     let mut table = String::new();
     let width = plan
         .nodes
@@ -223,7 +231,7 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
         let address = node.address();
         match result {
             Ok(findings) if findings.is_empty() => {
-                let note = if crate::kubeedge::preflight::is_join(&node.keadm_cmd) {
+                let note = if node.keadm_args.is_join() {
                     "none"
                 } else {
                     "none (not a join)"
@@ -382,9 +390,9 @@ fn execute(
         ))
     })?;
     if let Some(previous) = &retry_of {
-        let _ = std::fs::write(
-            run_dir.path.join(rerun::RETRY_OF),
-            previous.display().to_string(),
+        let _ = report::files::write(
+            &run_dir.path.join(rerun::RETRY_OF),
+            previous.display().to_string().as_bytes(),
         );
     }
     let log_path = cwd.join(report::log::LOG_FILE);

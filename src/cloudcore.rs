@@ -9,13 +9,15 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use crate::keadm_cmd::{JoinFlag, KeadmCommand};
+
 /// keadm's default `--certport`.
 pub const DEFAULT_CERT_PORT: u16 = 10002;
 
 /// Where cloudcore's https port is, from a rendered `keadm join` command:
 /// the host of `--cloudcore-ipport` and `--certport` (default 10002).
-pub fn endpoint(command: &str) -> Option<(String, u16)> {
-    let ipport = crate::plan::flag_value(command, "--cloudcore-ipport")?;
+pub fn endpoint(command: &KeadmCommand) -> Option<(String, u16)> {
+    let ipport = command.join_flag(JoinFlag::CloudCoreIpPort)?;
     let host = match ipport.rsplit_once(':') {
         Some((host, _port)) => host
             .trim_start_matches('[')
@@ -26,7 +28,8 @@ pub fn endpoint(command: &str) -> Option<(String, u16)> {
     if host.is_empty() || host.contains('{') {
         return None;
     }
-    let port = crate::plan::flag_value(command, "--certport")
+    let port = command
+        .join_flag(JoinFlag::CertPort)
         .and_then(|p| p.parse().ok())
         .unwrap_or(DEFAULT_CERT_PORT);
     Some((host, port))
@@ -98,17 +101,23 @@ mod tests {
     #[test]
     fn endpoint_from_join_commands() {
         assert_eq!(
-            endpoint("join --cloudcore-ipport=192.0.2.10:10000 --token=x"),
+            endpoint(&KeadmCommand::parse(
+                "join --cloudcore-ipport=192.0.2.10:10000 --token=x"
+            )),
             Some(("192.0.2.10".into(), 10002))
         );
         assert_eq!(
-            endpoint("join --cloudcore-ipport 192.0.2.10:30000 --certport=30002"),
+            endpoint(&KeadmCommand::parse(
+                "join --cloudcore-ipport 192.0.2.10:30000 --certport=30002"
+            )),
             Some(("192.0.2.10".into(), 30002))
         );
         assert_eq!(
-            endpoint("join --cloudcore-ipport=[2001:db8::1]:10000"),
+            endpoint(&KeadmCommand::parse(
+                "join --cloudcore-ipport=[2001:db8::1]:10000"
+            )),
             Some(("2001:db8::1".into(), 10002))
         );
-        assert_eq!(endpoint("reset edge --force"), None);
+        assert_eq!(endpoint(&KeadmCommand::parse("reset edge --force")), None);
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::arch::Arch;
 use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
 use crate::kubeedge::{classify, preflight};
+use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::options::PreflightMode;
 use crate::outcome::{NodeOutcome, Phase, PreflightFinding, StepTimes, now};
 use crate::plan::{KeadmSource, NodePlan};
@@ -127,14 +128,18 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
             (
                 phase,
                 Some(e.phase),
-                Some(node.redactor.redact(&e.message)),
+                // Defence in depth: whatever path node text took into the message, it
+                // reaches the console and the log only with control characters escaped.
+                Some(crate::node_text::escape_controls(
+                    &node.redactor.redact(&e.message),
+                )),
                 e.exit_status,
             )
         }
     };
     // Why a join failed, read from what keadm (and edgecore) printed.
     let classifiable = matches!(phase, Phase::Failed | Phase::TimedOut)
-        && (preflight::is_join(&node.keadm_cmd) || failed_in == Some(Phase::Running));
+        && (node.keadm_args.is_join() || failed_in == Some(Phase::Running));
     let failure_class = classifiable.then(|| {
         classify::classify(&run.transcript.tail(80), phase == Phase::TimedOut)
             .as_str()
@@ -169,6 +174,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
 fn connect_spec(
     ssh: &SshSpec,
     policy: HostKeyPolicy,
+    jump_policy: Option<HostKeyPolicy>,
     known_hosts: &std::path::Path,
     timeout: Duration,
 ) -> ConnectSpec {
@@ -183,8 +189,8 @@ fn connect_spec(
             },
             AuthSpec::Agent => transport::Auth::Agent { socket: None },
         },
-        // `policy` is the node's, resolved by the plan (flag over file); a jump host's own
-        // setting applies to the jump host only.
+        // Both policies are resolved by the plan: the flag, then the host's own setting,
+        // then the file's default.
         host_key_policy: match policy {
             HostKeyPolicy::AcceptNew => transport::HostKeyPolicy::AcceptNew,
             HostKeyPolicy::Strict => transport::HostKeyPolicy::Strict,
@@ -194,8 +200,8 @@ fn connect_spec(
         connect_timeout: timeout,
         keepalive_secs: KEEPALIVE_SECS,
         jump: ssh.proxy_jump.as_ref().map(|j| {
-            let jump_policy = j.host_key_policy.unwrap_or(policy);
-            Box::new(connect_spec(j, jump_policy, known_hosts, timeout))
+            let jump_policy = jump_policy.unwrap_or(policy);
+            Box::new(connect_spec(j, jump_policy, None, known_hosts, timeout))
         }),
     }
 }
@@ -288,7 +294,7 @@ impl<'a, 'c> Run<'a, 'c> {
         let mut conn = self.connect()?;
         let cancel = self.ctx.cancel.clone();
         conn.set_abort(Some(std::sync::Arc::new(move || cancel.aborting())));
-        if self.ctx.preflight != PreflightMode::Off && preflight::is_join(&self.node.keadm_cmd) {
+        if self.ctx.preflight != PreflightMode::Off && self.node.keadm_args.is_join() {
             self.preflight(&mut conn)?;
         }
         let (facts, privilege) = self.prepare(&mut conn)?;
@@ -306,10 +312,10 @@ impl<'a, 'c> Run<'a, 'c> {
                 node.copy_files.iter().map(|f| f.size).sum::<u64>() + run.ctx.binary_size_hint;
             let script = preflight::probe_script(
                 &node.upload_dir,
-                &preflight::runtime_socket(&node.keadm_cmd),
+                &preflight::runtime_socket(&node.keadm_args),
                 needed,
             );
-            let mut output = Vec::new();
+            let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
             let deadline = Instant::now() + node.deadlines.step;
             conn.exec(&script, None, deadline, &mut output)
                 .map_err(|e| {
@@ -319,7 +325,7 @@ impl<'a, 'c> Run<'a, 'c> {
                         e,
                     )
                 })?;
-            let findings = preflight::parse(&String::from_utf8_lossy(&output));
+            let findings = preflight::parse(&output.text());
             for finding in &findings {
                 run.transcript.note(&format!(
                     "pre-flight: {finding}; {}",
@@ -383,6 +389,7 @@ impl<'a, 'c> Run<'a, 'c> {
             let spec = connect_spec(
                 &run.node.ssh,
                 run.node.host_key_policy,
+                run.node.jump_host_key_policy,
                 &run.ctx.known_hosts,
                 run.node.deadlines.connect,
             );
@@ -444,20 +451,20 @@ impl<'a, 'c> Run<'a, 'c> {
             if node.keadm == KeadmSource::Staged && run.ctx.stager.is_some_and(tarball_may_pay_off) {
                 script.push_str(remote::TOOLS_PROBE);
             }
-            let password_line = password_of(node).map(|p| format!("{p}\n"));
+            let password_line = password_of(node).map(remote::password_preamble);
             let (command, stdin) = if node.sudo {
                 (remote::with_sudo_probe(&script), password_line.clone())
             } else {
                 (script, None)
             };
-            let mut output = Vec::new();
+            let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
             let deadline = Instant::now() + node.deadlines.step;
             let mut stdin_reader = stdin.as_deref().map(str::as_bytes);
             let exit = conn
                 .exec(&command, stdin_reader.as_mut().map(|r| r as &mut dyn Read), deadline, &mut output)
                 .map_err(|e| StepError::transport(Phase::Preparing, format!("failed to prepare {}", node.upload_dir), e))?;
-            let text = String::from_utf8_lossy(&output);
-            let facts = remote::parse_facts(&text);
+            let text = output.text();
+            let facts = remote::parse_facts(&text, &names);
             let privilege = match (node.sudo, facts.sudo_needs_password) {
                 (false, _) => Privilege::Login,
                 (true, Some(false)) => Privilege::SudoNoPassword,
@@ -602,7 +609,7 @@ impl<'a, 'c> Run<'a, 'c> {
                     let mut file = open(&upload.local)?;
                     let script =
                         remote::receive_script(&node.upload_dir, &tmp, upload.mode, upload.size);
-                    let mut output = Vec::new();
+                    let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
                     let result = exec_as(
                         conn,
                         &script,
@@ -619,7 +626,7 @@ impl<'a, 'c> Run<'a, 'c> {
                             format!(
                                 "failed to upload file {}: the node answered {exit}: {}",
                                 upload.name,
-                                String::from_utf8_lossy(&output).trim()
+                                one_line(&output.text(), MESSAGE_CHARS)
                             ),
                         )),
                         Err(e) => Some(upload_error(&upload, e)),
@@ -747,7 +754,7 @@ impl<'a, 'c> Run<'a, 'c> {
                     };
                     let last = run.transcript.tail(1).pop();
                     let detail = last
-                        .map(|l| format!(" (last output: {})", truncate(&l, 200)))
+                        .map(|l| format!(" (last output: {})", one_line(&l, 200)))
                         .unwrap_or_default();
                     let status = match &exit {
                         RemoteExit::Code(c) => format!("Process exited with status {c}"),
@@ -765,7 +772,7 @@ impl<'a, 'c> Run<'a, 'c> {
                 }
                 Err(TransportError::Timeout { .. }) => {
                     let killed = run.kill(conn, privilege);
-                    if preflight::is_join(&node.keadm_cmd) {
+                    if node.keadm_args.is_join() {
                         run.edgecore_log(conn, privilege);
                     }
                     Err(StepError {
@@ -843,7 +850,7 @@ impl<'a, 'c> Run<'a, 'c> {
             return err;
         }
         let dir = &self.node.upload_dir;
-        let mut output = Vec::new();
+        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
         let deadline = Instant::now() + self.node.deadlines.step.min(Duration::from_secs(10));
         let probe = exec_as(
             conn,
@@ -855,7 +862,7 @@ impl<'a, 'c> Run<'a, 'c> {
             &mut output,
         );
         let free_kib = match probe {
-            Ok(_) => remote::parse_free_kib(&String::from_utf8_lossy(&output)),
+            Ok(_) => remote::parse_free_kib(&output.text()),
             Err(_) => None,
         };
         match free_kib {
@@ -906,7 +913,7 @@ impl<'a, 'c> Run<'a, 'c> {
             )
         })?;
         let deadline = Instant::now() + node.deadlines.upload(tarball.size);
-        let mut output = Vec::new();
+        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
         let exit = exec_as(
             conn,
             &script,
@@ -928,7 +935,7 @@ impl<'a, 'c> Run<'a, 'c> {
         self.bytes_uploaded += tarball.size;
         self.transcript.note(&format!(
             "the node could not unpack the release tarball ({exit}: {}); sending the binary instead",
-            String::from_utf8_lossy(&output).trim()
+            one_line(&output.text(), MESSAGE_CHARS)
         ));
         Ok(None)
     }
@@ -937,7 +944,7 @@ impl<'a, 'c> Run<'a, 'c> {
     fn kill(&mut self, conn: &mut SshConnection, privilege: Privilege) -> bool {
         // This cleanup must run even when the operator has asked to abort.
         conn.set_abort(None);
-        let mut output = Vec::new();
+        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
         let deadline = Instant::now() + self.node.deadlines.step;
         let result = exec_as(
             conn,
@@ -984,7 +991,7 @@ fn exec_as(
     let command = remote::wrap(script, privilege);
     let line = password
         .filter(|_| privilege.needs_password_line())
-        .map(|p| format!("{p}\n"))
+        .map(remote::password_preamble)
         .unwrap_or_default();
     let prefix = std::io::Cursor::new(line.into_bytes());
     match body {
@@ -1006,14 +1013,6 @@ fn upload_error(upload: &Upload, err: TransportError) -> StepError {
         format!("failed to upload file {}", upload.name),
         err,
     )
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        format!("{}...", s.chars().take(max).collect::<String>())
-    }
 }
 
 /// 1 s, 2 s, 4 s... times a jitter between 0.5 and 1.5, so nodes that failed together do

@@ -10,6 +10,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use crate::config::{Config, CopyFile, HostKeyPolicy, NodeSpec, PackageMode, SshSpec};
+use crate::keadm_cmd::KeadmCommand;
 use crate::options::{RunOptions, Shard};
 use crate::redact::Redactor;
 
@@ -56,6 +57,8 @@ pub struct NodePlan {
     pub name: String,
     pub ssh: SshSpec,
     pub host_key_policy: HostKeyPolicy,
+    /// The jump host's policy, when there is a jump host.
+    pub jump_host_key_policy: Option<HostKeyPolicy>,
     /// Whether the remote command runs under `sudo -S -p '' sh -c`.
     pub sudo: bool,
     pub copy_files: Vec<CopyFile>,
@@ -67,6 +70,8 @@ pub struct NodePlan {
     pub exec_dir: String,
     /// keadmCmd, rendered.
     pub keadm_cmd: String,
+    /// keadmCmd as keadm reads it.
+    pub keadm_args: KeadmCommand,
     /// `cd <dir> && ./keadm <cmd>` (with `yes |` for reset), before any sudo wrapping.
     pub command: String,
     pub deadlines: Deadlines,
@@ -177,7 +182,7 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         KeadmSource::Staged => upload_dir.clone(),
     };
     let mut command = keadm_command(&exec_dir, &node.command);
-    if options.reset_first && crate::kubeedge::preflight::is_join(&node.command) {
+    if options.reset_first && node.keadm_args.is_join() {
         // keadm's recommended clean-up of a failed join, then the join itself; a reset
         // that finds nothing to clean must not stop the join, hence `;`.
         command = format!(
@@ -194,13 +199,10 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         .timeout_seconds
         .or(node.timeout_seconds)
         .map_or(DEFAULT_COMMAND_TIMEOUT, Duration::from_secs);
+    // The node's secrets include its join token (read in every spelling at validation):
+    // edgecore's log quotes it bare when it is malformed.
     let mut redactor = Redactor::new();
     redactor.extend(&node.secrets);
-    // The join token is a secret wherever it shows up, not only after `--token`
-    // (edgecore's log quotes it bare when it is malformed).
-    if let Some(token) = crate::kubeedge::token::find_token(&node.command) {
-        redactor.add(&crate::redact::Secret::new(token));
-    }
     NodePlan {
         index: node.index,
         name: node.name.clone(),
@@ -210,6 +212,15 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
             .or(node.ssh.host_key_policy)
             .or(config.host_key_policy)
             .unwrap_or(HostKeyPolicy::AcceptNew),
+        // The flag, then the jump host's own setting, then the file's default (which
+        // validation already put in the jump host's spec): a file default never
+        // overrules the operator's command line for the bastion either.
+        jump_host_key_policy: node.ssh.proxy_jump.as_ref().map(|jump| {
+            options
+                .host_key_policy
+                .or(jump.host_key_policy)
+                .unwrap_or(HostKeyPolicy::AcceptNew)
+        }),
         // Non-root logins need root for keadm; root needs no sudo.
         sudo: node.ssh.sudo.unwrap_or(node.ssh.username != "root"),
         copy_files: node.copy_files.clone(),
@@ -218,6 +229,7 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         upload_dir,
         exec_dir,
         keadm_cmd: node.command.clone(),
+        keadm_args: node.keadm_args.clone(),
         command,
         deadlines: Deadlines {
             connect,
@@ -240,38 +252,6 @@ pub fn keadm_command(dir: &str, cmd: &str) -> String {
     } else {
         format!("cd {} && ./keadm {cmd}", shell_quote(dir))
     }
-}
-
-/// The value of `flag` in a rendered keadm command (`--flag=V` or `--flag V`, quotes
-/// removed), the last one when repeated, as keadm's own flag parsing takes it. `None`
-/// when the flag is absent or its value is empty.
-pub fn flag_value<'c>(command: &'c str, flag: &str) -> Option<&'c str> {
-    let mut found = None;
-    let mut rest = command;
-    while let Some(pos) = rest.find(flag) {
-        let at_word_start = pos == 0 || rest[..pos].ends_with([' ', '\t', '\n']);
-        let after = &rest[pos + flag.len()..];
-        rest = after;
-        if !at_word_start {
-            continue;
-        }
-        let value = if let Some(v) = after.strip_prefix('=') {
-            v
-        } else if after.starts_with([' ', '\t']) {
-            after.trim_start_matches([' ', '\t'])
-        } else {
-            continue;
-        };
-        let word = match value.chars().next() {
-            Some(q @ ('\'' | '"')) => {
-                let inner = &value[1..];
-                &inner[..inner.find(q).unwrap_or(inner.len())]
-            }
-            _ => &value[..value.find(char::is_whitespace).unwrap_or(value.len())],
-        };
-        found = Some(word);
-    }
-    found.filter(|w| !w.is_empty())
 }
 
 /// Quotes `s` for a POSIX shell, leaving plain paths as they are for readability.

@@ -183,6 +183,7 @@ mod tests {
                 proxy_jump: None,
             },
             host_key_policy: HostKeyPolicy::AcceptNew,
+            jump_host_key_policy: None,
             sudo: false,
             copy_files: vec![],
             copy_from: None,
@@ -190,6 +191,7 @@ mod tests {
             upload_dir: "/tmp/x".into(),
             exec_dir: "/tmp/x".into(),
             keadm_cmd: "join".into(),
+            keadm_args: crate::keadm_cmd::KeadmCommand::parse("join"),
             command: "cd /tmp/x && ./keadm join".into(),
             deadlines: Deadlines {
                 connect: Duration::from_secs(1),

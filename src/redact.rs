@@ -64,15 +64,21 @@ impl Redactor {
         }
     }
 
+    /// The length in bytes of the longest secret (0 when there is none).
+    pub fn longest(&self) -> usize {
+        self.secrets.first().map_or(0, |s| s.expose().len())
+    }
+
     pub fn extend<'a>(&mut self, secrets: impl IntoIterator<Item = &'a Secret>) {
         for secret in secrets {
             self.add(secret);
         }
     }
 
-    /// The text with every known secret and every `--token` value replaced by `***`.
+    /// The text with every known secret, every `--token` value and every word shaped
+    /// like a join token replaced by `***`.
     pub fn redact(&self, text: &str) -> String {
-        let mut out = mask_token_flags(text);
+        let mut out = mask_token_shaped(&mask_token_flags(text));
         for secret in &self.secrets {
             if out.contains(secret.expose()) {
                 out = out.replace(secret.expose(), MASK);
@@ -109,6 +115,54 @@ pub fn mask_token_flags(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Masks every word shaped like a KubeEdge join token: 64 hex digits (the CA hash), a
+/// dot, then a JWT (three base64url parts joined by dots). A token that no config names
+/// (a node's leftover, another cluster's) is still a credential.
+pub fn mask_token_shaped(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut i = 0;
+    while i + 64 < bytes.len() {
+        // Exactly 64 hex digits: none just before (`-t<token>` still counts).
+        let starts_word = i == 0 || !bytes[i - 1].is_ascii_hexdigit();
+        if starts_word && let Some(len) = token_shape_len(&bytes[i..]) {
+            out.push_str(&text[copied..i]);
+            out.push_str(MASK);
+            i += len;
+            copied = i;
+        } else {
+            i += 1;
+        }
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+/// The length of the join token at the start of `b`, if one is there.
+fn token_shape_len(b: &[u8]) -> Option<usize> {
+    let hex = b.iter().take_while(|c| c.is_ascii_hexdigit()).count();
+    if hex != 64 || b.get(64) != Some(&b'.') {
+        return None;
+    }
+    let is_b64url = |c: &u8| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_';
+    let mut at = 65;
+    for part in 0..3 {
+        let len = b[at..].iter().take_while(|c| is_b64url(c)).count();
+        if len == 0 {
+            return None;
+        }
+        at += len;
+        if part < 2 {
+            if b.get(at) != Some(&b'.') {
+                return None;
+            }
+            at += 1;
+        }
+    }
+    Some(at)
 }
 
 /// Length of a shell word starting at `s`, honouring simple quotes.
@@ -181,7 +235,10 @@ mod tests {
         assert_eq!(r.redact(&format!("-t{token}")), "-t***");
         // Not a token: too few hex digits, or no JWT after the dot.
         let hex = "0f".repeat(32);
-        assert_eq!(r.redact(&format!("{hex}.notajwt")), format!("{hex}.notajwt"));
+        assert_eq!(
+            r.redact(&format!("{hex}.notajwt")),
+            format!("{hex}.notajwt")
+        );
         assert_eq!(r.redact("abc.eyJ.eyJ.x"), "abc.eyJ.eyJ.x");
     }
 }

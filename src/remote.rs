@@ -3,6 +3,7 @@
 //!
 //! Everything here is POSIX sh and busybox-friendly: edge images are often minimal.
 
+use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::plan::shell_quote;
 
 /// The file beside an uploaded file that records the sha256 of what we sent.
@@ -27,11 +28,31 @@ pub enum Privilege {
 }
 
 impl Privilege {
-    /// Whether the caller must write the password line before any other stdin.
+    /// Whether the caller must write [`password_preamble`] before any other stdin.
     pub fn needs_password_line(self) -> bool {
         self == Privilege::SudoPassword
     }
 }
+
+/// The line that follows the sudo password on stdin. The script under sudo reads lines
+/// until it has read this one, so whether sudo prompted or not (cached credentials, a
+/// NOPASSWD rule for `sh` but not for `true`), the password is consumed there and never
+/// reaches `cat` or keadm.
+const STDIN_MARK: &str = "KB_STDIN_MARK";
+
+/// What goes first on stdin under [`Privilege::SudoPassword`]: the password line, then
+/// the marker line.
+pub fn password_preamble(password: &str) -> String {
+    format!("{password}\n{STDIN_MARK}\n")
+}
+
+/// Reads stdin up to and including the marker line: one line when sudo took the
+/// password, two when it did not prompt. Anything else stops the script before it runs.
+const SKIP_TO_MARK: &str = concat!(
+    "IFS= read -r kb_l || exit 124\n",
+    "[ \"$kb_l\" = KB_STDIN_MARK ] || { IFS= read -r kb_l && [ \"$kb_l\" = KB_STDIN_MARK ]; } || ",
+    "{ echo 'keadm-batch: the input after the sudo password was out of step' >&2; exit 124; }\n",
+);
 
 /// Wraps `script` so that it runs with `privilege`: one `sudo ... sh -c` around all of it,
 /// so `cd`, `yes |` and `./keadm` all run as root and the password never appears in a
@@ -40,7 +61,10 @@ pub fn wrap(script: &str, privilege: Privilege) -> String {
     match privilege {
         Privilege::Login => script.to_string(),
         Privilege::SudoNoPassword => format!("sudo -n sh -c {}", shell_quote(script)),
-        Privilege::SudoPassword => format!("sudo -S -p '' sh -c {}", shell_quote(script)),
+        Privilege::SudoPassword => format!(
+            "sudo -S -p '' sh -c {}",
+            shell_quote(&format!("{SKIP_TO_MARK}{script}"))
+        ),
     }
 }
 
@@ -120,17 +144,17 @@ pub fn prepare_script(dir: &str, files: &[&str], verify: bool) -> String {
         "KB_STAT\n",
         "echo KB_DIR_OK\n",
     ));
-    for name in files {
+    // Files are reported by their position in `files`, never by name: a name is data
+    // and appears only single-quoted, outside any `"..."` or echo.
+    for (index, name) in files.iter().enumerate() {
         let path = format!("\"$d\"/{}", shell_quote(name));
         let sidecar = format!("\"$d\"/{}", shell_quote(&format!("{name}{SIDECAR_SUFFIX}")));
         s.push_str(&format!(
-            "if [ -f {path} ] && [ -f {sidecar} ]; then read -r kb_sum < {sidecar}; echo \"KB_FILE {} $(( $(wc -c < {path}) )) ${{kb_sum%% *}}\"; fi\n",
-            shell_quote(name)
+            "if [ -f {path} ] && [ -f {sidecar} ]; then read -r kb_sum < {sidecar}; echo \"KB_FILE {index} $(( $(wc -c < {path}) )) ${{kb_sum%% *}}\"; fi\n",
         ));
         if verify {
             s.push_str(&format!(
-                "if [ -f {path} ]; then echo \"KB_SHA {} $(sha256sum {path} | cut -c1-64)\"; fi\n",
-                shell_quote(name)
+                "if [ -f {path} ]; then echo \"KB_SHA {index} $(sha256sum < {path} | cut -c1-64)\"; fi\n",
             ));
         }
     }
@@ -152,23 +176,35 @@ pub const TOOLS_PROBE: &str = concat!(
 /// Runs `script` under sudo when `sudo` is set, finding out whether sudo needs a
 /// password: `sudo -n` first, then `sudo -S` reading the password line we send.
 /// Prints `KB_SUDO nopasswd` or `KB_SUDO password` before the script's own output.
+/// Feed it [`password_preamble`] on stdin when there is a password.
 pub fn with_sudo_probe(script: &str) -> String {
-    let quoted = shell_quote(script);
     format!(
-        "if sudo -n true 2>/dev/null; then echo 'KB_SUDO nopasswd'; sudo -n sh -c {quoted}; else echo 'KB_SUDO password'; sudo -S -p '' sh -c {quoted}; fi"
+        "if sudo -n true 2>/dev/null; then echo 'KB_SUDO nopasswd'; {}; else echo 'KB_SUDO password'; {}; fi",
+        wrap(script, Privilege::SudoNoPassword),
+        wrap(script, Privilege::SudoPassword),
     )
 }
 
-/// Parses the output of [`prepare_script`] (possibly behind [`with_sudo_probe`]).
-pub fn parse_facts(output: &str) -> NodeFacts {
+/// Parses the output of [`prepare_script`] (possibly behind [`with_sudo_probe`]);
+/// `files` are the names the script was made for.
+pub fn parse_facts(output: &str, files: &[&str]) -> NodeFacts {
+    let name_at = |index: &str| -> Option<String> {
+        index
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| files.get(i))
+            .map(|n| n.to_string())
+    };
     let mut facts = NodeFacts::default();
     let mut dir_ok = false;
     for line in output.lines() {
         let line = line.trim_end();
         if let Some(rest) = line.strip_prefix("KB_ARCH ") {
-            facts.machine = Some(rest.trim().to_string());
+            // `uname -m` is a short word; anything else is cut before it is repeated in
+            // every message about the node.
+            facts.machine = Some(one_line(rest, 64));
         } else if let Some(rest) = line.strip_prefix("KB_BAD ") {
-            facts.dir_problem = Some(rest.to_string());
+            facts.dir_problem = Some(one_line(rest, MESSAGE_CHARS));
         } else if line == "KB_DIR_OK" {
             dir_ok = true;
         } else if let Some(rest) = line.strip_prefix("KB_TOOLS") {
@@ -177,22 +213,22 @@ pub fn parse_facts(output: &str) -> NodeFacts {
             facts.sudo_needs_password = Some(rest == "password");
         } else if let Some(rest) = line.strip_prefix("KB_FILE ") {
             let mut parts = rest.splitn(3, ' ');
-            if let (Some(name), Some(size), Some(sidecar)) =
+            if let (Some(index), Some(size), Some(sidecar)) =
                 (parts.next(), parts.next(), parts.next())
                 && let Ok(size) = size.parse()
+                && let Some(name) = name_at(index)
             {
                 facts.existing.push(ExistingFile {
-                    name: unquote(name),
+                    name,
                     size,
                     sidecar: sidecar.trim().to_string(),
                 });
             }
         } else if let Some(rest) = line.strip_prefix("KB_SHA ")
-            && let Some((name, sha)) = rest.rsplit_once(' ')
+            && let Some((index, sha)) = rest.split_once(' ')
+            && let Some(name) = name_at(index)
         {
-            facts
-                .computed_sha256
-                .push((unquote(name), sha.trim().to_string()));
+            facts.computed_sha256.push((name, sha.trim().to_string()));
         }
     }
     if !dir_ok && facts.dir_problem.is_none() {
@@ -202,15 +238,14 @@ pub fn parse_facts(output: &str) -> NodeFacts {
         } else {
             format!(
                 "the preparatory step did not finish: {}",
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                one_line(
+                    &tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+                    MESSAGE_CHARS
+                )
             )
         });
     }
     facts
-}
-
-fn unquote(word: &str) -> String {
-    word.trim_matches('\'').to_string()
 }
 
 /// A temporary name beside `name` in the upload dir, unique per run and node: two nodes
@@ -223,7 +258,7 @@ pub fn temp_name(name: &str, token: &str, node_index: usize) -> String {
 /// disk) and reports the space left in the dir as `KB_FREE <KiB>`.
 pub fn upload_failed_script(dir: &str, tmp: &str) -> String {
     format!(
-        "cd {} && rm -f {} && df -Pk . | awk 'NR == 2 {{ print \"KB_FREE \" $4 }}'",
+        "cd {} && rm -f -- {} && df -Pk . | awk 'NR == 2 {{ print \"KB_FREE \" $4 }}'",
         shell_quote(dir),
         shell_quote(tmp)
     )
@@ -243,7 +278,7 @@ pub fn parse_free_kib(output: &str) -> Option<u64> {
 pub fn receive_script(dir: &str, tmp: &str, mode: u32, size: u64) -> String {
     let tmp = shell_quote(tmp);
     format!(
-        "umask 077 && cd {} && cat > {tmp} && [ \"$(wc -c < {tmp} | tr -d ' ')\" = {size} ] && chmod {mode:o} {tmp}",
+        "umask 077 && cd {} && cat > {tmp} && [ \"$(wc -c < {tmp} | tr -d ' ')\" = {size} ] && chmod {mode:o} -- {tmp}",
         shell_quote(dir),
     )
 }
@@ -263,8 +298,8 @@ pub fn receive_tarball_script(
     let (t, b) = (shell_quote(tar_tmp), shell_quote(bin_tmp));
     format!(
         "umask 077 && cd {dir} && cat > {t} && s=$(sha512sum {t}) && [ \"${{s%% *}}\" = {sha} ] && \
-         gzip -dc {t} | tar -xOf - {entry} > {b} && [ \"$(wc -c < {b} | tr -d ' ')\" = {binary_size} ] && \
-         chmod 755 {b} && rm -f {t} || {{ rm -f {t} {b}; echo KB_TARBALL_FAILED; exit 3; }}",
+         gzip -dc < {t} | tar -xOf - {entry} > {b} && [ \"$(wc -c < {b} | tr -d ' ')\" = {binary_size} ] && \
+         chmod 755 -- {b} && rm -f -- {t} || {{ rm -f -- {t} {b}; echo KB_TARBALL_FAILED; exit 3; }}",
         dir = shell_quote(dir),
         sha = shell_quote(sha512),
         entry = shell_quote(entry),
@@ -277,7 +312,7 @@ pub fn finalize_script(dir: &str, moves: &[(String, String, String)]) -> String 
     let mut parts = vec![format!("cd {}", shell_quote(dir))];
     for (tmp, name, sha256) in moves {
         parts.push(format!(
-            "mv -f {} {} && printf '%s\\n' {} > {}",
+            "mv -f -- {} {} && printf '%s\\n' {} > {}",
             shell_quote(tmp),
             shell_quote(name),
             sha256,
@@ -288,21 +323,34 @@ pub fn finalize_script(dir: &str, moves: &[(String, String, String)]) -> String 
 }
 
 /// The command that runs keadm: records its process group (so a deadline can kill the
-/// whole tree on the node), then runs keadm's own `cd <dir> && ./keadm <cmd>`.
+/// whole tree on the node), then runs keadm's own `cd <dir> && ./keadm <cmd>` with
+/// stdin from /dev/null (`yes |` still feeds a reset): nothing we send can reach keadm.
+///
+/// The record is the group id and its leader's start time (field 22 of
+/// `/proc/<pid>/stat`), written after removing any earlier record, so [`kill_script`]
+/// can tell our group from an unrelated one that got the same number later.
 pub fn run_script(upload_dir: &str, index: usize, keadm_command: &str) -> String {
-    let pgid_file = pgid_file(index);
+    let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
     format!(
-        "read kb_pid kb_comm kb_state kb_ppid kb_pgid kb_rest < /proc/$$/stat 2>/dev/null && echo \"$kb_pgid\" > {}/{pgid_file}; {keadm_command}",
-        shell_quote(upload_dir)
+        "{{ rm -f -- {file}; read kb_pid kb_comm kb_state kb_ppid kb_pgid kb_rest < /proc/$$/stat && \
+         set -- $(cat /proc/\"$kb_pgid\"/stat) && echo \"$kb_pgid ${{22}}\" > {file}; }} 2>/dev/null\n\
+         exec < /dev/null\n\
+         {keadm_command}"
     )
 }
 
-/// Kills the process group recorded by [`run_script`].
+/// Kills the process group recorded by [`run_script`], only if its leader is still the
+/// process that made the record (same start time) or is gone (then no other process
+/// can hold that number while the group lives). `kill -s KILL --` is the spelling dash,
+/// bash and busybox all accept.
 pub fn kill_script(upload_dir: &str, index: usize) -> String {
-    let pgid_file = pgid_file(index);
+    let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
     format!(
-        "g=$(cat {}/{pgid_file} 2>/dev/null) && [ -n \"$g\" ] && [ \"$g\" -gt 1 ] && kill -KILL -- -\"$g\"",
-        shell_quote(upload_dir)
+        "read g st < {file} || exit 1\n\
+         case \"$g\" in ''|*[!0-9]*) exit 1 ;; esac\n\
+         [ \"$g\" -gt 1 ] && [ -n \"$st\" ] || exit 1\n\
+         if [ -r /proc/\"$g\"/stat ]; then set -- $(cat /proc/\"$g\"/stat); [ \"${{22}}\" = \"$st\" ] || exit 1; fi\n\
+         kill -s KILL -- -\"$g\""
     )
 }
 
@@ -313,15 +361,51 @@ mod tests {
 
     #[test]
     fn sudo_wraps_the_whole_script_once() {
-        assert_eq!(
-            wrap("cd /x && ./keadm join", Privilege::SudoPassword),
-            "sudo -S -p '' sh -c 'cd /x && ./keadm join'"
+        let wrapped = wrap("cd /x && ./keadm join", Privilege::SudoPassword);
+        assert!(
+            wrapped.starts_with("sudo -S -p '' sh -c 'IFS= read -r kb_l"),
+            "{wrapped}"
         );
+        assert!(wrapped.ends_with("\ncd /x && ./keadm join'"), "{wrapped}");
         assert_eq!(
             wrap("echo 'a'", Privilege::SudoNoPassword),
             r"sudo -n sh -c 'echo '\''a'\'''"
         );
         assert_eq!(wrap("x", Privilege::Login), "x");
+    }
+
+    /// Security finding 6: the script under sudo starts after the marker line whether
+    /// sudo read the password line or not, so the password never reaches its stdin.
+    #[test]
+    fn the_password_line_never_reaches_the_script() {
+        use std::io::Write;
+        let script = format!("{SKIP_TO_MARK}cat");
+        let run = |input: &str| {
+            let mut child = std::process::Command::new("sh")
+                .args(["-c", &script])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let preamble = password_preamble("s3cret");
+        // sudo did not prompt: the whole preamble arrives.
+        let out = run(&format!("{preamble}body\n"));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "body\n");
+        // sudo read the password line: only the marker is left.
+        let out = run(&format!("{}body\n", &preamble["s3cret\n".len()..]));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "body\n");
+        // Out of step: nothing runs.
+        let out = run("a\nb\nbody\n");
+        assert_eq!(out.status.code(), Some(124));
+        assert!(out.stdout.is_empty());
     }
 
     #[test]
@@ -354,8 +438,8 @@ mod tests {
 
     #[test]
     fn facts_parse() {
-        let out = "KB_SUDO password\nKB_ARCH aarch64\nKB_DIR_OK\nKB_FILE keadm 123 abcdef\nKB_SHA keadm ffff\n";
-        let facts = parse_facts(out);
+        let out = "KB_SUDO password\nKB_ARCH aarch64\nKB_DIR_OK\nKB_FILE 1 123 abcdef\nKB_SHA 1 ffff\nKB_FILE 7 1 x\n";
+        let facts = parse_facts(out, &["ca.crt", "keadm"]);
         assert_eq!(facts.machine.as_deref(), Some("aarch64"));
         assert_eq!(facts.dir_problem, None);
         assert_eq!(facts.sudo_needs_password, Some(true));
@@ -376,20 +460,20 @@ mod tests {
             .args(["-c", TOOLS_PROBE])
             .output()
             .unwrap();
-        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout));
+        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout), &[]);
         assert!(facts.can_unpack_tarball(), "{facts:?}");
         let stubbed = format!("tar() {{ false; }}\n{TOOLS_PROBE}");
         let out = std::process::Command::new("sh")
             .args(["-c", &stubbed])
             .output()
             .unwrap();
-        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout));
+        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout), &[]);
         assert_eq!(
             facts.tools,
             Some(vec!["sha512sum".to_string(), "gzip".to_string()])
         );
         assert!(!facts.can_unpack_tarball());
-        assert!(!parse_facts("KB_DIR_OK\n").can_unpack_tarball());
+        assert!(!parse_facts("KB_DIR_OK\n", &[]).can_unpack_tarball());
     }
 
     #[test]
@@ -458,7 +542,7 @@ mod tests {
 
     #[test]
     fn an_unfinished_prepare_is_a_problem() {
-        let facts = parse_facts("KB_ARCH x86_64\nsudo: a password is required\n");
+        let facts = parse_facts("KB_ARCH x86_64\nsudo: a password is required\n", &[]);
         assert!(
             facts
                 .dir_problem
@@ -486,7 +570,7 @@ mod tests {
             .args(["-c", &script])
             .output()
             .unwrap();
-        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout));
+        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout), &[]);
         // tempdir's parents are fine (/tmp is sticky), the new dirs are ours and 0700.
         assert_eq!(
             facts.dir_problem,
@@ -505,7 +589,7 @@ mod tests {
             .args(["-c", &script])
             .output()
             .unwrap();
-        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout));
+        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout), &[]);
         assert!(facts.dir_problem.unwrap().contains("symbolic link"));
     }
 
@@ -547,10 +631,15 @@ mod tests {
             .unwrap();
         let started = std::time::Instant::now();
         while matches!(
-            std::fs::read_to_string(&pgid_path).unwrap_or_default().trim(),
+            std::fs::read_to_string(&pgid_path)
+                .unwrap_or_default()
+                .trim(),
             "" | "1"
         ) {
-            assert!(started.elapsed() < Duration::from_secs(10), "no pgid recorded");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no pgid recorded"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         let out = sh(&kill_script(d, 0));
@@ -583,14 +672,19 @@ mod tests {
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        let facts = parse_facts(&text);
+        let facts = parse_facts(&text, &names);
         assert_eq!(facts.dir_problem, None, "{text}");
         let mut seen: Vec<&str> = facts.existing.iter().map(|f| f.name.as_str()).collect();
         seen.sort();
         let mut expected = names.to_vec();
         expected.sort();
         assert_eq!(seen, expected, "{text}");
-        assert!(facts.existing.iter().all(|f| f.size == 5 && f.sidecar == "feed"));
+        assert!(
+            facts
+                .existing
+                .iter()
+                .all(|f| f.size == 5 && f.sidecar == "feed")
+        );
         assert_eq!(facts.computed_sha256.len(), names.len(), "{text}");
         assert!(!dir.path().join("kb_pwned").exists());
         assert!(!dir.path().join("kb_pwned2").exists());
@@ -614,6 +708,9 @@ mod tests {
             .unwrap();
         assert!(out.status.success(), "{out:?}");
         assert_eq!(std::fs::read_to_string(sub.join(name)).unwrap(), "data");
-        assert!(!dir.path().join(".tmp1").exists(), "nothing moved out of the dir");
+        assert!(
+            !dir.path().join(".tmp1").exists(),
+            "nothing moved out of the dir"
+        );
     }
 }

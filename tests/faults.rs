@@ -516,13 +516,31 @@ fn a_hostile_machine_name_is_cut_and_escaped() {
     let out = sc.run(&[]);
     out.status(1);
     let reason = one_fault(&out, 3, 1);
-    assert!(reason.len() < 600, "the log line has {} bytes", reason.len());
+    assert!(
+        reason.len() < 600,
+        "the log line has {} bytes",
+        reason.len()
+    );
     for text in [&out.stderr, &out.stdout, &reason] {
-        assert!(!text.contains('\u{1b}'), "an escape sequence reached the output");
-        assert!(!text.contains(&"A".repeat(1000)), "the node's text was not cut");
+        assert!(
+            !text.contains('\u{1b}'),
+            "an escape sequence reached the output"
+        );
+        assert!(
+            !text.contains(&"A".repeat(1000)),
+            "the node's text was not cut"
+        );
     }
     let summary = std::fs::read_to_string(out.latest_run().join("summary.json")).unwrap();
-    assert!(summary.len() < 20_000, "summary.json has {} bytes", summary.len());
+    assert!(
+        summary.len() < 20_000,
+        "summary.json has {} bytes",
+        summary.len()
+    );
     let log = std::fs::read_to_string(out.dir.join("batch_process_log.txt")).unwrap();
-    assert!(log.len() < 2_000, "batch_process_log.txt has {} bytes", log.len());
+    assert!(
+        log.len() < 2_000,
+        "batch_process_log.txt has {} bytes",
+        log.len()
+    );
 }

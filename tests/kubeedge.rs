@@ -34,7 +34,7 @@ fn an_expired_token_stops_the_batch_before_any_node() {
         format!("join -e 127.0.0.1:10000 -s {port} -i {{name}} -t {expired}"),
         format!("join -e=127.0.0.1:10000 -s={port} -i={{name}} -t={expired}"),
         format!("join -e127.0.0.1:10000 -s{port} -i{{name}} -t{expired}"),
-        format!("join --cloudcore-ipport 127.0.0.1:10000 --certport {port} --token '{expired}'"),
+        format!("join --cloudcore-ipport 127.0.0.1:10000 --certport {port} --token \"{expired}\""),
     ] {
         let sc = Scenario::new(&fleet).cmd(&cmd).preflight("warn");
         let out = sc.run(&[]);

@@ -327,7 +327,9 @@ fn secrets_never_reach_any_output_with(spelling: &str, masked: &str) {
             FakeKeadm::new()
                 .prints("received --token and the extra flag")
                 .runs("echo \"keadm got: $*\"")
-                .runs(&format!("echo 'edgecore: token {stray_token} is not valid' >&2"))
+                .runs(&format!(
+                    "echo 'edgecore: token {stray_token} is not valid' >&2"
+                ))
                 .exits_with(1),
         )
         .cmd(&format!(

@@ -87,7 +87,9 @@ fn a_clean_node_has_no_findings_and_the_default_socket_is_checked() {
 
     // Without --remote-runtime-endpoint keadm dials containerd's default socket. Nodes
     // share the machine's /run, so the probe must report it exactly when it is missing.
-    let socket = preflight::runtime_socket("join --cloudcore-ipport=127.0.0.1:10000");
+    let socket = preflight::runtime_socket(&keadm_batch::keadm_cmd::KeadmCommand::parse(
+        "join --cloudcore-ipport=127.0.0.1:10000",
+    ));
     assert_eq!(socket, "/run/containerd/containerd.sock");
     if std::path::Path::new(&socket).exists() {
         let findings = probe(&fleet, node, UPLOAD_DIR, &socket, KEADM_BYTES);

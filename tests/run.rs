@@ -552,7 +552,7 @@ fn copy_from_file_names_stay_data_on_the_node() {
         }
     }
     // Nothing else happened: the upload dir holds exactly the files, their sidecars,
-    // keadm and the run's process-group file; nothing was moved out or created elsewhere.
+    // keadm, the fake keadm's record and the run's process-group file; nothing was moved out or created elsewhere.
     let mut listed: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -562,7 +562,7 @@ fn copy_from_file_names_stay_data_on_the_node() {
         .iter()
         .flat_map(|n| [n.to_string(), format!("{n}.sha256")])
         .chain(["keadm".into(), "keadm.sha256".into()])
-        .chain([".keadm-batch.0.pgid".into()])
+        .chain([".keadm-batch.0.pgid".into(), "keadm.calls".into()])
         .collect();
     expected.sort();
     assert_eq!(listed, expected);

@@ -197,7 +197,10 @@ fn a_sudo_that_does_not_prompt_never_passes_the_password_on() {
         "keadm's stdin is /dev/null"
     );
     let uploaded = std::fs::read(remote_keadm(fleet.node(0))).unwrap();
-    assert!(uploaded.starts_with(b"#!/bin/sh"), "the binary arrived intact");
+    assert!(
+        uploaded.starts_with(b"#!/bin/sh"),
+        "the binary arrived intact"
+    );
     assert_eq!(
         std::fs::read_to_string(fleet.node(0).tmp_path("kubeedge/keadm/pre-run.sh")).unwrap(),
         "#!/bin/sh\necho pre-run\n"

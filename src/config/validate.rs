@@ -11,6 +11,7 @@ use super::schema::*;
 use super::template::{self, Lookup};
 use super::yaml::Pos;
 use super::{Diagnostic, Severity};
+use crate::keadm_cmd::KeadmCommand;
 use crate::redact::Secret;
 
 /// keadm's default maxRunNum.
@@ -114,6 +115,8 @@ pub struct NodeSpec {
     pub name: String,
     /// keadmCmd after template rendering: shell text, as in keadm.
     pub command: String,
+    /// The same, read as keadm reads it (subcommand, token, node name...), once.
+    pub keadm_args: KeadmCommand,
     /// Values that must never be shown: passwords, passphrases, `env` values.
     pub secrets: Vec<Secret>,
     pub copy_from: Option<PathBuf>,
@@ -764,7 +767,13 @@ pub fn validate(
                 (String::new(), Vec::new())
             }
         };
-        for flag in empty_flag_values(&command) {
+        let keadm_args = KeadmCommand::parse(&command);
+        // The token is a secret in every spelling (`-t V` too), wherever it shows up.
+        let mut secrets = secrets;
+        if let Some(token) = keadm_args.token() {
+            secrets.push(Secret::new(token));
+        }
+        for flag in keadm_args.empty_flags() {
             v.warn(
                 node.keadm_cmd.as_ref().map(|c| c.pos),
                 subj(),
@@ -772,7 +781,7 @@ pub fn validate(
                 Some("fill in the value (an empty keadm.cmdTplArgs entry?)".into()),
             );
         }
-        if let Some(edge_name) = edgenode_name(&command)
+        if let Some(edge_name) = keadm_args.edgenode_name().map(str::to_string)
             && let Some(first) = edge_names.insert(edge_name.clone(), node.index)
         {
             v.error(
@@ -834,6 +843,7 @@ pub fn validate(
             index: node.index,
             name,
             command,
+            keadm_args,
             secrets: all_secrets,
             copy_from,
             copy_files,
@@ -962,21 +972,6 @@ fn collect_auth_secrets(ssh: &SshSpec, out: &mut Vec<Secret>) {
     }
 }
 
-/// Flags written as `--flag=` with nothing after the `=`: usually an empty template value.
-pub fn empty_flag_values(command: &str) -> Vec<String> {
-    command
-        .split_whitespace()
-        .filter_map(|word| word.strip_suffix('='))
-        .filter(|flag| flag.starts_with("--") && !flag.contains('='))
-        .map(str::to_string)
-        .collect()
-}
-
-/// The `--edgenode-name` a rendered keadm command sets, if any.
-pub fn edgenode_name(command: &str) -> Option<String> {
-    crate::plan::flag_value(command, "--edgenode-name").map(str::to_string)
-}
-
 struct EnvLookup<'a> {
     args: &'a BTreeMap<String, String>,
     env: &'a dyn Environment,
@@ -1079,24 +1074,5 @@ mod tests {
         let (config, diags) = check(&text);
         assert!(diags.is_empty(), "{diags:?}");
         assert!(!config.unwrap().needs_staging());
-    }
-
-    #[test]
-    fn empty_flag_values_are_found() {
-        assert_eq!(
-            empty_flag_values("join --token= --x=1 --y="),
-            vec!["--token", "--y"]
-        );
-        assert!(empty_flag_values("join --token=a").is_empty());
-    }
-
-    #[test]
-    fn edgenode_name_forms() {
-        assert_eq!(
-            edgenode_name("join --edgenode-name=a --x"),
-            Some("a".into())
-        );
-        assert_eq!(edgenode_name("join --edgenode-name 'b'"), Some("b".into()));
-        assert_eq!(edgenode_name("reset edge"), None);
     }
 }

@@ -6,11 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::cloudcore::{self, Cloudcore};
-use crate::config::validate::edgenode_name;
 use crate::options::PreflightMode;
 use crate::plan::Plan;
 
-use super::preflight::is_join;
 use super::token::{self, JoinToken, Lifetime};
 
 /// Per-node time assumed when no earlier run measured one: a typical join.
@@ -44,7 +42,7 @@ pub fn check(
     let joins: Vec<_> = plan
         .nodes
         .iter()
-        .filter(|n| is_join(&n.keadm_cmd))
+        .filter(|n| n.keadm_args.is_join())
         .collect();
     if joins.is_empty() {
         return Vec::new();
@@ -54,7 +52,7 @@ pub fn check(
     // Tokens: usually one for the whole batch; each distinct one is checked once.
     let tokens: BTreeSet<&str> = joins
         .iter()
-        .filter_map(|node| token::find_token(&node.keadm_cmd))
+        .filter_map(|node| node.keadm_args.token())
         .collect();
     let estimate = token::batch_estimate(joins.len(), plan.max_run_num, per_node_secs);
     let mut parsed: BTreeMap<&str, JoinToken> = BTreeMap::new();
@@ -82,10 +80,10 @@ pub fn check(
     // that join it: a config may join two clusters, each with its own token.
     let mut endpoints: BTreeMap<(String, u16), Joiners> = BTreeMap::new();
     for node in &joins {
-        if let Some(endpoint) = cloudcore::endpoint(&node.keadm_cmd) {
+        if let Some(endpoint) = cloudcore::endpoint(&node.keadm_args) {
             let (names, tokens) = endpoints.entry(endpoint).or_default();
-            names.extend(edgenode_name(&node.keadm_cmd));
-            tokens.extend(token::find_token(&node.keadm_cmd));
+            names.extend(node.keadm_args.edgenode_name().map(str::to_string));
+            tokens.extend(node.keadm_args.token());
         }
     }
     for ((host, port), (names, tokens)) in endpoints {

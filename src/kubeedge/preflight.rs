@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use crate::keadm_cmd::{JoinFlag, KeadmCommand};
+use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::plan::shell_quote;
 
 /// The runtime endpoint keadm join uses without `--remote-runtime-endpoint`
@@ -153,30 +155,13 @@ impl fmt::Display for Finding {
     }
 }
 
-/// Whether a rendered keadmCmd (`join ...`, or a whole `cd X && ./keadm join ...`) is a
-/// `keadm join`, the only command the probe is for.
-pub fn is_join(command: &str) -> bool {
-    let words: Vec<&str> = command.split_whitespace().collect();
-    // The word after `keadm` where it is run (first, or after `&&`, `;` or `|`), else the
-    // command's first word: keadmCmd itself starts with the subcommand.
-    let in_command_position = |i: usize| {
-        i == 0 || matches!(words[i - 1], "&&" | "||" | ";" | "|") || words[i - 1].ends_with(';')
-    };
-    let start = (0..words.len())
-        .find(|&i| in_command_position(i) && words[i].rsplit('/').next() == Some("keadm"))
-        .map_or(0, |i| i + 1);
-    words[start.min(words.len())..]
-        .iter()
-        .find(|w| !w.starts_with('-'))
-        .is_some_and(|w| *w == "join")
-}
-
 /// The runtime socket keadm join will dial: `--remote-runtime-endpoint` (`=V` or ` V`)
 /// from the command, else keadm's default, without the `unix://` scheme. A bare path is
 /// returned as is (the CRI client takes it as unix); any other scheme is returned whole,
 /// and the probe reports it, since keadm supports only unix sockets.
-pub fn runtime_socket(command: &str) -> String {
-    let endpoint = crate::plan::flag_value(command, "--remote-runtime-endpoint")
+pub fn runtime_socket(command: &KeadmCommand) -> String {
+    let endpoint = command
+        .join_flag(JoinFlag::RemoteRuntimeEndpoint)
         .unwrap_or(DEFAULT_RUNTIME_ENDPOINT)
         .to_string();
     match endpoint.strip_prefix("unix://") {
@@ -289,7 +274,7 @@ pub fn parse(output: &str) -> Vec<Finding> {
         };
         let detail = match id {
             FindingId::LowDisk => disk_detail(detail),
-            _ => detail.trim().to_string(),
+            _ => one_line(detail, MESSAGE_CHARS),
         };
         findings.push(Finding { id, detail });
     }
@@ -305,7 +290,10 @@ pub fn parse(output: &str) -> Vec<Finding> {
             detail: if tail.is_empty() {
                 "it printed nothing more".to_string()
             } else {
-                format!("it ended with: {}", tail.join(" | "))
+                format!(
+                    "it ended with: {}",
+                    one_line(&tail.join("\n"), MESSAGE_CHARS)
+                )
             },
         });
     }
@@ -378,41 +366,31 @@ mod tests {
     }
 
     #[test]
-    fn join_detection() {
-        assert!(is_join("join --cloudcore-ipport=1.2.3.4:10000 --token=x"));
-        assert!(is_join("cd /tmp/kubeedge/keadm && ./keadm join --x=1"));
-        assert!(is_join("keadm join"));
-        assert!(is_join("/usr/local/bin/keadm join --token=x"));
-        assert!(!is_join("cd /opt/keadm && ./keadm reset"));
-        assert!(!is_join("reset edge --force"));
-        assert!(!is_join("cd /x && yes | ./keadm reset edge"));
-        assert!(!is_join("deprecated join"));
-        assert!(!is_join(""));
-        assert!(!is_join("keadm"));
-    }
-
-    #[test]
     fn runtime_socket_from_the_command_or_keadms_default() {
         assert_eq!(
-            runtime_socket("join --x=1"),
+            runtime_socket(&KeadmCommand::parse("join --x=1")),
             "/run/containerd/containerd.sock"
         );
         assert_eq!(
-            runtime_socket(
+            runtime_socket(&KeadmCommand::parse(
                 "join --remote-runtime-endpoint=unix:///run/k3s/containerd/containerd.sock"
-            ),
+            )),
             "/run/k3s/containerd/containerd.sock"
         );
         assert_eq!(
-            runtime_socket("join --remote-runtime-endpoint '/var/run/crio/crio.sock' --y"),
+            runtime_socket(&KeadmCommand::parse(
+                "join -p '/var/run/crio/crio.sock' --y"
+            )),
             "/var/run/crio/crio.sock"
         );
         assert_eq!(
-            runtime_socket("join --remote-runtime-endpoint=tcp://1.2.3.4:1"),
+            runtime_socket(&KeadmCommand::parse(
+                "join --remote-runtime-endpoint=tcp://1.2.3.4:1"
+            )),
             "tcp://1.2.3.4:1"
         );
         assert_eq!(
-            runtime_socket("join --remote-runtime-endpoint="),
+            runtime_socket(&KeadmCommand::parse("join --remote-runtime-endpoint=")),
             "/run/containerd/containerd.sock"
         );
     }

@@ -88,13 +88,6 @@ pub fn parse(token: &str) -> Result<JoinToken, TokenError> {
     })
 }
 
-/// The value of `--token=V` or `--token V` in a rendered keadm command, without the
-/// quotes around it, or `None` when there is no such flag or its value is empty.
-/// `--token-file` and the like are not `--token`.
-pub fn find_token(command: &str) -> Option<&str> {
-    crate::plan::flag_value(command, "--token")
-}
-
 /// Whether a token is still good for the whole batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lifetime {
@@ -325,23 +318,6 @@ mod tests {
             assert!(!msg.contains(secret_part) && !msg.contains(CA), "{msg}");
             assert!(msg.ends_with('.'), "{msg}");
         }
-    }
-
-    #[test]
-    fn finds_the_token_flag_in_its_forms() {
-        assert_eq!(find_token("join --token=abc.def --x=1"), Some("abc.def"));
-        assert_eq!(
-            find_token("join --cloudcore-ipport=h:1 --token abc.def"),
-            Some("abc.def")
-        );
-        assert_eq!(find_token("join --token='a.b.c.d' --x"), Some("a.b.c.d"));
-        assert_eq!(find_token("join --token \"a.b\""), Some("a.b"));
-        assert_eq!(find_token("join --token-file=/x --token=t"), Some("t"));
-        assert_eq!(find_token("join --token-file=/x"), None);
-        assert_eq!(find_token("join x--token=t"), None);
-        assert_eq!(find_token("join --token="), None);
-        assert_eq!(find_token("join --token= --x"), None);
-        assert_eq!(find_token("reset edge --force"), None);
     }
 
     #[test]

@@ -20,7 +20,7 @@ impl ResultLog {
     /// Truncates (keadm's behaviour) and opens the log. Called only once validation and
     /// staging have succeeded, so a failed start leaves the previous file alone.
     pub fn create(path: &Path) -> io::Result<ResultLog> {
-        let file = File::create(path)?;
+        let file = super::files::create(path)?;
         Ok(ResultLog {
             file,
             path: path.to_path_buf(),
@@ -55,7 +55,9 @@ mod tests {
         std::fs::write(&victim, "precious\n").unwrap();
         let path = dir.path().join(LOG_FILE);
         std::os::unix::fs::symlink(&victim, &path).unwrap();
-        let err = ResultLog::create(&path).err().expect("a planted symlink is refused");
+        let err = ResultLog::create(&path)
+            .err()
+            .expect("a planted symlink is refused");
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
         std::fs::remove_file(&path).unwrap();

@@ -1,6 +1,7 @@
 //! Everything a run writes: keadm's `batch_process_log.txt`, the run directory
 //! (transcripts, journal, summary), and the console. Only consumes outcomes.
 
+pub mod files;
 pub mod log;
 pub mod merge;
 pub mod progress;

@@ -2,10 +2,11 @@
 //! transcripts, `journal.jsonl` and `summary.json`; `batch_runs/latest` points at the
 //! newest run, so `--retry-failed` and operators find it.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use super::files;
 use crate::outcome::NodeOutcome;
 
 pub const RUNS_DIR: &str = "batch_runs";
@@ -28,11 +29,11 @@ impl RunDir {
             Some(dir) => dir.to_path_buf(),
             None => base.join(RUNS_DIR).join(&id),
         };
-        fs::create_dir_all(path.join("nodes"))?;
+        files::create_dir_all(&path.join("nodes"))?;
         // `latest` follows every run, including one placed with --run-dir, so
         // --retry-failed always finds the newest journal.
         let runs = base.join(RUNS_DIR);
-        fs::create_dir_all(&runs)?;
+        files::create_dir_all(&runs)?;
         let target = match chosen {
             Some(_) => std::path::absolute(&path)?,
             None => PathBuf::from(&id),
@@ -58,9 +59,13 @@ impl RunDir {
     }
 }
 
-/// STUB (before the fix): the old pid-named scratch dir.
+/// A run directory that lives only as long as this value: `--preflight-only` needs one
+/// for its in-memory transcripts' sake but leaves nothing behind. Made with `tempfile`:
+/// a new random name, created exclusively and owner-only, so a directory that another
+/// local user made in advance is never used.
 pub struct ScratchRun {
     pub run: RunDir,
+    _dir: tempfile::TempDir,
 }
 
 impl ScratchRun {
@@ -69,18 +74,18 @@ impl ScratchRun {
     }
 }
 
-impl Drop for ScratchRun {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.run.path);
-    }
-}
-
 impl RunDir {
     pub fn scratch() -> io::Result<ScratchRun> {
-        let scratch =
-            std::env::temp_dir().join(format!("keadm-batch-preflight-{}", std::process::id()));
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("keadm-batch-preflight-")
+            .permissions(fs::Permissions::from_mode(0o700))
+            .tempdir()?;
+        let path = dir.path().to_path_buf();
+        files::create_dir_all(&path.join("nodes"))?;
         Ok(ScratchRun {
-            run: RunDir::create(Some(&scratch), &scratch)?,
+            run: RunDir { path, id: run_id() },
+            _dir: dir,
         })
     }
 }
@@ -144,7 +149,7 @@ pub struct Journal {
 
 impl Journal {
     fn open(path: &Path) -> io::Result<Journal> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let file = files::append(path)?;
         Ok(Journal { file })
     }
 

@@ -75,7 +75,7 @@ impl Summary {
     pub fn write(&self, path: &Path) -> io::Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, text + "\n")?;
+        super::files::write(&tmp, (text + "\n").as_bytes())?;
         std::fs::rename(&tmp, path)
     }
 
@@ -96,7 +96,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("summary.json");
         let summary: Summary = serde_json::from_str(
-            r#"{"version":1,"run_id":"r","config":"c","started_at":0,"finished_at":0,
+            r#"{"version":1,"tool":"t","run_id":"r","config":"c","started_at":0,"finished_at":0,
                "interrupted":false,"totals":{"selected":0,"succeeded":0,"failed":0,
                "timed_out":0,"skipped":0,"interrupted":0},"nodes":[]}"#,
         )

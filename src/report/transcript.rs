@@ -1,6 +1,11 @@
 //! A node's transcript: its remote stdout and stderr, plus our own step lines, with
 //! secrets masked line by line before anything reaches the disk. It keeps the last lines
 //! in memory for error messages and failure classification.
+//!
+//! A node is not trusted to be brief or polite: control characters are written escaped,
+//! a line longer than [`MAX_LINE`] is written in pieces (holding back enough of its end
+//! that no secret is ever written in two halves), and the file stops growing at
+//! [`MAX_TRANSCRIPT`] bytes, ending with a line that says how much was cut.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -8,6 +13,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::node_text::escape_controls;
 use crate::redact::Redactor;
 
 /// Lines kept in memory for the error message and classification.
@@ -15,6 +21,12 @@ const TAIL_LINES: usize = 40;
 /// A "line" longer than this is cut and written anyway, so a node printing megabytes
 /// without a newline cannot grow our memory.
 const MAX_LINE: usize = 64 * 1024;
+/// The most a transcript file holds; a node that prints more loses the rest from the
+/// file (not from the in-memory tail).
+pub const MAX_TRANSCRIPT: u64 = 64 << 20;
+/// Held back at a line cut besides the longest known secret: room for a join token,
+/// which is masked by its shape and has no fixed length.
+const TOKEN_WINDOW: usize = 1024;
 
 pub struct Transcript {
     out: Option<BufWriter<File>>,
@@ -24,18 +36,17 @@ pub struct Transcript {
     bytes: u64,
     /// Who the transcript is about, for `-v` console lines.
     label: String,
+    /// Bytes the file may hold, written so far, and left out past the cap.
+    cap: u64,
+    written: u64,
+    cut: u64,
 }
 
 impl Transcript {
     pub fn create(path: &Path, redactor: Arc<Redactor>) -> io::Result<Transcript> {
-        Ok(Transcript {
-            out: Some(BufWriter::new(File::create(path)?)),
-            redactor,
-            partial: Vec::new(),
-            tail: VecDeque::new(),
-            bytes: 0,
-            label: String::new(),
-        })
+        let mut transcript = Transcript::in_memory(redactor);
+        transcript.out = Some(BufWriter::new(super::files::create(path)?));
+        Ok(transcript)
     }
 
     /// A transcript that only keeps the tail (for tests and when the file cannot be made).
@@ -47,11 +58,15 @@ impl Transcript {
             tail: VecDeque::new(),
             bytes: 0,
             label: String::new(),
+            cap: MAX_TRANSCRIPT,
+            written: 0,
+            cut: 0,
         }
     }
 
-    /// STUB (before the fix): no cap.
-    pub fn capped_at(self, _bytes: u64) -> Transcript {
+    /// The same with another size cap (tests use a small one).
+    pub fn capped_at(mut self, bytes: u64) -> Transcript {
+        self.cap = bytes;
         self
     }
 
@@ -72,10 +87,18 @@ impl Transcript {
     }
 
     fn emit(&mut self, line: &str) {
-        let clean = self.redactor.redact(line);
+        let clean = escape_controls(&self.redactor.redact(line));
+        // Our own lines are few and always written; the node's stop at the cap.
+        let ours = clean.starts_with("[keadm-batch]");
+        let size = clean.len() as u64 + 1;
         if let Some(out) = &mut self.out {
-            let _ = out.write_all(clean.as_bytes());
-            let _ = out.write_all(b"\n");
+            if ours || self.written + size <= self.cap {
+                let _ = out.write_all(clean.as_bytes());
+                let _ = out.write_all(b"\n");
+                self.written += size;
+            } else {
+                self.cut += size;
+            }
         }
         if self.tail.len() == TAIL_LINES {
             self.tail.pop_front();
@@ -111,8 +134,44 @@ impl Transcript {
     pub fn finish(&mut self) {
         self.flush_partial();
         if let Some(out) = &mut self.out {
+            if self.cut > 0 {
+                let _ = writeln!(
+                    out,
+                    "[keadm-batch] transcript cut at {} bytes: {} more bytes of the node's output were not written",
+                    self.cap, self.cut
+                );
+                self.cut = 0;
+            }
             let _ = out.flush();
         }
+    }
+
+    /// A line longer than [`MAX_LINE`]: masks what is held, writes all of it but the
+    /// last stretch, and holds that back. A secret that starts in the written part and
+    /// is not masked yet would have to be longer than the held-back stretch, which is
+    /// longer than any secret, so no secret is ever written in two pieces.
+    fn cut_long_line(&mut self) {
+        let valid = match std::str::from_utf8(&self.partial) {
+            Ok(_) => self.partial.len(),
+            // A character split between writes stays held back whole.
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => self.partial.len(),
+        };
+        let rest = self.partial.split_off(valid);
+        let masked = self
+            .redactor
+            .redact(&String::from_utf8_lossy(&self.partial));
+        let keep = self.redactor.longest().max(TOKEN_WINDOW);
+        let mut at = masked.len().saturating_sub(keep);
+        while !masked.is_char_boundary(at) {
+            at -= 1;
+        }
+        let (head, held) = masked.split_at(at);
+        let held = held.as_bytes().to_vec();
+        let head = head.to_string();
+        self.emit(&head);
+        self.partial = held;
+        self.partial.extend_from_slice(&rest);
     }
 }
 
@@ -131,7 +190,7 @@ impl Write for Transcript {
         }
         self.partial.extend_from_slice(rest);
         if self.partial.len() > MAX_LINE {
-            self.flush_partial();
+            self.cut_long_line();
         }
         Ok(buf.len())
     }

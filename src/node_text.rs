@@ -1,0 +1,120 @@
+//! Text that comes from a node is untrusted: a hostile or broken node can print
+//! megabytes or terminal escape sequences. It is captured up to a cap, and it enters our
+//! own messages (the console, batch_process_log.txt, summary.json) only as one short
+//! line with control characters escaped.
+//!
+//! A leaf: it depends on nothing else in the crate.
+
+use std::io;
+
+/// How much of one step's output (prepare, pre-flight, a failed upload) is kept.
+pub const STEP_OUTPUT_CAP: usize = 1 << 20;
+
+/// Node text inside a message: at most this many characters.
+pub const MESSAGE_CHARS: usize = 300;
+
+/// A writer that keeps the first `cap` bytes and counts the rest.
+#[derive(Debug)]
+pub struct CappedBuffer {
+    bytes: Vec<u8>,
+    cap: usize,
+    dropped: u64,
+}
+
+impl CappedBuffer {
+    pub fn new(cap: usize) -> CappedBuffer {
+        CappedBuffer {
+            bytes: Vec::new(),
+            cap,
+            dropped: 0,
+        }
+    }
+
+    /// What was kept, as text (invalid UTF-8 replaced).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+
+    /// Bytes past the cap, not kept.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+impl io::Write for CappedBuffer {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let room = self.cap.saturating_sub(self.bytes.len());
+        let kept = room.min(buf.len());
+        self.bytes.extend_from_slice(&buf[..kept]);
+        self.dropped += (buf.len() - kept) as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Control characters as visible escapes (`\x1b`), so node text cannot move the cursor,
+/// retitle the terminal or hide lines; tabs stay.
+pub fn escape_controls(text: &str) -> String {
+    if !text.chars().any(|c| c.is_control() && c != '\t') {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() && c != '\t' {
+            let code = u32::from(c);
+            if code <= 0xff {
+                out.push_str(&format!("\\x{code:02x}"));
+            } else {
+                out.push_str(&format!("\\u{{{code:x}}}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Node text for a one-line message: lines joined with ` | `, control characters
+/// escaped, at most `max` characters (then `...` and how much was left out).
+pub fn one_line(text: &str, max: usize) -> String {
+    let joined = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ");
+    let escaped = escape_controls(&joined);
+    let count = escaped.chars().count();
+    if count <= max {
+        escaped
+    } else {
+        let head: String = escaped.chars().take(max).collect();
+        format!("{head}... ({} more characters)", count - max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_capped_buffer_keeps_the_start_and_counts_the_rest() {
+        let mut b = CappedBuffer::new(4);
+        b.write_all(b"abc").unwrap();
+        b.write_all(b"defg").unwrap();
+        assert_eq!(b.text(), "abcd");
+        assert_eq!(b.dropped(), 3);
+    }
+
+    #[test]
+    fn node_text_becomes_one_short_escaped_line() {
+        assert_eq!(one_line("a\n\n b \r\nc", 100), "a | b | c");
+        assert_eq!(one_line("\u{1b}]0;x\u{7}", 100), "\\x1b]0;x\\x07");
+        assert_eq!(one_line(&"A".repeat(10), 4), "AAAA... (6 more characters)");
+        assert_eq!(escape_controls("a\tb\u{9b}c"), "a\tb\\x9bc");
+    }
+}
