@@ -844,6 +844,19 @@ fn public_key(private: &Path) -> String {
     format!("{} {}", fields[0], fields[1])
 }
 
+fn fingerprint_of(private: &Path) -> String {
+    let out = Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(private.with_extension("pub"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_string()
+}
+
 #[test]
 fn revoked_key_is_refused_even_beside_a_normal_line_for_it() {
     let fleet = Fleet::builder().nodes(1).start();
@@ -945,6 +958,44 @@ fn cert_authority_line_for_the_host_is_refused_and_nothing_recorded() {
     assert!(msg.contains(&format!("line 3 of {path}")), "{msg}");
     assert!(msg.contains("ssh-keyscan"), "{msg}");
     assert_eq!(fs::read_to_string(fleet.known_hosts()).unwrap(), known);
+}
+
+#[test]
+fn recorded_ecdsa_key_is_asked_for_when_the_node_also_has_ed25519() {
+    // The node's extra ECDSA host key lives outside the fleet dir, which only exists
+    // once the fleet has started (and never under /tmp, which each node replaces).
+    let keys = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ecdsa = generate_key(keys.path(), "ssh_host_ecdsa_key", "ecdsa");
+    let line: &'static str = Box::leak(format!("HostKey {}", ecdsa.display()).into_boxed_str());
+    let fleet = Fleet::builder()
+        .nodes(1)
+        .node_option(0, NodeOpt::SshdConfig(line))
+        .start();
+    let node = fleet.node(0);
+    let host = node.host();
+    assert!(scanned_key(node, "ed25519").starts_with("ssh-ed25519 "));
+
+    let mut spec = password_spec(&fleet, node);
+    spec.host_key_policy = HostKeyPolicy::Strict;
+    fs::write(
+        fleet.known_hosts(),
+        format!("{host} {}\n", public_key(&ecdsa)),
+    )
+    .unwrap();
+    let conn = connect(&spec);
+    assert_eq!(conn.host_key_fingerprint(), fingerprint_of(&ecdsa));
+    drop(conn);
+
+    // A different ECDSA key recorded: the node presents its own ECDSA key, which is a
+    // changed key, not a reason to fall back to ed25519.
+    let other = public_key(&generate_key(fleet.dir(), "other", "ecdsa"));
+    fs::write(fleet.known_hosts(), format!("{host} {other}\n")).unwrap();
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(
+        matches!(err, TransportError::HostKeyChanged { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&fingerprint_of(&ecdsa)), "{err}");
 }
 
 #[test]

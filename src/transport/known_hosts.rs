@@ -4,7 +4,8 @@
 //! `@revoked` and `@cert-authority` markers, wildcard and negated patterns and
 //! upper-case names, and so would accept a revoked key or record a key for a host the
 //! file already covers. This module decides what the file says about a presented key
-//! under each [`HostKeyPolicy`] and appends new entries. It never rewrites
+//! under each [`HostKeyPolicy`], orders the host-key algorithms so that the node is
+//! asked for a key type the file records, and appends new entries. It never rewrites
 //! the file: comments and lines we cannot parse belong to the user.
 
 mod parse;
@@ -14,7 +15,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use ssh2::{HashType, Session};
+use ssh2::{HashType, MethodType, Session};
 
 use self::parse::{Entry, HostMatch, Marker};
 use super::{ConnectSpec, Endpoint, HostKeyPolicy, TransportError};
@@ -46,6 +47,33 @@ pub(super) fn session_fingerprint(session: &Session) -> String {
         .host_key_hash(HashType::Sha256)
         .map(sha256_fingerprint)
         .unwrap_or_else(|| "an unknown key".to_string())
+}
+
+/// Before the handshake: asks for the host-key types the file records for this node
+/// first, as OpenSSH does, so a node with both an ed25519 and an ECDSA key is judged by
+/// the one the file has rather than by libssh2's default order. Certificate types are
+/// left out: libssh2 cannot verify host certificates, and a certificate blob would never
+/// match a recorded plain key.
+pub(super) fn prefer_recorded_types(
+    session: &Session,
+    spec: &ConnectSpec,
+) -> Result<(), TransportError> {
+    if spec.host_key_policy == HostKeyPolicy::Off {
+        return Ok(());
+    }
+    let entries = read(&spec.known_hosts)?;
+    let recorded = recorded_types(&entries, &host_entry(&spec.endpoint));
+    let Ok(supported) = session.supported_algs(MethodType::HostKey) else {
+        return Ok(());
+    };
+    let order = host_key_order(&supported, &recorded);
+    if order.is_empty() {
+        return Ok(());
+    }
+    if let Err(e) = session.method_pref(MethodType::HostKey, &order.join(",")) {
+        log::debug!("libssh2 refused the host-key algorithm preference {order:?}: {e}");
+    }
+    Ok(())
 }
 
 /// Checks the peer's host key under the spec's policy; under `AcceptNew` an unknown host
@@ -178,6 +206,42 @@ fn judge(entries: &[Entry], lookup: &str, key: &[u8]) -> Verdict {
     match covered {
         Some((line, by)) => Verdict::Covered { line, by },
         None => Verdict::Unknown,
+    }
+}
+
+/// The key types of the lines that can vouch for this host's key, in file order.
+fn recorded_types(entries: &[Entry], lookup: &str) -> Vec<String> {
+    let mut types: Vec<String> = Vec::new();
+    for e in entries {
+        if e.marker == Marker::Plain
+            && e.matches(lookup) != HostMatch::No
+            && !types.contains(&e.key_type)
+        {
+            types.push(e.key_type.clone());
+        }
+    }
+    types
+}
+
+/// libssh2's supported host-key algorithms without certificate types, the ones whose key
+/// type is recorded first, each group in libssh2's own order (OpenSSH does the same).
+fn host_key_order<'a>(supported: &[&'a str], recorded: &[String]) -> Vec<&'a str> {
+    let plain = supported
+        .iter()
+        .copied()
+        .filter(|alg| !alg.contains("-cert-"));
+    let (mut first, rest): (Vec<&str>, Vec<&str>) =
+        plain.partition(|alg| recorded.iter().any(|t| t == key_type_of_algorithm(alg)));
+    first.extend(rest);
+    first
+}
+
+/// The known-hosts key type an algorithm verifies: the RSA SHA-2 signature algorithms
+/// use `ssh-rsa` keys; every other algorithm is named after its key type.
+fn key_type_of_algorithm(alg: &str) -> &str {
+    match alg {
+        "rsa-sha2-256" | "rsa-sha2-512" => "ssh-rsa",
+        other => other,
     }
 }
 
@@ -339,7 +403,8 @@ mod tests {
     fn a_named_host_with_other_keys_is_changed() {
         let text = format!("h1,h2 {}\n", ed(KEY_B));
         assert_eq!(judge_text(&text, "h2", KEY_A), Verdict::Changed);
-        // A different key type recorded for the host is a changed key too.
+        // A different key type recorded for the host is a changed key too (the
+        // handshake asked for the recorded type first).
         let text = format!("h1 {}\n", key_text("ecdsa-sha2-nistp256", KEY_B));
         assert_eq!(judge_text(&text, "h1", KEY_A), Verdict::Changed);
         // A named line wins over a covering pattern line.
@@ -394,6 +459,54 @@ mod tests {
         let text = format!("h1 {a}\n[h2]:2222 {a}\n#h2 {a}\n", a = ed(KEY_A));
         assert_eq!(judge_text(&text, "h2", KEY_A), Verdict::Unknown);
         assert_eq!(judge_text("", "h2", KEY_A), Verdict::Unknown);
+    }
+
+    #[test]
+    fn recorded_types_come_first_and_certificates_are_dropped() {
+        // libssh2 1.11's order.
+        let supported = [
+            "ssh-ed25519-cert-v01@openssh.com",
+            "ecdsa-sha2-nistp256-cert-v01@openssh.com",
+            "rsa-sha2-512-cert-v01@openssh.com",
+            "ssh-ed25519",
+            "ecdsa-sha2-nistp256",
+            "ecdsa-sha2-nistp384",
+            "rsa-sha2-512",
+            "rsa-sha2-256",
+            "ssh-rsa",
+        ];
+        let text = format!(
+            "h1 {}\nh* {}\n@cert-authority h1 {}\n@revoked h1 {}\nother {}\n",
+            key_text("ssh-rsa", KEY_A),
+            key_text("ecdsa-sha2-nistp384", KEY_A),
+            key_text("ecdsa-sha2-nistp256", KEY_A),
+            key_text("ecdsa-sha2-nistp256", KEY_B),
+            key_text("ecdsa-sha2-nistp256", KEY_B),
+        );
+        let recorded = recorded_types(&parse::parse(&text), "h1");
+        assert_eq!(recorded, ["ssh-rsa", "ecdsa-sha2-nistp384"]);
+        assert_eq!(
+            host_key_order(&supported, &recorded),
+            [
+                "ecdsa-sha2-nistp384",
+                "rsa-sha2-512",
+                "rsa-sha2-256",
+                "ssh-rsa",
+                "ssh-ed25519",
+                "ecdsa-sha2-nistp256",
+            ]
+        );
+        assert_eq!(
+            host_key_order(&supported, &[]),
+            [
+                "ssh-ed25519",
+                "ecdsa-sha2-nistp256",
+                "ecdsa-sha2-nistp384",
+                "rsa-sha2-512",
+                "rsa-sha2-256",
+                "ssh-rsa",
+            ]
+        );
     }
 
     #[test]

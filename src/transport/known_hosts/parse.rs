@@ -27,6 +27,7 @@ pub(super) struct Entry {
     hosts: Hosts,
     /// The host field as written, for messages.
     pub(super) hosts_text: String,
+    pub(super) key_type: String,
     /// The public key blob, as a server sends it.
     pub(super) key: Vec<u8>,
 }
@@ -105,6 +106,7 @@ fn parse_line(number: usize, line: &str) -> Option<Entry> {
         marker,
         hosts,
         hosts_text: first.to_string(),
+        key_type: key_type.to_string(),
         key,
     })
 }
@@ -224,6 +226,7 @@ pub(super) mod tests {
             .map(|e| (e.line, e.hosts_text.as_str()))
             .collect();
         assert_eq!(lines, [(5, "host1"), (10, "host6")]);
+        assert_eq!(entries[0].key_type, "ssh-ed25519");
         assert_eq!(entries[0].key, blob("ssh-ed25519", b"A"));
         assert_eq!(entries[0].marker, Marker::Plain);
     }
