@@ -798,3 +798,217 @@ fn fake_keadm_records_args_stdin_and_exit_on_the_node() {
         "{call:?}"
     );
 }
+
+// ---- known-hosts features libssh2 ignores (markers, patterns, key types) ----
+
+/// `<type> <base64>` of the node's host key of that type, as the node serves it.
+fn scanned_key(node: &Node, key_type: &str) -> String {
+    let out = Command::new("ssh-keyscan")
+        .args([
+            "-T",
+            "5",
+            "-t",
+            key_type,
+            "-p",
+            &node.port().to_string(),
+            node.host(),
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .unwrap_or_else(|| panic!("ssh-keyscan found no {key_type} key on {}", node.host()));
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    format!("{} {}", fields[1], fields[2])
+}
+
+/// A freshly generated key pair of that type in `dir`; returns the private key's path.
+fn generate_key(dir: &Path, name: &str, key_type: &str) -> PathBuf {
+    let path = dir.join(name);
+    let status = Command::new("ssh-keygen")
+        .args(["-q", "-t", key_type, "-N", "", "-C", name, "-f"])
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "ssh-keygen -t {key_type}");
+    path
+}
+
+/// `<type> <base64>` of a generated key's public half.
+fn public_key(private: &Path) -> String {
+    let text = fs::read_to_string(private.with_extension("pub")).unwrap();
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    format!("{} {}", fields[0], fields[1])
+}
+
+fn fingerprint_of(private: &Path) -> String {
+    let out = Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(private.with_extension("pub"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn revoked_key_is_refused_even_beside_a_normal_line_for_it() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let key = scanned_key(node, "ed25519");
+    let host = node.host();
+    let known = format!("# ops\n@revoked {host} {key}\n{host} {key}\n");
+    fs::write(fleet.known_hosts(), &known).unwrap();
+    for policy in [HostKeyPolicy::AcceptNew, HostKeyPolicy::Strict] {
+        let mut spec = password_spec(&fleet, node);
+        spec.host_key_policy = policy;
+        let err = SshConnection::connect(&spec).expect_err("a revoked key must be refused");
+        assert!(
+            matches!(err, TransportError::HostKeyRevoked { line: 2, .. }),
+            "{err:?}"
+        );
+        assert!(!err.is_transient(), "{err:?}");
+        let msg = err.to_string();
+        let path = fleet.known_hosts().display().to_string();
+        assert!(msg.contains("@revoked"), "{msg}");
+        assert!(msg.contains(&format!("line 2 of {path}")), "{msg}");
+        assert!(msg.contains(&node.host_key_fingerprint()), "{msg}");
+        assert!(msg.contains(&format!("{host}:22")), "{msg}");
+    }
+    assert_eq!(fs::read_to_string(fleet.known_hosts()).unwrap(), known);
+}
+
+#[test]
+fn wildcard_line_with_another_key_is_refused_and_nothing_recorded() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let other = public_key(&generate_key(fleet.dir(), "other", "ed25519"));
+    let known = format!("127.*.*.* {other}\n");
+    fs::write(fleet.known_hosts(), &known).unwrap();
+    let err = SshConnection::connect(&password_spec(&fleet, node))
+        .expect_err("a host a pattern covers is not unknown");
+    assert!(
+        matches!(err, TransportError::HostKeyNotVerifiable { line: 1, .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_transient(), "{err:?}");
+    let msg = err.to_string();
+    let path = fleet.known_hosts().display().to_string();
+    assert!(msg.contains("pattern `127.*.*.*`"), "{msg}");
+    assert!(msg.contains(&format!("line 1 of {path}")), "{msg}");
+    assert!(msg.contains(&node.host_key_fingerprint()), "{msg}");
+    assert!(
+        msg.contains(&format!("ssh-keyscan -p 22 {} >> {path}", node.host())),
+        "{msg}"
+    );
+    assert!(msg.contains("--host-key-policy off"), "{msg}");
+    assert_eq!(fs::read_to_string(fleet.known_hosts()).unwrap(), known);
+}
+
+#[test]
+fn wildcard_line_with_the_right_key_is_trusted_and_negation_excludes_a_host() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let key = scanned_key(node, "ed25519");
+    let mut spec = password_spec(&fleet, node);
+    spec.host_key_policy = HostKeyPolicy::Strict;
+    fs::write(
+        fleet.known_hosts(),
+        format!("10.0.0.1,127.*,!127.0.0.1 {key}\n"),
+    )
+    .unwrap();
+    connect(&spec);
+
+    // `!host` takes the node out of the pattern: it is unknown again.
+    fs::write(
+        fleet.known_hosts(),
+        format!("127.*,!{} {key}\n", node.host()),
+    )
+    .unwrap();
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(
+        matches!(err, TransportError::HostKeyUnknown { .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn cert_authority_line_for_the_host_is_refused_and_nothing_recorded() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let ca = public_key(&generate_key(fleet.dir(), "ca", "ed25519"));
+    let known = format!("# fleet CA\n\n@cert-authority 127.*,{} {ca}\n", node.host());
+    fs::write(fleet.known_hosts(), &known).unwrap();
+    let err = SshConnection::connect(&password_spec(&fleet, node))
+        .expect_err("a host a CA line covers is not unknown");
+    assert!(
+        matches!(err, TransportError::HostKeyNotVerifiable { line: 3, .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_transient(), "{err:?}");
+    let msg = err.to_string();
+    let path = fleet.known_hosts().display().to_string();
+    assert!(msg.contains("@cert-authority"), "{msg}");
+    assert!(msg.contains(&format!("line 3 of {path}")), "{msg}");
+    assert!(msg.contains("ssh-keyscan"), "{msg}");
+    assert_eq!(fs::read_to_string(fleet.known_hosts()).unwrap(), known);
+}
+
+#[test]
+fn recorded_ecdsa_key_is_asked_for_when_the_node_also_has_ed25519() {
+    // The node's extra ECDSA host key lives outside the fleet dir, which only exists
+    // once the fleet has started (and never under /tmp, which each node replaces).
+    let keys = tempfile::tempdir_in("/var/tmp").unwrap();
+    let ecdsa = generate_key(keys.path(), "ssh_host_ecdsa_key", "ecdsa");
+    let line: &'static str = Box::leak(format!("HostKey {}", ecdsa.display()).into_boxed_str());
+    let fleet = Fleet::builder()
+        .nodes(1)
+        .node_option(0, NodeOpt::SshdConfig(line))
+        .start();
+    let node = fleet.node(0);
+    let host = node.host();
+    assert!(scanned_key(node, "ed25519").starts_with("ssh-ed25519 "));
+
+    let mut spec = password_spec(&fleet, node);
+    spec.host_key_policy = HostKeyPolicy::Strict;
+    fs::write(
+        fleet.known_hosts(),
+        format!("{host} {}\n", public_key(&ecdsa)),
+    )
+    .unwrap();
+    let conn = connect(&spec);
+    assert_eq!(conn.host_key_fingerprint(), fingerprint_of(&ecdsa));
+    drop(conn);
+
+    // A different ECDSA key recorded: the node presents its own ECDSA key, which is a
+    // changed key, not a reason to fall back to ed25519.
+    let other = public_key(&generate_key(fleet.dir(), "other", "ecdsa"));
+    fs::write(fleet.known_hosts(), format!("{host} {other}\n")).unwrap();
+    let err = SshConnection::connect(&spec).unwrap_err();
+    assert!(
+        matches!(err, TransportError::HostKeyChanged { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&fingerprint_of(&ecdsa)), "{err}");
+}
+
+#[test]
+fn recorded_ecdsa_key_for_an_ed25519_only_node_is_a_changed_key() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let other = public_key(&generate_key(fleet.dir(), "other", "ecdsa"));
+    let known = format!("{} {other}\n", node.host());
+    fs::write(fleet.known_hosts(), &known).unwrap();
+    let err = SshConnection::connect(&password_spec(&fleet, node)).unwrap_err();
+    assert!(
+        matches!(err, TransportError::HostKeyChanged { .. }),
+        "{err:?}"
+    );
+    assert_eq!(fs::read_to_string(fleet.known_hosts()).unwrap(), known);
+}

@@ -209,6 +209,35 @@ pub enum TransportError {
         known_hosts: PathBuf,
     },
 
+    #[error(
+        "The node at {endpoint} presents the host key {fingerprint}, which line {line} of {} marks as @revoked, so it is refused. \
+         A revoked key stays untrusted: give the node a new host key, check it out of band and record it with: ssh-keyscan -p {} {} >> {} \
+         (and delete any other line that still lists the revoked key). If the @revoked line itself is wrong, delete that line instead.",
+        .known_hosts.display(), .endpoint.port, .endpoint.host, .known_hosts.display()
+    )]
+    HostKeyRevoked {
+        endpoint: Endpoint,
+        fingerprint: String,
+        known_hosts: PathBuf,
+        line: usize,
+    },
+
+    #[error(
+        "The node at {endpoint} presents the host key {fingerprint}, but line {line} of {} covers it only by {covered_by}. \
+         keadm-batch does not treat a host that a pattern or @cert-authority line covers as unknown, so it neither connects nor records the key. \
+         After checking the key out of band, add a plain entry for the node with: ssh-keyscan -p {} {} >> {} \
+         (or skip host-key checking knowingly with --host-key-policy off).",
+        .known_hosts.display(), .endpoint.port, .endpoint.host, .known_hosts.display()
+    )]
+    HostKeyNotVerifiable {
+        endpoint: Endpoint,
+        fingerprint: String,
+        known_hosts: PathBuf,
+        line: usize,
+        /// What covers the host, as a phrase: "the wildcard pattern `10.0.*`, ...".
+        covered_by: String,
+    },
+
     #[error("Could not use the known-hosts file {}: {message}.", .path.display())]
     KnownHosts { path: PathBuf, message: String },
 
@@ -301,6 +330,8 @@ impl TransportError {
             | TransportError::AuthSetup { endpoint, .. }
             | TransportError::HostKeyChanged { endpoint, .. }
             | TransportError::HostKeyUnknown { endpoint, .. }
+            | TransportError::HostKeyRevoked { endpoint, .. }
+            | TransportError::HostKeyNotVerifiable { endpoint, .. }
             | TransportError::Timeout { endpoint, .. }
             | TransportError::SftpUnavailable { endpoint, .. }
             | TransportError::Sftp { endpoint, .. }

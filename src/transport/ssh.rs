@@ -727,6 +727,9 @@ fn handshake_and_auth(
     spec: &ConnectSpec,
     deadline: Instant,
 ) -> Result<String, TransportError> {
+    // The host-key types to ask for depend on what the known-hosts file records for
+    // this node, and are fixed once the handshake starts.
+    known_hosts::prefer_recorded_types(session, spec)?;
     session.set_timeout(remaining_ms(spec, deadline, "starting the SSH handshake")?);
     session
         .handshake()
