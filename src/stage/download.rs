@@ -60,10 +60,15 @@ impl Http {
         })
     }
 
-    /// Fetches a small text file. `Ok(None)` when the server answers 404.
-    pub(crate) fn get_text(&self, url: &str) -> Result<Option<String>, StageError> {
+    /// Fetches a small text file. `Ok(None)` when the server answers 404. `plain_http_ok`:
+    /// whether an answer over plain HTTP may be used (see [`Http::send`]).
+    pub(crate) fn get_text(
+        &self,
+        url: &str,
+        plain_http_ok: bool,
+    ) -> Result<Option<String>, StageError> {
         self.with_retries(url, || {
-            let response = match self.send(url)? {
+            let response = match self.send(url, plain_http_ok)? {
                 Some(response) => response,
                 None => return Ok(None),
             };
@@ -85,9 +90,10 @@ impl Http {
         url: &str,
         dest: &Path,
         label: &str,
+        plain_http_ok: bool,
     ) -> Result<String, StageError> {
         self.with_retries(url, || {
-            let response = match self.send(url)? {
+            let response = match self.send(url, plain_http_ok)? {
                 Some(response) => response,
                 None => {
                     return Err(Failure::Fatal(StageError::http_status(
@@ -101,8 +107,10 @@ impl Http {
         })
     }
 
-    /// Sends a GET. `Ok(None)` for 404; other non-2xx statuses are failures.
-    fn send(&self, url: &str) -> Result<Option<Response>, Failure> {
+    /// Sends a GET. `Ok(None)` for 404; other non-2xx statuses are failures. Unless
+    /// `plain_http_ok`, an answer that came over plain HTTP is refused: an https mirror
+    /// that redirects to http would otherwise get round the plain-HTTP rule.
+    fn send(&self, url: &str, plain_http_ok: bool) -> Result<Option<Response>, Failure> {
         let response = self.client.get(url).send().map_err(|e| {
             // A malformed URL or a redirect loop fails the same way every time.
             if e.is_builder() || e.is_redirect() {
@@ -114,6 +122,12 @@ impl Http {
                 Failure::Transient(error_chain(&e))
             }
         })?;
+        if !plain_http_ok && response.url().scheme() == "http" {
+            return Err(Failure::Fatal(StageError::RedirectedToPlainHttp {
+                url: url.to_string(),
+                to: response.url().to_string(),
+            }));
+        }
         let status = response.status();
         if status.is_success() {
             Ok(Some(response))

@@ -18,10 +18,23 @@ use tar::EntryType;
 
 use super::StageError;
 
-/// What a package must hash to, and where that expectation came from (for messages).
-pub(crate) struct Expected<'a> {
-    pub digest: &'a str,
-    pub source: &'a str,
+/// What a package must hash to, and where that expectation came from (for messages): a
+/// checksum file's path or URL, or the pin's place in the config.
+pub(crate) struct Expected {
+    pub digest: String,
+    pub source: String,
+}
+
+impl Expected {
+    /// The error for `package`, whose sha512 is `actual` instead.
+    pub(crate) fn mismatch(&self, package: &str, actual: String) -> StageError {
+        StageError::ChecksumMismatch {
+            package: package.to_string(),
+            checksum_source: self.source.clone(),
+            expected: self.digest.clone(),
+            actual,
+        }
+    }
 }
 
 /// An unpacked, verified package.
@@ -40,7 +53,7 @@ pub(crate) fn unpack_package(
     name: &str,
     bin_dir: &Path,
     top: &str,
-    expected: Option<&Expected<'_>>,
+    expected: Option<&Expected>,
 ) -> Result<Extracted, StageError> {
     let file = fs::File::open(tarball).map_err(|e| StageError::io("open", tarball, e))?;
     let scratch = ScratchDir::create(bin_dir, "unpack")?;
@@ -62,12 +75,7 @@ pub(crate) fn unpack_package(
     if let Some(expected) = expected
         && expected.digest != actual
     {
-        return Err(StageError::ChecksumMismatch {
-            package: name.to_string(),
-            checksum_source: expected.source.to_string(),
-            expected: expected.digest.to_string(),
-            actual,
-        });
+        return Err(expected.mismatch(name, actual));
     }
     extracted?;
 
@@ -415,8 +423,8 @@ mod tests {
         let tarball = tarball(tmp.path(), &good_items());
         let digest = hex::encode(Sha512::digest(fs::read(&tarball).unwrap()));
         let expected = Expected {
-            digest: &digest,
-            source: "test",
+            digest: digest.clone(),
+            source: "test".into(),
         };
         let out = unpack_package(&tarball, "pkg", &bin, TOP, Some(&expected)).unwrap();
         assert_eq!(out.tarball_sha512, digest);
@@ -438,8 +446,8 @@ mod tests {
         let bin = bin_dir(tmp.path());
         let tarball = tarball(tmp.path(), &good_items());
         let expected = Expected {
-            digest: "00",
-            source: "sums.txt",
+            digest: "00".into(),
+            source: "sums.txt".into(),
         };
         let err = unpack_package(&tarball, "pkg", &bin, TOP, Some(&expected))
             .err()
