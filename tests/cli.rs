@@ -582,3 +582,39 @@ fn require_checksum_is_kept_but_contradicts_allow_unverified() {
         .status(2)
         .stderr_has("cannot be used with");
 }
+
+#[test]
+fn max_package_bytes_shows_in_the_plan() {
+    Test::new()
+        .config(TWO_NODES)
+        .args(&["batch", "-c", "config.yaml", "--dry-run"])
+        .run()
+        .status(0)
+        .stdout_has("  size limit:  512 MiB per download and per unpacked package\n");
+    Test::new()
+        .config(TWO_NODES)
+        .args(&[
+            "batch",
+            "-c",
+            "config.yaml",
+            "--dry-run",
+            "--max-package-bytes",
+            "64MiB",
+        ])
+        .run()
+        .status(0)
+        .stdout_has("  size limit:  64 MiB per download and per unpacked package\n");
+    Test::new()
+        .config(TWO_NODES)
+        .args(&[
+            "batch",
+            "-c",
+            "config.yaml",
+            "--dry-run",
+            "--max-package-bytes",
+            "12MB",
+        ])
+        .run()
+        .status(2)
+        .stderr_has("`MB` is not a size unit");
+}

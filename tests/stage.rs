@@ -506,6 +506,91 @@ fn a_cached_tarball_is_checked_against_the_pin() {
     assert!(names(&env.package_dir("amd64")).is_empty());
 }
 
+/// `len` bytes that gzip cannot shrink.
+fn incompressible(len: usize) -> Vec<u8> {
+    use sha2::{Digest, Sha512};
+    let mut bytes = Vec::with_capacity(len + 64);
+    let mut block = Sha512::digest(b"seed").to_vec();
+    while bytes.len() < len {
+        block = Sha512::digest(&block).to_vec();
+        bytes.extend_from_slice(&block);
+    }
+    bytes.truncate(len);
+    bytes
+}
+
+const LIMIT: u64 = 64 * 1024;
+
+#[test]
+fn a_download_larger_than_the_limit_is_stopped_and_leaves_nothing() {
+    for announced in [true, false] {
+        let env = Env::new();
+        let big = release("amd64").with_binary(&incompressible(256 * 1024));
+        let built = env.publish(&big, true);
+        assert!(built.bytes.len() as u64 > 2 * LIMIT);
+        if !announced {
+            env.server.route(
+                &Env::tarball_path("amd64"),
+                Route::ok(built.bytes.clone()).without_length(),
+            );
+        }
+        let mut settings = env.settings(&[Arch::Amd64]);
+        settings.max_package_bytes = LIMIT;
+        let stager = Stager::open(settings).unwrap();
+
+        let err = expect_err(stager.for_node(Arch::Amd64));
+        assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+        assert!(err.contains("The limit is 65536 bytes"), "{err}");
+        assert!(err.contains("--max-package-bytes"), "{err}");
+        if announced {
+            let size = built.bytes.len();
+            assert!(err.contains(&format!("announces {size} bytes")), "{err}");
+        } else {
+            assert!(err.contains("stopped at 65536 bytes"), "{err}");
+        }
+        assert_eq!(env.tarball_hits("amd64"), 1, "a size limit is not retried");
+        assert!(
+            names(&env.package_dir("amd64")).is_empty(),
+            "no partial file"
+        );
+        assert!(names(&env.bin_dir("amd64")).is_empty());
+    }
+}
+
+#[test]
+fn a_tarball_that_unpacks_beyond_the_limit_is_refused_and_leaves_nothing() {
+    // 256 KiB of zeros gzip to a few hundred bytes: the download is well under the limit.
+    let bomb = release("amd64").with_binary(&vec![0u8; 256 * 1024]);
+    let env = Env::new();
+    let built = env.publish(&bomb, true);
+    assert!((built.bytes.len() as u64) < LIMIT / 8);
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings.max_package_bytes = LIMIT;
+    let stager = Stager::open(settings).unwrap();
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+    assert!(
+        err.contains("\"keadm-v1.21.0-linux-amd64/keadm/keadm\""),
+        "the entry that crosses the limit: {err}"
+    );
+    assert!(err.contains("65536 bytes"), "{err}");
+    assert!(err.contains("--max-package-bytes"), "{err}");
+    assert!(names(&env.package_dir("amd64")).is_empty());
+    assert!(
+        names(&env.bin_dir("amd64")).is_empty(),
+        "no scratch dir left"
+    );
+
+    // Offline packages are held to the same limit.
+    let (tmp, packages, mut settings) = offline_env(&[Arch::Amd64]);
+    place_offline(&packages, &bomb, Some(&built.sha512));
+    settings.max_package_bytes = LIMIT;
+    let err = expect_err(Stager::open(settings).unwrap().for_node(Arch::Amd64));
+    assert!(err.contains("--max-package-bytes"), "{err}");
+    assert!(names(&tmp.path().join("keadm/bin/amd64")).is_empty());
+}
+
 #[test]
 fn a_tarball_with_a_parent_dir_entry_is_refused() {
     let env = Env::new();

@@ -33,6 +33,8 @@ pub(crate) struct Http {
     retries: u32,
     base_delay: Duration,
     progress: bool,
+    /// The most bytes a download may have: a hostile mirror must not fill the disk.
+    max_bytes: u64,
 }
 
 impl Http {
@@ -40,6 +42,7 @@ impl Http {
         retries: u32,
         base_delay: Duration,
         progress: bool,
+        max_bytes: u64,
     ) -> Result<Http, StageError> {
         // Proxy environment variables are honoured by reqwest's default builder.
         let client = Client::builder()
@@ -57,6 +60,7 @@ impl Http {
             retries,
             base_delay,
             progress,
+            max_bytes,
         })
     }
 
@@ -84,7 +88,9 @@ impl Http {
     }
 
     /// Downloads `url` into `dest` (created or truncated, mode 0600, never through a
-    /// symlink), fsyncs it, and returns its sha512 in lowercase hex. A 404 is an error here.
+    /// symlink), fsyncs it, and returns its sha512 in lowercase hex. A 404 is an error here,
+    /// and so is a body of more than `max_bytes`, which is refused when announced and cut
+    /// off when not.
     pub(crate) fn download(
         &self,
         url: &str,
@@ -158,12 +164,29 @@ impl Http {
             .open(dest)
             .map_err(|e| local("create", e))?;
         let total = response.content_length();
+        // The URL that served the bytes, which a redirect may have changed.
+        let url = response.url().to_string();
+        let too_large = |reason: String| {
+            Failure::Fatal(StageError::DownloadTooLarge {
+                url: url.clone(),
+                reason,
+                limit: self.max_bytes,
+            })
+        };
+        if let Some(total) = total
+            && total > self.max_bytes
+        {
+            return Err(too_large(format!("the server announces {total} bytes")));
+        }
         let mut progress = Progress::new(self.progress, label, total);
         let mut hasher = Sha512::new();
         let mut received: u64 = 0;
         let mut buf = vec![0u8; 256 * 1024];
         loop {
-            let n = match response.read(&mut buf) {
+            // One byte past the limit is enough to know the body is too large.
+            let room = (self.max_bytes - received).saturating_add(1);
+            let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            let n = match response.read(&mut buf[..want]) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -175,6 +198,13 @@ impl Http {
                     )));
                 }
             };
+            if received + n as u64 > self.max_bytes {
+                progress.finish();
+                return Err(too_large(format!(
+                    "it sent more than {0} bytes, so the download was stopped at {0} bytes",
+                    self.max_bytes
+                )));
+            }
             hasher.update(&buf[..n]);
             file.write_all(&buf[..n]).map_err(|e| local("write", e))?;
             received += n as u64;

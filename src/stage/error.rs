@@ -93,6 +93,28 @@ pub enum StageError {
     RedirectedToPlainHttp { url: String, to: String },
 
     #[error(
+        "Refusing {url}: {reason}. The limit is {limit} bytes (--max-package-bytes); a keadm \
+         release tarball is about 25 MB, so check keadm.download.url, and raise the limit only \
+         if the package is genuine."
+    )]
+    DownloadTooLarge {
+        url: String,
+        reason: String,
+        limit: u64,
+    },
+
+    #[error(
+        "Refusing to unpack {package}: {reason}. The limit is {limit} bytes \
+         (--max-package-bytes); unpacked, a keadm release holds about 85 MB, so check that \
+         this is keadm's release tarball, and raise the limit only if it is genuine."
+    )]
+    UnpackTooLarge {
+        package: String,
+        reason: String,
+        limit: u64,
+    },
+
+    #[error(
         "The checksum file {source_name} does not hold a sha512 digest (128 hex characters); it \
          reads {content:?}. Check that the mirror serves KubeEdge's checksum files unchanged."
     )]

@@ -230,6 +230,7 @@ impl Stager {
                 settings.retries,
                 settings.retry_base_delay,
                 settings.progress,
+                settings.max_package_bytes,
             )?),
             PackageSource::Offline { .. } => None,
         };
@@ -405,7 +406,8 @@ impl Stager {
                 (fetched, checksum_url.clone())
             };
             let expected = self.expectation(arch, &name, file, &file_source)?;
-            match unpack_package(&tarball, &name, bin_dir, &top, expected.as_ref()) {
+            let limit = self.settings.max_package_bytes;
+            match unpack_package(&tarball, &name, bin_dir, &top, expected.as_ref(), limit) {
                 Ok(extracted) => {
                     if let Some(expected) = &expected
                         && read_cached_checksum(&checksum_file).as_ref() != Some(&expected.digest)
@@ -443,7 +445,14 @@ impl Stager {
             return Err(expected.mismatch(&package_url, actual));
         }
         // Unpack before caching, so a tarball that cannot be used never enters the cache.
-        let extracted = unpack_package(&partial, &package_url, bin_dir, &top, expected.as_ref())?;
+        let extracted = unpack_package(
+            &partial,
+            &package_url,
+            bin_dir,
+            &top,
+            expected.as_ref(),
+            self.settings.max_package_bytes,
+        )?;
         fs::rename(&partial, &tarball)
             .map_err(|e| StageError::io("move into place", &tarball, e))?;
         cleanup.0 = None;
@@ -488,6 +497,7 @@ impl Stager {
             bin_dir,
             &self.top_dir(arch),
             expected.as_ref(),
+            self.settings.max_package_bytes,
         )?;
         log::info!(
             "extracted the offline package {name} to {}",
