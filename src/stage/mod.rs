@@ -3,9 +3,11 @@
 //!
 //! Layout follows keadm so its caches and ours are interchangeable: tarballs and their
 //! checksum files in `BASE/package/<arch>`, extractions in `BASE/bin/<arch>`. Unlike keadm,
-//! nothing enters the cache unverified by digest when the mirror publishes one, a cache hit
-//! is checked against its checksum file, and the binary is never taken from a directory
-//! another user could write.
+//! every package is checked against a digest (the config's pin, else the release's
+//! checksum file; neither is an error unless the operator accepts unverified packages),
+//! a plain-HTTP mirror is trusted only for pinned arches, downloads and extractions are
+//! size-capped, a cache hit is checked like a download, and the binary is never taken
+//! from a directory another user could write.
 
 mod dirs;
 mod download;
@@ -176,7 +178,8 @@ pub struct StagedBinary {
     pub tarball_sha512: String,
     /// Where the binary sits inside the tarball: `keadm-<ver>-linux-<arch>/keadm/keadm`.
     pub tarball_entry: String,
-    /// False only when no checksum file was available (warned, marked "unverified").
+    /// False only under `allow_unverified`, when there was neither a pin nor a checksum
+    /// file (warned, marked "unverified").
     pub verified: bool,
 }
 
