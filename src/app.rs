@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use std::collections::HashSet;
 use std::io::IsTerminal;
@@ -18,7 +18,7 @@ use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};
 use crate::report::{self, Recorder, RunDir, recap};
-use crate::stage::{PackageSource, StageSettings, Stager};
+use crate::stage::{PackageSource, Pin, StageSettings, Stager};
 use crate::{cli, dry_run, gen_config, outcome, pipeline, plan, rerun};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
@@ -157,6 +157,12 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     kubeedge_checks(&plan, options)?;
     if options.preflight_only {
         return preflight_only(&plan);
+    }
+    // Staging rules that need no download are checked here, so a dry run reports them too.
+    if let Some(staging) = &plan.staging {
+        stage_settings(staging, &plan.config_path, options)
+            .check_plain_http()
+            .map_err(|e| Error::Usage(format!("{e} No node was touched.")))?;
     }
     if options.dry_run {
         print!("{}", dry_run::render(&plan));
@@ -378,7 +384,11 @@ fn execute(
     let quiet = options.verbosity == Verbosity::Quiet;
     // Staging comes first: if it fails, no node and no previous result file is touched.
     let stager = match &plan.staging {
-        Some(staging) => Some(stage_packages(staging, options)?),
+        Some(staging) => Some(stage_packages(stage_settings(
+            staging,
+            &plan.config_path,
+            options,
+        ))?),
         None => None,
     };
     let cwd = std::env::current_dir()
@@ -507,7 +517,21 @@ fn execute(
     Ok(())
 }
 
-fn stage_packages(staging: &plan::StagingPlan, options: &RunOptions) -> Result<Stager, Error> {
+fn stage_packages(settings: StageSettings) -> Result<Stager, Error> {
+    let stager = Stager::open(settings).map_err(|e| Error::Stage(e.to_string()))?;
+    stager
+        .stage_all()
+        .map_err(|e| Error::Stage(e.to_string()))?;
+    Ok(stager)
+}
+
+/// The stager's settings for the plan: the one conversion, used for the checks before
+/// the run and for the run itself.
+fn stage_settings(
+    staging: &plan::StagingPlan,
+    config_path: &Path,
+    options: &RunOptions,
+) -> StageSettings {
     let source = match &staging.mode {
         PackageMode::Download { url } => PackageSource::Download { url: url.clone() },
         PackageMode::Offline { dir } => PackageSource::Offline { dir: dir.clone() },
@@ -519,13 +543,26 @@ fn stage_packages(staging: &plan::StagingPlan, options: &RunOptions) -> Result<S
         .iter()
         .filter_map(|a| Arch::from_name(a))
         .collect();
-    settings.require_checksum = options.require_checksum;
+    settings.pins = staging
+        .pins
+        .iter()
+        .map(|(arch, pin)| {
+            let pin = Pin {
+                digest: pin.digest.clone(),
+                source: format!(
+                    "keadm.download.sha512.{arch} ({}:{})",
+                    config_path.display(),
+                    pin.pos
+                ),
+            };
+            (*arch, pin)
+        })
+        .collect();
+    settings.allow_unverified = staging.allow_unverified;
+    settings.insecure_http = staging.insecure_http;
+    settings.max_package_bytes = staging.max_package_bytes;
     settings.progress = std::io::stderr().is_terminal() && options.verbosity != Verbosity::Quiet;
-    let stager = Stager::open(settings).map_err(|e| Error::Stage(e.to_string()))?;
-    stager
-        .stage_all()
-        .map_err(|e| Error::Stage(e.to_string()))?;
-    Ok(stager)
+    settings
 }
 
 fn staged_packages(stager: &Stager) -> Vec<StagedPackage> {

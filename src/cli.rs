@@ -126,9 +126,25 @@ struct BatchArgs {
     #[arg(long, help_heading = "Policy")]
     reset_first: bool,
 
-    /// Refuse keadm packages from a mirror that publishes no checksum files.
+    /// No effect, kept for old scripts: a keadm package with neither a checksum file nor a
+    /// keadm.download.sha512 pin is always refused now (see --allow-unverified).
     #[arg(long, help_heading = "Policy")]
     require_checksum: bool,
+
+    /// Use a keadm package that has neither a checksum file nor a keadm.download.sha512
+    /// pin, with a warning, marked unverified in the summary.
+    #[arg(long, conflicts_with = "require_checksum", help_heading = "Policy")]
+    allow_unverified: bool,
+
+    /// Download arches without a keadm.download.sha512 pin from an http:// download.url,
+    /// although anyone on the network path could swap the package and its checksum file.
+    #[arg(long, help_heading = "Policy")]
+    insecure_http: bool,
+
+    /// The largest keadm package to download, and the most its unpacked files may hold:
+    /// bytes, or a number with KiB, MiB or GiB (default 512MiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Policy")]
+    max_package_bytes: Option<u64>,
 
     /// Hash the keadm binary on the node instead of trusting the sidecar we wrote.
     #[arg(long, help_heading = "Policy")]
@@ -221,6 +237,32 @@ fn parse_shard(text: &str) -> Result<Shard, String> {
     Ok(Shard { index, count })
 }
 
+/// `--max-package-bytes`: `536870912`, `512MiB`, `1GiB`, `64KiB`.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits = text.len() - text.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let (number, unit) = text.split_at(digits);
+    let shift = match unit.trim() {
+        "" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        other => {
+            return Err(format!(
+                "`{other}` is not a size unit; write bytes, or a number with KiB, MiB or GiB"
+            ));
+        }
+    };
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size such as 512MiB"))?;
+    match number.checked_mul(1 << shift) {
+        Some(0) => Err("the size must be at least 1 byte".to_string()),
+        Some(bytes) => Ok(bytes),
+        None => Err(format!("`{text}` is too large")),
+    }
+}
+
 /// Writes the completion script for `shell` (a name `Command::Completions` carries).
 pub fn write_completions(shell: &str, out: &mut dyn std::io::Write) -> Result<(), String> {
     let shell: clap_complete::Shell = shell.parse().map_err(|e: String| e)?;
@@ -269,6 +311,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         }
         None => {}
     }
+    // --require-checksum asked for what is now the default; it stays accepted so scripts
+    // written for it keep working.
+    let _ = batch.require_checksum;
     let Some(config) = batch.config else {
         let mut cmd = command();
         return Err(cmd.error(
@@ -294,7 +339,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             PolicyArg::Off => HostKeyPolicy::Off,
         }),
         known_hosts: batch.known_hosts,
-        require_checksum: batch.require_checksum,
+        allow_unverified: batch.allow_unverified,
+        insecure_http: batch.insecure_http,
+        max_package_bytes: batch.max_package_bytes,
         preflight: match batch.preflight {
             PreflightArg::Off => PreflightMode::Off,
             PreflightArg::Warn => PreflightMode::Warn,
@@ -375,6 +422,26 @@ mod tests {
     fn missing_config_is_a_usage_error() {
         let err = run(&["k", "batch"]).unwrap_err();
         assert!(err.to_string().contains("config file is required"));
+    }
+
+    #[test]
+    fn package_sizes_take_binary_units() {
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert!(parse_size("0").is_err());
+        assert!(
+            parse_size("12MB")
+                .unwrap_err()
+                .contains("`MB` is not a size unit")
+        );
+        assert!(parse_size("MiB").is_err());
+        assert!(
+            parse_size("99999999999999GiB")
+                .unwrap_err()
+                .contains("too large")
+        );
     }
 
     #[test]

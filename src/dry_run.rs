@@ -4,7 +4,8 @@ use std::fmt::Write;
 
 use crate::config::{AuthSpec, PackageMode, SshSpec};
 use crate::options::Shard;
-use crate::plan::{KeadmSource, NodePlan, Plan, display_address};
+use crate::plan::{KeadmSource, NodePlan, Plan, StagingPlan, display_address};
+use crate::stage::is_plain_http;
 
 /// The whole plan as text.
 pub fn render(plan: &Plan) -> String {
@@ -39,6 +40,12 @@ pub fn render(plan: &Plan) -> String {
                 staging.version,
                 staging.base_dir.display()
             );
+            let _ = writeln!(out, "  verify:      {}", verification(staging));
+            let _ = writeln!(
+                out,
+                "  size limit:  {} per download and per unpacked package",
+                size(staging.max_package_bytes)
+            );
         }
         None => {
             let _ = writeln!(
@@ -52,6 +59,40 @@ pub fn render(plan: &Plan) -> String {
         render_node(&mut out, node);
     }
     out
+}
+
+/// How packages are verified: pins first, then checksum files, and what is accepted.
+fn verification(staging: &StagingPlan) -> String {
+    let checksum = if staging.allow_unverified {
+        "the release's checksum file, or none (used unverified: --allow-unverified)"
+    } else {
+        "the release's checksum file, required"
+    };
+    let mut text = if staging.pins.is_empty() {
+        checksum.to_string()
+    } else {
+        let pinned: Vec<&str> = staging.pins.keys().map(|arch| arch.as_str()).collect();
+        format!(
+            "sha512 pinned for {} (keadm.download.sha512); other arches: {checksum}",
+            pinned.join(", ")
+        )
+    };
+    let plain_http =
+        matches!(&staging.mode, PackageMode::Download { url: Some(url) } if is_plain_http(url));
+    if plain_http && staging.insecure_http {
+        text.push_str("; plain HTTP accepted (--insecure-http)");
+    }
+    text
+}
+
+/// `512 MiB`, or bytes when not a whole number of MiB.
+fn size(bytes: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    if bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 /// `2/4 (the nodes whose sha256(nodeName) mod 4 is 1)`.

@@ -82,7 +82,12 @@ pub struct RunOptions {
     pub connect_timeout_seconds: Option<u64>,
     pub host_key_policy: Option<HostKeyPolicy>,
     pub known_hosts: Option<PathBuf>,
-    pub require_checksum: bool,
+    /// Use a package with neither a checksum file nor a pin, marked unverified.
+    pub allow_unverified: bool,
+    /// Download arches without a pin from an `http://` `keadm.download.url`.
+    pub insecure_http: bool,
+    /// The largest download and unpacked package, in bytes; `None` is the default.
+    pub max_package_bytes: Option<u64>,
     pub preflight: PreflightMode,
     pub preflight_only: bool,
     pub reset_first: bool,

@@ -2,14 +2,17 @@
 //! directories, the exact remote command, deadlines and the secrets to mask. This is what
 //! `--dry-run` prints and what the pool executes.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::config::{Config, CopyFile, HostKeyPolicy, NodeSpec, PackageMode, SshSpec};
+use crate::arch::Arch;
+use crate::config::{
+    Config, CopyFile, HostKeyPolicy, NodeSpec, PackageMode, PinnedDigest, SshSpec,
+};
 use crate::keadm_cmd::KeadmCommand;
 use crate::options::{RunOptions, Shard};
 use crate::redact::Redactor;
@@ -114,6 +117,14 @@ pub struct StagingPlan {
     pub mode: PackageMode,
     pub arch_group: Vec<String>,
     pub base_dir: PathBuf,
+    /// `keadm.download.sha512`.
+    pub pins: BTreeMap<Arch, PinnedDigest>,
+    /// `--allow-unverified`.
+    pub allow_unverified: bool,
+    /// `--insecure-http`.
+    pub insecure_http: bool,
+    /// `--max-package-bytes`, or the default.
+    pub max_package_bytes: u64,
 }
 
 /// Why no plan could be made from a valid config and these options.
@@ -151,6 +162,12 @@ pub fn build(
             mode: config.package_mode.clone(),
             arch_group: config.arch_group.clone(),
             base_dir: options.staging_dir.clone().unwrap_or(default_base),
+            pins: config.sha512_pins.clone(),
+            allow_unverified: options.allow_unverified,
+            insecure_http: options.insecure_http,
+            max_package_bytes: options
+                .max_package_bytes
+                .unwrap_or(crate::stage::DEFAULT_MAX_PACKAGE_BYTES),
         });
     let known_hosts = options.known_hosts.clone().unwrap_or_else(|| {
         home.unwrap_or_else(|| PathBuf::from("/root"))

@@ -6,6 +6,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+use common::fake_release::FakeRelease;
+use common::http_server::{HttpServer, Route};
 use common::test::{Test, golden};
 
 fn fixtures() -> &'static Path {
@@ -322,4 +324,297 @@ fn completions_and_man_page_cover_every_flag() {
         "the man page documents batch's flags"
     );
     Test::new().args(&["completions", "tcsh"]).run().status(2);
+}
+
+// Staging rules, checked through the binary for their exit codes. The one node listens
+// nowhere (127.0.0.1:1): these runs end at staging or before, or fail the node at once.
+
+const VERSION: &str = "v1.23.1";
+const WRONG_DIGEST: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// A config staging keadm for amd64, with `keadm_extra` under `keadm:` from line 4 on.
+fn staging_config(keadm_extra: &str) -> String {
+    format!(
+        "keadm:\n  keadmVersion: {VERSION}\n  archGroup: [amd64]\n{keadm_extra}retries: 0\nnodes:\n  - nodeName: edge-a\n    keadmCmd: reset\n    ssh: {{ip: 127.0.0.1, port: 1, username: root, auth: {{type: agent}}}}\n"
+    )
+}
+
+/// `download:` with `url` and, when given, an amd64 pin on line 7, column 14.
+fn download_yaml(url: &str, pin: Option<&str>) -> String {
+    let mut yaml = format!("  download:\n    url: {url}\n");
+    if let Some(pin) = pin {
+        yaml.push_str(&format!("    sha512:\n      amd64: {pin}\n"));
+    }
+    yaml
+}
+
+/// Serves the amd64 release (without its checksum file) under `/kubeedge`.
+fn publish(server: &HttpServer) -> common::fake_release::Built {
+    let release = FakeRelease::new(VERSION, "amd64");
+    let built = release.build();
+    server.route(
+        &format!("/kubeedge/{}", release.file_name()),
+        Route::ok(built.bytes.clone()),
+    );
+    built
+}
+
+fn staging_args() -> [&'static str; 5] {
+    ["batch", "-c", "config.yaml", "--staging-dir", "staging"]
+}
+
+#[test]
+fn a_plain_http_mirror_without_pins_is_refused_before_any_download() {
+    let server = HttpServer::start();
+    publish(&server);
+    let url = server.url("/kubeedge");
+    let config = staging_config(&download_yaml(&url, None));
+    for extra in [&[][..], &["--dry-run"][..]] {
+        let out = Test::new()
+            .config(&config)
+            .args(&staging_args())
+            .args(extra)
+            .run()
+            .status(2)
+            .stderr_has(&format!("keadm.download.url {url} is plain HTTP"))
+            .stderr_has("keadm.download.sha512 (for amd64)")
+            .stderr_has("--insecure-http");
+        assert!(!out.path("staging").exists(), "nothing staged");
+        assert!(!out.path("batch_process_log.txt").exists());
+    }
+    assert_eq!(server.total_hits(), 0, "nothing was downloaded");
+    // A pin is one way out.
+    let built = FakeRelease::new(VERSION, "amd64").build();
+    Test::new()
+        .config(&staging_config(&download_yaml(&url, Some(&built.sha512))))
+        .args(&staging_args())
+        .args(&["--dry-run"])
+        .run()
+        .status(0)
+        .stdout_has("  verify:      sha512 pinned for amd64 (keadm.download.sha512); other arches: the release's checksum file, required\n");
+    // --insecure-http, for a trusted network, the other.
+    Test::new()
+        .config(&config)
+        .args(&staging_args())
+        .args(&["--dry-run", "--insecure-http"])
+        .run()
+        .status(0)
+        .stdout_has("plain HTTP accepted (--insecure-http)");
+}
+
+#[test]
+fn a_plain_http_mirror_with_a_wrong_pin_fails_staging_with_exit_3() {
+    let server = HttpServer::start();
+    let built = publish(&server);
+    let url = server.url("/kubeedge");
+    let out = Test::new()
+        .config(&staging_config(&download_yaml(&url, Some(WRONG_DIGEST))))
+        .args(&staging_args())
+        .run()
+        .status(3)
+        .stderr_has(&built.sha512)
+        .stderr_has(WRONG_DIGEST)
+        .stderr_has("keadm.download.sha512.amd64 (config.yaml:7:14)")
+        .stderr_has(&format!("{url}/keadm-v1.23.1-linux-amd64.tar.gz"));
+    assert!(
+        !out.path("batch_process_log.txt").exists(),
+        "no node was touched"
+    );
+}
+
+#[test]
+fn an_https_mirror_with_a_wrong_pin_fails_staging_with_exit_3() {
+    let server = HttpServer::start_tls();
+    let built = publish(&server);
+    let url = server.url("/kubeedge");
+    let cert = server.certificate().display().to_string();
+    let out = Test::new()
+        .config(&staging_config(&download_yaml(&url, Some(WRONG_DIGEST))))
+        .env("SSL_CERT_FILE", &cert)
+        .args(&staging_args())
+        .run()
+        .status(3)
+        .stderr_has(&built.sha512)
+        .stderr_has(WRONG_DIGEST)
+        .stderr_has("keadm.download.sha512.amd64 (config.yaml:7:14)");
+    assert!(
+        !out.path("batch_process_log.txt").exists(),
+        "no node was touched"
+    );
+    assert_eq!(
+        server.hits("/kubeedge/keadm-v1.23.1-linux-amd64.tar.gz"),
+        1,
+        "the download went through TLS"
+    );
+}
+
+#[test]
+fn an_https_mirror_that_redirects_to_plain_http_is_refused() {
+    let plain = HttpServer::start();
+    publish(&plain);
+    let tarball = "/kubeedge/keadm-v1.23.1-linux-amd64.tar.gz";
+    let checksum = "/kubeedge/checksum_keadm-v1.23.1-linux-amd64.tar.gz.txt";
+    let built = FakeRelease::new(VERSION, "amd64").build();
+    plain.route(checksum, Route::ok(format!("{}\n", built.sha512)));
+    let tls = HttpServer::start_tls();
+    tls.route(tarball, Route::redirect(&plain.url(tarball)));
+    tls.route(checksum, Route::redirect(&plain.url(checksum)));
+    let cert = tls.certificate().display().to_string();
+    let config = staging_config(&download_yaml(&tls.url("/kubeedge"), None));
+
+    let out = Test::new()
+        .config(&config)
+        .env("SSL_CERT_FILE", &cert)
+        .args(&staging_args())
+        .run()
+        .status(3)
+        .stderr_has(&format!(
+            "Downloading {} was redirected to {}, which is plain HTTP",
+            tls.url(tarball),
+            plain.url(tarball)
+        ))
+        .stderr_has("--insecure-http");
+    assert!(
+        !out.path("batch_process_log.txt").exists(),
+        "no node was touched"
+    );
+    // A pin vouches for the bytes whatever way they came.
+    let pinned = staging_config(&download_yaml(&tls.url("/kubeedge"), Some(&built.sha512)));
+    Test::new()
+        .config(&pinned)
+        .env("SSL_CERT_FILE", &cert)
+        .args(&staging_args())
+        .run()
+        .status(1)
+        .stderr_lacks("plain HTTP");
+}
+
+/// Writes the amd64 release into `packages/amd64/` of `test`, without a checksum file.
+fn offline_package(test: Test) -> (Test, common::fake_release::Built) {
+    let release = FakeRelease::new(VERSION, "amd64");
+    let built = release.build();
+    let dir = test.path().join("packages/amd64");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(release.file_name()), &built.bytes).unwrap();
+    (test, built)
+}
+
+const OFFLINE: &str = "  download:\n    enable: false\n    sha512:\n      amd64: PIN\n  offlinePackageDir: packages\n";
+
+#[test]
+fn an_offline_package_with_a_wrong_pin_fails_staging_with_exit_3() {
+    let (test, built) = offline_package(Test::new());
+    let out = test
+        .config(&staging_config(&OFFLINE.replace("PIN", WRONG_DIGEST)))
+        .args(&staging_args())
+        .run()
+        .status(3)
+        .stderr_has(&built.sha512)
+        .stderr_has(WRONG_DIGEST)
+        .stderr_has("keadm.download.sha512.amd64 (config.yaml:7:14)")
+        .stderr_has("packages/amd64/keadm-v1.23.1-linux-amd64.tar.gz");
+    assert!(
+        !out.path("batch_process_log.txt").exists(),
+        "no node was touched"
+    );
+}
+
+#[test]
+fn a_package_without_checksum_file_or_pin_needs_allow_unverified() {
+    let offline = "  download:\n    enable: false\n  offlinePackageDir: packages\n";
+    // Refused by default, and with the old --require-checksum, which is now the default.
+    for extra in [&[][..], &["--require-checksum"][..]] {
+        let (test, _) = offline_package(Test::new());
+        test.config(&staging_config(offline))
+            .args(&staging_args())
+            .args(extra)
+            .run()
+            .status(3)
+            .stderr_has("There is no checksum file at ")
+            .stderr_has("checksum_keadm-v1.23.1-linux-amd64.tar.gz.txt")
+            .stderr_has("--allow-unverified");
+    }
+    // Accepted with a warning, and marked unverified; the node then fails to connect.
+    let (test, built) = offline_package(Test::new());
+    let out = test
+        .config(&staging_config(offline))
+        .args(&staging_args())
+        .args(&["--allow-unverified"])
+        .run()
+        .status(1)
+        .stderr_has("warning: there is no checksum file at ")
+        .stderr_has("unverified (--allow-unverified)");
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path("batch_runs/latest/summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["packages"][0]["verified"], false, "{summary}");
+    assert_eq!(
+        summary["packages"][0]["tarball_sha512"],
+        built.sha512.as_str()
+    );
+}
+
+#[test]
+fn require_checksum_is_kept_but_contradicts_allow_unverified() {
+    Test::new()
+        .config(TWO_NODES)
+        .args(&[
+            "batch",
+            "-c",
+            "config.yaml",
+            "--dry-run",
+            "--require-checksum",
+        ])
+        .run()
+        .status(0);
+    Test::new()
+        .config(TWO_NODES)
+        .args(&[
+            "batch",
+            "-c",
+            "config.yaml",
+            "--dry-run",
+            "--require-checksum",
+            "--allow-unverified",
+        ])
+        .run()
+        .status(2)
+        .stderr_has("cannot be used with");
+}
+
+#[test]
+fn max_package_bytes_shows_in_the_plan() {
+    Test::new()
+        .config(TWO_NODES)
+        .args(&["batch", "-c", "config.yaml", "--dry-run"])
+        .run()
+        .status(0)
+        .stdout_has("  size limit:  512 MiB per download and per unpacked package\n");
+    Test::new()
+        .config(TWO_NODES)
+        .args(&[
+            "batch",
+            "-c",
+            "config.yaml",
+            "--dry-run",
+            "--max-package-bytes",
+            "64MiB",
+        ])
+        .run()
+        .status(0)
+        .stdout_has("  size limit:  64 MiB per download and per unpacked package\n");
+    Test::new()
+        .config(TWO_NODES)
+        .args(&[
+            "batch",
+            "-c",
+            "config.yaml",
+            "--dry-run",
+            "--max-package-bytes",
+            "12MB",
+        ])
+        .run()
+        .status(2)
+        .stderr_has("`MB` is not a size unit");
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::fake_release::{Built, FakeRelease};
 use common::http_server::{HttpServer, Route};
 use keadm_batch::arch::Arch;
-use keadm_batch::stage::{PackageSource, StageError, StageSettings, Stager};
+use keadm_batch::stage::{PackageSource, Pin, StageError, StageSettings, Stager};
 
 const VERSION: &str = "v1.21.0";
 const MIRROR: &str = "/mirror/kubeedge";
@@ -45,6 +45,9 @@ impl Env {
         settings.base_dir = self.base();
         settings.arch_group = arch_group.to_vec();
         settings.retry_base_delay = Duration::from_millis(5);
+        // The loopback mirror is plain HTTP; most tests here are about downloads, caches and
+        // checksum files, not about that rule, which its own tests switch back on.
+        settings.insecure_http = true;
         settings
     }
 
@@ -349,10 +352,12 @@ fn a_cached_tarball_without_its_checksum_file_costs_one_checksum_request() {
 }
 
 #[test]
-fn a_mirror_without_checksum_files_gives_an_unverified_binary() {
+fn with_allow_unverified_a_mirror_without_checksum_files_gives_an_unverified_binary() {
     let env = Env::new();
     let built = env.publish(&release("amd64"), false);
-    let stager = env.open(&[Arch::Amd64]);
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings.allow_unverified = true;
+    let stager = Stager::open(settings).unwrap();
 
     let staged = stager.for_node(Arch::Amd64).unwrap();
     assert!(!staged.verified);
@@ -366,18 +371,224 @@ fn a_mirror_without_checksum_files_gives_an_unverified_binary() {
 }
 
 #[test]
-fn a_mirror_without_checksum_files_is_fatal_with_require_checksum() {
+fn a_mirror_without_checksum_files_is_fatal_by_default() {
     let env = Env::new();
     env.publish(&release("amd64"), false);
-    let mut settings = env.settings(&[Arch::Amd64]);
-    settings.require_checksum = true;
-    let stager = Stager::open(settings).unwrap();
+    let stager = env.open(&[Arch::Amd64]);
 
     let err = expect_err(stager.for_node(Arch::Amd64));
     assert!(err.contains(&env.checksum_url("amd64")), "{err}");
-    assert!(err.contains("--require-checksum"), "{err}");
+    assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+    // The two ways out: a pin, or accepting an unverified package.
+    assert!(err.contains("keadm.download.sha512.amd64"), "{err}");
+    assert!(err.contains("--allow-unverified"), "{err}");
     assert!(names(&env.package_dir("amd64")).is_empty());
     assert!(names(&env.bin_dir("amd64")).is_empty());
+}
+
+/// A pin as the app builds it from the config.
+fn pin(digest: &str, arch: &str) -> Pin {
+    Pin {
+        digest: digest.to_string(),
+        source: format!("keadm.download.sha512.{arch} (config.yaml:5:14)"),
+    }
+}
+
+const WRONG_DIGEST: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+#[test]
+fn a_pinned_package_over_plain_http_is_staged_without_a_checksum_file() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), false);
+    let mut settings = env.settings(&[Arch::Amd64]);
+    // The pin alone makes the plain-HTTP mirror acceptable.
+    settings.insecure_http = false;
+    settings
+        .pins
+        .insert(Arch::Amd64, pin(&built.sha512, "amd64"));
+    let stager = Stager::open(settings).unwrap();
+
+    let staged = stager.stage_all().unwrap();
+    assert!(staged[0].verified);
+    assert_eq!(staged[0].tarball_sha512, built.sha512);
+    assert_eq!(staged[0].binary_sha256, built.binary_sha256);
+    assert_eq!(
+        env.checksum_hits("amd64"),
+        1,
+        "the mirror's file is still asked for"
+    );
+    // The digest it was verified with is cached beside it, as a checksum file would be.
+    assert_eq!(
+        names(&env.package_dir("amd64")),
+        [
+            "checksum_keadm-v1.21.0-linux-amd64.tar.gz.txt",
+            "keadm-v1.21.0-linux-amd64.tar.gz"
+        ]
+    );
+}
+
+#[test]
+fn a_download_that_does_not_match_its_pin_is_refused_and_not_cached() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), false);
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings
+        .pins
+        .insert(Arch::Amd64, pin(WRONG_DIGEST, "amd64"));
+    let stager = Stager::open(settings).unwrap();
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&built.sha512), "actual digest: {err}");
+    assert!(err.contains(WRONG_DIGEST), "pinned digest: {err}");
+    assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+    assert!(
+        err.contains("keadm.download.sha512.amd64 (config.yaml:5:14)"),
+        "{err}"
+    );
+    assert!(names(&env.package_dir("amd64")).is_empty());
+    assert!(names(&env.bin_dir("amd64")).is_empty());
+}
+
+#[test]
+fn a_checksum_file_that_disagrees_with_the_pin_is_an_error() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), false);
+    let other = "fedcba9876543210".repeat(8);
+    env.server.route(
+        &Env::checksum_path("amd64"),
+        Route::ok(format!("{other}\n")),
+    );
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings
+        .pins
+        .insert(Arch::Amd64, pin(&built.sha512, "amd64"));
+    let stager = Stager::open(settings).unwrap();
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&built.sha512), "pinned digest: {err}");
+    assert!(err.contains(&other), "the file's digest: {err}");
+    assert!(err.contains(&env.checksum_url("amd64")), "{err}");
+    assert!(
+        err.contains("keadm.download.sha512.amd64 (config.yaml:5:14)"),
+        "{err}"
+    );
+    assert!(names(&env.package_dir("amd64")).is_empty());
+    assert!(names(&env.bin_dir("amd64")).is_empty());
+}
+
+#[test]
+fn a_cached_tarball_is_checked_against_the_pin() {
+    let env = Env::new();
+    let built = env.publish(&release("amd64"), true);
+    env.open(&[Arch::Amd64]).stage_all().unwrap();
+    env.server.remove(&Env::checksum_path("amd64"));
+    let hits = env.server.total_hits();
+
+    // The right pin: the cache is used as it is, without a request.
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings
+        .pins
+        .insert(Arch::Amd64, pin(&built.sha512, "amd64"));
+    let staged = Stager::open(settings).unwrap().stage_all().unwrap();
+    assert!(staged[0].verified);
+    assert_eq!(env.server.total_hits(), hits);
+
+    // A pin the cached tarball does not match: it is not used, and the fresh download
+    // (the same bytes) is refused too.
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings
+        .pins
+        .insert(Arch::Amd64, pin(WRONG_DIGEST, "amd64"));
+    let err = expect_err(Stager::open(settings).unwrap().for_node(Arch::Amd64));
+    assert!(err.contains(WRONG_DIGEST), "{err}");
+    assert!(err.contains(&built.sha512), "{err}");
+    assert_eq!(env.tarball_hits("amd64"), 2);
+    assert!(names(&env.package_dir("amd64")).is_empty());
+}
+
+/// `len` bytes that gzip cannot shrink.
+fn incompressible(len: usize) -> Vec<u8> {
+    use sha2::{Digest, Sha512};
+    let mut bytes = Vec::with_capacity(len + 64);
+    let mut block = Sha512::digest(b"seed").to_vec();
+    while bytes.len() < len {
+        block = Sha512::digest(&block).to_vec();
+        bytes.extend_from_slice(&block);
+    }
+    bytes.truncate(len);
+    bytes
+}
+
+const LIMIT: u64 = 64 * 1024;
+
+#[test]
+fn a_download_larger_than_the_limit_is_stopped_and_leaves_nothing() {
+    for announced in [true, false] {
+        let env = Env::new();
+        let big = release("amd64").with_binary(&incompressible(256 * 1024));
+        let built = env.publish(&big, true);
+        assert!(built.bytes.len() as u64 > 2 * LIMIT);
+        if !announced {
+            env.server.route(
+                &Env::tarball_path("amd64"),
+                Route::ok(built.bytes.clone()).without_length(),
+            );
+        }
+        let mut settings = env.settings(&[Arch::Amd64]);
+        settings.max_package_bytes = LIMIT;
+        let stager = Stager::open(settings).unwrap();
+
+        let err = expect_err(stager.for_node(Arch::Amd64));
+        assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+        assert!(err.contains("The limit is 65536 bytes"), "{err}");
+        assert!(err.contains("--max-package-bytes"), "{err}");
+        if announced {
+            let size = built.bytes.len();
+            assert!(err.contains(&format!("announces {size} bytes")), "{err}");
+        } else {
+            assert!(err.contains("stopped at 65536 bytes"), "{err}");
+        }
+        assert_eq!(env.tarball_hits("amd64"), 1, "a size limit is not retried");
+        assert!(
+            names(&env.package_dir("amd64")).is_empty(),
+            "no partial file"
+        );
+        assert!(names(&env.bin_dir("amd64")).is_empty());
+    }
+}
+
+#[test]
+fn a_tarball_that_unpacks_beyond_the_limit_is_refused_and_leaves_nothing() {
+    // 256 KiB of zeros gzip to a few hundred bytes: the download is well under the limit.
+    let bomb = release("amd64").with_binary(&vec![0u8; 256 * 1024]);
+    let env = Env::new();
+    let built = env.publish(&bomb, true);
+    assert!((built.bytes.len() as u64) < LIMIT / 8);
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings.max_package_bytes = LIMIT;
+    let stager = Stager::open(settings).unwrap();
+
+    let err = expect_err(stager.for_node(Arch::Amd64));
+    assert!(err.contains(&env.tarball_url("amd64")), "{err}");
+    assert!(
+        err.contains("\"keadm-v1.21.0-linux-amd64/keadm/keadm\""),
+        "the entry that crosses the limit: {err}"
+    );
+    assert!(err.contains("65536 bytes"), "{err}");
+    assert!(err.contains("--max-package-bytes"), "{err}");
+    assert!(names(&env.package_dir("amd64")).is_empty());
+    assert!(
+        names(&env.bin_dir("amd64")).is_empty(),
+        "no scratch dir left"
+    );
+
+    // Offline packages are held to the same limit.
+    let (tmp, packages, mut settings) = offline_env(&[Arch::Amd64]);
+    place_offline(&packages, &bomb, Some(&built.sha512));
+    settings.max_package_bytes = LIMIT;
+    let err = expect_err(Stager::open(settings).unwrap().for_node(Arch::Amd64));
+    assert!(err.contains("--max-package-bytes"), "{err}");
+    assert!(names(&tmp.path().join("keadm/bin/amd64")).is_empty());
 }
 
 #[test]
@@ -444,10 +655,11 @@ fn place_offline(
 
 #[test]
 fn offline_packages_are_verified_and_extracted_into_bin() {
-    let (tmp, packages, settings) = offline_env(&[Arch::Amd64, Arch::Arm64]);
+    let (tmp, packages, mut settings) = offline_env(&[Arch::Amd64, Arch::Arm64]);
     let amd64 = release("amd64").build();
     let (_, amd64_path) = place_offline(&packages, &release("amd64"), Some(&amd64.sha512));
     let (arm64, arm64_path) = place_offline(&packages, &release("arm64"), None);
+    settings.allow_unverified = true;
     let stager = Stager::open(settings).unwrap();
 
     let staged = stager.stage_all().unwrap();
@@ -500,6 +712,56 @@ fn an_offline_checksum_mismatch_is_refused() {
 }
 
 #[test]
+fn an_offline_package_without_a_checksum_file_needs_a_pin_or_allow_unverified() {
+    let (_tmp, packages, settings) = offline_env(&[Arch::Amd64]);
+    let (built, path) = place_offline(&packages, &release("amd64"), None);
+    let checksum = packages.join("amd64/checksum_keadm-v1.21.0-linux-amd64.tar.gz.txt");
+
+    let err = expect_err(
+        Stager::open(settings.clone())
+            .unwrap()
+            .for_node(Arch::Amd64),
+    );
+    assert!(err.contains(&checksum.display().to_string()), "{err}");
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert!(err.contains("keadm.download.sha512.amd64"), "{err}");
+    assert!(err.contains("--allow-unverified"), "{err}");
+
+    let mut pinned = settings.clone();
+    pinned.pins.insert(Arch::Amd64, pin(&built.sha512, "amd64"));
+    let staged = Stager::open(pinned).unwrap().for_node(Arch::Amd64).unwrap();
+    assert!(staged.verified);
+
+    let mut allowed = settings;
+    allowed.allow_unverified = true;
+    let staged = Stager::open(allowed)
+        .unwrap()
+        .for_node(Arch::Amd64)
+        .unwrap();
+    assert!(!staged.verified);
+    assert_eq!(staged.binary_sha256, built.binary_sha256);
+}
+
+#[test]
+fn an_offline_package_that_does_not_match_its_pin_is_refused() {
+    let (tmp, packages, mut settings) = offline_env(&[Arch::Amd64]);
+    let (built, path) = place_offline(&packages, &release("amd64"), None);
+    settings
+        .pins
+        .insert(Arch::Amd64, pin(WRONG_DIGEST, "amd64"));
+
+    let err = expect_err(Stager::open(settings).unwrap().for_node(Arch::Amd64));
+    assert!(err.contains(&built.sha512), "{err}");
+    assert!(err.contains(WRONG_DIGEST), "{err}");
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert!(
+        err.contains("keadm.download.sha512.amd64 (config.yaml:5:14)"),
+        "{err}"
+    );
+    assert!(names(&tmp.path().join("keadm/bin/amd64")).is_empty());
+}
+
+#[test]
 fn download_mode_stages_an_arch_outside_the_arch_group_on_demand() {
     let env = Env::new();
     env.publish(&release("amd64"), true);
@@ -521,6 +783,78 @@ fn download_mode_stages_an_arch_outside_the_arch_group_on_demand() {
             .ends_with("bin/arm64/keadm-v1.21.0-linux-arm64/keadm/keadm")
     );
     assert_eq!(env.tarball_hits("arm64"), 1);
+}
+
+#[test]
+fn a_plain_http_mirror_needs_a_pin_for_every_arch_staged_up_front() {
+    let env = Env::new();
+    let amd64 = env.publish(&release("amd64"), true);
+    env.publish(&release("arm64"), true);
+    let mut settings = env.settings(&[Arch::Amd64, Arch::Arm64]);
+    settings.insecure_http = false;
+    settings
+        .pins
+        .insert(Arch::Amd64, pin(&amd64.sha512, "amd64"));
+
+    let err = settings.check_plain_http().unwrap_err().to_string();
+    eprintln!("observed error: {err}");
+    let url = format!("{}/", env.server.url(MIRROR));
+    assert!(
+        err.contains(&format!("keadm.download.url {url} is plain HTTP")),
+        "{err}"
+    );
+    assert!(err.contains("keadm.download.sha512 (for arm64)"), "{err}");
+    assert!(err.contains("--insecure-http"), "{err}");
+    // The stager holds to the rule too, arch by arch, before any request.
+    let stager = Stager::open(settings.clone()).unwrap();
+    let err = match stager.stage_all() {
+        Err(error) => error.to_string(),
+        Ok(_) => panic!("arm64 has no pin"),
+    };
+    assert!(err.contains("(for arm64)"), "{err}");
+    assert_eq!(env.tarball_hits("arm64"), 0);
+    assert_eq!(env.checksum_hits("arm64"), 0);
+    drop(stager);
+
+    // With no arch group and no pin at all, every node would fail: refused up front too.
+    let mut bare = env.settings(&[]);
+    bare.insecure_http = false;
+    let err = bare.check_plain_http().unwrap_err().to_string();
+    assert!(err.contains("(for amd64, arm64, arm)"), "{err}");
+    // --insecure-http accepts the risk.
+    settings.insecure_http = true;
+    settings.check_plain_http().unwrap();
+    bare.insecure_http = true;
+    bare.check_plain_http().unwrap();
+}
+
+#[test]
+fn an_arch_staged_on_demand_from_a_plain_http_mirror_needs_a_pin() {
+    let env = Env::new();
+    let amd64 = env.publish(&release("amd64"), false);
+    let arm64 = env.publish(&release("arm64"), false);
+    let mut settings = env.settings(&[Arch::Amd64]);
+    settings.insecure_http = false;
+    settings
+        .pins
+        .insert(Arch::Amd64, pin(&amd64.sha512, "amd64"));
+    settings.check_plain_http().unwrap();
+    let stager = Stager::open(settings.clone()).unwrap();
+    stager.stage_all().unwrap();
+
+    let err = expect_err(stager.for_node(Arch::Arm64));
+    assert!(err.contains("is plain HTTP"), "{err}");
+    assert!(err.contains("keadm.download.sha512 (for arm64)"), "{err}");
+    assert_eq!(env.tarball_hits("arm64"), 0);
+    drop(stager);
+
+    settings
+        .pins
+        .insert(Arch::Arm64, pin(&arm64.sha512, "arm64"));
+    let stager = Stager::open(settings).unwrap();
+    let staged = stager.for_node(Arch::Arm64).unwrap();
+    assert!(staged.verified);
+    assert_eq!(staged.binary_sha256, arm64.binary_sha256);
 }
 
 #[test]

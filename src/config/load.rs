@@ -28,7 +28,7 @@ const KEADM_KEYS: &[&str] = &[
     "cmdTplArgs",
     "keadmBinDir",
 ];
-const DOWNLOAD_KEYS: &[&str] = &["enable", "url"];
+const DOWNLOAD_KEYS: &[&str] = &["enable", "url", "sha512"];
 const NODE_KEYS: &[&str] = &[
     "nodeName",
     "keadmCmd",
@@ -284,6 +284,9 @@ impl Reader<'_> {
         {
             section.download_enable = self.boolean(&dl, "enable");
             section.download_url = self.string(&dl, "url");
+            if let Some(pins) = dl.get("sha512") {
+                section.download_sha512 = self.string_entries(pins, "keadm.download.sha512");
+            }
         }
         section.keadm_version = self.string(&fields, "keadmVersion");
         section.offline_package_dir = self.string(&fields, "offlinePackageDir");
@@ -325,7 +328,20 @@ impl Reader<'_> {
 
     /// `map[string]string`: keys and scalar values as their literal text; a null value is "".
     fn string_map(&mut self, node: &Node, path: &str) -> BTreeMap<String, Spanned<String>> {
-        let mut map = BTreeMap::new();
+        self.string_entries(node, path)
+            .into_iter()
+            .map(|(key, value)| (key.value, value))
+            .collect()
+    }
+
+    /// Like [`Reader::string_map`], in file order and with each key's position, for maps
+    /// whose keys are judged too (`keadm.download.sha512`).
+    fn string_entries(
+        &mut self,
+        node: &Node,
+        path: &str,
+    ) -> Vec<(Spanned<String>, Spanned<String>)> {
+        let mut found = Vec::new();
         let Node::Map { entries, .. } = node else {
             self.error(
                 node.pos(),
@@ -335,16 +351,15 @@ impl Reader<'_> {
                 ),
                 None,
             );
-            return map;
+            return found;
         };
         for (key, value) in entries {
             let Some(name) = key.key_text() else { continue };
+            let key = Spanned::new(name.to_string(), key.pos());
             match value {
-                v if v.is_null() => {
-                    map.insert(name.to_string(), Spanned::new(String::new(), v.pos()));
-                }
+                v if v.is_null() => found.push((key, Spanned::new(String::new(), v.pos()))),
                 Node::Scalar { value, pos, .. } => {
-                    map.insert(name.to_string(), Spanned::new(value.clone(), *pos));
+                    found.push((key, Spanned::new(value.clone(), *pos)))
                 }
                 other => self.error(
                     other.pos(),
@@ -353,7 +368,7 @@ impl Reader<'_> {
                 ),
             }
         }
-        map
+        found
     }
 
     fn node(&mut self, node: &Node, index: usize) -> RawNode {
@@ -500,6 +515,7 @@ fn elsewhere(key: &str) -> Option<&'static str> {
         "nodeName" | "keadmCmd" | "copyFrom" => "a `nodes` item",
         "ip" | "username" | "port" | "auth" => "a node's `ssh`",
         "keadmVersion" | "archGroup" | "download" | "offlinePackageDir" | "cmdTplArgs" => "`keadm`",
+        "sha512" => "`keadm.download`",
         "password" | "passwordEnv" => "`passwordAuth`",
         "privateKeyPath" => "`privateKeyAuth`",
         "maxRunNum" => "the top level",

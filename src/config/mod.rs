@@ -11,7 +11,9 @@ pub mod yaml;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use validate::{AuthSpec, Config, CopyFile, HostKeyPolicy, NodeSpec, PackageMode, SshSpec};
+pub use validate::{
+    AuthSpec, Config, CopyFile, HostKeyPolicy, NodeSpec, PackageMode, PinnedDigest, SshSpec,
+};
 use yaml::Pos;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -48,6 +48,8 @@ pub struct RawConfig {
 pub struct KeadmSection {
     pub download_enable: Option<Spanned<bool>>,
     pub download_url: Option<Spanned<String>>,
+    /// `download.sha512`: arch name -> digest, in file order (keys are judged too).
+    pub download_sha512: Vec<(Spanned<String>, Spanned<String>)>,
     pub keadm_version: Option<Spanned<String>>,
     pub arch_group: Vec<Spanned<String>>,
     pub offline_package_dir: Option<Spanned<String>>,

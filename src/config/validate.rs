@@ -11,6 +11,7 @@ use super::schema::*;
 use super::template::{self, Lookup};
 use super::yaml::Pos;
 use super::{Diagnostic, Severity};
+use crate::arch::Arch;
 use crate::keadm_cmd::KeadmCommand;
 use crate::redact::Secret;
 
@@ -85,6 +86,15 @@ pub enum PackageMode {
     },
 }
 
+/// A tarball digest the operator wrote in `keadm.download.sha512`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PinnedDigest {
+    /// sha512, lowercase hex.
+    pub digest: String,
+    /// Where it was written, so a mismatch can say which line to check.
+    pub pos: Pos,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub path: PathBuf,
@@ -92,6 +102,8 @@ pub struct Config {
     pub keadm_version: Option<String>,
     pub package_mode: PackageMode,
     pub arch_group: Vec<String>,
+    /// `keadm.download.sha512`: digests the tarballs must have, whatever their source.
+    pub sha512_pins: BTreeMap<Arch, PinnedDigest>,
     pub max_run_num: usize,
     pub nodes: Vec<NodeSpec>,
     // Run-wide defaults; `None` means the built-in default applies.
@@ -863,6 +875,7 @@ pub fn validate(
         .any(|n| non_empty(&n.keadm_bin_dir).is_none())
         && global_bin_dir.is_none();
     let (keadm_version, package_mode, arch_group) = staging(&mut v, &raw.keadm, needs_staging);
+    let sha512_pins = sha512_pins(&mut v, &raw.keadm);
 
     if v.diags.iter().any(|d| d.severity == Severity::Error) {
         return None;
@@ -872,6 +885,7 @@ pub fn validate(
         keadm_version,
         package_mode,
         arch_group,
+        sha512_pins,
         max_run_num,
         nodes,
         remote_dir: global_remote_dir,
@@ -956,6 +970,69 @@ fn staging(
         }
     };
     (version, package_mode, arch_group)
+}
+
+/// `keadm.download.sha512`: one digest per release arch, 128 hex characters in any case.
+fn sha512_pins(v: &mut Validator, keadm: &KeadmSection) -> BTreeMap<Arch, PinnedDigest> {
+    let version = keadm
+        .keadm_version
+        .as_ref()
+        .map(|v| v.value.trim())
+        .filter(|v| !v.is_empty())
+        .unwrap_or("<version>");
+    let mut pins = BTreeMap::new();
+    for (arch_name, digest) in &keadm.download_sha512 {
+        let Some(arch) = Arch::from_name(&arch_name.value) else {
+            v.error(
+                Some(arch_name.pos),
+                None,
+                format!(
+                    "keadm.download.sha512 pins a digest for `{}`, for which keadm publishes no build",
+                    arch_name.value
+                ),
+                "name the arch as the release files do: amd64, arm64 or arm (x86_64 is amd64, aarch64 is arm64)",
+            );
+            continue;
+        };
+        let text = digest.value.trim();
+        let problem = if text.is_empty() {
+            Some("is empty".to_string())
+        } else if let Some(bad) = text.chars().find(|c| !c.is_ascii_hexdigit()) {
+            Some(format!("contains `{bad}`, which is not a hex digit"))
+        } else if text.len() != 128 {
+            Some(format!(
+                "is {} hex characters long, but a sha512 digest has 128{}",
+                text.len(),
+                if text.len() == 64 {
+                    " (64 is the length of a sha256)"
+                } else {
+                    ""
+                }
+            ))
+        } else {
+            None
+        };
+        match problem {
+            Some(problem) => v.error(
+                Some(digest.pos),
+                None,
+                format!("keadm.download.sha512.{arch} {problem}"),
+                format!(
+                    "write the sha512 of keadm-{version}-linux-{arch}.tar.gz: the content of the release's checksum_keadm-{version}-linux-{arch}.tar.gz.txt, or the output of `sha512sum` on a tarball you trust"
+                ),
+            ),
+            None => {
+                pins.insert(
+                    arch,
+                    PinnedDigest {
+                        digest: text.to_ascii_lowercase(),
+                        pos: digest.pos,
+                    },
+                );
+            }
+        }
+    }
+    pins
 }
 
 fn collect_auth_secrets(ssh: &SshSpec, out: &mut Vec<Secret>) {
@@ -1074,5 +1151,43 @@ mod tests {
         let (config, diags) = check(&text);
         assert!(diags.is_empty(), "{diags:?}");
         assert!(!config.unwrap().needs_staging());
+    }
+
+    #[test]
+    fn sha512_pins_are_read_in_any_case_and_kept_lowercase() {
+        let text = GOOD.replace(
+            "  keadmVersion: v1.23.1\n",
+            &format!(
+                "  keadmVersion: v1.23.1\n  download:\n    sha512:\n      arm: {}\n      amd64: '{}'\n",
+                "AB".repeat(64),
+                "cd".repeat(64)
+            ),
+        );
+        let (config, diags) = check(&text);
+        assert!(diags.is_empty(), "{diags:?}");
+        let pins = config.unwrap().sha512_pins;
+        assert_eq!(pins.len(), 2);
+        assert_eq!(pins[&Arch::Arm].digest, "ab".repeat(64));
+        assert_eq!(pins[&Arch::Arm].pos.line, 5);
+        assert_eq!(pins[&Arch::Amd64].digest, "cd".repeat(64));
+    }
+
+    #[test]
+    fn an_empty_sha512_pin_is_an_error_at_its_line() {
+        let text = GOOD.replace(
+            "  keadmVersion: v1.23.1\n",
+            "  keadmVersion: v1.23.1\n  download:\n    sha512:\n      arm64:\n",
+        );
+        let (config, diags) = check(&text);
+        assert!(config.is_none());
+        let rendered: Vec<String> = diags
+            .iter()
+            .map(|d| d.render(Path::new("c.yaml")))
+            .collect();
+        assert!(
+            rendered.iter().any(|d| d.starts_with("c.yaml:5:")
+                && d.contains("keadm.download.sha512.arm64 is empty")),
+            "{rendered:?}"
+        );
     }
 }

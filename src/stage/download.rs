@@ -33,6 +33,8 @@ pub(crate) struct Http {
     retries: u32,
     base_delay: Duration,
     progress: bool,
+    /// The most bytes a download may have: a hostile mirror must not fill the disk.
+    max_bytes: u64,
 }
 
 impl Http {
@@ -40,6 +42,7 @@ impl Http {
         retries: u32,
         base_delay: Duration,
         progress: bool,
+        max_bytes: u64,
     ) -> Result<Http, StageError> {
         // Proxy environment variables are honoured by reqwest's default builder.
         let client = Client::builder()
@@ -57,13 +60,19 @@ impl Http {
             retries,
             base_delay,
             progress,
+            max_bytes,
         })
     }
 
-    /// Fetches a small text file. `Ok(None)` when the server answers 404.
-    pub(crate) fn get_text(&self, url: &str) -> Result<Option<String>, StageError> {
+    /// Fetches a small text file. `Ok(None)` when the server answers 404. `plain_http_ok`:
+    /// whether an answer over plain HTTP may be used (see [`Http::send`]).
+    pub(crate) fn get_text(
+        &self,
+        url: &str,
+        plain_http_ok: bool,
+    ) -> Result<Option<String>, StageError> {
         self.with_retries(url, || {
-            let response = match self.send(url)? {
+            let response = match self.send(url, plain_http_ok)? {
                 Some(response) => response,
                 None => return Ok(None),
             };
@@ -79,15 +88,18 @@ impl Http {
     }
 
     /// Downloads `url` into `dest` (created or truncated, mode 0600, never through a
-    /// symlink), fsyncs it, and returns its sha512 in lowercase hex. A 404 is an error here.
+    /// symlink), fsyncs it, and returns its sha512 in lowercase hex. A 404 is an error here,
+    /// and so is a body of more than `max_bytes`, which is refused when announced and cut
+    /// off when not.
     pub(crate) fn download(
         &self,
         url: &str,
         dest: &Path,
         label: &str,
+        plain_http_ok: bool,
     ) -> Result<String, StageError> {
         self.with_retries(url, || {
-            let response = match self.send(url)? {
+            let response = match self.send(url, plain_http_ok)? {
                 Some(response) => response,
                 None => {
                     return Err(Failure::Fatal(StageError::http_status(
@@ -101,8 +113,10 @@ impl Http {
         })
     }
 
-    /// Sends a GET. `Ok(None)` for 404; other non-2xx statuses are failures.
-    fn send(&self, url: &str) -> Result<Option<Response>, Failure> {
+    /// Sends a GET. `Ok(None)` for 404; other non-2xx statuses are failures. Unless
+    /// `plain_http_ok`, an answer that came over plain HTTP is refused: an https mirror
+    /// that redirects to http would otherwise get round the plain-HTTP rule.
+    fn send(&self, url: &str, plain_http_ok: bool) -> Result<Option<Response>, Failure> {
         let response = self.client.get(url).send().map_err(|e| {
             // A malformed URL or a redirect loop fails the same way every time.
             if e.is_builder() || e.is_redirect() {
@@ -114,6 +128,12 @@ impl Http {
                 Failure::Transient(error_chain(&e))
             }
         })?;
+        if !plain_http_ok && response.url().scheme() == "http" {
+            return Err(Failure::Fatal(StageError::RedirectedToPlainHttp {
+                url: url.to_string(),
+                to: response.url().to_string(),
+            }));
+        }
         let status = response.status();
         if status.is_success() {
             Ok(Some(response))
@@ -144,12 +164,29 @@ impl Http {
             .open(dest)
             .map_err(|e| local("create", e))?;
         let total = response.content_length();
+        // The URL that served the bytes, which a redirect may have changed.
+        let url = response.url().to_string();
+        let too_large = |reason: String| {
+            Failure::Fatal(StageError::DownloadTooLarge {
+                url: url.clone(),
+                reason,
+                limit: self.max_bytes,
+            })
+        };
+        if let Some(total) = total
+            && total > self.max_bytes
+        {
+            return Err(too_large(format!("the server announces {total} bytes")));
+        }
         let mut progress = Progress::new(self.progress, label, total);
         let mut hasher = Sha512::new();
         let mut received: u64 = 0;
         let mut buf = vec![0u8; 256 * 1024];
         loop {
-            let n = match response.read(&mut buf) {
+            // One byte past the limit is enough to know the body is too large.
+            let room = (self.max_bytes - received).saturating_add(1);
+            let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            let n = match response.read(&mut buf[..want]) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -161,6 +198,13 @@ impl Http {
                     )));
                 }
             };
+            if received + n as u64 > self.max_bytes {
+                progress.finish();
+                return Err(too_large(format!(
+                    "it sent more than {0} bytes, so the download was stopped at {0} bytes",
+                    self.max_bytes
+                )));
+            }
             hasher.update(&buf[..n]);
             file.write_all(&buf[..n]).map_err(|e| local("write", e))?;
             received += n as u64;

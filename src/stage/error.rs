@@ -77,6 +77,44 @@ pub enum StageError {
     },
 
     #[error(
+        "keadm.download.url {url} is plain HTTP, so anyone on the network path could swap the \
+         keadm package, and the checksum file beside it, that then runs as root on the nodes. \
+         Pin the tarballs' digests in keadm.download.sha512 (for {arches}), use an https:// \
+         mirror, or pass --insecure-http to accept the risk on a network you trust."
+    )]
+    PlainHttp { url: String, arches: String },
+
+    #[error(
+        "Downloading {url} was redirected to {to}, which is plain HTTP, so anyone on the \
+         network path could swap what it returns. Pin the tarballs' digests in \
+         keadm.download.sha512, use a mirror that stays on https://, or pass --insecure-http \
+         to accept the risk on a network you trust."
+    )]
+    RedirectedToPlainHttp { url: String, to: String },
+
+    #[error(
+        "Refusing {url}: {reason}. The limit is {limit} bytes (--max-package-bytes); a keadm \
+         release tarball is about 25 MB, so check keadm.download.url, and raise the limit only \
+         if the package is genuine."
+    )]
+    DownloadTooLarge {
+        url: String,
+        reason: String,
+        limit: u64,
+    },
+
+    #[error(
+        "Refusing to unpack {package}: {reason}. The limit is {limit} bytes \
+         (--max-package-bytes); unpacked, a keadm release holds about 85 MB, so check that \
+         this is keadm's release tarball, and raise the limit only if it is genuine."
+    )]
+    UnpackTooLarge {
+        package: String,
+        reason: String,
+        limit: u64,
+    },
+
+    #[error(
         "The checksum file {source_name} does not hold a sha512 digest (128 hex characters); it \
          reads {content:?}. Check that the mirror serves KubeEdge's checksum files unchanged."
     )]
@@ -88,7 +126,7 @@ pub enum StageError {
     #[error(
         "The sha512 digest of {package} is {actual}, but {checksum_source} expects {expected}. \
          The package is corrupt or was tampered with, so it was not used or cached. Retry, \
-         or check the mirror or offline package."
+         or check the mirror, the offline package or the pinned digest."
     )]
     ChecksumMismatch {
         package: String,
@@ -98,13 +136,28 @@ pub enum StageError {
     },
 
     #[error(
-        "There is no checksum file at {checksum_source}, and --require-checksum is set, so \
-         {package} cannot be verified. Publish the release's checksum file beside the package, \
-         or drop --require-checksum to accept an unverified package."
+        "The checksum file {checksum_source} gives {checksum} as the sha512 digest of \
+         {package}, but {pin_source} pins {pin}. One of them is wrong, so nothing was used or \
+         cached: check the pin against the release's published checksum, and if the pin is \
+         right, the mirror or offline directory holds altered files."
     )]
-    ChecksumRequired {
+    PinConflict {
         package: String,
         checksum_source: String,
+        checksum: String,
+        pin_source: String,
+        pin: String,
+    },
+
+    #[error(
+        "There is no checksum file at {checksum_source}, so {package} cannot be verified. Put \
+         the release's checksum file there, pin the tarball's sha512 in \
+         keadm.download.sha512.{arch}, or pass --allow-unverified to use it unverified."
+    )]
+    ChecksumMissing {
+        package: String,
+        checksum_source: String,
+        arch: Arch,
     },
 
     #[error(

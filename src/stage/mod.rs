@@ -3,16 +3,18 @@
 //!
 //! Layout follows keadm so its caches and ours are interchangeable: tarballs and their
 //! checksum files in `BASE/package/<arch>`, extractions in `BASE/bin/<arch>`. Unlike keadm,
-//! nothing enters the cache unverified by digest when the mirror publishes one, a cache hit
-//! is checked against its checksum file, and the binary is never taken from a directory
-//! another user could write.
+//! every package is checked against a digest (the config's pin, else the release's
+//! checksum file; neither is an error unless the operator accepts unverified packages),
+//! a plain-HTTP mirror is trusted only for pinned arches, downloads and extractions are
+//! size-capped, a cache hit is checked like a download, and the binary is never taken
+//! from a directory another user could write.
 
 mod dirs;
 mod download;
 mod error;
 mod unpack;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,11 @@ pub const DEFAULT_BASE_DIR: &str = "/tmp/kubeedge/keadm";
 /// Extra attempts for transient HTTP failures (product.md: 2 retries, 1 s then 2 s).
 pub const DEFAULT_RETRIES: u32 = 2;
 
+/// The default `--max-package-bytes`: keadm's tarball is about 25 MB and its binary about
+/// 83 MB, so this leaves room for years of growth and still stops a mirror or offline
+/// package that would fill the disk.
+pub const DEFAULT_MAX_PACKAGE_BYTES: u64 = 512 << 20;
+
 /// Where release tarballs come from when the config sets no `download.url`.
 const GITHUB_RELEASES: &str = "https://github.com/kubeedge/kubeedge/releases/download";
 
@@ -44,6 +51,15 @@ pub enum PackageSource {
     Offline { dir: PathBuf },
 }
 
+/// A digest the operator pinned for one arch's tarball.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pin {
+    /// sha512, lowercase hex.
+    pub digest: String,
+    /// Where it was written, for messages: `keadm.download.sha512.amd64 (config.yaml:5:14)`.
+    pub source: String,
+}
+
 /// What to stage and how.
 #[derive(Clone, Debug)]
 pub struct StageSettings {
@@ -54,8 +70,17 @@ pub struct StageSettings {
     pub source: PackageSource,
     /// Staged up front by [`Stager::stage_all`], in this order.
     pub arch_group: Vec<Arch>,
-    /// A missing checksum file is fatal instead of a warning.
-    pub require_checksum: bool,
+    /// `keadm.download.sha512`: the digest each arch's tarball must have, whatever its
+    /// source (download, cache or offline package).
+    pub pins: BTreeMap<Arch, Pin>,
+    /// A package with neither a pin nor a checksum file is used, marked unverified, instead
+    /// of refused (`--allow-unverified`).
+    pub allow_unverified: bool,
+    /// An `http://` mirror may serve arches that have no pin (`--insecure-http`).
+    pub insecure_http: bool,
+    /// The most bytes a download may have, and the most an unpacked package may hold
+    /// (`--max-package-bytes`).
+    pub max_package_bytes: u64,
     /// Show download progress on stderr (pass `stderr.is_terminal()`).
     pub progress: bool,
     /// Extra attempts after a transient HTTP failure.
@@ -65,19 +90,75 @@ pub struct StageSettings {
 }
 
 impl StageSettings {
-    /// Settings with the defaults: keadm's BASE, no arch group, checksums optional, no
-    /// progress, 2 retries starting at 1 s.
+    /// Settings with the defaults: keadm's BASE, no arch group, no pins, every package
+    /// verified, https only, 512 MiB packages, no progress, 2 retries starting at 1 s.
     pub fn new(version: impl Into<String>, source: PackageSource) -> StageSettings {
         StageSettings {
             base_dir: PathBuf::from(DEFAULT_BASE_DIR),
             version: version.into(),
             source,
             arch_group: Vec::new(),
-            require_checksum: false,
+            pins: BTreeMap::new(),
+            allow_unverified: false,
+            insecure_http: false,
+            max_package_bytes: DEFAULT_MAX_PACKAGE_BYTES,
             progress: false,
             retries: DEFAULT_RETRIES,
             retry_base_delay: Duration::from_secs(1),
         }
+    }
+}
+
+/// Whether `url` (a `keadm.download.url`) is unencrypted `http://`, in any case.
+pub fn is_plain_http(url: &str) -> bool {
+    url.trim()
+        .get(..7)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
+}
+
+impl StageSettings {
+    /// The plain-HTTP rule, before anything is downloaded: over an `http://` mirror, every
+    /// arch staged up front needs a pin, unless `--insecure-http`. Without an arch group
+    /// every arch is staged on demand; with no pin either, every node would fail, so that
+    /// is refused here too.
+    pub fn check_plain_http(&self) -> Result<(), StageError> {
+        let arches = if self.arch_group.is_empty() && self.pins.is_empty() {
+            &Arch::ALL[..]
+        } else {
+            &self.arch_group[..]
+        };
+        self.refuse_unpinned_over_plain_http(arches)
+    }
+
+    /// Whether `arch`'s package and checksum file may come over plain HTTP: with a pin
+    /// (which alone decides) or `--insecure-http`.
+    fn plain_http_ok(&self, arch: Arch) -> bool {
+        self.insecure_http || self.pins.contains_key(&arch)
+    }
+
+    /// An error naming the arches of `arches` that have no pin, when they would come from
+    /// an `http://` mirror without `--insecure-http`: the checksum file travels the same
+    /// unprotected way as the tarball, so only a pin can vouch for it.
+    fn refuse_unpinned_over_plain_http(&self, arches: &[Arch]) -> Result<(), StageError> {
+        let PackageSource::Download { url: Some(url) } = &self.source else {
+            return Ok(());
+        };
+        if !is_plain_http(url) {
+            return Ok(());
+        }
+        let mut unpinned: Vec<&str> = Vec::new();
+        for &arch in arches {
+            if !self.plain_http_ok(arch) && !unpinned.contains(&arch.as_str()) {
+                unpinned.push(arch.as_str());
+            }
+        }
+        if unpinned.is_empty() {
+            return Ok(());
+        }
+        Err(StageError::PlainHttp {
+            url: url.trim().to_string(),
+            arches: unpinned.join(", "),
+        })
     }
 }
 
@@ -97,7 +178,8 @@ pub struct StagedBinary {
     pub tarball_sha512: String,
     /// Where the binary sits inside the tarball: `keadm-<ver>-linux-<arch>/keadm/keadm`.
     pub tarball_entry: String,
-    /// False only when no checksum file was available (warned, marked "unverified").
+    /// False only under `allow_unverified`, when there was neither a pin nor a checksum
+    /// file (warned, marked "unverified").
     pub verified: bool,
 }
 
@@ -151,6 +233,7 @@ impl Stager {
                 settings.retries,
                 settings.retry_base_delay,
                 settings.progress,
+                settings.max_package_bytes,
             )?),
             PackageSource::Offline { .. } => None,
         };
@@ -176,9 +259,11 @@ impl Stager {
 
     /// For a node that reported `arch`: the staged binary. Arches staged earlier are
     /// returned from memory. An arch outside `arch_group` is staged on demand in download
-    /// mode; in offline mode it is an error naming the arch, the setting and the path.
+    /// mode (over plain HTTP only with a pin or `--insecure-http`); in offline mode it is
+    /// an error naming the arch, the setting and the path.
     /// Concurrent callers asking for the same arch wait for one staging.
     pub fn for_node(&self, arch: Arch) -> Result<Arc<StagedBinary>, StageError> {
+        self.settings.refuse_unpinned_over_plain_http(&[arch])?;
         if let PackageSource::Offline { dir } = &self.settings.source
             && !self.settings.arch_group.contains(&arch)
         {
@@ -311,27 +396,26 @@ impl Stager {
         let mut mirror_checksum: Option<Option<String>> = None;
 
         if fs::symlink_metadata(&tarball).is_ok_and(|m| m.is_file()) {
-            let local = read_cached_checksum(&checksum_file);
-            let (expected, source) = match local {
-                Some(digest) => (Some(digest), checksum_file.display().to_string()),
-                None => {
-                    let fetched = self.fetch_checksum(http, &checksum_url)?;
-                    mirror_checksum = Some(fetched.clone());
-                    if fetched.is_none() {
-                        self.no_checksum(&tarball.display().to_string(), &checksum_url)?;
-                    }
-                    (fetched, checksum_url.clone())
-                }
-            };
-            let expectation = expected.as_deref().map(|digest| Expected {
-                digest,
-                source: &source,
-            });
             let name = tarball.display().to_string();
-            match unpack_package(&tarball, &name, bin_dir, &top, expectation.as_ref()) {
+            // A pin decides alone, so a pinned cache hit needs no request. Without one, the
+            // checksum file cached beside the tarball, else the mirror's.
+            let (file, file_source) = if self.settings.pins.contains_key(&arch) {
+                (None, String::new())
+            } else if let Some(digest) = read_cached_checksum(&checksum_file) {
+                (Some(digest), checksum_file.display().to_string())
+            } else {
+                let fetched = self.fetch_checksum(http, arch, &checksum_url)?;
+                mirror_checksum = Some(fetched.clone());
+                (fetched, checksum_url.clone())
+            };
+            let expected = self.expectation(arch, &name, file, &file_source)?;
+            let limit = self.settings.max_package_bytes;
+            match unpack_package(&tarball, &name, bin_dir, &top, expected.as_ref(), limit) {
                 Ok(extracted) => {
-                    if let (Some(digest), Some(_)) = (&expected, &mirror_checksum) {
-                        write_atomically(&checksum_file, format!("{digest}\n").as_bytes())?;
+                    if let Some(expected) = &expected
+                        && read_cached_checksum(&checksum_file).as_ref() != Some(&expected.digest)
+                    {
+                        write_checksum_file(&checksum_file, &expected.digest)?;
                     }
                     log::info!("reused the cached package {name}");
                     return Ok((extracted, tarball, expected.is_some()));
@@ -347,39 +431,38 @@ impl Stager {
         log::info!("downloading keadm for {arch} from {package_url}");
         let partial = unique_path(&package_dir, "download");
         let mut cleanup = RemoveOnDrop(Some(&partial));
-        let actual = http.download(&package_url, &partial, &self.tarball_name(arch))?;
-        let expected = match mirror_checksum {
+        let actual = http.download(
+            &package_url,
+            &partial,
+            &self.tarball_name(arch),
+            self.settings.plain_http_ok(arch),
+        )?;
+        let file = match mirror_checksum {
             Some(known) => known,
-            None => {
-                let fetched = self.fetch_checksum(http, &checksum_url)?;
-                if fetched.is_none() {
-                    self.no_checksum(&package_url, &checksum_url)?;
-                }
-                fetched
-            }
+            None => self.fetch_checksum(http, arch, &checksum_url)?,
         };
+        let expected = self.expectation(arch, &package_url, file, &checksum_url)?;
         if let Some(expected) = &expected
-            && *expected != actual
+            && expected.digest != actual
         {
-            return Err(StageError::ChecksumMismatch {
-                package: package_url,
-                checksum_source: checksum_url,
-                expected: expected.clone(),
-                actual,
-            });
+            return Err(expected.mismatch(&package_url, actual));
         }
         // Unpack before caching, so a tarball that cannot be used never enters the cache.
-        let expectation = expected.as_deref().map(|digest| Expected {
-            digest,
-            source: &checksum_url,
-        });
-        let extracted =
-            unpack_package(&partial, &package_url, bin_dir, &top, expectation.as_ref())?;
+        let extracted = unpack_package(
+            &partial,
+            &package_url,
+            bin_dir,
+            &top,
+            expected.as_ref(),
+            self.settings.max_package_bytes,
+        )?;
         fs::rename(&partial, &tarball)
             .map_err(|e| StageError::io("move into place", &tarball, e))?;
         cleanup.0 = None;
         match &expected {
-            Some(digest) => write_atomically(&checksum_file, format!("{digest}\n").as_bytes())?,
+            // The digest the tarball was verified with, so a later cache hit is checked
+            // locally (by keadm too, which reads the same file).
+            Some(expected) => write_checksum_file(&checksum_file, &expected.digest)?,
             // A stale checksum file beside a new tarball would fail the next cache check.
             None => {
                 let _ = fs::remove_file(&checksum_file);
@@ -405,29 +488,19 @@ impl Stager {
         let checksum_file = dir.join(arch.as_str()).join(self.checksum_name(arch));
         let checksum_source = checksum_file.display().to_string();
         let name = package.display().to_string();
-        let expected = match fs::read_to_string(&checksum_file) {
-            Ok(text) => Some(
-                parse_checksum(&text).ok_or_else(|| StageError::BadChecksumFile {
-                    source_name: checksum_source.clone(),
-                    content: shorten(&text),
-                })?,
-            ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                self.no_checksum(&name, &checksum_source)?;
-                None
-            }
+        let file = match fs::read_to_string(&checksum_file) {
+            Ok(text) => Some(digest_in(&text, &checksum_source)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(StageError::io("read", &checksum_file, e)),
         };
-        let expectation = expected.as_deref().map(|digest| Expected {
-            digest,
-            source: &checksum_source,
-        });
+        let expected = self.expectation(arch, &name, file, &checksum_source)?;
         let extracted = unpack_package(
             &package,
             &name,
             bin_dir,
             &self.top_dir(arch),
-            expectation.as_ref(),
+            expected.as_ref(),
+            self.settings.max_package_bytes,
         )?;
         log::info!(
             "extracted the offline package {name} to {}",
@@ -437,33 +510,57 @@ impl Stager {
     }
 
     /// The checksum published beside the package; `None` when the mirror has none (404).
-    fn fetch_checksum(&self, http: &Http, url: &str) -> Result<Option<String>, StageError> {
-        match http.get_text(url)? {
-            None => Ok(None),
-            Some(text) => {
-                parse_checksum(&text)
-                    .map(Some)
-                    .ok_or_else(|| StageError::BadChecksumFile {
-                        source_name: url.to_string(),
-                        content: shorten(&text),
-                    })
-            }
-        }
+    fn fetch_checksum(
+        &self,
+        http: &Http,
+        arch: Arch,
+        url: &str,
+    ) -> Result<Option<String>, StageError> {
+        http.get_text(url, self.settings.plain_http_ok(arch))?
+            .map(|text| digest_in(&text, url))
+            .transpose()
     }
 
-    /// A package without a checksum file: fatal with `require_checksum`, else a warning.
-    fn no_checksum(&self, package: &str, checksum_source: &str) -> Result<(), StageError> {
-        if self.settings.require_checksum {
-            return Err(StageError::ChecksumRequired {
+    /// What `arch`'s package (`package`, for messages) must hash to. A pin decides when
+    /// there is one, and a checksum file that disagrees with it is an error, whichever of
+    /// the two is wrong. Without a pin, the checksum file `file` found at `file_source`
+    /// decides. With neither, the package is refused unless `--allow-unverified`.
+    fn expectation(
+        &self,
+        arch: Arch,
+        package: &str,
+        file: Option<String>,
+        file_source: &str,
+    ) -> Result<Option<Expected>, StageError> {
+        match (self.settings.pins.get(&arch), file) {
+            (Some(pin), Some(digest)) if digest != pin.digest => Err(StageError::PinConflict {
                 package: package.to_string(),
-                checksum_source: checksum_source.to_string(),
-            });
+                checksum_source: file_source.to_string(),
+                checksum: digest,
+                pin_source: pin.source.clone(),
+                pin: pin.digest.clone(),
+            }),
+            (Some(pin), _) => Ok(Some(Expected {
+                digest: pin.digest.clone(),
+                source: pin.source.clone(),
+            })),
+            (None, Some(digest)) => Ok(Some(Expected {
+                digest,
+                source: file_source.to_string(),
+            })),
+            (None, None) if self.settings.allow_unverified => {
+                log::warn!(
+                    "there is no checksum file at {file_source} and no pin for {arch}; using \
+                     {package} unverified (--allow-unverified)"
+                );
+                Ok(None)
+            }
+            (None, None) => Err(StageError::ChecksumMissing {
+                package: package.to_string(),
+                checksum_source: file_source.to_string(),
+                arch,
+            }),
         }
-        log::warn!(
-            "there is no checksum file at {checksum_source}; using {package} unverified \
-             (--require-checksum makes this an error)"
-        );
-        Ok(())
     }
 }
 
@@ -474,6 +571,14 @@ fn parse_checksum(text: &str) -> Option<String> {
     let digest = text.split_whitespace().next()?;
     (digest.len() == 128 && digest.bytes().all(|b| b.is_ascii_hexdigit()))
         .then(|| digest.to_ascii_lowercase())
+}
+
+/// The digest in the checksum file read from `source`; one that holds none is an error.
+fn digest_in(text: &str, source: &str) -> Result<String, StageError> {
+    parse_checksum(text).ok_or_else(|| StageError::BadChecksumFile {
+        source_name: source.to_string(),
+        content: shorten(text),
+    })
 }
 
 /// A cached checksum file's digest; `None` (re-fetch) when missing or unreadable.
@@ -497,6 +602,11 @@ fn shorten(text: &str) -> String {
 /// Size and sha256 (lowercase hex) of a file.
 fn sha256_file(path: &Path) -> Result<(u64, String), StageError> {
     crate::digest::sha256_file(path).map_err(|e| StageError::io("read", path, e))
+}
+
+/// Caches `digest` as the checksum file at `path`, in the release's format.
+fn write_checksum_file(path: &Path, digest: &str) -> Result<(), StageError> {
+    write_atomically(path, format!("{digest}\n").as_bytes())
 }
 
 /// Writes `path` via a temporary file in the same directory, fsync and rename, so a

@@ -6,10 +6,12 @@
 //! outside the target or create a device, and only move the result into place once the
 //! digest matches and the binary is present.
 
+use std::cell::Cell;
 use std::fs;
 use std::io::{self, BufReader, Read};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use flate2::read::GzDecoder;
@@ -18,10 +20,23 @@ use tar::EntryType;
 
 use super::StageError;
 
-/// What a package must hash to, and where that expectation came from (for messages).
-pub(crate) struct Expected<'a> {
-    pub digest: &'a str,
-    pub source: &'a str,
+/// What a package must hash to, and where that expectation came from (for messages): a
+/// checksum file's path or URL, or the pin's place in the config.
+pub(crate) struct Expected {
+    pub digest: String,
+    pub source: String,
+}
+
+impl Expected {
+    /// The error for `package`, whose sha512 is `actual` instead.
+    pub(crate) fn mismatch(&self, package: &str, actual: String) -> StageError {
+        StageError::ChecksumMismatch {
+            package: package.to_string(),
+            checksum_source: self.source.clone(),
+            expected: self.digest.clone(),
+            actual,
+        }
+    }
 }
 
 /// An unpacked, verified package.
@@ -34,27 +49,35 @@ pub(crate) struct Extracted {
 /// Unpacks `tarball` into `bin_dir/<top>` (replacing an earlier extraction), where `top`
 /// is `keadm-<ver>-linux-<arch>`. With `expected`, a digest mismatch is an error and
 /// nothing is moved into place. `name` is how messages refer to the package (a freshly
-/// downloaded one still sits under a temporary name, so its URL says more).
+/// downloaded one still sits under a temporary name, so its URL says more). The archive
+/// may hold at most `limit` bytes once decompressed, tar headers included, so neither a
+/// huge file nor a flood of small ones can fill the disk.
 pub(crate) fn unpack_package(
     tarball: &Path,
     name: &str,
     bin_dir: &Path,
     top: &str,
-    expected: Option<&Expected<'_>>,
+    expected: Option<&Expected>,
+    limit: u64,
 ) -> Result<Extracted, StageError> {
     let file = fs::File::open(tarball).map_err(|e| StageError::io("open", tarball, e))?;
     let scratch = ScratchDir::create(bin_dir, "unpack")?;
 
     let reader = HashingReader::new(BufReader::with_capacity(256 * 1024, file));
-    let mut archive = tar::Archive::new(GzDecoder::new(reader));
+    let decompressed = Budget::new(limit);
+    let mut archive = tar::Archive::new(decompressed.wrap(GzDecoder::new(reader)));
     // Modes are kept (masked to 0o777: no setuid from an archive); owners are not.
     archive.set_preserve_permissions(false);
     archive.set_unpack_xattrs(false);
-    let extracted = extract_entries(&mut archive, scratch.path(), name);
+    let mut extracted = extract_entries(&mut archive, scratch.path(), name, &decompressed);
+    if decompressed.exceeded() {
+        // The archive's own error ("failed to read entire block") would hide the reason.
+        extracted = Err(decompressed.too_large(name, None));
+    }
 
     // Hash whatever the decoder did not need (trailer, padding) so the digest covers the
     // whole file, even when extraction stopped early on a bad entry.
-    let mut reader = archive.into_inner().into_inner();
+    let mut reader = archive.into_inner().inner.into_inner();
     io::copy(&mut reader, &mut io::sink()).map_err(|e| StageError::io("read", tarball, e))?;
     let actual = reader.finish_hex();
 
@@ -62,12 +85,7 @@ pub(crate) fn unpack_package(
     if let Some(expected) = expected
         && expected.digest != actual
     {
-        return Err(StageError::ChecksumMismatch {
-            package: name.to_string(),
-            checksum_source: expected.source.to_string(),
-            expected: expected.digest.to_string(),
-            actual,
-        });
+        return Err(expected.mismatch(name, actual));
     }
     extracted?;
 
@@ -109,6 +127,7 @@ fn extract_entries<R: Read>(
     archive: &mut tar::Archive<R>,
     dest: &Path,
     package: &str,
+    budget: &Budget,
 ) -> Result<(), StageError> {
     let bad_archive = |e: io::Error| StageError::BadArchive {
         package: package.to_string(),
@@ -128,6 +147,11 @@ fn extract_entries<R: Read>(
         }
         if path.components().all(|c| c == Component::CurDir) {
             continue; // "./": the extraction dir itself
+        }
+        // Refused before a byte of it is written, naming the entry; the reader's own limit
+        // still catches what the header does not announce.
+        if budget.used().saturating_add(entry.size()) > budget.limit {
+            return Err(budget.too_large(package, Some(&name)));
         }
         match entry.header().entry_type() {
             EntryType::Regular | EntryType::Continuous | EntryType::Directory => {}
@@ -294,6 +318,74 @@ impl Drop for ScratchDir {
     }
 }
 
+/// Counts the bytes read through readers it wraps and fails a read past its limit.
+struct Budget {
+    limit: u64,
+    used: Rc<Cell<u64>>,
+    exceeded: Rc<Cell<bool>>,
+}
+
+impl Budget {
+    fn new(limit: u64) -> Budget {
+        Budget {
+            limit,
+            used: Rc::default(),
+            exceeded: Rc::default(),
+        }
+    }
+
+    fn wrap<R: Read>(&self, inner: R) -> Limited<R> {
+        Limited {
+            inner,
+            limit: self.limit,
+            used: self.used.clone(),
+            exceeded: self.exceeded.clone(),
+        }
+    }
+
+    fn used(&self) -> u64 {
+        self.used.get()
+    }
+
+    fn exceeded(&self) -> bool {
+        self.exceeded.get()
+    }
+
+    fn too_large(&self, package: &str, entry: Option<&str>) -> StageError {
+        StageError::UnpackTooLarge {
+            package: package.to_string(),
+            reason: match entry {
+                Some(entry) => format!("unpacking its entry {entry:?} would go past the limit"),
+                None => "decompressed, it holds more than the limit".to_string(),
+            },
+            limit: self.limit,
+        }
+    }
+}
+
+/// A reader that fails once more than `limit` bytes would have come through it.
+struct Limited<R> {
+    inner: R,
+    limit: u64,
+    used: Rc<Cell<u64>>,
+    exceeded: Rc<Cell<bool>>,
+}
+
+impl<R: Read> Read for Limited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // Ask for one byte more than the room left: getting it proves the stream too long.
+        let room = (self.limit - self.used.get()).saturating_add(1);
+        let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        if self.used.get().saturating_add(n as u64) > self.limit {
+            self.exceeded.set(true);
+            return Err(io::Error::other("the archive is larger than the limit"));
+        }
+        self.used.set(self.used.get() + n as u64);
+        Ok(n)
+    }
+}
+
 /// Hashes everything read through it with sha512.
 pub(crate) struct HashingReader<R> {
     inner: R,
@@ -328,6 +420,7 @@ mod tests {
     use flate2::write::GzEncoder;
 
     const TOP: &str = "keadm-v1.21.0-linux-amd64";
+    const NO_LIMIT: u64 = u64::MAX;
 
     enum Item<'a> {
         File(&'a str, &'a [u8], u32),
@@ -400,7 +493,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let bin = bin_dir(tmp.path());
         let tarball = tarball(tmp.path(), &items);
-        let err = unpack_package(&tarball, "pkg", &bin, TOP, None)
+        let err = unpack_package(&tarball, "pkg", &bin, TOP, None, NO_LIMIT)
             .err()
             .expect("the archive must be refused");
         // Nothing moved into place, no scratch dir left behind.
@@ -415,16 +508,16 @@ mod tests {
         let tarball = tarball(tmp.path(), &good_items());
         let digest = hex::encode(Sha512::digest(fs::read(&tarball).unwrap()));
         let expected = Expected {
-            digest: &digest,
-            source: "test",
+            digest: digest.clone(),
+            source: "test".into(),
         };
-        let out = unpack_package(&tarball, "pkg", &bin, TOP, Some(&expected)).unwrap();
+        let out = unpack_package(&tarball, "pkg", &bin, TOP, Some(&expected), NO_LIMIT).unwrap();
         assert_eq!(out.tarball_sha512, digest);
         assert_eq!(out.binary, bin.join(TOP).join("keadm/keadm"));
         let mode = fs::metadata(&out.binary).unwrap().permissions().mode();
         assert_eq!(mode & 0o7777, 0o755);
         // Unpacking again replaces the old tree and leaves no scratch dirs.
-        unpack_package(&tarball, "pkg", &bin, TOP, None).unwrap();
+        unpack_package(&tarball, "pkg", &bin, TOP, None, NO_LIMIT).unwrap();
         let names: Vec<_> = fs::read_dir(&bin)
             .unwrap()
             .map(|e| e.unwrap().file_name())
@@ -438,10 +531,10 @@ mod tests {
         let bin = bin_dir(tmp.path());
         let tarball = tarball(tmp.path(), &good_items());
         let expected = Expected {
-            digest: "00",
-            source: "sums.txt",
+            digest: "00".into(),
+            source: "sums.txt".into(),
         };
-        let err = unpack_package(&tarball, "pkg", &bin, TOP, Some(&expected))
+        let err = unpack_package(&tarball, "pkg", &bin, TOP, Some(&expected), NO_LIMIT)
             .err()
             .unwrap();
         assert!(matches!(err, StageError::ChecksumMismatch { .. }), "{err}");
@@ -504,12 +597,39 @@ mod tests {
     }
 
     #[test]
+    fn a_flood_of_empty_entries_is_stopped_by_the_decompressed_size() {
+        // Each entry is only a 512-byte header, so no single one looks large.
+        let names: Vec<String> = (0..200)
+            .map(|i| format!("keadm-v1.21.0-linux-amd64/f{i}"))
+            .collect();
+        let mut items = good_items();
+        items.extend(names.iter().map(|n| Item::File(n, b"", 0o644)));
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = bin_dir(tmp.path());
+        let tarball = tarball(tmp.path(), &items);
+        let err = unpack_package(&tarball, "pkg", &bin, TOP, None, 32 * 1024)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("decompressed, it holds more than the limit"),
+            "{err}"
+        );
+        assert!(err.contains("32768 bytes"), "{err}");
+        assert_eq!(fs::read_dir(&bin).unwrap().count(), 0);
+        // The same archive under a limit it fits in unpacks.
+        unpack_package(&tarball, "pkg", &bin, TOP, None, 1 << 20).unwrap();
+    }
+
+    #[test]
     fn garbage_is_a_readable_archive_error() {
         let tmp = tempfile::tempdir().unwrap();
         let bin = bin_dir(tmp.path());
         let path = tmp.path().join("x.tar.gz");
         fs::write(&path, b"<html>Not Found</html>").unwrap();
-        let err = unpack_package(&path, "pkg", &bin, TOP, None).err().unwrap();
+        let err = unpack_package(&path, "pkg", &bin, TOP, None, NO_LIMIT)
+            .err()
+            .unwrap();
         assert!(
             err.to_string().contains("as a gzip-compressed tar archive"),
             "{err}"

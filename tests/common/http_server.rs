@@ -1,11 +1,13 @@
-//! A tiny HTTP/1.1 server on 127.0.0.1 for download tests.
+//! A tiny HTTP/1.1 server on 127.0.0.1 for download tests, plain or over TLS.
 //!
 //! One thread, one connection at a time, `Connection: close` on every response, so request
 //! counts are exact. Paths not in the map get a 404. Stops (and joins its thread) on drop.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -21,6 +23,11 @@ pub struct Route {
     pub truncate: u32,
     /// Wait this long before answering (to widen races in concurrency tests).
     pub delay: Duration,
+    /// Send `Content-Length`; without it the body simply ends when the connection closes,
+    /// so the client cannot know the size up front.
+    pub announce_length: bool,
+    /// A `Location` header (for redirects).
+    pub location: Option<String>,
 }
 
 impl Route {
@@ -34,7 +41,21 @@ impl Route {
             body: body.into(),
             truncate: 0,
             delay: Duration::ZERO,
+            announce_length: true,
+            location: None,
         }
+    }
+
+    /// A 302 to `location`.
+    pub fn redirect(location: &str) -> Route {
+        let mut route = Route::status(302, "");
+        route.location = Some(location.to_string());
+        route
+    }
+
+    pub fn without_length(mut self) -> Route {
+        self.announce_length = false;
+        self
     }
 
     pub fn truncated(mut self, times: u32) -> Route {
@@ -56,6 +77,8 @@ struct State {
 
 pub struct HttpServer {
     port: u16,
+    /// With TLS: the directory holding the certificate (kept until the server is dropped).
+    tls_dir: Option<tempfile::TempDir>,
     state: Arc<Mutex<State>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -63,6 +86,43 @@ pub struct HttpServer {
 
 impl HttpServer {
     pub fn start() -> HttpServer {
+        HttpServer::spawn(None, None)
+    }
+
+    /// An https server with a throwaway self-signed certificate for 127.0.0.1; clients
+    /// trust it through [`HttpServer::certificate`] (`SSL_CERT_FILE` for keadm-batch).
+    pub fn start_tls() -> HttpServer {
+        let dir = tempfile::tempdir().unwrap();
+        let (key, cert) = (dir.path().join("key.pem"), dir.path().join("cert.pem"));
+        let out = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+            .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+            .args([
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let identity = native_tls::Identity::from_pkcs8(
+            &std::fs::read(&cert).unwrap(),
+            &std::fs::read(&key).unwrap(),
+        )
+        .unwrap();
+        let acceptor = native_tls::TlsAcceptor::new(identity).unwrap();
+        HttpServer::spawn(Some(acceptor), Some(dir))
+    }
+
+    fn spawn(
+        tls: Option<native_tls::TlsAcceptor>,
+        tls_dir: Option<tempfile::TempDir>,
+    ) -> HttpServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -70,19 +130,31 @@ impl HttpServer {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (state, stop) = (state.clone(), stop.clone());
-            std::thread::spawn(move || serve(listener, state, stop))
+            std::thread::spawn(move || serve(listener, tls, state, stop))
         };
         HttpServer {
             port,
+            tls_dir,
             state,
             stop,
             thread: Some(thread),
         }
     }
 
-    /// `http://127.0.0.1:<port>`, without a trailing slash.
+    /// The certificate (PEM) of a TLS server.
+    pub fn certificate(&self) -> PathBuf {
+        let dir: &Path = self.tls_dir.as_ref().expect("a TLS server").path();
+        dir.join("cert.pem")
+    }
+
+    /// `http://127.0.0.1:<port>` (`https://` with TLS), without a trailing slash.
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.tls_dir.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// `base_url()` + `path` (which starts with `/`).
@@ -128,12 +200,17 @@ impl Drop for HttpServer {
     }
 }
 
-fn serve(listener: TcpListener, state: Arc<Mutex<State>>, stop: Arc<AtomicBool>) {
+fn serve(
+    listener: TcpListener,
+    tls: Option<native_tls::TlsAcceptor>,
+    state: Arc<Mutex<State>>,
+    stop: Arc<AtomicBool>,
+) {
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, _)) => {
                 // A client that misbehaves must not kill the server for the next test step.
-                let _ = handle(stream, &state);
+                let _ = handle(stream, tls.as_ref(), &state);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(2));
@@ -143,17 +220,39 @@ fn serve(listener: TcpListener, state: Arc<Mutex<State>>, stop: Arc<AtomicBool>)
     }
 }
 
-fn handle(stream: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
+fn handle(
+    stream: TcpStream,
+    tls: Option<&native_tls::TlsAcceptor>,
+    state: &Mutex<State>,
+) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
+    match tls {
+        Some(acceptor) => {
+            let mut stream = acceptor.accept(stream).map_err(std::io::Error::other)?;
+            respond(&mut stream, state)?;
+            let _ = stream.shutdown();
+        }
+        None => {
+            let mut stream = stream;
+            respond(&mut stream, state)?;
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+    Ok(())
+}
+
+fn respond<S: Read + Write>(stream: &mut S, state: &Mutex<State>) -> std::io::Result<()> {
     let mut request_line = String::new();
-    reader.read_line(&mut request_line)?;
-    // Headers are read and ignored; the request has no body (GET only).
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
-            break;
+    {
+        // Headers are read and ignored; the request has no body (GET only).
+        let mut reader = BufReader::new(&mut *stream);
+        reader.read_line(&mut request_line)?;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
+                break;
+            }
         }
     }
     let path = request_line
@@ -177,12 +276,17 @@ fn handle(stream: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
     let route = route.unwrap_or_else(|| Route::status(404, "Not Found\n"));
     std::thread::sleep(route.delay);
 
-    let mut stream = stream;
+    let mut headers = String::new();
+    if route.announce_length {
+        headers.push_str(&format!("Content-Length: {}\r\n", route.body.len()));
+    }
+    if let Some(location) = &route.location {
+        headers.push_str(&format!("Location: {location}\r\n"));
+    }
     let head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {} {}\r\n{headers}Content-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
         route.status,
         reason(route.status),
-        route.body.len()
     );
     stream.write_all(head.as_bytes())?;
     if route.truncate > 0 {
@@ -190,14 +294,13 @@ fn handle(stream: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
     } else {
         stream.write_all(&route.body)?;
     }
-    stream.flush()?;
-    let _ = stream.shutdown(Shutdown::Both);
-    Ok(())
+    stream.flush()
 }
 
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        302 => "Found",
         403 => "Forbidden",
         404 => "Not Found",
         500 => "Internal Server Error",
