@@ -9,11 +9,12 @@ use std::collections::HashSet;
 use std::io::IsTerminal;
 
 use crate::arch::Arch;
+use crate::cancel::Cancel;
 use crate::config::{self, PackageMode, validate::ProcessEnvironment};
 use crate::error::Error;
 use crate::kubeedge::before_run;
 use crate::options::{Command, MergeOptions, OutputFormat, RunOptions, Verbosity};
-use crate::pool::{self, Cancel};
+use crate::pool;
 use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};

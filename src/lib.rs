@@ -5,6 +5,7 @@
 
 mod app;
 pub mod arch;
+pub mod cancel;
 pub mod cli;
 pub mod cloudcore;
 pub mod config;
@@ -24,7 +25,9 @@ pub mod redact;
 pub mod remote;
 pub mod report;
 pub mod rerun;
+pub mod shell;
 pub mod stage;
 pub mod transport;
+pub mod utc;
 
 pub use app::main_with_args;

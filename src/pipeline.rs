@@ -9,13 +9,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::arch::Arch;
+use crate::cancel::Cancel;
 use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
 use crate::kubeedge::{classify, preflight};
 use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::options::PreflightMode;
 use crate::outcome::{NodeOutcome, Phase, PreflightFinding, StepTimes, now};
 use crate::plan::{KeadmSource, NodePlan};
-use crate::pool::Cancel;
 use crate::remote::{self, NodeFacts, Privilege};
 use crate::report::RunDir;
 use crate::report::progress::Progress;

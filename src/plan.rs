@@ -16,6 +16,7 @@ use crate::config::{
 use crate::keadm_cmd::KeadmCommand;
 use crate::options::{RunOptions, Shard};
 use crate::redact::Redactor;
+use crate::shell::shell_quote;
 
 /// keadm's BASE: where keadm batch uploads files and keadm on every node.
 pub const REMOTE_BASE_DIR: &str = "/tmp/kubeedge/keadm";
@@ -268,18 +269,6 @@ pub fn keadm_command(dir: &str, cmd: &str) -> String {
         format!("cd {} && yes | ./keadm {cmd}", shell_quote(dir))
     } else {
         format!("cd {} && ./keadm {cmd}", shell_quote(dir))
-    }
-}
-
-/// Quotes `s` for a POSIX shell, leaving plain paths as they are for readability.
-pub fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:@,".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
     }
 }
 

@@ -2,37 +2,12 @@
 //! in config order, failure policies (`--max-fail`, `--canary`) and Ctrl-C. Every selected
 //! node ends with exactly one recorded outcome, whatever happens.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::cancel::Cancel;
 use crate::outcome::{NodeOutcome, Phase};
 use crate::plan::NodePlan;
 use crate::report::Recorder;
-
-/// How far a run has been asked to stop: by the first and second Ctrl-C (or SIGTERM).
-#[derive(Debug, Default, Clone)]
-pub struct Cancel(Arc<AtomicU8>);
-
-impl Cancel {
-    pub fn new() -> Cancel {
-        Cancel::default()
-    }
-
-    /// The first request stops starting nodes; the second also stops running commands.
-    pub fn request(&self) -> u8 {
-        self.0.fetch_add(1, Ordering::SeqCst).saturating_add(1)
-    }
-
-    /// No new node may start.
-    pub fn stopping(&self) -> bool {
-        self.0.load(Ordering::SeqCst) >= 1
-    }
-
-    /// Running commands must be cancelled (and killed on their nodes).
-    pub fn aborting(&self) -> bool {
-        self.0.load(Ordering::SeqCst) >= 2
-    }
-}
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Policy {
@@ -164,6 +139,7 @@ mod tests {
     use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
     use crate::plan::{Deadlines, KeadmSource};
     use crate::redact::Redactor;
+    use std::sync::Arc;
     use crate::report::{log::ResultLog, run_dir::RunDir};
     use std::sync::Mutex;
     use std::time::Duration;

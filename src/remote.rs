@@ -4,7 +4,7 @@
 //! Everything here is POSIX sh and busybox-friendly: edge images are often minimal.
 
 use crate::node_text::{MESSAGE_CHARS, one_line};
-use crate::plan::shell_quote;
+use crate::shell::shell_quote;
 
 /// The file beside an uploaded file that records the sha256 of what we sent.
 pub const SIDECAR_SUFFIX: &str = ".sha256";

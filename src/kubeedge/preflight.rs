@@ -11,7 +11,7 @@ use std::fmt;
 
 use crate::keadm_cmd::{JoinFlag, KeadmCommand};
 use crate::node_text::{MESSAGE_CHARS, one_line};
-use crate::plan::shell_quote;
+use crate::shell::shell_quote;
 
 /// The runtime endpoint keadm join uses without `--remote-runtime-endpoint`
 /// (kubeedge `staging/.../constants/default_others.go`).

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use crate::report::run_dir::civil_from_days;
+use crate::utc::civil_from_days;
 
 /// How long after the last node starts the token may still be needed. keadm join's last
 /// step waits up to 300 s for edgecore to fetch its certificate, and that fetch is the
