@@ -139,8 +139,8 @@ mod tests {
     use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
     use crate::plan::{Deadlines, KeadmSource};
     use crate::redact::Redactor;
-    use std::sync::Arc;
     use crate::report::{log::ResultLog, run_dir::RunDir};
+    use std::sync::Arc;
     use std::sync::Mutex;
     use std::time::Duration;
 
