@@ -1,5 +1,5 @@
 //! Typed errors for the whole run, and the one place that decides exit codes
-//! (product.md §1): 130 interrupted, 2 invalid config or command line, 3 staging failed,
+//! (README.md, "Exit codes"): 130 interrupted, 2 invalid config or command line, 3 staging failed,
 //! 1 some selected node did not succeed, 0 all succeeded.
 
 use crate::config::ConfigError;

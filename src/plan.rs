@@ -21,7 +21,7 @@ use crate::shell::shell_quote;
 /// keadm's BASE: where keadm batch uploads files and keadm on every node.
 pub const REMOTE_BASE_DIR: &str = "/tmp/kubeedge/keadm";
 
-/// Default deadlines (product.md §2).
+/// Default deadlines (docs/config.md, "Placement and precedence").
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);

@@ -1,5 +1,5 @@
-//! The config file's structure: keadm's schema (reference §1.3) plus our extensions
-//! (product.md §2), as read, before defaults and validation.
+//! The config file's structure: keadm's schema plus our extensions (both in
+//! docs/config.md), as read, before defaults and validation.
 //!
 //! Every value keeps the position it was read at, so validation can name the line.
 //! `Option` means "absent or null" (yaml.v2's nil pointer); an empty string is kept as

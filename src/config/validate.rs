@@ -1,4 +1,4 @@
-//! Every rule of product.md §2, applied to a [`RawConfig`]: all problems are collected,
+//! Every rule of docs/config.md, applied to a [`RawConfig`]: all problems are collected,
 //! each naming the node, the field and the fix. The result is a [`Config`] whose values
 //! are resolved (paths absolute, templates rendered, secrets read), so nothing later has
 //! to look at the YAML again.
@@ -17,7 +17,7 @@ use crate::redact::Secret;
 
 /// keadm's default maxRunNum.
 pub const DEFAULT_MAX_RUN_NUM: usize = 5;
-/// The arches keadm publishes Linux builds for (reference §2).
+/// The arches keadm publishes Linux builds for (docs/config.md, "What is staged").
 pub const KNOWN_ARCHES: [&str; 3] = ["amd64", "arm64", "arm"];
 
 /// What validation needs from the outside world, so tests can supply it.

@@ -1,5 +1,5 @@
 //! Why a `keadm join` failed, read from its transcript and, after a timeout, the tail of
-//! the edgecore log (kubeedge-join.md §5).
+//! the edgecore log (the fragments and why they mean what they do: docs/kubeedge.md).
 //!
 //! keadm exits 1 for every failure and tells the cause only in text, so classes are
 //! recognised by the message fragments keadm, containerd and edgecore print. Step lines

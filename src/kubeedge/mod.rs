@@ -1,7 +1,7 @@
 //! What keadm-batch knows about KubeEdge itself, beyond running keadm: the join token,
 //! the pre-flight probe for `keadm join`, and reading why a join failed. Each part is
 //! pure or returns shell text; the pipeline decides when to use them. The facts behind
-//! them are in the shared spec `kubeedge-join.md`.
+//! them are in docs/kubeedge.md.
 
 pub mod before_run;
 pub mod classify;

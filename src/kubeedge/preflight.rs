@@ -1,5 +1,5 @@
 //! The pre-flight probe for `keadm join`: one read-only round trip per node, before any
-//! upload, that finds what would make the join fail (kubeedge-join.md §1.2 and §3).
+//! upload, that finds what would make the join fail (docs/kubeedge.md, "What makes a join fail early").
 //!
 //! The probe is POSIX sh that works under dash, bash and busybox, runs no tool beyond
 //! `ls`, `wc`, `head`, `tr`, `awk` and `df` (and `pidof`/`systemctl` when they exist), and

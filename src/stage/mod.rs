@@ -30,7 +30,7 @@ pub use error::StageError;
 /// keadm's BASE, the same on the control host and on the nodes.
 pub const DEFAULT_BASE_DIR: &str = "/tmp/kubeedge/keadm";
 
-/// Extra attempts for transient HTTP failures (product.md: 2 retries, 1 s then 2 s).
+/// Extra attempts for transient HTTP failures (2 retries, 1 s then 2 s, as for connections).
 pub const DEFAULT_RETRIES: u32 = 2;
 
 /// The default `--max-package-bytes`: keadm's tarball is about 25 MB and its binary about
