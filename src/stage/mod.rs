@@ -107,16 +107,7 @@ impl StageSettings {
             retry_base_delay: Duration::from_secs(1),
         }
     }
-}
 
-/// Whether `url` (a `keadm.download.url`) is unencrypted `http://`, in any case.
-pub fn is_plain_http(url: &str) -> bool {
-    url.trim()
-        .get(..7)
-        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
-}
-
-impl StageSettings {
     /// The plain-HTTP rule, before anything is downloaded: over an `http://` mirror, every
     /// arch staged up front needs a pin, unless `--insecure-http`. Without an arch group
     /// every arch is staged on demand; with no pin either, every node would fail, so that
@@ -160,6 +151,13 @@ impl StageSettings {
             arches: unpinned.join(", "),
         })
     }
+}
+
+/// Whether `url` (a `keadm.download.url`) is unencrypted `http://`, in any case.
+pub fn is_plain_http(url: &str) -> bool {
+    url.trim()
+        .get(..7)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
 }
 
 /// A keadm binary ready to upload.
@@ -399,9 +397,10 @@ impl Stager {
             let name = tarball.display().to_string();
             // A pin decides alone, so a pinned cache hit needs no request. Without one, the
             // checksum file cached beside the tarball, else the mirror's.
+            let cached = read_cached_checksum(&checksum_file);
             let (file, file_source) = if self.settings.pins.contains_key(&arch) {
                 (None, String::new())
-            } else if let Some(digest) = read_cached_checksum(&checksum_file) {
+            } else if let Some(digest) = cached.clone() {
                 (Some(digest), checksum_file.display().to_string())
             } else {
                 let fetched = self.fetch_checksum(http, arch, &checksum_url)?;
@@ -413,7 +412,7 @@ impl Stager {
             match unpack_package(&tarball, &name, bin_dir, &top, expected.as_ref(), limit) {
                 Ok(extracted) => {
                     if let Some(expected) = &expected
-                        && read_cached_checksum(&checksum_file).as_ref() != Some(&expected.digest)
+                        && cached.as_ref() != Some(&expected.digest)
                     {
                         write_checksum_file(&checksum_file, &expected.digest)?;
                     }

@@ -54,31 +54,39 @@ pub(super) fn session_fingerprint(session: &Session) -> String {
 /// the one the file has rather than by libssh2's default order. Certificate types are
 /// left out: libssh2 cannot verify host certificates, and a certificate blob would never
 /// match a recorded plain key.
+///
+/// Returns what the file said, which [`verify`] judges the presented key by: the file is
+/// read once per connection (and once more under the lock, only to record a new host).
 pub(super) fn prefer_recorded_types(
     session: &Session,
     spec: &ConnectSpec,
-) -> Result<(), TransportError> {
+) -> Result<Recorded, TransportError> {
     if spec.host_key_policy == HostKeyPolicy::Off {
-        return Ok(());
+        return Ok(Recorded(Vec::new()));
     }
     let entries = read(&spec.known_hosts)?;
     let recorded = recorded_types(&entries, &host_entry(&spec.endpoint));
-    let Ok(supported) = session.supported_algs(MethodType::HostKey) else {
-        return Ok(());
-    };
-    let order = host_key_order(&supported, &recorded);
-    if order.is_empty() {
-        return Ok(());
+    if let Ok(supported) = session.supported_algs(MethodType::HostKey) {
+        let order = host_key_order(&supported, &recorded);
+        if !order.is_empty()
+            && let Err(e) = session.method_pref(MethodType::HostKey, &order.join(","))
+        {
+            log::debug!("libssh2 refused the host-key algorithm preference {order:?}: {e}");
+        }
     }
-    if let Err(e) = session.method_pref(MethodType::HostKey, &order.join(",")) {
-        log::debug!("libssh2 refused the host-key algorithm preference {order:?}: {e}");
-    }
-    Ok(())
+    Ok(Recorded(entries))
 }
+
+/// The known-hosts file's entries as read before the handshake.
+pub(super) struct Recorded(Vec<Entry>);
 
 /// Checks the peer's host key under the spec's policy; under `AcceptNew` an unknown host
 /// is recorded.
-pub(super) fn verify(session: &Session, spec: &ConnectSpec) -> Result<(), TransportError> {
+pub(super) fn verify(
+    session: &Session,
+    spec: &ConnectSpec,
+    recorded: &Recorded,
+) -> Result<(), TransportError> {
     if spec.host_key_policy == HostKeyPolicy::Off {
         return Ok(());
     }
@@ -94,7 +102,7 @@ pub(super) fn verify(session: &Session, spec: &ConnectSpec) -> Result<(), Transp
     let entry = host_entry(endpoint);
     let fingerprint = session_fingerprint(session);
 
-    match judge(&read(path)?, &entry, key) {
+    match judge(&recorded.0, &entry, key) {
         Verdict::Same => return Ok(()),
         Verdict::Unknown if spec.host_key_policy == HostKeyPolicy::Strict => {
             return Err(TransportError::HostKeyUnknown {

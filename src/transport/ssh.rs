@@ -729,13 +729,13 @@ fn handshake_and_auth(
 ) -> Result<String, TransportError> {
     // The host-key types to ask for depend on what the known-hosts file records for
     // this node, and are fixed once the handshake starts.
-    known_hosts::prefer_recorded_types(session, spec)?;
+    let recorded = known_hosts::prefer_recorded_types(session, spec)?;
     session.set_timeout(remaining_ms(spec, deadline, "starting the SSH handshake")?);
     session
         .handshake()
         .map_err(|e| connect_error(spec, deadline, "performing the SSH handshake", e))?;
     let fingerprint = known_hosts::session_fingerprint(session);
-    known_hosts::verify(session, spec)?;
+    known_hosts::verify(session, spec, &recorded)?;
     session.set_timeout(remaining_ms(spec, deadline, "authenticating")?);
     authenticate(session, spec, deadline)?;
     Ok(fingerprint)
