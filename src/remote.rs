@@ -359,6 +359,19 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Runs `script` with `sh -c`, `input` on its stdin; stdout captured.
+    fn sh_with_input(script: &str, input: &[u8]) -> std::process::Output {
+        use std::io::Write;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
     #[test]
     fn sudo_wraps_the_whole_script_once() {
         let wrapped = wrap("cd /x && ./keadm join", Privilege::SudoPassword);
@@ -378,23 +391,8 @@ mod tests {
     /// sudo read the password line or not, so the password never reaches its stdin.
     #[test]
     fn the_password_line_never_reaches_the_script() {
-        use std::io::Write;
         let script = format!("{SKIP_TO_MARK}cat");
-        let run = |input: &str| {
-            let mut child = std::process::Command::new("sh")
-                .args(["-c", &script])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-            child.wait_with_output().unwrap()
-        };
+        let run = |input: &str| sh_with_input(&script, input.as_bytes());
         let preamble = password_preamble("s3cret");
         // sudo did not prompt: the whole preamble arrives.
         let out = run(&format!("{preamble}body\n"));
@@ -507,15 +505,7 @@ mod tests {
                 "keadm-v1-linux-amd64/keadm/keadm",
                 size,
             );
-            let mut child = std::process::Command::new("sh")
-                .args(["-c", &script])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(&bytes).unwrap();
-            child.wait_with_output().unwrap()
+            sh_with_input(&script, &bytes)
         };
         let out = run(&sha512, 18);
         assert!(out.status.success(), "{out:?}");

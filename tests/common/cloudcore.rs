@@ -5,7 +5,6 @@
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,33 +21,7 @@ pub struct FakeCloudcore {
 impl FakeCloudcore {
     pub fn start() -> FakeCloudcore {
         let dir = tempfile::tempdir().unwrap();
-        let key = dir.path().join("key.pem");
-        let cert = dir.path().join("cert.pem");
-        let out = Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "1",
-                "-subj",
-                "/CN=cloudcore",
-            ])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let identity = native_tls::Identity::from_pkcs8(
-            &std::fs::read(&cert).unwrap(),
-            &std::fs::read(&key).unwrap(),
-        )
-        .unwrap();
-        let acceptor = native_tls::TlsAcceptor::new(identity).unwrap();
+        let acceptor = super::http_server::self_signed_acceptor(dir.path(), "127.0.0.1");
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();

@@ -93,29 +93,7 @@ impl HttpServer {
     /// trust it through [`HttpServer::certificate`] (`SSL_CERT_FILE` for keadm-batch).
     pub fn start_tls() -> HttpServer {
         let dir = tempfile::tempdir().unwrap();
-        let (key, cert) = (dir.path().join("key.pem"), dir.path().join("cert.pem"));
-        let out = Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-            .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
-            .args([
-                "-subj",
-                "/CN=127.0.0.1",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1",
-            ])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let identity = native_tls::Identity::from_pkcs8(
-            &std::fs::read(&cert).unwrap(),
-            &std::fs::read(&key).unwrap(),
-        )
-        .unwrap();
-        let acceptor = native_tls::TlsAcceptor::new(identity).unwrap();
+        let acceptor = self_signed_acceptor(dir.path(), "127.0.0.1");
         HttpServer::spawn(Some(acceptor), Some(dir))
     }
 
@@ -307,4 +285,28 @@ fn reason(status: u16) -> &'static str {
         503 => "Service Unavailable",
         _ => "Status",
     }
+}
+
+/// A TLS acceptor with a throwaway self-signed P-256 certificate for `ip`, written as
+/// `cert.pem` and `key.pem` in `dir` (clients may trust `cert.pem`).
+pub fn self_signed_acceptor(dir: &std::path::Path, ip: &str) -> native_tls::TlsAcceptor {
+    let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+        .args(["-subj", &format!("/CN={ip}")])
+        .args(["-addext", &format!("subjectAltName=IP:{ip}")])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let identity = native_tls::Identity::from_pkcs8(
+        &std::fs::read(&cert).unwrap(),
+        &std::fs::read(&key).unwrap(),
+    )
+    .unwrap();
+    native_tls::TlsAcceptor::new(identity).unwrap()
 }
