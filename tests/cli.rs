@@ -192,7 +192,7 @@ fn gen_config_refuses_to_overwrite_without_force() {
         .args(&["batch", "gen-config", "-o", "mine.yaml"])
         .run()
         .status(2)
-        .stderr_has("mine.yaml already exists; pass --force to overwrite it");
+        .stderr_has("mine.yaml already exists. Pass --force to overwrite it");
     assert_eq!(
         std::fs::read_to_string(out.path("mine.yaml")).unwrap(),
         "precious"
