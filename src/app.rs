@@ -1,26 +1,26 @@
-//! The top of the run: parse the command line, set up logging, dispatch, and turn the
-//! outcome into an exit code. Errors are printed once, here.
+//! The top of the run, in hyperfine's shape: the command line parsed into typed options
+//! (`cli`), then a plan (`config`, `plan`), then its execution (`stage`, `pool`,
+//! `pipeline`, `report`). This module only orders those steps, sets up logging and
+//! Ctrl-C, and turns the result into an exit code. Errors arrive typed and are printed
+//! once, here.
 
 use std::ffi::OsString;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-
-use std::collections::HashSet;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 
 use crate::arch::Arch;
 use crate::cancel::Cancel;
-use crate::config::{self, PackageMode, validate::ProcessEnvironment};
-use crate::error::Error;
-use crate::kubeedge::before_run;
-use crate::options::{Command, MergeOptions, OutputFormat, RunOptions, Verbosity};
-use crate::pool;
+use crate::config::{self, validate::ProcessEnvironment};
+use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
+use crate::kubeedge::before_run::{self, Refused};
+use crate::options::{Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, Verbosity};
+use crate::report::findings::{self, Probe, Row};
 use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
-use crate::report::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};
+use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
-use crate::stage::{PackageSource, Pin, StageSettings, Stager};
-use crate::{cli, dry_run, gen_config, outcome, pipeline, plan, rerun};
+use crate::stage::{StageError, StageSettings, Stager};
+use crate::{cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
@@ -79,12 +79,13 @@ fn init_logging(verbosity: Verbosity) {
 
 fn run(command: Command) -> Result<(), Error> {
     match command {
-        Command::GenConfig(options) => gen_config::run(&options),
+        Command::GenConfig(options) => Ok(gen_config::run(&options)?),
         Command::Completions(shell) => {
-            cli::write_completions(&shell, &mut std::io::stdout()).map_err(Error::Usage)
+            Ok(cli::write_completions(&shell, &mut std::io::stdout()).map_err(UsageError::from)?)
         }
-        Command::Man => cli::write_man_page(&mut std::io::stdout())
-            .map_err(|e| Error::Output(format!("could not write the manual page: {e}"))),
+        Command::Man => {
+            Ok(cli::write_man_page(&mut std::io::stdout()).map_err(OutputError::ManPage)?)
+        }
         Command::Run(options) => run_batch(&options),
         Command::Merge(options) => run_merge(&options),
     }
@@ -93,7 +94,7 @@ fn run(command: Command) -> Result<(), Error> {
 /// `batch merge DIR...`: the shards' results as one. Exits like a run would: 1 when some
 /// node did not succeed.
 fn run_merge(options: &MergeOptions) -> Result<(), Error> {
-    let merged = report::merge::merge(&options.dirs).map_err(|e| Error::Usage(e.to_string()))?;
+    let merged = report::merge::merge(&options.dirs).map_err(UsageError::from)?;
     if let Some(into) = &options.into {
         report::files::create_dir_all(into)
             .and_then(|()| merged.summary.write(&into.join(report::run_dir::SUMMARY)))
@@ -103,7 +104,7 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
                     merged.log_text().as_bytes(),
                 )
             })
-            .map_err(|e| Error::Output(format!("could not write to {}: {e}", into.display())))?;
+            .map_err(OutputError::file(OutputFile::MergedResults, into))?;
     }
     match options.output {
         OutputFormat::Json => println!(
@@ -129,6 +130,12 @@ fn home() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// Whether staging may draw download progress on the console.
+fn show_progress(options: &RunOptions) -> bool {
+    std::io::stderr().is_terminal() && options.verbosity != Verbosity::Quiet
+}
+
+/// `batch -c FILE`: load and check the config, plan, then probe, print or execute.
 fn run_batch(options: &RunOptions) -> Result<(), Error> {
     let loaded = config::load(&options.config, &ProcessEnvironment).inspect_err(|err| {
         // Warnings often explain the errors (`nodes` nested under `keadm`).
@@ -152,44 +159,38 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         options,
         home(),
         PathBuf::from(plan::REMOTE_BASE_DIR),
-        retry.as_ref().map(|(names, _)| names),
+        retry.as_ref().map(|retry| &retry.selection.names),
     )
-    .map_err(|e| Error::Usage(e.0))?;
+    .map_err(UsageError::from)?;
     kubeedge_checks(&plan, options)?;
     if options.preflight_only {
         return preflight_only(&plan);
     }
     // Staging rules that need no download are checked here, so a dry run reports them too.
     if let Some(staging) = &plan.staging {
-        stage_settings(staging, &plan.config_path, options)
+        staging
+            .stage_settings(&plan.config_path, show_progress(options))
             .check_plain_http()
-            .map_err(|e| Error::Usage(format!("{e} No node was touched.")))?;
+            .map_err(UsageError::UnsafeDownload)?;
     }
     if options.dry_run {
         print!("{}", dry_run::render(&plan));
         return Ok(());
     }
-    execute(
-        plan,
-        &loaded.config,
-        options,
-        retry.map(|(_, previous)| previous),
-    )
+    execute(plan, &loaded.config, options, retry.map(|retry| retry.from))
 }
 
-/// Connects to every selected node, runs the read-only probes, prints a table of findings
-/// on stdout. Exit 1 when any node has a finding or could not be probed.
+/// `--preflight-only`: connects to every selected node through the same pool as a run
+/// (so the first Ctrl-C stops further probes), runs the read-only probes, and prints the
+/// table of findings on stdout. Exit 1 when any node has a finding or could not be probed.
 fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
-    use rayon::prelude::*;
     let cancel = Cancel::new();
     install_signal_handler(&cancel);
     let progress = Progress::new(plan.nodes.len(), plan.total_in_config, false);
-    let scratch = RunDir::scratch().map_err(|e| {
-        Error::Output(format!(
-            "could not create a temporary directory in {}: {e}",
-            std::env::temp_dir().display()
-        ))
-    })?;
+    let scratch = RunDir::scratch().map_err(OutputError::file(
+        OutputFile::ScratchDir,
+        std::env::temp_dir(),
+    ))?;
     let run_dir = &scratch.run;
     let ctx = pipeline::Context {
         stager: None,
@@ -201,95 +202,43 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
         retry_base: std::time::Duration::from_secs(1),
         progress: &progress,
         // Findings are reported, never acted on, in this mode.
-        preflight: crate::options::PreflightMode::Warn,
+        preflight: PreflightMode::Warn,
         binary_size_hint: 0,
     };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(plan.max_run_num.clamp(1, plan.nodes.len().max(1)))
-        .build()
-        .map_err(|e| Error::Output(e.to_string()))?;
-    let results: Vec<_> = pool.install(|| {
-        plan.nodes
-            .par_iter()
-            .map(|node| {
-                if node.keadm_args.is_join() {
-                    pipeline::preflight_only(node, &ctx)
-                } else {
-                    Ok(Vec::new())
-                }
-            })
-            .collect()
+    let probes = pool::probe_all(&plan.nodes, plan.max_run_num, &cancel, |node| {
+        if node.keadm_args.is_join() {
+            Probe::of(pipeline::preflight_only(node, &ctx))
+        } else {
+            Probe::NotAJoin
+        }
     });
     drop(scratch);
-    let mut table = String::new();
-    let width = plan
+    let rows: Vec<Row> = plan
         .nodes
         .iter()
-        .map(|n| n.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    table.push_str(&format!(
-        "{:<width$}  {:<22}  FINDINGS\n",
-        "NODE", "ADDRESS"
-    ));
-    let mut bad = 0;
-    for (node, result) in plan.nodes.iter().zip(&results) {
-        let address = node.address();
-        match result {
-            Ok(findings) if findings.is_empty() => {
-                let note = if node.keadm_args.is_join() {
-                    "none"
-                } else {
-                    "none (not a join)"
-                };
-                table.push_str(&format!("{:<width$}  {:<22}  {note}\n", node.name, address));
-            }
-            Ok(findings) => {
-                bad += 1;
-                for (i, f) in findings.iter().enumerate() {
-                    let id: crate::kubeedge::FindingId = match crate::kubeedge::FindingId::ALL
-                        .iter()
-                        .find(|x| x.as_str() == f.id)
-                    {
-                        Some(id) => *id,
-                        None => continue,
-                    };
-                    let finding = crate::kubeedge::Finding {
-                        id,
-                        detail: f.detail.clone(),
-                    };
-                    let (n, a) = if i == 0 {
-                        (node.name.as_str(), address.as_str())
-                    } else {
-                        ("", "")
-                    };
-                    table.push_str(&format!("{n:<width$}  {a:<22}  {finding}\n"));
-                    table.push_str(&format!(
-                        "{:<width$}  {:<22}    -> {}\n",
-                        "",
-                        "",
-                        finding.suggested_action()
-                    ));
-                }
-            }
-            Err(error) => {
-                bad += 1;
-                table.push_str(&format!(
-                    "{:<width$}  {:<22}  not probed: {error}\n",
-                    node.name, address
-                ));
-            }
-        }
-    }
-    print!("{table}");
+        .zip(probes)
+        .map(|(node, probe)| Row {
+            name: node.name.clone(),
+            address: node.address(),
+            probe: probe.unwrap_or(Probe::NotStarted),
+        })
+        .collect();
+    print!("{}", findings::render(&rows));
     if cancel.stopping() {
-        return Err(Error::Interrupted("the probes were stopped".into()));
+        return Err(Interruption::Probes {
+            probed: rows.iter().filter(|row| row.probe.started()).count(),
+            total: rows.len(),
+        }
+        .into());
     }
-    if bad > 0 {
+    let attention = rows
+        .iter()
+        .filter(|row| row.probe.needs_attention())
+        .count();
+    if attention > 0 {
         return Err(Error::Findings {
-            nodes: bad,
-            total: plan.nodes.len(),
+            nodes: attention,
+            total: rows.len(),
         });
     }
     Ok(())
@@ -304,52 +253,30 @@ fn kubeedge_checks(plan: &plan::Plan, options: &RunOptions) -> Result<(), Error>
         .unwrap_or(before_run::DEFAULT_PER_NODE_SECS);
     let now = outcome::now() as u64;
     let problems = before_run::check(plan, options.preflight, now, per_node, !options.dry_run);
-    let mut fatal = Vec::new();
-    for problem in problems {
-        if problem.fatal {
-            fatal.push(problem.message);
-        } else {
-            log::warn!("{}", problem.message);
-        }
+    let (fatal, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(|p| p.fatal);
+    for warning in warnings {
+        log::warn!("{warning}");
     }
     if fatal.is_empty() {
         Ok(())
     } else {
-        fatal.push("No node was touched.".into());
-        Err(Error::Usage(fatal.join("\n")))
+        Err(Refused(fatal).into())
     }
 }
 
-/// The nodes `--retry-failed` should process, and the run they come from; `None` when
-/// there is nothing to retry (which is a success).
+/// What `--retry-failed` should do, after telling the operator; `None` when there is
+/// nothing to retry (which is a success).
 fn retry_selection(
     config: &config::Config,
     options: &RunOptions,
-) -> Result<Option<(HashSet<String>, PathBuf)>, Error> {
-    let cwd = std::env::current_dir()
-        .map_err(|e| Error::Output(format!("the current directory is unusable: {e}")))?;
-    let Some(latest) = rerun::latest_run(&cwd) else {
-        return Err(Error::Usage(format!(
-            "--retry-failed found no earlier run in {}; run without it first",
-            cwd.join(report::run_dir::RUNS_DIR).display()
-        )));
-    };
-    // `token-invalid` and `token_invalid` both name a class; journals hold the latter.
-    let class = match &options.class {
-        Some(class) => Some(
-            class
-                .parse::<crate::kubeedge::classify::FailureClass>()
-                .map_err(|e| Error::Usage(e.to_string()))?
-                .as_str(),
-        ),
-        None => None,
-    };
-    let known = rerun::last_outcomes(&latest).map_err(Error::Output)?;
+) -> Result<Option<rerun::Retry>, Error> {
+    let cwd = std::env::current_dir().map_err(OutputError::CurrentDir)?;
     let names: Vec<&str> = config.nodes.iter().map(|n| n.name.as_str()).collect();
-    let selection = rerun::select(&names, &known, class);
+    let retry = rerun::retry(&cwd, &names, options.class)?;
+    let selection = &retry.selection;
     if !selection.gone.is_empty() {
         log::warn!(
-            "{} node(s) of the earlier run are no longer in the config and are ignored: {}",
+            "{} node(s) of the earlier run are no longer in the config and are ignored: {}.",
             selection.gone.len(),
             selection.gone.join(", ")
         );
@@ -357,20 +284,20 @@ fn retry_selection(
     if selection.names.is_empty() {
         eprintln!(
             "Nothing to retry: every node of the config {} in {}.",
-            match &options.class {
+            match options.class {
                 Some(class) => format!("succeeded or failed with a class other than {class}"),
                 None => "succeeded".to_string(),
             },
-            latest.display()
+            retry.from.display()
         );
         return Ok(None);
     }
     eprintln!(
         "Retrying {} node(s) that did not succeed in {}.",
         selection.names.len(),
-        latest.display()
+        retry.from.display()
     );
-    Ok(Some((selection.names, latest)))
+    Ok(Some(retry))
 }
 
 /// Stages packages, runs every selected node, and writes the results.
@@ -385,21 +312,14 @@ fn execute(
     let quiet = options.verbosity == Verbosity::Quiet;
     // Staging comes first: if it fails, no node and no previous result file is touched.
     let stager = match &plan.staging {
-        Some(staging) => Some(stage_packages(stage_settings(
-            staging,
-            &plan.config_path,
-            options,
-        ))?),
+        Some(staging) => Some(stage_packages(
+            staging.stage_settings(&plan.config_path, show_progress(options)),
+        )?),
         None => None,
     };
-    let cwd = std::env::current_dir()
-        .map_err(|e| Error::Output(format!("the current directory is unusable: {e}")))?;
-    let run_dir = RunDir::create(options.run_dir.as_deref(), &cwd).map_err(|e| {
-        Error::Output(format!(
-            "could not create the run directory under {}: {e}",
-            cwd.display()
-        ))
-    })?;
+    let cwd = std::env::current_dir().map_err(OutputError::CurrentDir)?;
+    let run_dir = RunDir::create(options.run_dir.as_deref(), &cwd)
+        .map_err(OutputError::file(OutputFile::RunDir, &cwd))?;
     if let Some(previous) = &retry_of {
         let _ = report::files::write(
             &run_dir.path.join(rerun::RETRY_OF),
@@ -408,13 +328,10 @@ fn execute(
     }
     let log_path = cwd.join(report::log::LOG_FILE);
     let log = ResultLog::create(&log_path)
-        .map_err(|e| Error::Output(format!("could not create {}: {e}", log_path.display())))?;
-    let journal = run_dir.journal().map_err(|e| {
-        Error::Output(format!(
-            "could not create the journal in {}: {e}",
-            run_dir.path.display()
-        ))
-    })?;
+        .map_err(OutputError::file(OutputFile::ResultLog, &log_path))?;
+    let journal = run_dir
+        .journal()
+        .map_err(OutputError::file(OutputFile::Journal, &run_dir.path))?;
     let live = std::io::stderr().is_terminal() && !quiet;
     let progress = Progress::new(plan.nodes.len(), plan.total_in_config, live);
     let recorder = Recorder::new(log, journal, plan.nodes.len(), quiet, progress.clone());
@@ -423,14 +340,13 @@ fn execute(
     install_signal_handler(&cancel);
     if !quiet {
         eprintln!(
-            "Processing {} node{}{} ({} at once); transcripts in {}",
-            plan.nodes.len(),
-            if plan.nodes.len() == 1 { "" } else { "s" },
-            plan.shard
-                .map(|s| format!(" of shard {}", dry_run::shard_line(s)))
-                .unwrap_or_default(),
-            plan.max_run_num.min(plan.nodes.len().max(1)),
-            run_dir.path.display()
+            "{}",
+            recap::banner(
+                plan.nodes.len(),
+                plan.shard,
+                plan.max_run_num,
+                &run_dir.path
+            )
         );
     }
     let ctx = pipeline::Context {
@@ -465,23 +381,22 @@ fn execute(
     });
 
     progress.finish();
-    let outcomes = recorder.outcomes();
-    let totals = Totals::of(&outcomes);
-    let summary = Summary {
-        version: SUMMARY_VERSION,
-        tool: format!("keadm-batch {}", env!("CARGO_PKG_VERSION")),
-        run_id: run_dir.id.clone(),
-        config: config.path.display().to_string(),
-        started_at,
-        finished_at: outcome::now(),
-        interrupted: cancel.stopping(),
-        totals: totals.clone(),
-        packages: stager.as_ref().map(staged_packages).unwrap_or_default(),
-        nodes: outcomes.clone(),
-        merged_from: Vec::new(),
-    };
-    if let Err(e) = summary.write(&run_dir.summary_path()) {
-        log::error!("could not write {}: {e}", run_dir.summary_path().display());
+    let summary = Summary::of_run(
+        RunFacts {
+            run_id: &run_dir.id,
+            config: &config.path,
+            started_at,
+            interrupted: cancel.stopping(),
+            stager: stager.as_ref(),
+        },
+        recorder.outcomes(),
+    );
+    let summary_path = run_dir.summary_path();
+    if let Err(e) = summary.write(&summary_path) {
+        log::error!(
+            "Could not write {}: {e}. The nodes' results are still in batch_process_log.txt and the journal.",
+            summary_path.display()
+        );
     }
     if options.output == OutputFormat::Json {
         println!(
@@ -493,20 +408,21 @@ fn execute(
         eprint!(
             "{}",
             recap::render(
-                &outcomes,
+                &summary.nodes,
                 &run_dir.path,
                 &log_path,
                 wall.elapsed().as_secs_f64()
             )
         );
     }
+    let totals = &summary.totals;
     if cancel.stopping() {
-        return Err(Error::Interrupted(format!(
-            "{} of {} nodes finished; the rest are marked in {}",
-            totals.selected - totals.interrupted,
-            totals.selected,
-            log_path.display()
-        )));
+        return Err(Interruption::Run {
+            finished: totals.selected - totals.interrupted,
+            selected: totals.selected,
+            log: log_path,
+        }
+        .into());
     }
     if totals.not_succeeded() > 0 {
         return Err(Error::NodesFailed {
@@ -518,65 +434,10 @@ fn execute(
     Ok(())
 }
 
-fn stage_packages(settings: StageSettings) -> Result<Stager, Error> {
-    let stager = Stager::open(settings).map_err(|e| Error::Stage(e.to_string()))?;
-    stager
-        .stage_all()
-        .map_err(|e| Error::Stage(e.to_string()))?;
+fn stage_packages(settings: StageSettings) -> Result<Stager, StageError> {
+    let stager = Stager::open(settings)?;
+    stager.stage_all()?;
     Ok(stager)
-}
-
-/// The stager's settings for the plan: the one conversion, used for the checks before
-/// the run and for the run itself.
-fn stage_settings(
-    staging: &plan::StagingPlan,
-    config_path: &Path,
-    options: &RunOptions,
-) -> StageSettings {
-    let source = match &staging.mode {
-        PackageMode::Download { url } => PackageSource::Download { url: url.clone() },
-        PackageMode::Offline { dir } => PackageSource::Offline { dir: dir.clone() },
-    };
-    let mut settings = StageSettings::new(staging.version.clone(), source);
-    settings.base_dir = staging.base_dir.clone();
-    settings.arch_group = staging
-        .arch_group
-        .iter()
-        .filter_map(|a| Arch::from_name(a))
-        .collect();
-    settings.pins = staging
-        .pins
-        .iter()
-        .map(|(arch, pin)| {
-            let pin = Pin {
-                digest: pin.digest.clone(),
-                source: format!(
-                    "keadm.download.sha512.{arch} ({}:{})",
-                    config_path.display(),
-                    pin.pos
-                ),
-            };
-            (*arch, pin)
-        })
-        .collect();
-    settings.allow_unverified = staging.allow_unverified;
-    settings.insecure_http = staging.insecure_http;
-    settings.max_package_bytes = staging.max_package_bytes;
-    settings.progress = std::io::stderr().is_terminal() && options.verbosity != Verbosity::Quiet;
-    settings
-}
-
-fn staged_packages(stager: &Stager) -> Vec<StagedPackage> {
-    Arch::ALL
-        .iter()
-        .filter_map(|arch| stager.staged(*arch))
-        .map(|b| StagedPackage {
-            arch: b.arch.as_str().to_string(),
-            version: stager.settings().version.clone(),
-            tarball_sha512: b.tarball_sha512.clone(),
-            verified: b.verified,
-        })
-        .collect()
 }
 
 /// The first Ctrl-C or SIGTERM stops starting nodes; the second cancels running ones.
@@ -593,6 +454,8 @@ fn install_signal_handler(cancel: &Cancel) {
         }
     });
     if let Err(err) = result {
-        log::warn!("could not install the Ctrl-C handler: {err}");
+        log::warn!(
+            "Could not install the Ctrl-C handler: {err}. Ctrl-C will end keadm-batch at once, without writing the results."
+        );
     }
 }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::HostKeyPolicy;
+use crate::diagnosis::FailureClass;
 use crate::options::{
     Command, GenConfigOptions, MergeOptions, OutputFormat, PreflightMode, RunOptions, Shard,
     Verbosity,
@@ -71,9 +72,10 @@ struct BatchArgs {
         long,
         value_name = "CLASS",
         requires = "retry_failed",
+        value_parser = parse_class,
         help_heading = "Selection"
     )]
-    class: Option<String>,
+    class: Option<FailureClass>,
 
     /// Process only shard I of N (1-based): a stable split by sha256 of nodeName.
     #[arg(long, value_name = "I/N", value_parser = parse_shard, help_heading = "Selection")]
@@ -217,6 +219,11 @@ enum OutputArg {
     Json,
 }
 
+/// `--class`: a failure class id, with `-` accepted for `_`.
+fn parse_class(text: &str) -> Result<FailureClass, crate::diagnosis::UnknownClass> {
+    text.parse()
+}
+
 fn parse_shard(text: &str) -> Result<Shard, String> {
     let (i, n) = text
         .split_once('/')
@@ -263,9 +270,19 @@ fn parse_size(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A shell name clap_complete does not know. `Command::Completions` carries names clap
+/// has already checked, so this only guards the conversion back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "There is no completion script for the shell `{0}`. Use bash, zsh, fish, elvish or powershell."
+)]
+pub struct UnknownShell(pub String);
+
 /// Writes the completion script for `shell` (a name `Command::Completions` carries).
-pub fn write_completions(shell: &str, out: &mut dyn std::io::Write) -> Result<(), String> {
-    let shell: clap_complete::Shell = shell.parse().map_err(|e: String| e)?;
+pub fn write_completions(shell: &str, out: &mut dyn std::io::Write) -> Result<(), UnknownShell> {
+    let shell: clap_complete::Shell = shell
+        .parse()
+        .map_err(|_: String| UnknownShell(shell.to_string()))?;
     clap_complete::generate(shell, &mut command(), "keadm-batch", out);
     Ok(())
 }
@@ -403,6 +420,35 @@ mod tests {
         assert_eq!(opts.shard, Some(Shard { index: 2, count: 4 }));
         assert_eq!(opts.only, vec!["a*".to_string(), "b".to_string()]);
         assert!(run(&["k", "batch", "-c", "c", "--shard", "5/4"]).is_err());
+    }
+
+    #[test]
+    fn class_is_parsed_into_a_failure_class() {
+        let retry =
+            |class: &str| run(&["k", "batch", "-c", "c", "--retry-failed", "--class", class]);
+        let Command::Run(opts) = retry("token-invalid").unwrap() else {
+            panic!()
+        };
+        assert_eq!(opts.class, Some(FailureClass::TokenInvalid));
+        let err = retry("sunspots").unwrap_err();
+        assert!(err.use_stderr(), "a usage error, exit 2");
+        assert!(
+            err.to_string()
+                .contains("`sunspots` is not a failure class. Use one of: already_joined,"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn completions_for_an_unknown_shell_are_a_typed_error() {
+        let mut out = Vec::new();
+        assert_eq!(
+            write_completions("tcsh", &mut out),
+            Err(UnknownShell("tcsh".into()))
+        );
+        assert!(out.is_empty());
+        write_completions("bash", &mut out).unwrap();
+        assert!(!out.is_empty());
     }
 
     #[test]

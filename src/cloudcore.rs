@@ -35,6 +35,31 @@ pub fn endpoint(command: &KeadmCommand) -> Option<(String, u16)> {
     Some((host, port))
 }
 
+/// Why cloudcore could not be asked something. Each reads as a clause that follows a
+/// colon in the sentence of the check that asked (see `kubeedge::before_run`).
+#[derive(Debug, thiserror::Error)]
+pub enum CloudcoreError {
+    #[error("no HTTPS client could be made ({0})")]
+    Client(#[source] reqwest::Error),
+    #[error("{url} did not answer ({source})")]
+    NoAnswer {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{url} answered HTTP {status}")]
+    Status {
+        url: String,
+        status: reqwest::StatusCode,
+    },
+    #[error("{url} broke off its answer ({source})")]
+    BrokeOff {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+}
+
 pub struct Cloudcore {
     base: String,
     client: reqwest::blocking::Client,
@@ -43,7 +68,7 @@ pub struct Cloudcore {
 impl Cloudcore {
     /// A client for cloudcore at `host:port`, with a short deadline: an unreachable
     /// cloudcore must not hold up the start of a batch.
-    pub fn new(host: &str, port: u16, timeout: Duration) -> Result<Cloudcore, String> {
+    pub fn new(host: &str, port: u16, timeout: Duration) -> Result<Cloudcore, CloudcoreError> {
         let host = if host.contains(':') {
             format!("[{host}]")
         } else {
@@ -54,7 +79,7 @@ impl Cloudcore {
             .timeout(timeout)
             .connect_timeout(timeout)
             .build()
-            .map_err(|e| format!("cannot make an HTTPS client: {e}"))?;
+            .map_err(CloudcoreError::Client)?;
         Ok(Cloudcore {
             base: format!("https://{host}:{port}"),
             client,
@@ -66,30 +91,39 @@ impl Cloudcore {
     }
 
     /// Whether cloudcore already knows `name` (keadm's rule: anything but 404 is taken).
-    pub fn node_registered(&self, name: &str) -> Result<bool, String> {
+    pub fn node_registered(&self, name: &str) -> Result<bool, CloudcoreError> {
         let url = format!("{}/node/{name}", self.base);
         let response = self
             .client
             .get(&url)
             .send()
-            .map_err(|e| format!("{url} did not answer: {e}"))?;
+            .map_err(|source| CloudcoreError::NoAnswer {
+                url: url.clone(),
+                source,
+            })?;
         Ok(response.status() != reqwest::StatusCode::NOT_FOUND)
     }
 
     /// sha256 (lowercase hex) of cloudcore's CA certificate as served at /ca.crt.
-    pub fn ca_hash(&self) -> Result<String, String> {
+    pub fn ca_hash(&self) -> Result<String, CloudcoreError> {
         let url = format!("{}/ca.crt", self.base);
         let response = self
             .client
             .get(&url)
             .send()
-            .map_err(|e| format!("{url} did not answer: {e}"))?;
+            .map_err(|source| CloudcoreError::NoAnswer {
+                url: url.clone(),
+                source,
+            })?;
         if !response.status().is_success() {
-            return Err(format!("{url} answered HTTP {}", response.status()));
+            return Err(CloudcoreError::Status {
+                url,
+                status: response.status(),
+            });
         }
         let body = response
             .bytes()
-            .map_err(|e| format!("{url} broke off: {e}"))?;
+            .map_err(|source| CloudcoreError::BrokeOff { url, source })?;
         Ok(hex::encode(Sha256::digest(&body)))
     }
 }

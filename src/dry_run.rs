@@ -3,7 +3,6 @@
 use std::fmt::Write;
 
 use crate::config::{AuthSpec, PackageMode, SshSpec};
-use crate::options::Shard;
 use crate::plan::{KeadmSource, NodePlan, Plan, StagingPlan, display_address};
 use crate::stage::is_plain_http;
 
@@ -19,7 +18,7 @@ pub fn render(plan: &Plan) -> String {
         plan.max_run_num
     );
     if let Some(shard) = plan.shard {
-        let _ = writeln!(out, "  shard:       {}", shard_line(shard));
+        let _ = writeln!(out, "  shard:       {shard}");
     }
     let _ = writeln!(out, "  known hosts: {}", plan.known_hosts.display());
     match &plan.staging {
@@ -32,7 +31,12 @@ pub fn render(plan: &Plan) -> String {
             let arches = if staging.arch_group.is_empty() {
                 "none up front; each node's arch on demand".to_string()
             } else {
-                staging.arch_group.join(", ")
+                staging
+                    .arch_group
+                    .iter()
+                    .map(|a| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             };
             let _ = writeln!(
                 out,
@@ -93,17 +97,6 @@ fn size(bytes: u64) -> String {
     } else {
         format!("{bytes} bytes")
     }
-}
-
-/// `2/4 (the nodes whose sha256(nodeName) mod 4 is 1)`.
-pub fn shard_line(shard: Shard) -> String {
-    format!(
-        "{}/{} (the nodes whose sha256(nodeName) mod {} is {})",
-        shard.index,
-        shard.count,
-        shard.count,
-        shard.index - 1
-    )
 }
 
 fn auth_line(ssh: &SshSpec) -> String {

@@ -1,11 +1,11 @@
 //! `batch gen-config`: writes the commented config template from `templates/`.
 
-use std::io::Write;
+use std::io::{self, Write};
+use std::path::PathBuf;
 
 use serde::Serialize;
 use tinytemplate::TinyTemplate;
 
-use crate::error::Error;
 use crate::options::GenConfigOptions;
 
 const TEMPLATE: &str = include_str!("../templates/config.yaml");
@@ -36,8 +36,30 @@ pub fn render() -> String {
     .expect("the built-in template renders")
 }
 
+/// Why gen-config wrote no template.
+#[derive(Debug, thiserror::Error)]
+pub enum GenConfigError {
+    #[error(
+        "{} already exists. Pass --force to overwrite it, or -o to write elsewhere.",
+        path.display()
+    )]
+    Exists { path: PathBuf },
+    #[error("{} could not be created: {source}. Check that its directory exists and is writable.", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{} could not be written: {source}. Check the free space and permissions there.", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
 /// Writes the template, refusing to overwrite an existing file without `--force`.
-pub fn run(options: &GenConfigOptions) -> Result<(), Error> {
+pub fn run(options: &GenConfigOptions) -> Result<(), GenConfigError> {
     let path = &options.output;
     let mut open = std::fs::OpenOptions::new();
     open.write(true);
@@ -46,20 +68,21 @@ pub fn run(options: &GenConfigOptions) -> Result<(), Error> {
     } else {
         open.create_new(true);
     }
-    let mut file = open.open(path).map_err(|err| {
-        if err.kind() == std::io::ErrorKind::AlreadyExists {
-            Error::GenConfig(format!(
-                "{} already exists; pass --force to overwrite it, or -o to write elsewhere.",
-                path.display()
-            ))
+    let mut file = open.open(path).map_err(|source| {
+        if source.kind() == io::ErrorKind::AlreadyExists {
+            GenConfigError::Exists { path: path.clone() }
         } else {
-            Error::GenConfig(format!("{} could not be created: {err}.", path.display()))
+            GenConfigError::Create {
+                path: path.clone(),
+                source,
+            }
         }
     })?;
     file.write_all(render().as_bytes())
         .and_then(|_| file.sync_all())
-        .map_err(|err| {
-            Error::GenConfig(format!("{} could not be written: {err}.", path.display()))
+        .map_err(|source| GenConfigError::Write {
+            path: path.clone(),
+            source,
         })?;
     eprintln!(
         "Config template written to {}. Fill in the REQUIRED values, then run `keadm-batch batch -c {} --dry-run`.",

@@ -9,6 +9,7 @@ pub mod cancel;
 pub mod cli;
 pub mod cloudcore;
 pub mod config;
+pub mod diagnosis;
 pub mod digest;
 pub mod dry_run;
 pub mod error;

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::config::HostKeyPolicy;
+use crate::diagnosis::FailureClass;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
@@ -65,6 +66,20 @@ pub struct Shard {
     pub count: u64,
 }
 
+impl std::fmt::Display for Shard {
+    /// `2/4 (the nodes whose sha256(nodeName) mod 4 is 1)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{} (the nodes whose sha256(nodeName) mod {} is {})",
+            self.index,
+            self.count,
+            self.count,
+            self.index - 1
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunOptions {
     pub config: PathBuf,
@@ -73,7 +88,7 @@ pub struct RunOptions {
     pub only: Vec<String>,
     pub shard: Option<Shard>,
     pub retry_failed: bool,
-    pub class: Option<String>,
+    pub class: Option<FailureClass>,
     // Policy: each overrides the config file.
     pub max_run_num: Option<usize>,
     pub max_fail: Option<usize>,

@@ -3,6 +3,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::arch::Arch;
+use crate::diagnosis::FailureClass;
+
+/// One pre-flight finding: its id (`edgecore_running`...) and what was seen.
+pub use crate::diagnosis::Finding as PreflightFinding;
+
 /// A node's phase. The first five are on the way; the rest are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
@@ -80,12 +86,12 @@ pub struct NodeOutcome {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_class: Option<String>,
+    pub failure_class: Option<FailureClass>,
     /// The keadm command's exit status, when it ran to the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub arch: Option<String>,
+    pub arch: Option<Arch>,
     pub bytes_uploaded: u64,
     /// Uploads skipped because the node already had the identical file.
     pub uploads_skipped: u32,
@@ -101,11 +107,14 @@ pub struct NodeOutcome {
     pub preflight: Vec<PreflightFinding>,
 }
 
-/// One pre-flight finding: its id (`edgecore_running`...) and what was seen.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PreflightFinding {
-    pub id: String,
-    pub detail: String,
+/// Why `--preflight-only` could not probe a node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct ProbeError {
+    /// The step that failed: connecting, or the probe itself.
+    pub phase: Phase,
+    /// One line, secrets masked, as a node's `error` in summary.json.
+    pub reason: String,
 }
 
 impl NodeOutcome {
@@ -175,6 +184,21 @@ pub fn now() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A journal line as keadm-batch wrote it while classes, arches and finding ids were
+    /// strings: it still reads, and writes back byte for byte (docs/summary.md).
+    #[test]
+    fn outcomes_read_and_write_the_same_json_as_before() {
+        let line = r#"{"index":2,"name":"edge-2","address":"10.0.0.2:22","phase":"failed","failed_in":"running","error":"keadm join exited with status 1","failure_class":"token_invalid","exit_status":1,"arch":"arm64","bytes_uploaded":1024,"uploads_skipped":1,"connect_attempts":1,"steps":{"connect":0.1,"prepare":0.2,"upload":0.3,"run":4.0},"started_at":1700000000.5,"finished_at":1700000005.0,"transcript":"batch_runs/x/nodes/3-edge-2.log","preflight":[{"id":"management_dir_not_clean","detail":"2 entries: ca certs"},{"id":"probe_incomplete","detail":"it printed nothing more"}]}"#;
+        let outcome: NodeOutcome = serde_json::from_str(line).unwrap();
+        assert_eq!(outcome.failure_class, Some(FailureClass::TokenInvalid));
+        assert_eq!(outcome.arch, Some(Arch::Arm64));
+        assert_eq!(
+            outcome.preflight[0].id,
+            crate::diagnosis::FindingId::ManagementDirNotClean
+        );
+        assert_eq!(serde_json::to_string(&outcome).unwrap(), line);
+    }
 
     #[test]
     fn log_lines_match_keadm() {

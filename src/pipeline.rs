@@ -14,7 +14,7 @@ use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
 use crate::kubeedge::{classify, preflight};
 use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::options::PreflightMode;
-use crate::outcome::{NodeOutcome, Phase, PreflightFinding, StepTimes, now};
+use crate::outcome::{NodeOutcome, Phase, PreflightFinding, ProbeError, StepTimes, now};
 use crate::plan::{KeadmSource, NodePlan};
 use crate::remote::{self, NodeFacts, Privilege};
 use crate::report::RunDir;
@@ -94,12 +94,15 @@ struct Run<'a, 'c> {
 }
 
 /// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
-pub fn preflight_only(node: &NodePlan, ctx: &Context) -> Result<Vec<PreflightFinding>, String> {
+pub fn preflight_only(node: &NodePlan, ctx: &Context) -> Result<Vec<PreflightFinding>, ProbeError> {
     let mut run = Run::new(node, ctx, Transcript::in_memory(node.redactor.clone()));
     let result = run.connect().and_then(|mut conn| run.preflight(&mut conn));
     match result {
         Ok(()) => Ok(run.findings),
-        Err(e) => Err(node.redactor.redact(&e.message)),
+        Err(e) => Err(ProbeError {
+            phase: e.phase,
+            reason: node.redactor.redact(&e.message),
+        }),
     }
 }
 
@@ -140,11 +143,8 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
     // Why a join failed, read from what keadm (and edgecore) printed.
     let classifiable = matches!(phase, Phase::Failed | Phase::TimedOut)
         && (node.keadm_args.is_join() || failed_in == Some(Phase::Running));
-    let failure_class = classifiable.then(|| {
-        classify::classify(&run.transcript.tail(80), phase == Phase::TimedOut)
-            .as_str()
-            .to_string()
-    });
+    let failure_class = classifiable
+        .then(|| classify::classify(&run.transcript.tail(80), phase == Phase::TimedOut));
     if let Some(class) = &failure_class {
         run.transcript.note(&format!("failure class: {class}"));
     }
@@ -160,7 +160,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         failure_class,
         preflight: std::mem::take(&mut run.findings),
         exit_status,
-        arch: run.arch.map(|a| a.as_str().to_string()),
+        arch: run.arch,
         bytes_uploaded: run.bytes_uploaded,
         uploads_skipped: run.uploads_skipped,
         connect_attempts: run.connect_attempts,
@@ -338,7 +338,7 @@ impl<'a, 'c> Run<'a, 'c> {
             run.findings = findings
                 .iter()
                 .map(|f| PreflightFinding {
-                    id: f.id.as_str().to_string(),
+                    id: f.id,
                     detail: f.detail.clone(),
                 })
                 .collect();

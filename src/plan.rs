@@ -3,7 +3,7 @@
 //! `--dry-run` prints and what the pool executes.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use crate::keadm_cmd::KeadmCommand;
 use crate::options::{RunOptions, Shard};
 use crate::redact::Redactor;
 use crate::shell::shell_quote;
+use crate::stage::{PackageSource, Pin, StageSettings};
 
 /// keadm's BASE: where keadm batch uploads files and keadm on every node.
 pub const REMOTE_BASE_DIR: &str = "/tmp/kubeedge/keadm";
@@ -116,7 +117,8 @@ pub struct Plan {
 pub struct StagingPlan {
     pub version: String,
     pub mode: PackageMode,
-    pub arch_group: Vec<String>,
+    /// `keadm.archGroup`: the arches staged up front.
+    pub arch_group: Vec<Arch>,
     pub base_dir: PathBuf,
     /// `keadm.download.sha512`.
     pub pins: BTreeMap<Arch, PinnedDigest>,
@@ -128,14 +130,50 @@ pub struct StagingPlan {
     pub max_package_bytes: u64,
 }
 
-/// Why no plan could be made from a valid config and these options.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SelectionError(pub String);
-
-impl std::fmt::Display for SelectionError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+impl StagingPlan {
+    /// The stager's settings for this plan: the one conversion, used for the checks before
+    /// the run and for the run itself. `config_path` names the file the pins came from;
+    /// `progress` draws download progress on the console.
+    pub fn stage_settings(&self, config_path: &Path, progress: bool) -> StageSettings {
+        let source = match &self.mode {
+            PackageMode::Download { url } => PackageSource::Download { url: url.clone() },
+            PackageMode::Offline { dir } => PackageSource::Offline { dir: dir.clone() },
+        };
+        let mut settings = StageSettings::new(self.version.clone(), source);
+        settings.base_dir = self.base_dir.clone();
+        settings.arch_group = self.arch_group.clone();
+        settings.pins = self
+            .pins
+            .iter()
+            .map(|(arch, pin)| {
+                let pin = Pin {
+                    digest: pin.digest.clone(),
+                    source: format!(
+                        "keadm.download.sha512.{arch} ({}:{})",
+                        config_path.display(),
+                        pin.pos
+                    ),
+                };
+                (*arch, pin)
+            })
+            .collect();
+        settings.allow_unverified = self.allow_unverified;
+        settings.insecure_http = self.insecure_http;
+        settings.max_package_bytes = self.max_package_bytes;
+        settings.progress = progress;
+        settings
     }
+}
+
+/// Why no plan could be made from a valid config and these options.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectionError {
+    /// No nodeName matches any `--only` pattern.
+    #[error(
+        "--only {} matches no nodeName in the config, so nothing was run. Check the patterns against the config's nodeName values (globs: * and ?).",
+        .patterns.join(",")
+    )]
+    OnlyMatchesNothing { patterns: Vec<String> },
 }
 
 /// Builds the plan. `home` resolves the default known-hosts file.
@@ -161,7 +199,12 @@ pub fn build(
         .map(|version| StagingPlan {
             version: version.clone(),
             mode: config.package_mode.clone(),
-            arch_group: config.arch_group.clone(),
+            // Validation has refused any name that is not a release arch.
+            arch_group: config
+                .arch_group
+                .iter()
+                .filter_map(|name| Arch::from_name(name))
+                .collect(),
             base_dir: options.staging_dir.clone().unwrap_or(default_base),
             pins: config.sha512_pins.clone(),
             allow_unverified: options.allow_unverified,
@@ -282,10 +325,9 @@ fn select<'c>(
         .filter(|n| only.is_empty() || only.iter().any(|pattern| glob_match(pattern, &n.name)))
         .collect();
     if selected.is_empty() && !only.is_empty() {
-        return Err(SelectionError(format!(
-            "--only {} matches no nodeName in the config; nothing was run",
-            only.join(",")
-        )));
+        return Err(SelectionError::OnlyMatchesNothing {
+            patterns: only.to_vec(),
+        });
     }
     if let Some(shard) = shard {
         selected.retain(|n| shard_of(&n.name, shard.count) == shard.index);

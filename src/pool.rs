@@ -1,7 +1,10 @@
 //! The bounded pool: exactly `maxRunNum` workers on a dedicated rayon pool, nodes started
-//! in config order, failure policies (`--max-fail`, `--canary`) and Ctrl-C. Every selected
-//! node ends with exactly one recorded outcome, whatever happens.
+//! in config order, and Ctrl-C: after the first, no further node starts. Two modes share
+//! it: a run ([`run_all`], with the failure policies `--max-fail` and `--canary`, where
+//! every selected node ends with exactly one recorded outcome whatever happens), and
+//! `--preflight-only` ([`probe_all`], which records nothing and returns each node's result).
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::cancel::Cancel;
@@ -78,6 +81,27 @@ pub fn run_all<F>(
     }
 }
 
+/// `--preflight-only`: runs `probe` for every node, at most `max_run_num` at once, in
+/// config order, with no failure policy. Returns each node's result in the order of
+/// `nodes`; `None` for a node that never started because the operator pressed Ctrl-C.
+pub fn probe_all<T, F>(
+    nodes: &[NodePlan],
+    max_run_num: usize,
+    cancel: &Cancel,
+    probe: F,
+) -> Vec<Option<T>>
+where
+    T: Send,
+    F: Fn(&NodePlan) -> T + Sync,
+{
+    let results: Mutex<Vec<Option<T>>> = Mutex::new(nodes.iter().map(|_| None).collect());
+    work_through(nodes, max_run_num, cancel, &|| false, &|i, node| {
+        let result = probe(node);
+        results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+    });
+    results.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
 fn run_wave<F>(
     nodes: &[NodePlan],
     policy: Policy,
@@ -88,10 +112,40 @@ fn run_wave<F>(
 ) where
     F: Fn(&NodePlan) -> NodeOutcome + Sync,
 {
+    let max_fail_reached = || {
+        policy
+            .max_fail
+            .is_some_and(|max| failures.load(Ordering::SeqCst) >= max)
+    };
+    work_through(
+        nodes,
+        policy.max_run_num,
+        cancel,
+        &max_fail_reached,
+        &|_, node| {
+            let outcome = run_node(node);
+            if !outcome.succeeded() {
+                failures.fetch_add(1, Ordering::SeqCst);
+            }
+            recorder.record(outcome);
+        },
+    );
+}
+
+/// The workers themselves: `max_run_num` of them (at most one per node) take the nodes in
+/// order and call `work(index in nodes, node)` for each, until the nodes run out, the
+/// operator asks to stop, or `stop_starting` says so.
+fn work_through(
+    nodes: &[NodePlan],
+    max_run_num: usize,
+    cancel: &Cancel,
+    stop_starting: &(dyn Fn() -> bool + Sync),
+    work: &(dyn Fn(usize, &NodePlan) + Sync),
+) {
     if nodes.is_empty() {
         return;
     }
-    let workers = policy.max_run_num.clamp(1, nodes.len());
+    let workers = max_run_num.clamp(1, nodes.len());
     // A dedicated pool sized to maxRunNum: rayon's global pool is sized to the CPUs.
     // Worker threads mostly wait on the network, so a small stack is plenty.
     let pool = match rayon::ThreadPoolBuilder::new()
@@ -102,7 +156,9 @@ fn run_wave<F>(
     {
         Ok(pool) => pool,
         Err(err) => {
-            log::error!("could not start {workers} worker threads: {err}");
+            log::error!(
+                "Could not start {workers} worker threads: {err}. No node was started; lower maxRunNum (--max-run-num) or the system's load."
+            );
             return;
         }
     };
@@ -111,22 +167,13 @@ fn run_wave<F>(
         for _ in 0..workers {
             scope.spawn(|_| {
                 loop {
-                    if cancel.stopping() {
-                        break;
-                    }
-                    if let Some(max) = policy.max_fail
-                        && failures.load(Ordering::SeqCst) >= max
-                    {
+                    if cancel.stopping() || stop_starting() {
                         break;
                     }
                     // Taking indices in order starts nodes in config order.
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(node) = nodes.get(i) else { break };
-                    let outcome = run_node(node);
-                    if !outcome.succeeded() {
-                        failures.fetch_add(1, Ordering::SeqCst);
-                    }
-                    recorder.record(outcome);
+                    work(i, node);
                 }
             });
         }
@@ -141,7 +188,6 @@ mod tests {
     use crate::redact::Redactor;
     use crate::report::{log::ResultLog, run_dir::RunDir};
     use std::sync::Arc;
-    use std::sync::Mutex;
     use std::time::Duration;
 
     fn plan(index: usize) -> NodePlan {
@@ -274,6 +320,47 @@ mod tests {
             "{all:?}"
         );
         assert!(all[2].error.as_deref().unwrap().contains("canary"));
+    }
+
+    #[test]
+    fn probe_mode_returns_results_in_node_order_at_most_max_run_num_at_once() {
+        let nodes: Vec<NodePlan> = (0..12).map(plan).collect();
+        let running = AtomicUsize::new(0);
+        let peak = AtomicUsize::new(0);
+        let results = probe_all(&nodes, 3, &Cancel::new(), |n| {
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(10));
+            running.fetch_sub(1, Ordering::SeqCst);
+            n.name.clone()
+        });
+        assert_eq!(peak.load(Ordering::SeqCst), 3);
+        let names: Vec<String> = results.into_iter().map(Option::unwrap).collect();
+        let expected: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        assert_eq!(names, expected);
+    }
+
+    /// The first Ctrl-C stops `--preflight-only` from starting further probes, as it stops
+    /// a run from starting further nodes; the probe under way finishes.
+    #[test]
+    fn probe_mode_honours_the_first_ctrl_c() {
+        let nodes: Vec<NodePlan> = (0..6).map(plan).collect();
+        let cancel = Cancel::new();
+        let probed = Mutex::new(Vec::new());
+        let results = probe_all(&nodes, 1, &cancel, |n| {
+            probed.lock().unwrap().push(n.index);
+            if n.index == 1 {
+                cancel.request();
+            }
+            n.index * 10
+        });
+        assert_eq!(probed.into_inner().unwrap(), [0, 1]);
+        assert_eq!(results, [Some(0), Some(10), None, None, None, None]);
+        // Already stopping before the first probe: nothing starts.
+        let results = probe_all(&nodes, 4, &cancel, |_| unreachable!("no probe may start"));
+        assert!(results.iter().all(Option::is_none));
+        let none: Vec<Option<()>> = probe_all(&[], 4, &Cancel::new(), |_| ());
+        assert!(none.is_empty());
     }
 
     #[test]

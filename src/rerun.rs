@@ -6,10 +6,58 @@
 //! did not touch keep the outcome they had there, and so on back along the chain.
 
 use std::collections::{HashMap, HashSet};
+use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::diagnosis::FailureClass;
 use crate::outcome::NodeOutcome;
 use crate::report::run_dir::{self, JOURNAL, LATEST, RUNS_DIR};
+
+/// Why `--retry-failed` cannot tell which nodes to run.
+#[derive(Debug, thiserror::Error)]
+pub enum RerunError {
+    /// There is no `batch_runs/latest` to retry from.
+    #[error(
+        "--retry-failed found no earlier run in {}. Run without --retry-failed first.",
+        runs_dir.display()
+    )]
+    NoEarlierRun { runs_dir: PathBuf },
+    /// A journal along the chain of retries exists but cannot be read.
+    #[error(
+        "The journal {} of an earlier run cannot be read: {source}. Check its permissions, or run without --retry-failed.",
+        path.display()
+    )]
+    Journal {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What `--retry-failed` should do: the run it retries and which nodes of the config to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retry {
+    /// The newest run directory (`batch_runs/latest`), whose chain decides.
+    pub from: PathBuf,
+    pub selection: RetrySelection,
+}
+
+/// The retry of the newest run under `base` for a config with these node names,
+/// optionally only for the nodes that failed with `class`.
+pub fn retry(
+    base: &Path,
+    config_names: &[&str],
+    class: Option<FailureClass>,
+) -> Result<Retry, RerunError> {
+    let from = latest_run(base).ok_or_else(|| RerunError::NoEarlierRun {
+        runs_dir: base.join(RUNS_DIR),
+    })?;
+    let known = last_outcomes(&from)?;
+    Ok(Retry {
+        selection: select(config_names, &known, class),
+        from,
+    })
+}
 
 /// The file in a run directory that names the run it retried.
 pub const RETRY_OF: &str = "retry_of";
@@ -17,7 +65,7 @@ pub const RETRY_OF: &str = "retry_of";
 const MAX_CHAIN: usize = 1000;
 
 /// The last known outcome of every node recorded along the chain from `run`.
-pub fn last_outcomes(run: &Path) -> Result<HashMap<String, NodeOutcome>, String> {
+pub fn last_outcomes(run: &Path) -> Result<HashMap<String, NodeOutcome>, RerunError> {
     let mut known: HashMap<String, NodeOutcome> = HashMap::new();
     let mut current = Some(run.to_path_buf());
     let mut seen = HashSet::new();
@@ -26,8 +74,10 @@ pub fn last_outcomes(run: &Path) -> Result<HashMap<String, NodeOutcome>, String>
             break;
         }
         let journal = dir.join(JOURNAL);
-        let outcomes = run_dir::read_journal(&journal)
-            .map_err(|e| format!("the journal {} cannot be read: {e}", journal.display()))?;
+        let outcomes = run_dir::read_journal(&journal).map_err(|source| RerunError::Journal {
+            path: journal.clone(),
+            source,
+        })?;
         // Newest first: within a journal its last line for a node, and a newer run
         // before an older one; the first outcome seen for a node is kept.
         for outcome in outcomes.into_iter().rev() {
@@ -82,12 +132,12 @@ pub struct RetrySelection {
 pub fn select(
     config_names: &[&str],
     known: &HashMap<String, NodeOutcome>,
-    class: Option<&str>,
+    class: Option<FailureClass>,
 ) -> RetrySelection {
     let names = config_names
         .iter()
         .filter(|name| match (known.get(**name), class) {
-            (Some(o), Some(class)) => !o.succeeded() && o.failure_class.as_deref() == Some(class),
+            (Some(o), Some(class)) => !o.succeeded() && o.failure_class == Some(class),
             (None, Some(_)) => false,
             (Some(o), None) => !o.succeeded(),
             (None, None) => true,
@@ -110,9 +160,9 @@ mod tests {
     use crate::outcome::Phase;
     use std::io::Write;
 
-    fn outcome(name: &str, phase: Phase, class: Option<&str>) -> NodeOutcome {
+    fn outcome(name: &str, phase: Phase, class: Option<FailureClass>) -> NodeOutcome {
         let mut o = NodeOutcome::not_run(0, name, "a", phase, "x");
-        o.failure_class = class.map(str::to_string);
+        o.failure_class = class;
         o
     }
 
@@ -149,13 +199,47 @@ mod tests {
     }
 
     #[test]
+    fn retrying_needs_an_earlier_run_and_a_readable_journal() {
+        let base = tempfile::tempdir().unwrap();
+        let err = retry(base.path(), &["a"], None).unwrap_err();
+        assert!(
+            matches!(&err, RerunError::NoEarlierRun { runs_dir } if *runs_dir == base.path().join(RUNS_DIR)),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .ends_with("Run without --retry-failed first.")
+        );
+        // A run directory whose journal is a directory: unreadable, not empty.
+        let run = base.path().join(RUNS_DIR).join("1");
+        std::fs::create_dir_all(run.join(JOURNAL)).unwrap();
+        std::os::unix::fs::symlink("1", base.path().join(RUNS_DIR).join(LATEST)).unwrap();
+        let err = retry(base.path(), &["a"], None).unwrap_err();
+        assert!(
+            matches!(&err, RerunError::Journal { path, .. } if *path == run.join(JOURNAL)),
+            "{err:?}"
+        );
+        std::fs::remove_dir(run.join(JOURNAL)).unwrap();
+        write_journal(
+            &run,
+            &[outcome("a", Phase::Failed, Some(FailureClass::NameTaken))],
+        );
+        let found = retry(base.path(), &["a", "b"], Some(FailureClass::NameTaken)).unwrap();
+        assert_eq!(found.from, run);
+        assert_eq!(
+            found.selection.names,
+            ["a"].iter().map(|s| s.to_string()).collect()
+        );
+    }
+
+    #[test]
     fn a_torn_last_line_is_ignored_and_classes_filter() {
         let base = tempfile::tempdir().unwrap();
         write_journal(
             base.path(),
             &[
-                outcome("a", Phase::Failed, Some("token_invalid")),
-                outcome("b", Phase::Failed, Some("unknown")),
+                outcome("a", Phase::Failed, Some(FailureClass::TokenInvalid)),
+                outcome("b", Phase::Failed, Some(FailureClass::Unknown)),
             ],
         );
         let mut f = std::fs::OpenOptions::new()
@@ -165,7 +249,7 @@ mod tests {
         f.write_all(b"{\"index\":3,\"na").unwrap();
         let known = last_outcomes(base.path()).unwrap();
         assert_eq!(known.len(), 2);
-        let sel = select(&["a", "b", "z"], &known, Some("token_invalid"));
+        let sel = select(&["a", "b", "z"], &known, Some(FailureClass::TokenInvalid));
         assert_eq!(sel.names, ["a"].iter().map(|s| s.to_string()).collect());
         let sel = select(&["a"], &known, None);
         assert_eq!(sel.gone, vec!["b".to_string()]);

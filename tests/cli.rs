@@ -6,8 +6,11 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+use common::fake_keadm::FakeKeadm;
 use common::fake_release::FakeRelease;
+use common::fleet::Fleet;
 use common::http_server::{HttpServer, Route};
+use common::scenario::Scenario;
 use common::test::{Test, golden};
 
 fn fixtures() -> &'static Path {
@@ -192,7 +195,7 @@ fn gen_config_refuses_to_overwrite_without_force() {
         .args(&["batch", "gen-config", "-o", "mine.yaml"])
         .run()
         .status(2)
-        .stderr_has("mine.yaml already exists; pass --force to overwrite it");
+        .stderr_has("mine.yaml already exists. Pass --force to overwrite it");
     assert_eq!(
         std::fs::read_to_string(out.path("mine.yaml")).unwrap(),
         "precious"
@@ -294,15 +297,83 @@ fn non_root_logins_run_under_sudo_and_flags_override_the_file() {
 
 #[test]
 fn password_env_and_env_template_values_are_masked() {
+    const SECRET_PATH: &str = "very-secret-path";
     let config = "keadm:\n  keadmVersion: v1.23.1\nnodes:\n  - nodeName: edge-a\n    keadmCmd: 'join --edgenode-name=edge-a --certpath={{env \"SECRET_PATH\"}}'\n    ssh:\n      ip: 192.0.2.1\n      username: root\n      auth:\n        type: password\n        passwordAuth:\n          passwordEnv: NODE_PW\n";
-    Test::new()
+    let out = Test::new()
         .config(config)
         .env("NODE_PW", "pw-from-env")
-        .env("SECRET_PATH", "very-secret-path")
+        .env("SECRET_PATH", SECRET_PATH)
         .args(&["batch", "-c", "config.yaml", "--dry-run"])
         .run()
         .status(0)
-        .stdout_has("--certpath=***");
+        .stdout_has("--certpath=***")
+        .stderr_lacks("pw-from-env")
+        .stderr_lacks(SECRET_PATH);
+    for secret in ["pw-from-env", SECRET_PATH] {
+        assert!(
+            !out.stdout.contains(secret),
+            "{secret} leaked: {}",
+            out.stdout
+        );
+    }
+
+    // A real run with both: the password logs in and the path reaches keadm, whose output
+    // repeats it; neither may reach the console, the log, the transcript or the run's files.
+    let fleet = Fleet::builder().nodes(1).start();
+    let password = fleet.root_password().expose().to_string();
+    let sc = Scenario::new(&fleet)
+        .keadm(FakeKeadm::new().runs("echo \"keadm got: $*\""))
+        .cmd("join --edgenode-name={name} --certpath={{env \"SECRET_PATH\"}}");
+    let config = sc.config_text().replacen(
+        &format!("password: '{password}'"),
+        "passwordEnv: NODE_PW",
+        1,
+    );
+    assert!(!config.contains(&password));
+    std::fs::write(sc.path("config.yaml"), config).unwrap();
+    let run = sc
+        .command(&["--output", "json"])
+        .env("NODE_PW", &password)
+        .env("SECRET_PATH", SECRET_PATH)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    let latest = sc.path("batch_runs/latest");
+    let mut written = vec![
+        ("stdout".to_string(), stdout.into_owned()),
+        ("stderr".to_string(), stderr.into_owned()),
+    ];
+    let mut files = vec![
+        sc.path("batch_process_log.txt"),
+        latest.join("summary.json"),
+        latest.join("journal.jsonl"),
+    ];
+    let transcripts: Vec<_> = std::fs::read_dir(latest.join("nodes"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(transcripts.len(), 1, "{transcripts:?}");
+    files.extend(transcripts);
+    for file in files {
+        let text =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        written.push((file.display().to_string(), text));
+    }
+    let transcript = &written.last().unwrap().1;
+    assert!(
+        transcript.contains("keadm got: join --edgenode-name=edge-00 --certpath=***"),
+        "keadm's output is in the transcript, masked: {transcript}"
+    );
+    for (source, text) in &written {
+        for secret in [password.as_str(), SECRET_PATH] {
+            assert!(
+                !text.contains(secret),
+                "{secret:?} leaked into {source}: {text}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -7,11 +7,11 @@
 //! a file in the upload directory. It prints one `KB_PF <id> <detail>` line per finding
 //! and `KB_PF_DONE` last, so a probe cut off midway is told apart from a clean node.
 
-use std::fmt;
-
 use crate::keadm_cmd::{JoinFlag, KeadmCommand};
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
+
+pub use crate::diagnosis::{Finding, FindingId};
 
 /// The runtime endpoint keadm join uses without `--remote-runtime-endpoint`
 /// (kubeedge `staging/.../constants/default_others.go`).
@@ -19,141 +19,6 @@ pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.so
 
 /// The last line of a probe that ran to its end.
 const DONE: &str = "KB_PF_DONE";
-
-/// What the probe can find. Each is something keadm join would trip over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum FindingId {
-    /// A process named edgecore runs, or edgecore.service is active (keadm's check 1).
-    EdgecoreRunning,
-    /// `/etc/kubeedge` exists and is not an empty directory (keadm's check 2).
-    ManagementDirNotClean,
-    /// The container runtime socket keadm will dial is missing (fails before step 5).
-    RuntimeSocketMissing,
-    /// The upload directory is on a `noexec` mount, so `./keadm` cannot run there.
-    UploadDirNoexec,
-    /// Less free space where the upload goes than the files need.
-    LowDisk,
-    /// No `bash`: keadm runs its checks through `bash -c` and misreports without it.
-    BashMissing,
-    /// The probe did not print its last line, so any of the above may be missing.
-    ProbeIncomplete,
-}
-
-impl FindingId {
-    /// Every finding, in the order the probe checks them.
-    pub const ALL: [FindingId; 7] = [
-        FindingId::EdgecoreRunning,
-        FindingId::ManagementDirNotClean,
-        FindingId::RuntimeSocketMissing,
-        FindingId::UploadDirNoexec,
-        FindingId::LowDisk,
-        FindingId::BashMissing,
-        FindingId::ProbeIncomplete,
-    ];
-
-    /// The id the probe prints, also fit for JSON and tables.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FindingId::EdgecoreRunning => "edgecore_running",
-            FindingId::ManagementDirNotClean => "management_dir_not_clean",
-            FindingId::RuntimeSocketMissing => "runtime_socket_missing",
-            FindingId::UploadDirNoexec => "upload_dir_noexec",
-            FindingId::LowDisk => "low_disk",
-            FindingId::BashMissing => "bash_missing",
-            FindingId::ProbeIncomplete => "probe_incomplete",
-        }
-    }
-
-    fn from_probe(id: &str) -> Option<FindingId> {
-        FindingId::ALL.into_iter().find(|f| f.as_str() == id)
-    }
-}
-
-impl fmt::Display for FindingId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One thing the probe found on one node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
-    pub id: FindingId,
-    /// What exactly was seen on this node (pids, entries, paths, sizes); may be empty.
-    pub detail: String,
-}
-
-impl Finding {
-    /// What is wrong, as a fixed sentence.
-    pub fn message(&self) -> &'static str {
-        match self.id {
-            FindingId::EdgecoreRunning => {
-                "edgecore is already running on this node, so keadm join would stop at its first check."
-            }
-            FindingId::ManagementDirNotClean => {
-                "/etc/kubeedge is not empty, so keadm join would stop at its second check."
-            }
-            FindingId::RuntimeSocketMissing => {
-                "The container runtime socket keadm join will use does not exist, so the join would fail before pulling images."
-            }
-            FindingId::UploadDirNoexec => {
-                "The upload directory is on a noexec mount, so the uploaded keadm could not run there."
-            }
-            FindingId::LowDisk => {
-                "The upload directory's filesystem has less free space than the files to upload need."
-            }
-            FindingId::BashMissing => {
-                "bash is not installed; keadm runs its checks through bash and without it always reports that edgecore is already running."
-            }
-            FindingId::ProbeIncomplete => {
-                "The pre-flight probe did not finish, so its findings are incomplete."
-            }
-        }
-    }
-
-    /// What to do about it, as a fixed sentence.
-    pub fn suggested_action(&self) -> &'static str {
-        match self.id {
-            FindingId::EdgecoreRunning => {
-                "Leave the node out if it is joined already, or reset it first with `keadm reset edge --force` (--reset-first)."
-            }
-            FindingId::ManagementDirNotClean => {
-                "Run `keadm reset edge --force` on the node (or use --reset-first), or remove /etc/kubeedge if nothing in it is needed."
-            }
-            FindingId::RuntimeSocketMissing => {
-                "Install and start containerd (or the node's runtime), or pass --remote-runtime-endpoint=unix://<socket> in keadmCmd."
-            }
-            FindingId::UploadDirNoexec => {
-                "Set remoteDir to a directory on a filesystem mounted without noexec, for example /var/lib/keadm-batch."
-            }
-            FindingId::LowDisk => {
-                "Free space on that filesystem, or set remoteDir to a directory on a larger one."
-            }
-            FindingId::BashMissing => {
-                "Install bash on the node (for example `apk add bash` on Alpine, `opkg install bash` on OpenWrt)."
-            }
-            FindingId::ProbeIncomplete => {
-                "Check that the node's shell is a POSIX sh and that sudo works without a terminal, then run --preflight-only again."
-            }
-        }
-    }
-}
-
-impl fmt::Display for Finding {
-    /// `message (detail)`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.detail.is_empty() {
-            f.write_str(self.message())
-        } else {
-            write!(
-                f,
-                "{} ({})",
-                self.message().trim_end_matches('.'),
-                self.detail
-            )
-        }
-    }
-}
 
 /// The runtime socket keadm join will dial: `--remote-runtime-endpoint` (`=V` or ` V`)
 /// from the command, else keadm's default, without the `unix://` scheme. A bare path is

@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::outcome::NodeOutcome;
@@ -17,19 +18,41 @@ use super::run_dir::{JOURNAL, SUMMARY, read_journal};
 use super::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};
 
 /// Why the inputs cannot be merged.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum MergeError {
-    #[error("{dir}: {message}")]
-    Unreadable { dir: String, message: String },
     #[error(
-        "node {node} appears in two run directories, {first} and {second}; each node must come from exactly one shard run"
+        "{} is not a run directory: {source}. Give the run directories of the shard runs (batch_runs/<id>).",
+        dir.display()
+    )]
+    NotADir {
+        dir: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "{} has neither {SUMMARY} nor {JOURNAL}, so it is not a keadm-batch run directory. Give the run directories of the shard runs (batch_runs/<id>).",
+        dir.display()
+    )]
+    NotARun { dir: PathBuf },
+    /// Its summary.json or journal.jsonl exists but cannot be read.
+    #[error(
+        "{} cannot be read: {source}. Check its permissions, or remove it if the run that wrote it was cut off.",
+        path.display()
+    )]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "Node {node} appears in two run directories, {first} and {second}. Each node must come from exactly one shard run, so give each shard's run directory once."
     )]
     Duplicate {
         node: String,
         first: String,
         second: String,
     },
-    #[error("{dir} is given twice")]
+    #[error("The run directory {dir} is given twice. Give each shard's run directory once.")]
     SameDir { dir: String },
 }
 
@@ -59,9 +82,9 @@ pub fn merge(dirs: &[PathBuf]) -> Result<Merged, MergeError> {
     let mut inputs: Vec<(PathBuf, Summary)> = Vec::new();
     let mut journal_only = Vec::new();
     for dir in dirs {
-        let canonical = dir.canonicalize().map_err(|e| MergeError::Unreadable {
-            dir: dir.display().to_string(),
-            message: format!("not a run directory: {e}"),
+        let canonical = dir.canonicalize().map_err(|source| MergeError::NotADir {
+            dir: dir.clone(),
+            source,
         })?;
         if seen_dirs.contains(&canonical) {
             return Err(MergeError::SameDir {
@@ -84,24 +107,22 @@ pub fn merge(dirs: &[PathBuf]) -> Result<Merged, MergeError> {
 
 /// A run directory's summary, or one rebuilt from its journal (then `true`).
 fn read_run(dir: &Path) -> Result<(Summary, bool), MergeError> {
-    let unreadable = |message: String| MergeError::Unreadable {
-        dir: dir.display().to_string(),
-        message,
+    let unreadable = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| MergeError::Unreadable { path, source }
     };
     let summary_path = dir.join(SUMMARY);
     if summary_path.exists() {
-        let summary = Summary::read(&summary_path)
-            .map_err(|e| unreadable(format!("cannot read {SUMMARY}: {e}")))?;
+        let summary = Summary::read(&summary_path).map_err(unreadable(&summary_path))?;
         return Ok((summary, false));
     }
     let journal_path = dir.join(JOURNAL);
     if !journal_path.exists() {
-        return Err(unreadable(format!(
-            "has neither {SUMMARY} nor {JOURNAL}; is it a keadm-batch run directory?"
-        )));
+        return Err(MergeError::NotARun {
+            dir: dir.to_path_buf(),
+        });
     }
-    let nodes = read_journal(&journal_path)
-        .map_err(|e| unreadable(format!("cannot read {JOURNAL}: {e}")))?;
+    let nodes = read_journal(&journal_path).map_err(unreadable(&journal_path))?;
     let started_at = nodes
         .iter()
         .map(|n| n.started_at)
@@ -295,15 +316,15 @@ mod tests {
             ("s2".into(), summary("b", &[(0, "n0", Phase::Succeeded)])),
         ])
         .unwrap_err();
-        assert_eq!(
-            err,
-            MergeError::Duplicate {
-                node: "n0".into(),
-                first: "s1".into(),
-                second: "s2".into()
-            }
+        assert!(
+            matches!(&err, MergeError::Duplicate { node, first, second }
+                if node == "n0" && first == "s1" && second == "s2"),
+            "{err:?}"
         );
-        assert!(err.to_string().contains("n0"));
+        assert!(
+            err.to_string()
+                .starts_with("Node n0 appears in two run directories, s1 and s2.")
+        );
     }
 
     #[test]
@@ -327,7 +348,11 @@ mod tests {
         ));
         assert!(matches!(
             merge(&[base.path().to_path_buf()]),
-            Err(MergeError::Unreadable { .. })
+            Err(MergeError::NotARun { .. })
+        ));
+        assert!(matches!(
+            merge(&[base.path().join("absent")]),
+            Err(MergeError::NotADir { .. })
         ));
     }
 }

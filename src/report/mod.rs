@@ -2,6 +2,7 @@
 //! (transcripts, journal, summary), and the console. Only consumes outcomes.
 
 pub mod files;
+pub mod findings;
 pub mod log;
 pub mod merge;
 pub mod progress;
@@ -57,10 +58,16 @@ impl Recorder {
     pub fn record(&self, outcome: NodeOutcome) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(err) = inner.log.append(&outcome) {
-            ::log::error!("could not write batch_process_log.txt: {err}");
+            ::log::error!(
+                "Could not write to batch_process_log.txt: {err}. Node {}'s result is still in the journal and summary.json.",
+                outcome.name
+            );
         }
         if let Err(err) = inner.journal.append(&outcome) {
-            ::log::error!("could not write the journal: {err}");
+            ::log::error!(
+                "Could not write to the journal: {err}. Node {}'s result is still in batch_process_log.txt and summary.json.",
+                outcome.name
+            );
         }
         inner.outcomes.push(outcome);
         let done = inner.outcomes.len();

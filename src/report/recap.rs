@@ -3,10 +3,23 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::kubeedge::classify::FailureClass;
+use crate::diagnosis::FailureClass;
+use crate::options::Shard;
 use crate::outcome::{NodeOutcome, Phase};
 
 use super::summary::Totals;
+
+/// The line before the first node starts: `Processing 20 nodes of shard 2/4 (...) (5 at
+/// once); transcripts in batch_runs/<id>`.
+pub fn banner(nodes: usize, shard: Option<Shard>, max_run_num: usize, run_dir: &Path) -> String {
+    format!(
+        "Processing {nodes} node{}{} ({} at once); transcripts in {}",
+        if nodes == 1 { "" } else { "s" },
+        shard.map(|s| format!(" of shard {s}")).unwrap_or_default(),
+        max_run_num.min(nodes.max(1)),
+        run_dir.display()
+    )
+}
 
 /// `[ 3/20] ok      edge-03  12.4s` or `[ 4/20] FAILED  edge-04  connect: ...`.
 pub fn node_line(o: &NodeOutcome, done: usize, total: usize) -> String {
@@ -69,11 +82,7 @@ pub fn render(outcomes: &[NodeOutcome], run_dir: &Path, log_path: &Path, wall_se
     }
     let mut by_class: Vec<(FailureClass, Vec<&str>)> = Vec::new();
     for o in &failed {
-        if let Some(class) = o
-            .failure_class
-            .as_deref()
-            .and_then(|c| c.parse::<FailureClass>().ok())
-        {
+        if let Some(class) = o.failure_class {
             match by_class.iter_mut().find(|(c, _)| *c == class) {
                 Some((_, names)) => names.push(&o.name),
                 None => by_class.push((class, vec![&o.name])),

@@ -7,7 +7,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::{NodeOutcome, Phase};
+use crate::arch::Arch;
+use crate::outcome::{NodeOutcome, Phase, now};
+use crate::stage::Stager;
 
 pub const SUMMARY_VERSION: u32 = 1;
 
@@ -47,7 +49,7 @@ impl Totals {
 /// A staged keadm package, as the summary records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StagedPackage {
-    pub arch: String,
+    pub arch: Arch,
     pub version: String,
     pub tarball_sha512: String,
     pub verified: bool,
@@ -71,7 +73,38 @@ pub struct Summary {
     pub merged_from: Vec<String>,
 }
 
+/// What a run knows about itself when its last node has finished, beyond the outcomes.
+#[derive(Debug, Clone, Copy)]
+pub struct RunFacts<'a> {
+    pub run_id: &'a str,
+    /// The config file, as given on the command line.
+    pub config: &'a Path,
+    /// Seconds since the Unix epoch.
+    pub started_at: f64,
+    /// Whether the operator stopped the run.
+    pub interrupted: bool,
+    /// The stager, when the run staged packages.
+    pub stager: Option<&'a Stager>,
+}
+
 impl Summary {
+    /// The summary of a run that has just finished with these outcomes (in config order).
+    pub fn of_run(facts: RunFacts, nodes: Vec<NodeOutcome>) -> Summary {
+        Summary {
+            version: SUMMARY_VERSION,
+            tool: format!("keadm-batch {}", env!("CARGO_PKG_VERSION")),
+            run_id: facts.run_id.to_string(),
+            config: facts.config.display().to_string(),
+            started_at: facts.started_at,
+            finished_at: now(),
+            interrupted: facts.interrupted,
+            totals: Totals::of(&nodes),
+            packages: facts.stager.map(staged_packages).unwrap_or_default(),
+            nodes,
+            merged_from: Vec::new(),
+        }
+    }
+
     pub fn write(&self, path: &Path) -> io::Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
         let tmp = path.with_extension("json.tmp");
@@ -83,6 +116,20 @@ impl Summary {
         let text = std::fs::read_to_string(path)?;
         serde_json::from_str(&text).map_err(io::Error::other)
     }
+}
+
+/// Every package the stager holds, in release order.
+fn staged_packages(stager: &Stager) -> Vec<StagedPackage> {
+    Arch::ALL
+        .iter()
+        .filter_map(|arch| stager.staged(*arch))
+        .map(|b| StagedPackage {
+            arch: b.arch,
+            version: stager.settings().version.clone(),
+            tarball_sha512: b.tarball_sha512.clone(),
+            verified: b.verified,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,356 @@
+//! The vocabulary of what goes wrong on a node: why a join failed ([`FailureClass`]) and
+//! what the pre-flight probe found ([`FindingId`], [`Finding`]), with the sentences that
+//! explain each and say what to do.
+//!
+//! A leaf: `kubeedge` decides classes and findings, `outcome` records them, `report`
+//! groups and prints them, and none of those has to reach into another for the names.
+//! The ids serialize to the snake_case strings summary.json and journal.jsonl have always
+//! held (docs/summary.md), and `--class` takes.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A failed or timed-out node's failure class. The snake_case ids ([`FailureClass::as_str`])
+/// are what summary.json holds and `--class` takes.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// edgecore already runs on the node (or bash is missing, which keadm reports the same way).
+    AlreadyJoined,
+    /// `/etc/kubeedge` holds leftovers, or containerd holds a sandbox from an interrupted join.
+    DirtyManagementDir,
+    /// cloudcore already has a node of that name (or failed to look it up).
+    NameTaken,
+    /// The node could not reach cloudcore's HTTPS port, or `--cloudcore-ipport` is malformed.
+    CloudcoreUnreachable,
+    /// cloudcore refused the token: expired, malformed, or badly signed.
+    TokenInvalid,
+    /// The token's CA hash is not the CA cloudcore serves.
+    CaMismatch,
+    /// Pulling the installation-package (or pause) image failed or hung.
+    ImagePullStalled,
+    /// The container runtime is missing, has CRI disabled, or uses another cgroup driver.
+    RuntimeMissing,
+    /// None of the above was recognised. A class this version does not know (in a file
+    /// written by a newer one) reads as this too, so the node's record is not lost.
+    #[serde(other)]
+    Unknown,
+}
+
+impl FailureClass {
+    /// Every class, in the order a recap lists them.
+    pub const ALL: [FailureClass; 9] = [
+        FailureClass::AlreadyJoined,
+        FailureClass::DirtyManagementDir,
+        FailureClass::NameTaken,
+        FailureClass::CloudcoreUnreachable,
+        FailureClass::TokenInvalid,
+        FailureClass::CaMismatch,
+        FailureClass::ImagePullStalled,
+        FailureClass::RuntimeMissing,
+        FailureClass::Unknown,
+    ];
+
+    /// The id used in summary.json and by `--class`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::AlreadyJoined => "already_joined",
+            FailureClass::DirtyManagementDir => "dirty_management_dir",
+            FailureClass::NameTaken => "name_taken",
+            FailureClass::CloudcoreUnreachable => "cloudcore_unreachable",
+            FailureClass::TokenInvalid => "token_invalid",
+            FailureClass::CaMismatch => "ca_mismatch",
+            FailureClass::ImagePullStalled => "image_pull_stalled",
+            FailureClass::RuntimeMissing => "runtime_missing",
+            FailureClass::Unknown => "unknown",
+        }
+    }
+
+    /// A short heading for the recap's groups.
+    pub fn title(self) -> &'static str {
+        match self {
+            FailureClass::AlreadyJoined => "Already joined (edgecore running)",
+            FailureClass::DirtyManagementDir => "Dirty management directory",
+            FailureClass::NameTaken => "Node name taken",
+            FailureClass::CloudcoreUnreachable => "cloudcore unreachable",
+            FailureClass::TokenInvalid => "Join token expired or invalid",
+            FailureClass::CaMismatch => "CA mismatch",
+            FailureClass::ImagePullStalled => "Image pull failed or stalled",
+            FailureClass::RuntimeMissing => "Container runtime missing or misconfigured",
+            FailureClass::Unknown => "Unrecognised failure",
+        }
+    }
+
+    /// What to do about it, in full sentences.
+    pub fn suggested_fix(self) -> &'static str {
+        match self {
+            FailureClass::AlreadyJoined => {
+                "edgecore already runs on these nodes, so they were probably joined before. \
+                 Leave them out, or reset them first (`keadm reset edge --force`, or --reset-first) \
+                 and retry. If nothing named edgecore runs there, install bash: without it keadm \
+                 always reports that edgecore is running."
+            }
+            FailureClass::DirtyManagementDir => {
+                "/etc/kubeedge (or containerd) holds leftovers of an earlier join. Retry with \
+                 --reset-first, which runs `keadm reset edge --force` before the join."
+            }
+            FailureClass::NameTaken => {
+                "cloudcore already has a node with this --edgenode-name, or answered 500 when asked. \
+                 Give each node a unique name, or delete the stale node on the cloud side \
+                 (`kubectl delete node <name>`), and retry."
+            }
+            FailureClass::CloudcoreUnreachable => {
+                "The nodes could not reach cloudcore over HTTPS. Check that --cloudcore-ipport is \
+                 host:port, that the certificate port (--certport, default 10002; 30002 behind \
+                 the Helm NodePort service) is open from the nodes, and, for x509 errors, the \
+                 nodes' clocks and the names in cloudcore's certificate. Then retry with --reset-first."
+            }
+            FailureClass::TokenInvalid => {
+                "cloudcore refused the join token: it has expired or is not a valid token. Get a \
+                 fresh one on the cloud side with `keadm gettoken`, put it in the config, and retry \
+                 this class with --reset-first (the failed join left /etc/kubeedge behind)."
+            }
+            FailureClass::CaMismatch => {
+                "The token's CA hash is not cloudcore's CA: the token comes from another cluster, \
+                 or cloudcore's CA was replaced. Get the token from this cluster with `keadm gettoken` \
+                 and retry with --reset-first."
+            }
+            FailureClass::ImagePullStalled => {
+                "The kubeedge/installation-package image (or the runtime's pause image) could not \
+                 be pulled, or the pull hung. Check that the nodes reach the registry (or pass \
+                 --image-repository for a mirror), that the image exists for their architecture, \
+                 or preload the images on air-gapped nodes; then retry with --reset-first."
+            }
+            FailureClass::RuntimeMissing => {
+                "keadm could not use the container runtime. Install and start containerd (or pass \
+                 --remote-runtime-endpoint=unix://<socket>), make sure \"cri\" is not in \
+                 disabled_plugins in /etc/containerd/config.toml, and pass --cgroupdriver=systemd \
+                 when containerd uses SystemdCgroup = true. Then retry with --reset-first."
+            }
+            FailureClass::Unknown => {
+                "The cause was not recognised. Read the node's transcript and its edgecore log \
+                 (`journalctl -u edgecore -xe` or /var/log/kubeedge/edgecore.log)."
+            }
+        }
+    }
+}
+
+impl fmt::Display for FailureClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `--class` value that names no class.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a failure class. Use one of: {list}.", list = class_list())]
+pub struct UnknownClass(pub String);
+
+fn class_list() -> String {
+    FailureClass::ALL.map(FailureClass::as_str).join(", ")
+}
+
+impl FromStr for FailureClass {
+    type Err = UnknownClass;
+
+    /// Takes the snake_case id; dashes are accepted for underscores.
+    fn from_str(s: &str) -> Result<FailureClass, UnknownClass> {
+        let wanted = s.trim().replace('-', "_");
+        FailureClass::ALL
+            .into_iter()
+            .find(|c| c.as_str() == wanted)
+            .ok_or_else(|| UnknownClass(s.to_string()))
+    }
+}
+
+/// What the probe can find. Each is something keadm join would trip over.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingId {
+    /// A process named edgecore runs, or edgecore.service is active (keadm's check 1).
+    EdgecoreRunning,
+    /// `/etc/kubeedge` exists and is not an empty directory (keadm's check 2).
+    ManagementDirNotClean,
+    /// The container runtime socket keadm will dial is missing (fails before step 5).
+    RuntimeSocketMissing,
+    /// The upload directory is on a `noexec` mount, so `./keadm` cannot run there.
+    UploadDirNoexec,
+    /// Less free space where the upload goes than the files need.
+    LowDisk,
+    /// No `bash`: keadm runs its checks through `bash -c` and misreports without it.
+    BashMissing,
+    /// The probe did not print its last line, so any of the above may be missing.
+    ProbeIncomplete,
+}
+
+impl FindingId {
+    /// Every finding, in the order the probe checks them.
+    pub const ALL: [FindingId; 7] = [
+        FindingId::EdgecoreRunning,
+        FindingId::ManagementDirNotClean,
+        FindingId::RuntimeSocketMissing,
+        FindingId::UploadDirNoexec,
+        FindingId::LowDisk,
+        FindingId::BashMissing,
+        FindingId::ProbeIncomplete,
+    ];
+
+    /// The id the probe prints, also fit for JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingId::EdgecoreRunning => "edgecore_running",
+            FindingId::ManagementDirNotClean => "management_dir_not_clean",
+            FindingId::RuntimeSocketMissing => "runtime_socket_missing",
+            FindingId::UploadDirNoexec => "upload_dir_noexec",
+            FindingId::LowDisk => "low_disk",
+            FindingId::BashMissing => "bash_missing",
+            FindingId::ProbeIncomplete => "probe_incomplete",
+        }
+    }
+
+    /// The finding a probe line names; `None` for an id this version does not know.
+    pub fn from_probe(id: &str) -> Option<FindingId> {
+        FindingId::ALL.into_iter().find(|f| f.as_str() == id)
+    }
+}
+
+impl fmt::Display for FindingId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One thing the probe found on one node; summary.json records these under `preflight`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Finding {
+    pub id: FindingId,
+    /// What exactly was seen on this node (pids, entries, paths, sizes); may be empty.
+    pub detail: String,
+}
+
+impl Finding {
+    /// What is wrong, as a fixed sentence.
+    pub fn message(&self) -> &'static str {
+        match self.id {
+            FindingId::EdgecoreRunning => {
+                "edgecore is already running on this node, so keadm join would stop at its first check."
+            }
+            FindingId::ManagementDirNotClean => {
+                "/etc/kubeedge is not empty, so keadm join would stop at its second check."
+            }
+            FindingId::RuntimeSocketMissing => {
+                "The container runtime socket keadm join will use does not exist, so the join would fail before pulling images."
+            }
+            FindingId::UploadDirNoexec => {
+                "The upload directory is on a noexec mount, so the uploaded keadm could not run there."
+            }
+            FindingId::LowDisk => {
+                "The upload directory's filesystem has less free space than the files to upload need."
+            }
+            FindingId::BashMissing => {
+                "bash is not installed; keadm runs its checks through bash and without it always reports that edgecore is already running."
+            }
+            FindingId::ProbeIncomplete => {
+                "The pre-flight probe did not finish, so its findings are incomplete."
+            }
+        }
+    }
+
+    /// What to do about it, as a fixed sentence.
+    pub fn suggested_action(&self) -> &'static str {
+        match self.id {
+            FindingId::EdgecoreRunning => {
+                "Leave the node out if it is joined already, or reset it first with `keadm reset edge --force` (--reset-first)."
+            }
+            FindingId::ManagementDirNotClean => {
+                "Run `keadm reset edge --force` on the node (or use --reset-first), or remove /etc/kubeedge if nothing in it is needed."
+            }
+            FindingId::RuntimeSocketMissing => {
+                "Install and start containerd (or the node's runtime), or pass --remote-runtime-endpoint=unix://<socket> in keadmCmd."
+            }
+            FindingId::UploadDirNoexec => {
+                "Set remoteDir to a directory on a filesystem mounted without noexec, for example /var/lib/keadm-batch."
+            }
+            FindingId::LowDisk => {
+                "Free space on that filesystem, or set remoteDir to a directory on a larger one."
+            }
+            FindingId::BashMissing => {
+                "Install bash on the node (for example `apk add bash` on Alpine, `opkg install bash` on OpenWrt)."
+            }
+            FindingId::ProbeIncomplete => {
+                "Check that the node's shell is a POSIX sh and that sudo works without a terminal, then run --preflight-only again."
+            }
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    /// `message (detail)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.detail.is_empty() {
+            f.write_str(self.message())
+        } else {
+            write!(
+                f,
+                "{} ({})",
+                self.message().trim_end_matches('.'),
+                self.detail
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_and_unknown_ids_are_refused() {
+        for class in FailureClass::ALL {
+            assert_eq!(class.as_str().parse::<FailureClass>(), Ok(class));
+            assert_eq!(class.to_string(), class.as_str());
+            assert!(class.suggested_fix().ends_with('.'), "{class}");
+            assert!(!class.title().is_empty());
+        }
+        assert_eq!("token-invalid".parse(), Ok(FailureClass::TokenInvalid));
+        let err = "token_expired".parse::<FailureClass>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`token_expired` is not a failure class. Use one of: already_joined, \
+             dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
+             ca_mismatch, image_pull_stalled, runtime_missing, unknown."
+        );
+    }
+
+    /// summary.json and journal.jsonl hold exactly the ids `as_str` names, as before these
+    /// were enums.
+    #[test]
+    fn serde_writes_and_reads_the_same_ids_as_as_str() {
+        for class in FailureClass::ALL {
+            let json = serde_json::to_string(&class).unwrap();
+            assert_eq!(json, format!("\"{}\"", class.as_str()));
+            assert_eq!(serde_json::from_str::<FailureClass>(&json).unwrap(), class);
+        }
+        for id in FindingId::ALL {
+            let json = serde_json::to_string(&id).unwrap();
+            assert_eq!(json, format!("\"{}\"", id.as_str()));
+            assert_eq!(serde_json::from_str::<FindingId>(&json).unwrap(), id);
+        }
+        assert_eq!(
+            serde_json::from_str::<FailureClass>("\"a_class_from_the_future\"").unwrap(),
+            FailureClass::Unknown
+        );
+        let finding = Finding {
+            id: FindingId::LowDisk,
+            detail: "900 KiB free in /tmp, 50 MiB needed".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&finding).unwrap(),
+            r#"{"id":"low_disk","detail":"900 KiB free in /tmp, 50 MiB needed"}"#
+        );
+    }
+}
