@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use keadm_batch::config::template::{self, Args};
+use keadm_batch::config::template::{self, Lookup};
 use keadm_batch::config::{load, validate, yaml};
 
 struct FakeEnv;
@@ -39,15 +39,22 @@ fn config_load(text: &str) {
     }
 }
 
-/// What fuzz/fuzz_targets/template_render.rs checks (with a real lookup).
+struct FakeArgs(BTreeMap<String, String>);
+
+impl Lookup for FakeArgs {
+    fn args(&self) -> &BTreeMap<String, String> {
+        &self.0
+    }
+    fn env(&self, name: &str) -> Option<String> {
+        (name == "EDGE_TOKEN").then(|| "fuzz-token".to_string())
+    }
+}
+
+/// What fuzz/fuzz_targets/template_render.rs checks.
 fn template_render(text: &str) {
-    let args: BTreeMap<String, String> = [("name".to_string(), "edge-01".to_string())].into();
-    if let Err(err) = template::render(text, &Args(&args)) {
-        assert!(
-            err.offset <= text.len(),
-            "offset {} past the end",
-            err.offset
-        );
+    let args = FakeArgs([("name".to_string(), "edge-01".to_string())].into());
+    if let Err(err) = template::render(text, &args) {
+        assert!(!err.message.is_empty(), "an error without a message");
     }
 }
 

@@ -1055,8 +1055,8 @@ struct EnvLookup<'a> {
 }
 
 impl Lookup for EnvLookup<'_> {
-    fn arg(&self, key: &str) -> Option<&str> {
-        self.args.get(key).map(String::as_str)
+    fn args(&self) -> &BTreeMap<String, String> {
+        self.args
     }
     fn env(&self, name: &str) -> Option<String> {
         self.env.var(name)
