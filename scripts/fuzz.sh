@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the config loader, the YAML tree and the keadmCmd template renderer, each for a
-# bounded time (default 300 s per target). Not run in CI: libFuzzer needs a sanitizer flag
+# Fuzzes the config loader, the YAML tree and keadmCmd rendering (gotmpl with our additions),
+# each for a bounded time (default 300 s per target). Not run in CI: libFuzzer needs a sanitizer flag
 # that only nightly accepts, so RUSTC_BOOTSTRAP=1 lets the one stable toolchain take it.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
@@ -30,6 +30,8 @@ seed() {
             printf '%s' 'join --cloudcore-ipport={{.cloudcore-ipport}} --edgenode-name={{ .name }}' >"$dir/seed-dot"
             printf '%s' 'join {{- index . "cloudcore-ipport" -}} --token={{env "TOKEN"}} {{/* c */}}' >"$dir/seed-index"
             printf '%s' 'reset {{name}} ${HOME} awk '"'"'{print}'"'"' {{if .x}}' >"$dir/seed-ext"
+            printf '%s' '{{range $k, $v := .}}{{if eq $k "v"}}{{$v | printf "%q"}}{{else}}{{len $v}}{{end}}{{end}}{{with index . "empty"}}x{{end}}' >"$dir/seed-go"
+            printf '%s' '{{define "t"}}{{.}}{{end}}{{template "t" (env (env "NEXT"))}} {{and .v (not .empty) | print}}' >"$dir/seed-env"
             ;;
     esac
     if [ -d "tests/fixtures/fuzz/$target" ]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine, as root:
-# OpenSSH's sshd (to simulate edge nodes on loopback) and sudo (for non-root logins).
+# OpenSSH's sshd (to simulate edge nodes on loopback), sudo (for non-root logins) and Go
+# (tests/template_go.rs checks keadmCmd templates against Go's own text/template).
 # The package's own sshd service is kept from starting: the simulated nodes listen on
 # loopback addresses, and a system sshd on 0.0.0.0:22 would collide with them.
 set -euo pipefail
@@ -15,6 +16,7 @@ command -v ps >/dev/null 2>&1 || need+=(procps)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+command -v go >/dev/null 2>&1 || need+=(golang-go)
 
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
