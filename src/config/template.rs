@@ -127,7 +127,7 @@ fn with_functions(args: &BTreeMap<String, String>, env: Arc<Mutex<Env>>) -> Temp
 fn explain(err: GoError, unset_env: Option<String>) -> TemplateError {
     let (message, fix) = match (err, unset_env) {
         (_, Some(n)) => (
-            format!("`{{{{env \"{n}\"}}}}` reads {n}, which is not set"),
+            format!("`env \"{n}\"` reads the environment variable {n}, which is not set"),
             Some(format!("export {n}=... before running keadm-batch")),
         ),
         (GoError::MissingKey { key: k }, _) => (
