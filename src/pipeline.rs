@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::arch::Arch;
+use crate::backoff::backoff;
 use crate::cancel::Cancel;
 use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
 use crate::kubeedge::{classify, preflight};
@@ -1013,30 +1014,4 @@ fn upload_error(upload: &Upload, err: TransportError) -> StepError {
         format!("failed to upload file {}", upload.name),
         err,
     )
-}
-
-/// 1 s, 2 s, 4 s... times a jitter between 0.5 and 1.5, so nodes that failed together do
-/// not retry in lockstep.
-fn backoff(base: Duration, attempt: u32) -> Duration {
-    let factor = 1u32 << (attempt - 1).min(6);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let jitter = 0.5 + f64::from(nanos % 1000) / 1000.0;
-    (base * factor).mul_f64(jitter)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_with_jitter() {
-        let base = Duration::from_secs(1);
-        let first = backoff(base, 1);
-        assert!(first >= Duration::from_millis(500) && first <= Duration::from_millis(1500));
-        let second = backoff(base, 2);
-        assert!(second >= Duration::from_secs(1) && second <= Duration::from_secs(3));
-    }
 }
