@@ -311,7 +311,7 @@ impl<'a, 'c> Run<'a, 'c> {
             let node = run.node;
             let needed: u64 =
                 node.copy_files.iter().map(|f| f.size).sum::<u64>() + run.ctx.binary_size_hint;
-            let script = preflight::probe_script(
+            let script = remote::preflight_probe_script(
                 &node.upload_dir,
                 &preflight::runtime_socket(&node.keadm_args),
                 needed,
@@ -820,13 +820,12 @@ impl<'a, 'c> Run<'a, 'c> {
     /// Appends the last lines of edgecore's log to the transcript: a join that timed out
     /// waiting for certificates says why only there.
     fn edgecore_log(&mut self, conn: &mut SshConnection, privilege: Privilege) {
-        let script = "journalctl -u edgecore -n 40 --no-pager 2>/dev/null | grep -v '^-- ' || tail -n 40 /var/log/kubeedge/edgecore.log 2>/dev/null";
         let deadline = Instant::now() + self.node.deadlines.step;
         self.transcript
             .note("the last lines of edgecore's log follow");
         let _ = exec_as(
             conn,
-            script,
+            remote::EDGECORE_LOG,
             privilege,
             password_of(self.node),
             None,

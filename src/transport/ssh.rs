@@ -10,6 +10,7 @@ use ssh2::{BlockDirections, Channel, ErrorCode, ExtendedData, MethodType, Sessio
 use super::jump::Bridge;
 use super::known_hosts;
 use super::{AbortCheck, Auth, ConnectSpec, Endpoint, RemoteExit, TransportError};
+use crate::remote::KILL_SIBLINGS;
 
 // libssh2 error codes we act on (ssh2 does not re-export libssh2-sys, and adding it as a
 // dependency for a dozen constants is not worth it). Values from libssh2.h.
@@ -57,20 +58,6 @@ const SFTP_CHUNK: usize = 1 << 20;
 /// The longest single poll(2) wait in the exec loop, so keepalives and the deadline are
 /// checked even if a wake-up were missed.
 const MAX_POLL: Duration = Duration::from_millis(250);
-
-/// Run on a second channel after a deadline: kills the process group of every other
-/// child of this connection's sshd (sshd starts each command in its own session, so its
-/// pid is its process group). Plain POSIX sh over /proc, so BusyBox nodes work too.
-const KILL_SIBLINGS: &str = r#"me=$$; parent=$PPID
-for d in /proc/[0-9]*; do
-  p=${d#/proc/}
-  [ "$p" = "$me" ] && continue
-  read -r st < "$d/stat" 2>/dev/null || continue
-  st=${st##*) }
-  set -- $st
-  [ "$2" = "$parent" ] && [ "$3" != "$me" ] && kill -s KILL -- "-$3" 2>/dev/null
-done
-exit 0"#;
 
 /// One authenticated SSH connection to one node.
 ///
