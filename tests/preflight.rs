@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::fleet::{Fleet, Node};
 use keadm_batch::kubeedge::preflight::{self, Finding, FindingId};
 use keadm_batch::remote::{Privilege, preflight_probe_script, wrap};
-use keadm_batch::transport::{Auth, ConnectSpec, HostKeyPolicy, SshConnection};
+use keadm_batch::transport::{Auth, ConnectSpec, Connection, HostKeyPolicy, SshConnection};
 
 const UPLOAD_DIR: &str = "/tmp/kubeedge/keadm";
 /// About the size of a keadm binary.
