@@ -193,6 +193,7 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
     ))?;
     let run_dir = &scratch.run;
     let ctx = pipeline::Context {
+        connector: &crate::transport::SshConnector,
         stager: None,
         known_hosts: plan.known_hosts.clone(),
         run_dir,
@@ -350,6 +351,7 @@ fn execute(
         );
     }
     let ctx = pipeline::Context {
+        connector: &crate::transport::SshConnector,
         stager: stager.as_ref(),
         known_hosts: plan.known_hosts.clone(),
         run_dir: &run_dir,

@@ -5,6 +5,7 @@
 
 mod app;
 pub mod arch;
+pub mod backoff;
 pub mod cancel;
 pub mod cli;
 pub mod cloudcore;

@@ -179,7 +179,7 @@ fn sshd_killed_mid_upload_fails_that_node_only() {
     out.status(1);
     let reason = one_fault(&out, 3, 1);
     assert!(
-        reason.starts_with("failed to upload file keadm: "),
+        reason.starts_with("Cannot upload the file keadm"),
         "{reason}"
     );
     assert_eq!(out.summary()["nodes"][1]["phase"], "failed");
@@ -261,7 +261,7 @@ fn a_full_remote_dir_says_no_space_left() {
     let reason = one_fault(&out, 3, 1);
     assert!(
         reason.starts_with(
-            "failed to upload file keadm: no space left on device in /tmp/full/keadm on the node (257 KiB needed, "
+            "Cannot upload the file keadm: no space left on device in /tmp/full/keadm on the node (257 KiB needed, "
         ),
         "{reason}"
     );
@@ -337,7 +337,7 @@ fn keadm_that_never_exits_is_killed_at_the_deadline() {
     let reason = one_fault(&out, 3, 1);
     assert_eq!(
         reason,
-        "the keadm command ran past its 3 s deadline and was killed on the node"
+        "The keadm command ran past its 3 s deadline and was killed on the node."
     );
     assert_eq!(out.summary()["nodes"][1]["phase"], "timed_out");
     let ps = fleet

@@ -181,7 +181,7 @@ fn strict_pre_flight_skips_a_node_untouched_and_warn_goes_on() {
     out.log_has("Successfully processed node edge-00");
     let line = out.log_line_starting("Failed to process node edge-01: ");
     assert!(
-        line.contains("skipped by pre-flight: edgecore is already running on this node"),
+        line.contains("Skipped by pre-flight: edgecore is already running on this node"),
         "{line}"
     );
     assert_eq!(out.summary()["nodes"][1]["phase"], "skipped");

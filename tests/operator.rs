@@ -97,7 +97,7 @@ fn a_failed_canary_holds_back_the_rest() {
     out.status(1);
     let lines = out.log_lines();
     assert!(
-        lines[0].starts_with("Failed to process node edge-00: the upload dir"),
+        lines[0].starts_with("Failed to process node edge-00: The upload directory"),
         "{lines:?}"
     );
     for line in &lines[1..] {
@@ -202,7 +202,7 @@ fn a_second_ctrl_c_cancels_running_commands_on_the_nodes() {
     assert_eq!(log.lines().count(), 2);
     for line in log.lines() {
         assert!(
-            line.contains("cancelled by the operator; the keadm command was killed on the node"),
+            line.contains("Cancelled by the operator; the keadm command was killed on the node."),
             "{line}"
         );
     }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::fleet::{Fleet, Node};
 use keadm_batch::kubeedge::preflight::{self, Finding, FindingId};
-use keadm_batch::remote::{Privilege, wrap};
-use keadm_batch::transport::{Auth, ConnectSpec, HostKeyPolicy, SshConnection};
+use keadm_batch::remote::{Privilege, preflight_probe_script, wrap};
+use keadm_batch::transport::{Auth, ConnectSpec, Connection, HostKeyPolicy, SshConnection};
 
 const UPLOAD_DIR: &str = "/tmp/kubeedge/keadm";
 /// About the size of a keadm binary.
@@ -31,7 +31,7 @@ fn probe(fleet: &Fleet, node: &Node, upload_dir: &str, socket: &str, needed: u64
     };
     let mut conn = SshConnection::connect(&spec).unwrap_or_else(|e| panic!("connect: {e}"));
     let script = wrap(
-        &preflight::probe_script(upload_dir, socket, needed),
+        &preflight_probe_script(upload_dir, socket, needed),
         Privilege::Login,
     );
     let mut out = Vec::new();

@@ -127,7 +127,7 @@ fn wrong_password_fails_without_retry() {
     let out = sc.run(&[]);
     out.status(1);
     let line = out.log_line_starting("Failed to process node edge-00: ");
-    assert!(line.contains("failed to connect to edge-00"), "{line}");
+    assert!(line.contains("Cannot connect to node edge-00. "), "{line}");
     assert!(
         line.contains("rejected the password for user root"),
         "{line}"
@@ -165,7 +165,7 @@ fn refused_port_is_retried_then_reported() {
     assert!(line.contains("refused the connection"), "{line}");
     assert!(line.contains("after 2 attempts"), "{line}");
     assert_eq!(out.summary()["nodes"][0]["connect_attempts"], 2);
-    assert!(out.transcript(0).contains("attempt 1 of 2 failed"));
+    assert!(out.transcript(0).contains("Attempt 1 of 2 failed."));
 }
 
 #[test]

@@ -105,7 +105,10 @@ fn sudo_that_needs_a_password_with_a_key_login_is_a_clear_error() {
     let out = sc.run(&[]);
     out.status(1);
     let line = out.log_line_starting("Failed to process node edge-00: ");
-    assert!(line.contains("sudo on the node needs a password"), "{line}");
+    assert!(
+        line.contains("Sudo on node edge-00 needs a password, but "),
+        "{line}"
+    );
     assert!(!remote_keadm(fleet.node(0)).exists());
 }
 

@@ -4,9 +4,7 @@
 //! `tar` complains. Here any non-2xx status is an error naming the URL and the status, and
 //! transient failures (connect errors, 5xx, resets, truncated bodies) are retried.
 
-use std::collections::hash_map::RandomState;
 use std::fs::{self, OpenOptions};
-use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -15,6 +13,8 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};
 use sha2::{Digest, Sha512};
+
+use crate::backoff::backoff;
 
 use super::StageError;
 
@@ -222,8 +222,8 @@ impl Http {
         Ok(hex::encode(hasher.finalize()))
     }
 
-    /// Runs `attempt` up to `1 + retries` times, sleeping `base, 2*base, 4*base...` (plus
-    /// up to 25% jitter, so parallel runs do not retry in lockstep) between attempts.
+    /// Runs `attempt` up to `1 + retries` times, sleeping `base, 2*base, 4*base...` (with
+    /// jitter, see [`backoff`]) between attempts.
     fn with_retries<T>(
         &self,
         url: &str,
@@ -266,16 +266,6 @@ impl Http {
             number += 1;
         }
     }
-}
-
-/// `base * 2^(attempt-1)` plus up to 25% random jitter.
-fn backoff(base: Duration, attempt: u32) -> Duration {
-    let exponential = base.saturating_mul(1u32 << (attempt - 1).min(16));
-    // RandomState is seeded randomly per instance: jitter without a rand dependency.
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u32(attempt);
-    let fraction = (hasher.finish() % 1000) as f64 / 4000.0;
-    exponential + exponential.mul_f64(fraction)
 }
 
 fn status_text(status: StatusCode) -> String {
@@ -376,18 +366,6 @@ impl Drop for RemoveOnDrop<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_with_at_most_a_quarter_of_jitter() {
-        let base = Duration::from_secs(1);
-        for (attempt, expected) in [(1, 1.0), (2, 2.0), (3, 4.0)] {
-            let delay = backoff(base, attempt).as_secs_f64();
-            assert!(
-                delay >= expected && delay <= expected * 1.25,
-                "{attempt}: {delay}"
-            );
-        }
-    }
 
     #[test]
     fn progress_shows_size_and_rate() {
