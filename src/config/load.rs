@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::diagnostic::{Diagnostic, Severity};
 use super::schema::*;
 use super::yaml::{self, Node, Pos};
-use super::{Diagnostic, Severity};
 
 const TOP_KEYS: &[&str] = &[
     "keadm",
