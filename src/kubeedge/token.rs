@@ -13,7 +13,7 @@ use base64::Engine as _;
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 
-use crate::utc::civil_from_days;
+use crate::utc::rfc3339;
 
 /// How long after the last node starts the token may still be needed. keadm join's last
 /// step waits up to 300 s for edgecore to fetch its certificate, and that fetch is the
@@ -169,18 +169,6 @@ pub fn batch_estimate(nodes: usize, max_run_num: usize, per_node_secs: f64) -> u
     }
     let waves_before_last = nodes.div_ceil(max_run_num.max(1)) - 1;
     (waves_before_last as f64 * per_node_secs).ceil() as u64
-}
-
-/// `2026-08-06T14:58:26Z` for unix seconds.
-pub fn rfc3339(unix_secs: u64) -> String {
-    let (y, mo, d) = civil_from_days((unix_secs / 86_400) as i64);
-    let rem = unix_secs % 86_400;
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
 }
 
 /// A rough, readable duration: `45 s`, `12 min`, `3 h 5 min`, `2 d 4 h`.
