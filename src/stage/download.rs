@@ -5,16 +5,14 @@
 //! transient failures (connect errors, 5xx, resets, truncated bodies) are retried.
 
 use std::collections::hash_map::RandomState;
-use std::fs::{self, OpenOptions};
 use std::hash::{BuildHasher, Hasher};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::io::{self, Read, Seek, Write};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};
 use sha2::{Digest, Sha512};
+use tempfile::NamedTempFile;
 
 use super::StageError;
 
@@ -87,14 +85,14 @@ impl Http {
         })
     }
 
-    /// Downloads `url` into `dest` (created or truncated, mode 0600, never through a
-    /// symlink), fsyncs it, and returns its sha512 in lowercase hex. A 404 is an error here,
+    /// Downloads `url` into `dest`, a temporary file this run created (each attempt starts
+    /// it over), fsyncs it, and returns its sha512 in lowercase hex. A 404 is an error here,
     /// and so is a body of more than `max_bytes`, which is refused when announced and cut
     /// off when not.
     pub(crate) fn download(
         &self,
         url: &str,
-        dest: &Path,
+        dest: &NamedTempFile,
         label: &str,
         plain_http_ok: bool,
     ) -> Result<String, StageError> {
@@ -153,16 +151,17 @@ impl Http {
         }
     }
 
-    fn save(&self, mut response: Response, dest: &Path, label: &str) -> Result<String, Failure> {
-        let local = |action, e| Failure::Fatal(StageError::io(action, dest, e));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(dest)
-            .map_err(|e| local("create", e))?;
+    fn save(
+        &self,
+        mut response: Response,
+        dest: &NamedTempFile,
+        label: &str,
+    ) -> Result<String, Failure> {
+        let local = |action, e| Failure::Fatal(StageError::io(action, dest.path(), e));
+        let mut file = dest.as_file();
+        file.set_len(0)
+            .and_then(|()| file.rewind())
+            .map_err(|e| local("truncate", e))?;
         let total = response.content_length();
         // The URL that served the bytes, which a redirect may have changed.
         let url = response.url().to_string();
@@ -359,17 +358,6 @@ fn progress_line(label: &str, done: u64, total: Option<u64>, elapsed: Duration) 
             total as f64 / MIB
         ),
         None => format!("{label}  {:.1} MiB  {rate:.1} MiB/s", done as f64 / MIB),
-    }
-}
-
-/// Removes a file on drop unless disarmed: a failed download leaves nothing behind.
-pub(crate) struct RemoveOnDrop<'a>(pub Option<&'a Path>);
-
-impl Drop for RemoveOnDrop<'_> {
-    fn drop(&mut self) {
-        if let Some(path) = self.0 {
-            let _ = fs::remove_file(path);
-        }
     }
 }
 
