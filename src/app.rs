@@ -562,7 +562,8 @@ fn stage_settings(
     settings.allow_unverified = staging.allow_unverified;
     settings.insecure_http = staging.insecure_http;
     settings.max_package_bytes = staging.max_package_bytes;
-    settings.progress = std::io::stderr().is_terminal() && options.verbosity != Verbosity::Quiet;
+    settings.progress = (std::io::stderr().is_terminal() && options.verbosity != Verbosity::Quiet)
+        .then(report::progress::console);
     settings
 }
 

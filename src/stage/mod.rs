@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use indicatif::MultiProgress;
+
 use crate::arch::Arch;
 use download::Http;
 use temporary::{Temporary, write_atomically};
@@ -82,8 +84,9 @@ pub struct StageSettings {
     /// The most bytes a download may have, and the most an unpacked package may hold
     /// (`--max-package-bytes`).
     pub max_package_bytes: u64,
-    /// Show download progress on stderr (pass `stderr.is_terminal()`).
-    pub progress: bool,
+    /// Where download bars are drawn: the console's bars on a terminal (so a download
+    /// that starts mid-run draws beside the status line, not through it); None for none.
+    pub progress: Option<MultiProgress>,
     /// Extra attempts after a transient HTTP failure.
     pub retries: u32,
     /// First backoff delay; it doubles on each retry.
@@ -103,7 +106,7 @@ impl StageSettings {
             allow_unverified: false,
             insecure_http: false,
             max_package_bytes: DEFAULT_MAX_PACKAGE_BYTES,
-            progress: false,
+            progress: None,
             retries: DEFAULT_RETRIES,
             retry_base_delay: Duration::from_secs(1),
         }
@@ -231,7 +234,7 @@ impl Stager {
             PackageSource::Download { .. } => Some(Http::new(
                 settings.retries,
                 settings.retry_base_delay,
-                settings.progress,
+                settings.progress.clone(),
                 settings.max_package_bytes,
             )?),
             PackageSource::Offline { .. } => None,
