@@ -134,7 +134,11 @@ impl StagingPlan {
     /// The stager's settings for this plan: the one conversion, used for the checks before
     /// the run and for the run itself. `config_path` names the file the pins came from;
     /// `progress` draws download progress on the console.
-    pub fn stage_settings(&self, config_path: &Path, progress: bool) -> StageSettings {
+    pub fn stage_settings(
+        &self,
+        config_path: &Path,
+        progress: Option<indicatif::MultiProgress>,
+    ) -> StageSettings {
         let source = match &self.mode {
             PackageMode::Download { url } => PackageSource::Download { url: url.clone() },
             PackageMode::Offline { dir } => PackageSource::Offline { dir: dir.clone() },

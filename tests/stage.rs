@@ -257,9 +257,9 @@ fn a_truncated_body_is_retried() {
         &Env::tarball_path("amd64"),
         Route::ok(built.bytes.clone()).truncated(1),
     );
-    // With the progress line on, which must survive a broken transfer.
+    // With a download bar, which must survive a broken transfer.
     let mut settings = env.settings(&[Arch::Amd64]);
-    settings.progress = true;
+    settings.progress = Some(indicatif::MultiProgress::new());
     let stager = Stager::open(settings).unwrap();
 
     let staged = stager.for_node(Arch::Amd64).unwrap();
