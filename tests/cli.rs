@@ -1,14 +1,12 @@
 //! The binary before any node is touched: gen-config, validation errors (golden files,
 //! exact text and exit codes), dry runs, and the command line itself.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::fake_release::FakeRelease;
-use common::http_server::{HttpServer, Route};
-use common::test::{Test, golden};
+use crate::common::fake_release::FakeRelease;
+use crate::common::http_server::{HttpServer, Route};
+use crate::common::test::{Test, golden};
 
 fn fixtures() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
@@ -349,7 +347,7 @@ fn download_yaml(url: &str, pin: Option<&str>) -> String {
 }
 
 /// Serves the amd64 release (without its checksum file) under `/kubeedge`.
-fn publish(server: &HttpServer) -> common::fake_release::Built {
+fn publish(server: &HttpServer) -> crate::common::fake_release::Built {
     let release = FakeRelease::new(VERSION, "amd64");
     let built = release.build();
     server.route(
@@ -490,7 +488,7 @@ fn an_https_mirror_that_redirects_to_plain_http_is_refused() {
 }
 
 /// Writes the amd64 release into `packages/amd64/` of `test`, without a checksum file.
-fn offline_package(test: Test) -> (Test, common::fake_release::Built) {
+fn offline_package(test: Test) -> (Test, crate::common::fake_release::Built) {
     let release = FakeRelease::new(VERSION, "amd64");
     let built = release.build();
     let dir = test.path().join("packages/amd64");

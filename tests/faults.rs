@@ -5,17 +5,15 @@
 //! Per-node keadm behaviour comes from marker files: each node has its own /tmp, so the
 //! fake keadm's `if [ -e /tmp/<marker> ]` is true on the faulty node only.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::{Fleet, NodeOpt, Tarpit};
-use common::scenario::{RunOutput, Scenario, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::{Fleet, NodeOpt, Tarpit};
+use crate::common::scenario::{RunOutput, Scenario, remote_keadm};
 
 /// Asserts one line per node of `0..nodes` and that every node but `faulty` succeeded;
 /// returns the faulty node's reason.

@@ -2,12 +2,10 @@
 //! and CA hash, node names cloudcore already has, failure classes, and reruns by class.
 //! cloudcore is a local stand-in on 127.0.0.1 (`openssl s_server`).
 
-mod common;
-
-use common::cloudcore::{FakeCloudcore, now, token};
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::Fleet;
-use common::scenario::{Scenario, remote_keadm};
+use crate::common::cloudcore::{FakeCloudcore, now, token};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::Fleet;
+use crate::common::scenario::{Scenario, remote_keadm};
 
 /// A join command against the fake cloudcore (or a refused loopback port).
 fn join_cmd(port: u16, token: &str) -> String {
@@ -17,7 +15,7 @@ fn join_cmd(port: u16, token: &str) -> String {
 }
 
 fn refused_port() -> u16 {
-    common::fleet::refused_endpoint().port
+    crate::common::fleet::refused_endpoint().port
 }
 
 const A_CA_HASH: &str = "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07";

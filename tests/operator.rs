@@ -1,14 +1,12 @@
 //! What an operator with many nodes relies on, on real sshd nodes: reruns of failed nodes,
 //! failure policies, Ctrl-C, bastions, and secrets that never reach any output.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::{Fleet, KeyKind, NodeOpt};
-use common::scenario::{Login, Scenario, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::{Fleet, KeyKind, NodeOpt};
+use crate::common::scenario::{Login, Scenario, remote_keadm};
 
 /// Makes node `i` fail in its prepare step: its remote dir is writable by others.
 fn break_node(fleet: &Fleet, i: usize) {

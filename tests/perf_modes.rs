@@ -2,12 +2,10 @@
 //! tarball (checked by sha512 and unpacked on the node), and nodes that cannot unpack it
 //! get the plain binary. Real sshd nodes on loopback.
 
-mod common;
-
-use common::fake_keadm::{self, FakeKeadm};
-use common::fake_release::FakeRelease;
-use common::fleet::{Fleet, NodeOpt, TEST_USER, TEST_USER_PASSWORD};
-use common::scenario::{Login, Scenario, VERSION, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fake_release::FakeRelease;
+use crate::common::fleet::{Fleet, NodeOpt, TEST_USER, TEST_USER_PASSWORD};
+use crate::common::scenario::{Login, Scenario, VERSION, remote_keadm};
 
 /// A fake keadm padded with 2 MiB of repetitive comment lines: it gzips to a few KiB.
 fn compressible_keadm() -> Vec<u8> {

@@ -3,12 +3,10 @@
 //! (a fake edgecore, /etc/kubeedge leftovers, noexec and tiny mounts) lives in that node's
 //! own pid and mount namespaces: the host's /etc and processes are never touched.
 
-mod common;
-
 use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 
-use common::fleet::{Fleet, Node};
+use crate::common::fleet::{Fleet, Node};
 use keadm_batch::kubeedge::preflight::{self, Finding, FindingId};
 use keadm_batch::remote::{Privilege, wrap};
 use keadm_batch::transport::{Auth, ConnectSpec, HostKeyPolicy, SshConnection};

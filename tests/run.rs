@@ -1,11 +1,9 @@
 //! The whole tool against real sshd nodes on loopback: each case asserts files on the
 //! node, lines in batch_process_log.txt, and the exit code.
 
-mod common;
-
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::{Fleet, KeyKind, NodeOpt};
-use common::scenario::{Login, Scenario, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::{Fleet, KeyKind, NodeOpt};
+use crate::common::scenario::{Login, Scenario, remote_keadm};
 
 #[test]
 fn password_login_enrolls_every_node() {
@@ -144,7 +142,7 @@ fn wrong_password_fails_without_retry() {
 #[test]
 fn refused_port_is_retried_then_reported() {
     let fleet = Fleet::builder().nodes(1).start();
-    let refused = common::fleet::refused_endpoint();
+    let refused = crate::common::fleet::refused_endpoint();
     let sc = Scenario::new(&fleet).top_yaml("retries: 1");
     std::fs::write(
         sc.path("config.yaml"),

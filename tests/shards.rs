@@ -1,14 +1,12 @@
 //! `--shard I/N` against one fleet of real sshd nodes, then `batch merge` of the shards'
 //! run directories: every node exactly once, and the same node set as one unsharded run.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::Fleet;
-use common::scenario::{Scenario, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::Fleet;
+use crate::common::scenario::{Scenario, remote_keadm};
 
 const NODES: usize = 12;
 const SHARDS: usize = 4;

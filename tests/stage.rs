@@ -1,7 +1,5 @@
 //! The package stager against a real HTTP server on 127.0.0.1 and real files on disk.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -9,8 +7,8 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::fake_release::{Built, FakeRelease};
-use common::http_server::{HttpServer, Route};
+use crate::common::fake_release::{Built, FakeRelease};
+use crate::common::http_server::{HttpServer, Route};
 use keadm_batch::arch::Arch;
 use keadm_batch::stage::{PackageSource, Pin, StageError, StageSettings, Stager};
 

@@ -1,11 +1,9 @@
 //! Non-root logins on real sshd nodes: keadm runs as root through one `sudo sh -c`, with
 //! or without a sudo password, and the password never shows or leaks into uploads.
 
-mod common;
-
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::{Fleet, KeyKind, NodeOpt, TEST_USER, TEST_USER_PASSWORD};
-use common::scenario::{Login, Scenario, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::{Fleet, KeyKind, NodeOpt, TEST_USER, TEST_USER_PASSWORD};
+use crate::common::scenario::{Login, Scenario, remote_keadm};
 
 #[test]
 fn passwordless_sudo_runs_keadm_as_root() {

@@ -1,7 +1,5 @@
 //! The SSH transport against real OpenSSH sshd nodes on loopback (see tests/common/fleet.rs).
 
-mod common;
-
 use std::fs;
 use std::io::Cursor;
 use std::os::unix::fs::PermissionsExt;
@@ -9,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::{Fleet, KeyKind, Node, NodeOpt, Tarpit, refused_endpoint};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::{Fleet, KeyKind, Node, NodeOpt, Tarpit, refused_endpoint};
 use keadm_batch::redact::Secret;
 use keadm_batch::transport::{
     Auth, ConnectSpec, Endpoint, HostKeyPolicy, RemoteExit, SshConnection, TransportError,
@@ -585,7 +583,7 @@ fn killed_node_is_refused_and_restart_brings_it_back() {
     connect(&spec);
 }
 
-/// `cargo test --release --test transport -- --ignored --nocapture throughput`
+/// `cargo test --release --test main -- --ignored --nocapture throughput`
 #[test]
 #[ignore = "benchmark; run by hand"]
 fn throughput_40_mib_sftp_vs_openssh_cat() {
