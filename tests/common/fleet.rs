@@ -293,10 +293,6 @@ impl Node {
         node
     }
 
-    pub fn index(&self) -> usize {
-        self.index
-    }
-
     /// The address sshd listens on, unbracketed (`127.20.0.2`, `::1`).
     pub fn host(&self) -> &str {
         &self.host

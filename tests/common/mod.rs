@@ -1,5 +1,4 @@
-//! Shared helpers for the integration tests. Each test binary uses only part of them.
-#![allow(dead_code)]
+//! Shared helpers for the integration tests, compiled once into the one test binary.
 
 pub mod cloudcore;
 pub mod fake_keadm;

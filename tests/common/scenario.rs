@@ -9,7 +9,7 @@
 //! out.status(0);
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use super::fake_keadm::FakeKeadm;
@@ -358,8 +358,4 @@ impl RunOutput {
 /// The path of keadm in a node's default remote dir.
 pub fn remote_keadm(node: &Node) -> PathBuf {
     node.tmp_path("kubeedge/keadm/keadm")
-}
-
-pub fn exists(p: &Path) -> bool {
-    p.exists()
 }

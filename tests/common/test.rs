@@ -122,11 +122,6 @@ impl Output {
         self
     }
 
-    pub fn stdout_is(self, expected: &str) -> Output {
-        assert_eq!(self.stdout, expected);
-        self
-    }
-
     pub fn path(&self, name: &str) -> PathBuf {
         self.test.dir.path().join(name)
     }
