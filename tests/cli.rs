@@ -2,7 +2,6 @@
 //! exact text and exit codes), dry runs, and the command line itself.
 
 use std::path::Path;
-use std::process::Command;
 
 use crate::common::fake_release::FakeRelease;
 use crate::common::http_server::{HttpServer, Route};
@@ -10,24 +9,6 @@ use crate::common::test::{Test, golden};
 
 fn fixtures() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
-}
-
-/// Runs the binary in `dir` with a scratch HOME.
-fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let home = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_keadm-batch"))
-        .current_dir(dir)
-        .args(args)
-        .env("HOME", home.path())
-        .env_remove("RUST_LOG")
-        .env_remove("KEADM_BATCH_TEST_UNSET")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]
@@ -42,7 +23,10 @@ fn every_invalid_fixture_exits_2_with_its_exact_message() {
     names.sort();
     assert!(names.len() >= 30, "{names:?}");
     for name in names {
-        let (status, stdout, stderr) = run_in(&dir, &["batch", "-c", &name, "--dry-run"]);
+        let out = Test::in_dir(&dir)
+            .args(["batch", "-c", &name, "--dry-run"])
+            .run();
+        let (status, stdout, stderr) = (out.code(), out.stdout, out.stderr);
         assert_eq!(status, 2, "{name}: exit status\n{stderr}");
         assert_eq!(stdout, "", "{name}: a failed validation prints no plan");
         assert!(!stderr.contains("panicked"), "{name}: {stderr}");
@@ -58,10 +42,10 @@ fn every_invalid_fixture_exits_2_with_its_exact_message() {
 #[test]
 fn keadms_own_template_lists_every_empty_required_field() {
     let dir = fixtures().join("invalid");
-    let (status, _, stderr) = run_in(
-        &dir,
-        &["batch", "-c", "keadm-gen-config-master.yaml", "--dry-run"],
-    );
+    let out = Test::in_dir(&dir)
+        .args(["batch", "-c", "keadm-gen-config-master.yaml", "--dry-run"])
+        .run();
+    let (status, stderr) = (out.code(), out.stderr);
     assert_eq!(status, 2);
     for field in [
         "keadmVersion is empty",
@@ -79,15 +63,15 @@ fn keadms_own_template_lists_every_empty_required_field() {
 #[test]
 fn keadms_template_filled_in_dry_runs() {
     let dir = fixtures().join("valid");
-    let (status, stdout, stderr) = run_in(
-        &dir,
-        &[
+    let out = Test::in_dir(&dir)
+        .args([
             "batch",
             "-c",
             "keadm-gen-config-master-filled.yaml",
             "--dry-run",
-        ],
-    );
+        ])
+        .run();
+    let (status, stdout, stderr) = (out.code(), out.stdout, out.stderr);
     assert_eq!(status, 0, "{stderr}");
     assert!(stdout.contains("node 1 edge-node"), "{stdout}");
     assert!(stdout.contains("--token=***"), "{stdout}");
@@ -104,17 +88,17 @@ fn keadms_template_filled_in_dry_runs() {
 #[test]
 fn yaml_1_1_oddities_read_as_keadm_reads_them() {
     let dir = fixtures().join("valid");
-    let (status, stdout, stderr) = run_in(
-        &dir,
-        &[
+    let out = Test::in_dir(&dir)
+        .args([
             "batch",
             "-c",
             "yaml11-oddities.yaml",
             "--dry-run",
             "--known-hosts",
             "/etc/keadm-batch/known_hosts",
-        ],
-    );
+        ])
+        .run();
+    let (status, stdout, stderr) = (out.code(), out.stdout, out.stderr);
     assert_eq!(status, 0, "{stderr}");
     golden("fixtures/valid/yaml11-oddities.stdout", &stdout);
     golden("fixtures/valid/yaml11-oddities.stderr", &stderr);
@@ -133,10 +117,10 @@ fn yaml_1_1_oddities_read_as_keadm_reads_them() {
 #[test]
 fn example_config_dry_runs() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let (status, stdout, stderr) = run_in(
-        root,
-        &["batch", "-c", "batch_config.example.yaml", "--dry-run"],
-    );
+    let out = Test::in_dir(root)
+        .args(["batch", "-c", "batch_config.example.yaml", "--dry-run"])
+        .run();
+    let (status, stdout, stderr) = (out.code(), out.stdout, out.stderr);
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(stderr, "");
     assert!(stdout.contains("3 of 3 selected"));
@@ -147,19 +131,20 @@ fn example_config_dry_runs() {
 
 #[test]
 fn gen_config_writes_a_template_that_validates_once_filled() {
-    let out = Test::new().args(&["batch", "gen-config"]).run().status(0);
+    let out = Test::new().args(&["batch", "gen-config"]).run();
+    out.status(0);
     let written = std::fs::read_to_string(out.path("config.yaml")).unwrap();
     golden("snapshots/gen-config.yaml", &written);
     // As written, it names exactly the values left to fill in.
-    let test = out.test;
     let cmd = |args: &[&str]| {
-        let mut c = test.command();
-        c.args(args);
-        c.output().unwrap()
+        Test::in_dir(&out.dir)
+            .env("HOME", out.path("home"))
+            .args(args)
+            .run()
     };
     let first = cmd(&["batch", "-c", "config.yaml", "--dry-run"]);
     assert_eq!(first.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&first.stderr);
+    let stderr = &first.stderr;
     assert!(
         stderr.contains("ssh.ip is empty") && stderr.contains("password is empty"),
         "{stderr}"
@@ -168,19 +153,10 @@ fn gen_config_writes_a_template_that_validates_once_filled() {
         .replace("ip: \"\"  ", "ip: 192.0.2.9")
         .replace("password: \"\"  ", "password: pw  ")
         .replace("token: \"\"  ", "token: 0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07.eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJleHAiOjQxMDI0NDQ4MDB9.bm90LWEtcmVhbC1zaWduYXR1cmU ");
-    std::fs::write(test.path().join("config.yaml"), filled).unwrap();
+    std::fs::write(out.path("config.yaml"), filled).unwrap();
     let second = cmd(&["batch", "-c", "config.yaml", "--dry-run"]);
-    assert_eq!(
-        second.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&second.stderr),
-        "",
-        "no warnings on our own template"
-    );
+    assert_eq!(second.status.code(), Some(0), "{}", second.stderr);
+    assert_eq!(second.stderr, "", "no warnings on our own template");
 }
 
 #[test]
@@ -188,8 +164,8 @@ fn gen_config_refuses_to_overwrite_without_force() {
     let out = Test::new()
         .file("mine.yaml", "precious")
         .args(&["batch", "gen-config", "-o", "mine.yaml"])
-        .run()
-        .status(2)
+        .run();
+    out.status(2)
         .stderr_has("mine.yaml already exists; pass --force to overwrite it");
     assert_eq!(
         std::fs::read_to_string(out.path("mine.yaml")).unwrap(),
@@ -198,8 +174,8 @@ fn gen_config_refuses_to_overwrite_without_force() {
     let out = Test::new()
         .file("mine.yaml", "precious")
         .args(&["batch", "gen-config", "-o", "mine.yaml", "--force"])
-        .run()
-        .status(0);
+        .run();
+    out.status(0);
     assert!(
         std::fs::read_to_string(out.path("mine.yaml"))
             .unwrap()
@@ -209,9 +185,11 @@ fn gen_config_refuses_to_overwrite_without_force() {
 
 #[test]
 fn help_is_documented() {
-    let out = Test::new().args(&["batch", "--help"]).run().status(0);
+    let out = Test::new().args(&["batch", "--help"]).run();
+    out.status(0);
     golden("snapshots/help-batch.txt", &out.stdout);
-    let out = Test::new().args(&["--help"]).run().status(0);
+    let out = Test::new().args(&["--help"]).run();
+    out.status(0);
     golden("snapshots/help.txt", &out.stdout);
 }
 
@@ -305,7 +283,8 @@ fn password_env_and_env_template_values_are_masked() {
 
 #[test]
 fn completions_and_man_page_cover_every_flag() {
-    let out = Test::new().args(&["completions", "bash"]).run().status(0);
+    let out = Test::new().args(&["completions", "bash"]).run();
+    out.status(0);
     for flag in [
         "--retry-failed",
         "--max-fail",
@@ -315,7 +294,8 @@ fn completions_and_man_page_cover_every_flag() {
     ] {
         assert!(out.stdout.contains(flag), "bash completion lacks {flag}");
     }
-    let out = Test::new().args(&["man"]).run().status(0);
+    let out = Test::new().args(&["man"]).run();
+    out.status(0);
     assert!(out.stdout.contains(".TH keadm-batch 1"));
     assert!(
         out.stdout.contains("retry\\-failed"),
@@ -372,8 +352,8 @@ fn a_plain_http_mirror_without_pins_is_refused_before_any_download() {
             .config(&config)
             .args(&staging_args())
             .args(extra)
-            .run()
-            .status(2)
+            .run();
+        out.status(2)
             .stderr_has(&format!("keadm.download.url {url} is plain HTTP"))
             .stderr_has("keadm.download.sha512 (for amd64)")
             .stderr_has("--insecure-http");
@@ -408,8 +388,8 @@ fn a_plain_http_mirror_with_a_wrong_pin_fails_staging_with_exit_3() {
     let out = Test::new()
         .config(&staging_config(&download_yaml(&url, Some(WRONG_DIGEST))))
         .args(&staging_args())
-        .run()
-        .status(3)
+        .run();
+    out.status(3)
         .stderr_has(&built.sha512)
         .stderr_has(WRONG_DIGEST)
         .stderr_has("keadm.download.sha512.amd64 (config.yaml:7:14)")
@@ -430,8 +410,8 @@ fn an_https_mirror_with_a_wrong_pin_fails_staging_with_exit_3() {
         .config(&staging_config(&download_yaml(&url, Some(WRONG_DIGEST))))
         .env("SSL_CERT_FILE", &cert)
         .args(&staging_args())
-        .run()
-        .status(3)
+        .run();
+    out.status(3)
         .stderr_has(&built.sha512)
         .stderr_has(WRONG_DIGEST)
         .stderr_has("keadm.download.sha512.amd64 (config.yaml:7:14)");
@@ -464,8 +444,8 @@ fn an_https_mirror_that_redirects_to_plain_http_is_refused() {
         .config(&config)
         .env("SSL_CERT_FILE", &cert)
         .args(&staging_args())
-        .run()
-        .status(3)
+        .run();
+    out.status(3)
         .stderr_has(&format!(
             "Downloading {} was redirected to {}, which is plain HTTP",
             tls.url(tarball),
@@ -505,8 +485,8 @@ fn an_offline_package_with_a_wrong_pin_fails_staging_with_exit_3() {
     let out = test
         .config(&staging_config(&OFFLINE.replace("PIN", WRONG_DIGEST)))
         .args(&staging_args())
-        .run()
-        .status(3)
+        .run();
+    out.status(3)
         .stderr_has(&built.sha512)
         .stderr_has(WRONG_DIGEST)
         .stderr_has("keadm.download.sha512.amd64 (config.yaml:7:14)")
@@ -538,8 +518,8 @@ fn a_package_without_checksum_file_or_pin_needs_allow_unverified() {
         .config(&staging_config(offline))
         .args(&staging_args())
         .args(&["--allow-unverified"])
-        .run()
-        .status(1)
+        .run();
+    out.status(1)
         .stderr_has("warning: there is no checksum file at ")
         .stderr_has("unverified (--allow-unverified)");
     let summary: serde_json::Value = serde_json::from_str(

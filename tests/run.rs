@@ -102,19 +102,10 @@ fn agent_login_uses_ssh_auth_sock() {
         .unwrap();
     assert!(added.status.success(), "{added:?}");
     let sc = Scenario::new(&fleet).login(Login::Agent);
-    let out = sc
-        .command(&[])
-        .env("SSH_AUTH_SOCK", &sock)
-        .output()
-        .unwrap();
+    let out = sc.command(&[]).env("SSH_AUTH_SOCK", &sock).run();
     let _ = agent.kill();
     let _ = agent.wait();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
     assert_eq!(fake_keadm::calls(&remote_keadm(fleet.node(0))).len(), 1);
 }
 
