@@ -3,6 +3,7 @@
 //! cloudcore is a local stand-in on 127.0.0.1 (`openssl s_server`).
 
 use crate::common::cloudcore::{FakeCloudcore, now, token};
+use crate::common::edge_state::{RuntimeSocket, start_edgecore};
 use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fleet::Fleet;
 use crate::common::scenario::{Scenario, remote_keadm};
@@ -147,28 +148,11 @@ fn names_cloudcore_already_has_are_reported_before_any_node() {
     );
 }
 
-/// Gives node `i` a running process named edgecore, in its own pid namespace.
-fn fake_edgecore(fleet: &Fleet, i: usize) {
-    let out = fleet
-        .node(i)
-        .shell("cp /bin/sleep /tmp/edgecore && (/tmp/edgecore 300 >/dev/null 2>&1 &) ; sleep 0.2");
-    assert!(out.status.success(), "{out:?}");
-}
-
-/// Makes keadm's default runtime socket argument point at a socket that exists on node `i`.
-fn runtime_socket(fleet: &Fleet, i: usize) {
-    let path = fleet.node(i).tmp_path("containerd.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    std::mem::forget(listener);
-}
-
 #[test]
 fn strict_pre_flight_skips_a_node_untouched_and_warn_goes_on() {
     let fleet = Fleet::builder().nodes(2).start();
-    for i in 0..2 {
-        runtime_socket(&fleet, i);
-    }
-    fake_edgecore(&fleet, 1);
+    let _sockets: Vec<RuntimeSocket> = fleet.nodes().iter().map(RuntimeSocket::create).collect();
+    start_edgecore(fleet.node(1));
     let cmd = format!(
         "{} --remote-runtime-endpoint=unix:///tmp/containerd.sock",
         join_cmd(refused_port(), &token(A_CA_HASH, now() + 86_400))
@@ -210,8 +194,8 @@ fn strict_pre_flight_skips_a_node_untouched_and_warn_goes_on() {
 #[test]
 fn preflight_only_prints_a_table_and_changes_nothing() {
     let fleet = Fleet::builder().nodes(2).start();
-    runtime_socket(&fleet, 0);
-    fake_edgecore(&fleet, 1);
+    let _socket = RuntimeSocket::create(fleet.node(0));
+    start_edgecore(fleet.node(1));
     let cmd = format!(
         "{} --remote-runtime-endpoint=unix:///tmp/containerd.sock",
         join_cmd(refused_port(), &token(A_CA_HASH, now() + 86_400))

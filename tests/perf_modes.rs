@@ -4,7 +4,7 @@
 
 use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fake_release::FakeRelease;
-use crate::common::fleet::{Fleet, NodeOpt, TEST_USER, TEST_USER_PASSWORD};
+use crate::common::fleet::{Fleet, Sudo, TEST_USER_PASSWORD};
 use crate::common::scenario::{Login, Scenario, VERSION, remote_keadm};
 
 /// A fake keadm padded with 2 MiB of repetitive comment lines: it gzips to a few KiB.
@@ -100,19 +100,9 @@ fn a_compressible_package_travels_as_its_tarball_and_nodes_without_tar_get_the_b
 
 #[test]
 fn tarball_mode_works_under_password_sudo() {
-    let fleet = Fleet::builder()
-        .nodes(1)
-        .node_option(
-            0,
-            NodeOpt::Sudo {
-                password_required: true,
-            },
-        )
-        .start();
+    let fleet = Fleet::with_sudo(Sudo::WithPassword);
     let binary = compressible_keadm();
-    let sc = Scenario::new(&fleet)
-        .username(TEST_USER)
-        .login(Login::Password(TEST_USER_PASSWORD.into()));
+    let sc = Scenario::new(&fleet).login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()));
     write_package(&sc, &binary);
     let out = sc.run(&[]);
     out.status(0);

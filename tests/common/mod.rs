@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests, compiled once into the one test binary.
 
 pub mod cloudcore;
+pub mod edge_state;
 pub mod fake_keadm;
 pub mod fake_release;
 pub mod fleet;

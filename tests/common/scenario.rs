@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use super::fake_keadm::FakeKeadm;
 use super::fake_release::FakeRelease;
-use super::fleet::{Fleet, Node};
+use super::fleet::{Fleet, Node, TEST_USER};
 use super::test::{Output, Test};
 
 pub const VERSION: &str = "v1.23.1";
@@ -89,8 +89,10 @@ impl<'f> Scenario<'f> {
         self
     }
 
-    pub fn username(mut self, user: &str) -> Self {
-        self.username = user.to_string();
+    /// Logs in as the fleet's non-root [`TEST_USER`] instead of root.
+    pub fn login_as_test_user(mut self, login: Login) -> Self {
+        self.username = TEST_USER.to_string();
+        self.login = login;
         self
     }
 
