@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::common::fake_release::FakeRelease;
+use crate::common::fake_release::{Built, ChecksumFile, FakeRelease};
 use crate::common::http_server::{HttpServer, Route};
 use crate::common::test::{Test, golden};
 
@@ -327,7 +327,7 @@ fn download_yaml(url: &str, pin: Option<&str>) -> String {
 }
 
 /// Serves the amd64 release (without its checksum file) under `/kubeedge`.
-fn publish(server: &HttpServer) -> crate::common::fake_release::Built {
+fn publish(server: &HttpServer) -> Built {
     let release = FakeRelease::new(VERSION, "amd64");
     let built = release.build();
     server.route(
@@ -468,12 +468,9 @@ fn an_https_mirror_that_redirects_to_plain_http_is_refused() {
 }
 
 /// Writes the amd64 release into `packages/amd64/` of `test`, without a checksum file.
-fn offline_package(test: Test) -> (Test, crate::common::fake_release::Built) {
-    let release = FakeRelease::new(VERSION, "amd64");
-    let built = release.build();
-    let dir = test.path().join("packages/amd64");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(release.file_name()), &built.bytes).unwrap();
+fn offline_package(test: Test) -> (Test, Built) {
+    let (built, _) = FakeRelease::new(VERSION, "amd64")
+        .write_offline(&test.path().join("packages"), ChecksumFile::Absent);
     (test, built)
 }
 

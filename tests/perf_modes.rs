@@ -3,7 +3,7 @@
 //! get the plain binary. Real sshd nodes on loopback.
 
 use crate::common::fake_keadm::{self, FakeKeadm};
-use crate::common::fake_release::FakeRelease;
+use crate::common::fake_release::{ChecksumFile, FakeRelease};
 use crate::common::fleet::{Fleet, Sudo, TEST_USER_PASSWORD};
 use crate::common::scenario::{Login, Scenario, VERSION, remote_keadm};
 
@@ -20,20 +20,13 @@ fn compressible_keadm() -> Vec<u8> {
 /// Writes the offline amd64 package with `binary` inside, before the scenario's first run
 /// (which then keeps it).
 fn write_package(sc: &Scenario, binary: &[u8]) {
-    let release = FakeRelease::new(VERSION, "amd64").with_binary(binary);
-    let built = release.build();
+    let (built, _) = FakeRelease::new(VERSION, "amd64")
+        .with_binary(binary)
+        .write_offline(&sc.path("packages"), ChecksumFile::Matching);
     assert!(
         (built.bytes.len() as f64) < 0.1 * binary.len() as f64,
         "the test package should compress well"
     );
-    let dir = sc.path("packages").join("amd64");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(release.file_name()), &built.bytes).unwrap();
-    std::fs::write(
-        dir.join(release.checksum_name()),
-        format!("{}\n", built.sha512),
-    )
-    .unwrap();
 }
 
 fn node_summary(summary: &serde_json::Value, name: &str) -> serde_json::Value {

@@ -4,11 +4,12 @@ use std::fs;
 use std::io::Cursor;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fleet::{Fleet, KeyKind, Node, NodeOpt, Tarpit, refused_endpoint};
+use crate::common::ssh_agent::Agent;
 use keadm_batch::redact::Secret;
 use keadm_batch::transport::{
     Auth, ConnectSpec, Endpoint, HostKeyPolicy, RemoteExit, SshConnection, TransportError,
@@ -146,50 +147,6 @@ fn wrong_passphrase_is_a_clear_final_error() {
     let err = SshConnection::connect(&spec_for(node.endpoint(), missing, fleet.known_hosts()))
         .unwrap_err();
     assert!(err.to_string().contains("no-such-key"), "{err}");
-}
-
-/// An ssh-agent on its own socket, killed (by pid) on drop.
-struct Agent {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Agent {
-    fn start(dir: &Path, key: &Path) -> Agent {
-        let socket = dir.join("agent.sock");
-        let child = Command::new("ssh-agent")
-            .args(["-D", "-a"])
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start ssh-agent");
-        let agent = Agent { child, socket };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !agent.socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "ssh-agent did not create its socket"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // The socket goes to ssh-add's environment only; this process's stays untouched.
-        let status = Command::new("ssh-add")
-            .arg("-q")
-            .arg(key)
-            .env("SSH_AUTH_SOCK", &agent.socket)
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success(), "ssh-add failed");
-        agent
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

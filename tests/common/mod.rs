@@ -7,4 +7,5 @@ pub mod fake_release;
 pub mod fleet;
 pub mod http_server;
 pub mod scenario;
+pub mod ssh_agent;
 pub mod test;

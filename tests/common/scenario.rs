@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 
 use super::fake_keadm::FakeKeadm;
-use super::fake_release::FakeRelease;
+use super::fake_release::{ChecksumFile, FakeRelease};
 use super::fleet::{Fleet, Node, TEST_USER};
 use super::test::{Output, Test};
 
@@ -169,16 +169,9 @@ impl<'f> Scenario<'f> {
         for arch in ["amd64", "arm64", "arm"] {
             // A comment names the arch, so a test can tell which build a node received.
             let script = format!("{}# arch={arch}\n", self.keadm.script());
-            let release = FakeRelease::new(VERSION, arch).with_binary(script.as_bytes());
-            let built = release.build();
-            let dir = self.path("packages").join(arch);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join(release.file_name()), &built.bytes).unwrap();
-            std::fs::write(
-                dir.join(release.checksum_name()),
-                format!("{}\n", built.sha512),
-            )
-            .unwrap();
+            FakeRelease::new(VERSION, arch)
+                .with_binary(script.as_bytes())
+                .write_offline(&self.path("packages"), ChecksumFile::Matching);
         }
     }
 
