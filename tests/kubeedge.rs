@@ -1,6 +1,6 @@
 //! KubeEdge-aware runs on real sshd nodes: pre-flight findings, the join token's lifetime
 //! and CA hash, node names cloudcore already has, failure classes, and reruns by class.
-//! cloudcore is a local stand-in on 127.0.0.1 (`openssl s_server`).
+//! cloudcore is a local stand-in on 127.0.0.1 (tests/common/cloudcore.rs).
 
 use crate::common::cloudcore::{FakeCloudcore, now, token};
 use crate::common::edge_state::{RuntimeSocket, start_edgecore};
