@@ -1,16 +1,15 @@
 //! The SSH transport against real OpenSSH sshd nodes on loopback (see tests/common/fleet.rs).
 
-mod common;
-
 use std::fs;
 use std::io::Cursor;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::{Fleet, KeyKind, Node, NodeOpt, Tarpit, refused_endpoint};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::{Fleet, KeyKind, Node, NodeOpt, Tarpit, refused_endpoint};
+use crate::common::ssh_agent::Agent;
 use keadm_batch::redact::Secret;
 use keadm_batch::transport::{
     Auth, ConnectSpec, Connection, Endpoint, HostKeyPolicy, RemoteExit, SshConnection,
@@ -171,50 +170,6 @@ fn wrong_passphrase_is_a_clear_final_error() {
     let err = SshConnection::connect(&spec_for(node.endpoint(), missing, fleet.known_hosts()))
         .unwrap_err();
     assert!(err.to_string().contains("no-such-key"), "{err}");
-}
-
-/// An ssh-agent on its own socket, killed (by pid) on drop.
-struct Agent {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Agent {
-    fn start(dir: &Path, key: &Path) -> Agent {
-        let socket = dir.join("agent.sock");
-        let child = Command::new("ssh-agent")
-            .args(["-D", "-a"])
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start ssh-agent");
-        let agent = Agent { child, socket };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !agent.socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "ssh-agent did not create its socket"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // The socket goes to ssh-add's environment only; this process's stays untouched.
-        let status = Command::new("ssh-add")
-            .arg("-q")
-            .arg(key)
-            .env("SSH_AUTH_SOCK", &agent.socket)
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success(), "ssh-add failed");
-        agent
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]
@@ -609,7 +564,7 @@ fn killed_node_is_refused_and_restart_brings_it_back() {
     connect(&spec);
 }
 
-/// `cargo test --release --test transport -- --ignored --nocapture throughput`
+/// `cargo test --release --test main -- --ignored --nocapture throughput`
 #[test]
 #[ignore = "benchmark; run by hand"]
 fn throughput_40_mib_exec_vs_openssh_cat() {
