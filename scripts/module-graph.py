@@ -7,8 +7,8 @@ The graph is drawn at every level of the module tree: between the top-level modu
 directory module (src/transport/ssh.rs and src/transport/jump.rs, say). A submodule
 using an item of its parent (`super::TransportError`) is the usual Rust shape and is not
 an edge; a module using its sibling (`super::jump::Bridge`, `crate::transport::jump`) is.
-Test code (everything after the first `#[cfg(test)]` of a file) may reach anywhere and
-is left out.
+Test code (everything after the first `#[cfg(test)]` of a file, and files of a `tests`
+module directory such as src/pipeline/tests/) may reach anywhere and is left out.
 
 Usage: python3 scripts/module-graph.py [--dot]
 """
@@ -109,13 +109,13 @@ def graphs():
     # Every module has a parent; a directory module's children are its submodules.
     children = {}
     for m in modules:
-        if m:
+        if m and "tests" not in m:
             children.setdefault(m[:-1], set()).add(m[-1])
     edges = {parent: {c: set() for c in kids} for parent, kids in children.items()}
     for f in sorted(files):
         here = module_path(f)
-        if not here:
-            continue
+        if not here or "tests" in here:
+            continue  # lib.rs/main.rs declare modules only; test modules reach anywhere
         text = strip_comments(strip_tests(open(f, encoding="utf-8").read()))
         for target in targets(text, here, is_dir_module(f)):
             # The deepest common ancestor decides the level the edge lives on.
