@@ -376,6 +376,50 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     pi == p.len()
 }
 
+/// A plain node for unit tests elsewhere: root over the agent at 127.0.0.1:22, a staged
+/// keadm that joins from /tmp/x, one-second deadlines, no retries. Tests change the fields
+/// their case is about.
+#[cfg(test)]
+impl NodePlan {
+    pub(crate) fn sample(index: usize) -> NodePlan {
+        use crate::config::{AuthSpec, SshSpec};
+        NodePlan {
+            index,
+            name: format!("n{index}"),
+            ssh: SshSpec {
+                host: "127.0.0.1".into(),
+                port: 22,
+                username: "root".into(),
+                auth: AuthSpec::Agent,
+                connect_timeout_seconds: None,
+                host_key_policy: None,
+                sudo: None,
+                proxy_jump: None,
+            },
+            host_key_policy: HostKeyPolicy::AcceptNew,
+            jump_host_key_policy: None,
+            sudo: false,
+            copy_files: vec![],
+            copy_from: None,
+            keadm: KeadmSource::Staged,
+            upload_dir: "/tmp/x".into(),
+            exec_dir: "/tmp/x".into(),
+            keadm_cmd: "join".into(),
+            keadm_args: KeadmCommand::parse("join"),
+            command: "cd /tmp/x && ./keadm join".into(),
+            deadlines: Deadlines {
+                connect: Duration::from_secs(1),
+                step: Duration::from_secs(1),
+                upload_base: Duration::from_secs(1),
+                upload_per_mib: Duration::from_secs(1),
+                command: Duration::from_secs(1),
+            },
+            retries: 0,
+            redactor: Arc::new(Redactor::new()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -207,7 +207,7 @@ fn a_second_ctrl_c_cancels_running_commands_on_the_nodes() {
 fn a_bastion_relays_to_nodes_behind_it() {
     let fleet = Fleet::builder()
         .nodes(3)
-        .node_option(0, NodeOpt::SshdConfig("LogLevel DEBUG"))
+        .node_option(0, NodeOpt::SshdConfig("LogLevel DEBUG".into()))
         .start();
     let bastion = fleet.node(0);
     let key = fleet.private_key(KeyKind::Ed25519);

@@ -942,10 +942,12 @@ fn recorded_ecdsa_key_is_asked_for_when_the_node_also_has_ed25519() {
     // once the fleet has started (and never under /tmp, which each node replaces).
     let keys = tempfile::tempdir_in("/var/tmp").unwrap();
     let ecdsa = generate_key(keys.path(), "ssh_host_ecdsa_key", "ecdsa");
-    let line: &'static str = Box::leak(format!("HostKey {}", ecdsa.display()).into_boxed_str());
     let fleet = Fleet::builder()
         .nodes(1)
-        .node_option(0, NodeOpt::SshdConfig(line))
+        .node_option(
+            0,
+            NodeOpt::SshdConfig(format!("HostKey {}", ecdsa.display())),
+        )
         .start();
     let node = fleet.node(0);
     let host = node.host();

@@ -59,7 +59,7 @@ pub enum NodeOpt {
     Ipv6,
     /// An extra sshd_config line, e.g. `"MaxSessions 2"`; it overrides the fleet's defaults
     /// (a `Subsystem sftp` line replaces the fleet's sftp-server).
-    SshdConfig(&'static str),
+    SshdConfig(String),
     /// The non-root user [`TEST_USER`] may use sudo on this node (a sudoers copy
     /// bind-mounted in the node's namespace only).
     Sudo(Sudo),

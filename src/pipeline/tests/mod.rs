@@ -13,12 +13,12 @@ use std::time::Duration;
 use super::{Context, process};
 use crate::arch::Arch;
 use crate::cancel::Cancel;
-use crate::config::{AuthSpec, CopyFile, HostKeyPolicy, SshSpec};
+use crate::config::{AuthSpec, CopyFile, HostKeyPolicy};
 use crate::keadm_cmd::KeadmCommand;
 use crate::options::PreflightMode;
 use crate::outcome::NodeOutcome;
-use crate::plan::{Deadlines, KeadmSource, NodePlan};
-use crate::redact::{Redactor, Secret};
+use crate::plan::{KeadmSource, NodePlan};
+use crate::redact::Secret;
 use crate::report::RunDir;
 use crate::report::progress::Progress;
 use crate::stage::{PackageSource, StageSettings, Stager};
@@ -142,40 +142,20 @@ fn transcript(outcome: &NodeOutcome) -> String {
 /// (keadmBinDir), so only `files` are uploaded.
 fn node(files: Vec<CopyFile>) -> NodePlan {
     let keadm_cmd = "join --cloudcore-ipport=10.0.0.1:10000";
-    NodePlan {
-        index: 0,
-        name: "edge-0".into(),
-        ssh: SshSpec {
-            host: "10.0.0.9".into(),
-            port: 22,
-            username: "root".into(),
-            auth: AuthSpec::Password(Secret::new(PASSWORD)),
-            connect_timeout_seconds: None,
-            host_key_policy: None,
-            sudo: None,
-            proxy_jump: None,
-        },
-        host_key_policy: HostKeyPolicy::AcceptNew,
-        jump_host_key_policy: None,
-        sudo: false,
-        copy_files: files,
-        copy_from: None,
-        keadm: KeadmSource::OnNode("/opt/bin".into()),
-        upload_dir: DIR.into(),
-        exec_dir: "/opt/bin".into(),
-        keadm_cmd: keadm_cmd.into(),
-        keadm_args: KeadmCommand::parse(keadm_cmd),
-        command: JOIN.into(),
-        deadlines: Deadlines {
-            connect: Duration::from_secs(1),
-            step: Duration::from_secs(1),
-            upload_base: Duration::from_secs(1),
-            upload_per_mib: Duration::from_secs(1),
-            command: Duration::from_secs(7),
-        },
-        retries: 2,
-        redactor: Arc::new(Redactor::new()),
-    }
+    let mut node = NodePlan::sample(0);
+    node.name = "edge-0".into();
+    node.ssh.host = "10.0.0.9".into();
+    node.ssh.auth = AuthSpec::Password(Secret::new(PASSWORD));
+    node.copy_files = files;
+    node.keadm = KeadmSource::OnNode("/opt/bin".into());
+    node.upload_dir = DIR.into();
+    node.exec_dir = "/opt/bin".into();
+    node.keadm_cmd = keadm_cmd.into();
+    node.keadm_args = KeadmCommand::parse(keadm_cmd);
+    node.command = JOIN.into();
+    node.deadlines.command = Duration::from_secs(7);
+    node.retries = 2;
+    node
 }
 
 /// A node whose keadm is the staged binary.
