@@ -7,10 +7,15 @@ The graph is drawn at every level of the module tree: between the top-level modu
 directory module (src/transport/ssh.rs and src/transport/jump.rs, say). A submodule
 using an item of its parent (`super::TransportError`) is the usual Rust shape and is not
 an edge; a module using its sibling (`super::jump::Bridge`, `crate::transport::jump`) is.
-Test code (everything after the first `#[cfg(test)]` of a file) may reach anywhere and
-is left out.
+Test code (everything after the first `#[cfg(test)]` of a file, and files of a `tests`
+module directory such as src/pipeline/tests/) may reach anywhere and is left out.
 
 Usage: python3 scripts/module-graph.py [--dot]
+       python3 scripts/module-graph.py --check-doc docs/architecture.md
+       python3 scripts/module-graph.py --write-doc docs/architecture.md
+
+--check-doc also fails when the graph drawn in the document (the fenced block after the
+line `<!-- module-graph -->`) is not the graph of the code; --write-doc redraws it.
 """
 import os
 import re
@@ -109,13 +114,13 @@ def graphs():
     # Every module has a parent; a directory module's children are its submodules.
     children = {}
     for m in modules:
-        if m:
+        if m and "tests" not in m:
             children.setdefault(m[:-1], set()).add(m[-1])
     edges = {parent: {c: set() for c in kids} for parent, kids in children.items()}
     for f in sorted(files):
         here = module_path(f)
-        if not here:
-            continue
+        if not here or "tests" in here:
+            continue  # lib.rs/main.rs declare modules only; test modules reach anywhere
         text = strip_comments(strip_tests(open(f, encoding="utf-8").read()))
         for target in targets(text, here, is_dir_module(f)):
             # The deepest common ancestor decides the level the edge lives on.
@@ -168,9 +173,41 @@ def name(parent, child):
     return "::".join(parent + (child,))
 
 
+MARKER = "<!-- module-graph -->"
+
+
+def doc_block(lines):
+    return "```text\n" + "\n".join(lines) + "\n```\n"
+
+
+def sync_doc(path, lines, write):
+    text = open(path, encoding="utf-8").read()
+    at = text.find(MARKER)
+    if at < 0:
+        print(f"{path} has no line {MARKER!r} to draw the graph after", file=sys.stderr)
+        return False
+    start = at + len(MARKER) + 1
+    end = start
+    if text.startswith("```", start):
+        end = text.index("```", start + 3) + 4
+    drawn = text[start:end]
+    if drawn == doc_block(lines):
+        return True
+    if write:
+        open(path, "w", encoding="utf-8").write(text[:start] + doc_block(lines) + text[end:])
+        return True
+    print(
+        f"The module graph in {path} is not the code's; redraw it with "
+        f"`python3 scripts/module-graph.py --write-doc {path}`.",
+        file=sys.stderr,
+    )
+    return False
+
+
 def main():
     all_edges = graphs()
     found = []
+    lines = []
     dot = "--dot" in sys.argv
     if dot:
         print("digraph modules {")
@@ -179,22 +216,30 @@ def main():
         if parent and not any(g.values()):
             continue
         if not dot:
-            print(f"[{'::'.join(parent) or 'crate'}]")
+            lines.append(f"[{'::'.join(parent) or 'crate'}]")
         for m in sorted(g):
             ts = sorted(g[m])
             if dot:
                 for t in ts:
                     print(f'  "{name(parent, m)}" -> "{name(parent, t)}";')
             else:
-                print(f"  {m} -> {', '.join(ts) or '(leaf)'}")
+                lines.append(f"  {m} -> {', '.join(ts) or '(leaf)'}")
         found += [[name(parent, m) for m in c] for c in cycles(g)]
     if dot:
         print("}")
+    doc_ok = True
+    for flag in ("--check-doc", "--write-doc"):
+        if flag in sys.argv:
+            doc_ok = sync_doc(sys.argv[sys.argv.index(flag) + 1], lines, flag == "--write-doc")
+            break
+    else:
+        if not dot:
+            print("\n".join(lines))
     for c in found:
         print("cycle: " + " <-> ".join(c), file=sys.stderr)
     if not found:
         print("no cycles between modules at any level", file=sys.stderr)
-    sys.exit(1 if found else 0)
+    sys.exit(1 if found or not doc_ok else 0)
 
 
 main()

@@ -130,9 +130,11 @@ fn home() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// Whether staging may draw download progress on the console.
-fn show_progress(options: &RunOptions) -> bool {
-    std::io::stderr().is_terminal() && options.verbosity != Verbosity::Quiet
+/// Where staging draws download progress: the console's shared bars (below the live
+/// status line), or nowhere when stderr is not a terminal or the operator asked for quiet.
+fn download_progress(options: &RunOptions) -> Option<indicatif::MultiProgress> {
+    (std::io::stderr().is_terminal() && options.verbosity != Verbosity::Quiet)
+        .then(report::progress::console)
 }
 
 /// `batch -c FILE`: load and check the config, plan, then probe, print or execute.
@@ -169,7 +171,7 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     // Staging rules that need no download are checked here, so a dry run reports them too.
     if let Some(staging) = &plan.staging {
         staging
-            .stage_settings(&plan.config_path, show_progress(options))
+            .stage_settings(&plan.config_path, download_progress(options))
             .check_plain_http()
             .map_err(UsageError::UnsafeDownload)?;
     }
@@ -193,6 +195,7 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
     ))?;
     let run_dir = &scratch.run;
     let ctx = pipeline::Context {
+        connector: &crate::transport::SshConnector,
         stager: None,
         known_hosts: plan.known_hosts.clone(),
         run_dir,
@@ -313,7 +316,7 @@ fn execute(
     // Staging comes first: if it fails, no node and no previous result file is touched.
     let stager = match &plan.staging {
         Some(staging) => Some(stage_packages(
-            staging.stage_settings(&plan.config_path, show_progress(options)),
+            staging.stage_settings(&plan.config_path, download_progress(options)),
         )?),
         None => None,
     };
@@ -350,6 +353,7 @@ fn execute(
         );
     }
     let ctx = pipeline::Context {
+        connector: &crate::transport::SshConnector,
         stager: stager.as_ref(),
         known_hosts: plan.known_hosts.clone(),
         run_dir: &run_dir,

@@ -1,10 +1,13 @@
 //! keadm-batch: enroll, reset, upgrade and reconfigure KubeEdge edge nodes in bulk over SSH.
 //!
 //! Data flows one way: `cli -> config -> plan -> stage -> pool(pipeline(transport)) -> report`.
-//! Nothing downstream reaches back upstream, and only `cli` knows clap.
+//! Nothing downstream reaches back upstream, and only `cli` knows clap:
+//! `python3 scripts/module-graph.py` draws the import graph at every level and fails on a
+//! cycle. docs/architecture.md is the map.
 
 mod app;
 pub mod arch;
+pub mod backoff;
 pub mod cancel;
 pub mod cli;
 pub mod cloudcore;

@@ -134,7 +134,11 @@ impl StagingPlan {
     /// The stager's settings for this plan: the one conversion, used for the checks before
     /// the run and for the run itself. `config_path` names the file the pins came from;
     /// `progress` draws download progress on the console.
-    pub fn stage_settings(&self, config_path: &Path, progress: bool) -> StageSettings {
+    pub fn stage_settings(
+        &self,
+        config_path: &Path,
+        progress: Option<indicatif::MultiProgress>,
+    ) -> StageSettings {
         let source = match &self.mode {
             PackageMode::Download { url } => PackageSource::Download { url: url.clone() },
             PackageMode::Offline { dir } => PackageSource::Offline { dir: dir.clone() },
@@ -370,6 +374,50 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
         pi += 1;
     }
     pi == p.len()
+}
+
+/// A plain node for unit tests elsewhere: root over the agent at 127.0.0.1:22, a staged
+/// keadm that joins from /tmp/x, one-second deadlines, no retries. Tests change the fields
+/// their case is about.
+#[cfg(test)]
+impl NodePlan {
+    pub(crate) fn sample(index: usize) -> NodePlan {
+        use crate::config::{AuthSpec, SshSpec};
+        NodePlan {
+            index,
+            name: format!("n{index}"),
+            ssh: SshSpec {
+                host: "127.0.0.1".into(),
+                port: 22,
+                username: "root".into(),
+                auth: AuthSpec::Agent,
+                connect_timeout_seconds: None,
+                host_key_policy: None,
+                sudo: None,
+                proxy_jump: None,
+            },
+            host_key_policy: HostKeyPolicy::AcceptNew,
+            jump_host_key_policy: None,
+            sudo: false,
+            copy_files: vec![],
+            copy_from: None,
+            keadm: KeadmSource::Staged,
+            upload_dir: "/tmp/x".into(),
+            exec_dir: "/tmp/x".into(),
+            keadm_cmd: "join".into(),
+            keadm_args: KeadmCommand::parse("join"),
+            command: "cd /tmp/x && ./keadm join".into(),
+            deadlines: Deadlines {
+                connect: Duration::from_secs(1),
+                step: Duration::from_secs(1),
+                upload_base: Duration::from_secs(1),
+                upload_per_mib: Duration::from_secs(1),
+                command: Duration::from_secs(1),
+            },
+            retries: 0,
+            redactor: Arc::new(Redactor::new()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -183,48 +183,11 @@ fn work_through(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
-    use crate::plan::{Deadlines, KeadmSource};
-    use crate::redact::Redactor;
     use crate::report::{log::ResultLog, run_dir::RunDir};
-    use std::sync::Arc;
     use std::time::Duration;
 
     fn plan(index: usize) -> NodePlan {
-        NodePlan {
-            index,
-            name: format!("n{index}"),
-            ssh: SshSpec {
-                host: "127.0.0.1".into(),
-                port: 22,
-                username: "root".into(),
-                auth: AuthSpec::Agent,
-                connect_timeout_seconds: None,
-                host_key_policy: None,
-                sudo: None,
-                proxy_jump: None,
-            },
-            host_key_policy: HostKeyPolicy::AcceptNew,
-            jump_host_key_policy: None,
-            sudo: false,
-            copy_files: vec![],
-            copy_from: None,
-            keadm: KeadmSource::Staged,
-            upload_dir: "/tmp/x".into(),
-            exec_dir: "/tmp/x".into(),
-            keadm_cmd: "join".into(),
-            keadm_args: crate::keadm_cmd::KeadmCommand::parse("join"),
-            command: "cd /tmp/x && ./keadm join".into(),
-            deadlines: Deadlines {
-                connect: Duration::from_secs(1),
-                step: Duration::from_secs(1),
-                upload_base: Duration::from_secs(1),
-                upload_per_mib: Duration::from_secs(1),
-                command: Duration::from_secs(1),
-            },
-            retries: 0,
-            redactor: Arc::new(Redactor::new()),
-        }
+        NodePlan::sample(index)
     }
 
     fn outcome(node: &NodePlan, ok: bool) -> NodeOutcome {

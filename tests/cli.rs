@@ -1,38 +1,17 @@
 //! The binary before any node is touched: gen-config, validation errors (golden files,
 //! exact text and exit codes), dry runs, and the command line itself.
 
-mod common;
-
 use std::path::Path;
-use std::process::Command;
 
-use common::fake_keadm::FakeKeadm;
-use common::fake_release::FakeRelease;
-use common::fleet::Fleet;
-use common::http_server::{HttpServer, Route};
-use common::scenario::Scenario;
-use common::test::{Test, golden};
+use crate::common::fake_keadm::FakeKeadm;
+use crate::common::fake_release::{Built, ChecksumFile, FakeRelease};
+use crate::common::fleet::Fleet;
+use crate::common::http_server::{HttpServer, Route};
+use crate::common::scenario::Scenario;
+use crate::common::test::{Test, golden};
 
 fn fixtures() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
-}
-
-/// Runs the binary in `dir` with a scratch HOME.
-fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let home = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_keadm-batch"))
-        .current_dir(dir)
-        .args(args)
-        .env("HOME", home.path())
-        .env_remove("RUST_LOG")
-        .env_remove("KEADM_BATCH_TEST_UNSET")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]
@@ -47,7 +26,10 @@ fn every_invalid_fixture_exits_2_with_its_exact_message() {
     names.sort();
     assert!(names.len() >= 30, "{names:?}");
     for name in names {
-        let (status, stdout, stderr) = run_in(&dir, &["batch", "-c", &name, "--dry-run"]);
+        let out = Test::in_dir(&dir)
+            .args(["batch", "-c", &name, "--dry-run"])
+            .run();
+        let (status, stdout, stderr) = (out.code(), out.stdout, out.stderr);
         assert_eq!(status, 2, "{name}: exit status\n{stderr}");
         assert_eq!(stdout, "", "{name}: a failed validation prints no plan");
         assert!(!stderr.contains("panicked"), "{name}: {stderr}");
@@ -63,10 +45,10 @@ fn every_invalid_fixture_exits_2_with_its_exact_message() {
 #[test]
 fn keadms_own_template_lists_every_empty_required_field() {
     let dir = fixtures().join("invalid");
-    let (status, _, stderr) = run_in(
-        &dir,
-        &["batch", "-c", "keadm-gen-config-master.yaml", "--dry-run"],
-    );
+    let out = Test::in_dir(&dir)
+        .args(["batch", "-c", "keadm-gen-config-master.yaml", "--dry-run"])
+        .run();
+    let (status, stderr) = (out.code(), out.stderr);
     assert_eq!(status, 2);
     for field in [
         "keadmVersion is empty",
@@ -84,15 +66,15 @@ fn keadms_own_template_lists_every_empty_required_field() {
 #[test]
 fn keadms_template_filled_in_dry_runs() {
     let dir = fixtures().join("valid");
-    let (status, stdout, stderr) = run_in(
-        &dir,
-        &[
+    let out = Test::in_dir(&dir)
+        .args([
             "batch",
             "-c",
             "keadm-gen-config-master-filled.yaml",
             "--dry-run",
-        ],
-    );
+        ])
+        .run();
+    let (status, stdout, stderr) = (out.code(), out.stdout, out.stderr);
     assert_eq!(status, 0, "{stderr}");
     assert!(stdout.contains("node 1 edge-node"), "{stdout}");
     assert!(stdout.contains("--token=***"), "{stdout}");
@@ -109,17 +91,17 @@ fn keadms_template_filled_in_dry_runs() {
 #[test]
 fn yaml_1_1_oddities_read_as_keadm_reads_them() {
     let dir = fixtures().join("valid");
-    let (status, stdout, stderr) = run_in(
-        &dir,
-        &[
+    let out = Test::in_dir(&dir)
+        .args([
             "batch",
             "-c",
             "yaml11-oddities.yaml",
             "--dry-run",
             "--known-hosts",
             "/etc/keadm-batch/known_hosts",
-        ],
-    );
+        ])
+        .run();
+    let (status, stdout, stderr) = (out.code(), out.stdout, out.stderr);
     assert_eq!(status, 0, "{stderr}");
     golden("fixtures/valid/yaml11-oddities.stdout", &stdout);
     golden("fixtures/valid/yaml11-oddities.stderr", &stderr);
@@ -138,10 +120,10 @@ fn yaml_1_1_oddities_read_as_keadm_reads_them() {
 #[test]
 fn example_config_dry_runs() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let (status, stdout, stderr) = run_in(
-        root,
-        &["batch", "-c", "batch_config.example.yaml", "--dry-run"],
-    );
+    let out = Test::in_dir(root)
+        .args(["batch", "-c", "batch_config.example.yaml", "--dry-run"])
+        .run();
+    let (status, stdout, stderr) = (out.code(), out.stdout, out.stderr);
     assert_eq!(status, 0, "{stderr}");
     assert_eq!(stderr, "");
     assert!(stdout.contains("3 of 3 selected"));
@@ -152,19 +134,20 @@ fn example_config_dry_runs() {
 
 #[test]
 fn gen_config_writes_a_template_that_validates_once_filled() {
-    let out = Test::new().args(&["batch", "gen-config"]).run().status(0);
+    let out = Test::new().args(&["batch", "gen-config"]).run();
+    out.status(0);
     let written = std::fs::read_to_string(out.path("config.yaml")).unwrap();
     golden("snapshots/gen-config.yaml", &written);
     // As written, it names exactly the values left to fill in.
-    let test = out.test;
     let cmd = |args: &[&str]| {
-        let mut c = test.command();
-        c.args(args);
-        c.output().unwrap()
+        Test::in_dir(&out.dir)
+            .env("HOME", out.path("home"))
+            .args(args)
+            .run()
     };
     let first = cmd(&["batch", "-c", "config.yaml", "--dry-run"]);
     assert_eq!(first.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&first.stderr);
+    let stderr = &first.stderr;
     assert!(
         stderr.contains("ssh.ip is empty") && stderr.contains("password is empty"),
         "{stderr}"
@@ -173,19 +156,10 @@ fn gen_config_writes_a_template_that_validates_once_filled() {
         .replace("ip: \"\"  ", "ip: 192.0.2.9")
         .replace("password: \"\"  ", "password: pw  ")
         .replace("token: \"\"  ", "token: 0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07.eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJleHAiOjQxMDI0NDQ4MDB9.bm90LWEtcmVhbC1zaWduYXR1cmU ");
-    std::fs::write(test.path().join("config.yaml"), filled).unwrap();
+    std::fs::write(out.path("config.yaml"), filled).unwrap();
     let second = cmd(&["batch", "-c", "config.yaml", "--dry-run"]);
-    assert_eq!(
-        second.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&second.stderr),
-        "",
-        "no warnings on our own template"
-    );
+    assert_eq!(second.status.code(), Some(0), "{}", second.stderr);
+    assert_eq!(second.stderr, "", "no warnings on our own template");
 }
 
 #[test]
@@ -193,8 +167,8 @@ fn gen_config_refuses_to_overwrite_without_force() {
     let out = Test::new()
         .file("mine.yaml", "precious")
         .args(&["batch", "gen-config", "-o", "mine.yaml"])
-        .run()
-        .status(2)
+        .run();
+    out.status(2)
         .stderr_has("mine.yaml already exists. Pass --force to overwrite it");
     assert_eq!(
         std::fs::read_to_string(out.path("mine.yaml")).unwrap(),
@@ -203,8 +177,8 @@ fn gen_config_refuses_to_overwrite_without_force() {
     let out = Test::new()
         .file("mine.yaml", "precious")
         .args(&["batch", "gen-config", "-o", "mine.yaml", "--force"])
-        .run()
-        .status(0);
+        .run();
+    out.status(0);
     assert!(
         std::fs::read_to_string(out.path("mine.yaml"))
             .unwrap()
@@ -214,9 +188,11 @@ fn gen_config_refuses_to_overwrite_without_force() {
 
 #[test]
 fn help_is_documented() {
-    let out = Test::new().args(&["batch", "--help"]).run().status(0);
+    let out = Test::new().args(&["batch", "--help"]).run();
+    out.status(0);
     golden("snapshots/help-batch.txt", &out.stdout);
-    let out = Test::new().args(&["--help"]).run().status(0);
+    let out = Test::new().args(&["--help"]).run();
+    out.status(0);
     golden("snapshots/help.txt", &out.stdout);
 }
 
@@ -304,8 +280,8 @@ fn password_env_and_env_template_values_are_masked() {
         .env("NODE_PW", "pw-from-env")
         .env("SECRET_PATH", SECRET_PATH)
         .args(&["batch", "-c", "config.yaml", "--dry-run"])
-        .run()
-        .status(0)
+        .run();
+    out.status(0)
         .stdout_has("--certpath=***")
         .stderr_lacks("pw-from-env")
         .stderr_lacks(SECRET_PATH);
@@ -335,15 +311,12 @@ fn password_env_and_env_template_values_are_masked() {
         .command(&["--output", "json"])
         .env("NODE_PW", &password)
         .env("SECRET_PATH", SECRET_PATH)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert_eq!(run.status.code(), Some(0), "{stderr}");
+        .run();
+    run.status(0);
     let latest = sc.path("batch_runs/latest");
     let mut written = vec![
-        ("stdout".to_string(), stdout.into_owned()),
-        ("stderr".to_string(), stderr.into_owned()),
+        ("stdout".to_string(), run.stdout.clone()),
+        ("stderr".to_string(), run.stderr.clone()),
     ];
     let mut files = vec![
         sc.path("batch_process_log.txt"),
@@ -378,7 +351,8 @@ fn password_env_and_env_template_values_are_masked() {
 
 #[test]
 fn completions_and_man_page_cover_every_flag() {
-    let out = Test::new().args(&["completions", "bash"]).run().status(0);
+    let out = Test::new().args(&["completions", "bash"]).run();
+    out.status(0);
     for flag in [
         "--retry-failed",
         "--max-fail",
@@ -388,7 +362,8 @@ fn completions_and_man_page_cover_every_flag() {
     ] {
         assert!(out.stdout.contains(flag), "bash completion lacks {flag}");
     }
-    let out = Test::new().args(&["man"]).run().status(0);
+    let out = Test::new().args(&["man"]).run();
+    out.status(0);
     assert!(out.stdout.contains(".TH keadm-batch 1"));
     assert!(
         out.stdout.contains("retry\\-failed"),
@@ -420,7 +395,7 @@ fn download_yaml(url: &str, pin: Option<&str>) -> String {
 }
 
 /// Serves the amd64 release (without its checksum file) under `/kubeedge`.
-fn publish(server: &HttpServer) -> common::fake_release::Built {
+fn publish(server: &HttpServer) -> Built {
     let release = FakeRelease::new(VERSION, "amd64");
     let built = release.build();
     server.route(
@@ -445,8 +420,8 @@ fn a_plain_http_mirror_without_pins_is_refused_before_any_download() {
             .config(&config)
             .args(&staging_args())
             .args(extra)
-            .run()
-            .status(2)
+            .run();
+        out.status(2)
             .stderr_has(&format!("keadm.download.url {url} is plain HTTP"))
             .stderr_has("keadm.download.sha512 (for amd64)")
             .stderr_has("--insecure-http");
@@ -481,8 +456,8 @@ fn a_plain_http_mirror_with_a_wrong_pin_fails_staging_with_exit_3() {
     let out = Test::new()
         .config(&staging_config(&download_yaml(&url, Some(WRONG_DIGEST))))
         .args(&staging_args())
-        .run()
-        .status(3)
+        .run();
+    out.status(3)
         .stderr_has(&built.sha512)
         .stderr_has(WRONG_DIGEST)
         .stderr_has("keadm.download.sha512.amd64 (config.yaml:7:14)")
@@ -503,8 +478,8 @@ fn an_https_mirror_with_a_wrong_pin_fails_staging_with_exit_3() {
         .config(&staging_config(&download_yaml(&url, Some(WRONG_DIGEST))))
         .env("SSL_CERT_FILE", &cert)
         .args(&staging_args())
-        .run()
-        .status(3)
+        .run();
+    out.status(3)
         .stderr_has(&built.sha512)
         .stderr_has(WRONG_DIGEST)
         .stderr_has("keadm.download.sha512.amd64 (config.yaml:7:14)");
@@ -537,8 +512,8 @@ fn an_https_mirror_that_redirects_to_plain_http_is_refused() {
         .config(&config)
         .env("SSL_CERT_FILE", &cert)
         .args(&staging_args())
-        .run()
-        .status(3)
+        .run();
+    out.status(3)
         .stderr_has(&format!(
             "Downloading {} was redirected to {}, which is plain HTTP",
             tls.url(tarball),
@@ -561,12 +536,9 @@ fn an_https_mirror_that_redirects_to_plain_http_is_refused() {
 }
 
 /// Writes the amd64 release into `packages/amd64/` of `test`, without a checksum file.
-fn offline_package(test: Test) -> (Test, common::fake_release::Built) {
-    let release = FakeRelease::new(VERSION, "amd64");
-    let built = release.build();
-    let dir = test.path().join("packages/amd64");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(release.file_name()), &built.bytes).unwrap();
+fn offline_package(test: Test) -> (Test, Built) {
+    let (built, _) = FakeRelease::new(VERSION, "amd64")
+        .write_offline(&test.path().join("packages"), ChecksumFile::Absent);
     (test, built)
 }
 
@@ -578,8 +550,8 @@ fn an_offline_package_with_a_wrong_pin_fails_staging_with_exit_3() {
     let out = test
         .config(&staging_config(&OFFLINE.replace("PIN", WRONG_DIGEST)))
         .args(&staging_args())
-        .run()
-        .status(3)
+        .run();
+    out.status(3)
         .stderr_has(&built.sha512)
         .stderr_has(WRONG_DIGEST)
         .stderr_has("keadm.download.sha512.amd64 (config.yaml:7:14)")
@@ -611,8 +583,8 @@ fn a_package_without_checksum_file_or_pin_needs_allow_unverified() {
         .config(&staging_config(offline))
         .args(&staging_args())
         .args(&["--allow-unverified"])
-        .run()
-        .status(1)
+        .run();
+    out.status(1)
         .stderr_has("warning: there is no checksum file at ")
         .stderr_has("unverified (--allow-unverified)");
     let summary: serde_json::Value = serde_json::from_str(

@@ -5,21 +5,19 @@
 //! Per-node keadm behaviour comes from marker files: each node has its own /tmp, so the
 //! fake keadm's `if [ -e /tmp/<marker> ]` is true on the faulty node only.
 
-mod common;
-
 use std::path::Path;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::{Fleet, NodeOpt, Tarpit};
-use common::scenario::{RunOutput, Scenario, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::{Fleet, NodeOpt, Tarpit};
+use crate::common::scenario::{Scenario, remote_keadm};
+use crate::common::test::Output;
 
 /// Asserts one line per node of `0..nodes` and that every node but `faulty` succeeded;
 /// returns the faulty node's reason.
-fn one_fault(out: &RunOutput, nodes: usize, faulty: usize) -> String {
+fn one_fault(out: &Output, nodes: usize, faulty: usize) -> String {
     every_node_has_one_line(out, nodes, Some(faulty));
     let prefix = format!("Failed to process node {}: ", Scenario::name(faulty));
     let line = out.log_line_starting(&prefix);
@@ -27,7 +25,7 @@ fn one_fault(out: &RunOutput, nodes: usize, faulty: usize) -> String {
     line[prefix.len()..].to_string()
 }
 
-fn every_node_has_one_line(out: &RunOutput, nodes: usize, faulty: Option<usize>) {
+fn every_node_has_one_line(out: &Output, nodes: usize, faulty: Option<usize>) {
     let lines = out.log_lines();
     assert_eq!(
         lines.len(),
@@ -85,71 +83,6 @@ fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
     }
 }
 
-/// Spawns the tool with its output in files, for tests that act while it runs.
-fn spawn(sc: &Scenario, extra: &[&str]) -> Child {
-    let stdout = std::fs::File::create(sc.path("stdout.txt")).unwrap();
-    let stderr = std::fs::File::create(sc.path("stderr.txt")).unwrap();
-    sc.command(extra)
-        .stdout(stdout)
-        .stderr(stderr)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// What a run started by [`spawn`] left: its exit status and the output files.
-fn spawned_output(sc: &Scenario, status: i32) -> RunOutput {
-    let read = |name: &str| std::fs::read_to_string(sc.path(name)).unwrap_or_default();
-    RunOutput {
-        status,
-        stdout: read("stdout.txt"),
-        stderr: read("stderr.txt"),
-        dir: sc.dir.path().to_path_buf(),
-    }
-}
-
-/// Waits for a child spawned by [`spawn`]; returns its output and its peak RSS in KiB.
-fn wait_measured(sc: &Scenario, child: Child, limit: Duration) -> (RunOutput, u64) {
-    let pid = child.id() as libc::pid_t;
-    let deadline = Instant::now() + limit;
-    // Peak RSS from /proc/<pid>/status (VmHWM), sampled while it runs: wait4's ru_maxrss
-    // would also count the test process's pages from before the child's exec.
-    let mut hwm_kib = 0u64;
-    let (status, rss_kib) = loop {
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            && let Some(line) = text.lines().find(|l| l.starts_with("VmHWM:"))
-            && let Some(kib) = line
-                .split_whitespace()
-                .nth(1)
-                .and_then(|v| v.parse::<u64>().ok())
-        {
-            hwm_kib = hwm_kib.max(kib);
-        }
-        let mut status = 0;
-        // SAFETY: zeroed rusage is a valid out-parameter; the pid is our own child.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        let done = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-        if done == pid {
-            let code = if libc::WIFEXITED(status) {
-                libc::WEXITSTATUS(status)
-            } else {
-                -1
-            };
-            break (code, hwm_kib);
-        }
-        assert!(done == 0, "wait4 failed");
-        if Instant::now() > deadline {
-            // SAFETY: kill(2) on our own child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("keadm-batch did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // The child was reaped by wait4 above; `Child` must not wait on it again.
-    std::mem::forget(child);
-    (spawned_output(sc, status), rss_kib)
-}
-
 #[test]
 fn sshd_killed_mid_upload_fails_that_node_only() {
     let fleet = Fleet::builder().nodes(3).start();
@@ -158,7 +91,7 @@ fn sshd_killed_mid_upload_fails_that_node_only() {
     let hide_tar = fleet.node(1).shell("mount --bind /bin/false /usr/bin/tar");
     assert!(hide_tar.status.success(), "{hide_tar:?}");
     let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().padded_to(32 << 20));
-    let mut child = spawn(&sc, &[]);
+    let running = sc.command(&[]).spawn();
     let upload_dir = fleet.node(1).tmp_path("kubeedge/keadm");
     // Kill once a part of the file is on the node.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -174,12 +107,11 @@ fn sshd_killed_mid_upload_fails_that_node_only() {
     }
     let killed = fleet.node(1).kill_session_sshds();
     assert!(!killed.is_empty(), "no session sshd found");
-    let status = child.wait().unwrap();
-    let out = spawned_output(&sc, status.code().unwrap_or(-1));
+    let out = running.wait();
     out.status(1);
     let reason = one_fault(&out, 3, 1);
     assert!(
-        reason.starts_with("failed to upload file keadm: "),
+        reason.starts_with("Cannot upload the file keadm"),
         "{reason}"
     );
     assert_eq!(out.summary()["nodes"][1]["phase"], "failed");
@@ -201,20 +133,19 @@ fn sshd_killed_while_keadm_runs_fails_that_node_only() {
     std::fs::write(fleet.node(1).tmp_path("slow-keadm"), "").unwrap();
     let sc = Scenario::new(&fleet)
         .keadm(FakeKeadm::new().runs("if [ -e /tmp/slow-keadm ]; then sleep 30; fi"));
-    let mut child = spawn(&sc, &[]);
+    let running = sc.command(&[]).spawn();
     let script = remote_keadm(fleet.node(1));
     wait_for("keadm to start on node 1", Duration::from_secs(20), || {
         !fake_keadm::calls(&script).is_empty()
     });
     let started = Instant::now();
     assert!(!fleet.node(1).kill_session_sshds().is_empty());
-    let status = child.wait().unwrap();
+    let out = running.wait();
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "the dead connection was noticed in {:?}",
         started.elapsed()
     );
-    let out = spawned_output(&sc, status.code().unwrap_or(-1));
     out.status(1);
     let reason = one_fault(&out, 3, 1);
     assert!(
@@ -261,7 +192,7 @@ fn a_full_remote_dir_says_no_space_left() {
     let reason = one_fault(&out, 3, 1);
     assert!(
         reason.starts_with(
-            "failed to upload file keadm: no space left on device in /tmp/full/keadm on the node (257 KiB needed, "
+            "Cannot upload the file keadm: no space left on device in /tmp/full/keadm on the node (257 KiB needed, "
         ),
         "{reason}"
     );
@@ -303,8 +234,10 @@ fn megabytes_of_output_go_to_the_transcript_in_bounded_memory() {
     let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().runs(&format!(
         "if [ -e /tmp/chatty ]; then yes 'I0806 12:00:00.000000 1234 join.go:78] pulling image kubeedge/installation-package, please wait' | head -c {OUTPUT}; fi"
     )));
-    let child = spawn(&sc, &[]);
-    let (out, rss_kib) = wait_measured(&sc, child, Duration::from_secs(60));
+    let (out, rss_kib) = sc
+        .command(&[])
+        .spawn()
+        .wait_measured(Duration::from_secs(60));
     out.status(0);
     every_node_has_one_line(&out, 3, None);
     let transcript = std::fs::metadata(
@@ -337,7 +270,7 @@ fn keadm_that_never_exits_is_killed_at_the_deadline() {
     let reason = one_fault(&out, 3, 1);
     assert_eq!(
         reason,
-        "the keadm command ran past its 3 s deadline and was killed on the node"
+        "The keadm command ran past its 3 s deadline and was killed on the node."
     );
     assert_eq!(out.summary()["nodes"][1]["phase"], "timed_out");
     let ps = fleet
@@ -381,17 +314,13 @@ fn run_and_sigkill(fleet: &Fleet) -> (Scenario<'_>, Vec<String>) {
     let sc = Scenario::new(fleet)
         .keadm(FakeKeadm::new().sleeps(0.3))
         .max_run_num(2);
-    let mut child = spawn(&sc, &[]);
+    let mut running = sc.command(&[]).spawn();
     let log = sc.path("batch_process_log.txt");
     wait_for("three finished nodes", Duration::from_secs(30), || {
         std::fs::read_to_string(&log).is_ok_and(|t| t.lines().count() >= 3)
     });
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(libc::SIGKILL)
-    );
+    running.kill();
+    assert_eq!(running.wait().signal(), Some(libc::SIGKILL));
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.ends_with('\n'), "a torn last line: {text:?}");
     let lines: Vec<&str> = text.lines().collect();

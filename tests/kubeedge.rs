@@ -1,13 +1,12 @@
 //! KubeEdge-aware runs on real sshd nodes: pre-flight findings, the join token's lifetime
 //! and CA hash, node names cloudcore already has, failure classes, and reruns by class.
-//! cloudcore is a local stand-in on 127.0.0.1 (`openssl s_server`).
+//! cloudcore is a local stand-in on 127.0.0.1 (tests/common/cloudcore.rs).
 
-mod common;
-
-use common::cloudcore::{FakeCloudcore, now, token};
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::Fleet;
-use common::scenario::{Scenario, remote_keadm};
+use crate::common::cloudcore::{FakeCloudcore, now, token};
+use crate::common::edge_state::{RuntimeSocket, start_edgecore};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::Fleet;
+use crate::common::scenario::{Scenario, remote_keadm};
 
 /// A join command against the fake cloudcore (or a refused loopback port).
 fn join_cmd(port: u16, token: &str) -> String {
@@ -17,7 +16,7 @@ fn join_cmd(port: u16, token: &str) -> String {
 }
 
 fn refused_port() -> u16 {
-    common::fleet::refused_endpoint().port
+    crate::common::fleet::refused_endpoint().port
 }
 
 const A_CA_HASH: &str = "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07";
@@ -149,28 +148,11 @@ fn names_cloudcore_already_has_are_reported_before_any_node() {
     );
 }
 
-/// Gives node `i` a running process named edgecore, in its own pid namespace.
-fn fake_edgecore(fleet: &Fleet, i: usize) {
-    let out = fleet
-        .node(i)
-        .shell("cp /bin/sleep /tmp/edgecore && (/tmp/edgecore 300 >/dev/null 2>&1 &) ; sleep 0.2");
-    assert!(out.status.success(), "{out:?}");
-}
-
-/// Makes keadm's default runtime socket argument point at a socket that exists on node `i`.
-fn runtime_socket(fleet: &Fleet, i: usize) {
-    let path = fleet.node(i).tmp_path("containerd.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-    std::mem::forget(listener);
-}
-
 #[test]
 fn strict_pre_flight_skips_a_node_untouched_and_warn_goes_on() {
     let fleet = Fleet::builder().nodes(2).start();
-    for i in 0..2 {
-        runtime_socket(&fleet, i);
-    }
-    fake_edgecore(&fleet, 1);
+    let _sockets: Vec<RuntimeSocket> = fleet.nodes().iter().map(RuntimeSocket::create).collect();
+    start_edgecore(fleet.node(1));
     let cmd = format!(
         "{} --remote-runtime-endpoint=unix:///tmp/containerd.sock",
         join_cmd(refused_port(), &token(A_CA_HASH, now() + 86_400))
@@ -181,7 +163,7 @@ fn strict_pre_flight_skips_a_node_untouched_and_warn_goes_on() {
     out.log_has("Successfully processed node edge-00");
     let line = out.log_line_starting("Failed to process node edge-01: ");
     assert!(
-        line.contains("skipped by pre-flight: edgecore is already running on this node"),
+        line.contains("Skipped by pre-flight: edgecore is already running on this node"),
         "{line}"
     );
     assert_eq!(out.summary()["nodes"][1]["phase"], "skipped");
@@ -212,8 +194,8 @@ fn strict_pre_flight_skips_a_node_untouched_and_warn_goes_on() {
 #[test]
 fn preflight_only_prints_a_table_and_changes_nothing() {
     let fleet = Fleet::builder().nodes(2).start();
-    runtime_socket(&fleet, 0);
-    fake_edgecore(&fleet, 1);
+    let _socket = RuntimeSocket::create(fleet.node(0));
+    start_edgecore(fleet.node(1));
     let cmd = format!(
         "{} --remote-runtime-endpoint=unix:///tmp/containerd.sock",
         join_cmd(refused_port(), &token(A_CA_HASH, now() + 86_400))

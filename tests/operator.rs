@@ -1,14 +1,12 @@
 //! What an operator with many nodes relies on, on real sshd nodes: reruns of failed nodes,
 //! failure policies, Ctrl-C, bastions, and secrets that never reach any output.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::{Fleet, KeyKind, NodeOpt};
-use common::scenario::{Login, Scenario, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::{Fleet, KeyKind, NodeOpt};
+use crate::common::scenario::{Login, Scenario, remote_keadm};
 
 /// Makes node `i` fail in its prepare step: its remote dir is writable by others.
 fn break_node(fleet: &Fleet, i: usize) {
@@ -97,7 +95,7 @@ fn a_failed_canary_holds_back_the_rest() {
     out.status(1);
     let lines = out.log_lines();
     assert!(
-        lines[0].starts_with("Failed to process node edge-00: the upload dir"),
+        lines[0].starts_with("Failed to process node edge-00: The upload directory"),
         "{lines:?}"
     );
     for line in &lines[1..] {
@@ -131,26 +129,17 @@ fn wait_for_starts(fleet: &Fleet, count: usize, within: Duration) {
     }
 }
 
-fn interrupt(child: &std::process::Child) {
-    // SAFETY: kill(2) on the child we spawned.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-}
-
 #[test]
 fn ctrl_c_lets_running_nodes_finish_and_writes_every_result() {
     let fleet = Fleet::builder().nodes(4).start();
     let sc = Scenario::new(&fleet)
         .keadm(FakeKeadm::new().sleeps(2.0))
         .max_run_num(2);
-    let mut child = sc
-        .command(&[])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let running = sc.command(&[]).spawn();
     wait_for_starts(&fleet, 2, Duration::from_secs(20));
-    interrupt(&child);
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
+    running.interrupt();
+    let out = running.wait();
+    assert_eq!(out.status.code(), Some(130));
     let log = std::fs::read_to_string(sc.path("batch_process_log.txt")).unwrap();
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(lines.len(), 4, "{log}");
@@ -182,27 +171,23 @@ fn ctrl_c_lets_running_nodes_finish_and_writes_every_result() {
 fn a_second_ctrl_c_cancels_running_commands_on_the_nodes() {
     let fleet = Fleet::builder().nodes(2).start();
     let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().sleeps(60.0));
-    let mut child = sc
-        .command(&[])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let running = sc.command(&[]).spawn();
     wait_for_starts(&fleet, 2, Duration::from_secs(20));
     let started = Instant::now();
-    interrupt(&child);
+    running.interrupt();
     std::thread::sleep(Duration::from_millis(300));
-    interrupt(&child);
-    let status = child.wait().unwrap();
+    running.interrupt();
+    let out = running.wait();
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "cancelled promptly"
     );
-    assert_eq!(status.code(), Some(130));
+    assert_eq!(out.status.code(), Some(130));
     let log = std::fs::read_to_string(sc.path("batch_process_log.txt")).unwrap();
     assert_eq!(log.lines().count(), 2);
     for line in log.lines() {
         assert!(
-            line.contains("cancelled by the operator; the keadm command was killed on the node"),
+            line.contains("Cancelled by the operator; the keadm command was killed on the node."),
             "{line}"
         );
     }
@@ -222,7 +207,7 @@ fn a_second_ctrl_c_cancels_running_commands_on_the_nodes() {
 fn a_bastion_relays_to_nodes_behind_it() {
     let fleet = Fleet::builder()
         .nodes(3)
-        .node_option(0, NodeOpt::SshdConfig("LogLevel DEBUG"))
+        .node_option(0, NodeOpt::SshdConfig("LogLevel DEBUG".into()))
         .start();
     let bastion = fleet.node(0);
     let key = fleet.private_key(KeyKind::Ed25519);
@@ -350,25 +335,17 @@ fn secrets_never_reach_any_output_with(spelling: &str, masked: &str) {
         .command(&["--dry-run"])
         .env("KB_TEST_SECRET", env_secret)
         .env("KB_TEST_PASSPHRASE", &passphrase)
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(dry_run.status.code(), Some(0), "{spelling}: {dry_run:?}");
     let out = sc
         .command(&["--output", "json", "-v"])
         .env("KB_TEST_SECRET", env_secret)
         .env("KB_TEST_PASSPHRASE", &passphrase)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{spelling}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .run();
+    assert_eq!(out.status.code(), Some(1), "{spelling}: {}", out.stderr);
     let mut everything = [&dry_run.stdout, &dry_run.stderr, &out.stdout, &out.stderr]
-        .iter()
-        .map(|b| String::from_utf8_lossy(b).into_owned())
-        .collect::<String>();
+        .map(|text| text.as_str())
+        .concat();
     for entry in walk(sc.dir.path()) {
         if entry.extension().is_some_and(|e| e == "gz")
             || entry.starts_with(sc.path("packages"))

@@ -2,12 +2,10 @@
 //! tarball (checked by sha512 and unpacked on the node), and nodes that cannot unpack it
 //! get the plain binary. Real sshd nodes on loopback.
 
-mod common;
-
-use common::fake_keadm::{self, FakeKeadm};
-use common::fake_release::FakeRelease;
-use common::fleet::{Fleet, NodeOpt, TEST_USER, TEST_USER_PASSWORD};
-use common::scenario::{Login, Scenario, VERSION, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fake_release::{ChecksumFile, FakeRelease};
+use crate::common::fleet::{Fleet, Sudo, TEST_USER_PASSWORD};
+use crate::common::scenario::{Login, Scenario, VERSION, remote_keadm};
 
 /// A fake keadm padded with 2 MiB of repetitive comment lines: it gzips to a few KiB.
 fn compressible_keadm() -> Vec<u8> {
@@ -22,20 +20,13 @@ fn compressible_keadm() -> Vec<u8> {
 /// Writes the offline amd64 package with `binary` inside, before the scenario's first run
 /// (which then keeps it).
 fn write_package(sc: &Scenario, binary: &[u8]) {
-    let release = FakeRelease::new(VERSION, "amd64").with_binary(binary);
-    let built = release.build();
+    let (built, _) = FakeRelease::new(VERSION, "amd64")
+        .with_binary(binary)
+        .write_offline(&sc.path("packages"), ChecksumFile::Matching);
     assert!(
         (built.bytes.len() as f64) < 0.1 * binary.len() as f64,
         "the test package should compress well"
     );
-    let dir = sc.path("packages").join("amd64");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(release.file_name()), &built.bytes).unwrap();
-    std::fs::write(
-        dir.join(release.checksum_name()),
-        format!("{}\n", built.sha512),
-    )
-    .unwrap();
 }
 
 fn node_summary(summary: &serde_json::Value, name: &str) -> serde_json::Value {
@@ -102,19 +93,9 @@ fn a_compressible_package_travels_as_its_tarball_and_nodes_without_tar_get_the_b
 
 #[test]
 fn tarball_mode_works_under_password_sudo() {
-    let fleet = Fleet::builder()
-        .nodes(1)
-        .node_option(
-            0,
-            NodeOpt::Sudo {
-                password_required: true,
-            },
-        )
-        .start();
+    let fleet = Fleet::with_sudo(Sudo::WithPassword);
     let binary = compressible_keadm();
-    let sc = Scenario::new(&fleet)
-        .username(TEST_USER)
-        .login(Login::Password(TEST_USER_PASSWORD.into()));
+    let sc = Scenario::new(&fleet).login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()));
     write_package(&sc, &binary);
     let out = sc.run(&[]);
     out.status(0);

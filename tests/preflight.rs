@@ -3,15 +3,13 @@
 //! (a fake edgecore, /etc/kubeedge leftovers, noexec and tiny mounts) lives in that node's
 //! own pid and mount namespaces: the host's /etc and processes are never touched.
 
-mod common;
-
-use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 
-use common::fleet::{Fleet, Node};
+use crate::common::edge_state::{RuntimeSocket, start_edgecore};
+use crate::common::fleet::{Fleet, Node};
 use keadm_batch::kubeedge::preflight::{self, Finding, FindingId};
-use keadm_batch::remote::{Privilege, wrap};
-use keadm_batch::transport::{Auth, ConnectSpec, HostKeyPolicy, SshConnection};
+use keadm_batch::remote::{Privilege, preflight_probe_script, wrap};
+use keadm_batch::transport::{Auth, ConnectSpec, Connection, HostKeyPolicy, SshConnection};
 
 const UPLOAD_DIR: &str = "/tmp/kubeedge/keadm";
 /// About the size of a keadm binary.
@@ -31,7 +29,7 @@ fn probe(fleet: &Fleet, node: &Node, upload_dir: &str, socket: &str, needed: u64
     };
     let mut conn = SshConnection::connect(&spec).unwrap_or_else(|e| panic!("connect: {e}"));
     let script = wrap(
-        &preflight::probe_script(upload_dir, socket, needed),
+        &preflight_probe_script(upload_dir, socket, needed),
         Privilege::Login,
     );
     let mut out = Vec::new();
@@ -69,17 +67,12 @@ fn on_node(node: &Node, script: &str) {
     );
 }
 
-/// A listening unix socket at the node's `/tmp/containerd.sock`, standing in for a runtime.
-fn runtime_socket(node: &Node) -> (UnixListener, &'static str) {
-    let listener = UnixListener::bind(node.tmp_path("containerd.sock")).unwrap();
-    (listener, "/tmp/containerd.sock")
-}
-
 #[test]
 fn a_clean_node_has_no_findings_and_the_default_socket_is_checked() {
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
-    let (_runtime, socket) = runtime_socket(node);
+    let runtime = RuntimeSocket::create(node);
+    let socket = runtime.path_on_node();
     let findings = probe(&fleet, node, UPLOAD_DIR, socket, KEADM_BYTES);
     assert_eq!(findings, [], "expected a clean node");
     // The probe wrote nothing, not even the upload dir.
@@ -111,13 +104,10 @@ fn a_clean_node_has_no_findings_and_the_default_socket_is_checked() {
 fn a_running_edgecore_is_found_in_the_nodes_own_pid_namespace_only() {
     let fleet = Fleet::builder().nodes(2).start();
     let (busy, idle) = (fleet.node(0), fleet.node(1));
-    let (_r0, socket) = runtime_socket(busy);
-    let (_r1, _) = runtime_socket(idle);
-    // A process whose name is edgecore, as `pidof` and /proc/<pid>/comm see it.
-    on_node(
-        busy,
-        "cp /bin/sleep /tmp/edgecore && /tmp/edgecore 300 >/dev/null 2>&1 </dev/null &",
-    );
+    let busy_runtime = RuntimeSocket::create(busy);
+    let _idle_runtime = RuntimeSocket::create(idle);
+    let socket = busy_runtime.path_on_node();
+    start_edgecore(busy);
     let findings = probe(&fleet, busy, UPLOAD_DIR, socket, KEADM_BYTES);
     assert_eq!(ids(&findings), [FindingId::EdgecoreRunning]);
     assert!(
@@ -145,7 +135,8 @@ fn a_running_edgecore_is_found_in_the_nodes_own_pid_namespace_only() {
 fn leftovers_in_etc_kubeedge_are_found() {
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
-    let (_runtime, socket) = runtime_socket(node);
+    let runtime = RuntimeSocket::create(node);
+    let socket = runtime.path_on_node();
     // The host has no /etc/kubeedge to bind over, so the node gets an overlay on /etc whose
     // writes land in its own /tmp; its copy of /etc/shadow (root's test password) is
     // carried into the overlay, since the overlay hides the bind mount below it.
@@ -179,7 +170,8 @@ fn leftovers_in_etc_kubeedge_are_found() {
 fn a_noexec_upload_dir_is_found_and_really_is_noexec() {
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
-    let (_runtime, socket) = runtime_socket(node);
+    let runtime = RuntimeSocket::create(node);
+    let socket = runtime.path_on_node();
     on_node(
         node,
         "mkdir -p /tmp/noexec && mount -t tmpfs -o noexec,size=512m tmpfs /tmp/noexec",
@@ -210,7 +202,8 @@ fn a_noexec_upload_dir_is_found_and_really_is_noexec() {
 fn too_little_disk_for_the_binary_is_found() {
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
-    let (_runtime, socket) = runtime_socket(node);
+    let runtime = RuntimeSocket::create(node);
+    let socket = runtime.path_on_node();
     on_node(
         node,
         "mkdir -p /tmp/small/kubeedge && mount -t tmpfs -o size=1m tmpfs /tmp/small/kubeedge",
@@ -248,10 +241,10 @@ fn too_little_disk_for_the_binary_is_found() {
 fn everything_at_once_in_one_round_trip() {
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
+    start_edgecore(node);
     on_node(
         node,
         "set -e\n\
-         cp /bin/sleep /tmp/edgecore && /tmp/edgecore 300 >/dev/null 2>&1 </dev/null &\n\
          mkdir -p /tmp/etc-overlay/up /tmp/etc-overlay/work /tmp/bad\n\
          cp /etc/shadow /tmp/etc-overlay/shadow\n\
          mount -t overlay overlay -o lowerdir=/etc,upperdir=/tmp/etc-overlay/up,workdir=/tmp/etc-overlay/work /etc\n\

@@ -1,11 +1,10 @@
 //! The whole tool against real sshd nodes on loopback: each case asserts files on the
 //! node, lines in batch_process_log.txt, and the exit code.
 
-mod common;
-
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::{Fleet, KeyKind, NodeOpt};
-use common::scenario::{Login, Scenario, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::{Fleet, KeyKind, NodeOpt};
+use crate::common::scenario::{Login, Scenario, remote_keadm};
+use crate::common::ssh_agent::Agent;
 
 #[test]
 fn password_login_enrolls_every_node() {
@@ -82,41 +81,10 @@ fn key_logins_work_plain_pem_and_with_passphrase() {
 #[test]
 fn agent_login_uses_ssh_auth_sock() {
     let fleet = Fleet::builder().nodes(1).start();
-    let key = fleet.private_key(KeyKind::Ed25519);
-    let agent_dir = tempfile::tempdir().unwrap();
-    let sock = agent_dir.path().join("agent.sock");
-    let mut agent = std::process::Command::new("ssh-agent")
-        .arg("-D")
-        .arg("-a")
-        .arg(&sock)
-        .spawn()
-        .unwrap();
-    for _ in 0..100 {
-        if sock.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let added = std::process::Command::new("ssh-add")
-        .arg(&key)
-        .env("SSH_AUTH_SOCK", &sock)
-        .output()
-        .unwrap();
-    assert!(added.status.success(), "{added:?}");
+    let agent = Agent::start(fleet.dir(), &fleet.private_key(KeyKind::Ed25519));
     let sc = Scenario::new(&fleet).login(Login::Agent);
-    let out = sc
-        .command(&[])
-        .env("SSH_AUTH_SOCK", &sock)
-        .output()
-        .unwrap();
-    let _ = agent.kill();
-    let _ = agent.wait();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = sc.command(&[]).env("SSH_AUTH_SOCK", &agent.socket).run();
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
     assert_eq!(fake_keadm::calls(&remote_keadm(fleet.node(0))).len(), 1);
 }
 
@@ -127,7 +95,7 @@ fn wrong_password_fails_without_retry() {
     let out = sc.run(&[]);
     out.status(1);
     let line = out.log_line_starting("Failed to process node edge-00: ");
-    assert!(line.contains("failed to connect to edge-00"), "{line}");
+    assert!(line.contains("Cannot connect to node edge-00. "), "{line}");
     assert!(
         line.contains("rejected the password for user root"),
         "{line}"
@@ -144,7 +112,7 @@ fn wrong_password_fails_without_retry() {
 #[test]
 fn refused_port_is_retried_then_reported() {
     let fleet = Fleet::builder().nodes(1).start();
-    let refused = common::fleet::refused_endpoint();
+    let refused = crate::common::fleet::refused_endpoint();
     let sc = Scenario::new(&fleet).top_yaml("retries: 1");
     std::fs::write(
         sc.path("config.yaml"),
@@ -165,7 +133,7 @@ fn refused_port_is_retried_then_reported() {
     assert!(line.contains("refused the connection"), "{line}");
     assert!(line.contains("after 2 attempts"), "{line}");
     assert_eq!(out.summary()["nodes"][0]["connect_attempts"], 2);
-    assert!(out.transcript(0).contains("attempt 1 of 2 failed"));
+    assert!(out.transcript(0).contains("Attempt 1 of 2 failed."));
 }
 
 #[test]

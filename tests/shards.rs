@@ -1,14 +1,12 @@
 //! `--shard I/N` against one fleet of real sshd nodes, then `batch merge` of the shards'
 //! run directories: every node exactly once, and the same node set as one unsharded run.
 
-mod common;
-
 use std::collections::BTreeSet;
-use std::process::Command;
 
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::Fleet;
-use common::scenario::{Scenario, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::Fleet;
+use crate::common::scenario::{Scenario, remote_keadm};
+use crate::common::test::{Output, Test};
 
 const NODES: usize = 12;
 const SHARDS: usize = 4;
@@ -22,14 +20,11 @@ fn names(summary: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-fn merge(sc: &Scenario, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_keadm-batch"))
-        .current_dir(sc.dir.path())
-        .env_remove("RUST_LOG")
+fn merge(sc: &Scenario, args: &[&str]) -> Output {
+    Test::in_dir(sc.dir.path())
         .args(["batch", "merge"])
         .args(args)
-        .output()
-        .unwrap()
+        .run()
 }
 
 #[test]
@@ -95,13 +90,8 @@ fn four_shards_merge_into_exactly_one_run() {
             "shard1", "shard2", "shard3", "shard4", "--output", "json", "--into", "merged",
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let merged: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let merged: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     let merged_names = names(&merged);
     assert_eq!(merged_names.len(), NODES, "every node exactly once");
     let merged_set: BTreeSet<String> = merged_names.iter().cloned().collect();
@@ -131,7 +121,7 @@ fn four_shards_merge_into_exactly_one_run() {
     // Text output: the totals and the keadm-style listing.
     let text = merge(&sc, &["shard1", "shard2", "shard3", "shard4"]);
     assert_eq!(text.status.code(), Some(0));
-    let stdout = String::from_utf8_lossy(&text.stdout);
+    let stdout = &text.stdout;
     assert!(
         stdout.contains("Merged 4 run directories: 12 nodes: 12 succeeded"),
         "{stdout}"
@@ -147,7 +137,7 @@ fn four_shards_merge_into_exactly_one_run() {
     // Overlapping inputs: a node in two of them is an error naming it and both dirs.
     let overlap = merge(&sc, &["shard1", "shard2", "shard3", "shard4", "whole"]);
     assert_eq!(overlap.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&overlap.stderr);
+    let stderr = &overlap.stderr;
     assert!(
         stderr.contains("appears in two run directories") && stderr.contains("whole"),
         "{stderr}"

@@ -1,7 +1,5 @@
 //! The package stager against a real HTTP server on 127.0.0.1 and real files on disk.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -9,8 +7,8 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::fake_release::{Built, FakeRelease};
-use common::http_server::{HttpServer, Route};
+use crate::common::fake_release::{Built, ChecksumFile, FakeRelease};
+use crate::common::http_server::{HttpServer, Route};
 use keadm_batch::arch::Arch;
 use keadm_batch::stage::{PackageSource, Pin, StageError, StageSettings, Stager};
 
@@ -257,9 +255,9 @@ fn a_truncated_body_is_retried() {
         &Env::tarball_path("amd64"),
         Route::ok(built.bytes.clone()).truncated(1),
     );
-    // With the progress line on, which must survive a broken transfer.
+    // With a download bar, which must survive a broken transfer.
     let mut settings = env.settings(&[Arch::Amd64]);
-    settings.progress = true;
+    settings.progress = Some(indicatif::MultiProgress::new());
     let stager = Stager::open(settings).unwrap();
 
     let staged = stager.for_node(Arch::Amd64).unwrap();
@@ -584,7 +582,7 @@ fn a_tarball_that_unpacks_beyond_the_limit_is_refused_and_leaves_nothing() {
 
     // Offline packages are held to the same limit.
     let (tmp, packages, mut settings) = offline_env(&[Arch::Amd64]);
-    place_offline(&packages, &bomb, Some(&built.sha512));
+    bomb.write_offline(&packages, ChecksumFile::Holding(&built.sha512));
     settings.max_package_bytes = LIMIT;
     let err = expect_err(Stager::open(settings).unwrap().for_node(Arch::Amd64));
     assert!(err.contains("--max-package-bytes"), "{err}");
@@ -636,29 +634,13 @@ fn offline_env(arch_group: &[Arch]) -> (tempfile::TempDir, PathBuf, StageSetting
     (tmp, packages, settings)
 }
 
-/// Puts a release in `<packages>/<arch>/`, with a checksum file holding `checksum`.
-fn place_offline(
-    packages: &Path,
-    release: &FakeRelease,
-    checksum: Option<&str>,
-) -> (Built, PathBuf) {
-    let built = release.build();
-    let dir = packages.join(&release.arch);
-    fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(release.file_name());
-    fs::write(&path, &built.bytes).unwrap();
-    if let Some(checksum) = checksum {
-        fs::write(dir.join(release.checksum_name()), format!("{checksum}\n")).unwrap();
-    }
-    (built, path)
-}
-
 #[test]
 fn offline_packages_are_verified_and_extracted_into_bin() {
     let (tmp, packages, mut settings) = offline_env(&[Arch::Amd64, Arch::Arm64]);
     let amd64 = release("amd64").build();
-    let (_, amd64_path) = place_offline(&packages, &release("amd64"), Some(&amd64.sha512));
-    let (arm64, arm64_path) = place_offline(&packages, &release("arm64"), None);
+    let (_, amd64_path) =
+        release("amd64").write_offline(&packages, ChecksumFile::Holding(&amd64.sha512));
+    let (arm64, arm64_path) = release("arm64").write_offline(&packages, ChecksumFile::Absent);
     settings.allow_unverified = true;
     let stager = Stager::open(settings).unwrap();
 
@@ -701,7 +683,7 @@ fn a_missing_offline_package_names_the_expected_path() {
 fn an_offline_checksum_mismatch_is_refused() {
     let (tmp, packages, settings) = offline_env(&[Arch::Amd64]);
     let wrong = "fedcba9876543210".repeat(8);
-    let (built, path) = place_offline(&packages, &release("amd64"), Some(&wrong));
+    let (built, path) = release("amd64").write_offline(&packages, ChecksumFile::Holding(&wrong));
     let stager = Stager::open(settings).unwrap();
 
     let err = expect_err(stager.for_node(Arch::Amd64));
@@ -714,7 +696,7 @@ fn an_offline_checksum_mismatch_is_refused() {
 #[test]
 fn an_offline_package_without_a_checksum_file_needs_a_pin_or_allow_unverified() {
     let (_tmp, packages, settings) = offline_env(&[Arch::Amd64]);
-    let (built, path) = place_offline(&packages, &release("amd64"), None);
+    let (built, path) = release("amd64").write_offline(&packages, ChecksumFile::Absent);
     let checksum = packages.join("amd64/checksum_keadm-v1.21.0-linux-amd64.tar.gz.txt");
 
     let err = expect_err(
@@ -745,7 +727,7 @@ fn an_offline_package_without_a_checksum_file_needs_a_pin_or_allow_unverified() 
 #[test]
 fn an_offline_package_that_does_not_match_its_pin_is_refused() {
     let (tmp, packages, mut settings) = offline_env(&[Arch::Amd64]);
-    let (built, path) = place_offline(&packages, &release("amd64"), None);
+    let (built, path) = release("amd64").write_offline(&packages, ChecksumFile::Absent);
     settings
         .pins
         .insert(Arch::Amd64, pin(WRONG_DIGEST, "amd64"));
@@ -861,7 +843,7 @@ fn an_arch_staged_on_demand_from_a_plain_http_mirror_needs_a_pin() {
 fn offline_mode_refuses_an_arch_outside_the_arch_group_by_name() {
     let (_tmp, packages, settings) = offline_env(&[Arch::Amd64]);
     // Even a package in place is not used: the operator chose the arch group.
-    place_offline(&packages, &release("arm"), None);
+    release("arm").write_offline(&packages, ChecksumFile::Absent);
     let stager = Stager::open(settings).unwrap();
 
     let err = expect_err(stager.for_node(Arch::Arm));

@@ -1,26 +1,15 @@
 //! Non-root logins on real sshd nodes: keadm runs as root through one `sudo sh -c`, with
 //! or without a sudo password, and the password never shows or leaks into uploads.
 
-mod common;
-
-use common::fake_keadm::{self, FakeKeadm};
-use common::fleet::{Fleet, KeyKind, NodeOpt, TEST_USER, TEST_USER_PASSWORD};
-use common::scenario::{Login, Scenario, remote_keadm};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::{Fleet, KeyKind, Sudo, TEST_USER_PASSWORD};
+use crate::common::scenario::{Login, Scenario, remote_keadm};
 
 #[test]
 fn passwordless_sudo_runs_keadm_as_root() {
-    let fleet = Fleet::builder()
-        .nodes(1)
-        .node_option(
-            0,
-            NodeOpt::Sudo {
-                password_required: false,
-            },
-        )
-        .start();
-    let sc = Scenario::new(&fleet)
-        .username(TEST_USER)
-        .login(Login::Key(fleet.private_key(KeyKind::Ed25519)));
+    let fleet = Fleet::with_sudo(Sudo::Passwordless);
+    let sc =
+        Scenario::new(&fleet).login_as_test_user(Login::Key(fleet.private_key(KeyKind::Ed25519)));
     let out = sc.run(&[]);
     out.status(0);
     let calls = fake_keadm::calls(&remote_keadm(fleet.node(0)));
@@ -38,18 +27,9 @@ fn passwordless_sudo_runs_keadm_as_root() {
 
 #[test]
 fn password_sudo_gets_the_login_password_on_stdin_only() {
-    let fleet = Fleet::builder()
-        .nodes(1)
-        .node_option(
-            0,
-            NodeOpt::Sudo {
-                password_required: true,
-            },
-        )
-        .start();
+    let fleet = Fleet::with_sudo(Sudo::WithPassword);
     let sc = Scenario::new(&fleet)
-        .username(TEST_USER)
-        .login(Login::Password(TEST_USER_PASSWORD.into()))
+        .login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()))
         .keadm(FakeKeadm::new().reads_stdin_line())
         .cmd("reset edge");
     let out = sc.run(&[]);
@@ -90,22 +70,16 @@ fn password_sudo_gets_the_login_password_on_stdin_only() {
 
 #[test]
 fn sudo_that_needs_a_password_with_a_key_login_is_a_clear_error() {
-    let fleet = Fleet::builder()
-        .nodes(1)
-        .node_option(
-            0,
-            NodeOpt::Sudo {
-                password_required: true,
-            },
-        )
-        .start();
-    let sc = Scenario::new(&fleet)
-        .username(TEST_USER)
-        .login(Login::Key(fleet.private_key(KeyKind::Ed25519)));
+    let fleet = Fleet::with_sudo(Sudo::WithPassword);
+    let sc =
+        Scenario::new(&fleet).login_as_test_user(Login::Key(fleet.private_key(KeyKind::Ed25519)));
     let out = sc.run(&[]);
     out.status(1);
     let line = out.log_line_starting("Failed to process node edge-00: ");
-    assert!(line.contains("sudo on the node needs a password"), "{line}");
+    assert!(
+        line.contains("Sudo on node edge-00 needs a password, but "),
+        "{line}"
+    );
     assert!(!remote_keadm(fleet.node(0)).exists());
 }
 
@@ -113,8 +87,7 @@ fn sudo_that_needs_a_password_with_a_key_login_is_a_clear_error() {
 fn sudo_off_runs_as_the_login_user_in_its_own_dir() {
     let fleet = Fleet::builder().nodes(1).start();
     let sc = Scenario::new(&fleet)
-        .username(TEST_USER)
-        .login(Login::Password(TEST_USER_PASSWORD.into()))
+        .login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()))
         .ssh_yaml("sudo: false")
         .node_yaml("remoteDir: /tmp/kbuser-keadm");
     let out = sc.run(&[]);
@@ -171,16 +144,12 @@ fn a_remote_dir_writable_by_others_is_refused() {
 /// uploaded file nor keadm's stdin.
 #[test]
 fn a_sudo_that_does_not_prompt_never_passes_the_password_on() {
-    let fleet = Fleet::builder()
-        .nodes(1)
-        .node_option(
-            0,
-            NodeOpt::SudoRules(&["ALL=(ALL) ALL", "ALL=(ALL) NOPASSWD: /usr/bin/sh, /bin/sh"]),
-        )
-        .start();
+    let fleet = Fleet::with_sudo(Sudo::Rules(&[
+        "ALL=(ALL) ALL",
+        "ALL=(ALL) NOPASSWD: /usr/bin/sh, /bin/sh",
+    ]));
     let sc = Scenario::new(&fleet)
-        .username(TEST_USER)
-        .login(Login::Password(TEST_USER_PASSWORD.into()))
+        .login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()))
         .keadm(FakeKeadm::new().reads_stdin_line());
     let files = sc.path("files");
     std::fs::create_dir_all(&files).unwrap();

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::diagnostic::{Diagnostic, Severity};
 use super::schema::*;
 use super::yaml::{self, Node, Pos};
-use super::{Diagnostic, Severity};
 
 const TOP_KEYS: &[&str] = &[
     "keadm",
@@ -531,25 +531,10 @@ fn suggest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
     let lower = key.to_ascii_lowercase();
     known
         .iter()
-        .map(|k| (edit_distance(&lower, &k.to_ascii_lowercase()), *k))
+        .map(|k| (strsim::levenshtein(&lower, &k.to_ascii_lowercase()), *k))
         .filter(|(d, k)| *d <= 2 && *d < k.len() / 2 + 1)
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 /// YAML 1.1 booleans, the set Go's yaml.v2 resolves.
@@ -707,5 +692,21 @@ mod tests {
         assert_eq!(suggest("keadmcmd", NODE_KEYS), Some("keadmCmd"));
         assert_eq!(suggest("usrname", SSH_KEYS), Some("username"));
         assert_eq!(suggest("zzz", SSH_KEYS), None);
+    }
+
+    #[test]
+    fn suggestions_allow_two_edits_on_long_keys_only() {
+        // Distances are counted in characters, not bytes, case-insensitively.
+        assert_eq!(strsim::levenshtein("kitten", "sitting"), 3);
+        assert_eq!(strsim::levenshtein("ssh", "sßh"), 1);
+        assert_eq!(suggest("nodNme", NODE_KEYS), Some("nodeName"));
+        assert_eq!(suggest("keadmCmdd", NODE_KEYS), Some("keadmCmd"));
+        assert_eq!(suggest("pot", SSH_KEYS), Some("port"));
+        assert_eq!(suggest("pt", SSH_KEYS), Some("port"));
+        // Two edits on a two-letter key would match anything that short.
+        assert_eq!(suggest("x", SSH_KEYS), None);
+        assert_eq!(suggest("i", SSH_KEYS), Some("ip"));
+        assert_eq!(suggest("usr", SSH_KEYS), None);
+        assert_eq!(suggest("AUTH", SSH_KEYS), Some("auth"));
     }
 }

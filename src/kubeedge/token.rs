@@ -9,7 +9,11 @@
 
 use std::fmt;
 
-use crate::utc::civil_from_days;
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+
+use crate::utc::rfc3339;
 
 /// How long after the last node starts the token may still be needed. keadm join's last
 /// step waits up to 300 s for edgecore to fetch its certificate, and that fetch is the
@@ -167,18 +171,6 @@ pub fn batch_estimate(nodes: usize, max_run_num: usize, per_node_secs: f64) -> u
     (waves_before_last as f64 * per_node_secs).ceil() as u64
 }
 
-/// `2026-08-06T14:58:26Z` for unix seconds.
-pub fn rfc3339(unix_secs: u64) -> String {
-    let (y, mo, d) = civil_from_days((unix_secs / 86_400) as i64);
-    let rem = unix_secs % 86_400;
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
-}
-
 /// A rough, readable duration: `45 s`, `12 min`, `3 h 5 min`, `2 d 4 h`.
 fn human_duration(secs: u64) -> String {
     match secs {
@@ -189,34 +181,27 @@ fn human_duration(secs: u64) -> String {
     }
 }
 
-/// Decodes base64url (or standard base64), with or without `=` padding. A tiny decoder
-/// is all a JWT payload needs, so no crate is pulled in for it.
+/// base64url as JWTs carry it (unpadded, RFC 7515), lenient about bits past the last byte.
+const JWT_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::URL_SAFE,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::RequireNone)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// Decodes a JWT segment: base64url, or standard base64 from a token that was re-encoded
+/// on the way, with or without `=` padding.
 fn base64url_decode(text: &str) -> Option<Vec<u8>> {
-    let text = text.trim_end_matches('=');
-    if text.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let mut acc: u32 = 0;
-    let mut bits = 0;
-    for b in text.bytes() {
-        let v = match b {
-            b'A'..=b'Z' => b - b'A',
-            b'a'..=b'z' => b - b'a' + 26,
-            b'0'..=b'9' => b - b'0' + 52,
-            b'-' | b'+' => 62,
-            b'_' | b'/' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
+    let url_safe: String = text
+        .trim_end_matches('=')
+        .chars()
+        .map(|c| match c {
+            '+' => '-',
+            '/' => '_',
+            c => c,
+        })
+        .collect();
+    JWT_BASE64.decode(url_safe).ok()
 }
 
 impl fmt::Display for JoinToken {
@@ -239,16 +224,7 @@ mod tests {
     const CA: &str = "4b1ea5f5cd0a6a1a12c6b2b07db7a7e38b3bcb7ac0b7dfb3b6c0f0a2d0f1e2c3";
 
     fn b64url(bytes: &[u8]) -> String {
-        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let mut out = String::new();
-        for chunk in bytes.chunks(3) {
-            let n = chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b))
-                << (8 * (3 - chunk.len()));
-            for i in 0..=chunk.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            }
-        }
-        out
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
     }
 
     fn token_with(payload: &str) -> String {
@@ -280,6 +256,30 @@ mod tests {
         }
         assert_eq!(base64url_decode("a"), None);
         assert_eq!(base64url_decode("ab$d"), None);
+    }
+
+    #[test]
+    fn decoder_reads_either_alphabet_any_padding_and_ignores_stray_bits() {
+        let bytes = [0xfb, 0xef, 0xff, 0x00];
+        for text in [
+            "--__AA",
+            "++//AA",
+            "-+_/AA",
+            "--__AA==",
+            "--__AA====",
+            "--__AB",
+        ] {
+            assert_eq!(
+                base64url_decode(text).as_deref(),
+                Some(&bytes[..]),
+                "{text}"
+            );
+        }
+        assert_eq!(base64url_decode("").as_deref(), Some(&b""[..]));
+        assert_eq!(base64url_decode("=="), Some(Vec::new()));
+        assert_eq!(base64url_decode("ab=c"), None);
+        assert_eq!(base64url_decode("abcde"), None);
+        assert_eq!(base64url_decode("ab.c"), None);
     }
 
     #[test]

@@ -8,6 +8,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
+use rustix::fs::OFlags;
+
 /// Creates `path` and its missing parents with mode 0700. Directories that exist keep
 /// their mode: `--run-dir .` must not change the operator's own directory.
 pub fn create_dir_all(path: &Path) -> io::Result<()> {
@@ -35,10 +37,10 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 fn open(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
     let file = options
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(OFlags::NOFOLLOW.bits() as i32)
         .open(path)
         .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
+            if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
                 io::Error::other(format!(
                     "{} is a symbolic link, and keadm-batch does not write through one; remove it",
                     path.display()

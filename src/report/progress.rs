@@ -8,9 +8,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::outcome::Phase;
+
+/// Every bar on stderr draws through this one target: the status line, and the bar of a
+/// download staged before or during the run (staging takes it as its progress target), so
+/// they share the bottom lines instead of overwriting each other.
+pub fn console() -> MultiProgress {
+    static CONSOLE: OnceLock<MultiProgress> = OnceLock::new();
+    CONSOLE
+        .get_or_init(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4)))
+        .clone()
+}
 
 /// The status line in use, if any, so log records and result lines print above it.
 fn active_bar() -> &'static Mutex<Option<ProgressBar>> {
@@ -77,10 +87,7 @@ impl Progress {
     /// A status line on stderr when `live` (a terminal, not quiet); otherwise silent.
     pub fn new(total: usize, slots: usize, live: bool) -> Arc<Progress> {
         let bar = live.then(|| {
-            let bar = ProgressBar::with_draw_target(
-                Some(total as u64),
-                ProgressDrawTarget::stderr_with_hz(4),
-            );
+            let bar = console().add(ProgressBar::new(total as u64));
             bar.set_style(
                 ProgressStyle::with_template(
                     "{spinner} [{elapsed_precise}] {bar:24} {pos}/{len} {msg}",

@@ -115,16 +115,8 @@ fn run_id() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let secs = now.as_secs();
-    let (y, mo, d) = crate::utc::civil_from_days((secs / 86_400) as i64);
-    let rem = secs % 86_400;
     let random = (now.subsec_nanos() ^ std::process::id().rotate_left(16)) & 0xffff;
-    format!(
-        "{y:04}{mo:02}{d:02}T{:02}{:02}{:02}Z-{random:04x}",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    format!("{}-{random:04x}", crate::utc::compact(now.as_secs()))
 }
 
 /// `journal.jsonl`: one JSON line per finished node, appended and synced, so it

@@ -10,6 +10,8 @@ use std::fs::{self, DirBuilder, File, OpenOptions, TryLockError};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use rustix::fs::OFlags;
+
 use super::StageError;
 
 /// Creates `dir` (and any missing parents) owner-only and checks that nobody but us and
@@ -24,7 +26,7 @@ pub(crate) fn ensure_private_dir(dir: &Path) -> Result<PathBuf, StageError> {
             .map_err(|e| StageError::io("find the current directory for", dir, e))?
             .join(dir)
     };
-    let euid = unsafe_free_geteuid();
+    let euid = effective_uid();
     let mut current = PathBuf::new();
     let components: Vec<Component> = dir.components().collect();
     for (index, component) in components.iter().enumerate() {
@@ -70,7 +72,7 @@ pub(crate) fn ensure_private_subdir(parent: &Path, name: &str) -> Result<PathBuf
     create_one(&path)?;
     let meta = fs::symlink_metadata(&path)
         .map_err(|e| StageError::io("inspect the staging directory", &path, e))?;
-    check_owned(&path, &meta, unsafe_free_geteuid())?;
+    check_owned(&path, &meta, effective_uid())?;
     Ok(path)
 }
 
@@ -86,9 +88,9 @@ fn create_one(path: &Path) -> Result<bool, StageError> {
     }
 }
 
-fn unsafe_free_geteuid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+/// The effective user id, which must own the staging directories.
+fn effective_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
 }
 
 fn check_owned(path: &Path, meta: &fs::Metadata, euid: u32) -> Result<(), StageError> {
@@ -167,7 +169,7 @@ pub(crate) fn lock(base: &Path) -> Result<File, StageError> {
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::CLOEXEC).bits() as i32)
         .open(&path)
         .map_err(lock_err)?;
     match file.try_lock() {

@@ -4,17 +4,17 @@
 //! `tar` complains. Here any non-2xx status is an error naming the URL and the status, and
 //! transient failures (connect errors, 5xx, resets, truncated bodies) are retried.
 
-use std::collections::hash_map::RandomState;
-use std::fs::{self, OpenOptions};
-use std::hash::{BuildHasher, Hasher};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::io::{self, Read, Seek, Write};
 use std::time::{Duration, Instant};
+
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};
 use sha2::{Digest, Sha512};
+use tempfile::NamedTempFile;
+
+use crate::backoff::backoff;
 
 use super::StageError;
 
@@ -32,7 +32,8 @@ pub(crate) struct Http {
     client: Client,
     retries: u32,
     base_delay: Duration,
-    progress: bool,
+    /// Where download bars are drawn; None draws none.
+    progress: Option<MultiProgress>,
     /// The most bytes a download may have: a hostile mirror must not fill the disk.
     max_bytes: u64,
 }
@@ -41,7 +42,7 @@ impl Http {
     pub(crate) fn new(
         retries: u32,
         base_delay: Duration,
-        progress: bool,
+        progress: Option<MultiProgress>,
         max_bytes: u64,
     ) -> Result<Http, StageError> {
         // Proxy environment variables are honoured by reqwest's default builder.
@@ -87,14 +88,14 @@ impl Http {
         })
     }
 
-    /// Downloads `url` into `dest` (created or truncated, mode 0600, never through a
-    /// symlink), fsyncs it, and returns its sha512 in lowercase hex. A 404 is an error here,
+    /// Downloads `url` into `dest`, a temporary file this run created (each attempt starts
+    /// it over), fsyncs it, and returns its sha512 in lowercase hex. A 404 is an error here,
     /// and so is a body of more than `max_bytes`, which is refused when announced and cut
     /// off when not.
     pub(crate) fn download(
         &self,
         url: &str,
-        dest: &Path,
+        dest: &NamedTempFile,
         label: &str,
         plain_http_ok: bool,
     ) -> Result<String, StageError> {
@@ -153,16 +154,17 @@ impl Http {
         }
     }
 
-    fn save(&self, mut response: Response, dest: &Path, label: &str) -> Result<String, Failure> {
-        let local = |action, e| Failure::Fatal(StageError::io(action, dest, e));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(dest)
-            .map_err(|e| local("create", e))?;
+    fn save(
+        &self,
+        mut response: Response,
+        dest: &NamedTempFile,
+        label: &str,
+    ) -> Result<String, Failure> {
+        let local = |action, e| Failure::Fatal(StageError::io(action, dest.path(), e));
+        let mut file = dest.as_file();
+        file.set_len(0)
+            .and_then(|()| file.rewind())
+            .map_err(|e| local("truncate", e))?;
         let total = response.content_length();
         // The URL that served the bytes, which a redirect may have changed.
         let url = response.url().to_string();
@@ -178,7 +180,7 @@ impl Http {
         {
             return Err(too_large(format!("the server announces {total} bytes")));
         }
-        let mut progress = Progress::new(self.progress, label, total);
+        let mut progress = DownloadBar::start(self.progress.as_ref(), label, total);
         let mut hasher = Sha512::new();
         let mut received: u64 = 0;
         let mut buf = vec![0u8; 256 * 1024];
@@ -191,7 +193,7 @@ impl Http {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    progress.finish();
+                    progress.finish(received);
                     return Err(Failure::Transient(format!(
                         "the transfer broke off after {received} bytes: {}",
                         error_chain(&e)
@@ -199,7 +201,7 @@ impl Http {
                 }
             };
             if received + n as u64 > self.max_bytes {
-                progress.finish();
+                progress.finish(received);
                 return Err(too_large(format!(
                     "it sent more than {0} bytes, so the download was stopped at {0} bytes",
                     self.max_bytes
@@ -208,9 +210,9 @@ impl Http {
             hasher.update(&buf[..n]);
             file.write_all(&buf[..n]).map_err(|e| local("write", e))?;
             received += n as u64;
-            progress.update(received);
+            progress.advance(received);
         }
-        progress.finish();
+        progress.finish(received);
         if let Some(total) = total
             && received != total
         {
@@ -222,8 +224,8 @@ impl Http {
         Ok(hex::encode(hasher.finalize()))
     }
 
-    /// Runs `attempt` up to `1 + retries` times, sleeping `base, 2*base, 4*base...` (plus
-    /// up to 25% jitter, so parallel runs do not retry in lockstep) between attempts.
+    /// Runs `attempt` up to `1 + retries` times, sleeping `base, 2*base, 4*base...` (with
+    /// jitter, see [`backoff`]) between attempts.
     fn with_retries<T>(
         &self,
         url: &str,
@@ -268,16 +270,6 @@ impl Http {
     }
 }
 
-/// `base * 2^(attempt-1)` plus up to 25% random jitter.
-fn backoff(base: Duration, attempt: u32) -> Duration {
-    let exponential = base.saturating_mul(1u32 << (attempt - 1).min(16));
-    // RandomState is seeded randomly per instance: jitter without a rand dependency.
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u32(attempt);
-    let fraction = (hasher.finish() % 1000) as f64 / 4000.0;
-    exponential + exponential.mul_f64(fraction)
-}
-
 fn status_text(status: StatusCode) -> String {
     match status.canonical_reason() {
         Some(reason) => format!("{} {reason}", status.as_u16()),
@@ -301,54 +293,79 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// A self-updating line on stderr: `label  12.3/45.6 MiB  7.8 MiB/s`.
-struct Progress<'a> {
-    enabled: bool,
+/// A download's bar among the console's bars (`label  12.3 MiB/45.6 MiB  7.8 MiB/s`),
+/// redrawn by indicatif at the console's rate. Sharing the console's [`MultiProgress`]
+/// keeps a download that starts mid-run, for an arch staged on demand, from tearing the
+/// live status line. When the transfer ends, its last state is printed above the bars and
+/// the bar goes.
+struct DownloadBar<'a> {
+    /// None when there is no console to draw on.
+    bar: Option<ProgressBar>,
     label: &'a str,
     total: Option<u64>,
     start: Instant,
-    last_draw: Option<Instant>,
-    drawn: bool,
 }
 
-impl<'a> Progress<'a> {
-    fn new(enabled: bool, label: &'a str, total: Option<u64>) -> Self {
-        Progress {
-            enabled,
+/// The bar's look when the server announced the size, and when it did not.
+const SIZED_TEMPLATE: &str =
+    "{prefix}  {bar:24} {binary_bytes}/{binary_total_bytes}  {binary_bytes_per_sec}";
+const UNSIZED_TEMPLATE: &str = "{prefix}  {spinner} {binary_bytes}  {binary_bytes_per_sec}";
+
+impl<'a> DownloadBar<'a> {
+    fn start(console: Option<&MultiProgress>, label: &'a str, total: Option<u64>) -> Self {
+        let bar = console.map(|console| {
+            let (bar, template) = match total {
+                Some(total) => (ProgressBar::new(total), SIZED_TEMPLATE),
+                None => (ProgressBar::no_length(), UNSIZED_TEMPLATE),
+            };
+            // Into the console before anything is set: a setter draws, and a bar drawn
+            // outside the console would be left behind on the screen.
+            let bar = console.add(bar);
+            bar.set_style(
+                ProgressStyle::with_template(template)
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar.set_prefix(label.to_string());
+            bar
+        });
+        DownloadBar {
+            bar,
             label,
             total,
             start: Instant::now(),
-            last_draw: None,
-            drawn: false,
         }
     }
 
-    fn update(&mut self, done: u64) {
-        if !self.enabled {
-            return;
+    fn advance(&self, done: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(done);
         }
-        let now = Instant::now();
-        if self
-            .last_draw
-            .is_some_and(|last| now.duration_since(last) < Duration::from_millis(100))
-        {
-            return;
-        }
-        self.last_draw = Some(now);
-        self.drawn = true;
-        let line = progress_line(self.label, done, self.total, now.duration_since(self.start));
-        // \r + erase-to-end-of-line: redraw in place on a terminal.
-        let _ = write!(io::stderr(), "\r{line}\x1b[K");
     }
 
-    fn finish(&mut self) {
-        if self.drawn {
-            let _ = writeln!(io::stderr());
-            self.drawn = false;
+    /// The transfer ended (completed or not) after `done` bytes.
+    fn finish(&mut self, done: u64) {
+        if let Some(bar) = self.bar.take() {
+            bar.println(progress_line(
+                self.label,
+                done,
+                self.total,
+                self.start.elapsed(),
+            ));
+            bar.finish_and_clear();
         }
     }
 }
 
+impl Drop for DownloadBar<'_> {
+    /// A transfer abandoned on an error leaves no bar behind among the console's.
+    fn drop(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// A download's final state: `label  12.3/45.6 MiB  7.8 MiB/s`.
 fn progress_line(label: &str, done: u64, total: Option<u64>, elapsed: Duration) -> String {
     const MIB: f64 = 1024.0 * 1024.0;
     let rate = done as f64 / MIB / elapsed.as_secs_f64().max(0.001);
@@ -362,32 +379,9 @@ fn progress_line(label: &str, done: u64, total: Option<u64>, elapsed: Duration) 
     }
 }
 
-/// Removes a file on drop unless disarmed: a failed download leaves nothing behind.
-pub(crate) struct RemoveOnDrop<'a>(pub Option<&'a Path>);
-
-impl Drop for RemoveOnDrop<'_> {
-    fn drop(&mut self) {
-        if let Some(path) = self.0 {
-            let _ = fs::remove_file(path);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_with_at_most_a_quarter_of_jitter() {
-        let base = Duration::from_secs(1);
-        for (attempt, expected) in [(1, 1.0), (2, 2.0), (3, 4.0)] {
-            let delay = backoff(base, attempt).as_secs_f64();
-            assert!(
-                delay >= expected && delay <= expected * 1.25,
-                "{attempt}: {delay}"
-            );
-        }
-    }
 
     #[test]
     fn progress_shows_size_and_rate() {
@@ -400,6 +394,22 @@ mod tests {
         assert_eq!(line, "pkg  3.0/6.0 MiB  1.5 MiB/s");
         let line = progress_line("pkg", 1024 * 1024, None, Duration::from_secs(1));
         assert_eq!(line, "pkg  1.0 MiB  1.0 MiB/s");
+    }
+
+    #[test]
+    fn download_bars_parse_and_leave_the_console_when_done() {
+        for template in [SIZED_TEMPLATE, UNSIZED_TEMPLATE] {
+            assert!(ProgressStyle::with_template(template).is_ok(), "{template}");
+        }
+        let console = MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden());
+        let mut done = DownloadBar::start(Some(&console), "pkg", Some(10));
+        done.advance(5);
+        done.finish(10);
+        assert!(done.bar.is_none());
+        let abandoned = DownloadBar::start(Some(&console), "pkg", None);
+        assert!(abandoned.bar.is_some());
+        drop(abandoned);
+        assert!(DownloadBar::start(None, "pkg", None).bar.is_none());
     }
 
     #[test]

@@ -12,18 +12,21 @@
 mod dirs;
 mod download;
 mod error;
+mod temporary;
 mod unpack;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use indicatif::MultiProgress;
+
 use crate::arch::Arch;
-use download::{Http, RemoveOnDrop};
-use unpack::{Expected, Extracted, remove_stale_temporaries, unique_path, unpack_package};
+use download::Http;
+use temporary::{Temporary, write_atomically};
+use unpack::{Expected, Extracted, unpack_package};
 
 pub use error::StageError;
 
@@ -81,8 +84,9 @@ pub struct StageSettings {
     /// The most bytes a download may have, and the most an unpacked package may hold
     /// (`--max-package-bytes`).
     pub max_package_bytes: u64,
-    /// Show download progress on stderr (pass `stderr.is_terminal()`).
-    pub progress: bool,
+    /// Where download bars are drawn: the console's bars on a terminal (so a download
+    /// that starts mid-run draws beside the status line, not through it); None for none.
+    pub progress: Option<MultiProgress>,
     /// Extra attempts after a transient HTTP failure.
     pub retries: u32,
     /// First backoff delay; it doubles on each retry.
@@ -102,7 +106,7 @@ impl StageSettings {
             allow_unverified: false,
             insecure_http: false,
             max_package_bytes: DEFAULT_MAX_PACKAGE_BYTES,
-            progress: false,
+            progress: None,
             retries: DEFAULT_RETRIES,
             retry_base_delay: Duration::from_secs(1),
         }
@@ -230,7 +234,7 @@ impl Stager {
             PackageSource::Download { .. } => Some(Http::new(
                 settings.retries,
                 settings.retry_base_delay,
-                settings.progress,
+                settings.progress.clone(),
                 settings.max_package_bytes,
             )?),
             PackageSource::Offline { .. } => None,
@@ -342,7 +346,7 @@ impl Stager {
     fn stage(&self, arch: Arch) -> Result<StagedBinary, StageError> {
         let bin_root = dirs::ensure_private_subdir(&self.settings.base_dir, "bin")?;
         let bin_dir = dirs::ensure_private_subdir(&bin_root, arch.as_str())?;
-        remove_stale_temporaries(&bin_dir);
+        temporary::remove_stale(&bin_dir);
         let (extracted, tarball, verified) = match &self.settings.source {
             PackageSource::Download { url } => {
                 self.stage_download(arch, url.as_deref(), &bin_dir)?
@@ -384,7 +388,7 @@ impl Stager {
             .expect("download mode always has an HTTP client");
         let package_root = dirs::ensure_private_subdir(&self.settings.base_dir, "package")?;
         let package_dir = dirs::ensure_private_subdir(&package_root, arch.as_str())?;
-        remove_stale_temporaries(&package_dir);
+        temporary::remove_stale(&package_dir);
         let tarball = package_dir.join(self.tarball_name(arch));
         let checksum_file = package_dir.join(self.checksum_name(arch));
         let package_url = self.package_url(arch);
@@ -428,8 +432,10 @@ impl Stager {
         }
 
         log::info!("downloading keadm for {arch} from {package_url}");
-        let partial = unique_path(&package_dir, "download");
-        let mut cleanup = RemoveOnDrop(Some(&partial));
+        // Removed on any failure below; renamed into the cache once verified and unpacked.
+        let partial = Temporary::Download
+            .file_in(&package_dir, 0o600)
+            .map_err(|e| StageError::io("create a temporary file in", &package_dir, e))?;
         let actual = http.download(
             &package_url,
             &partial,
@@ -448,16 +454,16 @@ impl Stager {
         }
         // Unpack before caching, so a tarball that cannot be used never enters the cache.
         let extracted = unpack_package(
-            &partial,
+            partial.path(),
             &package_url,
             bin_dir,
             &top,
             expected.as_ref(),
             self.settings.max_package_bytes,
         )?;
-        fs::rename(&partial, &tarball)
-            .map_err(|e| StageError::io("move into place", &tarball, e))?;
-        cleanup.0 = None;
+        partial
+            .persist(&tarball)
+            .map_err(|e| StageError::io("move into place", &tarball, e.error))?;
         match &expected {
             // The digest the tarball was verified with, so a later cache hit is checked
             // locally (by keadm too, which reads the same file).
@@ -606,21 +612,6 @@ fn sha256_file(path: &Path) -> Result<(u64, String), StageError> {
 /// Caches `digest` as the checksum file at `path`, in the release's format.
 fn write_checksum_file(path: &Path, digest: &str) -> Result<(), StageError> {
     write_atomically(path, format!("{digest}\n").as_bytes())
-}
-
-/// Writes `path` via a temporary file in the same directory, fsync and rename, so a
-/// crash never leaves a half-written file under the real name.
-fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), StageError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = unique_path(dir, "write");
-    let cleanup = RemoveOnDrop(Some(&tmp));
-    let mut file = File::create(&tmp).map_err(|e| StageError::io("create", &tmp, e))?;
-    file.write_all(contents)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| StageError::io("write", &tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| StageError::io("move into place", path, e))?;
-    std::mem::forget(cleanup);
-    Ok(())
 }
 
 /// Makes renames in `dir` durable. Best effort: a failure only weakens crash safety.

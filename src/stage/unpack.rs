@@ -9,16 +9,16 @@
 use std::cell::Cell;
 use std::fs;
 use std::io::{self, BufReader, Read};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use flate2::read::GzDecoder;
 use sha2::{Digest, Sha512};
 use tar::EntryType;
 
 use super::StageError;
+use super::temporary::Temporary;
 
 /// What a package must hash to, and where that expectation came from (for messages): a
 /// checksum file's path or URL, or the pin's place in the config.
@@ -61,7 +61,9 @@ pub(crate) fn unpack_package(
     limit: u64,
 ) -> Result<Extracted, StageError> {
     let file = fs::File::open(tarball).map_err(|e| StageError::io("open", tarball, e))?;
-    let scratch = ScratchDir::create(bin_dir, "unpack")?;
+    let scratch = Temporary::Unpack
+        .dir_in(bin_dir)
+        .map_err(|e| StageError::io("create a temporary directory in", bin_dir, e))?;
 
     let reader = HashingReader::new(BufReader::with_capacity(256 * 1024, file));
     let decompressed = Budget::new(limit);
@@ -228,94 +230,31 @@ fn remove_write_for_others(dir: &Path) -> Result<(), StageError> {
     Ok(())
 }
 
-/// Moves `new` to `target`, replacing what was there. Two renames in one directory we
-/// own: a reader sees the old tree or the new one, never a half-written mix.
+/// Moves `new` to `target`, replacing what was there. Renames in one directory we own: a
+/// reader sees the old tree or the new one, never a half-written mix. The old tree is
+/// moved into a temporary directory first, and goes when that is dropped.
 fn replace_dir(new: &Path, target: &Path, parent: &Path) -> Result<(), StageError> {
-    let old = if fs::symlink_metadata(target).is_ok() {
-        let old = unique_path(parent, "old");
-        fs::rename(target, &old).map_err(|e| StageError::io("move aside", target, e))?;
-        Some(old)
+    let aside = if fs::symlink_metadata(target).is_ok() {
+        let aside = Temporary::Old
+            .dir_in(parent)
+            .map_err(|e| StageError::io("create a temporary directory in", parent, e))?;
+        fs::rename(target, aside.path().join("tree"))
+            .map_err(|e| StageError::io("move aside", target, e))?;
+        Some(aside)
     } else {
         None
     };
     fs::rename(new, target).map_err(|e| StageError::io("move into place", target, e))?;
-    if let Some(old) = old {
-        let removed = if fs::symlink_metadata(&old).is_ok_and(|m| m.is_dir()) {
-            fs::remove_dir_all(&old)
-        } else {
-            fs::remove_file(&old)
-        };
-        if let Err(e) = removed {
-            log::warn!("could not remove the old extraction {}: {e}", old.display());
+    if let Some(aside) = aside {
+        let path = aside.path().to_path_buf();
+        if let Err(e) = aside.close() {
+            log::warn!(
+                "could not remove the old extraction {}: {e}",
+                path.display()
+            );
         }
     }
     Ok(())
-}
-
-/// The kinds of temporary names [`unique_path`] is called with.
-pub(crate) const TEMPORARY_KINDS: [&str; 4] = ["download", "unpack", "old", "write"];
-
-/// A per-process unique name in `dir`, starting with a dot so it never looks like a
-/// package or a binary. `what` is one of [`TEMPORARY_KINDS`].
-pub(crate) fn unique_path(dir: &Path, what: &str) -> PathBuf {
-    debug_assert!(TEMPORARY_KINDS.contains(&what));
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    dir.join(format!(".{what}-{}-{n}", std::process::id()))
-}
-
-/// Removes temporaries a crashed run left in `dir`. Only called under the staging lock and
-/// between stagings, so none of them can still be in use.
-pub(crate) fn remove_stale_temporaries(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let stale = TEMPORARY_KINDS
-            .iter()
-            .any(|kind| name.starts_with(&format!(".{kind}-")));
-        if !stale {
-            continue;
-        }
-        let path = entry.path();
-        let removed = match entry.file_type() {
-            Ok(kind) if kind.is_dir() => fs::remove_dir_all(&path),
-            _ => fs::remove_file(&path),
-        };
-        match removed {
-            Ok(()) => log::debug!("removed {} left by an earlier run", path.display()),
-            Err(e) => log::warn!(
-                "could not remove {} left by an earlier run: {e}",
-                path.display()
-            ),
-        }
-    }
-}
-
-/// A temporary directory removed on drop, whatever happened inside it.
-struct ScratchDir(PathBuf);
-
-impl ScratchDir {
-    fn create(parent: &Path, what: &str) -> Result<ScratchDir, StageError> {
-        let path = unique_path(parent, what);
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(|e| StageError::io("create the temporary directory", &path, e))?;
-        Ok(ScratchDir(path))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Counts the bytes read through readers it wraps and fails a read past its limit.

@@ -8,16 +8,23 @@
 //! the jump connection dies.
 
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use ssh2::{BlockDirections, Channel};
+use rustix::event::{PollFd, PollFlags};
+use ssh2::{Channel, Session};
 
-use super::ssh::SshConnection;
-use super::{ConnectSpec, Endpoint, TransportError};
+use super::{Endpoint, TransportError, socket};
+
+/// The jump host's side of a bridge: its session and the socket under it. The SSH engine
+/// implements it for its connection, so this module needs nothing of the engine's.
+pub(super) trait JumpSession {
+    fn session(&self) -> &Session;
+    fn socket(&self) -> BorrowedFd<'_>;
+}
 
 /// The bridge thread of one jumped connection. Dropping it waits for the thread, which
 /// ends once the target session (which owns the other socket end) is gone.
@@ -34,43 +41,39 @@ impl Drop for Bridge {
 }
 
 impl Bridge {
-    /// Connects to the jump host, opens a channel to `target` and starts relaying.
-    /// Returns the socket the target session must use.
-    pub(super) fn open(
-        jump: &ConnectSpec,
+    /// Starts the bridge thread, which calls `open_leg` (connect to the jump host and
+    /// open a forwarded channel to `target`) and then relays. Returns the socket the
+    /// target session must use. `open_leg` runs on the bridge thread, so the jump
+    /// session is created, used and dropped there.
+    pub(super) fn open<J: JumpSession + 'static>(
+        jump: &Endpoint,
         target: &Endpoint,
         deadline: Instant,
+        open_leg: impl FnOnce() -> Result<(J, Channel), TransportError> + Send + 'static,
     ) -> Result<(UnixStream, Bridge), TransportError> {
         let wrap = |source: TransportError| TransportError::Jump {
             endpoint: target.clone(),
-            jump: jump.endpoint.clone(),
+            jump: jump.clone(),
             source: Box::new(source),
         };
         let left = deadline.saturating_duration_since(Instant::now());
-        let mut jump = jump.clone();
-        // The jump leg spends the target's connect budget, not a budget of its own.
-        jump.connect_timeout = jump.connect_timeout.min(left);
         let (ours, theirs) = UnixStream::pair().map_err(|source| {
             wrap(TransportError::Connect {
-                endpoint: jump.endpoint.clone(),
+                endpoint: jump.clone(),
                 source,
             })
         })?;
         let (tx, rx) = mpsc::channel();
-        let target_for_thread = target.clone();
         let handle = thread::Builder::new()
-            .name(format!("jump {}", jump.endpoint))
-            .spawn(move || {
-                let opened = open_channel(&jump, &target_for_thread, deadline);
-                match opened {
-                    Ok((conn, channel)) => {
-                        if tx.send(Ok(())).is_ok() {
-                            relay(&conn, channel, theirs);
-                        }
+            .name(format!("jump {jump}"))
+            .spawn(move || match open_leg() {
+                Ok((conn, channel)) => {
+                    if tx.send(Ok(())).is_ok() {
+                        relay(&conn, channel, theirs);
                     }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
                 }
             })
             .map_err(|source| {
@@ -104,36 +107,12 @@ impl Bridge {
     }
 }
 
-fn open_channel(
-    jump: &ConnectSpec,
-    target: &Endpoint,
-    deadline: Instant,
-) -> Result<(SshConnection, Channel), TransportError> {
-    let conn = SshConnection::connect(jump)?;
-    let left = deadline.saturating_duration_since(Instant::now());
-    conn.session
-        .set_timeout(left.as_millis().clamp(1, u32::MAX as u128) as u32);
-    let channel = conn
-        .session
-        .channel_direct_tcpip(&target.host, target.port, None)
-        .map_err(|e| TransportError::Session {
-            endpoint: jump.endpoint.clone(),
-            what: format!("opening a forwarded connection to {target}"),
-            message: e.message().to_string(),
-            // "connect failed" is the target not (yet) listening; other reasons, such
-            // as "administratively prohibited" (AllowTcpForwarding no), are final.
-            transient: e.message().contains("connect failed") || e.message().contains("Timed out"),
-        })?;
-    conn.session.set_timeout(0);
-    Ok((conn, channel))
-}
-
 /// Moves bytes both ways until either side closes or fails.
-fn relay(conn: &SshConnection, mut channel: Channel, mut sock: UnixStream) {
+fn relay(conn: &impl JumpSession, mut channel: Channel, mut sock: UnixStream) {
     if sock.set_nonblocking(true).is_err() {
         return;
     }
-    conn.session.set_blocking(false);
+    conn.session().set_blocking(false);
     let mut buf = vec![0u8; 64 * 1024];
     let mut to_remote: Vec<u8> = Vec::new();
     let mut to_local: Vec<u8> = Vec::new();
@@ -185,39 +164,26 @@ fn relay(conn: &SshConnection, mut channel: Channel, mut sock: UnixStream) {
         }
 
         if !progress {
-            let _ = conn.session.keepalive_send();
-            let mut jump_events = match conn.session.block_directions() {
-                BlockDirections::Outbound => libc::POLLOUT,
-                BlockDirections::Both => libc::POLLIN | libc::POLLOUT,
-                _ => libc::POLLIN,
-            };
+            let _ = conn.session().keepalive_send();
+            let mut jump_events = socket::wanted(conn.session());
             if !to_local.is_empty() && to_remote.is_empty() {
                 // Backpressure from the target session: waiting for the socket pair to
                 // drain. Polling the jump socket's pending input would only spin.
-                jump_events = 0;
+                jump_events = PollFlags::empty();
             }
-            let mut sock_events = 0;
+            let mut sock_events = PollFlags::empty();
             if to_remote.is_empty() && !sock_eof {
-                sock_events |= libc::POLLIN;
+                sock_events |= PollFlags::IN;
             }
             if !to_local.is_empty() {
-                sock_events |= libc::POLLOUT;
+                sock_events |= PollFlags::OUT;
             }
             let mut fds = [
-                libc::pollfd {
-                    fd: conn.fd,
-                    events: jump_events,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: sock.as_raw_fd(),
-                    events: sock_events,
-                    revents: 0,
-                },
+                PollFd::from_borrowed_fd(conn.socket(), jump_events),
+                PollFd::new(&sock, sock_events),
             ];
-            // SAFETY: two valid pollfds for the duration of the call. The 250 ms cap
-            // covers wake-ups libssh2's internal buffering could hide.
-            unsafe { libc::poll(fds.as_mut_ptr(), 2, 250) };
+            // The 250 ms cap covers wake-ups libssh2's internal buffering could hide.
+            let _ = socket::wait(&mut fds, Duration::from_millis(250));
         }
     }
     let _ = channel.close();

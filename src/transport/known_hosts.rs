@@ -36,9 +36,8 @@ pub fn sha256_fingerprint(digest: &[u8]) -> String {
 }
 
 fn base64_unpadded(bytes: &[u8]) -> String {
-    parse::base64_encode(bytes)
-        .trim_end_matches('=')
-        .to_string()
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes)
 }
 
 /// The fingerprint of the key the session's peer presented.

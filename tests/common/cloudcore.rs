@@ -2,6 +2,7 @@
 //! and `GET /node/<name>` answers 200 for names made "registered" and 404 otherwise, as
 //! cloudcore's CheckNode does. TLS with a throwaway self-signed certificate.
 
+use base64::Engine as _;
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -105,22 +106,8 @@ impl Drop for FakeCloudcore {
 
 /// A join token with this CA hash that expires at `exp` (unix seconds).
 pub fn token(ca_hash: &str, exp: u64) -> String {
-    fn b64(data: &[u8]) -> String {
-        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let mut out = String::new();
-        for chunk in data.chunks(3) {
-            let b = [
-                chunk[0],
-                *chunk.get(1).unwrap_or(&0),
-                *chunk.get(2).unwrap_or(&0),
-            ];
-            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for i in 0..=chunk.len() {
-                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            }
-        }
-        out
-    }
+    // Unpadded URL-safe base64, as in a JWT.
+    let b64 = |data: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data);
     format!(
         "{ca_hash}.{}.{}.{}",
         b64(br#"{"alg":"HS256","typ":"JWT"}"#),

@@ -1,6 +1,8 @@
 //! Builds keadm release tarballs in memory, with the real layout:
 //! `keadm-<ver>-linux-<arch>/{version, keadm/keadm}`.
 
+use std::path::{Path, PathBuf};
+
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use sha2::{Digest, Sha256, Sha512};
@@ -14,6 +16,17 @@ pub struct FakeRelease {
     pub omit_binary: bool,
     /// The content of `keadm/keadm`; a script that prints its version by default.
     pub binary: Option<Vec<u8>>,
+}
+
+/// What the checksum file beside an offline package holds.
+#[derive(Clone, Copy, Debug)]
+pub enum ChecksumFile<'a> {
+    /// The tarball's sha512, as a release ships it.
+    Matching,
+    /// This digest (a wrong one, say).
+    Holding(&'a str),
+    /// There is no checksum file.
+    Absent,
 }
 
 pub struct Built {
@@ -61,6 +74,26 @@ impl FakeRelease {
     /// `checksum_keadm-<ver>-linux-<arch>.tar.gz.txt`
     pub fn checksum_name(&self) -> String {
         format!("checksum_{}.txt", self.file_name())
+    }
+
+    /// Builds the release and writes it where keadm's offline mode looks for it,
+    /// `<packages>/<arch>/<file_name>`, with the checksum file `checksum` says. Returns the
+    /// build and the tarball's path.
+    pub fn write_offline(&self, packages: &Path, checksum: ChecksumFile) -> (Built, PathBuf) {
+        let built = self.build();
+        let dir = packages.join(&self.arch);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(self.file_name());
+        std::fs::write(&path, &built.bytes).unwrap();
+        let digest = match checksum {
+            ChecksumFile::Matching => Some(built.sha512.as_str()),
+            ChecksumFile::Holding(digest) => Some(digest),
+            ChecksumFile::Absent => None,
+        };
+        if let Some(digest) = digest {
+            std::fs::write(dir.join(self.checksum_name()), format!("{digest}\n")).unwrap();
+        }
+        (built, path)
     }
 
     pub fn build(&self) -> Built {

@@ -59,13 +59,30 @@ pub enum NodeOpt {
     Ipv6,
     /// An extra sshd_config line, e.g. `"MaxSessions 2"`; it overrides the fleet's defaults
     /// (a `Subsystem sftp` line replaces the fleet's sftp-server).
-    SshdConfig(&'static str),
-    /// The non-root user [`TEST_USER`] may use sudo on this node, with or without its
-    /// password (a sudoers copy bind-mounted in the node's namespace only).
-    Sudo { password_required: bool },
-    /// The non-root user [`TEST_USER`] gets exactly these sudoers rules (each line is
-    /// prefixed with the user name), e.g. a password for everything but `sh`.
-    SudoRules(&'static [&'static str]),
+    SshdConfig(String),
+    /// The non-root user [`TEST_USER`] may use sudo on this node (a sudoers copy
+    /// bind-mounted in the node's namespace only).
+    Sudo(Sudo),
+}
+
+/// How [`TEST_USER`] may use sudo on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sudo {
+    Passwordless,
+    WithPassword,
+    /// Exactly these sudoers rules (each line is prefixed with the user name), e.g. a
+    /// password for everything but `sh`.
+    Rules(&'static [&'static str]),
+}
+
+impl Sudo {
+    fn rules(self) -> &'static [&'static str] {
+        match self {
+            Sudo::Passwordless => &["ALL=(ALL) NOPASSWD: ALL"],
+            Sudo::WithPassword => &["ALL=(ALL) ALL"],
+            Sudo::Rules(rules) => rules,
+        }
+    }
 }
 
 /// A non-root login present on every node (a passwd copy in each node's namespace; the
@@ -172,6 +189,14 @@ pub struct Fleet {
 impl Fleet {
     pub fn builder() -> FleetBuilder {
         FleetBuilder::default()
+    }
+
+    /// One node on which [`TEST_USER`] may use sudo as `sudo` says.
+    pub fn with_sudo(sudo: Sudo) -> Fleet {
+        Fleet::builder()
+            .nodes(1)
+            .node_option(0, NodeOpt::Sudo(sudo))
+            .start()
     }
 
     pub fn node(&self, i: usize) -> &Node {
@@ -291,10 +316,6 @@ impl Node {
         node.host = host;
         node.port = port;
         node
-    }
-
-    pub fn index(&self) -> usize {
-        self.index
     }
 
     /// The address sshd listens on, unbracketed (`127.20.0.2`, `::1`).
@@ -561,13 +582,7 @@ impl Node {
             root = self.shadow.parent().unwrap().display(),
         );
         if let Some(rules) = self.opts.iter().find_map(|o| match o {
-            NodeOpt::Sudo {
-                password_required: true,
-            } => Some(&["ALL=(ALL) ALL"][..]),
-            NodeOpt::Sudo {
-                password_required: false,
-            } => Some(&["ALL=(ALL) NOPASSWD: ALL"][..]),
-            NodeOpt::SudoRules(rules) => Some(*rules),
+            NodeOpt::Sudo(sudo) => Some(sudo.rules()),
             _ => None,
         }) {
             let sudoers = self.dir.join("sudoers");

@@ -1,10 +1,11 @@
-//! Shared helpers for the integration tests. Each test binary uses only part of them.
-#![allow(dead_code)]
+//! Shared helpers for the integration tests, compiled once into the one test binary.
 
 pub mod cloudcore;
+pub mod edge_state;
 pub mod fake_keadm;
 pub mod fake_release;
 pub mod fleet;
 pub mod http_server;
 pub mod scenario;
+pub mod ssh_agent;
 pub mod test;

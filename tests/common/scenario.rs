@@ -5,16 +5,15 @@
 //! ```ignore
 //! let fleet = Fleet::builder().nodes(3).start();
 //! let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("joined"));
-//! let out = sc.run(&[]);           // writes config.yaml and runs `batch -c config.yaml`
-//! out.status(0);
+//! sc.run(&[]).status(0);           // writes config.yaml and runs `batch -c config.yaml`
 //! ```
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use super::fake_keadm::FakeKeadm;
-use super::fake_release::FakeRelease;
-use super::fleet::{Fleet, Node};
+use super::fake_release::{ChecksumFile, FakeRelease};
+use super::fleet::{Fleet, Node, TEST_USER};
+use super::test::{Output, Test};
 
 pub const VERSION: &str = "v1.23.1";
 
@@ -90,8 +89,10 @@ impl<'f> Scenario<'f> {
         self
     }
 
-    pub fn username(mut self, user: &str) -> Self {
-        self.username = user.to_string();
+    /// Logs in as the fleet's non-root [`TEST_USER`] instead of root.
+    pub fn login_as_test_user(mut self, login: Login) -> Self {
+        self.username = TEST_USER.to_string();
+        self.login = login;
         self
     }
 
@@ -168,16 +169,9 @@ impl<'f> Scenario<'f> {
         for arch in ["amd64", "arm64", "arm"] {
             // A comment names the arch, so a test can tell which build a node received.
             let script = format!("{}# arch={arch}\n", self.keadm.script());
-            let release = FakeRelease::new(VERSION, arch).with_binary(script.as_bytes());
-            let built = release.build();
-            let dir = self.path("packages").join(arch);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join(release.file_name()), &built.bytes).unwrap();
-            std::fs::write(
-                dir.join(release.checksum_name()),
-                format!("{}\n", built.sha512),
-            )
-            .unwrap();
+            FakeRelease::new(VERSION, arch)
+                .with_binary(script.as_bytes())
+                .write_offline(&self.path("packages"), ChecksumFile::Matching);
         }
     }
 
@@ -251,8 +245,9 @@ impl<'f> Scenario<'f> {
         s
     }
 
-    /// Writes config and packages (if absent) and returns the command to run.
-    pub fn command(&self, extra: &[&str]) -> Command {
+    /// Writes config and packages (if absent) and returns the launch of
+    /// `batch -c config.yaml` against the fleet, with `extra` arguments.
+    pub fn command(&self, extra: &[&str]) -> Test {
         if !self.path("packages").exists() {
             self.write_packages();
         }
@@ -260,48 +255,24 @@ impl<'f> Scenario<'f> {
         if !config.exists() {
             std::fs::write(&config, self.config_text()).unwrap();
         }
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_keadm-batch"));
-        cmd.current_dir(self.dir.path())
+        Test::in_dir(self.dir.path())
             .env("HOME", self.dir.path())
-            .env_remove("RUST_LOG")
             .args(["batch", "-c", "config.yaml", "--known-hosts"])
             .arg(self.fleet.known_hosts())
             .arg("--staging-dir")
             .arg(self.staging_dir())
             .arg("--preflight")
             .arg(&self.preflight)
-            .args(extra);
-        cmd
+            .args(extra)
     }
 
-    pub fn run(&self, extra: &[&str]) -> RunOutput {
-        let out = self.command(extra).output().unwrap();
-        RunOutput {
-            status: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            dir: self.dir.path().to_path_buf(),
-        }
+    pub fn run(&self, extra: &[&str]) -> Output {
+        self.command(extra).run()
     }
 }
 
-pub struct RunOutput {
-    pub status: i32,
-    pub stdout: String,
-    pub stderr: String,
-    pub dir: PathBuf,
-}
-
-impl RunOutput {
-    pub fn status(&self, code: i32) -> &Self {
-        assert_eq!(
-            self.status, code,
-            "exit status\n--- stdout:\n{}\n--- stderr:\n{}",
-            self.stdout, self.stderr
-        );
-        self
-    }
-
+/// What a batch run leaves in its directory.
+impl Output {
     /// `batch_process_log.txt`, as lines.
     pub fn log_lines(&self) -> Vec<String> {
         std::fs::read_to_string(self.dir.join("batch_process_log.txt"))
@@ -358,8 +329,4 @@ impl RunOutput {
 /// The path of keadm in a node's default remote dir.
 pub fn remote_keadm(node: &Node) -> PathBuf {
     node.tmp_path("kubeedge/keadm/keadm")
-}
-
-pub fn exists(p: &Path) -> bool {
-    p.exists()
 }

@@ -1,42 +1,74 @@
-//! A fluent harness for running the keadm-batch binary in a scratch directory, in the
-//! manner of just's `Test`: `Test::new().config(..).args(..).run().status(2).stderr_has(..)`.
+//! The one way the tests launch the keadm-batch binary, in the manner of just's `Test`:
+//! a builder that runs it and an output with fluent assertions.
+//!
+//! ```ignore
+//! Test::new().config(yaml).args(&["batch", "-c", "config.yaml"]).run().status(2).stderr_has("..");
+//! Test::in_dir(&fixtures).args(&[..]).env("SSL_CERT_FILE", &cert).run();
+//! let running = sc.command(&[]).spawn(); /* act on the nodes */ running.interrupt(); running.wait();
+//! ```
+//!
+//! Every launch gets the same environment: a scratch HOME unless the test sets one, no
+//! RUST_LOG, no KEADM_BATCH_TEST_UNSET (fixtures rely on it being unset), NO_COLOR, and
+//! /dev/null as stdin (the binary reads none, so a stray read cannot hang a test). Output
+//! goes to anonymous files rather than pipes, so a process that prints megabytes while a
+//! test waits for something else never blocks on a full pipe.
 
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{Read, Seek};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+/// A launch of the binary being built: where, with which arguments and environment.
 pub struct Test {
-    pub dir: TempDir,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
+    dir: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    /// Scratch dirs this launch owns; they go to its output and live as long as it.
+    owned: Vec<TempDir>,
 }
 
 impl Test {
+    /// A launch in a fresh scratch directory, with HOME at its `home/`.
     pub fn new() -> Test {
-        let dir = tempfile::Builder::new()
+        let scratch = tempfile::Builder::new()
             .prefix("keadm-batch-test")
             .tempdir()
             .unwrap();
-        std::fs::create_dir(dir.path().join("home")).unwrap();
+        let home = scratch.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        let mut test = Test::in_dir(scratch.path()).env("HOME", &home);
+        test.owned.push(scratch);
+        test
+    }
+
+    /// A launch in `dir`, which the test owns (fixtures, a scenario's run directory).
+    pub fn in_dir(dir: &Path) -> Test {
         Test {
-            dir,
+            dir: dir.to_path_buf(),
             args: Vec::new(),
             env: Vec::new(),
+            owned: Vec::new(),
         }
     }
 
+    /// The directory the binary runs in.
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.dir
     }
 
-    /// Writes `config.yaml` in the scratch directory.
+    /// Writes `config.yaml` in the directory.
     pub fn config(self, yaml: &str) -> Test {
         self.file("config.yaml", yaml)
     }
 
+    /// Writes `name` (a path relative to the directory) with `contents`.
     pub fn file(self, name: &str, contents: &str) -> Test {
-        let path = self.dir.path().join(name);
+        let path = self.dir.join(name);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).unwrap();
         }
@@ -44,58 +76,181 @@ impl Test {
         self
     }
 
-    pub fn args(mut self, args: &[&str]) -> Test {
-        self.args.extend(args.iter().map(|s| s.to_string()));
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Test {
+        self.args.push(arg.as_ref().to_owned());
         self
     }
 
-    pub fn env(mut self, key: &str, value: &str) -> Test {
-        self.env.push((key.into(), value.into()));
+    pub fn args<I>(self, args: I) -> Test
+    where
+        I: IntoIterator,
+        I::Item: AsRef<OsStr>,
+    {
+        args.into_iter().fold(self, Test::arg)
+    }
+
+    pub fn env(mut self, key: &str, value: impl AsRef<OsStr>) -> Test {
+        self.env.push((key.into(), value.as_ref().to_owned()));
         self
     }
 
-    /// The binary, in the scratch dir with its HOME, without this test's arguments.
-    pub fn command(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_keadm-batch"));
-        cmd.current_dir(self.dir.path())
-            .env("HOME", self.dir.path().join("home"))
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1");
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        cmd
-    }
-
+    /// Runs the binary to its end.
     pub fn run(self) -> Output {
-        let out = self.command().args(&self.args).output().unwrap();
-        Output {
-            status: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            test: self,
+        self.spawn().wait()
+    }
+
+    /// Starts the binary, for a test that acts while it runs.
+    pub fn spawn(mut self) -> Running {
+        if !self.env.iter().any(|(key, _)| key == "HOME") {
+            let home = tempfile::Builder::new()
+                .prefix("keadm-batch-home")
+                .tempdir()
+                .unwrap();
+            self = self.env("HOME", home.path());
+            self.owned.push(home);
+        }
+        let stdout = tempfile::tempfile().unwrap();
+        let stderr = tempfile::tempfile().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_keadm-batch"))
+            .current_dir(&self.dir)
+            .env_remove("RUST_LOG")
+            .env_remove("KEADM_BATCH_TEST_UNSET")
+            .env("NO_COLOR", "1")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(stdout.try_clone().unwrap())
+            .stderr(stderr.try_clone().unwrap())
+            .spawn()
+            .expect("start keadm-batch");
+        Running {
+            child,
+            stdout,
+            stderr,
+            dir: self.dir,
+            owned: self.owned,
         }
     }
 }
 
+/// The binary while it runs. Dropping it kills a process that is still running, so a
+/// failed test leaves nothing behind.
+pub struct Running {
+    child: Child,
+    stdout: File,
+    stderr: File,
+    dir: PathBuf,
+    owned: Vec<TempDir>,
+}
+
+impl Running {
+    /// SIGINT, as Ctrl-C in the operator's terminal sends.
+    pub fn interrupt(&self) {
+        // SAFETY: plain kill(2) on the child this launch started.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+    }
+
+    /// SIGKILL, as the OOM killer or a lost machine would end it.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+    }
+
+    pub fn wait(mut self) -> Output {
+        let status = self.child.wait().unwrap();
+        self.output(status)
+    }
+
+    /// Waits at most `limit` (else kills it and fails the test) and returns the output
+    /// with the peak RSS in KiB, sampled from /proc/<pid>/status (VmHWM) while it runs:
+    /// wait4's ru_maxrss would also count the test process's pages from before the exec.
+    pub fn wait_measured(mut self, limit: Duration) -> (Output, u64) {
+        let deadline = Instant::now() + limit;
+        let status_file = format!("/proc/{}/status", self.child.id());
+        let mut peak_kib = 0u64;
+        let status = loop {
+            if let Ok(text) = std::fs::read_to_string(&status_file)
+                && let Some(line) = text.lines().find(|l| l.starts_with("VmHWM:"))
+                && let Some(kib) = line
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            {
+                peak_kib = peak_kib.max(kib);
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "keadm-batch did not finish within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        (self.output(status), peak_kib)
+    }
+
+    fn output(&mut self, status: ExitStatus) -> Output {
+        let read = |file: &mut File| {
+            let mut bytes = Vec::new();
+            file.rewind().unwrap();
+            file.read_to_end(&mut bytes).unwrap();
+            String::from_utf8_lossy(&bytes).into_owned()
+        };
+        Output {
+            status,
+            stdout: read(&mut self.stdout),
+            stderr: read(&mut self.stderr),
+            dir: self.dir.clone(),
+            _owned: std::mem::take(&mut self.owned),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// What a finished run left: its exit, its output, and the directory it ran in (which
+/// holds its result files; see `scenario.rs` for the readers of a batch run's files).
+#[derive(Debug)]
 pub struct Output {
-    pub status: i32,
+    pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
-    pub test: Test,
+    pub dir: PathBuf,
+    _owned: Vec<TempDir>,
 }
 
 impl Output {
-    pub fn status(self, code: i32) -> Output {
+    /// The exit code, or -1 when a signal ended the process.
+    pub fn code(&self) -> i32 {
+        self.status.code().unwrap_or(-1)
+    }
+
+    /// Asserts the exit code.
+    pub fn status(&self, code: i32) -> &Output {
         assert_eq!(
-            self.status, code,
-            "exit status\n--- stdout:\n{}\n--- stderr:\n{}",
-            self.stdout, self.stderr
+            self.code(),
+            code,
+            "exit status ({})\n--- stdout:\n{}\n--- stderr:\n{}",
+            self.status,
+            self.stdout,
+            self.stderr
         );
         self
     }
 
-    pub fn stderr_has(self, needle: &str) -> Output {
+    /// The signal that ended the process, if one did.
+    pub fn signal(&self) -> Option<i32> {
+        self.status.signal()
+    }
+
+    pub fn stderr_has(&self, needle: &str) -> &Output {
         assert!(
             self.stderr.contains(needle),
             "stderr lacks {needle:?}:\n{}",
@@ -104,7 +259,7 @@ impl Output {
         self
     }
 
-    pub fn stderr_lacks(self, needle: &str) -> Output {
+    pub fn stderr_lacks(&self, needle: &str) -> &Output {
         assert!(
             !self.stderr.contains(needle),
             "stderr has {needle:?}:\n{}",
@@ -113,7 +268,7 @@ impl Output {
         self
     }
 
-    pub fn stdout_has(self, needle: &str) -> Output {
+    pub fn stdout_has(&self, needle: &str) -> &Output {
         assert!(
             self.stdout.contains(needle),
             "stdout lacks {needle:?}:\n{}",
@@ -122,13 +277,9 @@ impl Output {
         self
     }
 
-    pub fn stdout_is(self, expected: &str) -> Output {
-        assert_eq!(self.stdout, expected);
-        self
-    }
-
+    /// `name` in the directory the binary ran in.
     pub fn path(&self, name: &str) -> PathBuf {
-        self.test.dir.path().join(name)
+        self.dir.join(name)
     }
 }
 

@@ -1,5 +1,9 @@
 //! Reading an OpenSSH known-hosts file ourselves: markers, host patterns, hashed names.
 
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
+
 /// The marker a line starts with, if any.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Marker {
@@ -182,17 +186,20 @@ fn hmac_sha1(key: &[u8], data: &[u8]) -> Option<Vec<u8>> {
     signer.sign_to_vec().ok()
 }
 
-/// Standard base64 with padding, as known-hosts lines carry keys.
+/// Standard base64 with padding, as known-hosts lines carry keys and salts. Padding is
+/// required; bits past the last byte are not checked (libcrypto's decoder, which read
+/// these files before, did not check them either).
+const KEY_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
 pub(super) fn base64_encode(bytes: &[u8]) -> String {
-    openssl::base64::encode_block(bytes)
+    KEY_BASE64.encode(bytes)
 }
 
 pub(super) fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    // EVP_DecodeBlock skips surrounding whitespace but rejects any other stray byte.
-    if !text.len().is_multiple_of(4) {
-        return None;
-    }
-    openssl::base64::decode_block(text).ok()
+    KEY_BASE64.decode(text).ok()
 }
 
 #[cfg(test)]
@@ -352,5 +359,31 @@ pub(super) mod tests {
         }
         assert_eq!(base64_encode(b"fo"), "Zm8=");
         assert_eq!(base64_decode("!!!!"), None);
+    }
+
+    #[test]
+    fn base64_matches_rfc4648_and_what_libcrypto_accepted() {
+        // RFC 4648's test vectors.
+        for (data, text) in [
+            (&b""[..], ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+            (b"fooba", "Zm9vYmE="),
+            (b"foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64_encode(data), text);
+            assert_eq!(base64_decode(text).as_deref(), Some(data), "{text}");
+        }
+        // Both base64 symbols beyond letters and digits are the standard alphabet's.
+        assert_eq!(base64_encode(&[0xfb, 0xff]), "+/8=");
+        assert_eq!(base64_decode("+/8=").as_deref(), Some(&[0xfb, 0xff][..]));
+        assert_eq!(base64_decode("-_8="), None);
+        // Unpadded text was refused, and nonzero bits past the last byte were ignored.
+        assert_eq!(base64_decode("Zg"), None);
+        assert_eq!(base64_decode("Zm8"), None);
+        assert_eq!(base64_decode("Zh==").as_deref(), Some(&b"f"[..]));
+        assert_eq!(base64_decode("Zg=a"), None);
     }
 }

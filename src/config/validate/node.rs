@@ -1,0 +1,383 @@
+//! One `nodes` item into a [`NodeSpec`]: its name, its rendered keadmCmd (read once as
+//! keadm reads it), its copyFrom files, its overrides of the run-wide defaults and its ssh
+//! block; plus the checks across nodes (unique names, edge node names and addresses).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use super::validator::Validator;
+use crate::config::diagnostic::Diagnostic;
+use crate::config::environment::Environment;
+use crate::config::model::{CopyFile, HostKeyPolicy, NodeSpec};
+use crate::config::schema::{RawConfig, RawNode, Spanned, non_empty};
+use crate::config::template::{self, Lookup};
+use crate::keadm_cmd::KeadmCommand;
+use crate::redact::Secret;
+
+/// The run-wide values a node inherits when it does not set its own.
+pub(super) struct Defaults {
+    pub(super) host_key_policy: Option<HostKeyPolicy>,
+    pub(super) timeout_seconds: Option<u64>,
+    pub(super) connect_timeout_seconds: Option<u64>,
+    pub(super) retries: Option<u32>,
+    pub(super) remote_dir: Option<String>,
+    pub(super) keadm_bin_dir: Option<String>,
+}
+
+impl Defaults {
+    /// The top-level extensions and `keadm.keadmBinDir`, checked.
+    pub(super) fn read(v: &mut Validator, raw: &RawConfig) -> Defaults {
+        Defaults {
+            host_key_policy: v.policy(&raw.host_key_policy, None),
+            timeout_seconds: v.seconds(&raw.timeout_seconds, "timeoutSeconds", None),
+            connect_timeout_seconds: v.seconds(
+                &raw.connect_timeout_seconds,
+                "connectTimeoutSeconds",
+                None,
+            ),
+            retries: v.retries(&raw.retries, None),
+            remote_dir: v.remote_dir(&raw.remote_dir, None),
+            keadm_bin_dir: non_empty(&raw.keadm.keadm_bin_dir).map(|s| s.value.clone()),
+        }
+    }
+}
+
+/// What earlier nodes claimed, by node index: two nodes may share none of these names,
+/// and sharing an address is worth a warning.
+#[derive(Default)]
+struct Claimed<'r> {
+    node_names: HashMap<&'r str, usize>,
+    edge_names: HashMap<String, usize>,
+    endpoints: HashMap<(String, u16), usize>,
+}
+
+/// Every node of `raw` that is valid; the others are reported.
+pub(super) fn nodes(v: &mut Validator, raw: &RawConfig, defaults: &Defaults) -> Vec<NodeSpec> {
+    // The values templates see: cmdTplArgs as plain strings.
+    let args: BTreeMap<String, String> = raw
+        .keadm
+        .cmd_tpl_args
+        .iter()
+        .map(|(k, v)| (k.clone(), v.value.clone()))
+        .collect();
+    let lookup = TemplateLookup {
+        args: &args,
+        env: v.env(),
+    };
+    let mut claimed = Claimed::default();
+    raw.nodes
+        .iter()
+        .filter_map(|node| node_spec(v, node, defaults, &lookup, &mut claimed))
+        .collect()
+}
+
+fn node_spec<'r>(
+    v: &mut Validator,
+    node: &'r RawNode,
+    defaults: &Defaults,
+    lookup: &TemplateLookup,
+    claimed: &mut Claimed<'r>,
+) -> Option<NodeSpec> {
+    let subject = node.label();
+    let subj = || Some(subject.clone());
+    let name = node_name(v, node, &subject, claimed);
+    let command = command(v, node, &subject, lookup);
+    let keadm_args = KeadmCommand::parse(command.as_ref().map_or("", |c| c.text.as_str()));
+    for flag in keadm_args.empty_flags() {
+        v.warn(
+            node.keadm_cmd.as_ref().map(|c| c.pos),
+            subj(),
+            format!("keadmCmd passes {flag}= with an empty value"),
+            Some("fill in the value (an empty keadm.cmdTplArgs entry?)".into()),
+        );
+    }
+    let mut edge_name_ok = true;
+    if let Some(edge_name) = keadm_args.edgenode_name().map(str::to_string)
+        && let Some(first) = claimed.edge_names.insert(edge_name.clone(), node.index)
+    {
+        v.error(
+            node.keadm_cmd.as_ref().map(|c| c.pos),
+            subj(),
+            format!("--edgenode-name={edge_name} is also used by node {}; both would register as one edge node", first + 1),
+            "give every node its own --edgenode-name",
+        );
+        edge_name_ok = false;
+    }
+    let copy = non_empty(&node.copy_from).map(|field| copy_files(v, field, &subject));
+    let timeout_seconds = v
+        .seconds(&node.timeout_seconds, "timeoutSeconds", subj())
+        .or(defaults.timeout_seconds);
+    let retries = v.retries(&node.retries, subj()).or(defaults.retries);
+    let remote_dir = v
+        .remote_dir(&node.remote_dir, subj())
+        .or_else(|| defaults.remote_dir.clone());
+    let mut ssh = match &node.ssh {
+        Some(raw_ssh) => v.ssh(raw_ssh, &subject, "ssh", defaults.host_key_policy)?,
+        None => {
+            v.error(
+                Some(node.pos),
+                subj(),
+                "the node has no ssh block",
+                "add `ssh:` with ip, username, port and auth",
+            );
+            return None;
+        }
+    };
+    if ssh.connect_timeout_seconds.is_none() {
+        ssh.connect_timeout_seconds = defaults.connect_timeout_seconds;
+    }
+    if let Some(first) = claimed
+        .endpoints
+        .insert((ssh.host.clone(), ssh.port), node.index)
+    {
+        v.warn(
+            node.ssh.as_ref().and_then(|s| s.ip.as_ref()).map(|ip| ip.pos),
+            subj(),
+            format!("{}:{} is also node {}'s address; both nodes will run on one host", ssh.host, ssh.port, first + 1),
+            Some("give each node its own remoteDir so their uploads stay apart, or remove the duplicate".into()),
+        );
+    }
+    // Every check has reported by now; a node with any problem is left out.
+    let (name, command) = (name?, command?);
+    let (copy_from, copy_files) = match copy {
+        Some(listed) => {
+            let (dir, files) = listed?;
+            (Some(dir), files)
+        }
+        None => (None, Vec::new()),
+    };
+    if !edge_name_ok {
+        return None;
+    }
+    // The token is a secret in every spelling (`-t V` too), wherever it shows up.
+    let mut secrets = command.secrets;
+    secrets.extend(keadm_args.token().map(Secret::new));
+    secrets.extend(ssh.secrets());
+    Some(NodeSpec {
+        index: node.index,
+        name,
+        command: command.text,
+        keadm_args,
+        secrets,
+        copy_from,
+        copy_files,
+        keadm_bin_dir: non_empty(&node.keadm_bin_dir)
+            .map(|s| s.value.clone())
+            .or_else(|| defaults.keadm_bin_dir.clone()),
+        remote_dir,
+        timeout_seconds,
+        retries,
+        ssh,
+    })
+}
+
+/// `nodeName`: present and unique, since results are keyed by it.
+fn node_name<'r>(
+    v: &mut Validator,
+    node: &'r RawNode,
+    subject: &str,
+    claimed: &mut Claimed<'r>,
+) -> Option<String> {
+    match &node.node_name {
+        Some(n) if !n.value.is_empty() => {
+            if let Some(first) = claimed.node_names.insert(&n.value, node.index) {
+                v.error(
+                    Some(n.pos),
+                    Some(subject.to_string()),
+                    format!(
+                        "nodeName `{}` is already used by node {}",
+                        n.value,
+                        first + 1
+                    ),
+                    "give every node a unique nodeName: results are keyed by it",
+                );
+                return None;
+            }
+            Some(n.value.clone())
+        }
+        other => {
+            v.error(
+                other.as_ref().map(|n| n.pos).or(Some(node.pos)),
+                Some(subject.to_string()),
+                "nodeName is empty",
+                "give the node a unique nodeName: results and transcripts are keyed by it",
+            );
+            None
+        }
+    }
+}
+
+/// `keadmCmd`, rendered: the shell text and the secrets `{{env}}` read into it.
+fn command(
+    v: &mut Validator,
+    node: &RawNode,
+    subject: &str,
+    lookup: &TemplateLookup,
+) -> Option<template::Rendered> {
+    match &node.keadm_cmd {
+        Some(cmd) if !cmd.value.trim().is_empty() => match template::render(&cmd.value, lookup) {
+            Ok(rendered) => Some(rendered),
+            Err(err) => {
+                v.push(Diagnostic::error(
+                    Some(cmd.pos),
+                    Some(subject.to_string()),
+                    format!("keadmCmd cannot be rendered: {}", err.message),
+                    err.fix,
+                ));
+                None
+            }
+        },
+        other => {
+            v.error(
+                other.as_ref().map(|c| c.pos).or(Some(node.pos)),
+                Some(subject.to_string()),
+                "keadmCmd is empty (keadm would run `./keadm` with no arguments and call it a success)",
+                "set keadmCmd to the keadm subcommand to run, such as `join --cloudcore-ipport=...`",
+            );
+            None
+        }
+    }
+}
+
+/// The copyFrom directory, resolved, and its files; every problem in it is reported at
+/// the copyFrom line.
+fn copy_files(
+    v: &mut Validator,
+    field: &Spanned<String>,
+    subject: &str,
+) -> Option<(PathBuf, Vec<CopyFile>)> {
+    let dir = v.local_path(&field.value);
+    match v.copy_dirs.list(&dir) {
+        Ok(files) => Some((dir, files)),
+        Err(problems) => {
+            for problem in problems {
+                v.error(
+                    Some(field.pos),
+                    Some(subject.to_string()),
+                    problem.message(),
+                    problem.fix(),
+                );
+            }
+            None
+        }
+    }
+}
+
+/// What `{{.key}}` and `{{env "NAME"}}` read in keadmCmd.
+struct TemplateLookup<'a> {
+    args: &'a BTreeMap<String, String>,
+    env: &'a dyn Environment,
+}
+
+impl Lookup for TemplateLookup<'_> {
+    fn args(&self) -> &BTreeMap<String, String> {
+        self.args
+    }
+    fn env(&self, name: &str) -> Option<String> {
+        self.env.var(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::validate::tests::{GOOD, check, rendered};
+    use crate::redact::Secret;
+
+    /// GOOD plus a second node `b` at `ip`, with `extra` node fields.
+    fn two_nodes(ip: &str, extra: &str) -> String {
+        format!(
+            "{GOOD}- nodeName: b\n  keadmCmd: join --edgenode-name=b\n{extra}  ssh:\n    ip: {ip}\n    username: root\n    auth:\n      type: agent\n"
+        )
+    }
+
+    #[test]
+    fn a_node_value_wins_over_the_run_wide_default() {
+        let text = format!(
+            "timeoutSeconds: 100\nretries: 3\nremoteDir: /srv/kb/\nconnectTimeoutSeconds: 7\n{}",
+            two_nodes("10.0.0.2", "  timeoutSeconds: 5\n  remoteDir: /\n")
+        );
+        let (config, diags) = check(&text);
+        assert!(diags.is_empty(), "{}", rendered(&diags));
+        let config = config.unwrap();
+        let [a, b] = &config.nodes[..] else {
+            panic!("two nodes")
+        };
+        assert_eq!(
+            (a.timeout_seconds, a.retries, a.remote_dir.as_deref()),
+            (Some(100), Some(3), Some("/srv/kb"))
+        );
+        assert_eq!(
+            (b.timeout_seconds, b.retries, b.remote_dir.as_deref()),
+            (Some(5), Some(3), Some("/"))
+        );
+        assert_eq!(b.ssh.connect_timeout_seconds, Some(7));
+        assert_eq!(config.remote_dir.as_deref(), Some("/srv/kb"));
+    }
+
+    #[test]
+    fn secrets_are_template_values_then_the_token_then_passwords() {
+        let text = GOOD.replace(
+            "'{{.cmd}} --edgenode-name=a'",
+            "'{{.cmd}} --edgenode-name=a -t {{env \"PW\"}}x'",
+        );
+        let (config, diags) = check(&text);
+        assert!(diags.is_empty(), "{}", rendered(&diags));
+        assert_eq!(
+            config.unwrap().nodes[0].secrets,
+            [
+                Secret::new("from-env"),
+                Secret::new("from-envx"),
+                Secret::new("from-env")
+            ]
+        );
+    }
+
+    #[test]
+    fn nodes_sharing_an_address_are_warned_about_and_kept() {
+        let (config, diags) = check(&two_nodes("10.0.0.1", ""));
+        assert_eq!(config.unwrap().nodes.len(), 2);
+        assert_eq!(
+            rendered(&diags),
+            "c.yaml:19:9: node 2 \"b\": 10.0.0.1:22 is also node 1's address; both nodes will run on one host; give each node its own remoteDir so their uploads stay apart, or remove the duplicate."
+        );
+    }
+
+    #[test]
+    fn copy_from_problems_point_at_the_copy_from_line() {
+        let (config, diags) = check(&two_nodes("10.0.0.2", "  copyFrom: /nonexistent/files\n"));
+        assert!(config.is_none());
+        let all = rendered(&diags);
+        assert!(
+            all.starts_with(
+                "c.yaml:18:13: node 2 \"b\": copyFrom directory /nonexistent/files cannot be read: "
+            ),
+            "{all}"
+        );
+        assert!(
+            all.ends_with(
+                "; point copyFrom at an existing directory of files to upload, or remove it."
+            ),
+            "{all}"
+        );
+    }
+
+    #[test]
+    fn a_node_with_several_problems_reports_them_all_in_order() {
+        let text = format!(
+            "{GOOD}- nodeName: a\n  keadmCmd: 'join --edgenode-name=a --token='\n  retries: 99\n"
+        );
+        let (config, diags) = check(&text);
+        assert!(config.is_none());
+        let messages: Vec<&str> = diags.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            [
+                "nodeName `a` is already used by node 1",
+                "keadmCmd passes --token= with an empty value",
+                "--edgenode-name=a is also used by node 1; both would register as one edge node",
+                "retries is 99, but it must be between 0 and 20",
+                "the node has no ssh block",
+            ]
+        );
+    }
+}

@@ -1,0 +1,256 @@
+//! The `keadm` section's staging settings: the release to stage, where packages come
+//! from (download or offline directory), the arches staged up front, and the sha512 pins.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::validator::Validator;
+use crate::arch::Arch;
+use crate::config::model::{KNOWN_ARCHES, PackageMode, PinnedDigest};
+use crate::config::schema::{KeadmSection, non_empty};
+
+/// What the keadm section says about staging.
+pub(super) struct Staging {
+    /// None when nothing needs staging (every node has a keadmBinDir), or when the
+    /// version is missing (reported).
+    pub(super) keadm_version: Option<String>,
+    pub(super) package_mode: PackageMode,
+    pub(super) arch_group: Vec<String>,
+}
+
+/// Where packages come from and which are staged up front. `needs_staging`: whether any
+/// node lacks a keadmBinDir, so a version is required.
+pub(super) fn staging(v: &mut Validator, keadm: &KeadmSection, needs_staging: bool) -> Staging {
+    let download = keadm.download_enable.as_ref().is_none_or(|e| e.value);
+    let mut arch_group = Vec::new();
+    for arch in &keadm.arch_group {
+        if KNOWN_ARCHES.contains(&arch.value.as_str()) {
+            if !arch_group.contains(&arch.value) {
+                arch_group.push(arch.value.clone());
+            }
+        } else {
+            v.error(
+                Some(arch.pos),
+                None,
+                format!(
+                    "keadm.archGroup lists `{}`, for which keadm publishes no build",
+                    arch.value
+                ),
+                "use amd64, arm64 or arm (armv7)",
+            );
+        }
+    }
+    let package_mode = if download {
+        PackageMode::Download {
+            url: non_empty(&keadm.download_url).map(|u| u.value.clone()),
+        }
+    } else {
+        match non_empty(&keadm.offline_package_dir) {
+            Some(dir) => PackageMode::Offline {
+                dir: v.local_path(&dir.value),
+            },
+            None => {
+                if needs_staging {
+                    v.error(
+                        keadm.download_enable.as_ref().map(|e| e.pos),
+                        None,
+                        "keadm.download.enable is false but keadm.offlinePackageDir is not set",
+                        "set offlinePackageDir to the directory holding <arch>/keadm-<version>-linux-<arch>.tar.gz, or enable downloads",
+                    );
+                }
+                PackageMode::Offline {
+                    dir: PathBuf::new(),
+                }
+            }
+        }
+    };
+    if !needs_staging {
+        return Staging {
+            keadm_version: None,
+            package_mode,
+            arch_group,
+        };
+    }
+    let version = match &keadm.keadm_version {
+        Some(ver) if !ver.value.trim().is_empty() => {
+            if !ver.value.starts_with('v') {
+                v.warn(
+                    Some(ver.pos),
+                    None,
+                    format!("keadm.keadmVersion `{}` has no leading `v`; release files are named like keadm-v{}-linux-amd64.tar.gz", ver.value, ver.value),
+                    Some(format!("write `v{}` unless your mirror names files without the v", ver.value)),
+                );
+            }
+            Some(ver.value.trim().to_string())
+        }
+        other => {
+            v.error(
+                other.as_ref().map(|s| s.pos),
+                None,
+                "keadm.keadmVersion is empty, and at least one node needs a keadm binary staged",
+                "set keadmVersion to a KubeEdge release such as v1.23.1, or give every node a keadmBinDir",
+            );
+            None
+        }
+    };
+    Staging {
+        keadm_version: version,
+        package_mode,
+        arch_group,
+    }
+}
+
+/// `keadm.download.sha512`: one digest per release arch, 128 hex characters in any case.
+pub(super) fn sha512_pins(v: &mut Validator, keadm: &KeadmSection) -> BTreeMap<Arch, PinnedDigest> {
+    let version = keadm
+        .keadm_version
+        .as_ref()
+        .map(|v| v.value.trim())
+        .filter(|v| !v.is_empty())
+        .unwrap_or("<version>");
+    let mut pins = BTreeMap::new();
+    for (arch_name, digest) in &keadm.download_sha512 {
+        let Some(arch) = Arch::from_name(&arch_name.value) else {
+            v.error(
+                Some(arch_name.pos),
+                None,
+                format!(
+                    "keadm.download.sha512 pins a digest for `{}`, for which keadm publishes no build",
+                    arch_name.value
+                ),
+                "name the arch as the release files do: amd64, arm64 or arm (x86_64 is amd64, aarch64 is arm64)",
+            );
+            continue;
+        };
+        let text = digest.value.trim();
+        let problem = if text.is_empty() {
+            Some("is empty".to_string())
+        } else if let Some(bad) = text.chars().find(|c| !c.is_ascii_hexdigit()) {
+            Some(format!("contains `{bad}`, which is not a hex digit"))
+        } else if text.len() != 128 {
+            Some(format!(
+                "is {} hex characters long, but a sha512 digest has 128{}",
+                text.len(),
+                if text.len() == 64 {
+                    " (64 is the length of a sha256)"
+                } else {
+                    ""
+                }
+            ))
+        } else {
+            None
+        };
+        match problem {
+            Some(problem) => v.error(
+                Some(digest.pos),
+                None,
+                format!("keadm.download.sha512.{arch} {problem}"),
+                format!(
+                    "write the sha512 of keadm-{version}-linux-{arch}.tar.gz: the content of the release's checksum_keadm-{version}-linux-{arch}.tar.gz.txt, or the output of `sha512sum` on a tarball you trust"
+                ),
+            ),
+            None => {
+                pins.insert(
+                    arch,
+                    PinnedDigest {
+                        digest: text.to_ascii_lowercase(),
+                        pos: digest.pos,
+                    },
+                );
+            }
+        }
+    }
+    pins
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use crate::config::model::PackageMode;
+    use crate::config::validate::tests::{GOOD, check, rendered};
+
+    #[test]
+    fn offline_mode_needs_a_directory_only_when_something_is_staged() {
+        let offline = GOOD.replace("keadm:\n", "keadm:\n  download:\n    enable: false\n");
+        let (config, diags) = check(&offline);
+        assert!(config.is_none());
+        assert_eq!(
+            rendered(&diags),
+            "c.yaml:3:13: keadm.download.enable is false but keadm.offlinePackageDir is not set; set offlinePackageDir to the directory holding <arch>/keadm-<version>-linux-<arch>.tar.gz, or enable downloads."
+        );
+        let bin_dir = offline.replace("  keadmVersion: v1.23.1\n", "  keadmBinDir: /opt/bin\n");
+        let (config, diags) = check(&bin_dir);
+        assert!(diags.is_empty(), "{}", rendered(&diags));
+        let config = config.unwrap();
+        assert_eq!(config.keadm_version, None);
+        assert_eq!(
+            config.package_mode,
+            PackageMode::Offline {
+                dir: PathBuf::new()
+            }
+        );
+        let with_dir = offline.replace("keadm:\n", "keadm:\n  offlinePackageDir: pkgs\n");
+        let (config, _) = check(&with_dir);
+        assert_eq!(
+            config.unwrap().package_mode,
+            PackageMode::Offline {
+                dir: PathBuf::from("/work/here/pkgs")
+            }
+        );
+    }
+
+    #[test]
+    fn arches_are_deduplicated_and_unknown_ones_refused() {
+        let text = GOOD.replace("[amd64]", "[arm64, amd64, arm64]");
+        let (config, _) = check(&text);
+        assert_eq!(config.unwrap().arch_group, ["arm64", "amd64"]);
+        let (config, diags) = check(&GOOD.replace("[amd64]", "[x86_64]"));
+        assert!(config.is_none());
+        assert_eq!(
+            rendered(&diags),
+            "c.yaml:3:15: keadm.archGroup lists `x86_64`, for which keadm publishes no build; use amd64, arm64 or arm (armv7)."
+        );
+    }
+
+    #[test]
+    fn a_version_without_v_is_a_warning_and_a_missing_one_an_error() {
+        let (config, diags) = check(&GOOD.replace("v1.23.1", "1.23.1"));
+        assert_eq!(config.unwrap().keadm_version.as_deref(), Some("1.23.1"));
+        assert!(
+            rendered(&diags)
+                .contains("write `v1.23.1` unless your mirror names files without the v"),
+            "{}",
+            rendered(&diags)
+        );
+        let (config, diags) = check(&GOOD.replace("  keadmVersion: v1.23.1\n", ""));
+        assert!(config.is_none());
+        assert!(
+            rendered(&diags).starts_with("c.yaml: keadm.keadmVersion is empty, and at least one node needs a keadm binary staged"),
+            "{}",
+            rendered(&diags)
+        );
+    }
+
+    #[test]
+    fn pins_must_name_a_release_arch_and_be_a_sha512() {
+        let text = GOOD.replace(
+            "  keadmVersion: v1.23.1\n",
+            &format!(
+                "  keadmVersion: v1.23.1\n  download:\n    sha512:\n      riscv64: x\n      amd64: {}\n      arm: {}z\n",
+                "ab".repeat(32),
+                "ab".repeat(63)
+            ),
+        );
+        let (config, diags) = check(&text);
+        assert!(config.is_none());
+        let all = rendered(&diags);
+        for needle in [
+            "c.yaml:5:7: keadm.download.sha512 pins a digest for `riscv64`, for which keadm publishes no build",
+            "c.yaml:6:14: keadm.download.sha512.amd64 is 64 hex characters long, but a sha512 digest has 128 (64 is the length of a sha256); write the sha512 of keadm-v1.23.1-linux-amd64.tar.gz",
+            "keadm.download.sha512.arm contains `z`, which is not a hex digit",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Connecting: the node's connect spec from its plan, and retries with backoff on
+//! transient failures (refused, reset, timed out before authentication).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::{Run, StepError};
+use crate::backoff::backoff;
+use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
+use crate::outcome::Phase;
+use crate::transport::{self, ConnectSpec, Connection, Endpoint};
+
+/// Seconds between SSH keepalives while a command runs: a dead peer is noticed within
+/// a few of these instead of at the command deadline.
+const KEEPALIVE_SECS: u32 = 15;
+
+/// The transport's view of a node's `ssh` settings. Both policies are resolved by the
+/// plan: the flag, then the host's own setting, then the file's default.
+pub(super) fn connect_spec(
+    ssh: &SshSpec,
+    policy: HostKeyPolicy,
+    jump_policy: Option<HostKeyPolicy>,
+    known_hosts: &Path,
+    timeout: Duration,
+) -> ConnectSpec {
+    ConnectSpec {
+        endpoint: Endpoint::new(ssh.host.clone(), ssh.port),
+        username: ssh.username.clone(),
+        auth: match &ssh.auth {
+            AuthSpec::Password(p) => transport::Auth::Password(p.clone()),
+            AuthSpec::PrivateKey { path, passphrase } => transport::Auth::PrivateKey {
+                path: path.clone(),
+                passphrase: passphrase.clone(),
+            },
+            AuthSpec::Agent => transport::Auth::Agent { socket: None },
+        },
+        host_key_policy: policy,
+        known_hosts: known_hosts.to_path_buf(),
+        connect_timeout: timeout,
+        keepalive_secs: KEEPALIVE_SECS,
+        jump: ssh.proxy_jump.as_ref().map(|j| {
+            let jump_policy = jump_policy.unwrap_or(policy);
+            Box::new(connect_spec(j, jump_policy, None, known_hosts, timeout))
+        }),
+    }
+}
+
+impl Run<'_, '_> {
+    /// Connects, retrying transient failures up to the node's `retries` with backoff,
+    /// unless the operator has asked to stop.
+    pub(super) fn connect(&mut self) -> Result<Box<dyn Connection>, StepError> {
+        self.timed(Phase::Connecting, |run| {
+            let node = run.node;
+            let spec = connect_spec(
+                &node.ssh,
+                node.host_key_policy,
+                node.jump_host_key_policy,
+                &run.ctx.known_hosts,
+                node.deadlines.connect,
+            );
+            let attempts = 1 + node.retries;
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                run.connect_attempts = attempt;
+                let start = Instant::now();
+                match run.ctx.connector.connect(&spec) {
+                    Ok(conn) => {
+                        run.transcript.note(&format!(
+                            "connected to {} as {} in {:.2}s (host key {})",
+                            node.address(),
+                            node.ssh.username,
+                            start.elapsed().as_secs_f64(),
+                            conn.host_key_fingerprint()
+                        ));
+                        return Ok(conn);
+                    }
+                    Err(err)
+                        if err.is_transient()
+                            && attempt < attempts
+                            && !run.ctx.cancel.stopping() =>
+                    {
+                        let delay = backoff(run.ctx.retry_base, attempt);
+                        run.transcript.note(&format!(
+                            "Attempt {attempt} of {attempts} failed. {err} Retrying in {:.1} s.",
+                            delay.as_secs_f64()
+                        ));
+                        std::thread::sleep(delay);
+                    }
+                    Err(err) => {
+                        let tries = if attempt > 1 {
+                            format!(" after {attempt} attempts")
+                        } else {
+                            String::new()
+                        };
+                        return Err(StepError::new(
+                            Phase::Connecting,
+                            format!("Cannot connect to node {}{tries}. {err}", node.name),
+                        ));
+                    }
+                }
+            }
+        })
+    }
+}

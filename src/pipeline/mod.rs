@@ -1,0 +1,247 @@
+//! One node, start to finish: connect, prepare (mkdir + checks + `uname -m` + sidecars in
+//! one round trip), upload what is missing, run keadm. Each step is timed and has its own
+//! deadline; the result is a [`NodeOutcome`]. The pipeline never prints: everything it has
+//! to say goes into the node's transcript and outcome.
+//!
+//! It reaches the node only through [`transport::Connector`], so every branch can be
+//! unit-tested against the scripted fake transport. The steps live in submodules by
+//! concern: `connect` (the connect spec, retries and backoff), `prepare` (the pre-flight
+//! probe and the preparatory round trip), `upload` (what to send and how, and why an
+//! upload failed), `run` (keadm, its deadline and the kill) and `privilege` (the one place
+//! that wraps scripts for sudo and feeds it the password).
+
+mod connect;
+mod prepare;
+mod privilege;
+mod run;
+mod upload;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::arch::Arch;
+use crate::cancel::Cancel;
+use crate::kubeedge::classify;
+use crate::options::PreflightMode;
+use crate::outcome::{NodeOutcome, Phase, PreflightFinding, ProbeError, StepTimes, now};
+use crate::plan::NodePlan;
+use crate::report::RunDir;
+use crate::report::progress::Progress;
+use crate::report::transcript::Transcript;
+use crate::stage::Stager;
+use crate::transport::{self, Connection, TransportError};
+
+/// What every node's pipeline shares.
+pub struct Context<'a> {
+    /// Opens the connections: the SSH engine in production, a scripted fake in tests.
+    pub connector: &'a dyn transport::Connector,
+    /// None when no node needs a staged binary.
+    pub stager: Option<&'a Stager>,
+    pub known_hosts: PathBuf,
+    pub run_dir: &'a RunDir,
+    pub cancel: &'a Cancel,
+    pub verify_remote: bool,
+    /// Makes temporary upload names unique per run.
+    pub run_token: String,
+    /// Base of the connect retry backoff (1 s by default; tests shorten it).
+    pub retry_base: Duration,
+    /// Told of every phase change, for the live status line.
+    pub progress: &'a Progress,
+    pub preflight: PreflightMode,
+    /// The largest staged binary, for the pre-flight disk check.
+    pub binary_size_hint: u64,
+}
+
+/// A step's failure: the phase it happened in and the reason, in sentences.
+struct StepError {
+    phase: Phase,
+    message: String,
+    /// The node's final phase: Failed, TimedOut, Interrupted (the operator's second
+    /// Ctrl-C) or Skipped (strict pre-flight left it untouched).
+    ending: Phase,
+    exit_status: Option<i32>,
+}
+
+impl StepError {
+    fn new(phase: Phase, message: impl Into<String>) -> StepError {
+        StepError {
+            phase,
+            message: message.into(),
+            ending: Phase::Failed,
+            exit_status: None,
+        }
+    }
+
+    /// The error of a transport call made during `phase`: `context`, a sentence saying
+    /// what could not be done, then the transport's own sentences saying why.
+    fn transport(phase: Phase, context: String, err: TransportError) -> StepError {
+        StepError {
+            phase,
+            ending: match err {
+                TransportError::Aborted { .. } => Phase::Interrupted,
+                TransportError::Timeout { .. } => Phase::TimedOut,
+                _ => Phase::Failed,
+            },
+            message: format!("{context} {err}"),
+            exit_status: None,
+        }
+    }
+}
+
+/// One node's pipeline while it runs: what it has learned and counted so far.
+struct Run<'a, 'c> {
+    node: &'a NodePlan,
+    ctx: &'a Context<'c>,
+    transcript: Transcript,
+    steps: StepTimes,
+    arch: Option<Arch>,
+    bytes_uploaded: u64,
+    uploads_skipped: u32,
+    connect_attempts: u32,
+    findings: Vec<PreflightFinding>,
+}
+
+/// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
+/// The operator's second Ctrl-C aborts a probe under way, as it aborts a run.
+pub fn preflight_only(node: &NodePlan, ctx: &Context) -> Result<Vec<PreflightFinding>, ProbeError> {
+    let mut run = Run::new(node, ctx, Transcript::in_memory(node.redactor.clone()));
+    let result = run.connect().and_then(|mut conn| {
+        let conn = conn.as_mut();
+        run.abort_on_second_interrupt(conn);
+        run.preflight(conn)
+    });
+    match result {
+        Ok(()) => Ok(run.findings),
+        Err(e) => Err(ProbeError {
+            phase: e.phase,
+            reason: node.redactor.redact(&e.message),
+        }),
+    }
+}
+
+/// Processes one node and returns its outcome. Never panics on node behaviour.
+pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
+    let started_at = now();
+    let transcript_path = ctx.run_dir.transcript_path(node.index, &node.name);
+    let transcript = Transcript::create(&transcript_path, node.redactor.clone())
+        .map(|t| t.labelled(&node.name))
+        .unwrap_or_else(|err| {
+            log::warn!(
+                "Cannot write the transcript {} of node {}: {err}. Its notes are kept in memory only.",
+                transcript_path.display(),
+                node.name
+            );
+            Transcript::in_memory(node.redactor.clone())
+        });
+    let mut run = Run::new(node, ctx, transcript);
+    let result = run.all_steps();
+    let (phase, failed_in, error, exit_status) = match result {
+        Ok(()) => (Phase::Succeeded, None, None, Some(0)),
+        Err(e) => {
+            let phase = e.ending;
+            run.transcript
+                .note(&format!("{}: {}", phase.as_str(), e.message));
+            (
+                phase,
+                Some(e.phase),
+                // Defence in depth: whatever path node text took into the message, it
+                // reaches the console and the log only with control characters escaped.
+                Some(crate::node_text::escape_controls(
+                    &node.redactor.redact(&e.message),
+                )),
+                e.exit_status,
+            )
+        }
+    };
+    // Why a join failed, read from what keadm (and edgecore) printed.
+    let classifiable = matches!(phase, Phase::Failed | Phase::TimedOut)
+        && (node.keadm_args.is_join() || failed_in == Some(Phase::Running));
+    let failure_class = classifiable
+        .then(|| classify::classify(&run.transcript.tail(80), phase == Phase::TimedOut));
+    if let Some(class) = &failure_class {
+        run.transcript.note(&format!("failure class: {class}"));
+    }
+    run.transcript.finish();
+    ctx.progress.phase(node.index, &node.name, phase);
+    NodeOutcome {
+        index: node.index,
+        name: node.name.clone(),
+        address: node.address(),
+        phase,
+        failed_in,
+        error,
+        failure_class,
+        preflight: std::mem::take(&mut run.findings),
+        exit_status,
+        arch: run.arch,
+        bytes_uploaded: run.bytes_uploaded,
+        uploads_skipped: run.uploads_skipped,
+        connect_attempts: run.connect_attempts,
+        steps: run.steps,
+        started_at,
+        finished_at: now(),
+        transcript: Some(transcript_path.display().to_string()),
+    }
+}
+
+impl<'a, 'c> Run<'a, 'c> {
+    fn new(node: &'a NodePlan, ctx: &'a Context<'c>, transcript: Transcript) -> Self {
+        Run {
+            node,
+            ctx,
+            transcript,
+            steps: StepTimes::default(),
+            arch: None,
+            bytes_uploaded: 0,
+            uploads_skipped: 0,
+            connect_attempts: 0,
+            findings: Vec::new(),
+        }
+    }
+
+    /// Lets the operator's second Ctrl-C abort whatever runs on `conn` (the first one
+    /// only stops new nodes from starting).
+    fn abort_on_second_interrupt(&self, conn: &mut dyn Connection) {
+        let cancel = self.ctx.cancel.clone();
+        conn.set_abort(Some(std::sync::Arc::new(move || cancel.aborting())));
+    }
+
+    fn all_steps(&mut self) -> Result<(), StepError> {
+        let mut conn = self.connect()?;
+        let conn = conn.as_mut();
+        self.abort_on_second_interrupt(conn);
+        if self.ctx.preflight != PreflightMode::Off && self.node.keadm_args.is_join() {
+            self.preflight(conn)?;
+        }
+        let (facts, privilege) = self.prepare(conn)?;
+        let uploads = self.wanted_uploads(&facts)?;
+        let (moves, deferred) = self.upload(conn, uploads, &facts, privilege)?;
+        self.run_keadm(conn, &moves, deferred, privilege)
+    }
+
+    /// Runs one step as `phase`: tells the progress line, and adds the time it took to
+    /// the step's total.
+    fn timed<T>(
+        &mut self,
+        phase: Phase,
+        f: impl FnOnce(&mut Self) -> Result<T, StepError>,
+    ) -> Result<T, StepError> {
+        self.ctx
+            .progress
+            .phase(self.node.index, &self.node.name, phase);
+        let start = Instant::now();
+        let result = f(self);
+        let slot = match phase {
+            Phase::Connecting => &mut self.steps.connect,
+            Phase::Preparing => &mut self.steps.prepare,
+            Phase::Uploading => &mut self.steps.upload,
+            _ => &mut self.steps.run,
+        };
+        // Adds up: the pre-flight probe and the prepare round trip both count as preparing.
+        *slot = Some(slot.unwrap_or(0.0) + start.elapsed().as_secs_f64());
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,253 @@
+//! Running keadm: one script that receives the deferred last upload, moves the uploads
+//! into place and runs the command; its exits 201 (the upload could not be written) and
+//! 125 (the files could not be moved into place); and, at the deadline or the operator's
+//! abort, the kill of the command's process group on the node.
+
+use std::cell::Cell;
+use std::io::Read;
+use std::time::Instant;
+
+use super::privilege::{exec_as, password_of};
+use super::upload::{Deferred, Move, open_local, upload_error};
+use super::{Run, StepError};
+use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP, one_line};
+use crate::outcome::Phase;
+use crate::remote::{self, Privilege};
+use crate::transport::{Connection, RemoteExit, TransportError};
+
+/// The exit status of the run's script when receiving the deferred upload failed.
+const RECEIVE_FAILED: i32 = 201;
+
+/// The exit status of the run's script when moving the uploads into place failed.
+const FINALIZE_FAILED: i32 = 125;
+
+/// Counts the bytes read through it.
+struct Counting<'a, R> {
+    inner: R,
+    count: &'a Cell<u64>,
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.set(self.count.get() + n as u64);
+        Ok(n)
+    }
+}
+
+impl Run<'_, '_> {
+    pub(super) fn run_keadm(
+        &mut self,
+        conn: &mut dyn Connection,
+        moves: &[Move],
+        deferred: Option<Deferred>,
+        privilege: Privilege,
+    ) -> Result<(), StepError> {
+        self.timed(Phase::Running, |run| {
+            let node = run.node;
+            let mut script = String::new();
+            if let Some(d) = &deferred {
+                // A subshell, so its umask and cd do not reach keadm.
+                script.push_str(&format!(
+                    "( {} ) || exit {RECEIVE_FAILED}\n",
+                    remote::receive_script(&node.upload_dir, &d.tmp, d.upload.mode, d.upload.size)
+                ));
+            }
+            if !moves.is_empty() {
+                script.push_str(&remote::finalize_script(&node.upload_dir, moves));
+                script.push_str(&format!(" || exit {FINALIZE_FAILED}\n"));
+            }
+            script.push_str(&remote::run_script(
+                &node.upload_dir,
+                node.index,
+                &node.command,
+            ));
+            run.transcript
+                .note(&format!("running: {}", node.redactor.redact(&node.command)));
+            let mut deadline = Instant::now() + node.deadlines.command;
+            let mut file = match &deferred {
+                Some(d) => {
+                    // Room for the transfer (1 s per MiB), not a whole upload deadline:
+                    // the command's own deadline must stay what the operator set.
+                    deadline +=
+                        node.deadlines.upload_per_mib * (d.upload.size.div_ceil(1 << 20) as u32);
+                    Some(open_local(&d.upload.local)?)
+                }
+                None => None,
+            };
+            let read_from_file = Cell::new(0u64);
+            let mut counted = file.as_mut().map(|f| Counting {
+                inner: f,
+                count: &read_from_file,
+            });
+            let result = exec_as(
+                conn,
+                &script,
+                privilege,
+                password_of(node),
+                counted.as_mut().map(|c| c as &mut dyn Read),
+                deadline,
+                &mut run.transcript,
+            );
+            let result = match (result, &deferred) {
+                // The connection broke before the whole file was handed over: an upload
+                // failure.
+                (Err(e), Some(d))
+                    if read_from_file.get() < d.upload.size
+                        && !matches!(
+                            e,
+                            TransportError::Aborted { .. } | TransportError::Timeout { .. }
+                        ) =>
+                {
+                    return Err(upload_error(&d.upload, e));
+                }
+                (result, _) => result,
+            };
+            if let (Some(d), Ok(RemoteExit::Code(code))) = (&deferred, &result) {
+                if *code == RECEIVE_FAILED {
+                    let err = StepError::new(
+                        Phase::Uploading,
+                        format!(
+                            "Cannot upload the file {}: the node could not write it.",
+                            d.upload.name
+                        ),
+                    );
+                    return Err(run.explain_upload_failure(conn, err, &d.upload, &d.tmp, privilege));
+                }
+                run.bytes_uploaded += d.upload.size;
+                run.transcript.note(&format!(
+                    "uploaded {} ({} bytes, mode {:04o}) in the run's channel",
+                    d.upload.name, d.upload.size, d.upload.mode
+                ));
+            }
+            run.keadm_ended(conn, result, privilege)
+        })
+    }
+
+    /// What the run's exit (or transport failure) means for the node.
+    fn keadm_ended(
+        &mut self,
+        conn: &mut dyn Connection,
+        result: Result<RemoteExit, TransportError>,
+        privilege: Privilege,
+    ) -> Result<(), StepError> {
+        let node = self.node;
+        match result {
+            Ok(RemoteExit::Code(0)) => {
+                self.transcript.note("keadm exited with status 0");
+                Ok(())
+            }
+            Ok(exit) => {
+                let code = match &exit {
+                    RemoteExit::Code(c) => Some(*c),
+                    RemoteExit::Signal(_) => None,
+                };
+                let last = self.transcript.tail(1).pop();
+                let detail = last
+                    .map(|l| format!(" (last output: {})", one_line(&l, 200)))
+                    .unwrap_or_default();
+                let status = match &exit {
+                    RemoteExit::Code(c) => format!("Process exited with status {c}"),
+                    RemoteExit::Signal(s) => format!("Process exited from signal {s}"),
+                };
+                // keadm's own line (`failed to execute keadm command %s: %v`): readers of
+                // batch_process_log.txt match on it.
+                Err(StepError {
+                    phase: Phase::Running,
+                    message: format!(
+                        "failed to execute keadm command {}: {status}{detail}",
+                        node.command
+                    ),
+                    ending: Phase::Failed,
+                    exit_status: code,
+                })
+            }
+            Err(TransportError::Timeout { .. }) => {
+                let killed = self.kill(conn, privilege);
+                if node.keadm_args.is_join() {
+                    self.edgecore_log(conn, privilege);
+                }
+                Err(StepError {
+                    phase: Phase::Running,
+                    message: format!(
+                        "The keadm command ran past its {} s deadline and {}.",
+                        node.deadlines.command.as_secs(),
+                        if killed {
+                            "was killed on the node"
+                        } else {
+                            "could not be confirmed killed on the node"
+                        }
+                    ),
+                    ending: Phase::TimedOut,
+                    exit_status: None,
+                })
+            }
+            Err(TransportError::Aborted { .. }) => {
+                // Under sudo the command belongs to root: kill it as root too.
+                let killed = self.kill(conn, privilege);
+                Err(StepError {
+                    phase: Phase::Running,
+                    message: format!(
+                        "Cancelled by the operator; the keadm command {} on the node.",
+                        if killed {
+                            "was killed"
+                        } else {
+                            "could not be confirmed killed"
+                        }
+                    ),
+                    ending: Phase::Interrupted,
+                    exit_status: None,
+                })
+            }
+            // keadm's own line for any failed run, whatever the error says after it.
+            Err(e) => Err(StepError::new(
+                Phase::Running,
+                format!("failed to execute keadm command {}: {e}", node.command),
+            )),
+        }
+    }
+
+    /// Appends the last lines of edgecore's log to the transcript: a join that timed out
+    /// waiting for certificates says why only there.
+    fn edgecore_log(&mut self, conn: &mut dyn Connection, privilege: Privilege) {
+        let deadline = Instant::now() + self.node.deadlines.step;
+        self.transcript
+            .note("the last lines of edgecore's log follow");
+        let _ = exec_as(
+            conn,
+            remote::EDGECORE_LOG,
+            privilege,
+            password_of(self.node),
+            None,
+            deadline,
+            &mut self.transcript,
+        );
+    }
+
+    /// Kills the command's process group on the node through a fresh channel.
+    fn kill(&mut self, conn: &mut dyn Connection, privilege: Privilege) -> bool {
+        // This cleanup must run even when the operator has asked to abort.
+        conn.set_abort(None);
+        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
+        let deadline = Instant::now() + self.node.deadlines.step;
+        let result = exec_as(
+            conn,
+            &remote::kill_script(&self.node.upload_dir, self.node.index),
+            privilege,
+            password_of(self.node),
+            None,
+            deadline,
+            &mut output,
+        );
+        let ok = matches!(result, Ok(RemoteExit::Code(0)));
+        self.transcript.note(&format!(
+            "kill of the command's process group {}",
+            if ok {
+                "succeeded"
+            } else {
+                "failed (the command may have ended already)"
+            }
+        ));
+        result.is_ok()
+    }
+}

@@ -1,0 +1,196 @@
+//! The pipeline's branches through the scripted fake transport (`transport::fake`): no
+//! sshd and no root, so every branch runs under `cargo test --lib` in milliseconds. The
+//! real-sshd integration suite stays the end-to-end proof.
+
+mod connect;
+mod failures;
+mod uploads;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Context, process};
+use crate::arch::Arch;
+use crate::cancel::Cancel;
+use crate::config::{AuthSpec, CopyFile, HostKeyPolicy};
+use crate::keadm_cmd::KeadmCommand;
+use crate::options::PreflightMode;
+use crate::outcome::NodeOutcome;
+use crate::plan::{KeadmSource, NodePlan};
+use crate::redact::Secret;
+use crate::report::RunDir;
+use crate::report::progress::Progress;
+use crate::stage::{PackageSource, StageSettings, Stager};
+use crate::transport::fake::{Exec, FakeTransport, Reply};
+
+/// The run token, so tests can spell the temporary upload names.
+const TOKEN: &str = "tok";
+/// The login password of [`node`].
+const PASSWORD: &str = "hunter2";
+/// The upload dir of [`node`].
+const DIR: &str = "/tmp/kb";
+/// The keadm command of [`node`], as the pipeline runs it.
+const JOIN: &str = "cd /opt/bin && ./keadm join --cloudcore-ipport=10.0.0.1:10000";
+
+/// One node's world: the fake transport, a run dir, and what the context shares.
+struct Harness {
+    dir: tempfile::TempDir,
+    run_dir: RunDir,
+    progress: Arc<Progress>,
+    cancel: Cancel,
+    fake: FakeTransport,
+    stager: Option<Stager>,
+    verify_remote: bool,
+    preflight: PreflightMode,
+}
+
+impl Harness {
+    fn new(fake: FakeTransport) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = RunDir::create(Some(&dir.path().join("run")), dir.path()).unwrap();
+        Harness {
+            dir,
+            run_dir,
+            progress: Progress::new(1, 1, false),
+            cancel: Cancel::new(),
+            fake,
+            stager: None,
+            verify_remote: false,
+            preflight: PreflightMode::Off,
+        }
+    }
+
+    /// A local copyFrom file with `contents`.
+    fn file(&self, name: &str, contents: &[u8]) -> CopyFile {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, contents).unwrap();
+        let (size, sha256) = crate::digest::sha256_file(&path).unwrap();
+        CopyFile {
+            name: name.to_string(),
+            path,
+            mode: 0o644,
+            size,
+            sha256,
+        }
+    }
+
+    /// Stages an amd64 keadm `binary` from an offline package, as a run would before
+    /// its nodes start. Returns the tarball's path.
+    fn stage(&mut self, binary: &[u8]) -> PathBuf {
+        let version = "v1.0.0";
+        let top = format!("keadm-{version}-linux-amd64");
+        let packages = self.dir.path().join("packages");
+        let tarball = packages.join("amd64").join(format!("{top}.tar.gz"));
+        std::fs::create_dir_all(tarball.parent().unwrap()).unwrap();
+        let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let mut builder = tar::Builder::new(gz);
+        let mut header = tar::Header::new_gnu();
+        header.set_size(binary.len() as u64);
+        header.set_mode(0o755);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, format!("{top}/keadm/keadm"), binary)
+            .unwrap();
+        let bytes = builder.into_inner().unwrap().finish().unwrap();
+        std::fs::write(&tarball, bytes).unwrap();
+        let mut settings = StageSettings::new(version, PackageSource::Offline { dir: packages });
+        settings.base_dir = self.dir.path().join("base");
+        settings.arch_group = vec![Arch::Amd64];
+        settings.allow_unverified = true;
+        let stager = Stager::open(settings).unwrap();
+        stager.stage_all().unwrap();
+        self.stager = Some(stager);
+        tarball
+    }
+
+    fn process(&self, node: &NodePlan) -> NodeOutcome {
+        let ctx = Context {
+            connector: &self.fake,
+            stager: self.stager.as_ref(),
+            known_hosts: self.dir.path().join("known_hosts"),
+            run_dir: &self.run_dir,
+            cancel: &self.cancel,
+            verify_remote: self.verify_remote,
+            run_token: TOKEN.to_string(),
+            retry_base: Duration::from_millis(1),
+            progress: &self.progress,
+            preflight: self.preflight,
+            binary_size_hint: 0,
+        };
+        process(node, &ctx)
+    }
+
+    fn execs(&self) -> Vec<Exec> {
+        self.fake.execs()
+    }
+
+    /// The one command that contains `pattern`.
+    fn exec_with(&self, pattern: &str) -> Exec {
+        let found = self.fake.execs_with(pattern);
+        assert_eq!(found.len(), 1, "{pattern}: {:#?}", self.execs());
+        found.into_iter().next().unwrap()
+    }
+}
+
+/// The node's transcript, as written to the run dir.
+fn transcript(outcome: &NodeOutcome) -> String {
+    std::fs::read_to_string(Path::new(outcome.transcript.as_ref().unwrap())).unwrap()
+}
+
+/// A root node with password login that joins with a keadm already on the node
+/// (keadmBinDir), so only `files` are uploaded.
+fn node(files: Vec<CopyFile>) -> NodePlan {
+    let keadm_cmd = "join --cloudcore-ipport=10.0.0.1:10000";
+    let mut node = NodePlan::sample(0);
+    node.name = "edge-0".into();
+    node.ssh.host = "10.0.0.9".into();
+    node.ssh.auth = AuthSpec::Password(Secret::new(PASSWORD));
+    node.copy_files = files;
+    node.keadm = KeadmSource::OnNode("/opt/bin".into());
+    node.upload_dir = DIR.into();
+    node.exec_dir = "/opt/bin".into();
+    node.keadm_cmd = keadm_cmd.into();
+    node.keadm_args = KeadmCommand::parse(keadm_cmd);
+    node.command = JOIN.into();
+    node.deadlines.command = Duration::from_secs(7);
+    node.retries = 2;
+    node
+}
+
+/// A node whose keadm is the staged binary.
+fn staged_node(files: Vec<CopyFile>) -> NodePlan {
+    let mut node = node(files);
+    node.keadm = KeadmSource::Staged;
+    node.exec_dir = DIR.into();
+    node.command = format!("cd {DIR} && ./keadm join --cloudcore-ipport=10.0.0.1:10000");
+    node
+}
+
+/// What the preparatory round trip prints on a healthy amd64 node, then `extra`.
+fn prepared(extra: &str) -> Reply {
+    Reply::ok().printing(&format!("KB_ARCH x86_64\nKB_DIR_OK\n{extra}"))
+}
+
+/// The temporary name `name` is uploaded to.
+fn tmp(name: &str) -> String {
+    crate::remote::temp_name(name, TOKEN, 0)
+}
+
+/// Patterns that pick out each kind of command the pipeline sends.
+mod sent {
+    /// The preparatory round trip.
+    pub const PREPARE: &str = "KB_DIR_OK";
+    /// The pre-flight probe.
+    pub const PROBE: &str = "KB_PF_DONE";
+    /// The run of keadm.
+    pub const RUN: &str = "./keadm join";
+    /// The kill of the command's process group.
+    pub const KILL: &str = "kill -s KILL";
+    /// The free-space question after a failed upload.
+    pub const FREE_SPACE: &str = "df -Pk";
+    /// The release tarball, unpacked on the node.
+    pub const TARBALL: &str = "tar -xOf";
+    /// The edgecore log after a join timed out.
+    pub const EDGECORE_LOG: &str = "journalctl -u edgecore";
+}

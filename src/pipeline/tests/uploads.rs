@@ -1,0 +1,249 @@
+//! Uploads: the last one in the run's channel, the sudo password ahead of every stdin,
+//! files already on the node skipped, and the release tarball with its fallback to the
+//! binary.
+
+use super::*;
+use crate::arch::Arch;
+use crate::outcome::Phase;
+
+/// What goes first on stdin under sudo with the login password.
+fn preamble() -> Vec<u8> {
+    crate::remote::password_preamble(PASSWORD).into_bytes()
+}
+
+fn joined(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+#[test]
+fn the_last_upload_rides_in_the_runs_channel() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::PREPARE, prepared(""))
+        .on(&tmp("f1"), Reply::ok());
+    let h = Harness::new(fake);
+    let files = vec![h.file("f1", b"first file"), h.file("f2", b"second")];
+    let outcome = h.process(&node(files));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!((outcome.bytes_uploaded, outcome.uploads_skipped), (16, 0));
+    assert_eq!(outcome.exit_status, Some(0));
+
+    let execs = h.execs();
+    assert_eq!(execs.len(), 3, "prepare, f1, run: {execs:#?}");
+    assert!(execs[0].command.contains(sent::PREPARE));
+    assert_eq!(execs[0].stdin, None);
+    assert!(
+        execs[1].command.contains(&format!("cat > {}", tmp("f1")))
+            && execs[1].command.contains("chmod 644"),
+        "{}",
+        execs[1].command
+    );
+    assert_eq!(execs[1].stdin.as_deref(), Some(&b"first file"[..]));
+    let run = &execs[2];
+    assert!(
+        run.command
+            .starts_with(&format!("( umask 077 && cd /tmp/kb && cat > {}", tmp("f2"))),
+        "{}",
+        run.command
+    );
+    assert!(run.command.contains(") || exit 201\n"), "{}", run.command);
+    for name in ["f1", "f2"] {
+        assert!(
+            run.command
+                .contains(&format!("mv -f -- {} {name}", tmp(name))),
+            "{}",
+            run.command
+        );
+    }
+    assert!(run.command.ends_with(JOIN), "{}", run.command);
+    assert_eq!(run.stdin.as_deref(), Some(&b"second"[..]));
+    assert!(transcript(&outcome).contains("uploaded f2 (6 bytes, mode 0644) in the run's channel"));
+}
+
+#[test]
+fn under_sudo_the_password_goes_ahead_of_every_stdin_and_nowhere_else() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::PREPARE, prepared("KB_SUDO password\n"))
+        .on(&tmp("f1"), Reply::ok());
+    let h = Harness::new(fake);
+    let mut plan = node(vec![h.file("f1", b"one"), h.file("f2", b"two")]);
+    plan.sudo = true;
+    plan.ssh.username = "admin".into();
+    let outcome = h.process(&plan);
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+
+    let execs = h.execs();
+    assert_eq!(execs.len(), 3);
+    // The prepare step finds out whether sudo needs the password, so it gets it anyway.
+    assert!(
+        execs[0].command.starts_with("if sudo -n true"),
+        "{}",
+        execs[0].command
+    );
+    assert_eq!(execs[0].stdin, Some(preamble()));
+    for exec in &execs[1..] {
+        assert!(
+            exec.command.starts_with("sudo -S -p '' sh -c "),
+            "{}",
+            exec.command
+        );
+        assert!(!exec.command.contains(PASSWORD));
+    }
+    assert_eq!(execs[1].stdin, Some(joined(&[&preamble(), b"one"])));
+    assert_eq!(execs[2].stdin, Some(joined(&[&preamble(), b"two"])));
+}
+
+#[test]
+fn passwordless_sudo_gets_no_password() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::PREPARE, prepared("KB_SUDO nopasswd\n"));
+    let h = Harness::new(fake);
+    let mut plan = node(vec![h.file("f1", b"one")]);
+    plan.sudo = true;
+    let outcome = h.process(&plan);
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    let run = h.exec_with(sent::RUN);
+    assert!(run.command.starts_with("sudo -n sh -c "), "{}", run.command);
+    assert_eq!(run.stdin.as_deref(), Some(&b"one"[..]));
+}
+
+#[test]
+fn files_whose_sidecar_matches_are_not_uploaded_again() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(&tmp("f2"), Reply::ok());
+    let h = Harness::new(fake);
+    let f1 = h.file("f1", b"same");
+    let f2 = h.file("f2", b"changed");
+    // f1 is there with its sidecar; f2 is there with f2's sidecar but another size.
+    let facts = format!(
+        "KB_FILE 0 {} {}\nKB_FILE 1 3 {}\n",
+        f1.size, f1.sha256, f2.sha256
+    );
+    let h = Harness {
+        fake: h.fake.clone().on(sent::PREPARE, prepared(&facts)),
+        ..h
+    };
+    let outcome = h.process(&node(vec![f1, f2]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!((outcome.uploads_skipped, outcome.bytes_uploaded), (1, 7));
+    assert!(
+        h.fake.execs_with(&tmp("f1")).is_empty(),
+        "f1 neither sent nor moved"
+    );
+    assert_eq!(
+        h.exec_with(sent::RUN).stdin.as_deref(),
+        Some(&b"changed"[..])
+    );
+    assert!(transcript(&outcome).contains("f1 is already on the node (sha256 "));
+}
+
+#[test]
+fn verify_remote_trusts_the_nodes_own_sha256_over_the_sidecar() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(&tmp("f1"), Reply::ok());
+    let mut h = Harness::new(fake);
+    h.verify_remote = true;
+    let f1 = h.file("f1", b"tampered");
+    let f2 = h.file("f2", b"intact");
+    // f1's sidecar matches, but its content does not; f2's content does.
+    let facts = format!(
+        "KB_FILE 0 {} {}\nKB_SHA 0 {}\nKB_SHA 1 {}\n",
+        f1.size,
+        f1.sha256,
+        "0".repeat(64),
+        f2.sha256
+    );
+    h.fake = h.fake.clone().on(sent::PREPARE, prepared(&facts));
+    let outcome = h.process(&node(vec![f1, f2]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!(outcome.uploads_skipped, 1);
+    assert!(h.exec_with(sent::PREPARE).command.contains("sha256sum"));
+    let f1_upload = &h.fake.execs_with(&tmp("f1"))[0];
+    assert!(
+        f1_upload.command.contains("cat > "),
+        "{}",
+        f1_upload.command
+    );
+    assert_eq!(f1_upload.stdin.as_deref(), Some(&b"tampered"[..]));
+    assert!(h.fake.execs_with(&tmp("f2")).is_empty());
+}
+
+/// A keadm binary that compresses well, so its tarball is worth sending.
+fn compressible_binary() -> Vec<u8> {
+    let mut binary = b"#!/bin/sh\necho keadm\n".to_vec();
+    binary.resize(256 << 10, b'#');
+    binary
+}
+
+#[test]
+fn the_release_tarball_goes_instead_of_the_binary_when_the_node_can_unpack_it() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::TARBALL, Reply::ok())
+        .on(sent::PREPARE, prepared("KB_TOOLS sha512sum gzip tar\n"));
+    let mut h = Harness::new(fake);
+    let tarball = std::fs::read(h.stage(&compressible_binary())).unwrap();
+    let outcome = h.process(&staged_node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!(outcome.arch, Some(Arch::Amd64));
+    assert_eq!(outcome.bytes_uploaded, tarball.len() as u64);
+    assert!(h.exec_with(sent::PREPARE).command.contains("KB_TOOLS"));
+    let sent_tarball = h.exec_with(sent::TARBALL);
+    assert_eq!(sent_tarball.stdin, Some(tarball));
+    assert!(
+        sent_tarball
+            .command
+            .contains("keadm-v1.0.0-linux-amd64/keadm/keadm"),
+        "{}",
+        sent_tarball.command
+    );
+    let run = h.exec_with(sent::RUN);
+    assert_eq!(run.stdin, None, "nothing left to send with the run");
+    assert!(
+        run.command
+            .contains(&format!("mv -f -- {} keadm", tmp("keadm")))
+    );
+}
+
+#[test]
+fn a_node_that_cannot_unpack_the_tarball_gets_the_binary() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(
+            sent::TARBALL,
+            Reply::exit(3).printing("KB_TARBALL_FAILED\n"),
+        )
+        .on(sent::PREPARE, prepared("KB_TOOLS sha512sum gzip tar\n"));
+    let mut h = Harness::new(fake);
+    let binary = compressible_binary();
+    let tarball = std::fs::read(h.stage(&binary)).unwrap();
+    let outcome = h.process(&staged_node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    // Both crossed the wire.
+    assert_eq!(
+        outcome.bytes_uploaded,
+        (tarball.len() + binary.len()) as u64
+    );
+    assert_eq!(h.exec_with(sent::RUN).stdin, Some(binary));
+    assert!(
+        transcript(&outcome).contains("the node could not unpack the release tarball (exit status 3: KB_TARBALL_FAILED); sending the binary instead")
+    );
+}
+
+#[test]
+fn a_node_without_the_tools_gets_the_binary_directly() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::PREPARE, prepared("KB_TOOLS gzip\n"));
+    let mut h = Harness::new(fake);
+    let binary = compressible_binary();
+    h.stage(&binary);
+    let outcome = h.process(&staged_node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert!(h.fake.execs_with(sent::TARBALL).is_empty());
+    assert_eq!(h.exec_with(sent::RUN).stdin, Some(binary));
+}

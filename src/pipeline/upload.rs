@@ -1,0 +1,337 @@
+//! Uploads: which files the node needs, which it has already (sidecar match, or its own
+//! sha256 under `--verify-remote`), the release tarball instead of the binary when that
+//! saves bytes, the last upload deferred into the run's own channel, and what to say when
+//! an upload fails (including a full disk).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::privilege::{exec_as, password_of};
+use super::{Run, StepError};
+use crate::arch::Arch;
+use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
+use crate::outcome::Phase;
+use crate::plan::KeadmSource;
+use crate::remote::{self, NodeFacts, Privilege};
+use crate::stage::{StagedBinary, Stager};
+use crate::transport::{Connection, RemoteExit, TransportError};
+
+/// An uploaded file to rename into place: (temporary name, final name, sha256).
+pub(super) type Move = (String, String, String);
+
+/// The last upload, sent on the run's stdin instead of its own channel.
+pub(super) struct Deferred {
+    pub(super) upload: Upload,
+    pub(super) tmp: String,
+}
+
+/// A file to put on the node, unless it is there already.
+pub(super) struct Upload {
+    pub(super) local: PathBuf,
+    pub(super) name: String,
+    pub(super) mode: u32,
+    pub(super) size: u64,
+    sha256: String,
+    /// The release tarball to send instead, when it is much smaller than the file.
+    tarball: Option<TarballSource>,
+}
+
+/// The release tarball a binary came from, and where the binary sits inside it.
+struct TarballSource {
+    path: PathBuf,
+    size: u64,
+    sha512: String,
+    entry: String,
+}
+
+/// Send the tarball only when it saves at least this share of the bytes: an
+/// incompressible binary would only cost the node gunzip time.
+const TARBALL_MAX_RATIO: f64 = 0.8;
+
+/// The tarball of `staged`, if sending it beats sending the binary.
+fn tarball_source(staged: &StagedBinary) -> Option<TarballSource> {
+    let size = staged.tarball_size;
+    ((size as f64) < TARBALL_MAX_RATIO * staged.binary_size as f64).then(|| TarballSource {
+        path: staged.tarball.clone(),
+        size,
+        sha512: staged.tarball_sha512.clone(),
+        entry: staged.tarball_entry.clone(),
+    })
+}
+
+/// Whether any package staged so far is worth sending as its tarball (then the prepare
+/// step asks the node for tar, gzip and sha512sum).
+pub(super) fn tarball_may_pay_off(stager: &Stager) -> bool {
+    Arch::ALL
+        .iter()
+        .filter_map(|arch| stager.staged(*arch))
+        .any(|staged| tarball_source(&staged).is_some())
+}
+
+/// Opens a local file to send, or says which one cannot be read.
+pub(super) fn open_local(path: &Path) -> Result<File, StepError> {
+    File::open(path).map_err(|e| {
+        StepError::new(
+            Phase::Uploading,
+            format!("Cannot open the local file {}: {e}.", path.display()),
+        )
+    })
+}
+
+pub(super) fn upload_error(upload: &Upload, err: TransportError) -> StepError {
+    StepError::transport(
+        Phase::Uploading,
+        format!("Cannot upload the file {}.", upload.name),
+        err,
+    )
+}
+
+impl Run<'_, '_> {
+    /// The files to upload: copyFrom files and, unless keadmBinDir says keadm is there
+    /// already, the staged keadm for the node's arch.
+    pub(super) fn wanted_uploads(&mut self, facts: &NodeFacts) -> Result<Vec<Upload>, StepError> {
+        let node = self.node;
+        let mut uploads = Vec::new();
+        for file in &node.copy_files {
+            uploads.push(Upload {
+                local: file.path.clone(),
+                name: file.name.clone(),
+                mode: file.mode,
+                size: file.size,
+                sha256: file.sha256.clone(),
+                tarball: None,
+            });
+        }
+        if node.keadm == KeadmSource::Staged {
+            let machine = facts.machine.clone().unwrap_or_default();
+            let arch = Arch::from_uname(&machine)
+                .map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
+            self.arch = Some(arch);
+            let stager = self.ctx.stager.ok_or_else(|| {
+                StepError::new(Phase::Preparing, "No keadm binary was staged for this run.")
+            })?;
+            let staged = stager
+                .for_node(arch)
+                .map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
+            uploads.push(Upload {
+                local: staged.binary.clone(),
+                name: "keadm".into(),
+                mode: 0o755,
+                size: staged.binary_size,
+                sha256: staged.binary_sha256.clone(),
+                tarball: tarball_source(&staged).filter(|_| facts.can_unpack_tarball()),
+            });
+        }
+        Ok(uploads)
+    }
+
+    /// Uploads each file that the node lacks to a temporary name. Returns the renames
+    /// (temporary name, final name, sha256) the run step performs before keadm starts,
+    /// and the last upload when it is left for the run's own channel.
+    pub(super) fn upload(
+        &mut self,
+        conn: &mut dyn Connection,
+        uploads: Vec<Upload>,
+        facts: &NodeFacts,
+        privilege: Privilege,
+    ) -> Result<(Vec<Move>, Option<Deferred>), StepError> {
+        self.timed(Phase::Uploading, |run| {
+            let node = run.node;
+            let mut moves = Vec::new();
+            let count = uploads.len();
+            // Files stream over exec (`cat >`, one channel; under sudo inside `sudo sh -c`),
+            // read through the exec loop's small buffer. Not SFTP: libssh2 holds each 1 MiB
+            // write until it is acknowledged, about 2 MiB per worker (118 MiB peak at
+            // maxRunNum 50, against 33 MiB over exec) and a round trip per MiB on slow links
+            // (see bench/README.md and docs/decisions.md).
+            for (position, upload) in uploads.into_iter().enumerate() {
+                let already = if run.ctx.verify_remote {
+                    facts
+                        .computed_sha256
+                        .iter()
+                        .any(|(name, sha)| *name == upload.name && *sha == upload.sha256)
+                } else {
+                    facts.existing.iter().any(|f| {
+                        f.name == upload.name && f.size == upload.size && f.sidecar == upload.sha256
+                    })
+                };
+                if already {
+                    run.uploads_skipped += 1;
+                    run.transcript.note(&format!(
+                        "{} is already on the node (sha256 {}), not uploaded",
+                        upload.name,
+                        &upload.sha256[..12]
+                    ));
+                    continue;
+                }
+                let tmp = remote::temp_name(&upload.name, &run.ctx.run_token, node.index);
+                let deadline = Instant::now() + node.deadlines.upload(upload.size);
+                let start = Instant::now();
+                let mut sent = None;
+                if let Some(tarball) = &upload.tarball {
+                    sent = run.upload_tarball(conn, &upload, tarball, &tmp, privilege)?;
+                }
+                // The last plain upload rides in the run's own channel: one exec (and one
+                // remote shell) less per node, which is what a fleet of many small nodes
+                // pays for (the benchmark's W3).
+                if sent.is_none() && position + 1 == count {
+                    moves.push((tmp.clone(), upload.name.clone(), upload.sha256.clone()));
+                    return Ok((moves, Some(Deferred { upload, tmp })));
+                }
+                if sent.is_none() {
+                    let script =
+                        remote::receive_script(&node.upload_dir, &tmp, upload.mode, upload.size);
+                    let (result, output) =
+                        run.send_file(conn, &script, &upload.local, privilege, deadline)?;
+                    let err = match result {
+                        Ok(exit) if exit.success() => None,
+                        Ok(exit) => Some(StepError::new(
+                            Phase::Uploading,
+                            format!(
+                                "Cannot upload the file {}: the node answered {exit}{}.",
+                                upload.name,
+                                match one_line(&output, MESSAGE_CHARS) {
+                                    said if said.is_empty() => String::new(),
+                                    said => format!(" ({said})"),
+                                }
+                            ),
+                        )),
+                        Err(e) => Some(upload_error(&upload, e)),
+                    };
+                    if let Some(err) = err {
+                        return Err(run.explain_upload_failure(conn, err, &upload, &tmp, privilege));
+                    }
+                    sent = Some(upload.size);
+                }
+                let bytes = sent.unwrap_or(0);
+                run.bytes_uploaded += bytes;
+                run.transcript.note(&format!(
+                    "uploaded {} ({} bytes, mode {:04o}) in {:.2}s",
+                    upload.name,
+                    bytes,
+                    upload.mode,
+                    start.elapsed().as_secs_f64()
+                ));
+                moves.push((tmp, upload.name, upload.sha256));
+            }
+            Ok((moves, None))
+        })
+    }
+
+    /// Sends the release tarball over exec stdin; the node checks its sha512 and unpacks
+    /// the binary to `tmp`. Returns the bytes sent, or `None` when the node could not
+    /// unpack it (the caller then sends the binary itself).
+    fn upload_tarball(
+        &mut self,
+        conn: &mut dyn Connection,
+        upload: &Upload,
+        tarball: &TarballSource,
+        tmp: &str,
+        privilege: Privilege,
+    ) -> Result<Option<u64>, StepError> {
+        let node = self.node;
+        let tar_tmp = remote::temp_name(
+            &format!("{}.tar.gz", upload.name),
+            &self.ctx.run_token,
+            node.index,
+        );
+        let script = remote::receive_tarball_script(
+            &node.upload_dir,
+            &tar_tmp,
+            tmp,
+            &tarball.sha512,
+            &tarball.entry,
+            upload.size,
+        );
+        let deadline = Instant::now() + node.deadlines.upload(tarball.size);
+        let (result, output) = self.send_file(conn, &script, &tarball.path, privilege, deadline)?;
+        let exit = result.map_err(|e| upload_error(upload, e))?;
+        if exit.success() {
+            self.transcript.note(&format!(
+                "sent the release tarball ({} bytes for a {}-byte binary); the node checked its sha512 and unpacked {}",
+                tarball.size, upload.size, tarball.entry
+            ));
+            return Ok(Some(tarball.size));
+        }
+        // Bytes that went out still count: they crossed the wire.
+        self.bytes_uploaded += tarball.size;
+        self.transcript.note(&format!(
+            "the node could not unpack the release tarball ({exit}: {}); sending the binary instead",
+            one_line(&output, MESSAGE_CHARS)
+        ));
+        Ok(None)
+    }
+
+    /// Streams the local file at `path` into `script` on the node, with `privilege`.
+    /// Returns how the script ended and what it printed.
+    fn send_file(
+        &self,
+        conn: &mut dyn Connection,
+        script: &str,
+        path: &Path,
+        privilege: Privilege,
+        deadline: Instant,
+    ) -> Result<(Result<RemoteExit, TransportError>, String), StepError> {
+        let mut file = open_local(path)?;
+        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
+        let result = exec_as(
+            conn,
+            script,
+            privilege,
+            password_of(self.node),
+            Some(&mut file),
+            deadline,
+            &mut output,
+        );
+        Ok((result, output.text()))
+    }
+
+    /// After a failed upload: removes the partial temporary file and, when the dir has
+    /// less room than the file needs, says so: the receiving command's own failure need
+    /// not name the cause (in the run's channel it is only exit status 201). A timed-out
+    /// upload is left as it is: the connection may be stuck, and another round trip would
+    /// wait on it again.
+    pub(super) fn explain_upload_failure(
+        &mut self,
+        conn: &mut dyn Connection,
+        err: StepError,
+        upload: &Upload,
+        tmp: &str,
+        privilege: Privilege,
+    ) -> StepError {
+        if err.ending == Phase::TimedOut {
+            return err;
+        }
+        let dir = &self.node.upload_dir;
+        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
+        let deadline = Instant::now() + self.node.deadlines.step.min(Duration::from_secs(10));
+        let probe = exec_as(
+            conn,
+            &remote::upload_failed_script(dir, tmp),
+            privilege,
+            password_of(self.node),
+            None,
+            deadline,
+            &mut output,
+        );
+        let free_kib = match probe {
+            Ok(_) => remote::parse_free_kib(&output.text()),
+            Err(_) => None,
+        };
+        match free_kib {
+            Some(free) if free.saturating_mul(1024) < upload.size => {
+                self.transcript.note(&err.message);
+                StepError {
+                    message: format!(
+                        "Cannot upload the file {}: no space left on device in {dir} on the node ({} KiB needed, {free} KiB free). Free some space there, or set remoteDir to a directory on a larger filesystem.",
+                        upload.name,
+                        upload.size.div_ceil(1024),
+                    ),
+                    ..err
+                }
+            }
+            _ => err,
+        }
+    }
+}

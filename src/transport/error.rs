@@ -1,0 +1,201 @@
+//! [`TransportError`]: why a connection or a command failed, as sentences that name the
+//! node and, where there is one, the fix.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::Endpoint;
+
+/// Why a transport operation failed. Messages are full sentences naming the node.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("Could not resolve the address of {endpoint}: {source}.")]
+    Resolve {
+        endpoint: Endpoint,
+        source: io::Error,
+    },
+
+    #[error(
+        "The node at {endpoint} refused the connection. Check that sshd runs on the node and listens on that address and port."
+    )]
+    Refused { endpoint: Endpoint },
+
+    #[error("Could not connect to the node at {endpoint}: {source}.")]
+    Connect {
+        endpoint: Endpoint,
+        source: io::Error,
+    },
+
+    #[error("Connecting to the node at {endpoint} timed out after {:.1} s while {phase}.", .after.as_secs_f64())]
+    ConnectTimeout {
+        endpoint: Endpoint,
+        phase: &'static str,
+        after: Duration,
+    },
+
+    #[error("The SSH handshake with the node at {endpoint} failed: {message}.")]
+    Handshake {
+        endpoint: Endpoint,
+        message: String,
+        /// Socket-level failures (reset, closed) are worth a retry; algorithm mismatches are not.
+        transient: bool,
+    },
+
+    #[error("The node at {endpoint} rejected {method} for user {user}.")]
+    AuthRejected {
+        endpoint: Endpoint,
+        user: String,
+        method: String,
+    },
+
+    #[error("Could not log in to the node at {endpoint} as {user}: {message}.")]
+    AuthSetup {
+        endpoint: Endpoint,
+        user: String,
+        message: String,
+    },
+
+    #[error(
+        "The host key of the node at {endpoint} has changed: it now presents {fingerprint}, which does not match the key recorded in {}. \
+         This can mean the node was reinstalled, or that someone is intercepting the connection. \
+         After checking the new key out of band, remove the old entry with: ssh-keygen -R '{host_entry}' -f {}",
+        .known_hosts.display(), .known_hosts.display()
+    )]
+    HostKeyChanged {
+        endpoint: Endpoint,
+        host_entry: String,
+        fingerprint: String,
+        known_hosts: PathBuf,
+    },
+
+    #[error(
+        "The node at {endpoint} is not in {} and the host-key policy is strict; it presents {fingerprint}. \
+         After checking that key, add it with: ssh-keyscan -p {} {} >> {} (or connect once with the accept-new policy).",
+        .known_hosts.display(), .endpoint.port, .endpoint.host, .known_hosts.display()
+    )]
+    HostKeyUnknown {
+        endpoint: Endpoint,
+        fingerprint: String,
+        known_hosts: PathBuf,
+    },
+
+    #[error(
+        "The node at {endpoint} presents the host key {fingerprint}, which line {line} of {} marks as @revoked, so it is refused. \
+         A revoked key stays untrusted: give the node a new host key, check it out of band and record it with: ssh-keyscan -p {} {} >> {} \
+         (and delete any other line that still lists the revoked key). If the @revoked line itself is wrong, delete that line instead.",
+        .known_hosts.display(), .endpoint.port, .endpoint.host, .known_hosts.display()
+    )]
+    HostKeyRevoked {
+        endpoint: Endpoint,
+        fingerprint: String,
+        known_hosts: PathBuf,
+        line: usize,
+    },
+
+    #[error(
+        "The node at {endpoint} presents the host key {fingerprint}, but line {line} of {} covers it only by {covered_by}. \
+         keadm-batch does not treat a host that a pattern or @cert-authority line covers as unknown, so it neither connects nor records the key. \
+         After checking the key out of band, add a plain entry for the node with: ssh-keyscan -p {} {} >> {} \
+         (or skip host-key checking knowingly with --host-key-policy off).",
+        .known_hosts.display(), .endpoint.port, .endpoint.host, .known_hosts.display()
+    )]
+    HostKeyNotVerifiable {
+        endpoint: Endpoint,
+        fingerprint: String,
+        known_hosts: PathBuf,
+        line: usize,
+        /// What covers the host, as a phrase: "the wildcard pattern `10.0.*`, ...".
+        covered_by: String,
+    },
+
+    #[error("Could not use the known-hosts file {}: {message}.", .path.display())]
+    KnownHosts { path: PathBuf, message: String },
+
+    #[error("{what} on the node at {endpoint} did not finish within {:.1} s.", .after.as_secs_f64())]
+    Timeout {
+        endpoint: Endpoint,
+        what: String,
+        after: Duration,
+    },
+
+    #[error("The SSH connection to the node at {endpoint} failed while {what}: {message}.")]
+    Session {
+        endpoint: Endpoint,
+        what: String,
+        message: String,
+        /// Set when the failure is at socket level (connection lost), not a refusal by the node.
+        transient: bool,
+    },
+
+    #[error("Could not reach the node at {endpoint} through the jump host {jump}. {source}")]
+    Jump {
+        endpoint: Endpoint,
+        jump: Endpoint,
+        source: Box<TransportError>,
+    },
+
+    #[error("The command on the node at {endpoint} was cancelled by the operator and killed.")]
+    Aborted { endpoint: Endpoint },
+
+    #[error("Reading the local input for the node at {endpoint} failed: {source}.")]
+    LocalRead {
+        endpoint: Endpoint,
+        source: io::Error,
+    },
+
+    #[error("Writing the output of the node at {endpoint} failed: {source}.")]
+    OutputWrite {
+        endpoint: Endpoint,
+        source: io::Error,
+    },
+}
+
+impl TransportError {
+    /// Whether a retry with backoff may succeed: the network or the node's sshd was not
+    /// (yet) there. Authentication failures, host-key problems and command deadlines are
+    /// final, because retrying them only repeats the same answer (or locks accounts).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            TransportError::Refused { .. } | TransportError::ConnectTimeout { .. } => true,
+            TransportError::Connect { source, .. } => matches!(
+                source.kind(),
+                io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::TimedOut
+                    | io::ErrorKind::HostUnreachable
+                    | io::ErrorKind::NetworkUnreachable
+                    | io::ErrorKind::AddrNotAvailable
+                    | io::ErrorKind::Interrupted
+            ),
+            TransportError::Jump { source, .. } => source.is_transient(),
+            TransportError::Handshake { transient, .. }
+            | TransportError::Session { transient, .. } => *transient,
+            _ => false,
+        }
+    }
+
+    /// The node this error is about, when there is one.
+    pub fn endpoint(&self) -> Option<&Endpoint> {
+        match self {
+            TransportError::KnownHosts { .. } => None,
+            TransportError::Resolve { endpoint, .. }
+            | TransportError::Refused { endpoint }
+            | TransportError::Jump { endpoint, .. }
+            | TransportError::Connect { endpoint, .. }
+            | TransportError::ConnectTimeout { endpoint, .. }
+            | TransportError::Handshake { endpoint, .. }
+            | TransportError::AuthRejected { endpoint, .. }
+            | TransportError::AuthSetup { endpoint, .. }
+            | TransportError::HostKeyChanged { endpoint, .. }
+            | TransportError::HostKeyUnknown { endpoint, .. }
+            | TransportError::HostKeyRevoked { endpoint, .. }
+            | TransportError::HostKeyNotVerifiable { endpoint, .. }
+            | TransportError::Timeout { endpoint, .. }
+            | TransportError::Aborted { endpoint }
+            | TransportError::Session { endpoint, .. }
+            | TransportError::LocalRead { endpoint, .. }
+            | TransportError::OutputWrite { endpoint, .. } => Some(endpoint),
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! A scripted in-memory transport for unit tests, in the manner of hyperfine's mock
+//! executor: no sockets and no sshd. Each exec is answered by the first rule whose
+//! pattern occurs in the command (output, then an exit status or a [`TransportError`]);
+//! every connect and every command, with the stdin bytes it received, is recorded for
+//! the test to assert on. Connects can be made to fail a given number of times.
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{AbortCheck, ConnectSpec, Connection, Connector, Endpoint, RemoteExit, TransportError};
+
+/// Makes the error a reply or a failed connect ends with, for the node at hand.
+type MakeError = Box<dyn Fn(&Endpoint) -> TransportError + Send>;
+
+/// What the fake node does with one command.
+pub(crate) struct Reply {
+    output: Vec<u8>,
+    /// Reads at most this many stdin bytes (then the "connection" breaks, or the command
+    /// stops reading); `None` reads all of it.
+    reads: Option<usize>,
+    ending: Ending,
+}
+
+enum Ending {
+    Exit(RemoteExit),
+    Error(MakeError),
+}
+
+impl Reply {
+    /// Exits with `code`, printing nothing.
+    pub(crate) fn exit(code: i32) -> Reply {
+        Reply {
+            output: Vec::new(),
+            reads: None,
+            ending: Ending::Exit(RemoteExit::Code(code)),
+        }
+    }
+
+    /// Exits 0, printing nothing.
+    pub(crate) fn ok() -> Reply {
+        Reply::exit(0)
+    }
+
+    /// Ends with the error `make` builds, after any output.
+    pub(crate) fn error(make: impl Fn(&Endpoint) -> TransportError + Send + 'static) -> Reply {
+        Reply {
+            output: Vec::new(),
+            reads: None,
+            ending: Ending::Error(Box::new(make)),
+        }
+    }
+
+    /// Runs past its deadline (the real engine has killed it by then).
+    pub(crate) fn timeout() -> Reply {
+        Reply::error(|endpoint| TransportError::Timeout {
+            endpoint: endpoint.clone(),
+            what: "Running the command".to_string(),
+            after: Duration::from_secs(2),
+        })
+    }
+
+    /// Cancelled by the operator's abort (the real engine has killed it by then).
+    pub(crate) fn aborted() -> Reply {
+        Reply::error(|endpoint| TransportError::Aborted {
+            endpoint: endpoint.clone(),
+        })
+    }
+
+    /// The connection breaks under the command.
+    pub(crate) fn connection_lost() -> Reply {
+        Reply::error(|endpoint| TransportError::Session {
+            endpoint: endpoint.clone(),
+            what: "running the command".to_string(),
+            message: "connection reset by peer".to_string(),
+            transient: true,
+        })
+    }
+
+    /// Prints `text` (stdout and stderr are merged, as over SSH) before it ends.
+    pub(crate) fn printing(mut self, text: &str) -> Reply {
+        self.output.extend_from_slice(text.as_bytes());
+        self
+    }
+
+    /// Reads only the first `bytes` of its stdin.
+    pub(crate) fn reading_at_most(mut self, bytes: usize) -> Reply {
+        self.reads = Some(bytes);
+        self
+    }
+}
+
+struct Rule {
+    pattern: String,
+    reply: Reply,
+    /// Answers only once, then gives way to later rules.
+    once: bool,
+}
+
+/// One command the fake node received.
+#[derive(Clone, Debug)]
+pub(crate) struct Exec {
+    pub command: String,
+    /// What it read from stdin; `None` when it was given no stdin at all.
+    pub stdin: Option<Vec<u8>>,
+    /// Whether an abort check was set while it ran.
+    pub abort_set: bool,
+}
+
+#[derive(Default)]
+struct State {
+    rules: Vec<Rule>,
+    connect_failures: Vec<MakeError>,
+    connects: Vec<ConnectSpec>,
+    execs: Vec<Exec>,
+}
+
+/// The scripted transport; clones share one script and one record.
+#[derive(Clone, Default)]
+pub(crate) struct FakeTransport {
+    state: Arc<Mutex<State>>,
+}
+
+/// Exit status and output for a command no rule matches, as a shell would say it.
+const NO_RULE: i32 = 127;
+
+impl FakeTransport {
+    pub(crate) fn new() -> FakeTransport {
+        FakeTransport::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Answers every command that contains `pattern` with `reply`. Rules are tried in
+    /// the order they were added; the first that matches answers.
+    pub(crate) fn on(self, pattern: &str, reply: Reply) -> FakeTransport {
+        self.add(pattern, reply, false)
+    }
+
+    /// Like [`FakeTransport::on`], but only for the first matching command.
+    pub(crate) fn once(self, pattern: &str, reply: Reply) -> FakeTransport {
+        self.add(pattern, reply, true)
+    }
+
+    fn add(self, pattern: &str, reply: Reply, once: bool) -> FakeTransport {
+        self.state().rules.push(Rule {
+            pattern: pattern.to_string(),
+            reply,
+            once,
+        });
+        self
+    }
+
+    /// Makes the next `times` connects fail with the error `make` builds.
+    pub(crate) fn failing_connects(
+        self,
+        times: usize,
+        make: impl Fn(&Endpoint) -> TransportError + Send + Clone + 'static,
+    ) -> FakeTransport {
+        for _ in 0..times {
+            self.state().connect_failures.push(Box::new(make.clone()));
+        }
+        self
+    }
+
+    /// Every connect attempt, failed ones included.
+    pub(crate) fn connects(&self) -> Vec<ConnectSpec> {
+        self.state().connects.clone()
+    }
+
+    /// Every command run, in order.
+    pub(crate) fn execs(&self) -> Vec<Exec> {
+        self.state().execs.clone()
+    }
+
+    /// The commands that contain `pattern`.
+    pub(crate) fn execs_with(&self, pattern: &str) -> Vec<Exec> {
+        self.execs()
+            .into_iter()
+            .filter(|e| e.command.contains(pattern))
+            .collect()
+    }
+}
+
+impl Connector for FakeTransport {
+    fn connect(&self, spec: &ConnectSpec) -> Result<Box<dyn Connection>, TransportError> {
+        let mut state = self.state();
+        state.connects.push(spec.clone());
+        if !state.connect_failures.is_empty() {
+            let make = state.connect_failures.remove(0);
+            return Err(make(&spec.endpoint));
+        }
+        Ok(Box::new(FakeConnection {
+            transport: self.clone(),
+            endpoint: spec.endpoint.clone(),
+            abort: None,
+        }))
+    }
+}
+
+/// A connection to the fake node.
+struct FakeConnection {
+    transport: FakeTransport,
+    endpoint: Endpoint,
+    abort: Option<AbortCheck>,
+}
+
+impl Connection for FakeConnection {
+    fn exec(
+        &mut self,
+        command: &str,
+        stdin: Option<&mut dyn Read>,
+        _deadline: Instant,
+        output: &mut dyn Write,
+    ) -> Result<RemoteExit, TransportError> {
+        let mut state = self.transport.state();
+        let found = state
+            .rules
+            .iter()
+            .position(|rule| command.contains(&rule.pattern));
+        let rule = match found {
+            Some(i) if state.rules[i].once => Some(state.rules.remove(i)),
+            _ => None,
+        };
+        let reply = match (&rule, found) {
+            (Some(rule), _) => Some(&rule.reply),
+            (None, Some(i)) => Some(&state.rules[i].reply),
+            (None, None) => None,
+        };
+        let mut received = stdin.is_some().then(Vec::new);
+        if let (Some(reader), Some(buf)) = (stdin, received.as_mut()) {
+            match reply.and_then(|r| r.reads) {
+                Some(limit) => reader.take(limit as u64).read_to_end(buf),
+                None => reader.read_to_end(buf),
+            }
+            .map_err(|source| TransportError::LocalRead {
+                endpoint: self.endpoint.clone(),
+                source,
+            })?;
+        }
+        let result = match reply {
+            Some(reply) => {
+                output
+                    .write_all(&reply.output)
+                    .map_err(|source| TransportError::OutputWrite {
+                        endpoint: self.endpoint.clone(),
+                        source,
+                    })?;
+                match &reply.ending {
+                    Ending::Exit(exit) => Ok(exit.clone()),
+                    Ending::Error(make) => Err(make(&self.endpoint)),
+                }
+            }
+            None => {
+                let _ = writeln!(output, "fake transport: no rule matches this command");
+                Ok(RemoteExit::Code(NO_RULE))
+            }
+        };
+        state.execs.push(Exec {
+            command: command.to_string(),
+            stdin: received,
+            abort_set: self.abort.is_some(),
+        });
+        result
+    }
+
+    fn set_abort(&mut self, check: Option<AbortCheck>) {
+        self.abort = check;
+    }
+
+    fn host_key_fingerprint(&self) -> String {
+        "SHA256:fake-host-key".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> ConnectSpec {
+        ConnectSpec {
+            endpoint: Endpoint::new("10.0.0.9", 22),
+            username: "root".into(),
+            auth: super::super::Auth::Agent { socket: None },
+            host_key_policy: super::super::HostKeyPolicy::AcceptNew,
+            known_hosts: "/dev/null".into(),
+            connect_timeout: Duration::from_secs(1),
+            keepalive_secs: 0,
+            jump: None,
+        }
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    #[test]
+    fn answers_by_the_first_matching_rule_and_records_commands_and_stdin() {
+        let fake = FakeTransport::new()
+            .once("probe", Reply::exit(3).printing("first\n"))
+            .on("probe", Reply::ok().printing("later\n"))
+            .on("cat", Reply::ok().reading_at_most(4));
+        let mut conn = fake.connect(&spec()).unwrap();
+        assert_eq!(conn.host_key_fingerprint(), "SHA256:fake-host-key");
+        let mut out = Vec::new();
+        let exit = conn.exec("probe", None, far(), &mut out).unwrap();
+        assert_eq!(
+            (exit, out.as_slice()),
+            (RemoteExit::Code(3), &b"first\n"[..])
+        );
+        let mut out = Vec::new();
+        assert!(conn.exec("probe", None, far(), &mut out).unwrap().success());
+        assert_eq!(out, b"later\n");
+        let mut stdin: &[u8] = b"0123456789";
+        conn.exec("cat > f", Some(&mut stdin), far(), &mut Vec::new())
+            .unwrap();
+        let mut out = Vec::new();
+        let exit = conn.exec("unknown", None, far(), &mut out).unwrap();
+        assert_eq!(exit, RemoteExit::Code(NO_RULE));
+
+        let execs = fake.execs();
+        assert_eq!(execs.len(), 4);
+        assert_eq!(execs[0].stdin, None);
+        assert_eq!(execs[2].stdin.as_deref(), Some(&b"0123"[..]));
+        assert_eq!(fake.execs_with("probe").len(), 2);
+    }
+
+    #[test]
+    fn connects_fail_as_scripted_then_succeed() {
+        let fake = FakeTransport::new().failing_connects(2, |endpoint| TransportError::Refused {
+            endpoint: endpoint.clone(),
+        });
+        assert!(matches!(
+            fake.connect(&spec()).err(),
+            Some(TransportError::Refused { .. })
+        ));
+        assert!(fake.connect(&spec()).is_err());
+        let mut conn = fake.connect(&spec()).unwrap();
+        assert_eq!(fake.connects().len(), 3);
+        conn.set_abort(Some(Arc::new(|| true)));
+        let fake = fake.on("sleep", Reply::timeout());
+        let err = conn
+            .exec("sleep 9", None, far(), &mut Vec::new())
+            .unwrap_err();
+        assert!(matches!(err, TransportError::Timeout { .. }), "{err:?}");
+        assert!(fake.execs()[0].abort_set);
+    }
+}

@@ -1,0 +1,314 @@
+//! Running a command: exec on a fresh channel, stdin in and merged output out in one
+//! non-blocking loop around poll(2), the deadline and the operator's abort checked
+//! between waits, and the command killed on the node when either ends it.
+
+use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
+
+use libssh2_sys::{
+    LIBSSH2_ERROR_CHANNEL_CLOSED, LIBSSH2_ERROR_CHANNEL_EOF_SENT, LIBSSH2_ERROR_EAGAIN,
+};
+use rustix::event::PollFd;
+use ssh2::{Channel, ExtendedData, Session};
+
+use super::SshConnection;
+use super::errors::{is_code, session_error, timeout};
+use crate::remote::KILL_SIBLINGS;
+use crate::transport::{AbortCheck, Connection, RemoteExit, TransportError, socket};
+
+/// The longest single poll(2) wait in the exec loop, so keepalives and the deadline are
+/// checked even if a wake-up were missed.
+const MAX_POLL: Duration = Duration::from_millis(250);
+
+impl Connection for SshConnection {
+    /// Runs `command` via exec. Streams `stdin` (if any) and then sends EOF, while
+    /// streaming the merged stdout and stderr into `output` as it arrives.
+    ///
+    /// The session runs non-blocking around poll(2), so large input and output in both
+    /// directions never deadlock and the deadline is exact. At the deadline the command's
+    /// process group is killed on the node (see `kill_remote`), the channel is closed and
+    /// `Err(Timeout)` is returned; the connection stays usable.
+    ///
+    /// `stdin` is read on this thread between socket waits, so it should be a reader
+    /// that does not stall (a file or memory); a stalled reader delays the deadline.
+    fn exec(
+        &mut self,
+        command: &str,
+        stdin: Option<&mut dyn Read>,
+        deadline: Instant,
+        output: &mut dyn Write,
+    ) -> Result<RemoteExit, TransportError> {
+        let started = Instant::now();
+        let what = "running the command";
+        let _mode = NonBlocking::enter(&self.session);
+
+        let mut channel = self.retry(deadline, started, what, |s| s.channel_session())?;
+        self.retry(deadline, started, what, |_| {
+            channel.handle_extended_data(ExtendedData::Merge)
+        })?;
+        self.retry(deadline, started, what, |_| channel.exec(command))?;
+
+        let result = self.pump(&mut channel, stdin, deadline, started, output);
+        match result {
+            Ok(()) => {}
+            Err(TransportError::Timeout { .. }) => {
+                self.kill_remote(&mut channel);
+                return Err(timeout(&self.endpoint, what, started));
+            }
+            Err(TransportError::Aborted { endpoint }) => {
+                // The kill must not itself be aborted.
+                let check = self.abort.take();
+                self.kill_remote(&mut channel);
+                self.abort = check;
+                return Err(TransportError::Aborted { endpoint });
+            }
+            Err(e) => return Err(e),
+        }
+        self.retry(deadline, started, what, |_| channel.wait_close())?;
+
+        let signal = channel.exit_signal().ok().and_then(|s| s.exit_signal);
+        match signal {
+            Some(sig) if !sig.is_empty() => Ok(RemoteExit::Signal(sig)),
+            _ => {
+                let code = channel
+                    .exit_status()
+                    .map_err(|e| session_error(&self.endpoint, what, e))?;
+                Ok(RemoteExit::Code(code))
+            }
+        }
+    }
+
+    /// Once `check` answers true, the running command is killed on the node and `exec`
+    /// returns `Err(Aborted)`.
+    fn set_abort(&mut self, check: Option<AbortCheck>) {
+        self.abort = check;
+    }
+
+    fn host_key_fingerprint(&self) -> String {
+        self.fingerprint.clone()
+    }
+}
+
+impl SshConnection {
+    /// Moves stdin to the channel and the channel's output to `output` until the remote
+    /// side sends EOF.
+    fn pump(
+        &self,
+        channel: &mut Channel,
+        mut stdin: Option<&mut dyn Read>,
+        deadline: Instant,
+        started: Instant,
+        output: &mut dyn Write,
+    ) -> Result<(), TransportError> {
+        let what = "running the command";
+        let mut out_buf = vec![0u8; 64 * 1024];
+        let mut in_buf: Vec<u8> = Vec::new();
+        let mut in_pos = 0;
+        let mut in_done = stdin.is_none();
+        let mut eof_sent = false;
+
+        loop {
+            let mut progress = self.drain(channel, &mut out_buf, output)?;
+            if channel.eof() {
+                return Ok(());
+            }
+
+            if !eof_sent {
+                if in_pos == in_buf.len()
+                    && !in_done
+                    && let Some(reader) = stdin.as_mut()
+                {
+                    in_buf.resize(256 * 1024, 0);
+                    let n = read_retrying(&mut **reader, &mut in_buf).map_err(|source| {
+                        TransportError::LocalRead {
+                            endpoint: self.endpoint.clone(),
+                            source,
+                        }
+                    })?;
+                    in_buf.truncate(n);
+                    in_pos = 0;
+                    in_done = n == 0;
+                }
+                if in_pos < in_buf.len() {
+                    match channel.write(&in_buf[in_pos..]) {
+                        Ok(n) => {
+                            in_pos += n;
+                            progress |= n > 0;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => {
+                            // The command stopped reading (it exited, or closed stdin):
+                            // what it did not take is not ours to force on it. Keep
+                            // reading its output; a dead connection shows up there.
+                            log::debug!("{}: stdin no longer accepted: {e}", self.endpoint);
+                            in_done = true;
+                            in_pos = in_buf.len();
+                            eof_sent = true;
+                        }
+                    }
+                } else if in_done {
+                    match channel.send_eof() {
+                        Ok(()) => {
+                            eof_sent = true;
+                            progress = true;
+                        }
+                        Err(e) if is_code(&e, LIBSSH2_ERROR_EAGAIN) => {}
+                        Err(e)
+                            if is_code(&e, LIBSSH2_ERROR_CHANNEL_CLOSED)
+                                || is_code(&e, LIBSSH2_ERROR_CHANNEL_EOF_SENT) =>
+                        {
+                            eof_sent = true;
+                        }
+                        Err(e) => return Err(session_error(&self.endpoint, what, e)),
+                    }
+                }
+                // A write can make libssh2 read and queue incoming packets, which the
+                // socket no longer shows as readable: read them before waiting.
+                progress |= self.drain(channel, &mut out_buf, output)?;
+            }
+
+            if !progress {
+                self.wait(deadline, started, what)?;
+            }
+        }
+    }
+
+    /// Reads whatever output is available now; true if any was.
+    fn drain(
+        &self,
+        channel: &mut Channel,
+        buf: &mut [u8],
+        output: &mut dyn Write,
+    ) -> Result<bool, TransportError> {
+        let mut any = false;
+        loop {
+            match channel.read(buf) {
+                Ok(0) => return Ok(any),
+                Ok(n) => {
+                    any = true;
+                    output
+                        .write_all(&buf[..n])
+                        .map_err(|source| TransportError::OutputWrite {
+                            endpoint: self.endpoint.clone(),
+                            source,
+                        })?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(any),
+                Err(e) => {
+                    return Err(TransportError::Session {
+                        endpoint: self.endpoint.clone(),
+                        what: "reading the command's output".to_string(),
+                        message: e.to_string(),
+                        transient: true,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Best effort after a deadline: kill the command's process group on the node and
+    /// close the channel, each bounded by a short timeout so a dead peer cannot hold us.
+    ///
+    /// The RFC 4254 "signal" request would be the direct way, but ssh2 0.9 does not expose
+    /// it (and libssh2 refuses a second request on an exec'd channel). Closing the channel
+    /// is not enough: sshd keeps a non-pty command running until it exits. So a second
+    /// channel runs [`KILL_SIBLINGS`], which kills the process group of every other
+    /// command sshd started on this connection. Exec calls on one connection are
+    /// sequential, so that is exactly the timed-out one. Like the signal request, this
+    /// runs as the login user: a command it cannot signal (one running under sudo as
+    /// another user) survives.
+    fn kill_remote(&self, channel: &mut Channel) {
+        self.session.set_blocking(true);
+        self.session.set_timeout(2000);
+        let killed = (|| -> Result<(), ssh2::Error> {
+            let mut killer = self.session.channel_session()?;
+            killer.exec(KILL_SIBLINGS)?;
+            let mut sink = Vec::new();
+            let _ = killer.read_to_end(&mut sink);
+            killer.wait_close()
+        })();
+        if let Err(e) = killed {
+            log::debug!(
+                "{}: could not kill the timed-out command: {e}",
+                self.endpoint
+            );
+        }
+        self.session.set_timeout(1000);
+        let _ = channel.close();
+        let _ = channel.wait_close();
+        self.session.set_timeout(0);
+        self.session.set_blocking(false);
+    }
+
+    /// Calls `op` until it stops returning EAGAIN, waiting on the socket in between.
+    fn retry<T>(
+        &self,
+        deadline: Instant,
+        started: Instant,
+        what: &str,
+        mut op: impl FnMut(&Session) -> Result<T, ssh2::Error>,
+    ) -> Result<T, TransportError> {
+        loop {
+            match op(&self.session) {
+                Ok(v) => return Ok(v),
+                Err(e) if is_code(&e, LIBSSH2_ERROR_EAGAIN) => {
+                    self.wait(deadline, started, what)?
+                }
+                Err(e) => return Err(session_error(&self.endpoint, what, e)),
+            }
+        }
+    }
+
+    /// Waits until the socket is ready in the direction libssh2 is blocked on, the next
+    /// keepalive is due, or the deadline passes (then `Err(Timeout)`).
+    fn wait(&self, deadline: Instant, started: Instant, what: &str) -> Result<(), TransportError> {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(timeout(&self.endpoint, what, started));
+        }
+        if self.abort.as_ref().is_some_and(|check| check()) {
+            return Err(TransportError::Aborted {
+                endpoint: self.endpoint.clone(),
+            });
+        }
+        let mut limit = (deadline - now).min(MAX_POLL);
+        match self.session.keepalive_send() {
+            Ok(secs) if secs > 0 => limit = limit.min(Duration::from_secs(secs.into())),
+            Ok(_) => {}
+            Err(e) if is_code(&e, LIBSSH2_ERROR_EAGAIN) => {}
+            Err(e) => return Err(session_error(&self.endpoint, "sending a keepalive", e)),
+        }
+        let mut fds = [PollFd::new(&*self.socket, socket::wanted(&self.session))];
+        socket::wait(&mut fds, limit).map_err(|err| TransportError::Session {
+            endpoint: self.endpoint.clone(),
+            what: what.to_string(),
+            message: format!("poll failed: {err}"),
+            transient: false,
+        })
+    }
+}
+
+/// Puts the session in non-blocking mode for the guard's lifetime.
+struct NonBlocking<'a>(&'a Session);
+
+impl<'a> NonBlocking<'a> {
+    fn enter(session: &'a Session) -> NonBlocking<'a> {
+        session.set_blocking(false);
+        NonBlocking(session)
+    }
+}
+
+impl Drop for NonBlocking<'_> {
+    fn drop(&mut self) {
+        self.0.set_blocking(true);
+    }
+}
+
+fn read_retrying(reader: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match reader.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
+    }
+}

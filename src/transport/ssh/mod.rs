@@ -1,0 +1,127 @@
+//! [`SshConnection`]: connect and exec with streaming, on one `ssh2::Session`.
+//!
+//! `connect` opens the socket (directly or through a jump host) and runs the handshake;
+//! `auth` logs in; `exec` runs commands in a non-blocking loop around poll(2); `errors`
+//! reads libssh2's error codes. The [`Connection`](super::Connection) methods are in
+//! `exec`.
+
+mod auth;
+mod connect;
+mod errors;
+mod exec;
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ssh2::{MethodType, Session};
+
+use super::jump::{Bridge, JumpSession};
+use super::{AbortCheck, ConnectSpec, Endpoint, TransportError};
+
+/// One authenticated SSH connection to one node.
+///
+/// Not shared between threads: create it, use it and drop it on one worker thread.
+pub struct SshConnection {
+    session: Session,
+    /// The socket under `session`, which holds the other reference; kept for poll(2) in
+    /// the non-blocking loops. Declared after `session`, so it closes after the session
+    /// has said goodbye on it.
+    socket: Arc<OwnedFd>,
+    endpoint: Endpoint,
+    fingerprint: String,
+    /// Asked between socket waits; true ends a running command like a deadline would
+    /// (the operator's second Ctrl-C).
+    abort: Option<AbortCheck>,
+    /// Declared after `session` and `socket` so it drops after them: our end of the
+    /// socket pair closes first, which is what ends the bridge thread that `Bridge` joins.
+    _bridge: Option<Bridge>,
+}
+
+impl std::fmt::Debug for SshConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SshConnection")
+            .field("endpoint", &self.endpoint)
+            .field("fingerprint", &self.fingerprint)
+            .finish()
+    }
+}
+
+impl SshConnection {
+    /// TCP connect, SSH handshake, host-key check and authentication, all within
+    /// `spec.connect_timeout`. Afterwards blocking calls have no timeout (each operation
+    /// takes its own deadline) and keepalives are on.
+    pub fn connect(spec: &ConnectSpec) -> Result<SshConnection, TransportError> {
+        let deadline = Instant::now() + spec.connect_timeout;
+        let endpoint = &spec.endpoint;
+        let mut session = Session::new().map_err(|e| TransportError::Session {
+            endpoint: endpoint.clone(),
+            what: "creating the SSH session".to_string(),
+            message: e.message().to_string(),
+            transient: false,
+        })?;
+        connect::set_preferences(&session);
+        let (socket, bridge) = connect::open_socket(spec, deadline)?;
+        session.set_tcp_stream(Arc::clone(&socket));
+
+        let fingerprint = match connect::handshake_and_auth(&mut session, spec, deadline) {
+            Ok(fingerprint) => fingerprint,
+            Err(e) => {
+                // The session and `socket` hold the bridge's socket end: they must go
+                // first, or joining the bridge thread would wait for them forever.
+                drop(session);
+                drop(socket);
+                drop(bridge);
+                return Err(e);
+            }
+        };
+
+        session.set_timeout(0);
+        if spec.keepalive_secs > 0 {
+            session.set_keepalive(true, spec.keepalive_secs);
+        }
+        log::debug!(
+            "Connected to {endpoint} as {} (host key {fingerprint}, kex {}, cipher {})",
+            spec.username,
+            session.methods(MethodType::Kex).unwrap_or("?"),
+            session.methods(MethodType::CryptCs).unwrap_or("?"),
+        );
+        Ok(SshConnection {
+            session,
+            socket,
+            endpoint: endpoint.clone(),
+            fingerprint,
+            abort: None,
+            _bridge: bridge,
+        })
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The negotiated key exchange and client-to-server cipher, for logs and benchmarks.
+    pub fn negotiated(&self) -> (String, String) {
+        (
+            self.session
+                .methods(MethodType::Kex)
+                .unwrap_or("")
+                .to_string(),
+            self.session
+                .methods(MethodType::CryptCs)
+                .unwrap_or("")
+                .to_string(),
+        )
+    }
+}
+
+/// A connection to a jump host carries the bridge to the node behind it.
+impl JumpSession for SshConnection {
+    fn session(&self) -> &Session {
+        &self.session
+    }
+
+    fn socket(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
