@@ -136,22 +136,24 @@ impl BundleSettings {
                 source_name: format!("the keadmCmd of {}", config.path.display()),
             }
         })?;
+        let registry = RegistrySettings {
+            mirrors: options
+                .registry_mirrors
+                .iter()
+                .map(|m| (m.registry.clone(), m.url.clone()))
+                .collect(),
+            insecure_http: options.insecure_http,
+            max_blob_bytes: max_package_bytes,
+            retries: crate::stage::DEFAULT_RETRIES,
+            retry_base_delay: Duration::from_secs(1),
+            docker_config,
+        };
+        registry.check_plain_http()?;
         Ok(BundleSettings {
             output: options.output.clone(),
             stage,
             images,
-            registry: RegistrySettings {
-                mirrors: options
-                    .registry_mirrors
-                    .iter()
-                    .map(|m| (m.registry.clone(), m.url.clone()))
-                    .collect(),
-                insecure_http: options.insecure_http,
-                max_blob_bytes: max_package_bytes,
-                retries: crate::stage::DEFAULT_RETRIES,
-                retry_base_delay: Duration::from_secs(1),
-                docker_config,
-            },
+            registry,
         })
     }
 }
@@ -172,16 +174,16 @@ impl KitReport {
     /// The closing lines for the operator.
     pub fn summary(&self) -> String {
         let bytes: u64 = self.files.iter().map(|p| p.file.size).sum();
+        let size = human_size(bytes);
         let written = self.files.iter().filter(|p| p.written).count();
         let arches: Vec<&str> = self.arches.iter().map(|a| a.as_str()).collect();
         let mut text = format!(
-            "Wrote the air-gapped kit for keadm {} ({}) to {}: {} files, {:.1} MiB ({written} \
+            "Wrote the air-gapped kit for keadm {} ({}) to {}: {} files, {size} ({written} \
              written, {} already in place",
             self.keadm_version,
             arches.join(", "),
             self.dir.display(),
             self.files.len(),
-            bytes as f64 / (1024.0 * 1024.0),
             self.files.len() - written,
         );
         if !self.removed.is_empty() {
@@ -247,12 +249,13 @@ fn fill(
         let arch = staged.arch;
         let tarball = format!("{arch}/{}", stager.tarball_name(arch));
         kit.copy(&tarball, &staged.tarball)?;
-        note_last(kit, note);
+        let release = format!("keadm {} for {arch}", settings.stage.version);
+        note_last(kit, &release, note);
         // The digest staging verified the tarball with (the pin, or the release's checksum
         // file), in the release's format.
         let checksum = format!("{arch}/{}", stager.checksum_name(arch));
         kit.put(&checksum, format!("{}\n", staged.tarball_sha512).as_bytes())?;
-        note_last(kit, note);
+        note_last(kit, "its sha512", note);
     }
     drop(stager);
 
@@ -278,7 +281,7 @@ fn fill(
                 scratch.path(),
             )?;
         }
-        note_last(kit, note);
+        note_last(kit, &format!("{image} for linux/{arch}"), note);
     }
     Ok(arches)
 }
@@ -352,13 +355,13 @@ fn archive_names(images: &[ImageRef]) -> Vec<String> {
         .collect()
 }
 
-/// Tells `note` about the file just placed.
-fn note_last(kit: &KitDir, note: &mut dyn FnMut(String)) {
+/// Tells `note` about the file just placed, with `what` it holds.
+fn note_last(kit: &KitDir, what: &str, note: &mut dyn FnMut(String)) {
     if let Some(placed) = kit.last() {
         note(format!(
-            "{}  {:.1} MiB  {}",
+            "{}  {what}  {}  {}",
             placed.file.path,
-            placed.file.size as f64 / (1024.0 * 1024.0),
+            human_size(placed.file.size),
             if placed.written {
                 "written"
             } else {
@@ -368,9 +371,26 @@ fn note_last(kit: &KitDir, note: &mut dyn FnMut(String)) {
     }
 }
 
+/// `812 B`, `2.4 KiB`, `41.2 MiB`.
+fn human_size(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    match bytes {
+        0..1024 => format!("{bytes} B"),
+        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / KIB),
+        _ => format!("{:.1} MiB", bytes as f64 / (KIB * KIB)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_read_at_a_glance() {
+        assert_eq!(human_size(812), "812 B");
+        assert_eq!(human_size(2458), "2.4 KiB");
+        assert_eq!(human_size(43_200_000), "41.2 MiB");
+    }
 
     #[test]
     fn archive_names_are_spelled_out_only_when_they_would_collide() {

@@ -50,6 +50,23 @@ pub(crate) struct Platform {
     pub variant: Option<String>,
 }
 
+impl RegistrySettings {
+    /// The plain-HTTP rule, before anything is fetched: a mirror may be `http://` only
+    /// with `--insecure-http`, since whoever is on the path could swap the image a tag
+    /// names.
+    pub fn check_plain_http(&self) -> Result<(), BundleError> {
+        for (registry, url) in &self.mirrors {
+            if url.to_ascii_lowercase().starts_with("http://") && !self.insecure_http {
+                return Err(BundleError::PlainHttpMirror {
+                    registry: registry.clone(),
+                    url: url.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Platform {
     /// Whether an image for this platform runs on nodes of `arch`: keadm's `arm` build is
     /// ARMv7, so `arm` wants v7 (or no variant), and `arm64` v8 (or none).
@@ -181,14 +198,6 @@ impl Registry {
                     reason,
                 }
             })?;
-        for (registry, url) in &settings.mirrors {
-            if url.to_ascii_lowercase().starts_with("http://") && !settings.insecure_http {
-                return Err(BundleError::PlainHttpMirror {
-                    registry: registry.clone(),
-                    url: url.clone(),
-                });
-            }
-        }
         let client = Client::builder()
             .user_agent(concat!("keadm-batch/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(15))
