@@ -457,3 +457,100 @@ fn registry_mirrors_over_plain_http_need_insecure_http() {
         .status(2)
         .stderr_has("The registry mirror http://127.0.0.1:1 for docker.io is plain HTTP");
 }
+
+/// A containerd of the test's own (root, state and socket in a temp dir, CRI off), for
+/// checking that the kit's archives import; `None` when containerd is not installed.
+struct Containerd {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Containerd {
+    fn start() -> Option<Containerd> {
+        if !Path::new("/usr/bin/containerd").exists() || !Path::new("/usr/bin/ctr").exists() {
+            return None;
+        }
+        let dir = scratch();
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "version = 2\nroot = \"{0}/root\"\nstate = \"{0}/state\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = \"{0}/containerd.sock\"\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("containerd.log")).unwrap();
+        let child = std::process::Command::new("/usr/bin/containerd")
+            .arg("--config")
+            .arg(&config)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let containerd = Containerd { child, dir };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !containerd.ctr(&["version"]).status.success() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "containerd did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Some(containerd)
+    }
+
+    fn ctr(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("/usr/bin/ctr")
+            .arg("--address")
+            .arg(self.dir.path().join("containerd.sock"))
+            .args(["--namespace", "k8s.io"])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_kits_archives_import_into_a_real_containerd_under_the_names_keadm_asks_for() {
+    let Some(containerd) = Containerd::start() else {
+        eprintln!("skipped: containerd and ctr are not installed (scripts/setup.sh installs them)");
+        return;
+    };
+    let host_arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => {
+            eprintln!("skipped: no kit arch for this machine ({other})");
+            return;
+        }
+    };
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    offline_config(tmp.path(), &format!("[{host_arch}]"), JOIN);
+    sources.bundle(tmp.path(), "kit", &[]).status(0);
+    for archive in ["installation-package_v1.23.1.tar", "pause_3.9.tar"] {
+        let path = tmp.path().join(format!("kit/{host_arch}/images/{archive}"));
+        let import = containerd.ctr(&["images", "import", path.to_str().unwrap()]);
+        assert!(
+            import.status.success(),
+            "ctr images import {archive}: {}",
+            String::from_utf8_lossy(&import.stderr)
+        );
+    }
+    let listed = containerd.ctr(&["images", "ls", "-q"]);
+    let names = String::from_utf8_lossy(&listed.stdout);
+    for name in [
+        format!("docker.io/{INSTALLATION_PACKAGE}:{VERSION}"),
+        "registry.k8s.io/pause:3.9".to_string(),
+    ] {
+        assert!(names.lines().any(|l| l == name), "{name} not in:\n{names}");
+    }
+}
