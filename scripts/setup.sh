@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine, as root:
-# OpenSSH's sshd (to simulate edge nodes on loopback) and sudo (for non-root logins).
-# The package's own sshd service is kept from starting: the simulated nodes listen on
+# OpenSSH's sshd (to simulate edge nodes on loopback) and sudo (for non-root logins),
+# the distribution registry (`batch bundle` pulls images from one the tests start on
+# loopback) and htpasswd (its basic-auth test).
+# The packages' own services (sshd, docker-registry) are kept from starting: the simulated nodes listen on
 # loopback addresses, and a system sshd on 0.0.0.0:22 would collide with them.
 set -euo pipefail
 
@@ -15,6 +17,8 @@ command -v ps >/dev/null 2>&1 || need+=(procps)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
 
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -13,8 +13,10 @@
 use super::reference::ImageRef;
 use crate::config::Config;
 
-/// The sandbox image bundled when `--sandbox-image` is not given: the one containerd 1.7
-/// asked for in the air-gapped join that issue 13 reports.
+/// The sandbox image bundled when `--sandbox-image` is not given: the one containerd asked
+/// for in a real air-gapped join (pause:3.9, the version kubeadm used for several
+/// Kubernetes releases and many containerd configs set; containerd's built-in default is
+/// pause:3.6 in 1.6, 3.8 in 1.7, 3.10 in 2.0 and 2.1).
 pub const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.9";
 
 /// keadm's default `--image-repository` path for the installation package.

@@ -14,12 +14,9 @@ use std::path::{Path, PathBuf};
 
 use tempfile::NamedTempFile;
 
+use super::TEMPORARY_PREFIX;
 use super::error::BundleError;
 use crate::kit::{self, FORMAT, KIT_FILE, Kit, KitFile};
-
-/// The name prefix of every temporary the bundle makes in the kit directory; left over
-/// by a crash, they are removed by the next bundle.
-pub(crate) const TEMPORARY_PREFIX: &str = ".bundle-";
 
 /// What happened to one file of the kit.
 #[derive(Debug, Clone, PartialEq, Eq)]

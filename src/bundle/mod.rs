@@ -38,6 +38,10 @@ pub use kit_dir::Placed;
 pub use reference::ImageRef;
 pub use registry::RegistrySettings;
 
+/// The name prefix of every temporary the bundle makes in the kit directory; left over
+/// by a crash, they are removed by the next bundle.
+const TEMPORARY_PREFIX: &str = ".bundle-";
+
 /// The docker client's config file, where registry logins are read: in `docker_config`
 /// (`$DOCKER_CONFIG`), else in `home`'s `.docker`.
 pub fn docker_config_path(
@@ -260,7 +264,7 @@ fn fill(
     drop(stager);
 
     let scratch = tempfile::Builder::new()
-        .prefix(kit_dir::TEMPORARY_PREFIX)
+        .prefix(TEMPORARY_PREFIX)
         .tempdir_in(kit.path())
         .map_err(|e| BundleError::io("create a temporary directory in", kit.path(), e))?;
     for (arch, image, rel, resolved) in wanted {

@@ -323,7 +323,7 @@ impl Registry {
         }
         let expected = descriptor.digest.clone();
         let file = tempfile::Builder::new()
-            .prefix(super::kit_dir::TEMPORARY_PREFIX)
+            .prefix(super::TEMPORARY_PREFIX)
             .tempfile_in(dir)
             .map_err(|e| BundleError::io("create a temporary file in", dir, e))?;
         let path = format!("blobs/{expected}");
