@@ -197,6 +197,9 @@ enum BatchSub {
         #[arg(long, value_name = "DIR")]
         into: Option<PathBuf>,
     },
+    /// Write the kit an air-gapped run needs (keadm releases, images, kit.json) into a
+    /// directory.
+    ///
     /// On a connected machine, write the kit an air-gapped run needs into DIR: keadm
     /// releases (verified as a run stages them), the installation-package and sandbox
     /// images for every archGroup arch, and kit.json listing every file's sha256. Use it
