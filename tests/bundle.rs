@@ -88,6 +88,15 @@ fn offline_config(dir: &Path, arch_group: &str, keadm_cmd: &str) {
     .unwrap();
 }
 
+/// The air-gapped run of `offline_config`, staging in `dir/run-staging`.
+fn offline_run(dir: &Path) -> Output {
+    Test::in_dir(dir)
+        .env("HOME", dir)
+        .args(["batch", "-c", "config.yaml", "--staging-dir"])
+        .arg(dir.join("run-staging"))
+        .run()
+}
+
 const JOIN: &str = "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-0 --token=abc.def";
 
 fn scratch() -> tempfile::TempDir {
@@ -231,12 +240,8 @@ fn a_tampered_kit_file_is_refused_by_the_manifest_check_before_use() {
         .with_binary(b"#!/bin/sh\necho swapped\n")
         .write_offline(&kit, ChecksumFile::Matching);
     let actual = &sha256(&swapped.bytes)[7..];
-    let out = Test::in_dir(tmp.path())
-        .env("HOME", tmp.path())
-        .args(["batch", "-c", "config.yaml", "--staging-dir"])
-        .arg(tmp.path().join("run-staging"))
-        .run();
-    out.status(3)
+    offline_run(tmp.path())
+        .status(3)
         .stderr_has(&format!(
             "The kit file {} does not match the kit manifest {}: its sha256 is {actual} ({} bytes), but the manifest lists {expected} (",
             path.display(),
@@ -259,16 +264,10 @@ fn a_tampered_kit_file_is_refused_by_the_manifest_check_before_use() {
         br#"{"format":"keadm-batch-kit/1","keadmVersion":"v1.23.1","created":"x","files":[]}"#,
     )
     .unwrap();
-    Test::in_dir(tmp.path())
-        .env("HOME", tmp.path())
-        .args(["batch", "-c", "config.yaml", "--staging-dir"])
-        .arg(tmp.path().join("run-staging"))
-        .run()
-        .status(3)
-        .stderr_has(&format!(
-            "The kit file {} is not listed in the kit manifest",
-            kit.join(&tarball_rel).display()
-        ));
+    offline_run(tmp.path()).status(3).stderr_has(&format!(
+        "The kit file {} is not listed in the kit manifest",
+        kit.join(&tarball_rel).display()
+    ));
 }
 
 #[test]

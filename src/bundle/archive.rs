@@ -185,24 +185,13 @@ mod tests {
             },
         ];
         let out_path = dir.path().join("out.tar");
-        write(
-            &File::create(&out_path).unwrap(),
-            &image,
-            &manifest,
-            &platform,
-            &blobs,
-        )
-        .unwrap();
-        let first = std::fs::read(&out_path).unwrap();
-        write(
-            &File::create(&out_path).unwrap(),
-            &image,
-            &manifest,
-            &platform,
-            &blobs,
-        )
-        .unwrap();
-        assert_eq!(first, std::fs::read(&out_path).unwrap(), "deterministic");
+        let write_out = || {
+            let out = File::create(&out_path).unwrap();
+            write(&out, &image, &manifest, &platform, &blobs).unwrap();
+            std::fs::read(&out_path).unwrap()
+        };
+        let first = write_out();
+        assert_eq!(first, write_out(), "deterministic");
 
         let mut names = Vec::new();
         let mut archive = tar::Archive::new(File::open(&out_path).unwrap());

@@ -114,32 +114,33 @@ impl KitDir {
     pub(crate) fn copy(&mut self, rel: &str, source: &Path) -> Result<(), BundleError> {
         let (size, sha256) =
             crate::digest::sha256_file(source).map_err(|e| BundleError::io("read", source, e))?;
-        let target = self.path.join(rel);
-        if crate::digest::sha256_file(&target).is_ok_and(|(s, d)| s == size && d == sha256)
-            && fs::symlink_metadata(&target).is_ok_and(|m| m.is_file())
-        {
-            self.keep(KitFile {
-                path: rel.to_string(),
-                sha256,
-                size,
-            });
-            return Ok(());
-        }
-        let temporary = self.temporary_for(rel)?;
-        let mut from = fs::File::open(source).map_err(|e| BundleError::io("read", source, e))?;
-        std::io::copy(&mut from, &mut temporary.as_file())
-            .map_err(|e| BundleError::io("write", temporary.path(), e))?;
-        self.persist(rel, temporary)
+        self.place(rel, size, sha256, |out| {
+            let mut from = fs::File::open(source)?;
+            std::io::copy(&mut from, &mut &*out).map(|_| ())
+        })
     }
 
     /// Puts `bytes` at `rel`, unless the file there already holds them.
     pub(crate) fn put(&mut self, rel: &str, bytes: &[u8]) -> Result<(), BundleError> {
+        let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
+        self.place(rel, bytes.len() as u64, sha256, |mut out| {
+            std::io::Write::write_all(&mut out, bytes)
+        })
+    }
+
+    /// Keeps the file at `rel` when it is a regular file of `size` bytes with `sha256`;
+    /// otherwise writes it anew with `fill` into a temporary beside it, then moves it there.
+    fn place(
+        &mut self,
+        rel: &str,
+        size: u64,
+        sha256: String,
+        fill: impl FnOnce(&fs::File) -> std::io::Result<()>,
+    ) -> Result<(), BundleError> {
         let target = self.path.join(rel);
-        if fs::symlink_metadata(&target).is_ok_and(|m| m.is_file())
-            && fs::read(&target).is_ok_and(|existing| existing == bytes)
+        if fs::symlink_metadata(&target).is_ok_and(|m| m.is_file() && m.len() == size)
+            && crate::digest::sha256_file(&target).is_ok_and(|(_, d)| d == sha256)
         {
-            let (size, sha256) = crate::digest::sha256_file(&target)
-                .map_err(|e| BundleError::io("read", &target, e))?;
             self.keep(KitFile {
                 path: rel.to_string(),
                 sha256,
@@ -148,8 +149,7 @@ impl KitDir {
             return Ok(());
         }
         let temporary = self.temporary_for(rel)?;
-        fs::write(temporary.path(), bytes)
-            .map_err(|e| BundleError::io("write", temporary.path(), e))?;
+        fill(temporary.as_file()).map_err(|e| BundleError::io("write", temporary.path(), e))?;
         self.persist(rel, temporary)
     }
 
