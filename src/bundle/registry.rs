@@ -203,11 +203,10 @@ impl Registry {
             .connect_timeout(Duration::from_secs(15))
             .timeout(Duration::from_secs(60))
             .build()
-            .map_err(|e| BundleError::Unreachable {
-                image: "(none yet)".into(),
-                registry: "any registry".into(),
-                attempts: 0,
-                error: error_chain(&e),
+            .map_err(|e| {
+                BundleError::Stage(crate::stage::StageError::HttpClient {
+                    error: error_chain(&e),
+                })
             })?;
         Ok(Registry {
             client,
