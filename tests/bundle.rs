@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use crate::common::fake_release::{ChecksumFile, FakeRelease};
 use crate::common::fleet::{Fleet, NodeOpt};
 use crate::common::http_server::{HttpServer, Route};
-use crate::common::registry::{Format, LocalRegistry, check_archive, files_under, sha256};
+use crate::common::registry::{
+    Format, LocalRegistry, TOKEN_SERVICE, TokenIssuer, check_archive, files_under, sha256,
+};
 use crate::common::scenario::{Scenario, VERSION, remote_keadm};
 use crate::common::test::{Output, Test};
 
@@ -25,20 +27,7 @@ impl Sources {
     /// installation package (an OCI index) and pause (a Docker manifest list) for both
     /// arches, unless `with_pause` is false.
     fn new(keadm_script: &str, with_pause: bool) -> Sources {
-        let releases = HttpServer::start();
-        for arch in ["amd64", "arm64"] {
-            let release = FakeRelease::new(VERSION, arch)
-                .with_binary(format!("{keadm_script}# arch={arch}\n").as_bytes());
-            let built = release.build();
-            releases.route(
-                &format!("/releases/{}", release.file_name()),
-                Route::ok(built.bytes),
-            );
-            releases.route(
-                &format!("/releases/{}", release.checksum_name()),
-                Route::ok(format!("{}\n", built.sha512)),
-            );
-        }
+        let releases = release_server(keadm_script);
         let registry = LocalRegistry::start();
         registry.push_index(
             INSTALLATION_PACKAGE,
@@ -59,6 +48,26 @@ impl Sources {
             .args(extra)
             .run()
     }
+}
+
+/// The release server, with keadm for amd64 and arm64 whose script is `keadm_script`
+/// (with the arch in a comment).
+fn release_server(keadm_script: &str) -> HttpServer {
+    let releases = HttpServer::start();
+    for arch in ["amd64", "arm64"] {
+        let release = FakeRelease::new(VERSION, arch)
+            .with_binary(format!("{keadm_script}# arch={arch}\n").as_bytes());
+        let built = release.build();
+        releases.route(
+            &format!("/releases/{}", release.file_name()),
+            Route::ok(built.bytes),
+        );
+        releases.route(
+            &format!("/releases/{}", release.checksum_name()),
+            Route::ok(format!("{}\n", built.sha512)),
+        );
+    }
+    releases
 }
 
 fn bundle_command(dir: &Path, out: &str, releases: &HttpServer, registry: &LocalRegistry) -> Test {
@@ -385,7 +394,7 @@ fn the_join_flags_choose_the_installation_package_and_sandbox_images_can_be_name
 #[test]
 fn a_registry_that_wants_a_login_gets_the_one_in_the_docker_config() {
     let tmp = scratch();
-    let releases = Sources::new("#!/bin/sh\n", false).releases;
+    let releases = release_server("#!/bin/sh\n");
     let registry = LocalRegistry::start_with_login("puller", "s3cret");
     registry.push_index(INSTALLATION_PACKAGE, VERSION, Format::Oci, &["amd64"]);
     registry.push_index("pause", "3.9", Format::Oci, &["amd64"]);
@@ -427,6 +436,49 @@ fn a_registry_that_wants_a_login_gets_the_one_in_the_docker_config() {
         .status(0);
     check_archive(&tmp.path().join("kit/amd64/images/pause_3.9.tar"));
     check_kit_manifest(&tmp.path().join("kit"));
+}
+
+#[test]
+fn a_registry_with_token_auth_gets_a_bearer_token_from_the_realm_it_names() {
+    let tmp = scratch();
+    let releases = release_server("#!/bin/sh\n");
+    let tokens = HttpServer::start();
+    let issuer = TokenIssuer::new();
+    let repositories = [INSTALLATION_PACKAGE, "pause"];
+    let registry = LocalRegistry::start_with_tokens(&tokens.url("/token"), &issuer, &repositories);
+    registry.push_index(INSTALLATION_PACKAGE, VERSION, Format::Docker, &["amd64"]);
+    registry.push_index("pause", "3.9", Format::Oci, &["amd64"]);
+    // The token service answers the request the registry's challenge asks for: one pull
+    // scope per repository, for this service.
+    let mut token_paths = Vec::new();
+    for repository in repositories {
+        let url = reqwest::Url::parse_with_params(
+            &tokens.url("/token"),
+            &[
+                ("scope", format!("repository:{repository}:pull")),
+                ("service", TOKEN_SERVICE.to_string()),
+            ],
+        )
+        .unwrap();
+        let path = format!("{}?{}", url.path(), url.query().unwrap());
+        let token = issuer.token(&[repository], &["pull"]);
+        tokens.route(&path, Route::ok(format!(r#"{{"token": "{token}"}}"#)));
+        token_paths.push(path);
+    }
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    bundle_command(tmp.path(), "kit", &releases, &registry)
+        .run()
+        .status(0);
+    let pause = check_archive(&tmp.path().join("kit/amd64/images/pause_3.9.tar"));
+    assert_eq!(pause.layer_file, "pause for amd64\n");
+    check_kit_manifest(&tmp.path().join("kit"));
+    for path in token_paths {
+        assert_eq!(
+            tokens.hits(&path),
+            1,
+            "one token per repository, reused for its manifests and blobs: {path}"
+        );
+    }
 }
 
 #[test]

@@ -111,27 +111,140 @@ impl TestImage {
     }
 }
 
+/// How the registry asks clients to authenticate.
+#[derive(Clone)]
+enum Auth {
+    None,
+    /// htpasswd basic auth with this user and password.
+    Basic(String, String),
+    /// Token auth: tokens from `realm`, signed by `issuer`; the test pushes with `push_token`.
+    Token {
+        realm: String,
+        issuer: TokenIssuer,
+        push_token: String,
+    },
+}
+
+/// Signs registry tokens (RS256 JWTs with the certificate in `x5c`), as a token service
+/// such as Docker Hub's does; the registry trusts the certificate.
+#[derive(Clone)]
+pub struct TokenIssuer {
+    key: openssl::pkey::PKey<openssl::pkey::Private>,
+    cert: openssl::x509::X509,
+}
+
+/// The service and issuer names the token-auth registry checks tokens for.
+pub const TOKEN_SERVICE: &str = "test-registry";
+const TOKEN_ISSUER: &str = "test-issuer";
+
+impl TokenIssuer {
+    pub fn new() -> TokenIssuer {
+        let key =
+            openssl::pkey::PKey::from_rsa(openssl::rsa::Rsa::generate(2048).unwrap()).unwrap();
+        let mut name = openssl::x509::X509NameBuilder::new().unwrap();
+        name.append_entry_by_text("CN", TOKEN_ISSUER).unwrap();
+        let name = name.build();
+        let mut cert = openssl::x509::X509Builder::new().unwrap();
+        cert.set_version(2).unwrap();
+        cert.set_subject_name(&name).unwrap();
+        cert.set_issuer_name(&name).unwrap();
+        cert.set_pubkey(&key).unwrap();
+        cert.set_not_before(&openssl::asn1::Asn1Time::days_from_now(0).unwrap())
+            .unwrap();
+        cert.set_not_after(&openssl::asn1::Asn1Time::days_from_now(2).unwrap())
+            .unwrap();
+        let serial = openssl::bn::BigNum::from_u32(1)
+            .unwrap()
+            .to_asn1_integer()
+            .unwrap();
+        cert.set_serial_number(&serial).unwrap();
+        cert.sign(&key, openssl::hash::MessageDigest::sha256())
+            .unwrap();
+        TokenIssuer {
+            key,
+            cert: cert.build(),
+        }
+    }
+
+    /// A token for `actions` (`pull`, `push`) on each repository of `repositories`.
+    pub fn token(&self, repositories: &[&str], actions: &[&str]) -> String {
+        use base64::Engine;
+        let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let der = self.cert.to_der().unwrap();
+        let header = serde_json::json!({
+            "typ": "JWT",
+            "alg": "RS256",
+            "x5c": [base64::engine::general_purpose::STANDARD.encode(der)],
+        });
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let access: Vec<serde_json::Value> = repositories
+            .iter()
+            .map(|name| serde_json::json!({"type": "repository", "name": name, "actions": actions}))
+            .collect();
+        let claims = serde_json::json!({
+            "iss": TOKEN_ISSUER,
+            "sub": "",
+            "aud": TOKEN_SERVICE,
+            "exp": now + 3600,
+            "nbf": now - 60,
+            "iat": now - 60,
+            "jti": format!("{now}-{}", repositories.join(",")),
+            "access": access,
+        });
+        let signed = format!(
+            "{}.{}",
+            url.encode(header.to_string()),
+            url.encode(claims.to_string())
+        );
+        let mut signer =
+            openssl::sign::Signer::new(openssl::hash::MessageDigest::sha256(), &self.key).unwrap();
+        signer.update(signed.as_bytes()).unwrap();
+        format!("{signed}.{}", url.encode(signer.sign_to_vec().unwrap()))
+    }
+
+    fn cert_pem(&self) -> Vec<u8> {
+        self.cert.to_pem().unwrap()
+    }
+}
+
 /// A `docker-registry serve` on 127.0.0.1. Dropping it kills the process it started and
 /// removes its storage.
 pub struct LocalRegistry {
     child: Child,
     dir: tempfile::TempDir,
     port: u16,
-    login: Option<(String, String)>,
+    auth: Auth,
     client: reqwest::blocking::Client,
 }
 
 impl LocalRegistry {
     pub fn start() -> LocalRegistry {
-        LocalRegistry::spawn(None)
+        LocalRegistry::spawn(Auth::None)
     }
 
     /// A registry that asks for `user` and `password` (htpasswd, bcrypt) on every request.
     pub fn start_with_login(user: &str, password: &str) -> LocalRegistry {
-        LocalRegistry::spawn(Some((user.to_string(), password.to_string())))
+        LocalRegistry::spawn(Auth::Basic(user.to_string(), password.to_string()))
     }
 
-    fn spawn(login: Option<(String, String)>) -> LocalRegistry {
+    /// A registry that asks for a bearer token from `realm` (the challenge names it, with
+    /// [`TOKEN_SERVICE`] and the scope), accepting the tokens `issuer` signs.
+    pub fn start_with_tokens(
+        realm: &str,
+        issuer: &TokenIssuer,
+        repositories: &[&str],
+    ) -> LocalRegistry {
+        LocalRegistry::spawn(Auth::Token {
+            realm: realm.to_string(),
+            issuer: issuer.clone(),
+            push_token: issuer.token(repositories, &["pull", "push"]),
+        })
+    }
+
+    fn spawn(auth: Auth) -> LocalRegistry {
         assert!(
             Path::new(REGISTRY).exists(),
             "{REGISTRY} is missing: install Debian's docker-registry package (scripts/setup.sh)"
@@ -140,8 +253,8 @@ impl LocalRegistry {
             .prefix("keadm-batch-registry")
             .tempdir()
             .unwrap();
-        let auth = match &login {
-            Some((user, password)) => {
+        let auth_config = match &auth {
+            Auth::Basic(user, password) => {
                 let out = Command::new(HTPASSWD)
                     .args(["-Bbn", user, password])
                     .output()
@@ -153,7 +266,14 @@ impl LocalRegistry {
                     dir.path().join("htpasswd").display()
                 )
             }
-            None => String::new(),
+            Auth::Token { realm, issuer, .. } => {
+                std::fs::write(dir.path().join("issuer.pem"), issuer.cert_pem()).unwrap();
+                format!(
+                    "auth:\n  token:\n    realm: {realm}\n    service: {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
+                    dir.path().join("issuer.pem").display()
+                )
+            }
+            Auth::None => String::new(),
         };
         let client = reqwest::blocking::Client::builder()
             .no_proxy()
@@ -172,7 +292,7 @@ impl LocalRegistry {
             std::fs::write(
                 &config,
                 format!(
-                    "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: keadm-batch-test\n{auth}",
+                    "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: keadm-batch-test\n{auth_config}",
                     dir.path().join("data").display()
                 ),
             )
@@ -190,7 +310,7 @@ impl LocalRegistry {
                 child,
                 dir,
                 port,
-                login: login.clone(),
+                auth: auth.clone(),
                 client: client.clone(),
             };
             if registry.wait_ready() {
@@ -240,9 +360,10 @@ impl LocalRegistry {
 
     fn request(&self, method: reqwest::Method, url: &str) -> reqwest::blocking::RequestBuilder {
         let request = self.client.request(method, url);
-        match &self.login {
-            Some((user, password)) => request.basic_auth(user, Some(password)),
-            None => request,
+        match &self.auth {
+            Auth::Basic(user, password) => request.basic_auth(user, Some(password)),
+            Auth::Token { push_token, .. } => request.bearer_auth(push_token),
+            Auth::None => request,
         }
     }
 
