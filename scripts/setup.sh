@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine, as root:
-# OpenSSH's sshd (to simulate edge nodes on loopback), sudo (for non-root logins) and Go
-# (tests/template_go.rs checks keadmCmd templates against Go's own text/template).
-# The package's own sshd service is kept from starting: the simulated nodes listen on
+# OpenSSH's sshd (to simulate edge nodes on loopback), sudo (for non-root logins), Go
+# (tests/template_go.rs checks keadmCmd templates against Go's own text/template), the
+# distribution registry (`batch bundle` pulls images from one the tests start on
+# loopback), htpasswd (its basic-auth test) and containerd (kits import into a real one).
+# The packages' own services (sshd, docker-registry, containerd) are kept from starting: the simulated nodes listen on
 # loopback addresses, and a system sshd on 0.0.0.0:22 would collide with them.
 set -euo pipefail
 
@@ -17,6 +19,9 @@ command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
 command -v go >/dev/null 2>&1 || need+=(golang-go)
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
+command -v containerd >/dev/null 2>&1 || need+=(containerd)
 
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

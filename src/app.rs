@@ -13,14 +13,16 @@ use crate::cancel::Cancel;
 use crate::config::{self, validate::ProcessEnvironment};
 use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
 use crate::kubeedge::before_run::{self, Refused};
-use crate::options::{Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, Verbosity};
+use crate::options::{
+    BundleOptions, Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, Verbosity,
+};
 use crate::report::findings::{self, Probe, Row};
 use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
 use crate::stage::{StageError, StageSettings, Stager};
-use crate::{cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun};
+use crate::{bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
@@ -34,6 +36,7 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
     };
     let verbosity = match &command {
         Command::Run(options) => options.verbosity,
+        Command::Bundle(options) => options.verbosity,
         _ => Verbosity::Normal,
     };
     init_logging(verbosity);
@@ -88,7 +91,39 @@ fn run(command: Command) -> Result<(), Error> {
         }
         Command::Run(options) => run_batch(&options),
         Command::Merge(options) => run_merge(&options),
+        Command::Bundle(options) => run_bundle(&options),
     }
+}
+
+/// `batch bundle -c FILE -o DIR`: the air-gapped kit, written by `bundle`.
+fn run_bundle(options: &BundleOptions) -> Result<(), Error> {
+    let loaded = load_config(&options.config)?;
+    let docker_config =
+        bundle::docker_config_path(std::env::var_os("DOCKER_CONFIG").map(PathBuf::from), home());
+    let quiet = options.verbosity == Verbosity::Quiet;
+    let progress = (std::io::stderr().is_terminal() && !quiet).then(report::progress::console);
+    let settings = bundle::BundleSettings::new(&loaded.config, options, docker_config, progress)?;
+    let report = bundle::write_kit(&settings, &mut |line| {
+        if !quiet {
+            eprintln!("{line}");
+        }
+    })?;
+    eprint!("{}", report.summary());
+    Ok(())
+}
+
+/// Loads and validates the config, printing its warnings.
+fn load_config(path: &std::path::Path) -> Result<config::Loaded, Error> {
+    let loaded = config::load(path, &ProcessEnvironment).inspect_err(|err| {
+        // Warnings often explain the errors (`nodes` nested under `keadm`).
+        for warning in err.warnings() {
+            log::warn!("{}", warning.render(path));
+        }
+    })?;
+    for warning in &loaded.warnings {
+        log::warn!("{}", warning.render(path));
+    }
+    Ok(loaded)
 }
 
 /// `batch merge DIR...`: the shards' results as one. Exits like a run would: 1 when some
@@ -139,15 +174,7 @@ fn download_progress(options: &RunOptions) -> Option<indicatif::MultiProgress> {
 
 /// `batch -c FILE`: load and check the config, plan, then probe, print or execute.
 fn run_batch(options: &RunOptions) -> Result<(), Error> {
-    let loaded = config::load(&options.config, &ProcessEnvironment).inspect_err(|err| {
-        // Warnings often explain the errors (`nodes` nested under `keadm`).
-        for warning in err.warnings() {
-            log::warn!("{}", warning.render(&options.config));
-        }
-    })?;
-    for warning in &loaded.warnings {
-        log::warn!("{}", warning.render(&options.config));
-    }
+    let loaded = load_config(&options.config)?;
     let retry = if options.retry_failed {
         match retry_selection(&loaded.config, options)? {
             Some(retry) => Some(retry),

@@ -9,8 +9,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::config::HostKeyPolicy;
 use crate::diagnosis::FailureClass;
 use crate::options::{
-    Command, GenConfigOptions, MergeOptions, OutputFormat, PreflightMode, RunOptions, Shard,
-    Verbosity,
+    BundleOptions, Command, GenConfigOptions, MergeOptions, OutputFormat, PreflightMode,
+    RegistryMirror, RunOptions, Shard, Verbosity,
 };
 
 #[derive(Parser, Debug)]
@@ -197,6 +197,60 @@ enum BatchSub {
         #[arg(long, value_name = "DIR")]
         into: Option<PathBuf>,
     },
+    /// Write the kit an air-gapped run needs (keadm releases, images, kit.json) into a
+    /// directory.
+    ///
+    /// On a connected machine, write the kit an air-gapped run needs into DIR: keadm
+    /// releases (verified as a run stages them), the installation-package and sandbox
+    /// images for every archGroup arch, and kit.json listing every file's sha256. Use it
+    /// with keadm.download.enable: false and keadm.offlinePackageDir: DIR. A rerun into the
+    /// same DIR updates it, keeping what is already right.
+    Bundle(Box<BundleArgs>),
+}
+
+#[derive(Args, Debug)]
+struct BundleArgs {
+    /// Path to the config file (keadm's format) of the air-gapped run.
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    config: PathBuf,
+
+    /// The kit directory: new, empty, or a kit an earlier bundle wrote.
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    output: PathBuf,
+
+    /// Download keadm releases from this directory URL instead of keadm.download.url
+    /// (default: the config's download.url when downloads are enabled, else GitHub releases).
+    #[arg(long, value_name = "URL")]
+    download_url: Option<String>,
+
+    /// Pull the images of registry HOST (as image names spell it: docker.io,
+    /// registry.k8s.io, host:port) from the registry at URL instead; repeatable.
+    #[arg(long, value_name = "HOST=URL", value_parser = parse_mirror)]
+    registry_mirror: Vec<RegistryMirror>,
+
+    /// The runtime's sandbox ("pause") image to bundle, replacing the default
+    /// registry.k8s.io/pause:3.9; repeatable. keadm sets none: it is the runtime's own
+    /// setting (containerd's sandbox_image; see `crictl info`).
+    #[arg(long, value_name = "IMAGE")]
+    sandbox_image: Vec<String>,
+
+    /// Accept a plain http:// download URL for arches without a keadm.download.sha512 pin,
+    /// and plain http:// registry mirrors.
+    #[arg(long)]
+    insecure_http: bool,
+
+    /// The largest keadm package, unpacked package or image layer: bytes, or a number with
+    /// KiB, MiB or GiB (default 512MiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_package_bytes: Option<u64>,
+
+    /// Where keadm packages are staged on this machine (default: keadm's /tmp/kubeedge/keadm).
+    #[arg(long, value_name = "DIR")]
+    staging_dir: Option<PathBuf>,
+
+    /// Print only errors and the final result.
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -242,6 +296,29 @@ fn parse_shard(text: &str) -> Result<Shard, String> {
         ));
     }
     Ok(Shard { index, count })
+}
+
+/// `--registry-mirror HOST=URL`: URL must be http:// or https://.
+fn parse_mirror(text: &str) -> Result<RegistryMirror, String> {
+    let (registry, url) = text.split_once('=').ok_or_else(|| {
+        format!("`{text}` is not of the form HOST=URL, such as docker.io=https://mirror.example")
+    })?;
+    let (registry, url) = (registry.trim(), url.trim());
+    if registry.is_empty() || registry.contains('/') {
+        return Err(format!(
+            "`{registry}` is not a registry host such as docker.io or registry.k8s.io"
+        ));
+    }
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    if !matches!(scheme.as_deref(), Some("http" | "https")) || url.ends_with("://") {
+        return Err(format!(
+            "`{url}` is not a registry URL such as https://mirror.example or http://127.0.0.1:5000"
+        ));
+    }
+    Ok(RegistryMirror {
+        registry: registry.to_string(),
+        url: url.to_string(),
+    })
 }
 
 /// `--max-package-bytes`: `536870912`, `512MiB`, `1GiB`, `64KiB`.
@@ -325,6 +402,23 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
                 },
                 into,
             }));
+        }
+        Some(BatchSub::Bundle(bundle)) => {
+            return Ok(Command::Bundle(Box::new(BundleOptions {
+                config: bundle.config,
+                output: bundle.output,
+                staging_dir: bundle.staging_dir,
+                download_url: bundle.download_url,
+                insecure_http: bundle.insecure_http,
+                max_package_bytes: bundle.max_package_bytes,
+                registry_mirrors: bundle.registry_mirror,
+                sandbox_images: bundle.sandbox_image,
+                verbosity: if bundle.quiet {
+                    Verbosity::Quiet
+                } else {
+                    Verbosity::Normal
+                },
+            })));
         }
         None => {}
     }
@@ -462,6 +556,51 @@ mod tests {
             })
         );
         assert!(run(&["k", "batch", "merge"]).is_err());
+    }
+
+    #[test]
+    fn bundle_takes_config_output_mirrors_and_sandbox_images() {
+        let Command::Bundle(opts) = run(&[
+            "k",
+            "batch",
+            "bundle",
+            "-c",
+            "c.yaml",
+            "-o",
+            "kit",
+            "--registry-mirror",
+            "docker.io=http://127.0.0.1:5000",
+            "--registry-mirror",
+            "registry.k8s.io=https://mirror.example/",
+            "--sandbox-image",
+            "registry.k8s.io/pause:3.6",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(opts.config, PathBuf::from("c.yaml"));
+        assert_eq!(opts.output, PathBuf::from("kit"));
+        assert_eq!(opts.registry_mirrors[0].registry, "docker.io");
+        assert_eq!(opts.registry_mirrors[1].url, "https://mirror.example/");
+        assert_eq!(opts.sandbox_images, ["registry.k8s.io/pause:3.6"]);
+        for bad in ["docker.io", "docker.io=mirror", "=http://x", "a/b=http://x"] {
+            let err = run(&[
+                "k",
+                "batch",
+                "bundle",
+                "-c",
+                "c",
+                "-o",
+                "d",
+                "--registry-mirror",
+                bad,
+            ]);
+            assert!(err.is_err(), "{bad}");
+        }
+        assert!(
+            run(&["k", "batch", "bundle", "-c", "c"]).is_err(),
+            "-o is required"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use crate::bundle::{BundleError, Failure};
 use crate::cli::UnknownShell;
 use crate::config::ConfigError;
 use crate::gen_config::GenConfigError;
@@ -42,6 +43,10 @@ pub enum Error {
     /// The run's own files (log, run dir) could not be written.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// `batch bundle` could not write the air-gapped kit.
+    /// Boxed: its variants carry image, registry and digests, and `Error` travels by value.
+    #[error(transparent)]
+    Bundle(Box<BundleError>),
     /// Some selected nodes did not succeed; the recap has already said which.
     #[error(
         "{failed} of {total} selected nodes did not succeed. See batch_process_log.txt and {run_dir}."
@@ -61,6 +66,12 @@ pub enum Error {
     Interrupted(#[from] Interruption),
 }
 
+impl From<BundleError> for Error {
+    fn from(error: BundleError) -> Error {
+        Error::Bundle(Box::new(error))
+    }
+}
+
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
@@ -68,6 +79,13 @@ impl Error {
             Error::Usage(_) | Error::Config(_) | Error::GenConfig(_) | Error::JoinChecks(_) => 2,
             Error::Retry(RerunError::NoEarlierRun { .. }) => 2,
             Error::Stage(_) => 3,
+            // Like a run: refused before anything is fetched 2, a release or an image that
+            // cannot be fetched or verified 3 (a staging failure), the kit not written 1.
+            Error::Bundle(error) => match error.failure() {
+                Failure::Usage => 2,
+                Failure::Fetch => 3,
+                Failure::Output => 1,
+            },
             Error::Retry(RerunError::Journal { .. })
             | Error::NodesFailed { .. }
             | Error::Findings { .. }
@@ -255,6 +273,35 @@ mod tests {
                 1,
             ),
             (StageError::EmptyVersion.into(), 3),
+            (
+                StageError::from(crate::kit::KitError::NotListed {
+                    file: "/kit/amd64/x.tar".into(),
+                    manifest: "/kit/kit.json".into(),
+                })
+                .into(),
+                3,
+            ),
+            (
+                BundleError::NotAKit {
+                    dir: "/kit".into(),
+                    files: "notes.txt".into(),
+                }
+                .into(),
+                2,
+            ),
+            (
+                BundleError::NotFound {
+                    image: "registry.k8s.io/pause:3.9".into(),
+                    registry: "registry.k8s.io".into(),
+                    status: "404 Not Found (MANIFEST_UNKNOWN)".into(),
+                }
+                .into(),
+                3,
+            ),
+            (
+                BundleError::io("write", "/kit/amd64/images/x.tar", io_error()).into(),
+                1,
+            ),
             (
                 OutputError::file(OutputFile::RunDir, "/work")(io_error()).into(),
                 1,

@@ -8,6 +8,7 @@
 mod app;
 pub mod arch;
 pub mod backoff;
+pub mod bundle;
 pub mod cancel;
 pub mod cli;
 pub mod cloudcore;
@@ -18,6 +19,7 @@ pub mod dry_run;
 pub mod error;
 pub mod gen_config;
 pub mod keadm_cmd;
+pub mod kit;
 pub mod kubeedge;
 pub mod node_text;
 pub mod options;

@@ -15,6 +15,37 @@ pub enum Command {
     Man,
     Run(Box<RunOptions>),
     Merge(MergeOptions),
+    Bundle(Box<BundleOptions>),
+}
+
+/// `batch bundle -c FILE -o DIR`: the air-gapped kit.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BundleOptions {
+    pub config: PathBuf,
+    /// The kit directory.
+    pub output: PathBuf,
+    /// Where keadm releases are staged on this machine (default keadm's BASE).
+    pub staging_dir: Option<PathBuf>,
+    /// Where keadm releases are downloaded from, over the config's download.url.
+    pub download_url: Option<String>,
+    /// Plain-HTTP download.url and registry mirrors are accepted.
+    pub insecure_http: bool,
+    /// The largest keadm package, unpacked package or image blob, in bytes.
+    pub max_package_bytes: Option<u64>,
+    /// `--registry-mirror HOST=URL`.
+    pub registry_mirrors: Vec<RegistryMirror>,
+    /// `--sandbox-image REF`; empty means the default.
+    pub sandbox_images: Vec<String>,
+    pub verbosity: Verbosity,
+}
+
+/// Requests for images of `registry` go to `url` instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryMirror {
+    /// As in image references: `docker.io`, `registry.k8s.io`, `host:port`.
+    pub registry: String,
+    /// The base URL, `https://mirror.example` or `http://127.0.0.1:5000`.
+    pub url: String,
 }
 
 /// `batch merge DIR...`.

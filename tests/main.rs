@@ -3,6 +3,7 @@
 
 mod common;
 
+mod bundle;
 mod cli;
 mod faults;
 mod fuzz_regressions;

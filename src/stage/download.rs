@@ -279,7 +279,7 @@ fn status_text(status: StatusCode) -> String {
 
 /// An error and its causes on one line: reqwest's top-level message alone ("error sending
 /// request") does not say what went wrong.
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

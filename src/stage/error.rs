@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::arch::Arch;
+use crate::kit::KitError;
 
 /// A staging failure. Every message is a full sentence that names the URL or path
 /// involved and says what to do about it.
@@ -173,6 +174,10 @@ pub enum StageError {
         path.display()
     )]
     OfflineArchNotInGroup { arch: Arch, path: PathBuf },
+
+    /// A file of a `batch bundle` kit does not match the kit's manifest.
+    #[error(transparent)]
+    Kit(#[from] KitError),
 
     #[error(
         "Could not read the package {package} as a gzip-compressed tar archive: {error}. The \

@@ -28,6 +28,8 @@ use download::Http;
 use temporary::{Temporary, write_atomically};
 use unpack::{Expected, Extracted, unpack_package};
 
+/// An error and its causes on one line, for messages about HTTP failures.
+pub(crate) use download::error_chain;
 pub use error::StageError;
 
 /// keadm's BASE, the same on the control host and on the nodes.
@@ -331,11 +333,13 @@ impl Stager {
         format!("keadm-{}-linux-{arch}", self.settings.version)
     }
 
-    fn tarball_name(&self, arch: Arch) -> String {
+    /// `keadm-<ver>-linux-<arch>.tar.gz`: the release tarball's file name.
+    pub fn tarball_name(&self, arch: Arch) -> String {
         format!("{}.tar.gz", self.top_dir(arch))
     }
 
-    fn checksum_name(&self, arch: Arch) -> String {
+    /// `checksum_keadm-<ver>-linux-<arch>.tar.gz.txt`: its checksum file's name.
+    pub fn checksum_name(&self, arch: Arch) -> String {
         format!("checksum_{}.txt", self.tarball_name(arch))
     }
 
@@ -490,7 +494,16 @@ impl Stager {
                 path: package,
             });
         }
-        let checksum_file = dir.join(arch.as_str()).join(self.checksum_name(arch));
+        let checksum_rel = Path::new(arch.as_str()).join(self.checksum_name(arch));
+        let checksum_file = dir.join(&checksum_rel);
+        // A kit written by `batch bundle` lists every file with its sha256 (kit.json): an
+        // altered tarball, or a tarball and checksum file swapped together, is refused here
+        // before either is read. A hand-made offline directory has no kit.json.
+        let tarball_rel = Path::new(arch.as_str()).join(self.tarball_name(arch));
+        crate::kit::check(dir, &tarball_rel)?;
+        if checksum_file.exists() {
+            crate::kit::check(dir, &checksum_rel)?;
+        }
         let checksum_source = checksum_file.display().to_string();
         let name = package.display().to_string();
         let file = match fs::read_to_string(&checksum_file) {

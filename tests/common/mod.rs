@@ -6,6 +6,7 @@ pub mod fake_keadm;
 pub mod fake_release;
 pub mod fleet;
 pub mod http_server;
+pub mod registry;
 pub mod scenario;
 pub mod ssh_agent;
 pub mod test;

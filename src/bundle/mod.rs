@@ -1,0 +1,420 @@
+//! `batch bundle`: on a connected machine, the whole kit an air-gapped run needs, written
+//! into one directory that `keadm.download.enable: false` with `keadm.offlinePackageDir`
+//! consumes as it is:
+//!
+//! - `<arch>/keadm-<ver>-linux-<arch>.tar.gz` and its checksum file, for every archGroup
+//!   arch, staged (downloaded, verified against the pin or the release's checksum file,
+//!   unpacked) exactly as a run stages them;
+//! - `<arch>/images/*.tar`: the images a join needs (`images`), pulled for the arch from a
+//!   registry (`registry`) into OCI archives (`archive`);
+//! - `kit.json`: every file with its sha256 (`crate::kit`), checked by runs before use.
+//!
+//! Image manifests are resolved first, so a missing image fails the bundle before any
+//! large download.
+
+mod archive;
+mod credentials;
+mod error;
+mod images;
+mod kit_dir;
+mod reference;
+mod registry;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::arch::Arch;
+use crate::config::{Config, PackageMode};
+use crate::options::BundleOptions;
+use crate::plan::StagingPlan;
+use crate::stage::{StageSettings, Stager};
+use archive::Blob;
+use kit_dir::KitDir;
+use registry::{Registry, Resolved};
+
+pub use error::{BundleError, Failure};
+pub use images::DEFAULT_SANDBOX_IMAGE;
+pub use kit_dir::Placed;
+pub use reference::ImageRef;
+pub use registry::RegistrySettings;
+
+/// The name prefix of every temporary the bundle makes in the kit directory; left over
+/// by a crash, they are removed by the next bundle.
+const TEMPORARY_PREFIX: &str = ".bundle-";
+
+/// The docker client's config file, where registry logins are read: in `docker_config`
+/// (`$DOCKER_CONFIG`), else in `home`'s `.docker`.
+pub fn docker_config_path(
+    docker_config: Option<PathBuf>,
+    home: Option<PathBuf>,
+) -> Option<PathBuf> {
+    credentials::Credentials::default_path(docker_config, home)
+}
+
+/// Everything `write_kit` needs, resolved from the config and the options.
+#[derive(Debug)]
+pub struct BundleSettings {
+    /// The kit directory.
+    pub output: PathBuf,
+    /// How the keadm releases are staged: download mode, the config's archGroup and pins.
+    pub stage: StageSettings,
+    /// The images every arch gets, installation packages first.
+    pub images: Vec<ImageRef>,
+    pub registry: RegistrySettings,
+}
+
+impl BundleSettings {
+    /// The settings for `config` and `options`. `docker_config` is the docker client's
+    /// config file (logins); `progress` draws download bars.
+    pub fn new(
+        config: &Config,
+        options: &BundleOptions,
+        docker_config: Option<PathBuf>,
+        progress: Option<indicatif::MultiProgress>,
+    ) -> Result<BundleSettings, BundleError> {
+        let Some(version) = config.keadm_version.clone() else {
+            return Err(BundleError::NoVersion {
+                config: config.path.clone(),
+            });
+        };
+        let mut arch_group: Vec<Arch> = Vec::new();
+        for arch in config
+            .arch_group
+            .iter()
+            .filter_map(|name| Arch::from_name(name))
+        {
+            if !arch_group.contains(&arch) {
+                arch_group.push(arch);
+            }
+        }
+        if arch_group.is_empty() {
+            return Err(BundleError::NoArchGroup {
+                config: config.path.clone(),
+            });
+        }
+        // The config of the air-gapped run usually has downloads off; its download.url,
+        // when downloads are on, is where this machine gets releases too.
+        let url = options.download_url.clone().or(match &config.package_mode {
+            PackageMode::Download { url } => url.clone(),
+            PackageMode::Offline { .. } => None,
+        });
+        let max_package_bytes = options
+            .max_package_bytes
+            .unwrap_or(crate::stage::DEFAULT_MAX_PACKAGE_BYTES);
+        let staging = StagingPlan {
+            version: version.clone(),
+            mode: PackageMode::Download { url },
+            arch_group,
+            base_dir: options
+                .staging_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(crate::stage::DEFAULT_BASE_DIR)),
+            pins: config.sha512_pins.clone(),
+            // Every release in a kit is verified: a run must be able to trust it.
+            allow_unverified: false,
+            insecure_http: options.insecure_http,
+            max_package_bytes,
+        };
+        let stage = staging.stage_settings(&config.path, progress);
+        stage
+            .check_plain_http()
+            .map_err(BundleError::UnsafeDownload)?;
+
+        let sandbox = if options.sandbox_images.is_empty() {
+            vec![DEFAULT_SANDBOX_IMAGE.to_string()]
+        } else {
+            options.sandbox_images.clone()
+        };
+        let sandbox = sandbox
+            .iter()
+            .map(|text| {
+                ImageRef::parse(text).map_err(|reason| BundleError::BadImage {
+                    reason: format!("The sandbox image {text:?} cannot be pulled: {reason}"),
+                    source_name: "--sandbox-image".into(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let images = images::for_config(config, &version, &sandbox).map_err(|reason| {
+            BundleError::BadImage {
+                reason,
+                source_name: format!("the keadmCmd of {}", config.path.display()),
+            }
+        })?;
+        let registry = RegistrySettings {
+            mirrors: options
+                .registry_mirrors
+                .iter()
+                .map(|m| (m.registry.clone(), m.url.clone()))
+                .collect(),
+            insecure_http: options.insecure_http,
+            max_blob_bytes: max_package_bytes,
+            retries: crate::stage::DEFAULT_RETRIES,
+            retry_base_delay: Duration::from_secs(1),
+            docker_config,
+        };
+        registry.check_plain_http()?;
+        Ok(BundleSettings {
+            output: options.output.clone(),
+            stage,
+            images,
+            registry,
+        })
+    }
+}
+
+/// What `write_kit` did.
+#[derive(Debug)]
+pub struct KitReport {
+    pub dir: PathBuf,
+    pub keadm_version: String,
+    pub arches: Vec<Arch>,
+    /// Every file of the kit.
+    pub files: Vec<Placed>,
+    /// Files of an earlier kit in the directory that this one no longer has.
+    pub removed: Vec<String>,
+}
+
+impl KitReport {
+    /// The closing lines for the operator.
+    pub fn summary(&self) -> String {
+        let bytes: u64 = self.files.iter().map(|p| p.file.size).sum();
+        let size = human_size(bytes);
+        let written = self.files.iter().filter(|p| p.written).count();
+        let arches: Vec<&str> = self.arches.iter().map(|a| a.as_str()).collect();
+        let mut text = format!(
+            "Wrote the air-gapped kit for keadm {} ({}) to {}: {} files, {size} ({written} \
+             written, {} already in place",
+            self.keadm_version,
+            arches.join(", "),
+            self.dir.display(),
+            self.files.len(),
+            self.files.len() - written,
+        );
+        if !self.removed.is_empty() {
+            text.push_str(&format!(
+                "; {} outdated file(s) removed",
+                self.removed.len()
+            ));
+        }
+        text.push_str(&format!(
+            ").\nOn the air-gapped side, set keadm.download.enable: false and \
+             keadm.offlinePackageDir: {} in the config.\n",
+            self.dir.display()
+        ));
+        text
+    }
+}
+
+/// Writes the kit `settings` describes. `note` receives one line per kit file as it is
+/// placed.
+pub fn write_kit(
+    settings: &BundleSettings,
+    note: &mut dyn FnMut(String),
+) -> Result<KitReport, BundleError> {
+    let mut kit = KitDir::open(&settings.output)?;
+    match fill(&mut kit, settings, note) {
+        Ok(arches) => {
+            let (files, removed) = kit.finish(&settings.stage.version)?;
+            Ok(KitReport {
+                dir: settings.output.clone(),
+                keadm_version: settings.stage.version.clone(),
+                arches,
+                files,
+                removed,
+            })
+        }
+        Err(error) => {
+            kit.abandon();
+            Err(error)
+        }
+    }
+}
+
+/// Places every file of the kit; returns the arches it covers.
+fn fill(
+    kit: &mut KitDir,
+    settings: &BundleSettings,
+    note: &mut dyn FnMut(String),
+) -> Result<Vec<Arch>, BundleError> {
+    let arches = settings.stage.arch_group.clone();
+    let mut registry = Registry::new(settings.registry.clone())?;
+    // Every manifest first: a missing image or arch fails before any large download.
+    let mut wanted: Vec<(Arch, &ImageRef, String, Resolved)> = Vec::new();
+    for &arch in &arches {
+        let names = archive_names(&settings.images);
+        for (image, name) in settings.images.iter().zip(names) {
+            let resolved = registry.resolve(image, arch)?;
+            wanted.push((arch, image, format!("{arch}/images/{name}"), resolved));
+        }
+    }
+
+    let stager = Stager::open(settings.stage.clone())?;
+    for staged in stager.stage_all()? {
+        let arch = staged.arch;
+        let tarball = format!("{arch}/{}", stager.tarball_name(arch));
+        kit.copy(&tarball, &staged.tarball)?;
+        let release = format!("keadm {} for {arch}", settings.stage.version);
+        note_last(kit, &release, note);
+        // The digest staging verified the tarball with (the pin, or the release's checksum
+        // file), in the release's format.
+        let checksum = format!("{arch}/{}", stager.checksum_name(arch));
+        kit.put(&checksum, format!("{}\n", staged.tarball_sha512).as_bytes())?;
+        note_last(kit, "its sha512", note);
+    }
+    drop(stager);
+
+    let scratch = tempfile::Builder::new()
+        .prefix(TEMPORARY_PREFIX)
+        .tempdir_in(kit.path())
+        .map_err(|e| BundleError::io("create a temporary directory in", kit.path(), e))?;
+    for (arch, image, rel, resolved) in wanted {
+        let path = kit.path().join(&rel);
+        if let Some(entry) = kit.intact(&rel)
+            && archive::archived(&path)
+                == Some((image.to_string(), resolved.manifest.digest.clone()))
+        {
+            kit.keep(entry);
+        } else {
+            pull(
+                kit,
+                &mut registry,
+                arch,
+                image,
+                &rel,
+                &resolved,
+                scratch.path(),
+            )?;
+        }
+        note_last(kit, &format!("{image} for linux/{arch}"), note);
+    }
+    Ok(arches)
+}
+
+/// Downloads the blobs of one resolved image and writes its archive at `rel`.
+fn pull(
+    kit: &mut KitDir,
+    registry: &mut Registry,
+    arch: Arch,
+    image: &ImageRef,
+    rel: &str,
+    resolved: &Resolved,
+    scratch: &Path,
+) -> Result<(), BundleError> {
+    let config = registry.blob(image, &resolved.config, "config", scratch)?;
+    let platform = match &resolved.platform {
+        Some(platform) => platform.clone(),
+        None => {
+            let bytes = std::fs::read(config.path())
+                .map_err(|e| BundleError::io("read", config.path(), e))?;
+            registry::platform_for(arch, registry::config_platform(&bytes)).map_err(|declared| {
+                BundleError::NoPlatform {
+                    image: image.to_string(),
+                    registry: resolved.registry.clone(),
+                    arch,
+                    available: format!("only {declared}"),
+                }
+            })?
+        }
+    };
+    let mut layers = Vec::new();
+    for (i, layer) in resolved.layers.iter().enumerate() {
+        layers.push(registry.blob(image, layer, &format!("layer {}", i + 1), scratch)?);
+    }
+    let mut blobs = vec![Blob {
+        digest: &resolved.config.digest,
+        path: config.path(),
+    }];
+    for (layer, file) in resolved.layers.iter().zip(&layers) {
+        blobs.push(Blob {
+            digest: &layer.digest,
+            path: file.path(),
+        });
+    }
+    let temporary = kit.temporary_for(rel)?;
+    archive::write(
+        temporary.as_file(),
+        image,
+        &resolved.manifest,
+        &platform,
+        &blobs,
+    )
+    .map_err(|e| BundleError::io("write", temporary.path(), e))?;
+    kit.persist(rel, temporary)
+}
+
+/// The archive file name of each image: short (`pause_3.9.tar`) unless two images would
+/// share it, then spelled out with registry and repository.
+fn archive_names(images: &[ImageRef]) -> Vec<String> {
+    images
+        .iter()
+        .map(|image| {
+            let short = image.archive_name(false);
+            let shared = images
+                .iter()
+                .filter(|other| other.archive_name(false) == short)
+                .count()
+                > 1;
+            image.archive_name(shared)
+        })
+        .collect()
+}
+
+/// Tells `note` about the file just placed, with `what` it holds.
+fn note_last(kit: &KitDir, what: &str, note: &mut dyn FnMut(String)) {
+    if let Some(placed) = kit.last() {
+        note(format!(
+            "{}  {what}  {}  {}",
+            placed.file.path,
+            human_size(placed.file.size),
+            if placed.written {
+                "written"
+            } else {
+                "already in place"
+            }
+        ));
+    }
+}
+
+/// `812 B`, `2.4 KiB`, `41.2 MiB`.
+fn human_size(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    match bytes {
+        0..1024 => format!("{bytes} B"),
+        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / KIB),
+        _ => format!("{:.1} MiB", bytes as f64 / (KIB * KIB)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_at_a_glance() {
+        assert_eq!(human_size(812), "812 B");
+        assert_eq!(human_size(2458), "2.4 KiB");
+        assert_eq!(human_size(43_200_000), "41.2 MiB");
+    }
+
+    #[test]
+    fn archive_names_are_spelled_out_only_when_they_would_collide() {
+        let images: Vec<ImageRef> = [
+            "kubeedge/installation-package:v1.23.1",
+            "registry.k8s.io/pause:3.9",
+            "kubeedge/pause:3.9",
+            "registry.k8s.io/pause:3.10",
+        ]
+        .iter()
+        .map(|t| ImageRef::parse(t).unwrap())
+        .collect();
+        assert_eq!(
+            archive_names(&images),
+            [
+                "installation-package_v1.23.1.tar",
+                "registry.k8s.io_pause_3.9.tar",
+                "docker.io_kubeedge_pause_3.9.tar",
+                "pause_3.10.tar"
+            ]
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! The air-gapped kit's manifest, `DIR/kit.json`: every file `batch bundle` wrote into the
+//! offline directory, with its sha256 and size, so a run checks a kit file before it uses
+//! it. A kit carried by hand to an isolated site can be damaged or altered on the way, and
+//! the keadm release's own checksum file travels in the same directory, so only the
+//! manifest ties each file to what the bundle verified on the connected machine.
+//!
+//! An offline directory without `kit.json` was made by hand (keadm's layout, docs/config.md)
+//! and is used as before. Format:
+//! `{"format": "keadm-batch-kit/1", "keadmVersion": "v1.23.1", "created": "<rfc3339>",
+//! "files": [{"path": "amd64/images/pause_3.9.tar", "sha256": "<hex>", "size": 123}]}`,
+//! paths relative to the directory and '/'-separated.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The manifest's name inside the offline directory.
+pub const KIT_FILE: &str = "kit.json";
+
+/// The one format this version reads and writes.
+pub const FORMAT: &str = "keadm-batch-kit/1";
+
+/// A kit lists a few dozen files; anything this large is not a kit manifest.
+const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+
+/// `kit.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Kit {
+    pub format: String,
+    pub keadm_version: String,
+    /// When the bundle wrote it, RFC 3339.
+    pub created: String,
+    /// Sorted by path.
+    pub files: Vec<KitFile>,
+}
+
+/// One file of the kit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KitFile {
+    /// Relative to the offline directory, '/'-separated: `amd64/images/pause_3.9.tar`.
+    pub path: String,
+    /// Lowercase hex.
+    pub sha256: String,
+    pub size: u64,
+}
+
+impl Kit {
+    /// Reads `dir/kit.json`; `Ok(None)` when there is none (a hand-made offline directory).
+    pub fn read(dir: &Path) -> Result<Option<Kit>, KitError> {
+        let manifest = dir.join(KIT_FILE);
+        let meta = match std::fs::symlink_metadata(&manifest) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(KitError::unreadable(&manifest, e.to_string())),
+        };
+        if !meta.is_file() {
+            return Err(KitError::unreadable(
+                &manifest,
+                "it is not a regular file".into(),
+            ));
+        }
+        if meta.len() > MAX_MANIFEST_BYTES {
+            return Err(KitError::unreadable(
+                &manifest,
+                format!(
+                    "it holds {} bytes, far more than a kit manifest",
+                    meta.len()
+                ),
+            ));
+        }
+        let text =
+            std::fs::read(&manifest).map_err(|e| KitError::unreadable(&manifest, e.to_string()))?;
+        let kit: Kit = serde_json::from_slice(&text).map_err(|e| {
+            KitError::unreadable(&manifest, format!("it is not a kit manifest ({e})"))
+        })?;
+        if kit.format != FORMAT {
+            return Err(KitError::unreadable(
+                &manifest,
+                format!(
+                    "its format is {:?}, and this keadm-batch reads {FORMAT:?}",
+                    kit.format
+                ),
+            ));
+        }
+        if let Some(bad) = kit
+            .files
+            .iter()
+            .find(|f| relative_key(Path::new(&f.path)).is_none())
+        {
+            return Err(KitError::unreadable(
+                &manifest,
+                format!(
+                    "it lists {:?}, which is not a path inside the kit directory",
+                    bad.path
+                ),
+            ));
+        }
+        Ok(Some(kit))
+    }
+
+    /// The entry for `rel` (a path relative to the kit directory), if listed.
+    pub fn entry(&self, rel: &Path) -> Option<&KitFile> {
+        let key = relative_key(rel)?;
+        self.files.iter().find(|f| f.path == key)
+    }
+}
+
+/// `rel` as the manifest spells it ('/'-separated normal components); `None` for an
+/// absolute path, an empty one or one with `..`, which cannot name a file of the kit.
+pub fn relative_key(rel: &Path) -> Option<String> {
+    let mut parts: Vec<String> = Vec::new();
+    for component in rel.components() {
+        match component {
+            Component::Normal(part) => parts.push(part.to_str()?.to_string()),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+/// Checks the kit file `dir/rel` against `dir/kit.json` before it is used. Ok when `dir`
+/// has no kit.json (a hand-made offline directory); otherwise Ok only when `rel` is listed
+/// and its sha256 and size match.
+pub fn check(dir: &Path, rel: &Path) -> Result<(), KitError> {
+    let Some(kit) = Kit::read(dir)? else {
+        return Ok(());
+    };
+    let file = dir.join(rel);
+    let manifest = dir.join(KIT_FILE);
+    let Some(entry) = kit.entry(rel) else {
+        return Err(KitError::NotListed { file, manifest });
+    };
+    let (size, sha256) =
+        crate::digest::sha256_file(&file).map_err(|e| KitError::FileUnreadable {
+            file: file.clone(),
+            manifest: manifest.clone(),
+            error: e.to_string(),
+        })?;
+    if sha256 != entry.sha256.to_ascii_lowercase() || size != entry.size {
+        return Err(KitError::Mismatch {
+            file,
+            manifest,
+            expected_sha256: entry.sha256.clone(),
+            expected_size: entry.size,
+            actual_sha256: sha256,
+            actual_size: size,
+        });
+    }
+    Ok(())
+}
+
+/// The fix every kit error ends with.
+const FIX: &str = "Copy the kit again from the machine that ran `keadm-batch batch bundle`, or \
+                   run bundle again there";
+
+/// A kit file that must not be used. Text fields, so staging's error stays `Clone`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KitError {
+    #[error(
+        "The kit manifest {} cannot be read: {reason}. {FIX}, or remove kit.json to use the \
+         directory as a hand-made offline directory without the check.",
+        manifest.display()
+    )]
+    Unreadable { manifest: PathBuf, reason: String },
+
+    #[error(
+        "The kit file {} is not listed in the kit manifest {}, so it is not part of the kit \
+         `batch bundle` wrote and was not used. Remove it, or {}.",
+        file.display(),
+        manifest.display(),
+        lower_first(FIX)
+    )]
+    NotListed { file: PathBuf, manifest: PathBuf },
+
+    #[error(
+        "The kit file {} cannot be read for its check against the kit manifest {}: {error}. \
+         {FIX}.",
+        file.display(),
+        manifest.display()
+    )]
+    FileUnreadable {
+        file: PathBuf,
+        manifest: PathBuf,
+        error: String,
+    },
+
+    #[error(
+        "The kit file {} does not match the kit manifest {}: its sha256 is {actual_sha256} \
+         ({actual_size} bytes), but the manifest lists {expected_sha256} ({expected_size} \
+         bytes). The file was damaged or altered after `batch bundle` wrote it, so it was not \
+         used. {FIX}.",
+        file.display(),
+        manifest.display()
+    )]
+    Mismatch {
+        file: PathBuf,
+        manifest: PathBuf,
+        expected_sha256: String,
+        expected_size: u64,
+        actual_sha256: String,
+        actual_size: u64,
+    },
+}
+
+impl KitError {
+    fn unreadable(manifest: &Path, reason: String) -> KitError {
+        KitError::Unreadable {
+            manifest: manifest.to_path_buf(),
+            reason,
+        }
+    }
+}
+
+fn lower_first(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ABC_SHA256: &str = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+
+    fn kit_dir(files: &[(&str, &str, u64)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let kit = Kit {
+            format: FORMAT.into(),
+            keadm_version: "v1.23.1".into(),
+            created: "2026-01-01T00:00:00Z".into(),
+            files: files
+                .iter()
+                .map(|(path, sha256, size)| KitFile {
+                    path: path.to_string(),
+                    sha256: sha256.to_string(),
+                    size: *size,
+                })
+                .collect(),
+        };
+        std::fs::write(
+            dir.path().join(KIT_FILE),
+            serde_json::to_vec_pretty(&kit).unwrap(),
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("amd64")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_directory_without_a_manifest_is_not_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(check(dir.path(), Path::new("amd64/anything")), Ok(()));
+    }
+
+    #[test]
+    fn a_listed_file_with_its_digest_and_size_passes() {
+        let dir = kit_dir(&[("amd64/f", ABC_SHA256, 3)]);
+        std::fs::write(dir.path().join("amd64/f"), b"abc").unwrap();
+        assert_eq!(check(dir.path(), Path::new("amd64/f")), Ok(()));
+        assert_eq!(check(dir.path(), Path::new("./amd64/f")), Ok(()));
+    }
+
+    #[test]
+    fn an_altered_file_is_refused_naming_file_both_digests_and_the_fix() {
+        let dir = kit_dir(&[("amd64/f", ABC_SHA256, 3)]);
+        std::fs::write(dir.path().join("amd64/f"), b"abd").unwrap();
+        let err = check(dir.path(), Path::new("amd64/f")).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, KitError::Mismatch { .. }), "{text}");
+        assert!(text.starts_with(&format!(
+            "The kit file {}/amd64/f does not match the kit manifest {}/kit.json: its sha256 is ",
+            dir.path().display(),
+            dir.path().display()
+        )));
+        assert!(text.contains(&format!("but the manifest lists {ABC_SHA256} (3 bytes)")));
+        assert!(text.ends_with("or run bundle again there."), "{text}");
+    }
+
+    #[test]
+    fn an_unlisted_file_and_a_broken_manifest_are_refused() {
+        let dir = kit_dir(&[("amd64/f", ABC_SHA256, 3)]);
+        std::fs::write(dir.path().join("amd64/g"), b"abc").unwrap();
+        let err = check(dir.path(), Path::new("amd64/g")).unwrap_err();
+        assert!(matches!(err, KitError::NotListed { .. }), "{err}");
+        assert!(
+            err.to_string().contains("Remove it, or copy the kit again"),
+            "{err}"
+        );
+
+        std::fs::write(dir.path().join(KIT_FILE), b"{\"format\": 1}").unwrap();
+        let err = check(dir.path(), Path::new("amd64/f")).unwrap_err();
+        assert!(matches!(err, KitError::Unreadable { .. }), "{err}");
+
+        let escaping = kit_dir(&[("../etc/passwd", ABC_SHA256, 3)]);
+        let err = Kit::read(escaping.path()).unwrap_err().to_string();
+        assert!(err.contains("not a path inside the kit directory"), "{err}");
+    }
+
+    #[test]
+    fn relative_keys_are_slash_separated_and_stay_inside() {
+        assert_eq!(
+            relative_key(Path::new("amd64/images/pause_3.9.tar")).as_deref(),
+            Some("amd64/images/pause_3.9.tar")
+        );
+        assert_eq!(
+            relative_key(Path::new("./amd64//x")).as_deref(),
+            Some("amd64/x")
+        );
+        for bad in ["", "/etc/passwd", "amd64/../../x", ".."] {
+            assert_eq!(relative_key(Path::new(bad)), None, "{bad:?}");
+        }
+    }
+}

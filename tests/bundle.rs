@@ -1,0 +1,603 @@
+//! `batch bundle` against real parts: a real registry (Debian's docker-registry) on
+//! loopback holding images the tests push, keadm releases from the fake release server,
+//! and an offline run on a fleet of real sshd nodes consuming the kit.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::fake_release::{ChecksumFile, FakeRelease};
+use crate::common::fleet::{Fleet, NodeOpt};
+use crate::common::http_server::{HttpServer, Route};
+use crate::common::registry::{
+    Format, LocalRegistry, TOKEN_SERVICE, TokenIssuer, check_archive, files_under, sha256,
+};
+use crate::common::scenario::{Scenario, VERSION, remote_keadm};
+use crate::common::test::{Output, Test};
+
+const INSTALLATION_PACKAGE: &str = "kubeedge/installation-package";
+
+/// A connected machine's sources: the release server with keadm for amd64 and arm64,
+/// and a registry with the images keadm's join needs (multi-arch).
+struct Sources {
+    releases: HttpServer,
+    registry: LocalRegistry,
+}
+
+impl Sources {
+    /// Releases whose keadm is `keadm_script` (with the arch in a comment), and the
+    /// installation package (an OCI index) and pause (a Docker manifest list) for both
+    /// arches, unless `with_pause` is false.
+    fn new(keadm_script: &str, with_pause: bool) -> Sources {
+        let releases = release_server(keadm_script);
+        let registry = LocalRegistry::start();
+        registry.push_index(
+            INSTALLATION_PACKAGE,
+            VERSION,
+            Format::Oci,
+            &["amd64", "arm64"],
+        );
+        if with_pause {
+            registry.push_index("pause", "3.9", Format::Docker, &["amd64", "arm64"]);
+        }
+        Sources { releases, registry }
+    }
+
+    /// `batch bundle -c config.yaml -o <out>` in `dir`, with both registries mapped to
+    /// the local one and releases from the release server.
+    fn bundle(&self, dir: &Path, out: &str, extra: &[&str]) -> Output {
+        bundle_command(dir, out, &self.releases, &self.registry)
+            .args(extra)
+            .run()
+    }
+}
+
+/// The release server, with keadm for amd64 and arm64 whose script is `keadm_script`
+/// (with the arch in a comment).
+fn release_server(keadm_script: &str) -> HttpServer {
+    let releases = HttpServer::start();
+    for arch in ["amd64", "arm64"] {
+        let release = FakeRelease::new(VERSION, arch)
+            .with_binary(format!("{keadm_script}# arch={arch}\n").as_bytes());
+        let built = release.build();
+        releases.route(
+            &format!("/releases/{}", release.file_name()),
+            Route::ok(built.bytes),
+        );
+        releases.route(
+            &format!("/releases/{}", release.checksum_name()),
+            Route::ok(format!("{}\n", built.sha512)),
+        );
+    }
+    releases
+}
+
+fn bundle_command(dir: &Path, out: &str, releases: &HttpServer, registry: &LocalRegistry) -> Test {
+    Test::in_dir(dir)
+        .env("HOME", dir)
+        .args(["batch", "bundle", "-c", "config.yaml", "-o", out])
+        .arg("--download-url")
+        .arg(releases.url("/releases"))
+        .arg("--insecure-http")
+        .arg("--registry-mirror")
+        .arg(format!("docker.io={}", registry.url()))
+        .arg("--registry-mirror")
+        .arg(format!("registry.k8s.io={}", registry.url()))
+        .arg("--staging-dir")
+        .arg(dir.join("bundle-staging"))
+}
+
+/// A config for the air-gapped side whose one node is never reached: staging comes first.
+fn offline_config(dir: &Path, arch_group: &str, keadm_cmd: &str) {
+    std::fs::write(
+        dir.join("config.yaml"),
+        format!(
+            "keadm:\n  download:\n    enable: false\n  keadmVersion: {VERSION}\n  archGroup: {arch_group}\n  offlinePackageDir: {}\nmaxRunNum: 1\nnodes:\n  - nodeName: edge-0\n    keadmCmd: '{keadm_cmd}'\n    ssh:\n      ip: 127.0.0.1\n      port: 1\n      username: root\n      auth:\n        type: password\n        passwordAuth:\n          password: x\n",
+            dir.join("kit").display()
+        ),
+    )
+    .unwrap();
+}
+
+/// The air-gapped run of `offline_config`, staging in `dir/run-staging`.
+fn offline_run(dir: &Path) -> Output {
+    Test::in_dir(dir)
+        .env("HOME", dir)
+        .args(["batch", "-c", "config.yaml", "--staging-dir"])
+        .arg(dir.join("run-staging"))
+        .run()
+}
+
+const JOIN: &str = "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-0 --token=abc.def";
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("keadm-batch-bundle")
+        .tempdir_in("/var/tmp")
+        .unwrap()
+}
+
+/// kit.json, checked: the right format and version, and exactly the files on disk, each
+/// with its sha256 and size.
+fn check_kit_manifest(kit: &Path) -> serde_json::Value {
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(kit.join("kit.json")).unwrap()).unwrap();
+    assert_eq!(manifest["format"], "keadm-batch-kit/1");
+    assert_eq!(manifest["keadmVersion"], VERSION);
+    assert!(manifest["created"].as_str().unwrap().ends_with('Z'));
+    let listed: Vec<String> = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let path = f["path"].as_str().unwrap();
+            let bytes = std::fs::read(kit.join(path)).unwrap();
+            assert_eq!(
+                f["sha256"].as_str().unwrap(),
+                &sha256(&bytes)[7..],
+                "{path}"
+            );
+            assert_eq!(f["size"].as_u64().unwrap(), bytes.len() as u64, "{path}");
+            path.to_string()
+        })
+        .collect();
+    let mut on_disk = files_under(kit);
+    on_disk.retain(|f| f != "kit.json");
+    assert_eq!(
+        listed, on_disk,
+        "kit.json lists exactly the kit's files, sorted"
+    );
+    manifest
+}
+
+#[test]
+fn bundle_writes_a_kit_that_an_offline_run_on_a_fresh_fleet_consumes() {
+    let fleet = Fleet::builder()
+        .nodes(2)
+        .node_option(1, NodeOpt::Uname("aarch64"))
+        .start();
+    let sc = Scenario::new(&fleet).arch_group("[amd64, arm64]");
+    let sources = Sources::new(&sc.keadm.script(), true);
+    // The air-gapped run's own config (downloads off, offlinePackageDir = the kit).
+    std::fs::write(sc.path("config.yaml"), sc.config_text()).unwrap();
+
+    let out = sources.bundle(sc.dir.path(), "packages", &[]);
+    out.status(0)
+        .stderr_has("amd64/images/installation-package_v1.23.1.tar")
+        .stderr_has(&format!(
+            "Wrote the air-gapped kit for keadm {VERSION} (amd64, arm64) to packages: 8 files"
+        ))
+        .stderr_has("(8 written, 0 already in place)")
+        .stderr_has("keadm.offlinePackageDir: packages");
+    let kit = sc.path("packages");
+    assert_eq!(
+        files_under(&kit),
+        [
+            "amd64/checksum_keadm-v1.23.1-linux-amd64.tar.gz.txt",
+            "amd64/images/installation-package_v1.23.1.tar",
+            "amd64/images/pause_3.9.tar",
+            "amd64/keadm-v1.23.1-linux-amd64.tar.gz",
+            "arm64/checksum_keadm-v1.23.1-linux-arm64.tar.gz.txt",
+            "arm64/images/installation-package_v1.23.1.tar",
+            "arm64/images/pause_3.9.tar",
+            "arm64/keadm-v1.23.1-linux-arm64.tar.gz",
+            "kit.json",
+        ]
+    );
+    check_kit_manifest(&kit);
+    for arch in ["amd64", "arm64"] {
+        let package =
+            check_archive(&kit.join(format!("{arch}/images/installation-package_v1.23.1.tar")));
+        assert_eq!(
+            package.name,
+            format!("docker.io/{INSTALLATION_PACKAGE}:{VERSION}")
+        );
+        assert_eq!(package.tag.as_deref(), Some(VERSION));
+        assert_eq!(package.architecture, arch);
+        assert_eq!(
+            package.layer_file,
+            format!("{INSTALLATION_PACKAGE} for {arch}\n")
+        );
+        assert_eq!(package.blobs, 3, "manifest, config, one layer");
+        let pause = check_archive(&kit.join(format!("{arch}/images/pause_3.9.tar")));
+        assert_eq!(pause.name, "registry.k8s.io/pause:3.9");
+        assert_eq!(pause.layer_file, format!("pause for {arch}\n"));
+        // The checksum file is the release's: the tarball's sha512.
+        let tarball =
+            std::fs::read(kit.join(format!("{arch}/keadm-{VERSION}-linux-{arch}.tar.gz"))).unwrap();
+        let checksum = std::fs::read_to_string(kit.join(format!(
+            "{arch}/checksum_keadm-{VERSION}-linux-{arch}.tar.gz.txt"
+        )))
+        .unwrap();
+        use sha2::Digest;
+        assert_eq!(
+            checksum,
+            format!("{}\n", hex::encode(sha2::Sha512::digest(&tarball)))
+        );
+    }
+
+    // The air-gapped run: the scenario finds `packages` present and uses it as it is.
+    drop(sources);
+    let run = sc.run(&[]);
+    run.status(0);
+    for (i, arch) in [(0, "amd64"), (1, "arm64")] {
+        let keadm = std::fs::read_to_string(remote_keadm(fleet.node(i))).unwrap();
+        assert!(keadm.ends_with(&format!("# arch={arch}\n")), "{keadm}");
+    }
+}
+
+#[test]
+fn a_tampered_kit_file_is_refused_by_the_manifest_check_before_use() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    sources.bundle(tmp.path(), "kit", &[]).status(0);
+    let kit = tmp.path().join("kit");
+    let listed = check_kit_manifest(&kit);
+    let tarball_rel = format!("amd64/keadm-{VERSION}-linux-amd64.tar.gz");
+    let expected = listed["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == tarball_rel.as_str())
+        .unwrap()["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Someone swaps the release for another one with a matching checksum file, which
+    // the release's own checksum check cannot tell.
+    let (swapped, path) = FakeRelease::new(VERSION, "amd64")
+        .with_binary(b"#!/bin/sh\necho swapped\n")
+        .write_offline(&kit, ChecksumFile::Matching);
+    let actual = &sha256(&swapped.bytes)[7..];
+    offline_run(tmp.path())
+        .status(3)
+        .stderr_has(&format!(
+            "The kit file {} does not match the kit manifest {}: its sha256 is {actual} ({} bytes), but the manifest lists {expected} (",
+            path.display(),
+            kit.join("kit.json").display(),
+            swapped.bytes.len()
+        ))
+        .stderr_has("so it was not used. Copy the kit again from the machine that ran `keadm-batch batch bundle`, or run bundle again there.");
+    assert!(
+        !tmp.path()
+            .join("run-staging/bin/amd64")
+            .read_dir()
+            .is_ok_and(|mut d| d.next().is_some()),
+        "nothing was unpacked"
+    );
+
+    // A file the kit does not list is refused too, by name.
+    sources.bundle(tmp.path(), "kit", &[]).status(0);
+    std::fs::write(
+        kit.join("kit.json"),
+        br#"{"format":"keadm-batch-kit/1","keadmVersion":"v1.23.1","created":"x","files":[]}"#,
+    )
+    .unwrap();
+    offline_run(tmp.path()).status(3).stderr_has(&format!(
+        "The kit file {} is not listed in the kit manifest",
+        kit.join(&tarball_rel).display()
+    ));
+}
+
+#[test]
+fn a_rerun_into_the_same_directory_changes_nothing_and_foreign_files_are_refused() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    offline_config(tmp.path(), "[amd64, arm64]", JOIN);
+    sources.bundle(tmp.path(), "kit", &[]).status(0);
+    let kit = tmp.path().join("kit");
+    let manifest = std::fs::read(kit.join("kit.json")).unwrap();
+    let mtimes = |kit: &Path| -> Vec<(String, std::time::SystemTime)> {
+        files_under(kit)
+            .into_iter()
+            .map(|f| {
+                let modified = std::fs::metadata(kit.join(&f)).unwrap().modified().unwrap();
+                (f, modified)
+            })
+            .collect()
+    };
+    let before = mtimes(&kit);
+
+    sources
+        .bundle(tmp.path(), "kit", &[])
+        .status(0)
+        .stderr_has("(0 written, 8 already in place)")
+        .stderr_lacks("  written");
+    assert_eq!(std::fs::read(kit.join("kit.json")).unwrap(), manifest);
+    assert_eq!(mtimes(&kit), before, "no file was rewritten");
+
+    // A kit for fewer arches: arm64's files are the earlier kit's and go.
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    sources
+        .bundle(tmp.path(), "kit", &[])
+        .status(0)
+        .stderr_has("4 outdated file(s) removed");
+    assert!(!kit.join("arm64").exists());
+    check_kit_manifest(&kit);
+
+    // A file no bundle wrote: refused by name, and left alone.
+    std::fs::write(kit.join("amd64/images/mine.tar"), b"mine").unwrap();
+    sources
+        .bundle(tmp.path(), "kit", &[])
+        .status(2)
+        .stderr_has(
+            "Refusing to write the kit into kit: it holds amd64/images/mine.tar, which no earlier `batch bundle` wrote",
+        );
+    assert!(kit.join("amd64/images/mine.tar").exists());
+}
+
+#[test]
+fn a_missing_image_is_an_error_naming_the_image_and_the_registry() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", false);
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    let out = sources.bundle(tmp.path(), "kit", &[]);
+    out.status(3).stderr_has(&format!(
+        "The registry {} (the mirror for registry.k8s.io) has no image registry.k8s.io/pause:3.9 (it answered 404 Not Found (MANIFEST_UNKNOWN)). Check the name and tag",
+        sources.registry.url()
+    ));
+    // Manifests are resolved first: no release was downloaded, nothing is in the kit.
+    assert_eq!(files_under(&tmp.path().join("kit")), Vec::<String>::new());
+    assert_eq!(sources.releases.total_hits(), 0);
+
+    // An image with no build for an archGroup arch: named with the arches it has.
+    sources
+        .registry
+        .push_image("pause", "3.9", "amd64", Format::Docker);
+    offline_config(tmp.path(), "[amd64, arm64]", JOIN);
+    sources
+        .bundle(tmp.path(), "kit", &[])
+        .status(3)
+        .stderr_has("The image registry.k8s.io/pause:3.9 at ")
+        .stderr_has("has no linux/arm64 build (it has only linux/amd64)");
+}
+
+#[test]
+fn the_join_flags_choose_the_installation_package_and_sandbox_images_can_be_named() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", false);
+    // keadm asks for <--image-repository>/installation-package:<--kubeedge-version, v added>.
+    sources
+        .registry
+        .push_image("edge/installation-package", "v1.22.0", "amd64", Format::Oci);
+    sources
+        .registry
+        .push_image("pause", "3.6", "amd64", Format::Docker);
+    offline_config(
+        tmp.path(),
+        "[amd64]",
+        &format!("{JOIN} --image-repository=my-registry.example/edge --kubeedge-version=1.22.0"),
+    );
+    let out = sources.bundle(
+        tmp.path(),
+        "kit",
+        &[
+            "--registry-mirror",
+            &format!("my-registry.example={}", sources.registry.url()),
+            "--sandbox-image",
+            "registry.k8s.io/pause:3.6",
+        ],
+    );
+    out.status(0);
+    let kit = tmp.path().join("kit");
+    let package = check_archive(&kit.join("amd64/images/installation-package_v1.22.0.tar"));
+    assert_eq!(
+        package.name,
+        "my-registry.example/edge/installation-package:v1.22.0"
+    );
+    let pause = check_archive(&kit.join("amd64/images/pause_3.6.tar"));
+    assert_eq!(pause.name, "registry.k8s.io/pause:3.6");
+    assert_eq!(pause.architecture, "amd64");
+    check_kit_manifest(&kit);
+}
+
+#[test]
+fn a_registry_that_wants_a_login_gets_the_one_in_the_docker_config() {
+    let tmp = scratch();
+    let releases = release_server("#!/bin/sh\n");
+    let registry = LocalRegistry::start_with_login("puller", "s3cret");
+    registry.push_index(INSTALLATION_PACKAGE, VERSION, Format::Oci, &["amd64"]);
+    registry.push_index("pause", "3.9", Format::Oci, &["amd64"]);
+    offline_config(tmp.path(), "[amd64]", JOIN);
+
+    bundle_command(tmp.path(), "kit", &releases, &registry)
+        .run()
+        .status(3)
+        .stderr_has(&format!(
+            "The registry {} (the mirror for docker.io) wants credentials for the image docker.io/{INSTALLATION_PACKAGE}:{VERSION}, and {} (which does not exist) has none for it.",
+            registry.url(),
+            tmp.path().join(".docker/config.json").display()
+        ));
+
+    let docker = tmp.path().join("docker-config");
+    std::fs::create_dir(&docker).unwrap();
+    use base64::Engine;
+    let write_login = |password: &str| {
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("puller:{password}"));
+        std::fs::write(
+            docker.join("config.json"),
+            format!(
+                r#"{{"auths": {{"{}": {{"auth": "{auth}"}}}}}}"#,
+                registry.host()
+            ),
+        )
+        .unwrap();
+    };
+    write_login("wrong");
+    bundle_command(tmp.path(), "kit", &releases, &registry)
+        .env("DOCKER_CONFIG", &docker)
+        .run()
+        .status(3)
+        .stderr_has("refused the image docker.io/kubeedge/installation-package:v1.23.1 (401 Unauthorized) with the credentials from");
+    write_login("s3cret");
+    bundle_command(tmp.path(), "kit", &releases, &registry)
+        .env("DOCKER_CONFIG", &docker)
+        .run()
+        .status(0);
+    check_archive(&tmp.path().join("kit/amd64/images/pause_3.9.tar"));
+    check_kit_manifest(&tmp.path().join("kit"));
+}
+
+#[test]
+fn a_registry_with_token_auth_gets_a_bearer_token_from_the_realm_it_names() {
+    let tmp = scratch();
+    let releases = release_server("#!/bin/sh\n");
+    let tokens = HttpServer::start();
+    let issuer = TokenIssuer::new();
+    let repositories = [INSTALLATION_PACKAGE, "pause"];
+    let registry = LocalRegistry::start_with_tokens(&tokens.url("/token"), &issuer, &repositories);
+    registry.push_index(INSTALLATION_PACKAGE, VERSION, Format::Docker, &["amd64"]);
+    registry.push_index("pause", "3.9", Format::Oci, &["amd64"]);
+    // The token service answers the request the registry's challenge asks for: one pull
+    // scope per repository, for this service.
+    let mut token_paths = Vec::new();
+    for repository in repositories {
+        let url = reqwest::Url::parse_with_params(
+            &tokens.url("/token"),
+            &[
+                ("scope", format!("repository:{repository}:pull")),
+                ("service", TOKEN_SERVICE.to_string()),
+            ],
+        )
+        .unwrap();
+        let path = format!("{}?{}", url.path(), url.query().unwrap());
+        let token = issuer.token(&[repository], &["pull"]);
+        tokens.route(&path, Route::ok(format!(r#"{{"token": "{token}"}}"#)));
+        token_paths.push(path);
+    }
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    bundle_command(tmp.path(), "kit", &releases, &registry)
+        .run()
+        .status(0);
+    let pause = check_archive(&tmp.path().join("kit/amd64/images/pause_3.9.tar"));
+    assert_eq!(pause.layer_file, "pause for amd64\n");
+    check_kit_manifest(&tmp.path().join("kit"));
+    for path in token_paths {
+        assert_eq!(
+            tokens.hits(&path),
+            1,
+            "one token per repository, reused for its manifests and blobs: {path}"
+        );
+    }
+}
+
+#[test]
+fn registry_mirrors_over_plain_http_need_insecure_http() {
+    let tmp = scratch();
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    let pin = "ab".repeat(64);
+    let config = std::fs::read_to_string(tmp.path().join("config.yaml"))
+        .unwrap()
+        .replace(
+            "    enable: false\n",
+            &format!("    enable: false\n    sha512:\n      amd64: {pin}\n"),
+        );
+    std::fs::write(tmp.path().join("config.yaml"), config).unwrap();
+    let out: PathBuf = tmp.path().join("kit");
+    Test::in_dir(tmp.path())
+        .env("HOME", tmp.path())
+        .args(["batch", "bundle", "-c", "config.yaml", "-o"])
+        .arg(&out)
+        .args([
+            "--download-url",
+            "http://127.0.0.1:1/releases",
+            "--registry-mirror",
+            "docker.io=http://127.0.0.1:1",
+        ])
+        .run()
+        .status(2)
+        .stderr_has("The registry mirror http://127.0.0.1:1 for docker.io is plain HTTP");
+}
+
+/// A containerd of the test's own (root, state and socket in a temp dir, CRI off), for
+/// checking that the kit's archives import. scripts/setup.sh installs containerd; without
+/// it the test fails rather than pass unseen.
+struct Containerd {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Containerd {
+    fn start() -> Containerd {
+        assert!(
+            Path::new("/usr/bin/containerd").exists() && Path::new("/usr/bin/ctr").exists(),
+            "containerd and ctr are not installed; scripts/setup.sh installs them"
+        );
+        let dir = scratch();
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "version = 2\nroot = \"{0}/root\"\nstate = \"{0}/state\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = \"{0}/containerd.sock\"\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("containerd.log")).unwrap();
+        let child = std::process::Command::new("/usr/bin/containerd")
+            .arg("--config")
+            .arg(&config)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let containerd = Containerd { child, dir };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !containerd.ctr(&["version"]).status.success() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "containerd did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        containerd
+    }
+
+    fn ctr(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("/usr/bin/ctr")
+            .arg("--address")
+            .arg(self.dir.path().join("containerd.sock"))
+            .args(["--namespace", "k8s.io"])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_kits_archives_import_into_a_real_containerd_under_the_names_keadm_asks_for() {
+    let containerd = Containerd::start();
+    let host_arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no KubeEdge release arch for this machine ({other})"),
+    };
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    offline_config(tmp.path(), &format!("[{host_arch}]"), JOIN);
+    sources.bundle(tmp.path(), "kit", &[]).status(0);
+    for archive in ["installation-package_v1.23.1.tar", "pause_3.9.tar"] {
+        let path = tmp.path().join(format!("kit/{host_arch}/images/{archive}"));
+        let import = containerd.ctr(&["images", "import", path.to_str().unwrap()]);
+        assert!(
+            import.status.success(),
+            "ctr images import {archive}: {}",
+            String::from_utf8_lossy(&import.stderr)
+        );
+    }
+    let listed = containerd.ctr(&["images", "ls", "-q"]);
+    let names = String::from_utf8_lossy(&listed.stdout);
+    for name in [
+        format!("docker.io/{INSTALLATION_PACKAGE}:{VERSION}"),
+        "registry.k8s.io/pause:3.9".to_string(),
+    ] {
+        assert!(names.lines().any(|l| l == name), "{name} not in:\n{names}");
+    }
+}
