@@ -12,6 +12,7 @@
 mod dirs;
 mod download;
 mod error;
+mod images;
 mod temporary;
 mod unpack;
 
@@ -29,6 +30,9 @@ use temporary::{Temporary, write_atomically};
 use unpack::{Expected, Extracted, unpack_package};
 
 pub use error::StageError;
+pub use images::{
+    ArchivedImage, ImageArchive, ImageSources, OfflineImages, Selector, offline_images,
+};
 
 /// keadm's BASE, the same on the control host and on the nodes.
 pub const DEFAULT_BASE_DIR: &str = "/tmp/kubeedge/keadm";
