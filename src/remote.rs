@@ -8,9 +8,18 @@
 //! runs it as given.
 //!
 //! Everything here is POSIX sh and busybox-friendly: edge images are often minimal.
+//! The container runtime's part (its probe and the import of offline images) is in
+//! [`runtime`].
+
+mod runtime;
 
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
+
+pub use runtime::{
+    ArchiveImport, ImportReport, InArchive, Runtime, RuntimeFacts, cli_output, import_script,
+    parse_import, parse_runtime_facts, runtime_probe_script,
+};
 
 /// The file beside an uploaded file that records the sha256 of what we sent.
 pub const SIDECAR_SUFFIX: &str = ".sha256";
