@@ -19,7 +19,7 @@ use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
-use crate::stage::{StageError, StageSettings, Stager};
+use crate::stage::{OfflineImages, StageError, StageSettings, Stager};
 use crate::{cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
@@ -194,6 +194,7 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
         std::env::temp_dir(),
     ))?;
     let run_dir = &scratch.run;
+    let offline_images = list_offline_images(plan)?;
     let ctx = pipeline::Context {
         connector: &crate::transport::SshConnector,
         stager: None,
@@ -207,6 +208,8 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
         // Findings are reported, never acted on, in this mode.
         preflight: PreflightMode::Warn,
         binary_size_hint: 0,
+        offline_images: offline_images.as_ref(),
+        keadm_version: plan.staging.as_ref().map(|s| s.version.as_str()),
     };
     let probes = pool::probe_all(&plan.nodes, plan.max_run_num, &cancel, |node| {
         if node.keadm_args.is_join() {
@@ -320,6 +323,7 @@ fn execute(
         )?),
         None => None,
     };
+    let offline_images = list_offline_images(&plan)?;
     let cwd = std::env::current_dir().map_err(OutputError::CurrentDir)?;
     let run_dir = RunDir::create(options.run_dir.as_deref(), &cwd)
         .map_err(OutputError::file(OutputFile::RunDir, &cwd))?;
@@ -374,6 +378,8 @@ fn execute(
                     .unwrap_or(0)
             })
             .unwrap_or(0),
+        offline_images: offline_images.as_ref(),
+        keadm_version: plan.staging.as_ref().map(|s| s.version.as_str()),
     };
     let policy = pool::Policy {
         max_run_num: plan.max_run_num,
@@ -436,6 +442,14 @@ fn execute(
         });
     }
     Ok(())
+}
+
+/// The offline image archives the plan names, listed and hashed once, before any node.
+fn list_offline_images(plan: &plan::Plan) -> Result<Option<OfflineImages>, StageError> {
+    Ok(match &plan.offline_images {
+        Some(sources) => OfflineImages::list(sources)?,
+        None => None,
+    })
 }
 
 fn stage_packages(settings: StageSettings) -> Result<Stager, StageError> {

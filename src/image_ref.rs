@@ -63,8 +63,7 @@ impl ImageRef {
             }
             None => (rest, None),
         };
-        if name.is_empty() || name.starts_with('/') || name.ends_with('/') || name.contains("//")
-        {
+        if name.is_empty() || name.starts_with('/') || name.ends_with('/') || name.contains("//") {
             return None;
         }
         let (domain, path) = match name.split_once('/') {
@@ -154,10 +153,16 @@ mod tests {
                 "docker.io/kubeedge/installation-package:v1.23.1",
             ),
             ("busybox", "docker.io/library/busybox:latest"),
-            ("index.docker.io/library/busybox:1", "docker.io/library/busybox:1"),
+            (
+                "index.docker.io/library/busybox:1",
+                "docker.io/library/busybox:1",
+            ),
             ("registry.k8s.io/pause:3.9", "registry.k8s.io/pause:3.9"),
             ("localhost/pause:3.9", "localhost/pause:3.9"),
-            ("localhost:5000/kubeedge/x:v1", "localhost:5000/kubeedge/x:v1"),
+            (
+                "localhost:5000/kubeedge/x:v1",
+                "localhost:5000/kubeedge/x:v1",
+            ),
             ("127.0.0.1:5000/x", "127.0.0.1:5000/x:latest"),
             (
                 "my-registry.io/installation-package:v1.10.0",

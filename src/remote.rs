@@ -99,6 +99,9 @@ pub struct NodeFacts {
     /// The tools [`TOOLS_PROBE`] found working (`tar`, `gzip`, `sha512sum`); `None` when
     /// the probe did not run.
     pub tools: Option<Vec<String>>,
+    /// What [`runtime_probe_script`], appended for offline images, found; `None` when it
+    /// did not run.
+    pub runtime: Option<RuntimeFacts>,
 }
 
 impl NodeFacts {
@@ -246,6 +249,7 @@ pub fn parse_facts(output: &str, files: &[&str]) -> NodeFacts {
             facts.computed_sha256.push((name, sha.trim().to_string()));
         }
     }
+    facts.runtime = parse_runtime_facts(output);
     if !dir_ok && facts.dir_problem.is_none() {
         let tail: Vec<&str> = output.lines().rev().take(3).collect();
         facts.dir_problem = Some(if output.trim().is_empty() {

@@ -185,17 +185,32 @@ mod tests {
     #[test]
     fn the_version_is_the_flag_s_else_keadm_s_own() {
         let v = |flags: &str, keadm: Option<&str>| join_version(&join(flags), keadm);
-        assert_eq!(v("--kubeedge-version=v1.22.0", Some("v1.23.1")).as_deref(), Some("v1.22.0"));
-        assert_eq!(v("--kubeedge-version 1.22.0", None).as_deref(), Some("v1.22.0"));
+        assert_eq!(
+            v("--kubeedge-version=v1.22.0", Some("v1.23.1")).as_deref(),
+            Some("v1.22.0")
+        );
+        assert_eq!(
+            v("--kubeedge-version 1.22.0", None).as_deref(),
+            Some("v1.22.0")
+        );
         assert_eq!(v("", Some("v1.23.1")).as_deref(), Some("v1.23.1"));
         assert_eq!(v("", Some("1.23.1")).as_deref(), Some("v1.23.1"));
         // keadm ignores a version it cannot read and uses its own.
-        assert_eq!(v("--kubeedge-version=latest", Some("v1.23.1")).as_deref(), Some("v1.23.1"));
-        assert_eq!(v("--kubeedge-version=v1.23.1-rc.0", None).as_deref(), Some("v1.23.1-rc.0"));
+        assert_eq!(
+            v("--kubeedge-version=latest", Some("v1.23.1")).as_deref(),
+            Some("v1.23.1")
+        );
+        assert_eq!(
+            v("--kubeedge-version=v1.23.1-rc.0", None).as_deref(),
+            Some("v1.23.1-rc.0")
+        );
         assert_eq!(v("--kubeedge-version=v01.2.3", None), None);
         assert_eq!(v("", None), None);
         assert_eq!(
-            join_version(&KeadmCommand::parse("reset --kubeedge-version=v1.2.3"), None),
+            join_version(
+                &KeadmCommand::parse("reset --kubeedge-version=v1.2.3"),
+                None
+            ),
             None
         );
     }
@@ -226,7 +241,14 @@ mod tests {
         let ip = image("kubeedge/installation-package:v1.23.1");
         let pause = image("registry.k8s.io/pause:3.6");
         let needed = [ip.clone(), pause.clone()];
-        let f = missing_finding(&needed, &[], &[], "containerd (/run/containerd/containerd.sock)", Some(Arch::Amd64)).unwrap();
+        let f = missing_finding(
+            &needed,
+            &[],
+            &[],
+            "containerd (/run/containerd/containerd.sock)",
+            Some(Arch::Amd64),
+        )
+        .unwrap();
         assert_eq!(f.id, FindingId::ImageMissing);
         assert_eq!(
             f.detail,
@@ -237,6 +259,9 @@ mod tests {
             f.detail,
             "docker.io/kubeedge/installation-package:v1.23.1 is not in containerd, and no offline image archive provides it"
         );
-        assert_eq!(missing_finding(&needed, &[pause], &[&ip], "containerd", None), None);
+        assert_eq!(
+            missing_finding(&needed, &[pause], &[&ip], "containerd", None),
+            None
+        );
     }
 }

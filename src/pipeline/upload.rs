@@ -27,6 +27,7 @@ pub(super) struct Deferred {
 }
 
 /// A file to put on the node, unless it is there already.
+#[derive(Debug)]
 pub(super) struct Upload {
     pub(super) local: PathBuf,
     pub(super) name: String,
@@ -37,7 +38,28 @@ pub(super) struct Upload {
     tarball: Option<TarballSource>,
 }
 
+impl Upload {
+    /// A file sent as it is.
+    pub(super) fn plain(
+        local: PathBuf,
+        name: String,
+        mode: u32,
+        size: u64,
+        sha256: String,
+    ) -> Upload {
+        Upload {
+            local,
+            name,
+            mode,
+            size,
+            sha256,
+            tarball: None,
+        }
+    }
+}
+
 /// The release tarball a binary came from, and where the binary sits inside it.
+#[derive(Debug)]
 struct TarballSource {
     path: PathBuf,
     size: u64,
@@ -94,20 +116,16 @@ impl Run<'_, '_> {
         let node = self.node;
         let mut uploads = Vec::new();
         for file in &node.copy_files {
-            uploads.push(Upload {
-                local: file.path.clone(),
-                name: file.name.clone(),
-                mode: file.mode,
-                size: file.size,
-                sha256: file.sha256.clone(),
-                tarball: None,
-            });
+            uploads.push(Upload::plain(
+                file.path.clone(),
+                file.name.clone(),
+                file.mode,
+                file.size,
+                file.sha256.clone(),
+            ));
         }
         if node.keadm == KeadmSource::Staged {
-            let machine = facts.machine.clone().unwrap_or_default();
-            let arch = Arch::from_uname(&machine)
-                .map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
-            self.arch = Some(arch);
+            let arch = self.node_arch(facts)?;
             let stager = self.ctx.stager.ok_or_else(|| {
                 StepError::new(Phase::Preparing, "No keadm binary was staged for this run.")
             })?;
@@ -126,15 +144,25 @@ impl Run<'_, '_> {
         Ok(uploads)
     }
 
+    /// The node's arch, from the `uname -m` the prepare step learned.
+    pub(super) fn node_arch(&mut self, facts: &NodeFacts) -> Result<Arch, StepError> {
+        let machine = facts.machine.clone().unwrap_or_default();
+        let arch = Arch::from_uname(&machine)
+            .map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
+        self.arch = Some(arch);
+        Ok(arch)
+    }
+
     /// Uploads each file that the node lacks to a temporary name. Returns the renames
-    /// (temporary name, final name, sha256) the run step performs before keadm starts,
-    /// and the last upload when it is left for the run's own channel.
+    /// (temporary name, final name, sha256) to perform before the files are used, and,
+    /// with `defer_last`, the last upload when it is left for the run's own channel.
     pub(super) fn upload(
         &mut self,
         conn: &mut dyn Connection,
         uploads: Vec<Upload>,
         facts: &NodeFacts,
         privilege: Privilege,
+        defer_last: bool,
     ) -> Result<(Vec<Move>, Option<Deferred>), StepError> {
         self.timed(Phase::Uploading, |run| {
             let node = run.node;
@@ -175,7 +203,7 @@ impl Run<'_, '_> {
                 // The last plain upload rides in the run's own channel: one exec (and one
                 // remote shell) less per node, which is what a fleet of many small nodes
                 // pays for (the benchmark's W3).
-                if sent.is_none() && position + 1 == count {
+                if sent.is_none() && defer_last && position + 1 == count {
                     moves.push((tmp.clone(), upload.name.clone(), upload.sha256.clone()));
                     return Ok((moves, Some(Deferred { upload, tmp })));
                 }

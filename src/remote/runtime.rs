@@ -171,7 +171,9 @@ pub fn runtime_probe_script(runtime: &Runtime, try_sudo: bool) -> String {
     }
     s.push_str(&runtime.functions());
     s.push_str("echo \"KB_RT_ARCH $(uname -m)\"\n");
-    s.push_str("if [ -n \"$kb_tool\" ]; then echo \"KB_RT_TOOL $kb_tool\"; else echo KB_RT_NO_TOOL; fi\n");
+    s.push_str(
+        "if [ -n \"$kb_tool\" ]; then echo \"KB_RT_TOOL $kb_tool\"; else echo KB_RT_NO_TOOL; fi\n",
+    );
     s.push_str(LIST);
     s.push_str("kb_sb=$(kb_sandbox 2>/dev/null)\n[ -n \"$kb_sb\" ] && echo \"KB_RT_SANDBOX $kb_sb\"\necho KB_RT_DONE\n");
     s
@@ -268,7 +270,9 @@ fn import_command(runtime: &Runtime, archive: &ArchiveImport) -> String {
                 .iter()
                 .map(|(reference, in_archive)| {
                     let source = match in_archive {
-                        InArchive::DockerTag(tag) => format!("docker-archive:{}:{tag}", archive.file),
+                        InArchive::DockerTag(tag) => {
+                            format!("docker-archive:{}:{tag}", archive.file)
+                        }
                         InArchive::OciRefName(name) => {
                             format!("oci-archive:{}:{name}", archive.file)
                         }
@@ -285,7 +289,9 @@ fn import_command(runtime: &Runtime, archive: &ArchiveImport) -> String {
                 Some(copies) if !copies.is_empty() => copies.join(" && "),
                 _ => "{ echo 'skopeo cannot pick these images out of the archive by name; install podman' >&2; false; }".to_string(),
             };
-            format!("if command -v podman >/dev/null 2>&1; then podman load -i {file}; else {skopeo}; fi")
+            format!(
+                "if command -v podman >/dev/null 2>&1; then podman load -i {file}; else {skopeo}; fi"
+            )
         }
         Runtime::Isulad => format!("isula load -i {file}"),
         Runtime::Unknown { .. } => {
@@ -389,14 +395,23 @@ mod tests {
             .env("PATH", bin)
             .output()
             .unwrap();
-        (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.code())
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            out.status.code(),
+        )
     }
 
     #[test]
     fn runtimes_are_told_by_their_sockets() {
         let cases = [
-            ("/run/containerd/containerd.sock", "containerd (/run/containerd/containerd.sock)"),
-            ("/run/k3s/containerd/containerd.sock", "containerd (/run/k3s/containerd/containerd.sock)"),
+            (
+                "/run/containerd/containerd.sock",
+                "containerd (/run/containerd/containerd.sock)",
+            ),
+            (
+                "/run/k3s/containerd/containerd.sock",
+                "containerd (/run/k3s/containerd/containerd.sock)",
+            ),
             ("/var/run/cri-dockerd.sock", "docker (through cri-dockerd)"),
             ("/var/run/dockershim.sock", "docker (through cri-dockerd)"),
             ("/var/run/crio/crio.sock", "CRI-O"),
@@ -418,17 +433,29 @@ mod tests {
         let archive = ArchiveImport {
             file: "image-it's.tar".into(),
             images: vec![
-                ("docker.io/a/b:1".into(), InArchive::DockerTag("a/b:1".into())),
+                (
+                    "docker.io/a/b:1".into(),
+                    InArchive::DockerTag("a/b:1".into()),
+                ),
                 ("docker.io/a/c:1".into(), InArchive::OciRefName("c".into())),
             ],
         };
-        for socket in ["/run/containerd/containerd.sock", "/run/cri-dockerd.sock", "/run/crio/crio.sock", "/run/isulad.sock", "/run/x.sock"] {
+        for socket in [
+            "/run/containerd/containerd.sock",
+            "/run/cri-dockerd.sock",
+            "/run/crio/crio.sock",
+            "/run/isulad.sock",
+            "/run/x.sock",
+        ] {
             let runtime = Runtime::for_socket(socket);
             for script in [
                 runtime_probe_script(&runtime, true),
                 import_script("/tmp/it's", &runtime, std::slice::from_ref(&archive)),
             ] {
-                let status = Command::new("sh").args(["-n", "-c", &script]).status().unwrap();
+                let status = Command::new("sh")
+                    .args(["-n", "-c", &script])
+                    .status()
+                    .unwrap();
                 assert!(status.success(), "{script}");
             }
         }
@@ -492,7 +519,11 @@ mod tests {
         let facts = parse_runtime_facts(&out).unwrap();
         assert!(!facts.listed);
         assert!(
-            facts.list_error.as_deref().unwrap().contains("failed to dial"),
+            facts
+                .list_error
+                .as_deref()
+                .unwrap()
+                .contains("failed to dial"),
             "{out}"
         );
     }
@@ -506,7 +537,10 @@ mod tests {
         let (out, _) = run(&bin, &runtime_probe_script(&runtime, false));
         let facts = parse_runtime_facts(&out).unwrap();
         assert_eq!(facts.tool, None);
-        assert!(!facts.listed && facts.list_error.is_none() && facts.done, "{out}");
+        assert!(
+            !facts.listed && facts.list_error.is_none() && facts.done,
+            "{out}"
+        );
 
         fake_tool(
             &bin,
@@ -518,7 +552,10 @@ mod tests {
         let facts = parse_runtime_facts(&out).unwrap();
         assert_eq!(facts.tool, None);
         assert!(facts.listed, "{out}");
-        assert_eq!(facts.images, [ImageRef::parse("registry.k8s.io/pause:3.6").unwrap()]);
+        assert_eq!(
+            facts.images,
+            [ImageRef::parse("registry.k8s.io/pause:3.6").unwrap()]
+        );
         assert_eq!(facts.sandbox, ImageRef::parse("registry.k8s.io/pause:3.6"));
     }
 
@@ -533,7 +570,11 @@ mod tests {
         fake_ctr(&bin, &state);
         let socket = dir.path().join("containerd.sock");
         std::fs::write(&socket, "").unwrap();
-        std::fs::write(up.join("image-a.tar"), "docker.io/kubeedge/installation-package:v1.23.1\n").unwrap();
+        std::fs::write(
+            up.join("image-a.tar"),
+            "docker.io/kubeedge/installation-package:v1.23.1\n",
+        )
+        .unwrap();
         std::fs::write(up.join("image-b.tar"), "registry.k8s.io/pause:3.6\n").unwrap();
         let runtime = Runtime::for_socket(socket.to_str().unwrap());
         let archive = |file: &str| ArchiveImport {
@@ -559,14 +600,21 @@ mod tests {
         let script = import_script(
             up.to_str().unwrap(),
             &runtime,
-            &[archive("image-a.tar"), archive("image-gone.tar"), archive("image-b.tar")],
+            &[
+                archive("image-a.tar"),
+                archive("image-gone.tar"),
+                archive("image-b.tar"),
+            ],
         );
         let (out, code) = run(&bin, &script);
         assert_eq!(code, Some(3));
         let report = parse_import(&out);
         assert_eq!(report.imported, [0]);
         assert_eq!(report.failed, Some((1, 1)));
-        assert!(cli_output(&out).contains("open image-gone.tar: no such file"), "{out}");
+        assert!(
+            cli_output(&out).contains("open image-gone.tar: no such file"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -575,8 +623,14 @@ mod tests {
         let archive = ArchiveImport {
             file: "image-x.tar".into(),
             images: vec![
-                ("docker.io/a/b:1".into(), InArchive::DockerTag("a/b:1".into())),
-                ("docker.io/a/c:2".into(), InArchive::OciRefName("c:2".into())),
+                (
+                    "docker.io/a/b:1".into(),
+                    InArchive::DockerTag("a/b:1".into()),
+                ),
+                (
+                    "docker.io/a/c:2".into(),
+                    InArchive::OciRefName("c:2".into()),
+                ),
             ],
         };
         assert_eq!(

@@ -81,12 +81,19 @@ pub struct OfflineImages {
 }
 
 impl OfflineImages {
-    /// Lists, reads and hashes the archives `sources` name. Archives of a layout arch
-    /// without an `images` directory: none.
-    pub fn list(sources: &ImageSources) -> Result<OfflineImages, StageError> {
+    /// Lists, reads and hashes the archives `sources` name. `None` for a layout without
+    /// any `<arch>/images` directory: that offline directory is not set up for images
+    /// (keadm's own layout has none), so nothing about images changes for its nodes.
+    pub fn list(sources: &ImageSources) -> Result<Option<OfflineImages>, StageError> {
         let mut by_arch = BTreeMap::new();
         match sources {
             ImageSources::Layout { dir } => {
+                if !Arch::ALL
+                    .iter()
+                    .any(|arch| dir.join(arch.as_str()).join("images").is_dir())
+                {
+                    return Ok(None);
+                }
                 for arch in Arch::ALL {
                     let archives = offline_images(dir, arch)?;
                     if !archives.is_empty() {
@@ -114,7 +121,7 @@ impl OfflineImages {
                     .join(", ")
             );
         }
-        Ok(images)
+        Ok(Some(images))
     }
 
     /// The archives for nodes of `arch` (none for an arch without any).
@@ -315,7 +322,10 @@ fn docker_archive_images(text: &[u8]) -> Result<Vec<ArchivedImage>, String> {
     let entries: Vec<Entry> = serde_json::from_slice(text)
         .map_err(|e| format!("its manifest.json is not a docker-archive manifest ({e})"))?;
     let mut images: Vec<ArchivedImage> = Vec::new();
-    for tag in entries.into_iter().flat_map(|e| e.repo_tags.unwrap_or_default()) {
+    for tag in entries
+        .into_iter()
+        .flat_map(|e| e.repo_tags.unwrap_or_default())
+    {
         if let Some(reference) = ImageRef::parse(&tag)
             && !images.iter().any(|i| i.reference == reference)
         {
@@ -529,10 +539,10 @@ mod tests {
         write(dir.path(), "amd64/images/.hidden.tar", &archive);
         write(dir.path(), "amd64/images/notes.txt", b"x");
         write(dir.path(), "arm64/keadm.tar.gz", b"x");
-        let images = OfflineImages::list(&ImageSources::Layout {
+        let layout = ImageSources::Layout {
             dir: dir.path().to_path_buf(),
-        })
-        .unwrap();
+        };
+        let images = OfflineImages::list(&layout).unwrap().unwrap();
         let amd64: Vec<&str> = images
             .for_arch(Arch::Amd64)
             .iter()
@@ -558,8 +568,24 @@ mod tests {
         let listed = OfflineImages::list(&ImageSources::Listed {
             paths: BTreeMap::from([(Arch::Arm, vec![dir.path().join("amd64/images")])]),
         })
+        .unwrap()
         .unwrap();
         assert_eq!(listed.for_arch(Arch::Arm).len(), 2);
         assert!(!listed.is_empty());
+        // An offline directory in keadm's own layout is not set up for images.
+        let keadm_only = tempfile::tempdir().unwrap();
+        write(
+            keadm_only.path(),
+            "amd64/keadm-v1.23.1-linux-amd64.tar.gz",
+            b"x",
+        );
+        let layout = ImageSources::Layout {
+            dir: keadm_only.path().to_path_buf(),
+        };
+        assert_eq!(OfflineImages::list(&layout).unwrap(), None);
+        // Set up for images, with none yet: the pre-flight check still runs.
+        fs::create_dir_all(keadm_only.path().join("arm64/images")).unwrap();
+        let images = OfflineImages::list(&layout).unwrap().unwrap();
+        assert!(images.is_empty());
     }
 }

@@ -249,7 +249,10 @@ mod tests {
         assert_eq!(images[&Arch::Amd64], [dir.path().join("ip.tar")]);
         assert_eq!(images[&Arch::Arm64], [dir.path().join("arm64")]);
 
-        let (config, _) = check(&GOOD.replace("  archGroup: [amd64]\n", "  archGroup: [amd64]\n  offlineImages: {}\n"));
+        let (config, _) = check(&GOOD.replace(
+            "  archGroup: [amd64]\n",
+            "  archGroup: [amd64]\n  offlineImages: {}\n",
+        ));
         assert_eq!(config.unwrap().offline_images, Some(Default::default()));
         let (config, _) = check(GOOD);
         assert_eq!(config.unwrap().offline_images, None);
@@ -265,7 +268,9 @@ mod tests {
         let all = rendered(&diags);
         for needle in [
             "c.yaml:5:5: keadm.offlineImages lists images for `x86_64`, for which keadm publishes no build",
-            &format!("c.yaml:6:11: keadm.offlineImages.arm: {d}/missing.tar cannot be read: No such file or directory"),
+            &format!(
+                "c.yaml:6:11: keadm.offlineImages.arm: {d}/missing.tar cannot be read: No such file or directory"
+            ),
             "c.yaml:6:",
             "keadm.offlineImages.arm has an empty path",
             "c.yaml:7:12: keadm.offlineImages.amd64 must be a path or a list of paths, but it is a mapping",
