@@ -3,6 +3,7 @@
 
 mod common;
 
+mod airgap;
 mod cli;
 mod faults;
 mod fuzz_regressions;

@@ -228,7 +228,7 @@ impl<'c> Run<'_, 'c> {
                     return Err(StepError::new(
                         Phase::Preparing,
                         format!(
-                            "The offline images were imported into {}, but it does not list {} afterwards, so keadm join would try to pull them. Check that the archives hold images for {arch} under those names.",
+                            "The offline images were imported into {}, but it does not list {} afterwards, so keadm join would try to pull them. Check that the archives hold images for {arch} under those full names (registry/path:tag, as `ctr export` and `docker save` write them).",
                             runtime.name(),
                             missing.join(" and ")
                         ),

@@ -133,13 +133,19 @@ impl Runtime {
             ),
             Runtime::Unknown { socket } => (crictl_list(socket), crictl(socket)),
         };
-        format!(
+        let mut s = format!(
             "kb_list() {{\n  {list}\n}}\nkb_sandbox() {{\n  {sandbox}\n}}\nkb_tool=\nfor kb_t in {}; do command -v \"$kb_t\" >/dev/null 2>&1 && {{ kb_tool=$kb_t; break; }}; done\n",
             match self.tools() {
                 [] => "''".to_string(),
                 tools => tools.join(" "),
             }
-        )
+        );
+        if let Runtime::Containerd { .. } = self {
+            // containerd keeps a name as the archive wrote it, and CRI looks images up by
+            // their full name: a short name (`kubeedge/x:1`) is not the image keadm asks for.
+            s.push_str("echo KB_RT_EXACT\n");
+        }
+        s
     }
 }
 
@@ -188,6 +194,8 @@ pub struct RuntimeFacts {
     pub tool: Option<String>,
     /// Whether the images were listed (`images` is then the whole list).
     pub listed: bool,
+    /// The images listed, in full. For containerd, which CRI asks by full name, only names
+    /// it stores in full count.
     pub images: Vec<ImageRef>,
     /// Why listing failed, in the CLI's words.
     pub list_error: Option<String>,
@@ -208,6 +216,7 @@ impl RuntimeFacts {
 pub fn parse_runtime_facts(output: &str) -> Option<RuntimeFacts> {
     let mut facts = RuntimeFacts::default();
     let mut seen = false;
+    let mut exact = false;
     for line in output.lines() {
         let line = line.trim_end();
         let Some(rest) = line.strip_prefix("KB_RT_") else {
@@ -218,8 +227,10 @@ pub fn parse_runtime_facts(output: &str) -> Option<RuntimeFacts> {
         match key {
             "ARCH" => facts.machine = Some(one_line(value, 64)),
             "TOOL" => facts.tool = Some(one_line(value, 64)),
+            "EXACT" => exact = true,
             "IMAGE" => {
                 if let Some(image) = ImageRef::parse(value)
+                    && (!exact || image.to_string() == value.trim())
                     && !facts.images.contains(&image)
                 {
                     facts.images.push(image);
@@ -491,7 +502,11 @@ mod tests {
         let bin = dir.path().join("bin");
         std::fs::create_dir(&bin).unwrap();
         let state = dir.path().join("images.txt");
-        std::fs::write(&state, "docker.io/kubeedge/installation-package:v1.23.1\n").unwrap();
+        std::fs::write(
+            &state,
+            "docker.io/kubeedge/installation-package:v1.23.1\nkubeedge/installation-package:v1.22.0\n",
+        )
+        .unwrap();
         fake_ctr(&bin, &state);
         let socket = dir.path().join("containerd.sock");
         std::fs::write(&socket, "").unwrap();
@@ -504,7 +519,7 @@ mod tests {
         assert_eq!(
             facts.images,
             [ImageRef::parse("kubeedge/installation-package:v1.23.1").unwrap()],
-            "image ids are not references"
+            "image ids are not references, and a short name is not what CRI asks for"
         );
         assert_eq!(
             facts.sandbox,

@@ -285,7 +285,17 @@ pub fn read_archive(path: &Path) -> Result<ImageArchive, StageError> {
         images.extend(docker_archive_images(text).map_err(unreadable)?);
     }
     if let Some(text) = &oci_index {
-        for image in oci_archive_images(text).map_err(unreadable)? {
+        let (oci_images, short_names) = oci_archive_images(text).map_err(unreadable)?;
+        for name in short_names {
+            log::warn!(
+                "The image archive {} names {name} in short in its index.json. containerd imports it under that name, and keadm asks for the full one ({}), so the import would not serve the join. Save the image under its full name.",
+                path.display(),
+                ImageRef::parse(&name)
+                    .map(|r| r.to_string())
+                    .unwrap_or_default()
+            );
+        }
+        for image in oci_images {
             if !images
                 .iter()
                 .any(|i: &ArchivedImage| i.reference == image.reference)
@@ -339,8 +349,9 @@ fn docker_archive_images(text: &[u8]) -> Result<Vec<ArchivedImage>, String> {
 }
 
 /// The OCI image layout's `index.json`: the names of its manifests, as `ctr images
-/// import` takes them (see the module doc).
-fn oci_archive_images(text: &[u8]) -> Result<Vec<ArchivedImage>, String> {
+/// import` takes them (see the module doc), and those written in short (`kubeedge/x:1`),
+/// which containerd keeps as written where CRI asks for the full name.
+fn oci_archive_images(text: &[u8]) -> Result<(Vec<ArchivedImage>, Vec<String>), String> {
     #[derive(serde::Deserialize)]
     struct Index {
         #[serde(default)]
@@ -354,6 +365,7 @@ fn oci_archive_images(text: &[u8]) -> Result<Vec<ArchivedImage>, String> {
     let index: Index = serde_json::from_slice(text)
         .map_err(|e| format!("its index.json is not an OCI image index ({e})"))?;
     let mut images: Vec<ArchivedImage> = Vec::new();
+    let mut short_names = Vec::new();
     for descriptor in index.manifests {
         let ref_name = descriptor
             .annotations
@@ -365,6 +377,9 @@ fn oci_archive_images(text: &[u8]) -> Result<Vec<ArchivedImage>, String> {
         let Some(reference) = named.and_then(|n| ImageRef::parse(n)) else {
             continue;
         };
+        if let Some(name) = named.filter(|n| **n != reference.to_string()) {
+            short_names.push(name.clone());
+        }
         if images.iter().any(|i| i.reference == reference) {
             continue;
         }
@@ -376,7 +391,7 @@ fn oci_archive_images(text: &[u8]) -> Result<Vec<ArchivedImage>, String> {
             },
         });
     }
-    Ok(images)
+    Ok((images, short_names))
 }
 
 /// Hashes and counts what is read through it.
