@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine, as root:
-# OpenSSH's sshd (to simulate edge nodes on loopback) and sudo (for non-root logins).
-# The package's own sshd service is kept from starting: the simulated nodes listen on
-# loopback addresses, and a system sshd on 0.0.0.0:22 would collide with them.
+# OpenSSH's sshd (to simulate edge nodes on loopback), sudo (for non-root logins), and
+# containerd, runc and busybox-static (a real container runtime per test node, and the
+# shell inside the tests' own tiny images, for the air-gapped image tests).
+# The packages' own services are kept from starting: the simulated nodes listen on
+# loopback addresses, and a system sshd on 0.0.0.0:22 would collide with them; the tests
+# start every containerd they use themselves, each with its own root and socket.
 set -euo pipefail
 
 need=()
@@ -15,6 +18,10 @@ command -v ps >/dev/null 2>&1 || need+=(procps)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 [ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
+command -v containerd >/dev/null 2>&1 || need+=(containerd)
+command -v ctr >/dev/null 2>&1 || need+=(containerd)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+[ -x /bin/busybox ] || need+=(busybox-static)
 
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -323,7 +323,10 @@ fn execute(
         )?),
         None => None,
     };
-    let offline_images = list_offline_images(&plan)?;
+    let mut offline_images = list_offline_images(&plan)?;
+    if let Some(images) = &mut offline_images {
+        images.compress_for_the_wire()?;
+    }
     let cwd = std::env::current_dir().map_err(OutputError::CurrentDir)?;
     let run_dir = RunDir::create(options.run_dir.as_deref(), &cwd)
         .map_err(OutputError::file(OutputFile::RunDir, &cwd))?;

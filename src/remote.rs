@@ -325,6 +325,18 @@ pub fn receive_tarball_script(
     )
 }
 
+/// Receives a gzip-compressed file on stdin and writes it, decompressed, to `dir/tmp`
+/// with `mode`, checking its size. Any failure removes the temporary file and exits 3
+/// after printing `KB_GZIP_FAILED`, so the caller can send the file as it is instead.
+pub fn receive_gzip_script(dir: &str, tmp: &str, mode: u32, size: u64) -> String {
+    let tmp = shell_quote(tmp);
+    format!(
+        "umask 077 && cd {} && gzip -dc > {tmp} && [ \"$(wc -c < {tmp} | tr -d ' ')\" = {size} ] && \
+         chmod {mode:o} -- {tmp} || {{ rm -f -- {tmp}; echo KB_GZIP_FAILED; exit 3; }}",
+        shell_quote(dir),
+    )
+}
+
 /// Moves uploaded temporary files into place and writes their sidecars. Every rename is
 /// within one directory, so each file appears whole or not at all.
 pub fn finalize_script(dir: &str, moves: &[(String, String, String)]) -> String {
@@ -648,6 +660,30 @@ mod tests {
             assert_eq!(out.status.code(), Some(3));
             assert!(String::from_utf8_lossy(&out.stdout).contains("KB_TARBALL_FAILED"));
             assert!(!dir.path().join(".t.tmp").exists());
+            assert!(!dir.path().join(".b.tmp").exists());
+        }
+    }
+
+    #[test]
+    fn a_gzipped_upload_is_written_decompressed_or_not_at_all() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let data = b"an image archive\n".repeat(100);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&data).unwrap();
+        let gz = gz.finish().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let out = sh_with_input(
+            &receive_gzip_script(d, ".a.tmp", 0o600, data.len() as u64),
+            &gz,
+        );
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(std::fs::read(dir.path().join(".a.tmp")).unwrap(), data);
+        // Cut short, or the wrong size: nothing left, exit 3.
+        for (input, size) in [(&gz[..gz.len() / 2], data.len()), (&gz[..], data.len() + 1)] {
+            let out = sh_with_input(&receive_gzip_script(d, ".b.tmp", 0o600, size as u64), input);
+            assert_eq!(out.status.code(), Some(3));
+            assert!(String::from_utf8_lossy(&out.stdout).contains("KB_GZIP_FAILED"));
             assert!(!dir.path().join(".b.tmp").exists());
         }
     }

@@ -1,6 +1,7 @@
 //! Offline images for a join: the node's arch's image archives that its container
 //! runtime lacks are uploaded (as any upload: temporary name, sidecar, skipped when the
-//! node has the identical file) and imported into the runtime keadm join will use, under
+//! node has the identical file; gzip-compressed where that pays and the node has gzip)
+//! and imported into the runtime keadm join will use, under
 //! the node's privilege, before keadm runs. An archive whose images the runtime already
 //! lists is neither uploaded nor imported, so a rerun sends and imports nothing. A
 //! runtime keadm-batch cannot import into (an unknown socket, a missing CLI, a runtime
@@ -79,6 +80,10 @@ impl<'c> Run<'_, 'c> {
             return Ok(());
         }
         self.can_import(&runtime, &probe, &needed)?;
+        let gzip = facts
+            .tools
+            .as_ref()
+            .is_some_and(|tools| tools.iter().any(|t| t == "gzip"));
         let uploads = needed
             .iter()
             .map(|a| {
@@ -89,6 +94,7 @@ impl<'c> Run<'_, 'c> {
                     a.size,
                     a.sha256.clone(),
                 )
+                .or_gzipped(a.gzipped.clone().filter(|_| gzip))
             })
             .collect();
         let (moves, _) = self.upload(conn, uploads, facts, privilege, false)?;

@@ -158,8 +158,9 @@ impl Run<'_, '_> {
             if images.is_some() {
                 script.push_str(&remote::runtime_probe_script(&run.runtime(), false));
             }
-            if node.keadm == KeadmSource::Staged && run.ctx.stager.is_some_and(tarball_may_pay_off)
-            {
+            let tarball = node.keadm == KeadmSource::Staged
+                && run.ctx.stager.is_some_and(tarball_may_pay_off);
+            if tarball || images.is_some_and(|i| i.any_gzipped()) {
                 script.push_str(remote::TOOLS_PROBE);
             }
             let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);

@@ -14,7 +14,7 @@ use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
 use crate::plan::KeadmSource;
 use crate::remote::{self, NodeFacts, Privilege};
-use crate::stage::{StagedBinary, Stager};
+use crate::stage::{Gzipped, StagedBinary, Stager};
 use crate::transport::{Connection, RemoteExit, TransportError};
 
 /// An uploaded file to rename into place: (temporary name, final name, sha256).
@@ -36,6 +36,8 @@ pub(super) struct Upload {
     sha256: String,
     /// The release tarball to send instead, when it is much smaller than the file.
     tarball: Option<TarballSource>,
+    /// A gzip-compressed copy to send instead (image archives), when the node has gzip.
+    gzipped: Option<Gzipped>,
 }
 
 impl Upload {
@@ -54,7 +56,14 @@ impl Upload {
             size,
             sha256,
             tarball: None,
+            gzipped: None,
         }
+    }
+
+    /// Sent as `gzipped` where the node can decompress it.
+    pub(super) fn or_gzipped(mut self, gzipped: Option<Gzipped>) -> Upload {
+        self.gzipped = gzipped;
+        self
     }
 }
 
@@ -139,6 +148,7 @@ impl Run<'_, '_> {
                 size: staged.binary_size,
                 sha256: staged.binary_sha256.clone(),
                 tarball: tarball_source(&staged).filter(|_| facts.can_unpack_tarball()),
+                gzipped: None,
             });
         }
         Ok(uploads)
@@ -199,6 +209,8 @@ impl Run<'_, '_> {
                 let mut sent = None;
                 if let Some(tarball) = &upload.tarball {
                     sent = run.upload_tarball(conn, &upload, tarball, &tmp, privilege)?;
+                } else if let Some(gzipped) = &upload.gzipped {
+                    sent = run.upload_gzipped(conn, &upload, gzipped, &tmp, privilege)?;
                 }
                 // The last plain upload rides in the run's own channel: one exec (and one
                 // remote shell) less per node, which is what a fleet of many small nodes
@@ -286,6 +298,38 @@ impl Run<'_, '_> {
         self.bytes_uploaded += tarball.size;
         self.transcript.note(&format!(
             "the node could not unpack the release tarball ({exit}: {}); sending the binary instead",
+            one_line(&output, MESSAGE_CHARS)
+        ));
+        Ok(None)
+    }
+
+    /// Sends the gzip-compressed copy over exec stdin; the node decompresses it to `tmp`
+    /// and checks its size. Returns the bytes sent, or `None` when the node could not
+    /// (the caller then sends the file as it is).
+    fn upload_gzipped(
+        &mut self,
+        conn: &mut dyn Connection,
+        upload: &Upload,
+        gzipped: &Gzipped,
+        tmp: &str,
+        privilege: Privilege,
+    ) -> Result<Option<u64>, StepError> {
+        let node = self.node;
+        let script = remote::receive_gzip_script(&node.upload_dir, tmp, upload.mode, upload.size);
+        let deadline = Instant::now() + node.deadlines.upload(upload.size);
+        let (result, output) = self.send_file(conn, &script, &gzipped.path, privilege, deadline)?;
+        let exit = result.map_err(|e| upload_error(upload, e))?;
+        if exit.success() {
+            self.transcript.note(&format!(
+                "sent {} gzip-compressed ({} bytes for its {}); the node decompressed it",
+                upload.name, gzipped.size, upload.size
+            ));
+            return Ok(Some(gzipped.size));
+        }
+        self.bytes_uploaded += gzipped.size;
+        self.transcript.note(&format!(
+            "the node could not decompress {} ({exit}: {}); sending it as it is",
+            upload.name,
             one_line(&output, MESSAGE_CHARS)
         ));
         Ok(None)

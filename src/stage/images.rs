@@ -14,10 +14,17 @@
 //!
 //! Each archive is read once, in one pass that hashes it while the tar reader looks for
 //! the two manifests, so a large archive costs one sequential read.
+//!
+//! On the wire, an archive goes gzip-compressed where that pays: `docker save` writes
+//! layers uncompressed, and keadm's installation-package is mostly one Go binary that
+//! gzip shrinks to about a third, while the blobs of an OCI archive (`ctr export`,
+//! `skopeo`, what `bundle` pulls from a registry) are gzip already. A sample of each
+//! archive decides; a compressible one is compressed once per run, into a private
+//! temporary directory, and every node gets that copy.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -72,12 +79,31 @@ pub struct ImageArchive {
     pub sha256: String,
     /// What it provides, in the order the archive names them (each image once).
     pub images: Vec<ArchivedImage>,
+    /// A gzip-compressed copy to send instead, when compressing pays.
+    pub gzipped: Option<Gzipped>,
 }
 
+/// An archive's gzip-compressed copy on the control host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gzipped {
+    pub path: PathBuf,
+    pub size: u64,
+}
+
+/// Compress an archive for the wire only when that saves at least this share of its
+/// bytes: otherwise the nodes would spend gunzip time for little.
+const GZIP_MAX_RATIO: f64 = 0.8;
+
+/// How much of an archive the compressibility sample reads, in three slices (start,
+/// middle, end): enough to see whether its layers are compressed already.
+const SAMPLE_BYTES: u64 = 3 << 20;
+
 /// Every arch's image archives, listed and hashed once per run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct OfflineImages {
     by_arch: BTreeMap<Arch, Vec<ImageArchive>>,
+    /// Holds the compressed copies; removed with them when the run ends.
+    compressed: Option<tempfile::TempDir>,
 }
 
 impl OfflineImages {
@@ -110,7 +136,10 @@ impl OfflineImages {
                 }
             }
         }
-        let images = OfflineImages { by_arch };
+        let images = OfflineImages {
+            by_arch,
+            compressed: None,
+        };
         for (arch, archives) in &images.by_arch {
             log::info!(
                 "offline images for {arch}: {}",
@@ -122,6 +151,53 @@ impl OfflineImages {
             );
         }
         Ok(Some(images))
+    }
+
+    /// Makes a gzip-compressed copy of each archive that compresses well, for the
+    /// uploads (see the module doc). An archive listed for several arches is compressed
+    /// once.
+    pub fn compress_for_the_wire(&mut self) -> Result<(), StageError> {
+        let mut done: BTreeMap<String, Option<Gzipped>> = BTreeMap::new();
+        for archive in self.by_arch.values_mut().flatten() {
+            if let Some(copy) = done.get(&archive.sha256) {
+                archive.gzipped = copy.clone();
+                continue;
+            }
+            let copy = if pays_to_compress(&archive.path, archive.size)? {
+                if self.compressed.is_none() {
+                    let dir = tempfile::Builder::new()
+                        .prefix("keadm-batch-images-")
+                        .tempdir()
+                        .map_err(|e| {
+                            StageError::io(
+                                "create a temporary directory in",
+                                std::env::temp_dir(),
+                                e,
+                            )
+                        })?;
+                    self.compressed = Some(dir);
+                }
+                let dir = self
+                    .compressed
+                    .as_ref()
+                    .map(|d| d.path())
+                    .unwrap_or(Path::new(""));
+                gzip_copy(archive, dir)?
+            } else {
+                None
+            };
+            if let Some(copy) = &copy {
+                log::info!(
+                    "{} goes compressed: {} bytes for its {}",
+                    archive.path.display(),
+                    copy.size,
+                    archive.size
+                );
+            }
+            done.insert(archive.sha256.clone(), copy.clone());
+            archive.gzipped = copy;
+        }
+        Ok(())
     }
 
     /// The archives for nodes of `arch` (none for an arch without any).
@@ -145,6 +221,11 @@ impl OfflineImages {
         names
     }
 
+    /// Whether any archive goes compressed (the nodes then need a working gzip).
+    pub fn any_gzipped(&self) -> bool {
+        self.by_arch.values().flatten().any(|a| a.gzipped.is_some())
+    }
+
     /// The most bytes one node may be sent: the largest arch's archives together.
     pub fn largest_arch_bytes(&self) -> u64 {
         self.by_arch
@@ -152,6 +233,67 @@ impl OfflineImages {
             .map(|archives| archives.iter().map(|a| a.size).sum())
             .max()
             .unwrap_or(0)
+    }
+}
+
+/// Whether gzip shrinks a sample of the archive at `path` (three slices) below
+/// [`GZIP_MAX_RATIO`].
+fn pays_to_compress(path: &Path, size: u64) -> Result<bool, StageError> {
+    let slice = SAMPLE_BYTES / 3;
+    let mut file = File::open(path).map_err(|e| StageError::io("read", path, e))?;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut sampled = 0u64;
+    let mut buf = vec![0u8; slice as usize];
+    for offset in [0, size / 2, size.saturating_sub(slice)] {
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| StageError::io("read", path, e))?;
+        let n = read_full(&mut file, &mut buf).map_err(|e| StageError::io("read", path, e))?;
+        encoder
+            .write_all(&buf[..n])
+            .map_err(|e| StageError::io("read", path, e))?;
+        sampled += n as u64;
+    }
+    let compressed = encoder
+        .finish()
+        .map_err(|e| StageError::io("read", path, e))?
+        .len();
+    Ok(sampled > 0 && (compressed as f64) < GZIP_MAX_RATIO * sampled as f64)
+}
+
+/// Reads until `buf` is full or the file ends.
+fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..])? {
+            0 => break,
+            read => n += read,
+        }
+    }
+    Ok(n)
+}
+
+/// Writes the gzip-compressed copy of `archive` into `dir`; `None` when the whole file
+/// did not compress as well as its sample promised.
+fn gzip_copy(archive: &ImageArchive, dir: &Path) -> Result<Option<Gzipped>, StageError> {
+    let path = dir.join(format!("{}.tar.gz", archive.sha256));
+    let mut input =
+        File::open(&archive.path).map_err(|e| StageError::io("read", &archive.path, e))?;
+    let output = File::create(&path).map_err(|e| StageError::io("write", &path, e))?;
+    let mut encoder =
+        flate2::write::GzEncoder::new(io::BufWriter::new(output), flate2::Compression::fast());
+    io::copy(&mut input, &mut encoder).map_err(|e| StageError::io("compress", &archive.path, e))?;
+    encoder
+        .finish()
+        .and_then(|mut w| w.flush())
+        .map_err(|e| StageError::io("write", &path, e))?;
+    let size = fs::metadata(&path)
+        .map_err(|e| StageError::io("read", &path, e))?
+        .len();
+    if (size as f64) < GZIP_MAX_RATIO * archive.size as f64 {
+        Ok(Some(Gzipped { path, size }))
+    } else {
+        let _ = fs::remove_file(&path);
+        Ok(None)
     }
 }
 
@@ -319,6 +461,7 @@ pub fn read_archive(path: &Path) -> Result<ImageArchive, StageError> {
         size: reader.count,
         sha256: hex::encode(reader.hasher.finalize()),
         images,
+        gzipped: None,
     })
 }
 
@@ -546,6 +689,61 @@ mod tests {
     }
 
     #[test]
+    fn archives_go_compressed_only_where_that_pays() {
+        let dir = tempfile::tempdir().unwrap();
+        // Uncompressed layers (docker save) compress; random bytes (gzip blobs) do not.
+        let text: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| format!("line {i} of an uncompressed layer\n").into_bytes())
+            .collect();
+        let mut noise = vec![0u8; 3 << 20];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for b in noise.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        write(
+            dir.path(),
+            "amd64/images/docker.tar",
+            &tar_of(&[
+                ("l/layer.tar", &text),
+                ("manifest.json", DOCKER_MANIFEST.as_bytes()),
+            ]),
+        );
+        write(
+            dir.path(),
+            "amd64/images/oci.tar",
+            &tar_of(&[
+                ("blobs/sha256/x", &noise),
+                ("manifest.json", DOCKER_MANIFEST.as_bytes()),
+            ]),
+        );
+        let layout = ImageSources::Layout {
+            dir: dir.path().to_path_buf(),
+        };
+        let mut images = OfflineImages::list(&layout).unwrap().unwrap();
+        assert!(!images.any_gzipped());
+        images.compress_for_the_wire().unwrap();
+        let [docker, oci] = images.for_arch(Arch::Amd64) else {
+            panic!("two archives")
+        };
+        let copy = docker.gzipped.as_ref().unwrap();
+        assert!(copy.size * 3 < docker.size, "{copy:?} for {}", docker.size);
+        let mut unpacked = Vec::new();
+        flate2::read::GzDecoder::new(File::open(&copy.path).unwrap())
+            .read_to_end(&mut unpacked)
+            .unwrap();
+        assert_eq!(unpacked, fs::read(&docker.path).unwrap());
+        assert_eq!(oci.gzipped, None);
+        assert!(images.any_gzipped());
+        // The copies live as long as the listing.
+        let path = copy.path.clone();
+        drop(images);
+        assert!(!path.exists());
+    }
+
+    #[test]
     fn the_layout_and_the_listing_find_each_arch_s_archives() {
         let dir = tempfile::tempdir().unwrap();
         let archive = tar_of(&[("manifest.json", DOCKER_MANIFEST.as_bytes())]);
@@ -597,7 +795,7 @@ mod tests {
         let layout = ImageSources::Layout {
             dir: keadm_only.path().to_path_buf(),
         };
-        assert_eq!(OfflineImages::list(&layout).unwrap(), None);
+        assert!(OfflineImages::list(&layout).unwrap().is_none());
         // Set up for images, with none yet: the pre-flight check still runs.
         fs::create_dir_all(keadm_only.path().join("arm64/images")).unwrap();
         let images = OfflineImages::list(&layout).unwrap().unwrap();

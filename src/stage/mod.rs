@@ -31,7 +31,7 @@ use unpack::{Expected, Extracted, unpack_package};
 
 pub use error::StageError;
 pub use images::{
-    ArchivedImage, ImageArchive, ImageSources, OfflineImages, Selector, offline_images,
+    ArchivedImage, Gzipped, ImageArchive, ImageSources, OfflineImages, Selector, offline_images,
 };
 
 /// keadm's BASE, the same on the control host and on the nodes.

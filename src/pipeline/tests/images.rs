@@ -350,3 +350,56 @@ fn pre_flight_reports_images_neither_in_the_runtime_nor_in_an_archive() {
         transcript(&outcome)
     );
 }
+
+#[test]
+fn a_compressible_archive_goes_gzipped_to_a_node_with_gzip_and_as_it_is_elsewhere() {
+    for (tools, gzipped) in [
+        ("KB_TOOLS sha512sum gzip tar\n", true),
+        ("KB_TOOLS tar\n", false),
+    ] {
+        let fake = FakeTransport::new()
+            .on(sent::RUN, Reply::ok())
+            .on(IMPORT, imported(1, &[PACKAGE]))
+            .on(
+                sent::PREPARE,
+                prepared(&format!(
+                    "{tools}KB_RT_TOOL ctr\nKB_RT_LISTED\nKB_RT_DONE\n"
+                )),
+            )
+            .on(&tmp("image-package.tar"), Reply::ok());
+        let mut h = Harness::new(fake);
+        let sizes = h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+        let images = h.offline_images.as_mut().unwrap();
+        images.compress_for_the_wire().unwrap();
+        let copy = images.for_arch(crate::arch::Arch::Amd64)[0]
+            .gzipped
+            .clone()
+            .expect("a manifest and tar padding compress well");
+        let outcome = h.process(&node(vec![]));
+        assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+        let prepare = h.exec_with(sent::PREPARE).command;
+        assert!(
+            prepare.contains("KB_TOOLS"),
+            "the node is asked for gzip: {prepare}"
+        );
+        let upload = h
+            .fake
+            .execs_with(&format!("> {}", tmp("image-package.tar")));
+        assert_eq!(upload.len(), 1, "{:#?}", h.execs());
+        if gzipped {
+            assert!(
+                upload[0].command.contains("gzip -dc >"),
+                "{}",
+                upload[0].command
+            );
+            assert_eq!(
+                upload[0].stdin.as_deref(),
+                Some(&std::fs::read(&copy.path).unwrap()[..])
+            );
+            assert_eq!(outcome.bytes_uploaded, copy.size);
+        } else {
+            assert!(upload[0].command.contains("cat >"), "{}", upload[0].command);
+            assert_eq!(outcome.bytes_uploaded, sizes[0]);
+        }
+    }
+}
