@@ -254,7 +254,14 @@ mod tests {
             f.detail,
             "docker.io/kubeedge/installation-package:v1.23.1 and registry.k8s.io/pause:3.6 are not in containerd (/run/containerd/containerd.sock), and no offline image archive for amd64 provides them"
         );
-        let f = missing_finding(&needed, &[pause.clone()], &[], "containerd", None).unwrap();
+        let f = missing_finding(
+            &needed,
+            std::slice::from_ref(&pause),
+            &[],
+            "containerd",
+            None,
+        )
+        .unwrap();
         assert_eq!(
             f.detail,
             "docker.io/kubeedge/installation-package:v1.23.1 is not in containerd, and no offline image archive provides it"
