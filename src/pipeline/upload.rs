@@ -284,23 +284,19 @@ impl Run<'_, '_> {
             &tarball.entry,
             upload.size,
         );
-        let deadline = Instant::now() + node.deadlines.upload(tarball.size);
-        let (result, output) = self.send_file(conn, &script, &tarball.path, privilege, deadline)?;
-        let exit = result.map_err(|e| upload_error(upload, e))?;
-        if exit.success() {
-            self.transcript.note(&format!(
+        self.send_smaller(
+            conn,
+            upload,
+            (&tarball.path, tarball.size, tarball.size),
+            &script,
+            privilege,
+            format!(
                 "sent the release tarball ({} bytes for a {}-byte binary); the node checked its sha512 and unpacked {}",
                 tarball.size, upload.size, tarball.entry
-            ));
-            return Ok(Some(tarball.size));
-        }
-        // Bytes that went out still count: they crossed the wire.
-        self.bytes_uploaded += tarball.size;
-        self.transcript.note(&format!(
-            "the node could not unpack the release tarball ({exit}: {}); sending the binary instead",
-            one_line(&output, MESSAGE_CHARS)
-        ));
-        Ok(None)
+            ),
+            "the node could not unpack the release tarball",
+            "sending the binary instead",
+        )
     }
 
     /// Sends the gzip-compressed copy over exec stdin; the node decompresses it to `tmp`
@@ -316,20 +312,50 @@ impl Run<'_, '_> {
     ) -> Result<Option<u64>, StepError> {
         let node = self.node;
         let script = remote::receive_gzip_script(&node.upload_dir, tmp, upload.mode, upload.size);
-        let deadline = Instant::now() + node.deadlines.upload(upload.size);
-        let (result, output) = self.send_file(conn, &script, &gzipped.path, privilege, deadline)?;
-        let exit = result.map_err(|e| upload_error(upload, e))?;
-        if exit.success() {
-            self.transcript.note(&format!(
+        self.send_smaller(
+            conn,
+            upload,
+            // The deadline allows for the node's gunzip of the whole file.
+            (&gzipped.path, gzipped.size, upload.size),
+            &script,
+            privilege,
+            format!(
                 "sent {} gzip-compressed ({} bytes for its {}); the node decompressed it",
                 upload.name, gzipped.size, upload.size
-            ));
-            return Ok(Some(gzipped.size));
+            ),
+            &format!("the node could not decompress {}", upload.name),
+            "sending it as it is",
+        )
+    }
+
+    /// Sends `file` (its path, its size, and the bytes its deadline allows for), a smaller
+    /// form of `upload`, into `script`, which writes the upload to its temporary name.
+    /// Returns the bytes sent, noting `sent`; or `None`, noting why (`failed`, then
+    /// `instead`), when the node could not, so the caller sends the file itself. Bytes
+    /// that went out count either way: they crossed the wire.
+    #[allow(clippy::too_many_arguments)]
+    fn send_smaller(
+        &mut self,
+        conn: &mut dyn Connection,
+        upload: &Upload,
+        file: (&Path, u64, u64),
+        script: &str,
+        privilege: Privilege,
+        sent: String,
+        failed: &str,
+        instead: &str,
+    ) -> Result<Option<u64>, StepError> {
+        let (path, size, deadline_bytes) = file;
+        let deadline = Instant::now() + self.node.deadlines.upload(deadline_bytes);
+        let (result, output) = self.send_file(conn, script, path, privilege, deadline)?;
+        let exit = result.map_err(|e| upload_error(upload, e))?;
+        if exit.success() {
+            self.transcript.note(&sent);
+            return Ok(Some(size));
         }
-        self.bytes_uploaded += gzipped.size;
+        self.bytes_uploaded += size;
         self.transcript.note(&format!(
-            "the node could not decompress {} ({exit}: {}); sending it as it is",
-            upload.name,
+            "{failed} ({exit}: {}); {instead}",
             one_line(&output, MESSAGE_CHARS)
         ));
         Ok(None)

@@ -42,12 +42,17 @@ impl Harness {
 /// The prepare step's answer with the runtime probe's lines: containerd's CLI there, and
 /// these images listed.
 fn prepared_with_runtime(images: &[&str]) -> Reply {
+    prepared_with_runtime_and("", images)
+}
+
+/// The same, after the prepare step's `extra` lines (sidecars, tools).
+fn prepared_with_runtime_and(extra: &str, images: &[&str]) -> Reply {
     let listed: String = images
         .iter()
         .map(|i| format!("KB_RT_IMAGE {i}\n"))
         .collect();
     prepared(&format!(
-        "KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\n{listed}KB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n"
+        "{extra}KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\n{listed}KB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n"
     ))
 }
 
@@ -166,12 +171,7 @@ fn an_archive_on_the_node_already_is_imported_without_being_sent_again() {
     let fake = FakeTransport::new()
         .on(sent::RUN, Reply::ok())
         .on(IMPORT, imported(1, &[PACKAGE]))
-        .on(
-            sent::PREPARE,
-            prepared(&format!(
-                "{sidecar}KB_RT_TOOL ctr\nKB_RT_LISTED\nKB_RT_DONE\n"
-            )),
-        );
+        .on(sent::PREPARE, prepared_with_runtime_and(&sidecar, &[]));
     h.fake = fake;
     let outcome = h.process(&node(vec![]));
     assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
@@ -229,20 +229,24 @@ fn a_runtime_that_cannot_take_the_images_fails_the_node_before_anything_is_sent(
     }
 }
 
-#[test]
-fn a_failed_import_stops_the_node_before_keadm_with_the_cli_s_words() {
+/// A node whose runtime lacks the one archive's image, its import answered by `import`.
+fn run_importing(import: Reply) -> (Harness, NodeOutcome) {
     let fake = FakeTransport::new()
         .on(sent::RUN, Reply::ok())
-        .on(
-            IMPORT,
-            Reply::exit(3)
-                .printing("ctr: content digest sha256:ab: not found\nKB_IMPORT_FAILED 0 1\n"),
-        )
+        .on(IMPORT, import)
         .on(sent::PREPARE, prepared_with_runtime(&[]))
         .on(&tmp("image-package.tar"), Reply::ok());
     let mut h = Harness::new(fake);
     h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
     let outcome = h.process(&node(vec![]));
+    (h, outcome)
+}
+
+#[test]
+fn a_failed_import_stops_the_node_before_keadm_with_the_cli_s_words() {
+    let (h, outcome) = run_importing(
+        Reply::exit(3).printing("ctr: content digest sha256:ab: not found\nKB_IMPORT_FAILED 0 1\n"),
+    );
     assert_eq!(outcome.phase, Phase::Failed);
     assert_eq!(outcome.failed_in, Some(Phase::Preparing));
     let error = outcome.error.unwrap();
@@ -255,14 +259,7 @@ fn a_failed_import_stops_the_node_before_keadm_with_the_cli_s_words() {
 
 #[test]
 fn an_import_the_runtime_does_not_list_afterwards_is_a_failure() {
-    let fake = FakeTransport::new()
-        .on(sent::RUN, Reply::ok())
-        .on(IMPORT, imported(1, &["docker.io/library/other:1"]))
-        .on(sent::PREPARE, prepared_with_runtime(&[]))
-        .on(&tmp("image-package.tar"), Reply::ok());
-    let mut h = Harness::new(fake);
-    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
-    let outcome = h.process(&node(vec![]));
+    let (_, outcome) = run_importing(imported(1, &["docker.io/library/other:1"]));
     assert_eq!(outcome.phase, Phase::Failed);
     let error = outcome.error.unwrap();
     assert!(
@@ -360,12 +357,7 @@ fn a_compressible_archive_goes_gzipped_to_a_node_with_gzip_and_as_it_is_elsewher
         let fake = FakeTransport::new()
             .on(sent::RUN, Reply::ok())
             .on(IMPORT, imported(1, &[PACKAGE]))
-            .on(
-                sent::PREPARE,
-                prepared(&format!(
-                    "{tools}KB_RT_TOOL ctr\nKB_RT_LISTED\nKB_RT_DONE\n"
-                )),
-            )
+            .on(sent::PREPARE, prepared_with_runtime_and(tools, &[]))
             .on(&tmp("image-package.tar"), Reply::ok());
         let mut h = Harness::new(fake);
         let sizes = h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
