@@ -98,8 +98,10 @@ impl<'f> Scenario<'f> {
     }
 
     /// The offline directory's image archives for this machine's arch
-    /// (`packages/<arch>/images`), where a test puts the archives it writes.
+    /// (`packages/<arch>/images`), where a test puts the archives it writes; the packages
+    /// are written first.
     pub fn images_dir(&self) -> PathBuf {
+        self.ensure_packages();
         self.path("packages")
             .join(super::image_archive::host_arch())
             .join("images")
@@ -188,6 +190,14 @@ impl<'f> Scenario<'f> {
     /// The node name used for fleet node `i`.
     pub fn name(i: usize) -> String {
         format!("edge-{i:02}")
+    }
+
+    /// Writes the offline packages unless `packages/` exists: a test may have written its
+    /// own, or removed one on purpose.
+    fn ensure_packages(&self) {
+        if !self.path("packages").exists() {
+            self.write_packages();
+        }
     }
 
     /// Writes the offline packages (every arch) with the fake keadm inside.
@@ -282,13 +292,7 @@ impl<'f> Scenario<'f> {
     /// Writes config and packages (if absent) and returns the launch of
     /// `batch -c config.yaml` against the fleet, with `extra` arguments.
     pub fn command(&self, extra: &[&str]) -> Test {
-        // A test may have written its own package, or image archives, into packages/.
-        let amd64 = self
-            .path("packages")
-            .join(format!("amd64/keadm-{VERSION}-linux-amd64.tar.gz"));
-        if !amd64.exists() {
-            self.write_packages();
-        }
+        self.ensure_packages();
         let config = self.path("config.yaml");
         if !config.exists() {
             std::fs::write(&config, self.config_text()).unwrap();
