@@ -10,9 +10,9 @@ use std::fs;
 use crate::common::cloudcore::{now, token};
 use crate::common::containerd::{Containerd, ENDPOINT, SANDBOX_IMAGE};
 use crate::common::fake_keadm::{self, FakeKeadm};
-use crate::common::fleet::Fleet;
+use crate::common::fleet::{Fleet, Sudo, TEST_USER_PASSWORD};
 use crate::common::image_archive::{docker_archive, host_arch, oci_archive};
-use crate::common::scenario::{Scenario, remote_keadm};
+use crate::common::scenario::{Login, Scenario, remote_keadm};
 
 /// What keadm join v1.23.1 asks the runtime for, as containerd names it.
 const PACKAGE: &str = "docker.io/kubeedge/installation-package:v1.23.1";
@@ -269,5 +269,69 @@ fn archives_listed_in_offline_images_are_imported() {
         out.transcript(0).contains("imported image-pause.tar"),
         "{}",
         out.transcript(0)
+    );
+}
+
+#[test]
+fn a_non_root_login_imports_under_sudo_with_its_password() {
+    let fleet = Fleet::with_sudo(Sudo::WithPassword);
+    let runtime = Containerd::start(fleet.node(0));
+    let sc = Scenario::new(&fleet)
+        .cmd(&join())
+        .login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()));
+    write_images(&sc.images_dir());
+    let out = sc.run(&[]);
+    out.status(0);
+    let images = runtime.images();
+    assert!(
+        images.iter().any(|i| i == PACKAGE) && images.iter().any(|i| i == SANDBOX_IMAGE),
+        "{images:?}"
+    );
+    let transcript = out.transcript(0);
+    assert!(
+        transcript.contains("under sudo with the login password")
+            && transcript.contains("imported image-pause_3.6.tar"),
+        "{transcript}"
+    );
+    assert!(!transcript.contains(TEST_USER_PASSWORD));
+    use std::os::unix::fs::MetadataExt;
+    let archive = fleet
+        .node(0)
+        .tmp_path("kubeedge/keadm/image-installation-package_v1.23.1.tar");
+    let meta = fs::metadata(&archive).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.mode() & 0o777),
+        (0, 0o600),
+        "root's, owner-only"
+    );
+}
+
+#[test]
+fn an_archive_that_names_no_image_stops_the_run_before_any_node() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet).cmd(&join());
+    let images = sc.images_dir();
+    fs::create_dir_all(&images).unwrap();
+    // An OCI layout whose manifest carries a bare tag: ctr would import it under a
+    // made-up name that keadm never asks for.
+    let mut builder = tar::Builder::new(Vec::new());
+    let index = br#"{"schemaVersion":2,"manifests":[{"annotations":{"org.opencontainers.image.ref.name":"v1.23.1"}}]}"#;
+    let mut header = tar::Header::new_ustar();
+    header.set_size(index.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    builder
+        .append_data(&mut header, "index.json", &index[..])
+        .unwrap();
+    fs::write(images.join("unnamed.tar"), builder.into_inner().unwrap()).unwrap();
+    let out = sc.run(&[]);
+    out.status(3);
+    out.stderr_has(&format!(
+        "The image archive {} names no image",
+        images.join("unnamed.tar").display()
+    ));
+    assert!(
+        !fleet.node(0).tmp_path("kubeedge").exists(),
+        "no node was touched"
     );
 }

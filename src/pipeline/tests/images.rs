@@ -395,3 +395,42 @@ fn a_compressible_archive_goes_gzipped_to_a_node_with_gzip_and_as_it_is_elsewher
         }
     }
 }
+
+#[test]
+fn under_sudo_the_archive_and_its_import_get_the_password_first_and_run_as_root() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(IMPORT, imported(1, &[PACKAGE]))
+        .on(
+            sent::PREPARE,
+            prepared_with_runtime_and("KB_SUDO password\n", &[]),
+        )
+        .on(&tmp("image-package.tar"), Reply::ok());
+    let mut h = Harness::new(fake);
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    let mut plan = node(vec![]);
+    plan.sudo = true;
+    plan.ssh.username = "admin".into();
+    let outcome = h.process(&plan);
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    let preamble = crate::remote::password_preamble(PASSWORD).into_bytes();
+    let prepare = h.exec_with(sent::PREPARE).command;
+    // The runtime is asked under the same sudo as the prepare step.
+    assert!(prepare.starts_with("if sudo -n true"), "{prepare}");
+    for exec in [
+        h.exec_with(&format!("cat > {}", tmp("image-package.tar"))),
+        h.exec_with(IMPORT),
+    ] {
+        assert!(
+            exec.command.starts_with("sudo -S -p '' sh -c "),
+            "{}",
+            exec.command
+        );
+        assert!(
+            exec.stdin.as_deref().unwrap().starts_with(&preamble),
+            "{:?}",
+            exec.stdin
+        );
+    }
+    assert_eq!(h.exec_with(IMPORT).stdin.as_deref(), Some(&preamble[..]));
+}
