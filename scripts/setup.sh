@@ -3,9 +3,11 @@
 # OpenSSH's sshd (to simulate edge nodes on loopback), sudo (for non-root logins), Go
 # (tests/template_go.rs checks keadmCmd templates against Go's own text/template), the
 # distribution registry (`batch bundle` pulls images from one the tests start on
-# loopback), htpasswd (its basic-auth test) and containerd (kits import into a real one).
-# The packages' own services (sshd, docker-registry, containerd) are kept from starting: the simulated nodes listen on
-# loopback addresses, and a system sshd on 0.0.0.0:22 would collide with them.
+# loopback), htpasswd (its basic-auth test), and containerd, runc and busybox-static (a
+# real container runtime per test node, and the shell inside the tests' own tiny images).
+# The packages' own services are kept from starting: the simulated nodes listen on
+# loopback addresses, and a system sshd on 0.0.0.0:22 would collide with them; the tests
+# start every containerd and registry they use themselves, each with its own state.
 set -euo pipefail
 
 need=()
@@ -22,6 +24,9 @@ command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
 command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
 command -v containerd >/dev/null 2>&1 || need+=(containerd)
+command -v ctr >/dev/null 2>&1 || need+=(containerd)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+[ -x /bin/busybox ] || need+=(busybox-static)
 
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -21,7 +21,7 @@ use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
-use crate::stage::{StageError, StageSettings, Stager};
+use crate::stage::{OfflineImages, StageError, StageSettings, Stager};
 use crate::{bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
@@ -221,6 +221,7 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
         std::env::temp_dir(),
     ))?;
     let run_dir = &scratch.run;
+    let offline_images = list_offline_images(plan)?;
     let ctx = pipeline::Context {
         connector: &crate::transport::SshConnector,
         stager: None,
@@ -234,6 +235,8 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
         // Findings are reported, never acted on, in this mode.
         preflight: PreflightMode::Warn,
         binary_size_hint: 0,
+        offline_images: offline_images.as_ref(),
+        keadm_version: plan.staging.as_ref().map(|s| s.version.as_str()),
     };
     let probes = pool::probe_all(&plan.nodes, plan.max_run_num, &cancel, |node| {
         if node.keadm_args.is_join() {
@@ -347,6 +350,10 @@ fn execute(
         )?),
         None => None,
     };
+    let mut offline_images = list_offline_images(&plan)?;
+    if let Some(images) = &mut offline_images {
+        images.compress_for_the_wire()?;
+    }
     let cwd = std::env::current_dir().map_err(OutputError::CurrentDir)?;
     let run_dir = RunDir::create(options.run_dir.as_deref(), &cwd)
         .map_err(OutputError::file(OutputFile::RunDir, &cwd))?;
@@ -401,6 +408,8 @@ fn execute(
                     .unwrap_or(0)
             })
             .unwrap_or(0),
+        offline_images: offline_images.as_ref(),
+        keadm_version: plan.staging.as_ref().map(|s| s.version.as_str()),
     };
     let policy = pool::Policy {
         max_run_num: plan.max_run_num,
@@ -463,6 +472,14 @@ fn execute(
         });
     }
     Ok(())
+}
+
+/// The offline image archives the plan names, listed and hashed once, before any node.
+fn list_offline_images(plan: &plan::Plan) -> Result<Option<OfflineImages>, StageError> {
+    Ok(match &plan.offline_images {
+        Some(sources) => OfflineImages::list(sources)?,
+        None => None,
+    })
 }
 
 fn stage_packages(settings: StageSettings) -> Result<Stager, StageError> {

@@ -183,19 +183,23 @@ pub enum FindingId {
     LowDisk,
     /// No `bash`: keadm runs its checks through `bash -c` and misreports without it.
     BashMissing,
+    /// An image keadm join needs (installation-package, the runtime's sandbox image) is
+    /// neither in the node's runtime nor in an offline image archive for the node's arch.
+    ImageMissing,
     /// The probe did not print its last line, so any of the above may be missing.
     ProbeIncomplete,
 }
 
 impl FindingId {
     /// Every finding, in the order the probe checks them.
-    pub const ALL: [FindingId; 7] = [
+    pub const ALL: [FindingId; 8] = [
         FindingId::EdgecoreRunning,
         FindingId::ManagementDirNotClean,
         FindingId::RuntimeSocketMissing,
         FindingId::UploadDirNoexec,
         FindingId::LowDisk,
         FindingId::BashMissing,
+        FindingId::ImageMissing,
         FindingId::ProbeIncomplete,
     ];
 
@@ -208,6 +212,7 @@ impl FindingId {
             FindingId::UploadDirNoexec => "upload_dir_noexec",
             FindingId::LowDisk => "low_disk",
             FindingId::BashMissing => "bash_missing",
+            FindingId::ImageMissing => "image_missing",
             FindingId::ProbeIncomplete => "probe_incomplete",
         }
     }
@@ -254,6 +259,9 @@ impl Finding {
             FindingId::BashMissing => {
                 "bash is not installed; keadm runs its checks through bash and without it always reports that edgecore is already running."
             }
+            FindingId::ImageMissing => {
+                "The container runtime lacks an image keadm join needs and no offline image archive provides it, so keadm would have to pull it from a registry."
+            }
             FindingId::ProbeIncomplete => {
                 "The pre-flight probe did not finish, so its findings are incomplete."
             }
@@ -280,6 +288,9 @@ impl Finding {
             }
             FindingId::BashMissing => {
                 "Install bash on the node (for example `apk add bash` on Alpine, `opkg install bash` on OpenWrt)."
+            }
+            FindingId::ImageMissing => {
+                "Put an archive of each missing image in the offline directory's <arch>/images (keadm-batch batch bundle writes them) or list one in keadm.offlineImages, or make sure the node can reach a registry that has the image (--image-repository names a mirror)."
             }
             FindingId::ProbeIncomplete => {
                 "Check that the node's shell is a POSIX sh and that sudo works without a terminal, then run --preflight-only again."

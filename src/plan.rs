@@ -17,7 +17,7 @@ use crate::keadm_cmd::KeadmCommand;
 use crate::options::{RunOptions, Shard};
 use crate::redact::Redactor;
 use crate::shell::shell_quote;
-use crate::stage::{PackageSource, Pin, StageSettings};
+use crate::stage::{ImageSources, PackageSource, Pin, StageSettings};
 
 /// keadm's BASE: where keadm batch uploads files and keadm on every node.
 pub const REMOTE_BASE_DIR: &str = "/tmp/kubeedge/keadm";
@@ -111,6 +111,9 @@ pub struct Plan {
     /// `--shard I/N`, when this run processes one shard.
     pub shard: Option<Shard>,
     pub staging: Option<StagingPlan>,
+    /// Where the offline image archives come from, when some selected node joins:
+    /// `keadm.offlineImages`, else in offline mode the offline directory's layout.
+    pub offline_images: Option<ImageSources>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -217,6 +220,8 @@ pub fn build(
                 .max_package_bytes
                 .unwrap_or(crate::stage::DEFAULT_MAX_PACKAGE_BYTES),
         });
+    let offline_images =
+        offline_images(config).filter(|_| nodes.iter().any(|n| n.keadm_args.is_join()));
     let known_hosts = options.known_hosts.clone().unwrap_or_else(|| {
         home.unwrap_or_else(|| PathBuf::from("/root"))
             .join(".ssh")
@@ -230,7 +235,21 @@ pub fn build(
         total_in_config: config.nodes.len(),
         shard: options.shard,
         staging,
+        offline_images,
     })
+}
+
+/// `keadm.offlineImages`, else in offline mode `<offlinePackageDir>/<arch>/images`.
+fn offline_images(config: &Config) -> Option<ImageSources> {
+    match (&config.offline_images, &config.package_mode) {
+        (Some(paths), _) => Some(ImageSources::Listed {
+            paths: paths.clone(),
+        }),
+        (None, PackageMode::Offline { dir }) if !dir.as_os_str().is_empty() => {
+            Some(ImageSources::Layout { dir: dir.clone() })
+        }
+        (None, _) => None,
+    }
 }
 
 fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan {

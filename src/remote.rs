@@ -8,9 +8,18 @@
 //! runs it as given.
 //!
 //! Everything here is POSIX sh and busybox-friendly: edge images are often minimal.
+//! The container runtime's part (its probe and the import of offline images) is in
+//! [`runtime`].
+
+mod runtime;
 
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
+
+pub use runtime::{
+    ArchiveImport, ImportReport, InArchive, Runtime, RuntimeFacts, cli_output, import_script,
+    parse_import, parse_runtime_facts, runtime_probe_script,
+};
 
 /// The file beside an uploaded file that records the sha256 of what we sent.
 pub const SIDECAR_SUFFIX: &str = ".sha256";
@@ -90,6 +99,9 @@ pub struct NodeFacts {
     /// The tools [`TOOLS_PROBE`] found working (`tar`, `gzip`, `sha512sum`); `None` when
     /// the probe did not run.
     pub tools: Option<Vec<String>>,
+    /// What [`runtime_probe_script`], appended for offline images, found; `None` when it
+    /// did not run.
+    pub runtime: Option<RuntimeFacts>,
 }
 
 impl NodeFacts {
@@ -237,6 +249,7 @@ pub fn parse_facts(output: &str, files: &[&str]) -> NodeFacts {
             facts.computed_sha256.push((name, sha.trim().to_string()));
         }
     }
+    facts.runtime = parse_runtime_facts(output);
     if !dir_ok && facts.dir_problem.is_none() {
         let tail: Vec<&str> = output.lines().rev().take(3).collect();
         facts.dir_problem = Some(if output.trim().is_empty() {
@@ -309,6 +322,18 @@ pub fn receive_tarball_script(
         dir = shell_quote(dir),
         sha = shell_quote(sha512),
         entry = shell_quote(entry),
+    )
+}
+
+/// Receives a gzip-compressed file on stdin and writes it, decompressed, to `dir/tmp`
+/// with `mode`, checking its size. Any failure removes the temporary file and exits 3
+/// after printing `KB_GZIP_FAILED`, so the caller can send the file as it is instead.
+pub fn receive_gzip_script(dir: &str, tmp: &str, mode: u32, size: u64) -> String {
+    let tmp = shell_quote(tmp);
+    format!(
+        "umask 077 && cd {} && gzip -dc > {tmp} && [ \"$(wc -c < {tmp} | tr -d ' ')\" = {size} ] && \
+         chmod {mode:o} -- {tmp} || {{ rm -f -- {tmp}; echo KB_GZIP_FAILED; exit 3; }}",
+        shell_quote(dir),
     )
 }
 
@@ -635,6 +660,30 @@ mod tests {
             assert_eq!(out.status.code(), Some(3));
             assert!(String::from_utf8_lossy(&out.stdout).contains("KB_TARBALL_FAILED"));
             assert!(!dir.path().join(".t.tmp").exists());
+            assert!(!dir.path().join(".b.tmp").exists());
+        }
+    }
+
+    #[test]
+    fn a_gzipped_upload_is_written_decompressed_or_not_at_all() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let data = b"an image archive\n".repeat(100);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&data).unwrap();
+        let gz = gz.finish().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let out = sh_with_input(
+            &receive_gzip_script(d, ".a.tmp", 0o600, data.len() as u64),
+            &gz,
+        );
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(std::fs::read(dir.path().join(".a.tmp")).unwrap(), data);
+        // Cut short, or the wrong size: nothing left, exit 3.
+        for (input, size) in [(&gz[..gz.len() / 2], data.len()), (&gz[..], data.len() + 1)] {
+            let out = sh_with_input(&receive_gzip_script(d, ".b.tmp", 0o600, size as u64), input);
+            assert_eq!(out.status.code(), Some(3));
+            assert!(String::from_utf8_lossy(&out.stdout).contains("KB_GZIP_FAILED"));
             assert!(!dir.path().join(".b.tmp").exists());
         }
     }

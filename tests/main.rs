@@ -3,6 +3,7 @@
 
 mod common;
 
+mod airgap;
 mod bundle;
 mod cli;
 mod faults;

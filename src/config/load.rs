@@ -27,6 +27,7 @@ const KEADM_KEYS: &[&str] = &[
     "offlinePackageDir",
     "cmdTplArgs",
     "keadmBinDir",
+    "offlineImages",
 ];
 const DOWNLOAD_KEYS: &[&str] = &["enable", "url", "sha512"];
 const NODE_KEYS: &[&str] = &[
@@ -323,7 +324,65 @@ impl Reader<'_> {
         if let Some(args) = fields.get("cmdTplArgs") {
             section.cmd_tpl_args = self.string_map(args, "keadm.cmdTplArgs");
         }
+        if let Some(images) = fields.get("offlineImages") {
+            section.offline_images = self.offline_images(images);
+        }
         section
+    }
+
+    /// `keadm.offlineImages`: a mapping of arch names to one path or a list of paths.
+    fn offline_images(&mut self, node: &Node) -> Option<Spanned<Vec<RawArchImages>>> {
+        const PATH: &str = "keadm.offlineImages";
+        let Node::Map { entries, .. } = node else {
+            self.error(
+                node.pos(),
+                format!(
+                    "{PATH} must be a mapping of arch names to image archives, but it is {}",
+                    node.kind()
+                ),
+                Some("write one line per arch, such as `amd64: /srv/kit/amd64/images`".into()),
+            );
+            return None;
+        };
+        let mut arches = Vec::new();
+        for (key, value) in entries {
+            let Some(arch) = key.key_text() else { continue };
+            let arch = Spanned::new(arch.to_string(), key.pos());
+            let mut paths = Vec::new();
+            match value {
+                v if v.is_null() => {}
+                Node::Scalar { value, pos, .. } => paths.push(Spanned::new(value.clone(), *pos)),
+                Node::Seq { items, .. } => {
+                    for item in items {
+                        match item {
+                            Node::Scalar { value, pos, .. } => {
+                                paths.push(Spanned::new(value.clone(), *pos))
+                            }
+                            other => self.error(
+                                other.pos(),
+                                format!(
+                                    "{PATH}.{} entries must be paths, but one is {}",
+                                    arch.value,
+                                    other.kind()
+                                ),
+                                None,
+                            ),
+                        }
+                    }
+                }
+                other => self.error(
+                    other.pos(),
+                    format!(
+                        "{PATH}.{} must be a path or a list of paths, but it is {}",
+                        arch.value,
+                        other.kind()
+                    ),
+                    None,
+                ),
+            }
+            arches.push(RawArchImages { arch, paths });
+        }
+        Some(Spanned::new(arches, node.pos()))
     }
 
     /// `map[string]string`: keys and scalar values as their literal text; a null value is "".
@@ -514,7 +573,8 @@ fn elsewhere(key: &str) -> Option<&'static str> {
     Some(match key {
         "nodeName" | "keadmCmd" | "copyFrom" => "a `nodes` item",
         "ip" | "username" | "port" | "auth" => "a node's `ssh`",
-        "keadmVersion" | "archGroup" | "download" | "offlinePackageDir" | "cmdTplArgs" => "`keadm`",
+        "keadmVersion" | "archGroup" | "download" | "offlinePackageDir" | "cmdTplArgs"
+        | "offlineImages" => "`keadm`",
         "sha512" => "`keadm.download`",
         "password" | "passwordEnv" => "`passwordAuth`",
         "privateKeyPath" => "`privateKeyAuth`",

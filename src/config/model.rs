@@ -77,6 +77,10 @@ pub struct Config {
     pub arch_group: Vec<String>,
     /// `keadm.download.sha512`: digests the tarballs must have, whatever their source.
     pub sha512_pins: BTreeMap<Arch, PinnedDigest>,
+    /// `keadm.offlineImages`: per arch, image archive files and directories of `*.tar`
+    /// archives, resolved. `None` when the key is absent: the offline directory's
+    /// `<arch>/images` then serve in offline mode. `Some` of an empty map: no images.
+    pub offline_images: Option<BTreeMap<Arch, Vec<PathBuf>>>,
     pub max_run_num: usize,
     pub nodes: Vec<NodeSpec>,
     // Run-wide defaults; `None` means the built-in default applies.

@@ -55,6 +55,16 @@ pub struct KeadmSection {
     pub offline_package_dir: Option<Spanned<String>>,
     pub cmd_tpl_args: BTreeMap<String, Spanned<String>>,
     pub keadm_bin_dir: Option<Spanned<String>>,
+    /// `offlineImages` (extension): arch name -> archive files and directories, in file
+    /// order; `None` when absent or null.
+    pub offline_images: Option<Spanned<Vec<RawArchImages>>>,
+}
+
+/// One arch's entry of `keadm.offlineImages`: one path, or a list of paths.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawArchImages {
+    pub arch: Spanned<String>,
+    pub paths: Vec<Spanned<String>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -54,6 +54,7 @@ pub fn validate(
     let nodes = node::nodes(&mut v, &raw, &defaults);
     let staging = staging::staging(&mut v, &raw.keadm, needs_staging(&raw, &defaults));
     let sha512_pins = staging::sha512_pins(&mut v, &raw.keadm);
+    let offline_images = staging::offline_images(&mut v, &raw.keadm);
     if v.has_errors() {
         return None;
     }
@@ -63,6 +64,7 @@ pub fn validate(
         package_mode: staging.package_mode,
         arch_group: staging.arch_group,
         sha512_pins,
+        offline_images,
         max_run_num,
         nodes,
         remote_dir: defaults.remote_dir,

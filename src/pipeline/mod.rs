@@ -1,16 +1,19 @@
 //! One node, start to finish: connect, prepare (mkdir + checks + `uname -m` + sidecars in
-//! one round trip), upload what is missing, run keadm. Each step is timed and has its own
+//! one round trip), put the offline images into the runtime (joins), upload what is
+//! missing, run keadm. Each step is timed and has its own
 //! deadline; the result is a [`NodeOutcome`]. The pipeline never prints: everything it has
 //! to say goes into the node's transcript and outcome.
 //!
 //! It reaches the node only through [`transport::Connector`], so every branch can be
 //! unit-tested against the scripted fake transport. The steps live in submodules by
 //! concern: `connect` (the connect spec, retries and backoff), `prepare` (the pre-flight
-//! probe and the preparatory round trip), `upload` (what to send and how, and why an
+//! probe and the preparatory round trip), `images` (offline image archives: which the
+//! runtime lacks, their upload and import), `upload` (what to send and how, and why an
 //! upload failed), `run` (keadm, its deadline and the kill) and `privilege` (the one place
 //! that wraps scripts for sudo and feeds it the password).
 
 mod connect;
+mod images;
 mod prepare;
 mod privilege;
 mod run;
@@ -28,7 +31,7 @@ use crate::plan::NodePlan;
 use crate::report::RunDir;
 use crate::report::progress::Progress;
 use crate::report::transcript::Transcript;
-use crate::stage::Stager;
+use crate::stage::{OfflineImages, Stager};
 use crate::transport::{self, Connection, TransportError};
 
 /// What every node's pipeline shares.
@@ -50,6 +53,14 @@ pub struct Context<'a> {
     pub preflight: PreflightMode,
     /// The largest staged binary, for the pre-flight disk check.
     pub binary_size_hint: u64,
+    /// The offline image archives per arch, listed on the control host before any node:
+    /// `Some` when the run is set up for images without a registry (keadm.offlineImages,
+    /// or an `<arch>/images` directory in the offline directory), even with no archive.
+    /// Joins then get their arch's archives imported, and the pre-flight probe checks the
+    /// images keadm will ask for.
+    pub offline_images: Option<&'a OfflineImages>,
+    /// keadm.keadmVersion: the version keadm join asks for without --kubeedge-version.
+    pub keadm_version: Option<&'a str>,
 }
 
 /// A step's failure: the phase it happened in and the reason, in sentences.
@@ -214,8 +225,9 @@ impl<'a, 'c> Run<'a, 'c> {
             self.preflight(conn)?;
         }
         let (facts, privilege) = self.prepare(conn)?;
+        self.offline_images(conn, &facts, privilege)?;
         let uploads = self.wanted_uploads(&facts)?;
-        let (moves, deferred) = self.upload(conn, uploads, &facts, privilege)?;
+        let (moves, deferred) = self.upload(conn, uploads, &facts, privilege, true)?;
         self.run_keadm(conn, &moves, deferred, privilege)
     }
 

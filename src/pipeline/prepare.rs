@@ -1,18 +1,20 @@
 //! Before anything changes on the node: the read-only pre-flight probe (joins), then the
 //! preparatory round trip that creates and checks the upload dir and learns the node's
-//! arch, what is already there and whether sudo needs a password.
+//! arch, what is already there (files, and with offline images the runtime's images) and
+//! whether sudo needs a password.
 
 use std::time::Instant;
 
 use super::privilege::{exec_probing_sudo, password_of};
 use super::upload::tarball_may_pay_off;
 use super::{Run, StepError};
-use crate::kubeedge::preflight;
+use crate::arch::Arch;
+use crate::kubeedge::{Finding, FindingId, images, preflight};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
 use crate::options::PreflightMode;
 use crate::outcome::{Phase, PreflightFinding};
 use crate::plan::KeadmSource;
-use crate::remote::{self, NodeFacts, Privilege};
+use crate::remote::{self, NodeFacts, Privilege, Runtime};
 use crate::transport::Connection;
 
 impl Run<'_, '_> {
@@ -21,13 +23,19 @@ impl Run<'_, '_> {
     pub(super) fn preflight(&mut self, conn: &mut dyn Connection) -> Result<(), StepError> {
         self.timed(Phase::Preparing, |run| {
             let node = run.node;
-            let needed: u64 =
-                node.copy_files.iter().map(|f| f.size).sum::<u64>() + run.ctx.binary_size_hint;
-            let script = remote::preflight_probe_script(
+            let images = run.images_in_play();
+            let needed: u64 = node.copy_files.iter().map(|f| f.size).sum::<u64>()
+                + run.ctx.binary_size_hint
+                + images.map_or(0, |i| i.largest_arch_bytes());
+            let mut script = remote::preflight_probe_script(
                 &node.upload_dir,
                 &preflight::runtime_socket(&node.keadm_args),
                 needed,
             );
+            let runtime = run.runtime();
+            if images.is_some() {
+                script.push_str(&remote::runtime_probe_script(&runtime, true));
+            }
             let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
             let deadline = Instant::now() + node.deadlines.step;
             conn.exec(&script, None, deadline, &mut output)
@@ -38,7 +46,18 @@ impl Run<'_, '_> {
                         e,
                     )
                 })?;
-            let findings = preflight::parse(&output.text());
+            let text = output.text();
+            let mut findings = preflight::parse(&text);
+            if images.is_some()
+                && let Some(finding) = run.image_finding(&text, &runtime)
+            {
+                // Before a "probe incomplete" finding, which parse puts last.
+                let at = findings
+                    .iter()
+                    .position(|f| f.id == FindingId::ProbeIncomplete)
+                    .unwrap_or(findings.len());
+                findings.insert(at, finding);
+            }
             for finding in &findings {
                 run.transcript.note(&format!(
                     "pre-flight: {finding}; {}",
@@ -77,6 +96,47 @@ impl Run<'_, '_> {
         })
     }
 
+    /// The pre-flight image check: the images this join needs that the runtime does not
+    /// list and no offline archive for the node's arch provides. `None` when all are
+    /// there, or when the runtime could not be asked (said in the transcript).
+    fn image_finding(&mut self, output: &str, runtime: &Runtime) -> Option<Finding> {
+        let facts = remote::parse_runtime_facts(output).unwrap_or_default();
+        if !facts.listed {
+            let why = match (&facts.tool, &facts.list_error) {
+                (_, Some(error)) => error.clone(),
+                (None, None) => format!("none of {} is on the node", runtime.tools().join(", ")),
+                (Some(tool), None) => format!("{tool} cannot list its images"),
+            };
+            self.transcript.note(&format!(
+                "pre-flight: the images of {} could not be listed ({why}), so the image check was skipped",
+                runtime.name()
+            ));
+            return None;
+        }
+        let (needed, unknown) = images::needed_by_join(
+            &self.node.keadm_args,
+            self.ctx.keadm_version,
+            facts.sandbox.as_ref(),
+        );
+        for what in unknown {
+            self.transcript
+                .note(&format!("pre-flight: keadm-batch cannot tell {what}"));
+        }
+        let arch = facts
+            .machine
+            .as_deref()
+            .and_then(|m| Arch::from_uname(m).ok());
+        let provided: Vec<_> = match (self.images_in_play(), arch) {
+            (Some(images), Some(arch)) => images
+                .for_arch(arch)
+                .iter()
+                .flat_map(|a| a.images.iter().map(|i| &i.reference))
+                .collect(),
+            _ => Vec::new(),
+        };
+        images::missing_finding(&needed, &facts.images, &provided, &runtime.name(), arch)
+    }
+
     /// Prepares the upload dir and learns the node's arch and what is already there, in
     /// one round trip. For non-root logins it also learns whether sudo needs a password.
     pub(super) fn prepare(
@@ -89,10 +149,18 @@ impl Run<'_, '_> {
             if node.keadm == KeadmSource::Staged {
                 names.push("keadm");
             }
+            let images = run.images_in_play();
+            if let Some(images) = images {
+                names.extend(images.remote_names());
+            }
             let mut script =
                 remote::prepare_script(&node.upload_dir, &names, run.ctx.verify_remote);
-            if node.keadm == KeadmSource::Staged && run.ctx.stager.is_some_and(tarball_may_pay_off)
-            {
+            if images.is_some() {
+                script.push_str(&remote::runtime_probe_script(&run.runtime(), false));
+            }
+            let tarball = node.keadm == KeadmSource::Staged
+                && run.ctx.stager.is_some_and(tarball_may_pay_off);
+            if tarball || images.is_some_and(|i| i.any_gzipped()) {
                 script.push_str(remote::TOOLS_PROBE);
             }
             let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);

@@ -14,7 +14,7 @@ use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
 use crate::plan::KeadmSource;
 use crate::remote::{self, NodeFacts, Privilege};
-use crate::stage::{StagedBinary, Stager};
+use crate::stage::{Gzipped, StagedBinary, Stager};
 use crate::transport::{Connection, RemoteExit, TransportError};
 
 /// An uploaded file to rename into place: (temporary name, final name, sha256).
@@ -27,6 +27,7 @@ pub(super) struct Deferred {
 }
 
 /// A file to put on the node, unless it is there already.
+#[derive(Debug)]
 pub(super) struct Upload {
     pub(super) local: PathBuf,
     pub(super) name: String,
@@ -35,9 +36,39 @@ pub(super) struct Upload {
     sha256: String,
     /// The release tarball to send instead, when it is much smaller than the file.
     tarball: Option<TarballSource>,
+    /// A gzip-compressed copy to send instead (image archives), when the node has gzip.
+    gzipped: Option<Gzipped>,
+}
+
+impl Upload {
+    /// A file sent as it is.
+    pub(super) fn plain(
+        local: PathBuf,
+        name: String,
+        mode: u32,
+        size: u64,
+        sha256: String,
+    ) -> Upload {
+        Upload {
+            local,
+            name,
+            mode,
+            size,
+            sha256,
+            tarball: None,
+            gzipped: None,
+        }
+    }
+
+    /// Sent as `gzipped` where the node can decompress it.
+    pub(super) fn or_gzipped(mut self, gzipped: Option<Gzipped>) -> Upload {
+        self.gzipped = gzipped;
+        self
+    }
 }
 
 /// The release tarball a binary came from, and where the binary sits inside it.
+#[derive(Debug)]
 struct TarballSource {
     path: PathBuf,
     size: u64,
@@ -94,20 +125,16 @@ impl Run<'_, '_> {
         let node = self.node;
         let mut uploads = Vec::new();
         for file in &node.copy_files {
-            uploads.push(Upload {
-                local: file.path.clone(),
-                name: file.name.clone(),
-                mode: file.mode,
-                size: file.size,
-                sha256: file.sha256.clone(),
-                tarball: None,
-            });
+            uploads.push(Upload::plain(
+                file.path.clone(),
+                file.name.clone(),
+                file.mode,
+                file.size,
+                file.sha256.clone(),
+            ));
         }
         if node.keadm == KeadmSource::Staged {
-            let machine = facts.machine.clone().unwrap_or_default();
-            let arch = Arch::from_uname(&machine)
-                .map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
-            self.arch = Some(arch);
+            let arch = self.node_arch(facts)?;
             let stager = self.ctx.stager.ok_or_else(|| {
                 StepError::new(Phase::Preparing, "No keadm binary was staged for this run.")
             })?;
@@ -121,20 +148,31 @@ impl Run<'_, '_> {
                 size: staged.binary_size,
                 sha256: staged.binary_sha256.clone(),
                 tarball: tarball_source(&staged).filter(|_| facts.can_unpack_tarball()),
+                gzipped: None,
             });
         }
         Ok(uploads)
     }
 
+    /// The node's arch, from the `uname -m` the prepare step learned.
+    pub(super) fn node_arch(&mut self, facts: &NodeFacts) -> Result<Arch, StepError> {
+        let machine = facts.machine.clone().unwrap_or_default();
+        let arch = Arch::from_uname(&machine)
+            .map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
+        self.arch = Some(arch);
+        Ok(arch)
+    }
+
     /// Uploads each file that the node lacks to a temporary name. Returns the renames
-    /// (temporary name, final name, sha256) the run step performs before keadm starts,
-    /// and the last upload when it is left for the run's own channel.
+    /// (temporary name, final name, sha256) to perform before the files are used, and,
+    /// with `defer_last`, the last upload when it is left for the run's own channel.
     pub(super) fn upload(
         &mut self,
         conn: &mut dyn Connection,
         uploads: Vec<Upload>,
         facts: &NodeFacts,
         privilege: Privilege,
+        defer_last: bool,
     ) -> Result<(Vec<Move>, Option<Deferred>), StepError> {
         self.timed(Phase::Uploading, |run| {
             let node = run.node;
@@ -171,11 +209,13 @@ impl Run<'_, '_> {
                 let mut sent = None;
                 if let Some(tarball) = &upload.tarball {
                     sent = run.upload_tarball(conn, &upload, tarball, &tmp, privilege)?;
+                } else if let Some(gzipped) = &upload.gzipped {
+                    sent = run.upload_gzipped(conn, &upload, gzipped, &tmp, privilege)?;
                 }
                 // The last plain upload rides in the run's own channel: one exec (and one
                 // remote shell) less per node, which is what a fleet of many small nodes
                 // pays for (the benchmark's W3).
-                if sent.is_none() && position + 1 == count {
+                if sent.is_none() && defer_last && position + 1 == count {
                     moves.push((tmp.clone(), upload.name.clone(), upload.sha256.clone()));
                     return Ok((moves, Some(Deferred { upload, tmp })));
                 }
@@ -244,20 +284,78 @@ impl Run<'_, '_> {
             &tarball.entry,
             upload.size,
         );
-        let deadline = Instant::now() + node.deadlines.upload(tarball.size);
-        let (result, output) = self.send_file(conn, &script, &tarball.path, privilege, deadline)?;
-        let exit = result.map_err(|e| upload_error(upload, e))?;
-        if exit.success() {
-            self.transcript.note(&format!(
+        self.send_smaller(
+            conn,
+            upload,
+            (&tarball.path, tarball.size, tarball.size),
+            &script,
+            privilege,
+            format!(
                 "sent the release tarball ({} bytes for a {}-byte binary); the node checked its sha512 and unpacked {}",
                 tarball.size, upload.size, tarball.entry
-            ));
-            return Ok(Some(tarball.size));
+            ),
+            "the node could not unpack the release tarball",
+            "sending the binary instead",
+        )
+    }
+
+    /// Sends the gzip-compressed copy over exec stdin; the node decompresses it to `tmp`
+    /// and checks its size. Returns the bytes sent, or `None` when the node could not
+    /// (the caller then sends the file as it is).
+    fn upload_gzipped(
+        &mut self,
+        conn: &mut dyn Connection,
+        upload: &Upload,
+        gzipped: &Gzipped,
+        tmp: &str,
+        privilege: Privilege,
+    ) -> Result<Option<u64>, StepError> {
+        let node = self.node;
+        let script = remote::receive_gzip_script(&node.upload_dir, tmp, upload.mode, upload.size);
+        self.send_smaller(
+            conn,
+            upload,
+            // The deadline allows for the node's gunzip of the whole file.
+            (&gzipped.path, gzipped.size, upload.size),
+            &script,
+            privilege,
+            format!(
+                "sent {} gzip-compressed ({} bytes for its {}); the node decompressed it",
+                upload.name, gzipped.size, upload.size
+            ),
+            &format!("the node could not decompress {}", upload.name),
+            "sending it as it is",
+        )
+    }
+
+    /// Sends `file` (its path, its size, and the bytes its deadline allows for), a smaller
+    /// form of `upload`, into `script`, which writes the upload to its temporary name.
+    /// Returns the bytes sent, noting `sent`; or `None`, noting why (`failed`, then
+    /// `instead`), when the node could not, so the caller sends the file itself. Bytes
+    /// that went out count either way: they crossed the wire.
+    #[allow(clippy::too_many_arguments)]
+    fn send_smaller(
+        &mut self,
+        conn: &mut dyn Connection,
+        upload: &Upload,
+        file: (&Path, u64, u64),
+        script: &str,
+        privilege: Privilege,
+        sent: String,
+        failed: &str,
+        instead: &str,
+    ) -> Result<Option<u64>, StepError> {
+        let (path, size, deadline_bytes) = file;
+        let deadline = Instant::now() + self.node.deadlines.upload(deadline_bytes);
+        let (result, output) = self.send_file(conn, script, path, privilege, deadline)?;
+        let exit = result.map_err(|e| upload_error(upload, e))?;
+        if exit.success() {
+            self.transcript.note(&sent);
+            return Ok(Some(size));
         }
-        // Bytes that went out still count: they crossed the wire.
-        self.bytes_uploaded += tarball.size;
+        self.bytes_uploaded += size;
         self.transcript.note(&format!(
-            "the node could not unpack the release tarball ({exit}: {}); sending the binary instead",
+            "{failed} ({exit}: {}); {instead}",
             one_line(&output, MESSAGE_CHARS)
         ));
         Ok(None)

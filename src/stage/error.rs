@@ -202,6 +202,45 @@ pub enum StageError {
     MissingBinary { package: String, expected: String },
 
     #[error(
+        "Cannot read the image archive {}: {reason}. Use a docker-archive or OCI archive tar \
+         as `docker save`, `ctr export`, `nerdctl save` or `skopeo copy` write them, and copy \
+         it again if it was cut short.",
+        path.display()
+    )]
+    ImageArchiveUnreadable { path: PathBuf, reason: String },
+
+    #[error(
+        "The image archive {} names no image (no RepoTags in its manifest.json, no image name \
+         in its index.json), so the runtime would import it under no name keadm asks for. Save \
+         the image again under its full name, for example `docker save \
+         kubeedge/installation-package:v1.23.1 -o FILE` or `ctr -n k8s.io images export FILE \
+         docker.io/kubeedge/installation-package:v1.23.1`.",
+        path.display()
+    )]
+    ImageArchiveUnnamed { path: PathBuf },
+
+    #[error(
+        "Cannot list the image archives in {}: {error}. Check that the directory is readable, \
+         or fix keadm.offlineImages.",
+        path.display()
+    )]
+    ImageDir { path: PathBuf, error: String },
+
+    #[error(
+        "The image archives {} and {} for {arch} have the same file name, so the second \
+         would replace the first on the nodes ({name}). Rename one of them, or list only one \
+         in keadm.offlineImages.{arch}.",
+        first.display(),
+        second.display()
+    )]
+    ImageNameClash {
+        arch: Arch,
+        name: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+
+    #[error(
         "Could not {action} {}: {error}. Check that this user can read and write there and \
          that the disk has space, or choose another staging directory with --staging-dir.",
         path.display()

@@ -12,6 +12,7 @@
 mod dirs;
 mod download;
 mod error;
+mod images;
 mod temporary;
 mod unpack;
 
@@ -31,6 +32,9 @@ use unpack::{Expected, Extracted, unpack_package};
 /// An error and its causes on one line, for messages about HTTP failures.
 pub(crate) use download::error_chain;
 pub use error::StageError;
+pub use images::{
+    ArchivedImage, Gzipped, ImageArchive, ImageSources, OfflineImages, Selector, offline_images,
+};
 
 /// keadm's BASE, the same on the control host and on the nodes.
 pub const DEFAULT_BASE_DIR: &str = "/tmp/kubeedge/keadm";

@@ -1,11 +1,13 @@
 //! Shared helpers for the integration tests, compiled once into the one test binary.
 
 pub mod cloudcore;
+pub mod containerd;
 pub mod edge_state;
 pub mod fake_keadm;
 pub mod fake_release;
 pub mod fleet;
 pub mod http_server;
+pub mod image_archive;
 pub mod registry;
 pub mod scenario;
 pub mod ssh_agent;

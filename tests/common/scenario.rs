@@ -50,6 +50,10 @@ pub struct Scenario<'f> {
     /// `--preflight` mode; off unless a test asks, so runs stay one concern each (and no
     /// test ever asks the config's cloudcore address anything).
     pub preflight: String,
+    /// Extra YAML lines under `keadm:` (indented 2 spaces), e.g. `"offlineImages: {}"`.
+    pub keadm_extra: Vec<String>,
+    /// Fleet nodes whose keadmCmd is another than [`Scenario::keadm_cmd`].
+    pub keadm_cmd_for: std::collections::HashMap<usize, String>,
 }
 
 impl<'f> Scenario<'f> {
@@ -76,7 +80,31 @@ impl<'f> Scenario<'f> {
             username: "root".into(),
             ssh_extra: Vec::new(),
             preflight: "off".into(),
+            keadm_extra: Vec::new(),
+            keadm_cmd_for: Default::default(),
         }
+    }
+
+    /// An extra line under `keadm:`.
+    pub fn keadm_yaml(mut self, line: &str) -> Self {
+        self.keadm_extra.push(line.to_string());
+        self
+    }
+
+    /// Fleet node `i`'s keadmCmd (`{name}` is its node name).
+    pub fn cmd_for(mut self, i: usize, cmd: &str) -> Self {
+        self.keadm_cmd_for.insert(i, cmd.to_string());
+        self
+    }
+
+    /// The offline directory's image archives for this machine's arch
+    /// (`packages/<arch>/images`), where a test puts the archives it writes; the packages
+    /// are written first.
+    pub fn images_dir(&self) -> PathBuf {
+        self.ensure_packages();
+        self.path("packages")
+            .join(super::image_archive::host_arch())
+            .join("images")
     }
 
     pub fn preflight(mut self, mode: &str) -> Self {
@@ -164,6 +192,14 @@ impl<'f> Scenario<'f> {
         format!("edge-{i:02}")
     }
 
+    /// Writes the offline packages unless `packages/` exists: a test may have written its
+    /// own, or removed one on purpose.
+    fn ensure_packages(&self) {
+        if !self.path("packages").exists() {
+            self.write_packages();
+        }
+    }
+
     /// Writes the offline packages (every arch) with the fake keadm inside.
     fn write_packages(&self) {
         for arch in ["amd64", "arm64", "arm"] {
@@ -198,9 +234,10 @@ impl<'f> Scenario<'f> {
             Some(e) => (e.host.as_str(), e.port),
             None => (node.host(), node.port()),
         };
+        let cmd = self.keadm_cmd_for.get(&i).unwrap_or(&self.keadm_cmd);
         let mut s = format!(
             "  - nodeName: {name}\n    keadmCmd: '{}'\n    ssh:\n      ip: '{}'\n      port: {}\n      username: {}\n      {}\n",
-            self.keadm_cmd.replace("{name}", &name),
+            cmd.replace("{name}", &name),
             host,
             port,
             self.username,
@@ -230,6 +267,13 @@ impl<'f> Scenario<'f> {
             self.path("packages").display(),
             self.max_run_num
         );
+        let at = s.find("maxRunNum:").unwrap();
+        let keadm_lines: String = self
+            .keadm_extra
+            .iter()
+            .map(|l| format!("  {l}\n"))
+            .collect();
+        s.insert_str(at, &keadm_lines);
         for extra in &self.top_extra {
             s.push_str(extra);
             s.push('\n');
@@ -248,9 +292,7 @@ impl<'f> Scenario<'f> {
     /// Writes config and packages (if absent) and returns the launch of
     /// `batch -c config.yaml` against the fleet, with `extra` arguments.
     pub fn command(&self, extra: &[&str]) -> Test {
-        if !self.path("packages").exists() {
-            self.write_packages();
-        }
+        self.ensure_packages();
         let config = self.path("config.yaml");
         if !config.exists() {
             std::fs::write(&config, self.config_text()).unwrap();

@@ -1,8 +1,9 @@
 //! The `keadm` section's staging settings: the release to stage, where packages come
-//! from (download or offline directory), the arches staged up front, and the sha512 pins.
+//! from (download or offline directory), the arches staged up front, the sha512 pins, and
+//! the offline image archives.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::validator::Validator;
 use crate::arch::Arch;
@@ -163,12 +164,120 @@ pub(super) fn sha512_pins(v: &mut Validator, keadm: &KeadmSection) -> BTreeMap<A
     pins
 }
 
+/// `keadm.offlineImages`: per release arch, image archives (files) and directories of
+/// `*.tar` archives, each resolved and required to exist. `None` when the key is absent.
+pub(super) fn offline_images(
+    v: &mut Validator,
+    keadm: &KeadmSection,
+) -> Option<BTreeMap<Arch, Vec<PathBuf>>> {
+    let section = keadm.offline_images.as_ref()?;
+    let mut images: BTreeMap<Arch, Vec<PathBuf>> = BTreeMap::new();
+    for entry in &section.value {
+        let Some(arch) = Arch::from_name(&entry.arch.value) else {
+            v.error(
+                Some(entry.arch.pos),
+                None,
+                format!(
+                    "keadm.offlineImages lists images for `{}`, for which keadm publishes no build",
+                    entry.arch.value
+                ),
+                "name the arch as the release files do: amd64, arm64 or arm (x86_64 is amd64, aarch64 is arm64)",
+            );
+            continue;
+        };
+        let paths = images.entry(arch).or_default();
+        for raw in &entry.paths {
+            if raw.value.trim().is_empty() {
+                v.error(
+                    Some(raw.pos),
+                    None,
+                    format!("keadm.offlineImages.{arch} has an empty path"),
+                    "write the path of an image archive (.tar) or of a directory of them, or remove the entry",
+                );
+                continue;
+            }
+            let path = v.local_path(raw.value.trim());
+            if let Some(problem) = image_path_problem(&path) {
+                v.error(
+                    Some(raw.pos),
+                    None,
+                    format!("keadm.offlineImages.{arch}: {} {problem}", path.display()),
+                    "point it at an image archive (.tar, as `docker save` or `ctr export` write it) or a directory of them",
+                );
+                continue;
+            }
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+    }
+    Some(images)
+}
+
+/// Why `path` cannot name image archives, if it cannot.
+fn image_path_problem(path: &Path) -> Option<String> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() || meta.is_dir() => None,
+        Ok(_) => Some("is neither a file nor a directory".to_string()),
+        Err(e) => Some(format!("cannot be read: {e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
 
+    use crate::arch::Arch;
     use crate::config::model::PackageMode;
     use crate::config::validate::tests::{GOOD, check, rendered};
+
+    #[test]
+    fn offline_images_are_resolved_per_arch_and_checked_at_their_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::create_dir(dir.path().join("arm64")).unwrap();
+        std::fs::write(dir.path().join("ip.tar"), "x").unwrap();
+        let text = GOOD.replace(
+            "  archGroup: [amd64]\n",
+            &format!(
+                "  archGroup: [amd64]\n  offlineImages:\n    amd64:\n      - {d}/ip.tar\n      - {d}/ip.tar\n    arm64: {d}/arm64\n"
+            ),
+        );
+        let (config, diags) = check(&text);
+        assert!(diags.is_empty(), "{}", rendered(&diags));
+        let images = config.unwrap().offline_images.unwrap();
+        assert_eq!(images[&Arch::Amd64], [dir.path().join("ip.tar")]);
+        assert_eq!(images[&Arch::Arm64], [dir.path().join("arm64")]);
+
+        let (config, _) = check(&GOOD.replace(
+            "  archGroup: [amd64]\n",
+            "  archGroup: [amd64]\n  offlineImages: {}\n",
+        ));
+        assert_eq!(config.unwrap().offline_images, Some(Default::default()));
+        let (config, _) = check(GOOD);
+        assert_eq!(config.unwrap().offline_images, None);
+
+        let text = GOOD.replace(
+            "  archGroup: [amd64]\n",
+            &format!(
+                "  archGroup: [amd64]\n  offlineImages:\n    x86_64: {d}/ip.tar\n    arm: [{d}/missing.tar, '']\n    amd64: {{a: b}}\n"
+            ),
+        );
+        let (config, diags) = check(&text);
+        assert!(config.is_none());
+        let all = rendered(&diags);
+        for needle in [
+            "c.yaml:5:5: keadm.offlineImages lists images for `x86_64`, for which keadm publishes no build",
+            &format!(
+                "c.yaml:6:11: keadm.offlineImages.arm: {d}/missing.tar cannot be read: No such file or directory"
+            ),
+            "c.yaml:6:",
+            "keadm.offlineImages.arm has an empty path",
+            "c.yaml:7:12: keadm.offlineImages.amd64 must be a path or a list of paths, but it is a mapping",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+    }
 
     #[test]
     fn offline_mode_needs_a_directory_only_when_something_is_staged() {

@@ -4,6 +4,7 @@
 
 mod connect;
 mod failures;
+mod images;
 mod uploads;
 
 use std::path::{Path, PathBuf};
@@ -21,7 +22,7 @@ use crate::plan::{KeadmSource, NodePlan};
 use crate::redact::Secret;
 use crate::report::RunDir;
 use crate::report::progress::Progress;
-use crate::stage::{PackageSource, StageSettings, Stager};
+use crate::stage::{OfflineImages, PackageSource, StageSettings, Stager};
 use crate::transport::fake::{Exec, FakeTransport, Reply};
 
 /// The run token, so tests can spell the temporary upload names.
@@ -43,6 +44,7 @@ struct Harness {
     stager: Option<Stager>,
     verify_remote: bool,
     preflight: PreflightMode,
+    offline_images: Option<OfflineImages>,
 }
 
 impl Harness {
@@ -58,6 +60,7 @@ impl Harness {
             stager: None,
             verify_remote: false,
             preflight: PreflightMode::Off,
+            offline_images: None,
         }
     }
 
@@ -117,6 +120,8 @@ impl Harness {
             progress: &self.progress,
             preflight: self.preflight,
             binary_size_hint: 0,
+            offline_images: self.offline_images.as_ref(),
+            keadm_version: Some("v1.23.1"),
         };
         process(node, &ctx)
     }

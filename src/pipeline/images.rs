@@ -1,0 +1,276 @@
+//! Offline images for a join: the node's arch's image archives that its container
+//! runtime lacks are uploaded (as any upload: temporary name, sidecar, skipped when the
+//! node has the identical file; gzip-compressed where that pays and the node has gzip)
+//! and imported into the runtime keadm join will use, under
+//! the node's privilege, before keadm runs. An archive whose images the runtime already
+//! lists is neither uploaded nor imported, so a rerun sends and imports nothing. A
+//! runtime keadm-batch cannot import into (an unknown socket, a missing CLI, a runtime
+//! that does not answer) fails the node before anything is sent, naming the runtime and
+//! the command to run by hand.
+
+use std::io::Write;
+use std::time::Instant;
+
+use super::privilege::{exec_as, password_of};
+use super::upload::{Move, Upload};
+use super::{Run, StepError};
+use crate::arch::Arch;
+use crate::kubeedge::preflight;
+use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
+use crate::outcome::Phase;
+use crate::remote::{self, ArchiveImport, InArchive, NodeFacts, Privilege, Runtime, RuntimeFacts};
+use crate::stage::{ImageArchive, OfflineImages, Selector};
+use crate::transport::Connection;
+
+/// Image archives are data for the import only: owner-only on the node.
+const ARCHIVE_MODE: u32 = 0o600;
+
+/// The exit status of the import script when the archives could not be moved into place.
+const FINALIZE_FAILED: i32 = 125;
+
+impl<'c> Run<'_, 'c> {
+    /// The offline images in play for this node: a join, in a run set up for them.
+    pub(super) fn images_in_play(&self) -> Option<&'c OfflineImages> {
+        self.ctx
+            .offline_images
+            .filter(|_| self.node.keadm_args.is_join())
+    }
+
+    /// The runtime keadm join will use on this node.
+    pub(super) fn runtime(&self) -> Runtime {
+        Runtime::for_socket(&preflight::runtime_socket(&self.node.keadm_args))
+    }
+
+    /// Puts the node's arch's offline images into its runtime, skipping what the runtime
+    /// has (see the module doc).
+    pub(super) fn offline_images(
+        &mut self,
+        conn: &mut dyn Connection,
+        facts: &NodeFacts,
+        privilege: Privilege,
+    ) -> Result<(), StepError> {
+        let Some(images) = self.images_in_play() else {
+            return Ok(());
+        };
+        let arch = self.node_arch(facts)?;
+        let archives = images.for_arch(arch);
+        if archives.is_empty() {
+            self.transcript.note(&format!(
+                "offline images: there is no image archive for {arch}"
+            ));
+            return Ok(());
+        }
+        let runtime = self.runtime();
+        let probe = facts.runtime.clone().unwrap_or_default();
+        let mut needed: Vec<&ImageArchive> = Vec::new();
+        for archive in archives {
+            if probe.listed && archive.images.iter().all(|i| probe.has(&i.reference)) {
+                self.uploads_skipped += 1;
+                self.transcript.note(&format!(
+                    "{} already has {}, so the image archive {} was neither uploaded nor imported",
+                    runtime.name(),
+                    references(archive),
+                    archive.path.display()
+                ));
+            } else {
+                needed.push(archive);
+            }
+        }
+        if needed.is_empty() {
+            return Ok(());
+        }
+        self.can_import(&runtime, &probe, &needed)?;
+        let gzip = facts
+            .tools
+            .as_ref()
+            .is_some_and(|tools| tools.iter().any(|t| t == "gzip"));
+        let uploads = needed
+            .iter()
+            .map(|a| {
+                Upload::plain(
+                    a.path.clone(),
+                    a.remote_name.clone(),
+                    ARCHIVE_MODE,
+                    a.size,
+                    a.sha256.clone(),
+                )
+                .or_gzipped(a.gzipped.clone().filter(|_| gzip))
+            })
+            .collect();
+        let (moves, _) = self.upload(conn, uploads, facts, privilege, false)?;
+        self.import(conn, &runtime, arch, &needed, &moves, privilege)
+    }
+
+    /// Refuses, before anything is sent, a runtime the archives cannot be imported into.
+    fn can_import(
+        &self,
+        runtime: &Runtime,
+        probe: &RuntimeFacts,
+        needed: &[&ImageArchive],
+    ) -> Result<(), StepError> {
+        let node = self.node;
+        let by_hand = || {
+            needed
+                .iter()
+                .map(|a| runtime.manual_import(&format!("{}/{}", node.upload_dir, a.remote_name)))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let problem = if let Runtime::Unknown { socket } = runtime {
+            format!(
+                "keadm-batch cannot tell which container runtime serves {socket} (it knows containerd, docker through cri-dockerd, CRI-O and iSulad by their sockets' names), so it cannot import the offline images. Import the archives on the node by hand with the runtime's own command, or point --remote-runtime-endpoint at the runtime's usual socket"
+            )
+        } else if probe.tool.is_none() && probe.done {
+            format!(
+                "keadm-batch cannot import the offline images into {}: {} is not installed on the node. Install it, or import the archives by hand ({}), and run again",
+                runtime.name(),
+                runtime.tools().join(" or "),
+                by_hand()
+            )
+        } else if let Some(error) = &probe.list_error {
+            format!(
+                "{} on the node does not answer ({}), so the offline images cannot be imported. Check that the runtime runs and that --remote-runtime-endpoint names its socket",
+                runtime.name(),
+                error.trim_end_matches('.')
+            )
+        } else {
+            return Ok(());
+        };
+        Err(StepError::new(Phase::Preparing, format!("{problem}.")))
+    }
+
+    /// Moves the uploaded archives into place, imports them, and checks that the runtime
+    /// lists every image they provide.
+    fn import(
+        &mut self,
+        conn: &mut dyn Connection,
+        runtime: &Runtime,
+        arch: Arch,
+        needed: &[&ImageArchive],
+        moves: &[Move],
+        privilege: Privilege,
+    ) -> Result<(), StepError> {
+        self.timed(Phase::Preparing, |run| {
+            let node = run.node;
+            let mut script = String::new();
+            if !moves.is_empty() {
+                script.push_str(&remote::finalize_script(&node.upload_dir, moves));
+                script.push_str(&format!(" || exit {FINALIZE_FAILED}\n"));
+            }
+            let imports: Vec<ArchiveImport> = needed.iter().map(|a| archive_import(a)).collect();
+            script.push_str(&remote::import_script(&node.upload_dir, runtime, &imports));
+            let bytes: u64 = needed.iter().map(|a| a.size).sum();
+            let deadline = Instant::now() + node.deadlines.upload(bytes);
+            let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
+            let started = Instant::now();
+            let result = exec_as(
+                conn,
+                &script,
+                privilege,
+                password_of(node),
+                None,
+                deadline,
+                &mut output,
+            );
+            let text = output.text();
+            for line in text.lines().filter(|l| !l.starts_with("KB_")) {
+                let _ = writeln!(run.transcript, "{line}");
+            }
+            let exit = result.map_err(|e| {
+                StepError::transport(
+                    Phase::Preparing,
+                    format!(
+                        "Cannot import the offline images into {} on the node.",
+                        runtime.name()
+                    ),
+                    e,
+                )
+            })?;
+            let report = remote::parse_import(&text);
+            if let Some((index, status)) = report.failed {
+                let archive = needed.get(index).copied().unwrap_or(needed[0]);
+                let file = format!("{}/{}", node.upload_dir, archive.remote_name);
+                return Err(StepError::new(
+                    Phase::Preparing,
+                    format!(
+                        "Importing the image archive {file} into {} failed with status {status}: {}. Check the archive (it must hold images for {arch}) and the runtime, or import it by hand ({}), and run again.",
+                        runtime.name(),
+                        remote::cli_output(&text).trim_end_matches('.'),
+                        runtime.manual_import(&file),
+                    ),
+                ));
+            }
+            if report.imported.len() < needed.len() {
+                return Err(StepError::new(
+                    Phase::Preparing,
+                    format!(
+                        "The image archives could not be moved into place in {} on the node ({exit}): {}.",
+                        node.upload_dir,
+                        remote::cli_output(&text).trim_end_matches('.')
+                    ),
+                ));
+            }
+            for archive in needed {
+                run.transcript.note(&format!(
+                    "imported {} into {}: {}",
+                    archive.remote_name,
+                    runtime.name(),
+                    references(archive)
+                ));
+            }
+            run.transcript.note(&format!(
+                "imported {} image archive(s) in {:.2}s",
+                needed.len(),
+                started.elapsed().as_secs_f64()
+            ));
+            if let Some(after) = report.after.filter(|a| a.listed) {
+                let missing: Vec<String> = needed
+                    .iter()
+                    .flat_map(|a| &a.images)
+                    .filter(|i| !after.has(&i.reference))
+                    .map(|i| i.reference.to_string())
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(StepError::new(
+                        Phase::Preparing,
+                        format!(
+                            "The offline images were imported into {}, but it does not list {} afterwards, so keadm join would try to pull them. Check that the archives hold images for {arch} under those full names (registry/path:tag, as `ctr export` and `docker save` write them).",
+                            runtime.name(),
+                            missing.join(" and ")
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The images an archive provides, for notes: `a, b`.
+fn references(archive: &ImageArchive) -> String {
+    archive
+        .images
+        .iter()
+        .map(|i| i.reference.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What the import script needs to know of an archive.
+fn archive_import(archive: &ImageArchive) -> ArchiveImport {
+    ArchiveImport {
+        file: archive.remote_name.clone(),
+        images: archive
+            .images
+            .iter()
+            .map(|image| {
+                let in_archive = match &image.selector {
+                    Selector::DockerTag(tag) => InArchive::DockerTag(tag.clone()),
+                    Selector::OciRefName(name) => InArchive::OciRefName(name.clone()),
+                    Selector::None => InArchive::Unnamed,
+                };
+                (image.reference.to_string(), in_archive)
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,436 @@
+//! Offline images: uploaded and imported when the runtime lacks them, neither when it has
+//! them, a runtime that cannot take them refused before anything is sent, a failed import
+//! stops the node before keadm, and the pre-flight image check.
+
+use super::*;
+use crate::diagnosis::FindingId;
+use crate::outcome::Phase;
+use crate::stage::ImageSources;
+
+const PACKAGE: &str = "docker.io/kubeedge/installation-package:v1.23.1";
+const PAUSE: &str = "registry.k8s.io/pause:3.6";
+/// The import of the offline images.
+const IMPORT: &str = "images import";
+
+impl Harness {
+    /// Offline images in the offline-directory layout: for amd64, one docker-archive per
+    /// entry, named `file` and holding the image `tag`. Returns each archive's size.
+    fn images(&mut self, archives: &[(&str, &str)]) -> Vec<u64> {
+        let root = self.dir.path().join("kit");
+        let images_dir = root.join("amd64/images");
+        std::fs::create_dir_all(&images_dir).unwrap();
+        let mut sizes = Vec::new();
+        for (file, tag) in archives {
+            let manifest = format!(r#"[{{"Config":"c.json","RepoTags":["{tag}"],"Layers":[]}}]"#);
+            let mut builder = tar::Builder::new(Vec::new());
+            let mut header = tar::Header::new_ustar();
+            header.set_size(manifest.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            builder
+                .append_data(&mut header, "manifest.json", manifest.as_bytes())
+                .unwrap();
+            let bytes = builder.into_inner().unwrap();
+            sizes.push(bytes.len() as u64);
+            std::fs::write(images_dir.join(file), bytes).unwrap();
+        }
+        self.offline_images = OfflineImages::list(&ImageSources::Layout { dir: root }).unwrap();
+        sizes
+    }
+}
+
+/// The prepare step's answer with the runtime probe's lines: containerd's CLI there, and
+/// these images listed.
+fn prepared_with_runtime(images: &[&str]) -> Reply {
+    prepared_with_runtime_and("", images)
+}
+
+/// The same, after the prepare step's `extra` lines (sidecars, tools).
+fn prepared_with_runtime_and(extra: &str, images: &[&str]) -> Reply {
+    let listed: String = images
+        .iter()
+        .map(|i| format!("KB_RT_IMAGE {i}\n"))
+        .collect();
+    prepared(&format!(
+        "{extra}KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\n{listed}KB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n"
+    ))
+}
+
+/// The import script's answer: each archive imported, then these images listed.
+fn imported(count: usize, images: &[&str]) -> Reply {
+    let mut text = String::new();
+    for i in 0..count {
+        text.push_str(&format!("unpacking image {i}...done\nKB_IMPORTED {i}\n"));
+    }
+    for image in images {
+        text.push_str(&format!("KB_RT_IMAGE {image}\n"));
+    }
+    text.push_str("KB_RT_LISTED\nKB_RT_DONE\n");
+    Reply::ok().printing(&text)
+}
+
+#[test]
+fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(IMPORT, imported(1, &[PACKAGE, PAUSE]))
+        .on(sent::PREPARE, prepared_with_runtime(&[PAUSE]))
+        .on(&tmp("image-package.tar"), Reply::ok());
+    let mut h = Harness::new(fake);
+    let sizes = h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!(
+        (outcome.bytes_uploaded, outcome.uploads_skipped),
+        (sizes[0], 0)
+    );
+    assert_eq!(outcome.arch, Some(crate::arch::Arch::Amd64));
+
+    let execs = h.execs();
+    assert_eq!(execs.len(), 4, "prepare, archive, import, run: {execs:#?}");
+    // The prepare step asks for the archive's sidecar and the runtime's images at once.
+    assert!(
+        execs[0].command.contains("/image-package.tar.sha256"),
+        "{}",
+        execs[0].command
+    );
+    assert!(
+        execs[0]
+            .command
+            .contains("ctr --connect-timeout 10s --address /run/containerd/containerd.sock -n k8s.io images ls -q"),
+        "{}",
+        execs[0].command
+    );
+    assert!(
+        execs[1]
+            .command
+            .contains(&format!("cat > {}", tmp("image-package.tar")))
+    );
+    assert!(
+        execs[1].command.contains("chmod 600"),
+        "{}",
+        execs[1].command
+    );
+    let import = &execs[2].command;
+    assert!(
+        import.contains(&format!(
+            "mv -f -- {} image-package.tar",
+            tmp("image-package.tar")
+        )),
+        "{import}"
+    );
+    assert!(
+        import.contains("ctr --connect-timeout 10s --address /run/containerd/containerd.sock -n k8s.io images import image-package.tar"),
+        "{import}"
+    );
+    assert_eq!(execs[2].stdin, None);
+    assert!(execs[3].command.ends_with(JOIN));
+    let text = transcript(&outcome);
+    assert!(text.contains("unpacking image 0...done"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "imported image-package.tar into containerd (/run/containerd/containerd.sock): {PACKAGE}"
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn archives_whose_images_the_runtime_has_are_neither_sent_nor_imported() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::PREPARE, prepared_with_runtime(&[PACKAGE, PAUSE]));
+    let mut h = Harness::new(fake);
+    h.images(&[
+        ("package.tar", "kubeedge/installation-package:v1.23.1"),
+        ("pause.tar", PAUSE),
+    ]);
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!((outcome.bytes_uploaded, outcome.uploads_skipped), (0, 2));
+    assert_eq!(h.execs().len(), 2, "prepare and run only: {:#?}", h.execs());
+    assert!(
+        transcript(&outcome)
+            .contains("already has registry.k8s.io/pause:3.6, so the image archive"),
+        "{}",
+        transcript(&outcome)
+    );
+}
+
+#[test]
+fn an_archive_on_the_node_already_is_imported_without_being_sent_again() {
+    let mut h = Harness::new(FakeTransport::new());
+    let sizes = h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    let archive = &h
+        .offline_images
+        .as_ref()
+        .unwrap()
+        .for_arch(crate::arch::Arch::Amd64)[0];
+    // Position 0 of the prepare step's names: the node has the identical file.
+    let sidecar = format!("KB_FILE 0 {} {}\n", sizes[0], archive.sha256);
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(IMPORT, imported(1, &[PACKAGE]))
+        .on(sent::PREPARE, prepared_with_runtime_and(&sidecar, &[]));
+    h.fake = fake;
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!((outcome.bytes_uploaded, outcome.uploads_skipped), (0, 1));
+    let import = h.exec_with(IMPORT).command;
+    assert!(
+        !import.contains("mv -f"),
+        "nothing to move into place: {import}"
+    );
+}
+
+#[test]
+fn a_runtime_that_cannot_take_the_images_fails_the_node_before_anything_is_sent() {
+    for (command, prepare_extra, expected) in [
+        (
+            "join --cloudcore-ipport=10.0.0.1:10000 --remote-runtime-endpoint=unix:///run/frakti.sock",
+            "KB_RT_NO_TOOL\nKB_RT_UNLISTED\nKB_RT_DONE\n",
+            "keadm-batch cannot tell which container runtime serves /run/frakti.sock",
+        ),
+        (
+            "join --cloudcore-ipport=10.0.0.1:10000",
+            "KB_RT_NO_TOOL\nKB_RT_DONE\n",
+            "keadm-batch cannot import the offline images into containerd (/run/containerd/containerd.sock): ctr is not installed on the node. Install it, or import the archives by hand (ctr --address /run/containerd/containerd.sock -n k8s.io images import /tmp/kb/image-package.tar), and run again.",
+        ),
+        (
+            "join --cloudcore-ipport=10.0.0.1:10000 -p unix:///var/run/crio/crio.sock",
+            "KB_RT_NO_TOOL\nKB_RT_UNLISTED\nKB_RT_DONE\n",
+            "into CRI-O: podman or skopeo is not installed on the node",
+        ),
+        (
+            "join --cloudcore-ipport=10.0.0.1:10000",
+            "KB_RT_TOOL ctr\nKB_RT_LIST_FAILED ctr: failed to dial \"/run/containerd/containerd.sock\": connection refused\nKB_RT_DONE\n",
+            "containerd (/run/containerd/containerd.sock) on the node does not answer (ctr: failed to dial",
+        ),
+    ] {
+        let fake = FakeTransport::new()
+            .on(sent::RUN, Reply::ok())
+            .on(sent::PREPARE, prepared(prepare_extra));
+        let mut h = Harness::new(fake);
+        h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+        let mut plan = node(vec![]);
+        plan.keadm_args = KeadmCommand::parse(command);
+        let outcome = h.process(&plan);
+        assert_eq!(outcome.phase, Phase::Failed);
+        assert_eq!(outcome.failed_in, Some(Phase::Preparing));
+        let error = outcome.error.unwrap();
+        assert!(error.contains(expected), "{error}");
+        assert_eq!(
+            h.execs().len(),
+            1,
+            "only the prepare step: {:#?}",
+            h.execs()
+        );
+        assert_eq!(outcome.bytes_uploaded, 0);
+    }
+}
+
+/// A node whose runtime lacks the one archive's image, its import answered by `import`.
+fn run_importing(import: Reply) -> (Harness, NodeOutcome) {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(IMPORT, import)
+        .on(sent::PREPARE, prepared_with_runtime(&[]))
+        .on(&tmp("image-package.tar"), Reply::ok());
+    let mut h = Harness::new(fake);
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    let outcome = h.process(&node(vec![]));
+    (h, outcome)
+}
+
+#[test]
+fn a_failed_import_stops_the_node_before_keadm_with_the_cli_s_words() {
+    let (h, outcome) = run_importing(
+        Reply::exit(3).printing("ctr: content digest sha256:ab: not found\nKB_IMPORT_FAILED 0 1\n"),
+    );
+    assert_eq!(outcome.phase, Phase::Failed);
+    assert_eq!(outcome.failed_in, Some(Phase::Preparing));
+    let error = outcome.error.unwrap();
+    assert!(
+        error.starts_with("Importing the image archive /tmp/kb/image-package.tar into containerd (/run/containerd/containerd.sock) failed with status 1: ctr: content digest sha256:ab: not found."),
+        "{error}"
+    );
+    assert!(h.fake.execs_with(sent::RUN).is_empty(), "keadm did not run");
+}
+
+#[test]
+fn an_import_the_runtime_does_not_list_afterwards_is_a_failure() {
+    let (_, outcome) = run_importing(imported(1, &["docker.io/library/other:1"]));
+    assert_eq!(outcome.phase, Phase::Failed);
+    let error = outcome.error.unwrap();
+    assert!(
+        error.contains(&format!("does not list {PACKAGE} afterwards")),
+        "{error}"
+    );
+}
+
+#[test]
+fn only_joins_get_offline_images() {
+    let fake = FakeTransport::new()
+        .on("./keadm reset", Reply::ok())
+        .on(sent::PREPARE, prepared(""));
+    let mut h = Harness::new(fake);
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    let mut plan = node(vec![]);
+    plan.keadm_args = KeadmCommand::parse("reset edge --force");
+    plan.command = "cd /opt/bin && yes | ./keadm reset edge --force".into();
+    let outcome = h.process(&plan);
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    let prepare = h.exec_with(sent::PREPARE).command;
+    assert!(
+        !prepare.contains("image-package.tar") && !prepare.contains("ctr "),
+        "{prepare}"
+    );
+    assert_eq!(h.execs().len(), 2);
+}
+
+#[test]
+fn pre_flight_reports_images_neither_in_the_runtime_nor_in_an_archive() {
+    let probe = |images: &str| {
+        Reply::ok().printing(&format!(
+            "KB_PF_DONE\nKB_RT_ARCH x86_64\nKB_RT_TOOL ctr\n{images}KB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n"
+        ))
+    };
+    // No archive and an empty runtime: both images are missing; strict skips the node.
+    let mut h = Harness::new(FakeTransport::new().on(sent::PROBE, probe("")));
+    h.images(&[]);
+    h.preflight = PreflightMode::Strict;
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Skipped, "{:?}", outcome.error);
+    assert_eq!(outcome.preflight.len(), 1);
+    assert_eq!(outcome.preflight[0].id, FindingId::ImageMissing);
+    assert_eq!(
+        outcome.preflight[0].detail,
+        format!(
+            "{PACKAGE} and {PAUSE} are not in containerd (/run/containerd/containerd.sock), and no offline image archive for amd64 provides them"
+        )
+    );
+    let probe_command = h.exec_with(sent::PROBE).command;
+    assert!(probe_command.contains("sudo -n true"), "{probe_command}");
+    assert!(probe_command.contains("images ls -q"), "{probe_command}");
+
+    // The archive provides the package and the runtime has the sandbox image: nothing.
+    let mut h = Harness::new(
+        FakeTransport::new()
+            .on(sent::PROBE, probe(&format!("KB_RT_IMAGE {PAUSE}\n")))
+            .on(sent::RUN, Reply::ok())
+            .on(sent::PREPARE, prepared_with_runtime(&[PACKAGE, PAUSE])),
+    );
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    h.preflight = PreflightMode::Strict;
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert!(outcome.preflight.is_empty(), "{:?}", outcome.preflight);
+
+    // A runtime that cannot be asked: no finding, and the transcript says why.
+    let mut h = Harness::new(FakeTransport::new().on(
+        sent::PROBE,
+        Reply::ok().printing("KB_PF_DONE\nKB_RT_ARCH x86_64\nKB_RT_TOOL ctr\nKB_RT_LIST_FAILED permission denied\nKB_RT_DONE\n"),
+    ));
+    h.images(&[]);
+    h.preflight = PreflightMode::Strict;
+    h.fake = h
+        .fake
+        .clone()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::PREPARE, prepared_with_runtime(&[]));
+    let outcome = h.process(&node(vec![]));
+    assert!(outcome.preflight.is_empty());
+    assert!(
+        transcript(&outcome)
+            .contains("could not be listed (permission denied), so the image check was skipped"),
+        "{}",
+        transcript(&outcome)
+    );
+}
+
+#[test]
+fn a_compressible_archive_goes_gzipped_to_a_node_with_gzip_and_as_it_is_elsewhere() {
+    for (tools, gzipped) in [
+        ("KB_TOOLS sha512sum gzip tar\n", true),
+        ("KB_TOOLS tar\n", false),
+    ] {
+        let fake = FakeTransport::new()
+            .on(sent::RUN, Reply::ok())
+            .on(IMPORT, imported(1, &[PACKAGE]))
+            .on(sent::PREPARE, prepared_with_runtime_and(tools, &[]))
+            .on(&tmp("image-package.tar"), Reply::ok());
+        let mut h = Harness::new(fake);
+        let sizes = h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+        let images = h.offline_images.as_mut().unwrap();
+        images.compress_for_the_wire().unwrap();
+        let copy = images.for_arch(crate::arch::Arch::Amd64)[0]
+            .gzipped
+            .clone()
+            .expect("a manifest and tar padding compress well");
+        let outcome = h.process(&node(vec![]));
+        assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+        let prepare = h.exec_with(sent::PREPARE).command;
+        assert!(
+            prepare.contains("KB_TOOLS"),
+            "the node is asked for gzip: {prepare}"
+        );
+        let upload = h
+            .fake
+            .execs_with(&format!("> {}", tmp("image-package.tar")));
+        assert_eq!(upload.len(), 1, "{:#?}", h.execs());
+        if gzipped {
+            assert!(
+                upload[0].command.contains("gzip -dc >"),
+                "{}",
+                upload[0].command
+            );
+            assert_eq!(
+                upload[0].stdin.as_deref(),
+                Some(&std::fs::read(&copy.path).unwrap()[..])
+            );
+            assert_eq!(outcome.bytes_uploaded, copy.size);
+        } else {
+            assert!(upload[0].command.contains("cat >"), "{}", upload[0].command);
+            assert_eq!(outcome.bytes_uploaded, sizes[0]);
+        }
+    }
+}
+
+#[test]
+fn under_sudo_the_archive_and_its_import_get_the_password_first_and_run_as_root() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(IMPORT, imported(1, &[PACKAGE]))
+        .on(
+            sent::PREPARE,
+            prepared_with_runtime_and("KB_SUDO password\n", &[]),
+        )
+        .on(&tmp("image-package.tar"), Reply::ok());
+    let mut h = Harness::new(fake);
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    let mut plan = node(vec![]);
+    plan.sudo = true;
+    plan.ssh.username = "admin".into();
+    let outcome = h.process(&plan);
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    let preamble = crate::remote::password_preamble(PASSWORD).into_bytes();
+    let prepare = h.exec_with(sent::PREPARE).command;
+    // The runtime is asked under the same sudo as the prepare step.
+    assert!(prepare.starts_with("if sudo -n true"), "{prepare}");
+    for exec in [
+        h.exec_with(&format!("cat > {}", tmp("image-package.tar"))),
+        h.exec_with(IMPORT),
+    ] {
+        assert!(
+            exec.command.starts_with("sudo -S -p '' sh -c "),
+            "{}",
+            exec.command
+        );
+        assert!(
+            exec.stdin.as_deref().unwrap().starts_with(&preamble),
+            "{:?}",
+            exec.stdin
+        );
+    }
+    assert_eq!(h.exec_with(IMPORT).stdin.as_deref(), Some(&preamble[..]));
+}

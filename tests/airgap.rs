@@ -1,0 +1,337 @@
+//! Air-gapped joins on real parts: each node has a real containerd of its own (Debian's
+//! package, tests/common/containerd.rs, with no way to reach a registry), and the image
+//! archives are written by the tests (tests/common/image_archive.rs): keadm's
+//! installation-package as `docker save` writes it, the sandbox image as `ctr export`
+//! does. keadm itself is the fake script; it records which images the runtime held when
+//! it ran.
+
+use std::fs;
+
+use crate::common::cloudcore::{now, token};
+use crate::common::containerd::{Containerd, ENDPOINT, SANDBOX_IMAGE};
+use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fleet::{Fleet, Sudo, TEST_USER_PASSWORD};
+use crate::common::image_archive::{docker_archive, host_arch, oci_archive};
+use crate::common::scenario::{Login, Scenario, remote_keadm};
+
+/// What keadm join v1.23.1 asks the runtime for, as containerd names it.
+const PACKAGE: &str = "docker.io/kubeedge/installation-package:v1.23.1";
+
+/// A join of `{name}` through the node's own containerd.
+fn join() -> String {
+    format!(
+        "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name={{name}} --token=abc.def --remote-runtime-endpoint={ENDPOINT}"
+    )
+}
+
+/// A fake keadm that writes down the images its node's runtime holds when it runs.
+fn keadm_listing_images() -> FakeKeadm {
+    FakeKeadm::new().runs(&format!(
+        "ctr --address {} -n k8s.io images ls -q > /tmp/images-seen-by-keadm",
+        ENDPOINT.trim_start_matches("unix://")
+    ))
+}
+
+/// Writes both images a join needs into `dir` and returns their sizes: the
+/// installation-package as `docker save` writes it (its layer uncompressed), the sandbox
+/// image as `ctr export` does (its layer gzip-compressed).
+fn write_images(dir: &std::path::Path) -> (u64, u64) {
+    docker_archive(
+        &dir.join("installation-package_v1.23.1.tar"),
+        "kubeedge/installation-package:v1.23.1",
+    );
+    oci_archive(&dir.join("pause_3.6.tar"), SANDBOX_IMAGE);
+    let size = |f: &str| fs::metadata(dir.join(f)).unwrap().len();
+    (
+        size("installation-package_v1.23.1.tar"),
+        size("pause_3.6.tar"),
+    )
+}
+
+fn node_summary(summary: &serde_json::Value, i: usize) -> serde_json::Value {
+    let name = Scenario::name(i);
+    summary["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("{name} not in the summary"))
+        .clone()
+}
+
+#[test]
+fn images_are_imported_before_keadm_runs_and_a_rerun_sends_and_imports_nothing() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let runtimes: Vec<Containerd> = fleet.nodes().iter().map(Containerd::start).collect();
+    let sc = Scenario::new(&fleet)
+        .cmd(&join())
+        .keadm(keadm_listing_images());
+    let (docker_bytes, oci_bytes) = write_images(&sc.images_dir());
+    let image_bytes = docker_bytes + oci_bytes;
+
+    let out = sc.run(&[]);
+    out.status(0);
+    let summary = out.summary();
+    for (i, runtime) in runtimes.iter().enumerate() {
+        let images = runtime.images();
+        for image in [PACKAGE, SANDBOX_IMAGE] {
+            assert!(
+                images.iter().any(|have| have == image),
+                "node {i} lacks {image}: {images:?}\n{}",
+                runtime.log()
+            );
+        }
+        // keadm ran after the import.
+        let seen = fs::read_to_string(fleet.node(i).tmp_path("images-seen-by-keadm")).unwrap();
+        assert!(
+            seen.contains(PACKAGE) && seen.contains(SANDBOX_IMAGE),
+            "{seen}"
+        );
+        let node = node_summary(&summary, i);
+        let sent = node["bytes_uploaded"].as_u64().unwrap();
+        // The docker-archive goes gzip-compressed (busybox shrinks to about half), the
+        // OCI archive, whose layer is gzip already, as it is; keadm is a small script.
+        assert!(
+            sent > oci_bytes + docker_bytes / 3 && sent < oci_bytes + docker_bytes * 3 / 4,
+            "node {i}: {sent} bytes sent for {docker_bytes} + {oci_bytes} bytes of images"
+        );
+        assert_eq!(node["uploads_skipped"], 0);
+        let transcript = out.transcript(i);
+        assert!(
+            transcript.contains("sent image-installation-package_v1.23.1.tar gzip-compressed")
+                && !transcript.contains("sent image-pause_3.6.tar gzip-compressed"),
+            "{transcript}"
+        );
+        assert!(
+            transcript.contains(&format!(
+                "imported image-installation-package_v1.23.1.tar into containerd (/tmp/containerd/containerd.sock): {PACKAGE}"
+            )),
+            "{transcript}"
+        );
+        assert!(
+            transcript.contains("unpacking"),
+            "ctr's own words: {transcript}"
+        );
+        eprintln!(
+            "first run, node {i}: {sent} bytes sent (image archives: {docker_bytes} docker-archive + {oci_bytes} OCI = {image_bytes} bytes)"
+        );
+    }
+    let before: Vec<Vec<String>> = runtimes.iter().map(Containerd::images).collect();
+
+    let again = sc.run(&[]);
+    again.status(0);
+    let summary = again.summary();
+    for (i, runtime) in runtimes.iter().enumerate() {
+        let node = node_summary(&summary, i);
+        assert_eq!(node["bytes_uploaded"], 0, "node {i}: {node}");
+        // keadm, and both archives, whose images the runtime lists.
+        assert_eq!(node["uploads_skipped"], 3, "node {i}: {node}");
+        let transcript = again.transcript(i);
+        assert!(
+            transcript.contains(&format!("already has {PACKAGE}, so the image archive"))
+                && transcript.contains("neither uploaded nor imported"),
+            "{transcript}"
+        );
+        assert!(!transcript.contains("imported image-"), "{transcript}");
+        assert!(!transcript.contains("unpacking"), "{transcript}");
+        assert_eq!(runtime.images(), before[i]);
+        assert_eq!(fake_keadm::calls(&remote_keadm(fleet.node(i))).len(), 2);
+        eprintln!(
+            "rerun, node {i}: {} bytes sent, {} uploads skipped",
+            node["bytes_uploaded"], node["uploads_skipped"]
+        );
+    }
+}
+
+#[test]
+fn a_runtime_that_cannot_take_images_fails_alone_with_its_message() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let runtime = Containerd::start(fleet.node(0));
+    let other = |endpoint: &str| {
+        format!(
+            "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name={{name}} --token=abc.def --remote-runtime-endpoint={endpoint}"
+        )
+    };
+    let sc = Scenario::new(&fleet)
+        .cmd(&join())
+        .cmd_for(1, &other("unix:///tmp/rt/frakti.sock"))
+        .cmd_for(2, &other("unix:///tmp/isulad.sock"));
+    write_images(&sc.images_dir());
+    let out = sc.run(&[]);
+    out.status(1);
+    out.log_has("Successfully processed node edge-00");
+    assert!(runtime.images().iter().any(|i| i == PACKAGE));
+    let unknown = out.log_line_starting("Failed to process node edge-01: ");
+    assert!(
+        unknown
+            .contains("keadm-batch cannot tell which container runtime serves /tmp/rt/frakti.sock")
+            && unknown.contains("Import the archives on the node by hand"),
+        "{unknown}"
+    );
+    let isulad = out.log_line_starting("Failed to process node edge-02: ");
+    assert!(
+        isulad.contains("keadm-batch cannot import the offline images into iSulad: isula is not installed on the node")
+            && isulad.contains("isula load -i /tmp/kubeedge/keadm/image-installation-package_v1.23.1.tar"),
+        "{isulad}"
+    );
+    let summary = out.summary();
+    for i in [1, 2] {
+        let node = node_summary(&summary, i);
+        assert_eq!(node["failed_in"], "preparing");
+        assert_eq!(node["bytes_uploaded"], 0, "nothing was sent: {node}");
+        assert!(fake_keadm::calls(&remote_keadm(fleet.node(i))).is_empty());
+    }
+}
+
+#[test]
+fn pre_flight_reports_a_missing_image_and_nothing_once_it_is_provided() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let runtime = Containerd::start(fleet.node(0));
+    let refused = crate::common::fleet::refused_endpoint().port;
+    let token = token(
+        "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
+        now() + 86_400,
+    );
+    let cmd = format!(
+        "join --cloudcore-ipport=127.0.0.1:10000 --certport={refused} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint={ENDPOINT}"
+    );
+    let sc = Scenario::new(&fleet).cmd(&cmd).preflight("warn");
+    // The kit has the sandbox image only.
+    let images = sc.images_dir();
+    oci_archive(&images.join("pause_3.6.tar"), SANDBOX_IMAGE);
+    let out = sc.run(&["--preflight-only"]);
+    out.status(1);
+    eprintln!("--preflight-only table:\n{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!(
+            "The container runtime lacks an image keadm join needs and no offline image archive provides it, so keadm would have to pull it from a registry ({PACKAGE} is not in containerd (/tmp/containerd/containerd.sock), and no offline image archive for {} provides it)",
+            host_arch()
+        )),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("-> Put an archive of each missing image")
+            && out.stdout.contains("a registry that has the image"),
+        "both ways out: {}",
+        out.stdout
+    );
+    assert!(runtime.images().is_empty(), "the probe imported nothing");
+
+    // The archive is provided: nothing to report.
+    docker_archive(
+        &images.join("installation-package_v1.23.1.tar"),
+        "kubeedge/installation-package:v1.23.1",
+    );
+    let out = sc.run(&["--preflight-only"]);
+    out.status(0);
+    assert!(
+        out.stdout.lines().any(|l| l.ends_with("none")),
+        "{}",
+        out.stdout
+    );
+
+    // The runtime has both, imported by hand, and the kit has none: nothing either.
+    runtime.import(&images.join("installation-package_v1.23.1.tar"));
+    runtime.import(&images.join("pause_3.6.tar"));
+    for file in fs::read_dir(&images).unwrap() {
+        fs::remove_file(file.unwrap().path()).unwrap();
+    }
+    let out = sc.run(&["--preflight-only"]);
+    out.status(0);
+    assert!(!sc.path("batch_process_log.txt").exists());
+}
+
+#[test]
+fn archives_listed_in_offline_images_are_imported() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let runtime = Containerd::start(fleet.node(0));
+    let kit = tempfile::tempdir().unwrap();
+    // An OCI archive of the installation-package by itself, named in full as `ctr export`
+    // names it, and a directory for the rest.
+    oci_archive(&kit.path().join("package.tar"), PACKAGE);
+    docker_archive(&kit.path().join("more/pause.tar"), SANDBOX_IMAGE);
+    let sc = Scenario::new(&fleet)
+        .cmd(&join())
+        .keadm_yaml("offlineImages:")
+        .keadm_yaml(&format!("  {}:", host_arch()))
+        .keadm_yaml(&format!("    - {}/package.tar", kit.path().display()))
+        .keadm_yaml(&format!("    - {}/more", kit.path().display()));
+    let out = sc.run(&[]);
+    out.status(0);
+    let images = runtime.images();
+    assert!(
+        images.iter().any(|i| i == PACKAGE) && images.iter().any(|i| i == SANDBOX_IMAGE),
+        "{images:?}"
+    );
+    assert!(
+        out.transcript(0).contains("imported image-pause.tar"),
+        "{}",
+        out.transcript(0)
+    );
+}
+
+#[test]
+fn a_non_root_login_imports_under_sudo_with_its_password() {
+    let fleet = Fleet::with_sudo(Sudo::WithPassword);
+    let runtime = Containerd::start(fleet.node(0));
+    let sc = Scenario::new(&fleet)
+        .cmd(&join())
+        .login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()));
+    write_images(&sc.images_dir());
+    let out = sc.run(&[]);
+    out.status(0);
+    let images = runtime.images();
+    assert!(
+        images.iter().any(|i| i == PACKAGE) && images.iter().any(|i| i == SANDBOX_IMAGE),
+        "{images:?}"
+    );
+    let transcript = out.transcript(0);
+    assert!(
+        transcript.contains("under sudo with the login password")
+            && transcript.contains("imported image-pause_3.6.tar"),
+        "{transcript}"
+    );
+    assert!(!transcript.contains(TEST_USER_PASSWORD));
+    use std::os::unix::fs::MetadataExt;
+    let archive = fleet
+        .node(0)
+        .tmp_path("kubeedge/keadm/image-installation-package_v1.23.1.tar");
+    let meta = fs::metadata(&archive).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.mode() & 0o777),
+        (0, 0o600),
+        "root's, owner-only"
+    );
+}
+
+#[test]
+fn an_archive_that_names_no_image_stops_the_run_before_any_node() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet).cmd(&join());
+    let images = sc.images_dir();
+    fs::create_dir_all(&images).unwrap();
+    // An OCI layout whose manifest carries a bare tag: ctr would import it under a
+    // made-up name that keadm never asks for.
+    let mut builder = tar::Builder::new(Vec::new());
+    let index = br#"{"schemaVersion":2,"manifests":[{"annotations":{"org.opencontainers.image.ref.name":"v1.23.1"}}]}"#;
+    let mut header = tar::Header::new_ustar();
+    header.set_size(index.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    builder
+        .append_data(&mut header, "index.json", &index[..])
+        .unwrap();
+    fs::write(images.join("unnamed.tar"), builder.into_inner().unwrap()).unwrap();
+    let out = sc.run(&[]);
+    out.status(3);
+    out.stderr_has(&format!(
+        "The image archive {} names no image",
+        images.join("unnamed.tar").display()
+    ));
+    assert!(
+        !fleet.node(0).tmp_path("kubeedge").exists(),
+        "no node was touched"
+    );
+}
