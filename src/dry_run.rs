@@ -174,5 +174,11 @@ fn render_node(out: &mut String, node: &NodePlan) {
         }
     }
     let _ = writeln!(out, "  exec dir:  {}", node.exec_dir);
+    if let Some(reset) = &node.reset_command {
+        let _ = writeln!(
+            out,
+            "  first:     {reset} (--reset-first; the command runs only if it exits with 0)"
+        );
+    }
     let _ = writeln!(out, "  command:   {}", r.redact(&node.command));
 }

@@ -365,10 +365,28 @@ fn completions_and_man_page_cover_every_flag() {
     let out = Test::new().args(&["man"]).run();
     out.status(0);
     assert!(out.stdout.contains(".TH keadm-batch 1"));
-    assert!(
-        out.stdout.contains("retry\\-failed"),
-        "the man page documents batch's flags"
+    assert_eq!(
+        out.stdout.matches(".TH ").count(),
+        1,
+        "one complete page, not several pages glued together"
     );
+    for flag in ["retry\\-failed", "\\-\\-force", "\\-\\-into"] {
+        assert!(
+            out.stdout.contains(flag),
+            "the man page documents {flag} itself"
+        );
+    }
+    assert!(
+        !out.stdout.contains("keadm\\-batch\\-batch(1)") && !out.stdout.contains("(1)\n"),
+        "the page refers to no other page: nobody generates them"
+    );
+    assert!(out.stdout.contains(".SH \"EXIT STATUS\""));
+    for code in ["0", "1", "2", "3", "130"] {
+        assert!(
+            out.stdout.contains(&format!(".TP\n\\fB{code}\\fR\n")),
+            "exit status {code}"
+        );
+    }
     Test::new().args(&["completions", "tcsh"]).run().status(2);
 }
 

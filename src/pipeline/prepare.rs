@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::privilege::{exec_probing_sudo, password_of};
 use super::upload::tarball_may_pay_off;
 use super::{Run, StepError};
+use crate::diagnosis::FailureClass;
 use crate::kubeedge::preflight;
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
 use crate::options::PreflightMode;
@@ -71,6 +72,8 @@ impl Run<'_, '_> {
                     ),
                     ending: Phase::Skipped,
                     exit_status: None,
+                    class: None,
+                    last_output: None,
                 });
             }
             Ok(())
@@ -126,11 +129,13 @@ impl Run<'_, '_> {
                         "Sudo on node {} needs a password, but {} logs in without one. Give {} passwordless sudo on the node, or log in with a password.",
                         node.name, node.ssh.username, node.ssh.username
                     ),
-                ));
+                )
+                .class(FailureClass::Sudo));
             }
             if let Some(problem) = &facts.dir_problem {
-                let hint = if text.contains("incorrect password") || text.contains("Sorry, try again")
-                {
+                let sudo_refused =
+                    text.contains("incorrect password") || text.contains("Sorry, try again");
+                let hint = if sudo_refused {
                     " (sudo rejected the login password)"
                 } else {
                     ""
@@ -147,7 +152,12 @@ impl Run<'_, '_> {
                         node.upload_dir,
                         problem.trim_end_matches('.')
                     ),
-                ));
+                )
+                .class(if sudo_refused {
+                    FailureClass::Sudo
+                } else {
+                    FailureClass::Upload
+                }));
             }
             run.transcript.note(&format!(
                 "prepared {} ({}), uname -m: {}",

@@ -121,15 +121,19 @@ fn keadms_failure_keeps_keadms_own_line_and_its_last_output() {
         .on(sent::PREPARE, prepared(""));
     let h = Harness::new(fake);
     let outcome = h.process(&node(vec![]));
+    // keadm's line exactly, ending with the status (batch_process_log.txt); the last
+    // output beside it, for the console and summary.json.
     assert_eq!(
         outcome.error.as_deref(),
         Some(
-            format!(
-                "failed to execute keadm command {JOIN}: Process exited with status 3 \
-                 (last output: Error: EdgeCore is already running on this node)"
-            )
-            .as_str()
+            format!("failed to execute keadm command {JOIN}: Process exited with status 3")
+                .as_str()
         )
+    );
+    assert!(outcome.log_line().ends_with("Process exited with status 3"));
+    assert_eq!(
+        outcome.last_output.as_deref(),
+        Some("Error: EdgeCore is already running on this node")
     );
     assert_eq!(outcome.exit_status, Some(3));
     assert_eq!(outcome.failure_class, Some(FailureClass::AlreadyJoined));
