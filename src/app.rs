@@ -180,6 +180,10 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
             .map_err(UsageError::UnsafeDownload)?;
     }
     if options.dry_run {
+        // What staging will read on this machine is checked too (exit 3, as a run).
+        if let Some(staging) = &plan.staging {
+            dry_run::check_local_packages(staging, &plan.config_path)?;
+        }
         print!("{}", dry_run::render(&plan));
         return Ok(());
     }

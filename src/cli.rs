@@ -158,11 +158,12 @@ struct BatchArgs {
     #[arg(long, value_name = "DIR", help_heading = "Places")]
     staging_dir: Option<PathBuf>,
 
-    /// Where this run's transcripts, journal and summary go (default ./batch_runs/<UTC time>-<id>).
+    /// Where this run's transcripts, journal and summary go (default ./batch_runs/<UTC time>-<id>);
+    /// a run placed here leaves batch_runs/latest alone.
     #[arg(long, value_name = "DIR", help_heading = "Places")]
     run_dir: Option<PathBuf>,
 
-    /// Print the summary as JSON on stdout.
+    /// Print the run's summary as JSON on stdout (not with --dry-run or --preflight-only).
     #[arg(long, value_name = "FORMAT", help_heading = "Output")]
     output: Option<OutputArg>,
 

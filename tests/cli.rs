@@ -248,6 +248,71 @@ fn only_selects_by_glob_and_refuses_to_select_nothing() {
 }
 
 #[test]
+fn only_takes_sets_and_refuses_a_broken_glob() {
+    Test::new()
+        .config(TWO_NODES)
+        .args(&[
+            "batch",
+            "-c",
+            "config.yaml",
+            "--dry-run",
+            "--only",
+            "[ec]*-[!b]",
+        ])
+        .run()
+        .status(0)
+        .stdout_has("1 of 2 selected")
+        .stdout_has("node 1 edge-a");
+    Test::new()
+        .config(TWO_NODES)
+        .args(&[
+            "batch",
+            "-c",
+            "config.yaml",
+            "--dry-run",
+            "--only",
+            "edge-[a",
+        ])
+        .run()
+        .status(2)
+        .stderr_has("`edge-[a` is not a valid glob");
+}
+
+#[test]
+fn klogs_verbosity_level_and_json_without_a_summary_are_refused_clearly() {
+    Test::new()
+        .config(TWO_NODES)
+        .args(&["batch", "-c", "config.yaml", "--dry-run", "-v", "4"])
+        .run()
+        .status(2)
+        .stderr_has("keadm-batch's -v takes no level")
+        .stderr_lacks("subcommand");
+    for flag in ["--dry-run", "--preflight-only"] {
+        let out = Test::new()
+            .config(TWO_NODES)
+            .args(&["batch", "-c", "config.yaml", flag, "--output", "json"])
+            .run();
+        out.status(2).stderr_has(&format!(
+            "--output json prints a run's summary.json, which {flag} does not produce"
+        ));
+        assert_eq!(out.stdout, "");
+    }
+}
+
+#[test]
+fn a_run_dir_that_cannot_be_made_is_named() {
+    let config = "keadm:\n  keadmBinDir: /usr/local/bin\nnodes:\n  - nodeName: edge-a\n    keadmCmd: reset\n    ssh: {ip: 127.0.0.1, port: 1, username: root, auth: {type: agent}}\n";
+    let out = Test::new()
+        .config(config)
+        .file("a-file", "not a directory")
+        .args(&["batch", "-c", "config.yaml", "--run-dir", "a-file/x"])
+        .run();
+    out.status(1)
+        .stderr_has("Could not create the run directory a-file/x: ")
+        .stderr_lacks("under");
+}
+
+#[test]
 fn non_root_logins_run_under_sudo_and_flags_override_the_file() {
     Test::new()
         .config(TWO_NODES)
@@ -678,4 +743,46 @@ fn max_package_bytes_shows_in_the_plan() {
         .run()
         .status(2)
         .stderr_has("`MB` is not a size unit");
+}
+
+/// A dry run reads every local input staging will read (offline mode), and fails as the
+/// run would, with exit 3, without a staging dir or any result file left behind.
+#[test]
+fn a_dry_run_checks_the_offline_packages_staging_will_read() {
+    let offline = "  download:\n    enable: false\n  offlinePackageDir: packages\n";
+    let dry = |test: Test, keadm: &str| {
+        let out = test
+            .config(&staging_config(keadm))
+            .args(&staging_args())
+            .arg("--dry-run")
+            .run();
+        assert!(!out.path("staging").exists(), "the dry run staged nothing");
+        assert!(!out.path("batch_process_log.txt").exists());
+        out
+    };
+    // No package at all.
+    dry(Test::new(), offline)
+        .status(3)
+        .stderr_has("packages/amd64/keadm-v1.23.1-linux-amd64.tar.gz");
+    // A checksum file that does not match the package.
+    let test = Test::new();
+    FakeRelease::new(VERSION, "amd64").write_offline(
+        &test.path().join("packages"),
+        ChecksumFile::Holding(WRONG_DIGEST),
+    );
+    let out = dry(test, offline);
+    out.status(3).stderr_has(WRONG_DIGEST);
+    assert_eq!(out.stdout, "", "no plan for a config whose staging fails");
+    // A pin the package does not match.
+    let (test, built) = offline_package(Test::new());
+    dry(test, &OFFLINE.replace("PIN", WRONG_DIGEST))
+        .status(3)
+        .stderr_has(&built.sha512);
+    // A good package passes, and the plan is printed.
+    let test = Test::new();
+    FakeRelease::new(VERSION, "amd64")
+        .write_offline(&test.path().join("packages"), ChecksumFile::Matching);
+    dry(test, offline)
+        .status(0)
+        .stdout_has("Plan for config.yaml");
 }

@@ -4,6 +4,7 @@
 mod common;
 
 mod cli;
+mod docs;
 mod faults;
 mod fuzz_regressions;
 mod kubeedge;

@@ -41,12 +41,14 @@ impl Run<'_, '_> {
                 })?;
             let findings = preflight::parse(&output.text());
             for finding in &findings {
-                run.transcript.note(&format!(
-                    "pre-flight: {finding}; {}",
-                    finding.suggested_action()
-                ));
+                let note = format!("pre-flight: {finding}; {}", finding.suggested_action());
+                // Under warn the console gets the finding as a warning, so the note
+                // stays out of -v's info lines: one line per finding, not two.
                 if run.ctx.preflight == PreflightMode::Warn {
                     log::warn!("{}: pre-flight: {finding}", node.name);
+                    run.transcript.note_unlogged(&note);
+                } else {
+                    run.transcript.note(&note);
                 }
             }
             run.findings = findings

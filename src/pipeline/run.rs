@@ -243,9 +243,14 @@ impl Run<'_, '_> {
                     ending: Phase::Failed,
                     exit_status: None,
                     class: None,
-                    last_output: marker
-                        .and_then(|i| i.checked_sub(1))
-                        .map(|i| one_line(&tail[i], 200)),
+                    // The script ended right after the reset, so its last line other
+                    // than ours is the reset's (stdout and stderr may arrive in either
+                    // order, so ours is not always last).
+                    last_output: tail
+                        .iter()
+                        .rev()
+                        .find(|l| remote::reset_exit(l).is_none())
+                        .map(|l| one_line(l, 200)),
                 })
             }
             _ => Ok(()),
