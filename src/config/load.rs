@@ -633,14 +633,7 @@ mod tests {
 
     #[test]
     fn an_alias_bomb_is_refused_as_what_it_is() {
-        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
-        for i in 1..9 {
-            let p = i - 1;
-            text.push_str(&format!(
-                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
-            ));
-        }
-        let err = read(&text, &mut Vec::new()).unwrap_err();
+        let err = read(&yaml::tests::alias_bomb(), &mut Vec::new()).unwrap_err();
         let shown = err.render(std::path::Path::new("c.yaml"));
         assert!(
             shown.contains("is refused because the document expands to more than 2000000 values through aliases")

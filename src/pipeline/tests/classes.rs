@@ -1,6 +1,7 @@
 //! The failure class of keadm-batch's own failures, from the typed transport error or
-//! the step that failed (`unreachable`, `auth`, `host_key`, `sudo`, `arch`, `upload`),
-//! and keadm's output deciding once keadm ran; and `--reset-first`'s reset status.
+//! the step that failed (`unreachable`, `auth`, `host_key`, `arch`; failures.rs checks
+//! `sudo`, `upload` and keadm's output deciding once keadm ran); and `--reset-first`'s
+//! reset status.
 
 use super::*;
 use crate::diagnosis::FailureClass;
@@ -101,77 +102,8 @@ fn an_arch_without_a_keadm_build_is_arch() {
     assert_eq!(outcome.failure_class, Some(FailureClass::Arch));
 }
 
-#[test]
-fn sudo_and_upload_dir_problems_have_their_own_classes() {
-    let fake = FakeTransport::new()
-        .on(sent::RUN, Reply::ok())
-        .on(sent::PREPARE, prepared("KB_SUDO password\n"));
-    let h = Harness::new(fake);
-    let mut plan = node(vec![h.file("f1", b"x")]);
-    plan.sudo = true;
-    plan.ssh.username = "admin".into();
-    plan.ssh.auth = AuthSpec::Agent;
-    assert_eq!(h.process(&plan).failure_class, Some(FailureClass::Sudo));
-
-    let fake = FakeTransport::new().on(
-        sent::PREPARE,
-        Reply::ok().printing("KB_ARCH x86_64\nKB_BAD /tmp/kb is a symbolic link\n"),
-    );
-    let h = Harness::new(fake);
-    assert_eq!(
-        h.process(&node(vec![])).failure_class,
-        Some(FailureClass::Upload)
-    );
-}
-
-#[test]
-fn failed_uploads_are_upload_whichever_channel_carried_them() {
-    // The deferred file, in the run's own channel (exit 201).
-    let fake = FakeTransport::new()
-        .on(sent::RUN, Reply::exit(201))
-        .on(sent::FREE_SPACE, Reply::ok().printing("KB_FREE 999999\n"))
-        .on(sent::PREPARE, prepared(""));
-    let h = Harness::new(fake);
-    let f1 = h.file("f1", b"data");
-    let outcome = h.process(&node(vec![f1]));
-    assert_eq!(outcome.failed_in, Some(Phase::Uploading));
-    assert_eq!(outcome.failure_class, Some(FailureClass::Upload));
-    // A connection lost while the deferred file went.
-    let fake = FakeTransport::new()
-        .on(sent::RUN, Reply::connection_lost().reading_at_most(10))
-        .on(sent::PREPARE, prepared(""));
-    let h = Harness::new(fake);
-    let f1 = h.file("f1", &[1u8; 100]);
-    assert_eq!(
-        h.process(&node(vec![f1])).failure_class,
-        Some(FailureClass::Upload)
-    );
-}
-
-#[test]
-fn once_keadm_ran_its_output_decides_and_a_skip_has_no_class() {
-    // A connection lost after the files went: keadm may have run, so its output decides.
-    let fake = FakeTransport::new()
-        .on(sent::RUN, Reply::connection_lost())
-        .on(sent::PREPARE, prepared(""));
-    let h = Harness::new(fake);
-    let f1 = h.file("f1", &[1u8; 100]);
-    let outcome = h.process(&node(vec![f1]));
-    assert_eq!(outcome.failed_in, Some(Phase::Running));
-    assert_eq!(outcome.failure_class, Some(FailureClass::Unknown));
-
-    let fake = FakeTransport::new()
-        .on(
-            sent::PROBE,
-            Reply::ok().printing("KB_PF edgecore_running pid 12\nKB_PF_DONE\n"),
-        )
-        .on(sent::PREPARE, prepared(""));
-    let mut h = Harness::new(fake);
-    h.preflight = PreflightMode::Strict;
-    let outcome = h.process(&node(vec![]));
-    assert_eq!(outcome.phase, Phase::Skipped);
-    assert_eq!(outcome.failure_class, None);
-}
+// The sudo, upload-dir, upload and run-failure cases assert their classes where
+// failures.rs sets them up.
 
 /// The line the run script prints after `--reset-first`'s reset.
 fn reset_status(status: i32) -> String {

@@ -22,6 +22,7 @@ fn exit_201_is_an_upload_failure_of_the_deferred_file() {
         Some("Cannot upload the file f1: the node could not write it.")
     );
     assert_eq!((outcome.exit_status, outcome.bytes_uploaded), (None, 0));
+    assert_eq!(outcome.failure_class, Some(FailureClass::Upload));
     assert_eq!(h.exec_with(sent::RUN).stdin, Some(vec![7u8; 5000]));
     // The partial file is removed while asking for the free space.
     let cleanup = h.exec_with(sent::FREE_SPACE);
@@ -232,6 +233,7 @@ fn a_connection_lost_while_the_deferred_file_goes_is_an_upload_failure() {
              while running the command: connection reset by peer."
         )
     );
+    assert_eq!(outcome.failure_class, Some(FailureClass::Upload));
 }
 
 #[test]
@@ -253,6 +255,8 @@ fn a_connection_lost_after_the_file_went_is_a_run_failure() {
             .as_str()
         )
     );
+    // keadm may have run, so its output decides, not the lost connection.
+    assert_eq!(outcome.failure_class, Some(FailureClass::Unknown));
 }
 
 #[test]
@@ -281,6 +285,7 @@ fn strict_preflight_skips_the_node_before_anything_changes() {
     );
     let ids: Vec<&str> = outcome.preflight.iter().map(|f| f.id.as_str()).collect();
     assert_eq!(ids, ["edgecore_running", "bash_missing"]);
+    assert_eq!(outcome.failure_class, None, "a skip is no failure");
     assert_eq!(h.execs().len(), 1, "only the read-only probe ran");
 }
 
@@ -324,6 +329,7 @@ fn sudo_that_needs_a_password_under_key_auth_is_a_clear_error() {
              Give admin passwordless sudo on the node, or log in with a password."
         )
     );
+    assert_eq!(outcome.failure_class, Some(FailureClass::Sudo));
     assert_eq!(h.execs().len(), 1, "nothing uploaded, nothing run");
     assert_eq!(
         h.exec_with(sent::PREPARE).stdin,
@@ -347,4 +353,5 @@ fn an_unusable_upload_dir_is_named_with_the_nodes_reason() {
             "The upload directory /tmp/kb cannot be used: /tmp/kb is a symbolic link; remove it or choose another remoteDir."
         )
     );
+    assert_eq!(outcome.failure_class, Some(FailureClass::Upload));
 }
