@@ -150,10 +150,14 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
     }
     let totals = &merged.summary.totals;
     if totals.not_succeeded() > 0 {
-        return Err(Error::NodesFailed {
+        return Err(Error::MergedNodesFailed {
             failed: totals.not_succeeded(),
             total: totals.selected,
-            run_dir: merged.summary.merged_from.join(", "),
+            dirs: merged.summary.merged_from.join(", "),
+            log: options
+                .into
+                .as_ref()
+                .map(|into| into.join(report::log::LOG_FILE)),
         });
     }
     Ok(())
@@ -203,6 +207,10 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
             .map_err(UsageError::UnsafeDownload)?;
     }
     if options.dry_run {
+        // What staging will read on this machine is checked too (exit 3, as a run).
+        if let Some(staging) = &plan.staging {
+            dry_run::check_local_packages(staging, &plan.config_path)?;
+        }
         print!("{}", dry_run::render(&plan));
         return Ok(());
     }
@@ -355,8 +363,11 @@ fn execute(
         images.compress_for_the_wire()?;
     }
     let cwd = std::env::current_dir().map_err(OutputError::CurrentDir)?;
-    let run_dir = RunDir::create(options.run_dir.as_deref(), &cwd)
-        .map_err(OutputError::file(OutputFile::RunDir, &cwd))?;
+    let run_dir =
+        RunDir::create(options.run_dir.as_deref(), &cwd).map_err(match &options.run_dir {
+            Some(chosen) => OutputError::file(OutputFile::ChosenRunDir, chosen),
+            None => OutputError::file(OutputFile::RunDir, &cwd),
+        })?;
     if let Some(previous) = &retry_of {
         let _ = report::files::write(
             &run_dir.path.join(rerun::RETRY_OF),
@@ -382,6 +393,7 @@ fn execute(
                 plan.nodes.len(),
                 plan.shard,
                 plan.max_run_num,
+                options.canary,
                 &run_dir.path
             )
         );
@@ -470,6 +482,15 @@ fn execute(
             total: totals.selected,
             run_dir: run_dir.path.display().to_string(),
         });
+    }
+    if quiet {
+        // -q still prints the final result: on success this line, as the error is on failure.
+        eprintln!(
+            "{} of {} selected nodes succeeded. See batch_process_log.txt and {}.",
+            totals.succeeded,
+            totals.selected,
+            run_dir.path.display()
+        );
     }
     Ok(())
 }

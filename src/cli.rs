@@ -53,11 +53,13 @@ struct BatchArgs {
     #[arg(long)]
     dry_run: bool,
 
-    /// Process only the nodes whose nodeName matches one of these globs (comma-separated).
+    /// Process only the nodes whose nodeName matches one of these globs (comma-separated):
+    /// `*` any run of characters, `?` any one, `[abc]`, `[a-z]`, `[!abc]` sets.
     #[arg(
         long,
         value_name = "NAME,...",
         value_delimiter = ',',
+        value_parser = parse_glob,
         help_heading = "Selection"
     )]
     only: Vec<String>,
@@ -156,11 +158,12 @@ struct BatchArgs {
     #[arg(long, value_name = "DIR", help_heading = "Places")]
     staging_dir: Option<PathBuf>,
 
-    /// Where this run's transcripts, journal and summary go (default ./batch_runs/<UTC time>-<id>).
+    /// Where this run's transcripts, journal and summary go (default ./batch_runs/<UTC time>-<id>);
+    /// a run placed here leaves batch_runs/latest alone.
     #[arg(long, value_name = "DIR", help_heading = "Places")]
     run_dir: Option<PathBuf>,
 
-    /// Print the summary as JSON on stdout.
+    /// Print the run's summary as JSON on stdout (not with --dry-run or --preflight-only).
     #[arg(long, value_name = "FORMAT", help_heading = "Output")]
     output: Option<OutputArg>,
 
@@ -267,10 +270,23 @@ enum PreflightArg {
     Strict,
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum OutputArg {
     Text,
     Json,
+}
+
+/// `--only`: one glob, checked here so a typo such as `edge-[1` is a usage error rather
+/// than a pattern that silently matches nothing.
+fn parse_glob(text: &str) -> Result<String, String> {
+    match glob::Pattern::new(text) {
+        Ok(_) => Ok(text.to_string()),
+        Err(err) => Err(format!(
+            "`{text}` is not a valid glob: {} at character {}. Use *, ?, [abc], [a-z] or [!abc]; write [*], [?] or [[] for the character itself",
+            err.msg,
+            err.pos + 1
+        )),
+    }
 }
 
 /// `--class`: a failure class id, with `-` accepted for `_`.
@@ -347,6 +363,32 @@ fn parse_size(text: &str) -> Result<u64, String> {
     }
 }
 
+/// klog's `-v LEVEL` (`-v 4`, `-v=4`, `-v4`, `--verbose 2`) confuses clap into talking
+/// about subcommands or unknown arguments; when the failed command line has one, say
+/// what keadm-batch's `-v` is instead.
+fn explain_verbosity_level(err: clap::Error, args: &[OsString]) -> clap::Error {
+    let is_level = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let has_level = args.iter().enumerate().any(|(i, arg)| {
+        let arg = arg.to_string_lossy();
+        let next = args.get(i + 1).map(|a| a.to_string_lossy());
+        match arg.as_ref() {
+            "-v" | "--verbose" => next.is_some_and(|n| is_level(&n)),
+            other => other
+                .strip_prefix("-v")
+                .or_else(|| other.strip_prefix("--verbose="))
+                .map(|rest| rest.strip_prefix('=').unwrap_or(rest))
+                .is_some_and(is_level),
+        }
+    });
+    if !has_level || !err.use_stderr() {
+        return err;
+    }
+    command().error(
+        clap::error::ErrorKind::UnknownArgument,
+        "keadm-batch's -v takes no level: it is on or off, and prints every step of every node. klog's -v LEVEL (as in keadm -v 4) is not supported; write -v alone.",
+    )
+}
+
 /// A shell name clap_complete does not know. `Command::Completions` carries names clap
 /// has already checked, so this only guards the conversion back.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -364,15 +406,89 @@ pub fn write_completions(shell: &str, out: &mut dyn std::io::Write) -> Result<()
     Ok(())
 }
 
-/// Writes the manual page of the whole tool, `batch` included.
-pub fn write_man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let cmd = command();
-    clap_mangen::Man::new(cmd.clone()).render(out)?;
-    if let Some(batch) = cmd.find_subcommand("batch") {
-        let batch = batch.clone().name("keadm-batch-batch");
-        clap_mangen::Man::new(batch).render(out)?;
+/// The exit codes, for the manual page (README.md, "Exit codes", says the same at length).
+pub const EXIT_STATUS: [(i32, &str); 5] = [
+    (
+        0,
+        "Every selected node succeeded, or --retry-failed found nothing to retry.",
+    ),
+    (
+        1,
+        "At least one selected node did not succeed (failed, timed out or skipped); --preflight-only found something on some node; batch merge combined a node that did not succeed; or keadm-batch could not write its own files.",
+    ),
+    (
+        2,
+        "The config or the command line is invalid, or the join batch as a whole would fail (an expired token, another cluster's CA, names taken); no node was touched.",
+    ),
+    (
+        3,
+        "The keadm packages could not be staged (download, checksum or pin mismatch, offline package, unpacking); no node was touched.",
+    ),
+    (
+        130,
+        "Interrupted by Ctrl-C or SIGTERM; the results so far are written.",
+    ),
+];
+
+/// Text for roff: backslashes and hyphens escaped, no line starting with a control dot.
+fn roff_text(text: &str) -> String {
+    let text = text.replace('\\', "\\e").replace('-', "\\-");
+    match text.strip_prefix('.') {
+        Some(rest) => format!("\\&.{rest}"),
+        None => text,
     }
-    Ok(())
+}
+
+/// Writes the manual page: one complete page, keadm-batch(1), that describes every
+/// command and option itself (clap_mangen's own page would refer to a page per
+/// subcommand, which nobody generates) and has an EXIT STATUS section.
+pub fn write_man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut cmd = command();
+    cmd.build();
+    let top = clap_mangen::Man::new(cmd.clone());
+    top.render_title(out)?;
+    top.render_name_section(out)?;
+    top.render_synopsis_section(out)?;
+    top.render_description_section(out)?;
+    top.render_options_section(out)?;
+    // Every command, with the path that reaches it, then each one's options.
+    let mut commands: Vec<(String, clap::Command)> = Vec::new();
+    for sub in cmd.get_subcommands().filter(|c| c.get_name() != "help") {
+        commands.push((sub.get_name().to_string(), sub.clone()));
+        for inner in sub.get_subcommands().filter(|c| c.get_name() != "help") {
+            commands.push((
+                format!("{} {}", sub.get_name(), inner.get_name()),
+                inner.clone(),
+            ));
+        }
+    }
+    writeln!(out, ".SH COMMANDS")?;
+    for (path, sub) in &commands {
+        writeln!(
+            out,
+            ".TP\n\\fBkeadm\\-batch {}\\fR\n{}",
+            roff_text(path),
+            roff_text(&sub.get_about().map(ToString::to_string).unwrap_or_default())
+        )?;
+    }
+    for (path, sub) in &commands {
+        if sub
+            .get_arguments()
+            .all(|a| matches!(a.get_id().as_str(), "help" | "version"))
+        {
+            continue;
+        }
+        let mut section = Vec::new();
+        clap_mangen::Man::new(sub.clone()).render_options_section(&mut section)?;
+        let heading = format!(".SH \"{} OPTIONS\"", path.to_uppercase());
+        let section = String::from_utf8_lossy(&section).replace(".SH OPTIONS", &heading);
+        out.write_all(section.as_bytes())?;
+    }
+    writeln!(out, ".SH \"EXIT STATUS\"")?;
+    for (code, meaning) in EXIT_STATUS {
+        writeln!(out, ".TP\n\\fB{code}\\fR\n{}", roff_text(meaning))?;
+    }
+    top.render_version_section(out)
 }
 
 /// The clap command, for `--help` snapshots and shell completions.
@@ -383,7 +499,8 @@ pub fn command() -> clap::Command {
 /// Parses the command line. Errors (and `--help`/`--version`) come back as clap's, which
 /// know how to print themselves and which exit code they deserve.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::Error> {
-    let cli = Cli::try_parse_from(args)?;
+    let args: Vec<OsString> = args.into_iter().collect();
+    let cli = Cli::try_parse_from(&args).map_err(|err| explain_verbosity_level(err, &args))?;
     let batch = match cli.command {
         TopCommand::Batch(batch) => batch,
         TopCommand::Completions { shell } => return Ok(Command::Completions(shell.to_string())),
@@ -421,6 +538,19 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             })));
         }
         None => {}
+    }
+    if batch.output == Some(OutputArg::Json) && (batch.dry_run || batch.preflight_only) {
+        let flag = if batch.dry_run {
+            "--dry-run"
+        } else {
+            "--preflight-only"
+        };
+        return Err(command().error(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!(
+                "--output json prints a run's summary.json, which {flag} does not produce (its output is text for people). Leave out --output json, or run without {flag} and read summary.json."
+            ),
+        ));
     }
     // --require-checksum asked for what is now the default; it stays accepted so scripts
     // written for it keep working.
@@ -626,6 +756,60 @@ mod tests {
             parse_size("99999999999999GiB")
                 .unwrap_err()
                 .contains("too large")
+        );
+    }
+
+    #[test]
+    fn a_klog_verbosity_level_is_explained() {
+        for args in [
+            &["k", "batch", "-c", "c", "-v", "4"][..],
+            &["k", "batch", "-c", "c", "-v4"],
+            &["k", "batch", "-c", "c", "-v=2"],
+            &["k", "batch", "-c", "c", "--verbose", "2"],
+        ] {
+            let err = run(args).unwrap_err();
+            assert!(err.use_stderr(), "a usage error, exit 2");
+            assert!(
+                err.to_string().contains("keadm-batch's -v takes no level"),
+                "{args:?}: {err}"
+            );
+        }
+        let Command::Run(opts) = run(&["k", "batch", "-c", "c", "-v"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(opts.verbosity, Verbosity::Verbose);
+        // Other mistakes keep clap's own message.
+        let err = run(&["k", "batch", "-c", "c", "--frobnicate"]).unwrap_err();
+        assert!(!err.to_string().contains("takes no level"), "{err}");
+    }
+
+    #[test]
+    fn output_json_is_refused_where_there_is_no_summary() {
+        for flag in ["--dry-run", "--preflight-only"] {
+            let err = run(&["k", "batch", "-c", "c", flag, "--output", "json"]).unwrap_err();
+            assert!(err.use_stderr());
+            assert!(
+                err.to_string().contains(&format!(
+                    "--output json prints a run's summary.json, which {flag} does not produce"
+                )),
+                "{err}"
+            );
+            assert!(run(&["k", "batch", "-c", "c", flag, "--output", "text"]).is_ok());
+        }
+    }
+
+    #[test]
+    fn only_patterns_are_checked_globs() {
+        let Command::Run(opts) =
+            run(&["k", "batch", "-c", "c", "--only", "edge-[ab]*,x?"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(opts.only, vec!["edge-[ab]*".to_string(), "x?".to_string()]);
+        let err = run(&["k", "batch", "-c", "c", "--only", "edge-[1"]).unwrap_err();
+        assert!(
+            err.to_string().contains("`edge-[1` is not a valid glob"),
+            "{err}"
         );
     }
 

@@ -1,6 +1,7 @@
-//! The vocabulary of what goes wrong on a node: why a join failed ([`FailureClass`]) and
-//! what the pre-flight probe found ([`FindingId`], [`Finding`]), with the sentences that
-//! explain each and say what to do.
+//! The vocabulary of what goes wrong on a node: why it failed ([`FailureClass`]: keadm's
+//! own failures, read from its output, and keadm-batch's, such as a node it could not
+//! reach or log in to) and what the pre-flight probe found ([`FindingId`], [`Finding`]),
+//! with the sentences that explain each and say what to do.
 //!
 //! A leaf: `kubeedge` decides classes and findings, `outcome` records them, `report`
 //! groups and prints them, and none of those has to reach into another for the names.
@@ -33,6 +34,20 @@ pub enum FailureClass {
     ImagePullStalled,
     /// The container runtime is missing, has CRI disabled, or uses another cgroup driver.
     RuntimeMissing,
+    /// keadm-batch could not reach the node's sshd: refused, no route, no answer within the
+    /// connect deadline, a failed SSH handshake, or a connection lost before keadm ran.
+    Unreachable,
+    /// The node (or its jump host) rejected the login, or the key could not be used.
+    Auth,
+    /// The node's host key is not one the known-hosts file trusts: changed, unknown under
+    /// the strict policy, revoked, or covered only by a pattern.
+    HostKey,
+    /// sudo needs a password the login does not have, or rejected it.
+    Sudo,
+    /// The node's `uname -m` has no keadm build, or its arch's package could not be staged.
+    Arch,
+    /// The upload directory cannot be used, or a file could not be put on the node.
+    Upload,
     /// None of the above was recognised. A class this version does not know (in a file
     /// written by a newer one) reads as this too, so the node's record is not lost.
     #[serde(other)]
@@ -41,7 +56,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, in the order a recap lists them.
-    pub const ALL: [FailureClass; 9] = [
+    pub const ALL: [FailureClass; 15] = [
         FailureClass::AlreadyJoined,
         FailureClass::DirtyManagementDir,
         FailureClass::NameTaken,
@@ -50,6 +65,12 @@ impl FailureClass {
         FailureClass::CaMismatch,
         FailureClass::ImagePullStalled,
         FailureClass::RuntimeMissing,
+        FailureClass::Unreachable,
+        FailureClass::Auth,
+        FailureClass::HostKey,
+        FailureClass::Sudo,
+        FailureClass::Arch,
+        FailureClass::Upload,
         FailureClass::Unknown,
     ];
 
@@ -64,8 +85,28 @@ impl FailureClass {
             FailureClass::CaMismatch => "ca_mismatch",
             FailureClass::ImagePullStalled => "image_pull_stalled",
             FailureClass::RuntimeMissing => "runtime_missing",
+            FailureClass::Unreachable => "unreachable",
+            FailureClass::Auth => "auth",
+            FailureClass::HostKey => "host_key",
+            FailureClass::Sudo => "sudo",
+            FailureClass::Arch => "arch",
+            FailureClass::Upload => "upload",
             FailureClass::Unknown => "unknown",
         }
+    }
+
+    /// Whether the class is read from what keadm (and edgecore) printed; the others are
+    /// keadm-batch's own failures before keadm ran, decided from the step that failed.
+    pub fn read_from_output(self) -> bool {
+        !matches!(
+            self,
+            FailureClass::Unreachable
+                | FailureClass::Auth
+                | FailureClass::HostKey
+                | FailureClass::Sudo
+                | FailureClass::Arch
+                | FailureClass::Upload
+        )
     }
 
     /// A short heading for the recap's groups.
@@ -79,6 +120,12 @@ impl FailureClass {
             FailureClass::CaMismatch => "CA mismatch",
             FailureClass::ImagePullStalled => "Image pull failed or stalled",
             FailureClass::RuntimeMissing => "Container runtime missing or misconfigured",
+            FailureClass::Unreachable => "Node unreachable over SSH",
+            FailureClass::Auth => "SSH login rejected",
+            FailureClass::HostKey => "Host key not trusted",
+            FailureClass::Sudo => "sudo refused",
+            FailureClass::Arch => "No keadm for the node's arch",
+            FailureClass::Upload => "Upload failed",
             FailureClass::Unknown => "Unrecognised failure",
         }
     }
@@ -128,6 +175,43 @@ impl FailureClass {
                  --remote-runtime-endpoint=unix://<socket>), make sure \"cri\" is not in \
                  disabled_plugins in /etc/containerd/config.toml, and pass --cgroupdriver=systemd \
                  when containerd uses SystemdCgroup = true. Then retry with --reset-first."
+            }
+            FailureClass::Unreachable => {
+                "keadm-batch could not reach sshd on these nodes, or lost the connection before \
+                 keadm ran. Check that each node is up, that ssh.ip and ssh.port are right, that \
+                 sshd runs and that no firewall drops the port (a jump host needs the same from \
+                 it); raise connectTimeoutSeconds or retries for slow links. Nothing changed on \
+                 a node that was never reached; retry when it answers."
+            }
+            FailureClass::Auth => {
+                "The nodes (or their jump host) rejected the SSH login. Check ssh.username and the \
+                 password, passwordEnv, private key or agent named in ssh.auth, and that sshd \
+                 allows that method for that user. Failed logins are not retried, so a lockout \
+                 policy is not tripped; retry once the login works by hand (`ssh user@node`)."
+            }
+            FailureClass::HostKey => {
+                "The nodes' host keys are not ones the known-hosts file trusts: a changed, revoked \
+                 or, under the strict policy, unknown key, or a host covered only by a pattern. \
+                 Check each key out of band, then fix the known-hosts file as the node's error \
+                 says (`ssh-keygen -R` for a changed key, `ssh-keyscan` for a new one) and retry."
+            }
+            FailureClass::Sudo => {
+                "sudo on these nodes needs a password that the login does not have, or rejected \
+                 the login password. Give the login user passwordless sudo for sh, log in with \
+                 the user's password (sudo uses it), or log in as root; then retry."
+            }
+            FailureClass::Arch => {
+                "No keadm could be had for these nodes' arch: their `uname -m` has no keadm build \
+                 (armv6l, or an arch keadm does not publish), or the package for their arch, \
+                 which is not in keadm.archGroup, could not be staged. Add the arch to \
+                 keadm.archGroup (and its package to offlinePackageDir in offline mode), or leave \
+                 the nodes out; then retry."
+            }
+            FailureClass::Upload => {
+                "The files could not be put on these nodes: the upload directory cannot be used \
+                 (owner, symbolic link, writable by others), it is full, or the transfer broke. \
+                 The node's error says which. Fix the directory or set remoteDir to a usable one \
+                 on a filesystem with room, and retry."
             }
             FailureClass::Unknown => {
                 "The cause was not recognised. Read the node's transcript and its edgecore log \
@@ -333,7 +417,8 @@ mod tests {
             err.to_string(),
             "`token_expired` is not a failure class. Use one of: already_joined, \
              dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
-             ca_mismatch, image_pull_stalled, runtime_missing, unknown."
+             ca_mismatch, image_pull_stalled, runtime_missing, unreachable, auth, host_key, \
+             sudo, arch, upload, unknown."
         );
     }
 

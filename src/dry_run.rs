@@ -1,10 +1,31 @@
 //! `--dry-run`: the plan per node, in words, with secrets masked. Printed on stdout.
+//! Before it, [`check_local_packages`] reads every local input staging will read.
 
 use std::fmt::Write;
+use std::path::Path;
 
 use crate::config::{AuthSpec, PackageMode, SshSpec};
 use crate::plan::{KeadmSource, NodePlan, Plan, StagingPlan, display_address};
-use crate::stage::is_plain_http;
+use crate::stage::{StageError, Stager, is_plain_http};
+
+/// Offline mode: stages every `archGroup` package exactly as the run will (the package
+/// is there, its checksum file and pin agree with it, it unpacks within the size limit),
+/// but into a temporary directory that is removed at once, so a dry run that passes means
+/// staging will pass, and nothing is left behind. Download mode reads nothing local
+/// before the download (which a dry run does not make), so there is nothing to check.
+pub fn check_local_packages(staging: &StagingPlan, config_path: &Path) -> Result<(), StageError> {
+    if !matches!(staging.mode, PackageMode::Offline { .. }) {
+        return Ok(());
+    }
+    let scratch = tempfile::Builder::new()
+        .prefix("keadm-batch-dry-run-")
+        .tempdir()
+        .map_err(|e| StageError::io("create", std::env::temp_dir(), e))?;
+    let mut settings = staging.stage_settings(config_path, None);
+    settings.base_dir = scratch.path().to_path_buf();
+    Stager::open(settings)?.stage_all()?;
+    Ok(())
+}
 
 /// The whole plan as text.
 pub fn render(plan: &Plan) -> String {
@@ -174,5 +195,11 @@ fn render_node(out: &mut String, node: &NodePlan) {
         }
     }
     let _ = writeln!(out, "  exec dir:  {}", node.exec_dir);
+    if let Some(reset) = &node.reset_command {
+        let _ = writeln!(
+            out,
+            "  first:     {reset} (--reset-first; the command runs only if it exits with 0)"
+        );
+    }
     let _ = writeln!(out, "  command:   {}", r.redact(&node.command));
 }

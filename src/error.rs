@@ -56,6 +56,21 @@ pub enum Error {
         total: usize,
         run_dir: String,
     },
+    /// `batch merge` combined nodes that did not succeed. `log` is the merged
+    /// batch_process_log.txt, when `--into` wrote one.
+    #[error(
+        "{failed} of {total} nodes did not succeed in the merged shard runs. {}The shards' run directories ({dirs}) hold their transcripts.",
+        match log {
+            Some(log) => format!("See {}. ", log.display()),
+            None => "Pass --into DIR to write their merged batch_process_log.txt. ".to_string(),
+        }
+    )]
+    MergedNodesFailed {
+        failed: usize,
+        total: usize,
+        dirs: String,
+        log: Option<PathBuf>,
+    },
     /// `--preflight-only` found something on some nodes (or could not probe them).
     #[error(
         "{nodes} of {total} nodes have pre-flight findings or could not be probed. Nothing was changed on any node."
@@ -88,6 +103,7 @@ impl Error {
             },
             Error::Retry(RerunError::Journal { .. })
             | Error::NodesFailed { .. }
+            | Error::MergedNodesFailed { .. }
             | Error::Findings { .. }
             | Error::Output(_) => 1,
         }
@@ -117,6 +133,8 @@ pub enum UsageError {
 pub enum OutputFile {
     /// `batch_runs/<id>`, under the directory named.
     RunDir,
+    /// The run directory named with `--run-dir`.
+    ChosenRunDir,
     /// `batch_process_log.txt`.
     ResultLog,
     /// `journal.jsonl`, in the run directory named.
@@ -132,6 +150,7 @@ impl fmt::Display for OutputFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             OutputFile::RunDir => "create the run directory under",
+            OutputFile::ChosenRunDir => "create the run directory",
             OutputFile::ResultLog => "create the result log",
             OutputFile::Journal => "create the journal in",
             OutputFile::ScratchDir => "create a temporary directory in",
@@ -313,6 +332,24 @@ mod tests {
                     failed: 2,
                     total: 3,
                     run_dir: "batch_runs/x".into(),
+                },
+                1,
+            ),
+            (
+                Error::MergedNodesFailed {
+                    failed: 1,
+                    total: 4,
+                    dirs: "s1, s2".into(),
+                    log: None,
+                },
+                1,
+            ),
+            (
+                Error::MergedNodesFailed {
+                    failed: 1,
+                    total: 4,
+                    dirs: "s1, s2".into(),
+                    log: Some("out/batch_process_log.txt".into()),
                 },
                 1,
             ),

@@ -63,11 +63,20 @@ pub struct StepTimes {
 }
 
 impl StepTimes {
+    /// The seconds of every step reached; 0 when none was. (A float `sum` of nothing is
+    /// -0.0, which printed as `-0.0s` for skipped nodes.)
     pub fn total(&self) -> f64 {
         [self.connect, self.prepare, self.upload, self.run]
             .iter()
             .flatten()
-            .sum()
+            .fold(0.0, |total, secs| total + secs)
+    }
+
+    /// Whether any step was reached, i.e. the node was started at all.
+    pub fn started(&self) -> bool {
+        [self.connect, self.prepare, self.upload, self.run]
+            .iter()
+            .any(Option::is_some)
     }
 }
 
@@ -82,14 +91,24 @@ pub struct NodeOutcome {
     /// Where it stopped, for failures: the phase that was under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_in: Option<Phase>,
-    /// One line, secrets masked.
+    /// One line, secrets masked: the text after `Failed to process node <name>: ` in
+    /// batch_process_log.txt, so for a failed keadm command exactly keadm's line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// For a failed keadm command, the last line it printed (one line, secrets masked).
+    /// Kept apart from `error`, whose keadm line ends with the exit status, as readers
+    /// of batch_process_log.txt expect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_output: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_class: Option<FailureClass>,
     /// The keadm command's exit status, when it ran to the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<i32>,
+    /// With `--reset-first`: the exit status of `keadm reset edge --force`, when it ran to
+    /// the end. The join runs only after a reset that exited with 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_exit_status: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arch: Option<Arch>,
     pub bytes_uploaded: u64,
@@ -122,6 +141,15 @@ impl NodeOutcome {
         self.phase == Phase::Succeeded
     }
 
+    /// The error as the console shows it: keadm's line, then the last output it printed.
+    pub fn error_with_output(&self) -> Option<String> {
+        let error = self.error.as_deref()?;
+        Some(match &self.last_output {
+            Some(last) => format!("{error} (last output: {last})"),
+            None => error.to_string(),
+        })
+    }
+
     /// keadm's line in `batch_process_log.txt`.
     pub fn log_line(&self) -> String {
         match (&self.phase, &self.error) {
@@ -150,8 +178,10 @@ impl NodeOutcome {
             phase,
             failed_in: None,
             error: Some(reason.to_string()),
+            last_output: None,
             failure_class: None,
             exit_status: None,
+            reset_exit_status: None,
             arch: None,
             bytes_uploaded: 0,
             uploads_skipped: 0,
@@ -201,6 +231,13 @@ mod tests {
     }
 
     #[test]
+    fn a_node_that_never_started_took_zero_seconds_not_minus_zero() {
+        let steps = StepTimes::default();
+        assert!(!steps.started());
+        assert_eq!(format!("{:.1}", steps.total()), "0.0");
+    }
+
+    #[test]
     fn log_lines_match_keadm() {
         let mut o = NodeOutcome::not_run(
             0,
@@ -212,6 +249,17 @@ mod tests {
         assert_eq!(
             o.log_line(),
             "Failed to process node edge-1: boom | second line"
+        );
+        // The last output goes to the console and the summary, never into keadm's line.
+        o.error = Some("failed to execute keadm command x: Process exited with status 3".into());
+        o.last_output = Some("Error: boom".into());
+        assert_eq!(
+            o.log_line(),
+            "Failed to process node edge-1: failed to execute keadm command x: Process exited with status 3"
+        );
+        assert_eq!(
+            o.error_with_output().unwrap(),
+            "failed to execute keadm command x: Process exited with status 3 (last output: Error: boom)"
         );
         o.phase = Phase::Succeeded;
         assert_eq!(o.log_line(), "Successfully processed node edge-1");

@@ -79,6 +79,9 @@ pub struct NodePlan {
     pub keadm_args: KeadmCommand,
     /// `cd <dir> && ./keadm <cmd>` (with `yes |` for reset), before any sudo wrapping.
     pub command: String,
+    /// With `--reset-first` (joins only): `cd <dir> && ./keadm reset edge --force`, run
+    /// before [`NodePlan::command`], which then runs only if the reset exited with 0.
+    pub reset_command: Option<String>,
     pub deadlines: Deadlines,
     pub retries: u32,
     /// Masks this node's secrets (and `--token` values) in everything written about it.
@@ -177,7 +180,7 @@ impl StagingPlan {
 pub enum SelectionError {
     /// No nodeName matches any `--only` pattern.
     #[error(
-        "--only {} matches no nodeName in the config, so nothing was run. Check the patterns against the config's nodeName values (globs: * and ?).",
+        "--only {} matches no nodeName in the config, so nothing was run. Check the patterns against the config's nodeName values (globs: *, ?, [abc], [a-z], [!abc]).",
         .patterns.join(",")
     )]
     OnlyMatchesNothing { patterns: Vec<String> },
@@ -265,16 +268,16 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         KeadmSource::OnNode(dir) => dir.clone(),
         KeadmSource::Staged => upload_dir.clone(),
     };
-    let mut command = keadm_command(&exec_dir, &node.command);
-    if options.reset_first && node.keadm_args.is_join() {
-        // keadm's recommended clean-up of a failed join, then the join itself; a reset
-        // that finds nothing to clean must not stop the join, hence `;`.
-        command = format!(
-            "cd {} && ./keadm reset edge --force; ./keadm {}",
-            shell_quote(&exec_dir),
-            node.command
-        );
-    }
+    let command = keadm_command(&exec_dir, &node.command);
+    // keadm's recommended clean-up of a failed join, before the join itself. A join on
+    // top of a reset that failed would start from a state nobody checked, so the run
+    // stops there and reports the reset's status (remote::reset_then, docs/decisions.md).
+    let reset_command = (options.reset_first && node.keadm_args.is_join()).then(|| {
+        format!(
+            "cd {} && ./keadm reset edge --force",
+            shell_quote(&exec_dir)
+        )
+    });
     let connect = options
         .connect_timeout_seconds
         .or(node.ssh.connect_timeout_seconds)
@@ -315,6 +318,7 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         keadm_cmd: node.command.clone(),
         keadm_args: node.keadm_args.clone(),
         command,
+        reset_command,
         deadlines: Deadlines {
             connect,
             step: DEFAULT_STEP_TIMEOUT,
@@ -367,32 +371,12 @@ pub fn shard_of(name: &str, count: u64) -> u64 {
     u64::from_be_bytes(first) % count + 1
 }
 
-/// Shell-style globs: `*` any run, `?` any one character.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    let (mut pi, mut ti) = (0, 0);
-    let (mut star, mut mark) = (None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    while pi < p.len() && p[pi] == '*' {
-        pi += 1;
-    }
-    pi == p.len()
+/// Whether `name` matches the `--only` glob `pattern` (the `glob` crate's syntax: `*` any
+/// run of characters, `?` any one, `[abc]`, `[a-z]` and `[!abc]` sets; `[*]` matches a
+/// literal `*`). The command line has refused invalid patterns already; one that slipped
+/// through matches nothing.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    glob::Pattern::new(pattern).is_ok_and(|p| p.matches(name))
 }
 
 /// A plain node for unit tests elsewhere: root over the agent at 127.0.0.1:22, a staged
@@ -426,6 +410,7 @@ impl NodePlan {
             keadm_cmd: "join".into(),
             keadm_args: KeadmCommand::parse("join"),
             command: "cd /tmp/x && ./keadm join".into(),
+            reset_command: None,
             deadlines: Deadlines {
                 connect: Duration::from_secs(1),
                 step: Duration::from_secs(1),
@@ -467,6 +452,18 @@ mod tests {
         assert!(!glob_match("edge-*", "core-1"));
         assert!(glob_match("a*b*c", "aXXbYYc"));
         assert!(!glob_match("a*b*c", "aXXbYY"));
+        // Sets, ranges and negated sets, as docs/config.md and --help promise.
+        assert!(glob_match("edge-[ab]1", "edge-b1"));
+        assert!(!glob_match("edge-[ab]1", "edge-c1"));
+        assert!(glob_match("edge-[0-4]*", "edge-3x"));
+        assert!(glob_match("edge-[!0-4]", "edge-7"));
+        assert!(!glob_match("edge-[!0-4]", "edge-2"));
+        assert!(glob_match("a[*]", "a*"));
+        assert!(!glob_match("a[*]", "ab"));
+        assert!(
+            !glob_match("edge-[", "edge-["),
+            "an invalid pattern matches nothing"
+        );
     }
 
     #[test]

@@ -370,6 +370,23 @@ pub fn run_script(upload_dir: &str, index: usize, keadm_command: &str) -> String
     )
 }
 
+/// The line [`reset_then`] prints after `--reset-first`'s reset, before its status.
+const RESET_EXIT: &str = "keadm-batch: keadm reset edge --force exited with status ";
+
+/// `--reset-first`: runs `reset` (`cd <dir> && ./keadm reset edge --force`), prints its
+/// exit status on a line of its own, and runs `join` only when the reset exited with 0;
+/// otherwise the script exits with `failed_exit`.
+pub fn reset_then(reset: &str, join: &str, failed_exit: i32) -> String {
+    format!(
+        "{reset}\nkb_reset=$?\necho \"{RESET_EXIT}$kb_reset\"\n[ \"$kb_reset\" -eq 0 ] || exit {failed_exit}\n{join}"
+    )
+}
+
+/// The reset's exit status, from the line [`reset_then`] printed.
+pub fn reset_exit(line: &str) -> Option<i32> {
+    line.trim().strip_prefix(RESET_EXIT)?.parse().ok()
+}
+
 /// Kills the process group recorded by [`run_script`], only if its leader is still the
 /// process that made the record (same start time) or is gone (then no other process
 /// can hold that number while the group lives). `kill -s KILL --` is the spelling dash,
@@ -860,5 +877,28 @@ mod tests {
             !dir.path().join(".tmp1").exists(),
             "nothing moved out of the dir"
         );
+    }
+
+    /// `--reset-first`: the join runs only after a reset that exited with 0, and the
+    /// reset's status is on a line of its own either way.
+    #[test]
+    fn reset_then_stops_before_the_join_when_the_reset_fails() {
+        for (reset_status, joined, exit) in [(0, true, 0), (4, false, 202)] {
+            let script = reset_then(&format!("(exit {reset_status})"), "echo joined", 202);
+            let out = std::process::Command::new("sh")
+                .args(["-c", &script])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            let first = text.lines().next().unwrap();
+            assert_eq!(reset_exit(first), Some(reset_status), "{text}");
+            assert_eq!(text.contains("joined"), joined, "{text}");
+            assert_eq!(out.status.code(), Some(exit));
+        }
+        assert_eq!(
+            reset_exit("keadm-batch: keadm reset edge --force exited with status x"),
+            None
+        );
+        assert_eq!(reset_exit("something else"), None);
     }
 }

@@ -216,35 +216,62 @@ fn no_config_flag_is_a_usage_error() {
 
 const TWO_NODES: &str = "keadm:\n  keadmVersion: v1.23.1\nnodes:\n  - nodeName: edge-a\n    keadmCmd: join --edgenode-name=edge-a\n    ssh: {ip: 192.0.2.1, username: root, auth: {type: agent}}\n  - nodeName: core-b\n    keadmCmd: join --edgenode-name=core-b\n    ssh: {ip: 192.0.2.2, username: ops, auth: {type: agent}}\n";
 
+/// A dry run of [`TWO_NODES`] with `--only pattern`.
+fn only(pattern: &str) -> crate::common::test::Output {
+    Test::new()
+        .config(TWO_NODES)
+        .args(["batch", "-c", "config.yaml", "--dry-run", "--only", pattern])
+        .run()
+}
+
 #[test]
 fn only_selects_by_glob_and_refuses_to_select_nothing() {
-    Test::new()
-        .config(TWO_NODES)
-        .args(&[
-            "batch",
-            "-c",
-            "config.yaml",
-            "--dry-run",
-            "--only",
-            "edge-*",
-        ])
-        .run()
-        .status(0)
-        .stdout_has("1 of 2 selected")
-        .stdout_has("node 1 edge-a");
-    Test::new()
-        .config(TWO_NODES)
-        .args(&[
-            "batch",
-            "-c",
-            "config.yaml",
-            "--dry-run",
-            "--only",
-            "nothing-*",
-        ])
-        .run()
+    for pattern in ["edge-*", "[ec]*-[!b]"] {
+        only(pattern)
+            .status(0)
+            .stdout_has("1 of 2 selected")
+            .stdout_has("node 1 edge-a");
+    }
+    only("nothing-*")
         .status(2)
         .stderr_has("--only nothing-* matches no nodeName");
+    only("edge-[a")
+        .status(2)
+        .stderr_has("`edge-[a` is not a valid glob");
+}
+
+#[test]
+fn klogs_verbosity_level_and_json_without_a_summary_are_refused_clearly() {
+    Test::new()
+        .config(TWO_NODES)
+        .args(&["batch", "-c", "config.yaml", "--dry-run", "-v", "4"])
+        .run()
+        .status(2)
+        .stderr_has("keadm-batch's -v takes no level")
+        .stderr_lacks("subcommand");
+    for flag in ["--dry-run", "--preflight-only"] {
+        let out = Test::new()
+            .config(TWO_NODES)
+            .args(&["batch", "-c", "config.yaml", flag, "--output", "json"])
+            .run();
+        out.status(2).stderr_has(&format!(
+            "--output json prints a run's summary.json, which {flag} does not produce"
+        ));
+        assert_eq!(out.stdout, "");
+    }
+}
+
+#[test]
+fn a_run_dir_that_cannot_be_made_is_named() {
+    let config = "keadm:\n  keadmBinDir: /usr/local/bin\nnodes:\n  - nodeName: edge-a\n    keadmCmd: reset\n    ssh: {ip: 127.0.0.1, port: 1, username: root, auth: {type: agent}}\n";
+    let out = Test::new()
+        .config(config)
+        .file("a-file", "not a directory")
+        .args(&["batch", "-c", "config.yaml", "--run-dir", "a-file/x"])
+        .run();
+    out.status(1)
+        .stderr_has("Could not create the run directory a-file/x: ")
+        .stderr_lacks("under");
 }
 
 #[test]
@@ -365,10 +392,28 @@ fn completions_and_man_page_cover_every_flag() {
     let out = Test::new().args(&["man"]).run();
     out.status(0);
     assert!(out.stdout.contains(".TH keadm-batch 1"));
-    assert!(
-        out.stdout.contains("retry\\-failed"),
-        "the man page documents batch's flags"
+    assert_eq!(
+        out.stdout.matches(".TH ").count(),
+        1,
+        "one complete page, not several pages glued together"
     );
+    for flag in ["retry\\-failed", "\\-\\-force", "\\-\\-into"] {
+        assert!(
+            out.stdout.contains(flag),
+            "the man page documents {flag} itself"
+        );
+    }
+    assert!(
+        !out.stdout.contains("keadm\\-batch\\-batch(1)") && !out.stdout.contains("(1)\n"),
+        "the page refers to no other page: nobody generates them"
+    );
+    assert!(out.stdout.contains(".SH \"EXIT STATUS\""));
+    for code in ["0", "1", "2", "3", "130"] {
+        assert!(
+            out.stdout.contains(&format!(".TP\n\\fB{code}\\fR\n")),
+            "exit status {code}"
+        );
+    }
     Test::new().args(&["completions", "tcsh"]).run().status(2);
 }
 
@@ -660,4 +705,46 @@ fn max_package_bytes_shows_in_the_plan() {
         .run()
         .status(2)
         .stderr_has("`MB` is not a size unit");
+}
+
+/// A dry run reads every local input staging will read (offline mode), and fails as the
+/// run would, with exit 3, without a staging dir or any result file left behind.
+#[test]
+fn a_dry_run_checks_the_offline_packages_staging_will_read() {
+    let offline = "  download:\n    enable: false\n  offlinePackageDir: packages\n";
+    let dry = |test: Test, keadm: &str| {
+        let out = test
+            .config(&staging_config(keadm))
+            .args(&staging_args())
+            .arg("--dry-run")
+            .run();
+        assert!(!out.path("staging").exists(), "the dry run staged nothing");
+        assert!(!out.path("batch_process_log.txt").exists());
+        out
+    };
+    // No package at all.
+    dry(Test::new(), offline)
+        .status(3)
+        .stderr_has("packages/amd64/keadm-v1.23.1-linux-amd64.tar.gz");
+    // A checksum file that does not match the package.
+    let test = Test::new();
+    FakeRelease::new(VERSION, "amd64").write_offline(
+        &test.path().join("packages"),
+        ChecksumFile::Holding(WRONG_DIGEST),
+    );
+    let out = dry(test, offline);
+    out.status(3).stderr_has(WRONG_DIGEST);
+    assert_eq!(out.stdout, "", "no plan for a config whose staging fails");
+    // A pin the package does not match.
+    let (test, built) = offline_package(Test::new());
+    dry(test, &OFFLINE.replace("PIN", WRONG_DIGEST))
+        .status(3)
+        .stderr_has(&built.sha512);
+    // A good package passes, and the plan is printed.
+    let test = Test::new();
+    FakeRelease::new(VERSION, "amd64")
+        .write_offline(&test.path().join("packages"), ChecksumFile::Matching);
+    dry(test, offline)
+        .status(0)
+        .stdout_has("Plan for config.yaml");
 }

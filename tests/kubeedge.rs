@@ -181,13 +181,27 @@ fn strict_pre_flight_skips_a_node_untouched_and_warn_goes_on() {
     );
 
     let warn = Scenario::new(&fleet).cmd(&cmd).preflight("warn");
-    let out = warn.run(&[]);
+    let out = warn.run(&["-v"]);
     out.status(0);
     assert!(
         out.stderr
             .contains("edge-01: pre-flight: edgecore is already running"),
         "{}",
         out.stderr
+    );
+    // Once, as a warning: -v does not repeat it as an info line.
+    assert_eq!(
+        out.stderr
+            .matches("pre-flight: edgecore is already running")
+            .count(),
+        1,
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.transcript(1)
+            .contains("pre-flight: edgecore is already running"),
+        "the transcript keeps it"
     );
 }
 
@@ -288,6 +302,49 @@ fn failures_are_classified_and_retried_by_class_with_reset_first() {
         assert_eq!(args, ["join", "reset", "join"], "node {i}");
         assert_eq!(calls[1].args, ["reset", "edge", "--force"]);
     }
+}
+
+#[test]
+fn reset_first_reports_the_resets_status_and_stops_before_the_join_when_it_fails() {
+    let fleet = Fleet::builder().nodes(2).start();
+    // On node 1 the reset fails; node 0 resets cleanly.
+    let failing_reset = "if [ \"$1\" = reset ] && [ -e /tmp/reset-breaks ]; then echo 'Error: failed to stop edgecore' >&2; exit 4; fi";
+    std::fs::write(fleet.node(1).tmp_path("reset-breaks"), "").unwrap();
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().runs(failing_reset));
+    let out = sc.run(&["--reset-first"]);
+    out.status(1);
+    let summary = out.summary();
+    assert_eq!(summary["nodes"][0]["phase"], "succeeded");
+    assert_eq!(summary["nodes"][0]["reset_exit_status"], 0);
+    let calls = fake_keadm::calls(&remote_keadm(fleet.node(0)));
+    let args: Vec<&str> = calls.iter().map(|c| c.args[0].as_str()).collect();
+    assert_eq!(args, ["reset", "join"]);
+
+    assert_eq!(summary["nodes"][1]["phase"], "failed");
+    assert_eq!(summary["nodes"][1]["reset_exit_status"], 4);
+    assert!(
+        summary["nodes"][1].get("exit_status").is_none(),
+        "the join never ran"
+    );
+    assert_eq!(
+        summary["nodes"][1]["last_output"],
+        "Error: failed to stop edgecore"
+    );
+    out.log_has("Failed to process node edge-01: failed to execute keadm command cd /tmp/kubeedge/keadm && ./keadm reset edge --force: Process exited with status 4");
+    let calls = fake_keadm::calls(&remote_keadm(fleet.node(1)));
+    let args: Vec<&str> = calls.iter().map(|c| c.args[0].as_str()).collect();
+    assert_eq!(args, ["reset"], "no join after a failed reset");
+    let transcript = out.transcript(1);
+    assert!(
+        transcript.contains("keadm-batch: keadm reset edge --force exited with status 4")
+            && transcript.contains("so the join was not run"),
+        "{transcript}"
+    );
+    assert!(
+        out.transcript(0)
+            .contains("keadm-batch: keadm reset edge --force exited with status 0"),
+        "the reset's status is in every transcript"
+    );
 }
 
 #[test]

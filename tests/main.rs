@@ -6,6 +6,7 @@ mod common;
 mod airgap;
 mod bundle;
 mod cli;
+mod docs;
 mod faults;
 mod fuzz_regressions;
 mod kubeedge;

@@ -93,23 +93,42 @@ fn a_failed_canary_holds_back_the_rest() {
     let sc = Scenario::new(&fleet);
     let out = sc.run(&["--canary", "1"]);
     out.status(1);
+    // The header says how the canary runs, not "4 at once".
+    out.stderr_has(
+        "Processing 4 nodes (first 1 as a canary, 1 at once; then the other 3, 3 at once)",
+    );
     let lines = out.log_lines();
     assert!(
         lines[0].starts_with("Failed to process node edge-00: The upload directory"),
         "{lines:?}"
     );
+    assert_eq!(out.summary()["nodes"][0]["failure_class"], "upload");
     for line in &lines[1..] {
         assert!(line.contains("canary node(s) did not succeed"), "{line}");
     }
+    // Nodes that never started show no duration, and never `-0.0s`.
+    out.stderr_lacks("-0.0s");
+    out.stderr_has("SKIPPED edge-01 (");
     for i in 1..4 {
         assert!(
             !remote_keadm(fleet.node(i)).exists(),
             "node {i} was not touched"
         );
     }
-    // A good canary lets the rest go.
+    // A good canary lets the rest go; with -q the run still ends with its one-line result.
     repair_node(&fleet, 0);
-    sc.run(&["--canary", "1"]).status(0);
+    let out = sc.run(&["--canary", "1", "-q"]);
+    out.status(0);
+    assert_eq!(
+        out.stderr.trim_end(),
+        format!(
+            "4 of 4 selected nodes succeeded. See batch_process_log.txt and {}.",
+            std::fs::canonicalize(sc.path("batch_runs/latest"))
+                .unwrap()
+                .display()
+        ),
+        "-q prints the result and nothing else"
+    );
 }
 
 fn wait_for_starts(fleet: &Fleet, count: usize, within: Duration) {

@@ -106,6 +106,11 @@ fn wrong_password_fails_without_retry() {
         1,
         "auth failures are not retried"
     );
+    // keadm-batch's own class, with its own fix in the recap, not edgecore's journal.
+    assert_eq!(out.summary()["nodes"][0]["failure_class"], "auth");
+    out.stderr_has("SSH login rejected [auth]: 1 node(s): edge-00")
+        .stderr_has("--retry-failed --class auth")
+        .stderr_lacks("journalctl");
     assert!(!remote_keadm(fleet.node(0)).exists());
 }
 
@@ -134,6 +139,11 @@ fn refused_port_is_retried_then_reported() {
     assert!(line.contains("after 2 attempts"), "{line}");
     assert_eq!(out.summary()["nodes"][0]["connect_attempts"], 2);
     assert!(out.transcript(0).contains("Attempt 1 of 2 failed."));
+    assert_eq!(out.summary()["nodes"][0]["failure_class"], "unreachable");
+    out.stderr_has("Node unreachable over SSH [unreachable]: 1 node(s): edge-00");
+    // The class is one --retry-failed --class can pick.
+    let retry = sc.run(&["--retry-failed", "--class", "unreachable", "--dry-run"]);
+    retry.status(0).stdout_has("node 1 edge-00");
 }
 
 #[test]
@@ -192,11 +202,29 @@ fn keadm_failure_puts_its_exit_status_in_the_log() {
     let out = sc.run(&[]);
     out.status(1);
     let line = out.log_line_starting("Failed to process node edge-01: ");
+    // keadm's line exactly: a parser anchored on `status N` at the end of it works.
     assert_eq!(
         line,
-        "Failed to process node edge-01: failed to execute keadm command cd /tmp/kubeedge/keadm && ./keadm join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-01 --token=***: Process exited with status 3 (last output: Error: EdgeCore is already running on this node)"
+        "Failed to process node edge-01: failed to execute keadm command cd /tmp/kubeedge/keadm && ./keadm join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-01 --token=***: Process exited with status 3"
     );
-    assert_eq!(out.summary()["nodes"][1]["exit_status"], 3);
+    assert!(line.ends_with("status 3"));
+    // What keadm printed last is kept everywhere else.
+    let node = &out.summary()["nodes"][1];
+    assert_eq!(node["exit_status"], 3);
+    assert_eq!(
+        node["last_output"],
+        "Error: EdgeCore is already running on this node"
+    );
+    let journal = std::fs::read_to_string(out.latest_run().join("journal.jsonl")).unwrap();
+    assert!(
+        journal.contains(r#""last_output":"Error: EdgeCore is already running on this node""#),
+        "{journal}"
+    );
+    out.stderr_has("Process exited with status 3 (last output: Error: EdgeCore is already running on this node)");
+    assert!(
+        out.transcript(1)
+            .contains("Error: EdgeCore is already running on this node")
+    );
     assert!(
         out.stderr.contains("2 of 2 selected nodes did not succeed"),
         "{}",

@@ -63,6 +63,12 @@ fn four_shards_merge_into_exactly_one_run() {
         .unwrap();
         per_shard.push(names(&summary));
     }
+    // Shard runs placed with --run-dir leave batch_runs/latest alone (docs/summary.md):
+    // on a shared directory they would otherwise race for it.
+    assert!(
+        !sc.path("batch_runs").exists(),
+        "--run-dir runs created batch_runs/latest"
+    );
     // The shards are disjoint on the fleet itself: keadm ran once on every node.
     for i in 0..NODES {
         assert_eq!(

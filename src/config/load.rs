@@ -59,12 +59,25 @@ const PRIVATE_KEY_KEYS: &[&str] = &["privateKeyPath", "passphrase", "passphraseE
 /// reading at once; type errors and warnings are all collected into `diags`.
 /// `Ok(None)` is an empty or null document.
 pub fn read(text: &str, diags: &mut Vec<Diagnostic>) -> Result<Option<RawConfig>, Diagnostic> {
-    let (root, tree_warnings) = yaml::parse(text).map_err(|err| Diagnostic {
-        severity: Severity::Error,
-        pos: Some(err.pos),
-        subject: None,
-        message: format!("the file is not valid YAML: {}", err.message),
-        fix: Some("correct the YAML syntax at that line (indentation and `:` are the usual suspects); a value starting with `{{` must be quoted".into()),
+    let (root, tree_warnings) = yaml::parse(text).map_err(|err| match err.kind {
+        yaml::SyntaxKind::Invalid => Diagnostic {
+            severity: Severity::Error,
+            pos: Some(err.pos),
+            subject: None,
+            message: format!("the file is not valid YAML: {}", err.message),
+            fix: Some("correct the YAML syntax at that line (indentation and `:` are the usual suspects); a value starting with `{{` must be quoted".into()),
+        },
+        // Valid YAML, but an alias bomb: the indentation advice would mislead.
+        yaml::SyntaxKind::TooManyValues => Diagnostic {
+            severity: Severity::Error,
+            pos: Some(err.pos),
+            subject: None,
+            message: format!(
+                "the file is refused because {}, which is far more than any fleet needs and would exhaust memory (an alias bomb)",
+                err.message
+            ),
+            fix: Some("write the values out, or use fewer aliases that refer to other aliases; a config needs aliases only to share blocks such as ssh".into()),
+        },
     })?;
     for w in tree_warnings {
         diags.push(Diagnostic::warning(Some(w.pos), None, w.message, None));
@@ -676,6 +689,25 @@ mod tests {
         let mut diags = Vec::new();
         let config = read(text, &mut diags).unwrap().unwrap();
         (config, diags)
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_as_what_it_is() {
+        let err = read(&yaml::tests::alias_bomb(), &mut Vec::new()).unwrap_err();
+        let shown = err.render(std::path::Path::new("c.yaml"));
+        assert!(
+            shown.contains("is refused because the document expands to more than 2000000 values through aliases")
+                && shown.contains("(an alias bomb)")
+                && shown.contains("write the values out"),
+            "{shown}"
+        );
+        assert!(!shown.contains("indentation"), "{shown}");
+        let err = read("a: [1\n", &mut Vec::new()).unwrap_err();
+        assert!(
+            err.render(std::path::Path::new("c.yaml"))
+                .contains("indentation"),
+            "plain syntax errors keep their advice"
+        );
     }
 
     #[test]

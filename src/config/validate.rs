@@ -92,9 +92,25 @@ fn max_run_num(v: &mut Validator, field: &Option<Spanned<i64>>) -> usize {
             );
             DEFAULT_MAX_RUN_NUM
         }
-        Some(n) => n.value.min(10_000) as usize,
+        Some(n) if n.value > MAX_RUN_NUM as i64 => {
+            v.warn(
+                Some(n.pos),
+                None,
+                format!(
+                    "maxRunNum is {}, more than the {MAX_RUN_NUM} nodes keadm-batch processes at once; it is capped at {MAX_RUN_NUM}",
+                    n.value
+                ),
+                Some(format!("set maxRunNum to {MAX_RUN_NUM} or less")),
+            );
+            MAX_RUN_NUM
+        }
+        Some(n) => n.value as usize,
     }
 }
+
+/// The most nodes processed at once: each worker is a thread with its own connection,
+/// and `--max-run-num` takes 1 to this.
+const MAX_RUN_NUM: usize = 10_000;
 
 /// Whether some node has no keadmBinDir (its own or the global one), so a keadm binary
 /// must be staged for it (keadm's rule).
@@ -119,7 +135,11 @@ mod tests {
     pub(super) struct FakeEnv;
     impl Environment for FakeEnv {
         fn var(&self, name: &str) -> Option<String> {
-            (name == "PW").then(|| "from-env".to_string())
+            match name {
+                "PW" => Some("from-env".to_string()),
+                "EMPTY_PW" => Some(String::new()),
+                _ => None,
+            }
         }
         fn home(&self) -> Option<PathBuf> {
             Some(PathBuf::from("/home/op"))
@@ -161,6 +181,19 @@ mod tests {
             AuthSpec::Password(Secret::new("from-env"))
         );
         assert_eq!(config.nodes[0].secrets, vec![Secret::new("from-env")]);
+    }
+
+    #[test]
+    fn max_run_num_above_the_cap_is_capped_with_a_warning() {
+        let (config, diags) = check(&format!("{GOOD}maxRunNum: 20000\n"));
+        assert_eq!(config.unwrap().max_run_num, 10_000);
+        assert_eq!(
+            rendered(&diags),
+            "c.yaml:16:12: maxRunNum is 20000, more than the 10000 nodes keadm-batch processes at once; it is capped at 10000; set maxRunNum to 10000 or less."
+        );
+        let (config, diags) = check(&format!("{GOOD}maxRunNum: 10000\n"));
+        assert_eq!(config.unwrap().max_run_num, 10_000);
+        assert!(diags.is_empty(), "{diags:?}");
     }
 
     #[test]

@@ -165,8 +165,11 @@ mod tests {
         }
         assert_eq!(
             seen.len(),
-            FailureClass::ALL.len(),
-            "a fixture per class: {seen:?}"
+            FailureClass::ALL
+                .iter()
+                .filter(|c| c.read_from_output())
+                .count(),
+            "a fixture per class read from keadm's output: {seen:?}"
         );
     }
 

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::{Run, StepError};
+use super::{Run, StepError, transport_class};
 use crate::backoff::backoff;
 use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
 use crate::outcome::Phase;
@@ -93,10 +93,12 @@ impl Run<'_, '_> {
                         } else {
                             String::new()
                         };
-                        return Err(StepError::new(
+                        let mut error = StepError::new(
                             Phase::Connecting,
                             format!("Cannot connect to node {}{tries}. {err}", node.name),
-                        ));
+                        );
+                        error.class = transport_class(&err);
+                        return Err(error);
                     }
                 }
             }

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::arch::Arch;
 use crate::cancel::Cancel;
+use crate::diagnosis::FailureClass;
 use crate::kubeedge::classify;
 use crate::options::PreflightMode;
 use crate::outcome::{NodeOutcome, Phase, PreflightFinding, ProbeError, StepTimes, now};
@@ -71,21 +72,46 @@ struct StepError {
     /// Ctrl-C) or Skipped (strict pre-flight left it untouched).
     ending: Phase,
     exit_status: Option<i32>,
+    /// keadm-batch's own failure class (it could not connect, log in, upload...); `None`
+    /// when keadm ran and its output decides the class.
+    class: Option<FailureClass>,
+    /// For a failed keadm command, the last line it printed: shown beside keadm's line,
+    /// never inside it.
+    last_output: Option<String>,
 }
 
 impl StepError {
+    /// A failure of `phase`. An upload's failure is of class `upload`; other phases
+    /// set their class with [`StepError::class`].
     fn new(phase: Phase, message: impl Into<String>) -> StepError {
         StepError {
             phase,
             message: message.into(),
             ending: Phase::Failed,
             exit_status: None,
+            class: (phase == Phase::Uploading).then_some(FailureClass::Upload),
+            last_output: None,
+        }
+    }
+
+    fn class(self, class: FailureClass) -> StepError {
+        StepError {
+            class: Some(class),
+            ..self
         }
     }
 
     /// The error of a transport call made during `phase`: `context`, a sentence saying
     /// what could not be done, then the transport's own sentences saying why.
     fn transport(phase: Phase, context: String, err: TransportError) -> StepError {
+        let class = match phase {
+            // keadm ran (or was about to): its output decides.
+            Phase::Running => None,
+            Phase::Uploading if !matches!(err, TransportError::Aborted { .. }) => {
+                Some(FailureClass::Upload)
+            }
+            _ => transport_class(&err),
+        };
         StepError {
             phase,
             ending: match err {
@@ -95,8 +121,37 @@ impl StepError {
             },
             message: format!("{context} {err}"),
             exit_status: None,
+            class,
+            last_output: None,
         }
     }
+}
+
+/// The class of a connection or command that failed before keadm ran; `None` for the
+/// operator's abort, which is no failure of the node.
+fn transport_class(err: &TransportError) -> Option<FailureClass> {
+    Some(match err {
+        TransportError::Aborted { .. } | TransportError::OutputWrite { .. } => return None,
+        TransportError::Jump { source, .. } => return transport_class(source),
+        TransportError::AuthRejected { .. } | TransportError::AuthSetup { .. } => {
+            FailureClass::Auth
+        }
+        TransportError::HostKeyChanged { .. }
+        | TransportError::HostKeyUnknown { .. }
+        | TransportError::HostKeyRevoked { .. }
+        | TransportError::HostKeyNotVerifiable { .. }
+        | TransportError::KnownHosts { .. } => FailureClass::HostKey,
+        TransportError::LocalRead { .. } => FailureClass::Upload,
+        // Refused, unresolvable, silent, a failed handshake, a lost connection, a step
+        // past its deadline: the node could not be reached (or stopped answering).
+        TransportError::Resolve { .. }
+        | TransportError::Refused { .. }
+        | TransportError::Connect { .. }
+        | TransportError::ConnectTimeout { .. }
+        | TransportError::Handshake { .. }
+        | TransportError::Session { .. }
+        | TransportError::Timeout { .. } => FailureClass::Unreachable,
+    })
 }
 
 /// One node's pipeline while it runs: what it has learned and counted so far.
@@ -110,6 +165,8 @@ struct Run<'a, 'c> {
     uploads_skipped: u32,
     connect_attempts: u32,
     findings: Vec<PreflightFinding>,
+    /// With `--reset-first`, how `keadm reset edge --force` ended.
+    reset_exit_status: Option<i32>,
 }
 
 /// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
@@ -146,29 +203,33 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         });
     let mut run = Run::new(node, ctx, transcript);
     let result = run.all_steps();
+    let mut own_class = None;
+    let mut last_output = None;
     let (phase, failed_in, error, exit_status) = match result {
         Ok(()) => (Phase::Succeeded, None, None, Some(0)),
         Err(e) => {
             let phase = e.ending;
             run.transcript
                 .note(&format!("{}: {}", phase.as_str(), e.message));
-            (
-                phase,
-                Some(e.phase),
-                // Defence in depth: whatever path node text took into the message, it
-                // reaches the console and the log only with control characters escaped.
-                Some(crate::node_text::escape_controls(
-                    &node.redactor.redact(&e.message),
-                )),
-                e.exit_status,
-            )
+            own_class = e.class;
+            // Defence in depth: whatever path node text took into a message, it reaches
+            // the console and the log only with control characters escaped.
+            let clean = |text: &str| crate::node_text::escape_controls(&node.redactor.redact(text));
+            last_output = e.last_output.as_deref().map(clean);
+            (phase, Some(e.phase), Some(clean(&e.message)), e.exit_status)
         }
     };
-    // Why a join failed, read from what keadm (and edgecore) printed.
-    let classifiable = matches!(phase, Phase::Failed | Phase::TimedOut)
-        && (node.keadm_args.is_join() || failed_in == Some(Phase::Running));
-    let failure_class = classifiable
-        .then(|| classify::classify(&run.transcript.tail(80), phase == Phase::TimedOut));
+    // Why the node failed: keadm-batch's own class when it never got keadm to run (or to
+    // the end of its upload), else read from what keadm (and edgecore) printed.
+    let failure_class = if matches!(phase, Phase::Failed | Phase::TimedOut) {
+        let keadm_decides = node.keadm_args.is_join() || failed_in == Some(Phase::Running);
+        own_class.or_else(|| {
+            keadm_decides
+                .then(|| classify::classify(&run.transcript.tail(80), phase == Phase::TimedOut))
+        })
+    } else {
+        None
+    };
     if let Some(class) = &failure_class {
         run.transcript.note(&format!("failure class: {class}"));
     }
@@ -181,9 +242,11 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         phase,
         failed_in,
         error,
+        last_output,
         failure_class,
         preflight: std::mem::take(&mut run.findings),
         exit_status,
+        reset_exit_status: run.reset_exit_status,
         arch: run.arch,
         bytes_uploaded: run.bytes_uploaded,
         uploads_skipped: run.uploads_skipped,
@@ -207,6 +270,7 @@ impl<'a, 'c> Run<'a, 'c> {
             uploads_skipped: 0,
             connect_attempts: 0,
             findings: Vec::new(),
+            reset_exit_status: None,
         }
     }
 

@@ -9,6 +9,7 @@ use super::privilege::{exec_probing_sudo, password_of};
 use super::upload::tarball_may_pay_off;
 use super::{Run, StepError};
 use crate::arch::Arch;
+use crate::diagnosis::FailureClass;
 use crate::kubeedge::{Finding, FindingId, images, preflight};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
 use crate::options::PreflightMode;
@@ -59,12 +60,14 @@ impl Run<'_, '_> {
                 findings.insert(at, finding);
             }
             for finding in &findings {
-                run.transcript.note(&format!(
-                    "pre-flight: {finding}; {}",
-                    finding.suggested_action()
-                ));
+                let note = format!("pre-flight: {finding}; {}", finding.suggested_action());
+                // Under warn the console gets the finding as a warning, so the note
+                // stays out of -v's info lines: one line per finding, not two.
                 if run.ctx.preflight == PreflightMode::Warn {
                     log::warn!("{}: pre-flight: {finding}", node.name);
+                    run.transcript.note_unlogged(&note);
+                } else {
+                    run.transcript.note(&note);
                 }
             }
             run.findings = findings
@@ -90,6 +93,8 @@ impl Run<'_, '_> {
                     ),
                     ending: Phase::Skipped,
                     exit_status: None,
+                    class: None,
+                    last_output: None,
                 });
             }
             Ok(())
@@ -194,11 +199,13 @@ impl Run<'_, '_> {
                         "Sudo on node {} needs a password, but {} logs in without one. Give {} passwordless sudo on the node, or log in with a password.",
                         node.name, node.ssh.username, node.ssh.username
                     ),
-                ));
+                )
+                .class(FailureClass::Sudo));
             }
             if let Some(problem) = &facts.dir_problem {
-                let hint = if text.contains("incorrect password") || text.contains("Sorry, try again")
-                {
+                let sudo_refused =
+                    text.contains("incorrect password") || text.contains("Sorry, try again");
+                let hint = if sudo_refused {
                     " (sudo rejected the login password)"
                 } else {
                     ""
@@ -215,7 +222,12 @@ impl Run<'_, '_> {
                         node.upload_dir,
                         problem.trim_end_matches('.')
                     ),
-                ));
+                )
+                .class(if sudo_refused {
+                    FailureClass::Sudo
+                } else {
+                    FailureClass::Upload
+                }));
             }
             run.transcript.note(&format!(
                 "prepared {} ({}), uname -m: {}",

@@ -21,6 +21,10 @@ const RECEIVE_FAILED: i32 = 201;
 /// The exit status of the run's script when moving the uploads into place failed.
 const FINALIZE_FAILED: i32 = 125;
 
+/// The exit status of the run's script when `--reset-first`'s reset failed, so the join
+/// did not run (the reset's own status is in the line [`remote::reset_exit`] reads).
+const RESET_FAILED: i32 = 202;
+
 /// Counts the bytes read through it.
 struct Counting<'a, R> {
     inner: R,
@@ -57,11 +61,11 @@ impl Run<'_, '_> {
                 script.push_str(&remote::finalize_script(&node.upload_dir, moves));
                 script.push_str(&format!(" || exit {FINALIZE_FAILED}\n"));
             }
-            script.push_str(&remote::run_script(
-                &node.upload_dir,
-                node.index,
-                &node.command,
-            ));
+            let command = match &node.reset_command {
+                Some(reset) => remote::reset_then(reset, &node.command, RESET_FAILED),
+                None => node.command.clone(),
+            };
+            script.push_str(&remote::run_script(&node.upload_dir, node.index, &command));
             run.transcript
                 .note(&format!("running: {}", node.redactor.redact(&node.command)));
             let mut deadline = Instant::now() + node.deadlines.command;
@@ -132,6 +136,9 @@ impl Run<'_, '_> {
         privilege: Privilege,
     ) -> Result<(), StepError> {
         let node = self.node;
+        if let Some(reset) = &node.reset_command {
+            self.reset_ended(reset, &result)?;
+        }
         match result {
             Ok(RemoteExit::Code(0)) => {
                 self.transcript.note("keadm exited with status 0");
@@ -142,24 +149,20 @@ impl Run<'_, '_> {
                     RemoteExit::Code(c) => Some(*c),
                     RemoteExit::Signal(_) => None,
                 };
-                let last = self.transcript.tail(1).pop();
-                let detail = last
-                    .map(|l| format!(" (last output: {})", one_line(&l, 200)))
-                    .unwrap_or_default();
                 let status = match &exit {
                     RemoteExit::Code(c) => format!("Process exited with status {c}"),
                     RemoteExit::Signal(s) => format!("Process exited from signal {s}"),
                 };
-                // keadm's own line (`failed to execute keadm command %s: %v`): readers of
-                // batch_process_log.txt match on it.
+                // keadm's own line (`failed to execute keadm command %s: %v`), exactly:
+                // readers of batch_process_log.txt match on it, up to the status at its
+                // end. What keadm printed last goes beside it, not into it.
                 Err(StepError {
                     phase: Phase::Running,
-                    message: format!(
-                        "failed to execute keadm command {}: {status}{detail}",
-                        node.command
-                    ),
+                    message: format!("failed to execute keadm command {}: {status}", node.command),
                     ending: Phase::Failed,
                     exit_status: code,
+                    class: None,
+                    last_output: self.transcript.tail(1).pop().map(|l| one_line(&l, 200)),
                 })
             }
             Err(TransportError::Timeout { .. }) => {
@@ -180,6 +183,8 @@ impl Run<'_, '_> {
                     ),
                     ending: Phase::TimedOut,
                     exit_status: None,
+                    class: None,
+                    last_output: None,
                 })
             }
             Err(TransportError::Aborted { .. }) => {
@@ -197,6 +202,8 @@ impl Run<'_, '_> {
                     ),
                     ending: Phase::Interrupted,
                     exit_status: None,
+                    class: None,
+                    last_output: None,
                 })
             }
             // keadm's own line for any failed run, whatever the error says after it.
@@ -204,6 +211,49 @@ impl Run<'_, '_> {
                 Phase::Running,
                 format!("failed to execute keadm command {}: {e}", node.command),
             )),
+        }
+    }
+
+    /// With `--reset-first`: records how the reset ended, and fails the node with keadm's
+    /// line for the reset when it failed (the script then stopped before the join).
+    fn reset_ended(
+        &mut self,
+        reset: &str,
+        result: &Result<RemoteExit, TransportError>,
+    ) -> Result<(), StepError> {
+        let tail = self.transcript.tail(usize::MAX);
+        let marker = tail.iter().rposition(|l| remote::reset_exit(l).is_some());
+        let status = marker.and_then(|i| remote::reset_exit(&tail[i]));
+        self.reset_exit_status = match (status, result) {
+            (Some(status), _) => Some(status),
+            // The marker scrolled out of the tail: the join ran, so the reset exited 0.
+            (None, Ok(RemoteExit::Code(code))) if *code != RESET_FAILED => Some(0),
+            (None, _) => None,
+        };
+        match (status, result) {
+            (Some(status), Ok(RemoteExit::Code(RESET_FAILED))) if status != 0 => {
+                self.transcript.note(&format!(
+                    "keadm reset edge --force exited with status {status}, so the join was not run"
+                ));
+                Err(StepError {
+                    phase: Phase::Running,
+                    message: format!(
+                        "failed to execute keadm command {reset}: Process exited with status {status}"
+                    ),
+                    ending: Phase::Failed,
+                    exit_status: None,
+                    class: None,
+                    // The script ended right after the reset, so its last line other
+                    // than ours is the reset's (stdout and stderr may arrive in either
+                    // order, so ours is not always last).
+                    last_output: tail
+                        .iter()
+                        .rev()
+                        .find(|l| remote::reset_exit(l).is_none())
+                        .map(|l| one_line(l, 200)),
+                })
+            }
+            _ => Ok(()),
         }
     }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::privilege::{exec_as, password_of};
 use super::{Run, StepError};
 use crate::arch::Arch;
+use crate::diagnosis::FailureClass;
 use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
 use crate::plan::KeadmSource;
@@ -137,10 +138,11 @@ impl Run<'_, '_> {
             let arch = self.node_arch(facts)?;
             let stager = self.ctx.stager.ok_or_else(|| {
                 StepError::new(Phase::Preparing, "No keadm binary was staged for this run.")
+                    .class(FailureClass::Arch)
             })?;
-            let staged = stager
-                .for_node(arch)
-                .map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
+            let staged = stager.for_node(arch).map_err(|e| {
+                StepError::new(Phase::Preparing, e.to_string()).class(FailureClass::Arch)
+            })?;
             uploads.push(Upload {
                 local: staged.binary.clone(),
                 name: "keadm".into(),
@@ -157,8 +159,9 @@ impl Run<'_, '_> {
     /// The node's arch, from the `uname -m` the prepare step learned.
     pub(super) fn node_arch(&mut self, facts: &NodeFacts) -> Result<Arch, StepError> {
         let machine = facts.machine.clone().unwrap_or_default();
-        let arch = Arch::from_uname(&machine)
-            .map_err(|e| StepError::new(Phase::Preparing, e.to_string()))?;
+        let arch = Arch::from_uname(&machine).map_err(|e| {
+            StepError::new(Phase::Preparing, e.to_string()).class(FailureClass::Arch)
+        })?;
         self.arch = Some(arch);
         Ok(arch)
     }

@@ -10,13 +10,31 @@ use crate::outcome::{NodeOutcome, Phase};
 use super::summary::Totals;
 
 /// The line before the first node starts: `Processing 20 nodes of shard 2/4 (...) (5 at
-/// once); transcripts in batch_runs/<id>`.
-pub fn banner(nodes: usize, shard: Option<Shard>, max_run_num: usize, run_dir: &Path) -> String {
+/// once); transcripts in batch_runs/<id>`. With `--canary N`, it says that the first N run
+/// alone before the rest: `Processing 20 nodes (first 2 as a canary, 2 at once; then the
+/// other 18, 5 at once); ...`.
+pub fn banner(
+    nodes: usize,
+    shard: Option<Shard>,
+    max_run_num: usize,
+    canary: Option<usize>,
+    run_dir: &Path,
+) -> String {
+    let at_once = |count: usize| max_run_num.min(count.max(1));
+    let pace = match canary.map(|c| c.min(nodes)) {
+        Some(first) if first > 0 && first < nodes => format!(
+            "first {first} as a canary, {} at once; then the other {}, {} at once",
+            at_once(first),
+            nodes - first,
+            at_once(nodes - first)
+        ),
+        Some(first) if first > 0 => format!("all as a canary, {} at once", at_once(first)),
+        _ => format!("{} at once", at_once(nodes)),
+    };
     format!(
-        "Processing {nodes} node{}{} ({} at once); transcripts in {}",
+        "Processing {nodes} node{}{} ({pace}); transcripts in {}",
         if nodes == 1 { "" } else { "s" },
         shard.map(|s| format!(" of shard {s}")).unwrap_or_default(),
-        max_run_num.min(nodes.max(1)),
         run_dir.display()
     )
 }
@@ -34,10 +52,15 @@ pub fn node_line(o: &NodeOutcome, done: usize, total: usize) -> String {
         _ => "?",
     };
     let mut line = format!(
-        "[{done:>width$}/{total}] {status:<7} {} ({}) {secs:.1}s",
+        "[{done:>width$}/{total}] {status:<7} {} ({})",
         o.name, o.address
     );
-    if let Some(error) = &o.error
+    // A node that never started (skipped, or not started before an interrupt) took no
+    // time, and its line says so by showing none.
+    if o.steps.started() {
+        let _ = write!(line, " {secs:.1}s");
+    }
+    if let Some(error) = o.error_with_output()
         && !o.succeeded()
     {
         let _ = write!(line, ": {error}");
@@ -69,7 +92,7 @@ pub fn render(outcomes: &[NodeOutcome], run_dir: &Path, log_path: &Path, wall_se
                 "  {:<24} {:<11} {}",
                 o.name,
                 o.phase.as_str(),
-                o.error.as_deref().unwrap_or("")
+                o.error_with_output().unwrap_or_default()
             );
         }
         if failed.len() > 50 {
@@ -141,4 +164,65 @@ pub fn render(outcomes: &[NodeOutcome], run_dir: &Path, log_path: &Path, wall_se
         run_dir.display()
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_banner_says_how_a_canary_runs() {
+        let dir = Path::new("batch_runs/x");
+        assert_eq!(
+            banner(20, None, 5, None, dir),
+            "Processing 20 nodes (5 at once); transcripts in batch_runs/x"
+        );
+        assert_eq!(
+            banner(20, None, 5, Some(2), dir),
+            "Processing 20 nodes (first 2 as a canary, 2 at once; then the other 18, 5 at once); transcripts in batch_runs/x"
+        );
+        assert_eq!(
+            banner(1, None, 5, Some(3), dir),
+            "Processing 1 node (all as a canary, 1 at once); transcripts in batch_runs/x"
+        );
+    }
+
+    #[test]
+    fn a_node_that_never_started_shows_no_duration_and_a_failure_its_last_output() {
+        let skipped = NodeOutcome::not_run(
+            1,
+            "edge-1",
+            "10.0.0.1:22",
+            Phase::Skipped,
+            "skipped: not started",
+        );
+        assert_eq!(
+            node_line(&skipped, 2, 2),
+            "[2/2] SKIPPED edge-1 (10.0.0.1:22): skipped: not started"
+        );
+        let mut failed = NodeOutcome::not_run(
+            0,
+            "edge-0",
+            "10.0.0.0:22",
+            Phase::Failed,
+            "failed to execute keadm command x: Process exited with status 1",
+        );
+        failed.steps.run = Some(1.5);
+        failed.last_output = Some("Error: boom".into());
+        assert_eq!(
+            node_line(&failed, 1, 2),
+            "[1/2] FAILED  edge-0 (10.0.0.0:22) 1.5s: failed to execute keadm command x: Process exited with status 1 (last output: Error: boom)"
+        );
+        let recap = render(
+            &[failed, skipped],
+            Path::new("run"),
+            Path::new("batch_process_log.txt"),
+            1.0,
+        );
+        assert!(
+            recap.contains("status 1 (last output: Error: boom)"),
+            "{recap}"
+        );
+        assert!(!recap.contains("-0.0s"), "{recap}");
+    }
 }

@@ -1,6 +1,7 @@
 //! The run directory: `batch_runs/<UTC time>-<id>/` with `nodes/<index>-<name>.log`
 //! transcripts, `journal.jsonl` and `summary.json`; `batch_runs/latest` points at the
-//! newest run, so `--retry-failed` and operators find it.
+//! newest such run, so `--retry-failed` and operators find it. A run placed elsewhere with
+//! `--run-dir` leaves `latest` alone (docs/summary.md).
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -22,23 +23,22 @@ pub struct RunDir {
 
 impl RunDir {
     /// Creates `chosen`, or a new `batch_runs/<time>-<id>` under `base` and points
-    /// `batch_runs/latest` at it.
+    /// `batch_runs/latest` at it. A chosen directory leaves `batch_runs` alone: shard runs
+    /// that write `--run-dir shard<i>` side by side in one shared directory must not race
+    /// for `latest`, and an operator's plain runs keep it.
     pub fn create(chosen: Option<&Path>, base: &Path) -> io::Result<RunDir> {
         let id = run_id();
-        let path = match chosen {
-            Some(dir) => dir.to_path_buf(),
-            None => base.join(RUNS_DIR).join(&id),
-        };
-        files::create_dir_all(&path.join("nodes"))?;
-        // `latest` follows every run, including one placed with --run-dir, so
-        // --retry-failed always finds the newest journal.
+        if let Some(dir) = chosen {
+            files::create_dir_all(&dir.join("nodes"))?;
+            return Ok(RunDir {
+                path: dir.to_path_buf(),
+                id,
+            });
+        }
         let runs = base.join(RUNS_DIR);
-        files::create_dir_all(&runs)?;
-        let target = match chosen {
-            Some(_) => std::path::absolute(&path)?,
-            None => PathBuf::from(&id),
-        };
-        point_latest(&runs, &target)?;
+        let path = runs.join(&id);
+        files::create_dir_all(&path.join("nodes"))?;
+        point_latest(&runs, Path::new(&id))?;
         Ok(RunDir { path, id })
     }
 
@@ -188,6 +188,23 @@ mod tests {
         let chosen = base.path().join("chosen/run");
         let run = RunDir::create(Some(&chosen), base.path()).unwrap();
         assert_eq!(mode(&run.path), 0o700);
+    }
+
+    /// docs/summary.md: `--run-dir DIR` leaves `batch_runs/latest` alone, so shard runs on
+    /// a shared directory do not fight over it and `--retry-failed` keeps the plain run.
+    #[test]
+    fn a_chosen_run_dir_leaves_latest_alone() {
+        let base = tempfile::tempdir().unwrap();
+        let chosen = RunDir::create(Some(&base.path().join("shard1")), base.path()).unwrap();
+        assert!(chosen.path.join("nodes").is_dir());
+        assert!(
+            !base.path().join(RUNS_DIR).exists(),
+            "no batch_runs for a chosen run dir"
+        );
+        let plain = RunDir::create(None, base.path()).unwrap();
+        RunDir::create(Some(&base.path().join("shard2")), base.path()).unwrap();
+        let latest = fs::read_link(base.path().join(RUNS_DIR).join(LATEST)).unwrap();
+        assert_eq!(latest, PathBuf::from(&plain.id));
     }
 
     /// Security finding 7: `--preflight-only`'s scratch directory is new, random and

@@ -86,6 +86,13 @@ impl Transcript {
         }
     }
 
+    /// Our own line, for the transcript only: the console has said it already (as a
+    /// warning), so `-v` must not say it again.
+    pub fn note_unlogged(&mut self, text: &str) {
+        self.flush_partial();
+        self.emit(&format!("[keadm-batch] {text}"));
+    }
+
     fn emit(&mut self, line: &str) {
         let clean = escape_controls(&self.redactor.redact(line));
         // Our own lines are few and always written; the node's stop at the cap.

@@ -171,13 +171,14 @@ impl Validator<'_> {
         if let Some(name) = non_empty(env_name) {
             return match self.env.var(&name.value) {
                 Some(value) if !value.is_empty() => Some(Secret::new(value)),
-                _ => {
+                value => {
                     self.error(
                         Some(name.pos),
                         Some(subject.to_string()),
                         format!(
-                            "the environment variable {} named by {what}Env is not set",
-                            name.value
+                            "the environment variable {} named by {what}Env is {}",
+                            name.value,
+                            if value.is_some() { "empty" } else { "not set" }
                         ),
                         format!(
                             "export {}=... before running, or write {what} in the file",
@@ -262,5 +263,17 @@ mod tests {
             diags[0].render(Path::new("c.yaml")),
             "c.yaml:4:2: node 1: the environment variable NOPE named by passphraseEnv is not set; export NOPE=... before running, or write passphrase in the file."
         );
+        // Set but empty is told apart from unset.
+        assert_eq!(
+            v_secret_error(&at("EMPTY_PW".into())),
+            "c.yaml:4:2: node 1: the environment variable EMPTY_PW named by passwordEnv is empty; export EMPTY_PW=... before running, or write password in the file."
+        );
+    }
+
+    fn v_secret_error(env_name: &Option<Spanned<String>>) -> String {
+        let mut diags = Vec::new();
+        let mut v = Validator::new(&mut diags, &FakeEnv);
+        assert_eq!(v.secret(&None, env_name, "password", "node 1"), None);
+        diags[0].render(Path::new("c.yaml"))
     }
 }

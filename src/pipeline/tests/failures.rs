@@ -22,6 +22,7 @@ fn exit_201_is_an_upload_failure_of_the_deferred_file() {
         Some("Cannot upload the file f1: the node could not write it.")
     );
     assert_eq!((outcome.exit_status, outcome.bytes_uploaded), (None, 0));
+    assert_eq!(outcome.failure_class, Some(FailureClass::Upload));
     assert_eq!(h.exec_with(sent::RUN).stdin, Some(vec![7u8; 5000]));
     // The partial file is removed while asking for the free space.
     let cleanup = h.exec_with(sent::FREE_SPACE);
@@ -121,15 +122,19 @@ fn keadms_failure_keeps_keadms_own_line_and_its_last_output() {
         .on(sent::PREPARE, prepared(""));
     let h = Harness::new(fake);
     let outcome = h.process(&node(vec![]));
+    // keadm's line exactly, ending with the status (batch_process_log.txt); the last
+    // output beside it, for the console and summary.json.
     assert_eq!(
         outcome.error.as_deref(),
         Some(
-            format!(
-                "failed to execute keadm command {JOIN}: Process exited with status 3 \
-                 (last output: Error: EdgeCore is already running on this node)"
-            )
-            .as_str()
+            format!("failed to execute keadm command {JOIN}: Process exited with status 3")
+                .as_str()
         )
+    );
+    assert!(outcome.log_line().ends_with("Process exited with status 3"));
+    assert_eq!(
+        outcome.last_output.as_deref(),
+        Some("Error: EdgeCore is already running on this node")
     );
     assert_eq!(outcome.exit_status, Some(3));
     assert_eq!(outcome.failure_class, Some(FailureClass::AlreadyJoined));
@@ -228,6 +233,7 @@ fn a_connection_lost_while_the_deferred_file_goes_is_an_upload_failure() {
              while running the command: connection reset by peer."
         )
     );
+    assert_eq!(outcome.failure_class, Some(FailureClass::Upload));
 }
 
 #[test]
@@ -249,6 +255,8 @@ fn a_connection_lost_after_the_file_went_is_a_run_failure() {
             .as_str()
         )
     );
+    // keadm may have run, so its output decides, not the lost connection.
+    assert_eq!(outcome.failure_class, Some(FailureClass::Unknown));
 }
 
 #[test]
@@ -277,6 +285,7 @@ fn strict_preflight_skips_the_node_before_anything_changes() {
     );
     let ids: Vec<&str> = outcome.preflight.iter().map(|f| f.id.as_str()).collect();
     assert_eq!(ids, ["edgecore_running", "bash_missing"]);
+    assert_eq!(outcome.failure_class, None, "a skip is no failure");
     assert_eq!(h.execs().len(), 1, "only the read-only probe ran");
 }
 
@@ -320,6 +329,7 @@ fn sudo_that_needs_a_password_under_key_auth_is_a_clear_error() {
              Give admin passwordless sudo on the node, or log in with a password."
         )
     );
+    assert_eq!(outcome.failure_class, Some(FailureClass::Sudo));
     assert_eq!(h.execs().len(), 1, "nothing uploaded, nothing run");
     assert_eq!(
         h.exec_with(sent::PREPARE).stdin,
@@ -343,4 +353,5 @@ fn an_unusable_upload_dir_is_named_with_the_nodes_reason() {
             "The upload directory /tmp/kb cannot be used: /tmp/kb is a symbolic link; remove it or choose another remoteDir."
         )
     );
+    assert_eq!(outcome.failure_class, Some(FailureClass::Upload));
 }

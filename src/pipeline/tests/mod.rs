@@ -2,6 +2,7 @@
 //! sshd and no root, so every branch runs under `cargo test --lib` in milliseconds. The
 //! real-sshd integration suite stays the end-to-end proof.
 
+mod classes;
 mod connect;
 mod failures;
 mod images;
