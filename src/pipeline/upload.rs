@@ -1,6 +1,6 @@
 //! Uploads: which files the node needs, which it has already (sidecar match, or its own
-//! sha256 under `--verify-remote`), the release tarball instead of the binary when that
-//! saves bytes, the last upload deferred into the run's own channel, and what to say when
+//! sha256 under `--verify-remote`), the binary's xz copy or the release tarball instead of
+//! the binary when that saves bytes (xz first, then the tarball, then the binary itself), the last upload deferred into the run's own channel, and what to say when
 //! an upload fails (including a full disk).
 
 use std::fs::File;
@@ -14,7 +14,7 @@ use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
 use crate::plan::KeadmSource;
 use crate::remote::{self, NodeFacts, Privilege};
-use crate::stage::{StagedBinary, Stager};
+use crate::stage::{StagedBinary, Stager, XzCopy};
 use crate::transport::{Connection, RemoteExit, TransportError};
 
 /// An uploaded file to rename into place: (temporary name, final name, sha256).
@@ -33,8 +33,24 @@ pub(super) struct Upload {
     pub(super) mode: u32,
     pub(super) size: u64,
     sha256: String,
+    /// The binary's xz copy to send instead, when the node can unpack it.
+    xz: Option<XzCopy>,
     /// The release tarball to send instead, when it is much smaller than the file.
     tarball: Option<TarballSource>,
+}
+
+/// A packed form of a file on its way to the node: what to send, and the script that
+/// unpacks it to the temporary name (exit 3 when it cannot).
+struct Packed<'a> {
+    path: &'a Path,
+    size: u64,
+    script: String,
+    /// For the transcript: "the release tarball", "the xz copy".
+    what: &'static str,
+    /// For the transcript, after a success: what the node checked.
+    checked: String,
+    /// For the transcript, after a failure: what is sent next.
+    fallback: &'static str,
 }
 
 /// The release tarball a binary came from, and where the binary sits inside it.
@@ -100,6 +116,7 @@ impl Run<'_, '_> {
                 mode: file.mode,
                 size: file.size,
                 sha256: file.sha256.clone(),
+                xz: None,
                 tarball: None,
             });
         }
@@ -120,6 +137,7 @@ impl Run<'_, '_> {
                 mode: 0o755,
                 size: staged.binary_size,
                 sha256: staged.binary_sha256.clone(),
+                xz: staged.xz.clone().filter(|_| facts.can_unpack_xz()),
                 tarball: tarball_source(&staged).filter(|_| facts.can_unpack_tarball()),
             });
         }
@@ -169,7 +187,12 @@ impl Run<'_, '_> {
                 let deadline = Instant::now() + node.deadlines.upload(upload.size);
                 let start = Instant::now();
                 let mut sent = None;
-                if let Some(tarball) = &upload.tarball {
+                if let Some(xz) = &upload.xz {
+                    sent = run.upload_xz(conn, &upload, xz, &tmp, privilege)?;
+                }
+                if sent.is_none()
+                    && let Some(tarball) = &upload.tarball
+                {
                     sent = run.upload_tarball(conn, &upload, tarball, &tmp, privilege)?;
                 }
                 // The last plain upload rides in the run's own channel: one exec (and one
@@ -219,6 +242,34 @@ impl Run<'_, '_> {
         })
     }
 
+    /// Sends the binary's xz copy; the node unpacks it to `tmp`, hashing as it writes, and
+    /// keeps it only if its sha256 is the staged binary's. Returns the bytes sent, or
+    /// `None` when the node could not unpack it (the caller falls back).
+    fn upload_xz(
+        &mut self,
+        conn: &mut dyn Connection,
+        upload: &Upload,
+        xz: &XzCopy,
+        tmp: &str,
+        privilege: Privilege,
+    ) -> Result<Option<u64>, StepError> {
+        let script =
+            remote::receive_xz_script(&self.node.upload_dir, tmp, &upload.sha256, upload.size);
+        let packed = Packed {
+            path: &xz.path,
+            size: xz.size,
+            script,
+            what: "the xz copy of the binary",
+            checked: "the binary's sha256 while unpacking".into(),
+            fallback: if upload.tarball.is_some() {
+                "the release tarball"
+            } else {
+                "the binary"
+            },
+        };
+        self.upload_packed(conn, upload, packed, privilege)
+    }
+
     /// Sends the release tarball over exec stdin; the node checks its sha512 and unpacks
     /// the binary to `tmp`. Returns the bytes sent, or `None` when the node could not
     /// unpack it (the caller then sends the binary itself).
@@ -244,21 +295,44 @@ impl Run<'_, '_> {
             &tarball.entry,
             upload.size,
         );
-        let deadline = Instant::now() + node.deadlines.upload(tarball.size);
-        let (result, output) = self.send_file(conn, &script, &tarball.path, privilege, deadline)?;
+        let packed = Packed {
+            path: &tarball.path,
+            size: tarball.size,
+            script,
+            what: "the release tarball",
+            checked: format!("its sha512 and unpacked {}", tarball.entry),
+            fallback: "the binary",
+        };
+        self.upload_packed(conn, upload, packed, privilege)
+    }
+
+    /// Sends `packed` over exec stdin into its script. Returns the bytes sent, or `None`
+    /// when the node could not unpack it; those bytes still count as uploaded.
+    fn upload_packed(
+        &mut self,
+        conn: &mut dyn Connection,
+        upload: &Upload,
+        packed: Packed<'_>,
+        privilege: Privilege,
+    ) -> Result<Option<u64>, StepError> {
+        let deadline = Instant::now() + self.node.deadlines.upload(packed.size);
+        let (result, output) =
+            self.send_file(conn, &packed.script, packed.path, privilege, deadline)?;
         let exit = result.map_err(|e| upload_error(upload, e))?;
         if exit.success() {
             self.transcript.note(&format!(
-                "sent the release tarball ({} bytes for a {}-byte binary); the node checked its sha512 and unpacked {}",
-                tarball.size, upload.size, tarball.entry
+                "sent {} ({} bytes for a {}-byte binary); the node checked {}",
+                packed.what, packed.size, upload.size, packed.checked
             ));
-            return Ok(Some(tarball.size));
+            return Ok(Some(packed.size));
         }
         // Bytes that went out still count: they crossed the wire.
-        self.bytes_uploaded += tarball.size;
+        self.bytes_uploaded += packed.size;
         self.transcript.note(&format!(
-            "the node could not unpack the release tarball ({exit}: {}); sending the binary instead",
-            one_line(&output, MESSAGE_CHARS)
+            "the node could not unpack {} ({exit}: {}); sending {} instead",
+            packed.what,
+            one_line(&output, MESSAGE_CHARS),
+            packed.fallback
         ));
         Ok(None)
     }
