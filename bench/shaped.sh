@@ -74,7 +74,7 @@ for i in $(seq 0 $(( NODES - 1 ))); do
   for side in 0 1; do
     dir=dst; [ "$side" = 1 ] && dir=src
     id=$(printf '%x' $(( 0x100 + 2 * i + side )))
-    tc class add dev lo parent 1: classid "1:$id" htb rate "$RATE" ceil "$RATE"
+    tc class add dev lo parent 1: classid "1:$id" htb rate "$RATE" ceil "$RATE" quantum 65536
     tc qdisc add dev lo parent "1:$id" handle "$id:" pfifo limit 1000
     tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip "$dir" "$h/32" flowid "1:$id"
   done

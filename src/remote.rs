@@ -591,18 +591,9 @@ mod tests {
 
     #[test]
     fn tools_probe_finds_working_tools_only() {
-        let out = std::process::Command::new("sh")
-            .args(["-c", TOOLS_PROBE])
-            .output()
-            .unwrap();
-        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout), &[]);
+        let facts = probe_tools("");
         assert!(facts.can_unpack_tarball(), "{facts:?}");
-        let stubbed = format!("tar() {{ false; }}\n{TOOLS_PROBE}");
-        let out = std::process::Command::new("sh")
-            .args(["-c", &stubbed])
-            .output()
-            .unwrap();
-        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout), &[]);
+        let facts = probe_tools("tar() { false; }");
         assert_eq!(
             facts.tools,
             Some(
@@ -671,20 +662,20 @@ mod tests {
         }
     }
 
+    /// What [`TOOLS_PROBE`] finds here, after `stubs` (shell functions that shadow tools).
+    fn probe_tools(stubs: &str) -> NodeFacts {
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("{stubs}\n{TOOLS_PROBE}")])
+            .output()
+            .unwrap();
+        parse_facts(&String::from_utf8_lossy(&out.stdout), &[])
+    }
+
     #[test]
     fn tools_probe_reports_xz_and_sha256sum() {
-        let out = std::process::Command::new("sh")
-            .args(["-c", TOOLS_PROBE])
-            .output()
-            .unwrap();
-        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout), &[]);
+        let facts = probe_tools("");
         assert!(facts.can_unpack_xz(), "{facts:?}");
-        let stubbed = format!("xz() {{ false; }}\n{TOOLS_PROBE}");
-        let out = std::process::Command::new("sh")
-            .args(["-c", &stubbed])
-            .output()
-            .unwrap();
-        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout), &[]);
+        let facts = probe_tools("xz() { false; }");
         assert!(!facts.can_unpack_xz(), "{facts:?}");
         assert!(facts.can_unpack_tarball(), "{facts:?}");
         assert!(!parse_facts("KB_TOOLS xz\n", &[]).can_unpack_xz());
