@@ -96,8 +96,8 @@ pub struct NodeFacts {
     pub sudo_needs_password: Option<bool>,
     /// Whether the node has `sha256sum` (for `--verify-remote`).
     pub computed_sha256: Vec<(String, String)>,
-    /// The tools [`TOOLS_PROBE`] found working (`tar`, `gzip`, `sha512sum`); `None` when
-    /// the probe did not run.
+    /// The tools [`TOOLS_PROBE`] found working (`tar`, `gzip`, `sha512sum`, `xz`,
+    /// `sha256sum`); `None` when the probe did not run.
     pub tools: Option<Vec<String>>,
     /// What [`runtime_probe_script`], appended for offline images, found; `None` when it
     /// did not run.
@@ -107,11 +107,18 @@ pub struct NodeFacts {
 impl NodeFacts {
     /// Whether the node can receive the release tarball and unpack it itself.
     pub fn can_unpack_tarball(&self) -> bool {
-        self.tools.as_ref().is_some_and(|tools| {
-            ["tar", "gzip", "sha512sum"]
-                .iter()
-                .all(|t| tools.iter().any(|have| have == t))
-        })
+        self.has_tools(&["tar", "gzip", "sha512sum"])
+    }
+
+    /// Whether the node can receive the binary's xz copy ([`receive_xz_script`]).
+    pub fn can_unpack_xz(&self) -> bool {
+        self.has_tools(&["xz", "sha256sum"])
+    }
+
+    fn has_tools(&self, wanted: &[&str]) -> bool {
+        self.tools
+            .as_ref()
+            .is_some_and(|tools| wanted.iter().all(|t| tools.iter().any(|have| have == t)))
     }
 }
 
@@ -179,8 +186,8 @@ pub fn prepare_script(dir: &str, files: &[&str], verify: bool) -> String {
     s
 }
 
-/// Appended to [`prepare_script`] when the node may get the release tarball instead of
-/// the binary: prints `KB_TOOLS` and the tools that actually work (each is run on empty
+/// Appended to [`prepare_script`] when the node may get the binary's xz copy or the
+/// release tarball instead of the binary: prints `KB_TOOLS` and the tools that actually work (each is run on empty
 /// input, so a stub such as `/bin/false` in place of `tar` does not count). Three tiny
 /// processes per node, so the pipeline adds it only when a tarball would pay off.
 pub const TOOLS_PROBE: &str = concat!(
@@ -188,6 +195,8 @@ pub const TOOLS_PROBE: &str = concat!(
     "command -v sha512sum >/dev/null 2>&1 && sha512sum </dev/null >/dev/null 2>&1 && kb_t=\"$kb_t sha512sum\"\n",
     "command -v gzip >/dev/null 2>&1 && echo | gzip -c 2>/dev/null | gzip -dc >/dev/null 2>&1 && kb_t=\"$kb_t gzip\"\n",
     "command -v tar >/dev/null 2>&1 && tar -cf - /dev/null 2>/dev/null | tar -tf - >/dev/null 2>&1 && kb_t=\"$kb_t tar\"\n",
+    "command -v xz >/dev/null 2>&1 && echo | xz -c 2>/dev/null | xz -dc >/dev/null 2>&1 && kb_t=\"$kb_t xz\"\n",
+    "command -v sha256sum >/dev/null 2>&1 && sha256sum </dev/null >/dev/null 2>&1 && kb_t=\"$kb_t sha256sum\"\n",
     "echo \"KB_TOOLS$kb_t\"\n",
 );
 
@@ -334,6 +343,25 @@ pub fn receive_gzip_script(dir: &str, tmp: &str, mode: u32, size: u64) -> String
         "umask 077 && cd {} && gzip -dc > {tmp} && [ \"$(wc -c < {tmp} | tr -d ' ')\" = {size} ] && \
          chmod {mode:o} -- {tmp} || {{ rm -f -- {tmp}; echo KB_GZIP_FAILED; exit 3; }}",
         shell_quote(dir),
+    )
+}
+
+/// Receives the binary's xz copy on stdin and unpacks it to `dir/bin_tmp` while hashing
+/// what comes out, so nothing is read again after the last byte: the binary's sha256 and
+/// size must be the ones the control host derived from the verified release, before
+/// anything is moved into place. Any failure removes the temporary file, reads the rest of
+/// stdin (so the sender is not left writing into a closed channel) and exits 3 after
+/// printing `KB_XZ_FAILED`, so the caller can fall back to the tarball or the binary.
+/// POSIX sh has no `pipefail`: an xz that fails part-way is caught by the digest, a `tee`
+/// that cannot write (a full disk) by the size.
+pub fn receive_xz_script(dir: &str, bin_tmp: &str, sha256: &str, binary_size: u64) -> String {
+    let b = shell_quote(bin_tmp);
+    format!(
+        "umask 077 && cd {dir} && s=$(xz -dc | tee {b} | sha256sum) && [ \"${{s%% *}}\" = {sha} ] && \
+         [ \"$(wc -c < {b} | tr -d ' ')\" = {binary_size} ] && chmod 755 -- {b} || \
+         {{ rm -f -- {b}; cat > /dev/null; echo KB_XZ_FAILED; exit 3; }}",
+        dir = shell_quote(dir),
+        sha = shell_quote(sha256),
     )
 }
 
@@ -605,21 +633,16 @@ mod tests {
 
     #[test]
     fn tools_probe_finds_working_tools_only() {
-        let out = std::process::Command::new("sh")
-            .args(["-c", TOOLS_PROBE])
-            .output()
-            .unwrap();
-        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout), &[]);
+        let facts = probe_tools("");
         assert!(facts.can_unpack_tarball(), "{facts:?}");
-        let stubbed = format!("tar() {{ false; }}\n{TOOLS_PROBE}");
-        let out = std::process::Command::new("sh")
-            .args(["-c", &stubbed])
-            .output()
-            .unwrap();
-        let facts = parse_facts(&String::from_utf8_lossy(&out.stdout), &[]);
+        let facts = probe_tools("tar() { false; }");
         assert_eq!(
             facts.tools,
-            Some(vec!["sha512sum".to_string(), "gzip".to_string()])
+            Some(
+                ["sha512sum", "gzip", "xz", "sha256sum"]
+                    .map(String::from)
+                    .to_vec()
+            )
         );
         assert!(!facts.can_unpack_tarball());
         assert!(!parse_facts("KB_DIR_OK\n", &[]).can_unpack_tarball());
@@ -677,6 +700,74 @@ mod tests {
             assert_eq!(out.status.code(), Some(3));
             assert!(String::from_utf8_lossy(&out.stdout).contains("KB_TARBALL_FAILED"));
             assert!(!dir.path().join(".t.tmp").exists());
+            assert!(!dir.path().join(".b.tmp").exists());
+        }
+    }
+
+    /// What [`TOOLS_PROBE`] finds here, after `stubs` (shell functions that shadow tools).
+    fn probe_tools(stubs: &str) -> NodeFacts {
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("{stubs}\n{TOOLS_PROBE}")])
+            .output()
+            .unwrap();
+        parse_facts(&String::from_utf8_lossy(&out.stdout), &[])
+    }
+
+    #[test]
+    fn tools_probe_reports_xz_and_sha256sum() {
+        let facts = probe_tools("");
+        assert!(facts.can_unpack_xz(), "{facts:?}");
+        let facts = probe_tools("xz() { false; }");
+        assert!(!facts.can_unpack_xz(), "{facts:?}");
+        assert!(facts.can_unpack_tarball(), "{facts:?}");
+        assert!(!parse_facts("KB_TOOLS xz\n", &[]).can_unpack_xz());
+    }
+
+    #[test]
+    fn xz_script_unpacks_while_hashing_and_refuses_a_wrong_binary() {
+        use sha2::Digest;
+        let dir = tempfile::tempdir().unwrap();
+        let binary = b"#!/bin/sh\necho hi\n".repeat(1000);
+        let packed = {
+            use std::io::Write;
+            let mut child = std::process::Command::new("xz")
+                .arg("-c")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            child.stdin.take().unwrap().write_all(&binary).unwrap();
+            child.wait_with_output().unwrap().stdout
+        };
+        let sha256 = hex::encode(sha2::Sha256::digest(&binary));
+        let size = binary.len() as u64;
+        let run = |sha: &str, size: u64, input: &[u8]| {
+            let script = receive_xz_script(dir.path().to_str().unwrap(), ".b.tmp", sha, size);
+            sh_with_input(&script, input)
+        };
+        let out = run(&sha256, size, &packed);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(std::fs::read(dir.path().join(".b.tmp")).unwrap(), binary);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(".b.tmp"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        // A wrong digest, a wrong size, a truncated or a corrupt stream: nothing left
+        // behind, exit 3.
+        let mut corrupt = packed.clone();
+        let middle = corrupt.len() / 2;
+        corrupt[middle] ^= 0xff;
+        for (sha, size, input) in [
+            ("0".repeat(64), size, &packed[..]),
+            (sha256.clone(), size + 1, &packed[..]),
+            (sha256.clone(), size, &packed[..packed.len() / 2]),
+            (sha256.clone(), size, &corrupt[..]),
+        ] {
+            let out = run(&sha, size, input);
+            assert_eq!(out.status.code(), Some(3), "{out:?}");
+            assert!(String::from_utf8_lossy(&out.stdout).contains("KB_XZ_FAILED"));
             assert!(!dir.path().join(".b.tmp").exists());
         }
     }

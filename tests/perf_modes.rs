@@ -1,6 +1,7 @@
-//! Bytes on the wire: a keadm package that compresses well travels as its release
-//! tarball (checked by sha512 and unpacked on the node), and nodes that cannot unpack it
-//! get the plain binary. Real sshd nodes on loopback.
+//! Bytes on the wire: a keadm package that compresses well travels as the binary's xz copy
+//! (unpacked and checked by sha256 on the node), or as its release tarball (checked by
+//! sha512 and unpacked) to nodes without xz, and nodes that can unpack neither get the
+//! plain binary. Real sshd nodes on loopback.
 
 use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fake_release::{ChecksumFile, FakeRelease};
@@ -42,9 +43,16 @@ fn node_summary(summary: &serde_json::Value, name: &str) -> serde_json::Value {
 #[test]
 fn a_compressible_package_travels_as_its_tarball_and_nodes_without_tar_get_the_binary() {
     let fleet = Fleet::builder().nodes(2).start();
-    // Node 1's `tar` is a stub that fails: it must get the plain binary.
-    let hidden = fleet.node(1).shell("mount --bind /bin/false /usr/bin/tar");
-    assert!(hidden.status.success(), "{hidden:?}");
+    // Neither node has a working `xz`, and node 1's `tar` is a stub that fails too: it
+    // must get the plain binary.
+    for (node, tools) in [(0, "xz"), (1, "xz tar")] {
+        for tool in tools.split(' ') {
+            let hidden = fleet
+                .node(node)
+                .shell(&format!("mount --bind /bin/false /usr/bin/{tool}"));
+            assert!(hidden.status.success(), "{hidden:?}");
+        }
+    }
     let binary = compressible_keadm();
     let sc = Scenario::new(&fleet);
     write_package(&sc, &binary);
@@ -110,4 +118,41 @@ fn tarball_mode_works_under_password_sudo() {
         fake_keadm::calls(&remote_keadm(fleet.node(0)))[0].uid,
         Some(0)
     );
+}
+
+#[test]
+fn a_node_with_xz_gets_the_xz_copy_and_keeps_the_binary_only_with_its_sha256() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let binary = compressible_keadm();
+    let sc = Scenario::new(&fleet);
+    write_package(&sc, &binary);
+    let tarball_size = std::fs::metadata(
+        sc.path("packages")
+            .join(format!("amd64/keadm-{VERSION}-linux-amd64.tar.gz")),
+    )
+    .unwrap()
+    .len();
+    let out = sc.run(&[]);
+    out.status(0);
+    let node = node_summary(&out.summary(), &Scenario::name(0));
+    let sent = node["bytes_uploaded"].as_u64().unwrap();
+    assert!(
+        sent > 0 && sent < tarball_size && sent < binary.len() as u64,
+        "xz sent {sent} bytes for a {}-byte binary (tarball {tarball_size})",
+        binary.len()
+    );
+    assert!(
+        out.transcript(0).contains("sent the xz copy of the binary"),
+        "{}",
+        out.transcript(0)
+    );
+    assert_eq!(std::fs::read(remote_keadm(fleet.node(0))).unwrap(), binary);
+    let sidecar =
+        std::fs::read_to_string(fleet.node(0).tmp_path("kubeedge/keadm/keadm.sha256")).unwrap();
+    let sha256 = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&binary))
+    };
+    assert_eq!(sidecar.trim(), sha256);
+    assert_eq!(fake_keadm::calls(&remote_keadm(fleet.node(0))).len(), 1);
 }

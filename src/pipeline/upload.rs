@@ -1,6 +1,6 @@
 //! Uploads: which files the node needs, which it has already (sidecar match, or its own
-//! sha256 under `--verify-remote`), the release tarball instead of the binary when that
-//! saves bytes, the last upload deferred into the run's own channel, and what to say when
+//! sha256 under `--verify-remote`), the binary's xz copy or the release tarball instead of
+//! the binary when that saves bytes (xz first, then the tarball, then the binary itself), the last upload deferred into the run's own channel, and what to say when
 //! an upload fails (including a full disk).
 
 use std::fs::File;
@@ -15,7 +15,7 @@ use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
 use crate::plan::KeadmSource;
 use crate::remote::{self, NodeFacts, Privilege};
-use crate::stage::{Gzipped, StagedBinary, Stager};
+use crate::stage::{Gzipped, StagedBinary, Stager, XzCopy};
 use crate::transport::{Connection, RemoteExit, TransportError};
 
 /// An uploaded file to rename into place: (temporary name, final name, sha256).
@@ -35,6 +35,8 @@ pub(super) struct Upload {
     pub(super) mode: u32,
     pub(super) size: u64,
     sha256: String,
+    /// The binary's xz copy to send instead, when the node can unpack it.
+    xz: Option<XzCopy>,
     /// The release tarball to send instead, when it is much smaller than the file.
     tarball: Option<TarballSource>,
     /// A gzip-compressed copy to send instead (image archives), when the node has gzip.
@@ -56,6 +58,7 @@ impl Upload {
             mode,
             size,
             sha256,
+            xz: None,
             tarball: None,
             gzipped: None,
         }
@@ -66,6 +69,22 @@ impl Upload {
         self.gzipped = gzipped;
         self
     }
+}
+
+/// A smaller form of a file on its way to the node (the binary's xz copy, the release
+/// tarball, a gzipped image archive): what to send, and the script that unpacks it to the
+/// temporary name (exit 3 when it cannot).
+struct Packed<'a> {
+    path: &'a Path,
+    size: u64,
+    /// The bytes the upload deadline allows for (the node may unpack more than is sent).
+    deadline_bytes: u64,
+    script: String,
+    /// For the transcript, after a success: what was sent and what the node checked.
+    sent: String,
+    /// For the transcript, after a failure: what went wrong, then what is sent next.
+    failed: String,
+    instead: &'static str,
 }
 
 /// The release tarball a binary came from, and where the binary sits inside it.
@@ -149,6 +168,7 @@ impl Run<'_, '_> {
                 mode: 0o755,
                 size: staged.binary_size,
                 sha256: staged.binary_sha256.clone(),
+                xz: staged.xz.clone().filter(|_| facts.can_unpack_xz()),
                 tarball: tarball_source(&staged).filter(|_| facts.can_unpack_tarball()),
                 gzipped: None,
             });
@@ -210,9 +230,17 @@ impl Run<'_, '_> {
                 let deadline = Instant::now() + node.deadlines.upload(upload.size);
                 let start = Instant::now();
                 let mut sent = None;
-                if let Some(tarball) = &upload.tarball {
+                if let Some(xz) = &upload.xz {
+                    sent = run.upload_xz(conn, &upload, xz, &tmp, privilege)?;
+                }
+                if sent.is_none()
+                    && let Some(tarball) = &upload.tarball
+                {
                     sent = run.upload_tarball(conn, &upload, tarball, &tmp, privilege)?;
-                } else if let Some(gzipped) = &upload.gzipped {
+                }
+                if sent.is_none()
+                    && let Some(gzipped) = &upload.gzipped
+                {
                     sent = run.upload_gzipped(conn, &upload, gzipped, &tmp, privilege)?;
                 }
                 // The last plain upload rides in the run's own channel: one exec (and one
@@ -262,6 +290,38 @@ impl Run<'_, '_> {
         })
     }
 
+    /// Sends the binary's xz copy; the node unpacks it to `tmp`, hashing as it writes, and
+    /// keeps it only if its sha256 is the staged binary's. Returns the bytes sent, or
+    /// `None` when the node could not unpack it (the caller falls back).
+    fn upload_xz(
+        &mut self,
+        conn: &mut dyn Connection,
+        upload: &Upload,
+        xz: &XzCopy,
+        tmp: &str,
+        privilege: Privilege,
+    ) -> Result<Option<u64>, StepError> {
+        let script =
+            remote::receive_xz_script(&self.node.upload_dir, tmp, &upload.sha256, upload.size);
+        let packed = Packed {
+            path: &xz.path,
+            size: xz.size,
+            deadline_bytes: xz.size,
+            script,
+            sent: format!(
+                "sent the xz copy of the binary ({} bytes for a {}-byte binary); the node checked the binary's sha256 while unpacking",
+                xz.size, upload.size
+            ),
+            failed: "the node could not unpack the xz copy of the binary".into(),
+            instead: if upload.tarball.is_some() {
+                "sending the release tarball instead"
+            } else {
+                "sending the binary instead"
+            },
+        };
+        self.upload_packed(conn, upload, packed, privilege)
+    }
+
     /// Sends the release tarball over exec stdin; the node checks its sha512 and unpacks
     /// the binary to `tmp`. Returns the bytes sent, or `None` when the node could not
     /// unpack it (the caller then sends the binary itself).
@@ -287,19 +347,19 @@ impl Run<'_, '_> {
             &tarball.entry,
             upload.size,
         );
-        self.send_smaller(
-            conn,
-            upload,
-            (&tarball.path, tarball.size, tarball.size),
-            &script,
-            privilege,
-            format!(
+        let packed = Packed {
+            path: &tarball.path,
+            size: tarball.size,
+            deadline_bytes: tarball.size,
+            script,
+            sent: format!(
                 "sent the release tarball ({} bytes for a {}-byte binary); the node checked its sha512 and unpacked {}",
                 tarball.size, upload.size, tarball.entry
             ),
-            "the node could not unpack the release tarball",
-            "sending the binary instead",
-        )
+            failed: "the node could not unpack the release tarball".into(),
+            instead: "sending the binary instead",
+        };
+        self.upload_packed(conn, upload, packed, privilege)
     }
 
     /// Sends the gzip-compressed copy over exec stdin; the node decompresses it to `tmp`
@@ -313,53 +373,49 @@ impl Run<'_, '_> {
         tmp: &str,
         privilege: Privilege,
     ) -> Result<Option<u64>, StepError> {
-        let node = self.node;
-        let script = remote::receive_gzip_script(&node.upload_dir, tmp, upload.mode, upload.size);
-        self.send_smaller(
-            conn,
-            upload,
+        let script =
+            remote::receive_gzip_script(&self.node.upload_dir, tmp, upload.mode, upload.size);
+        let packed = Packed {
+            path: &gzipped.path,
+            size: gzipped.size,
             // The deadline allows for the node's gunzip of the whole file.
-            (&gzipped.path, gzipped.size, upload.size),
-            &script,
-            privilege,
-            format!(
+            deadline_bytes: upload.size,
+            script,
+            sent: format!(
                 "sent {} gzip-compressed ({} bytes for its {}); the node decompressed it",
                 upload.name, gzipped.size, upload.size
             ),
-            &format!("the node could not decompress {}", upload.name),
-            "sending it as it is",
-        )
+            failed: format!("the node could not decompress {}", upload.name),
+            instead: "sending it as it is",
+        };
+        self.upload_packed(conn, upload, packed, privilege)
     }
 
-    /// Sends `file` (its path, its size, and the bytes its deadline allows for), a smaller
-    /// form of `upload`, into `script`, which writes the upload to its temporary name.
-    /// Returns the bytes sent, noting `sent`; or `None`, noting why (`failed`, then
-    /// `instead`), when the node could not, so the caller sends the file itself. Bytes
-    /// that went out count either way: they crossed the wire.
-    #[allow(clippy::too_many_arguments)]
-    fn send_smaller(
+    /// Sends `packed` over exec stdin into its script, which writes the upload to its
+    /// temporary name. Returns the bytes sent, or `None`, noting why, when the node could
+    /// not unpack it (the caller then sends the next form). Bytes that went out count
+    /// either way: they crossed the wire.
+    fn upload_packed(
         &mut self,
         conn: &mut dyn Connection,
         upload: &Upload,
-        file: (&Path, u64, u64),
-        script: &str,
+        packed: Packed<'_>,
         privilege: Privilege,
-        sent: String,
-        failed: &str,
-        instead: &str,
     ) -> Result<Option<u64>, StepError> {
-        let (path, size, deadline_bytes) = file;
-        let deadline = Instant::now() + self.node.deadlines.upload(deadline_bytes);
-        let (result, output) = self.send_file(conn, script, path, privilege, deadline)?;
+        let deadline = Instant::now() + self.node.deadlines.upload(packed.deadline_bytes);
+        let (result, output) =
+            self.send_file(conn, &packed.script, packed.path, privilege, deadline)?;
         let exit = result.map_err(|e| upload_error(upload, e))?;
         if exit.success() {
-            self.transcript.note(&sent);
-            return Ok(Some(size));
+            self.transcript.note(&packed.sent);
+            return Ok(Some(packed.size));
         }
-        self.bytes_uploaded += size;
+        self.bytes_uploaded += packed.size;
         self.transcript.note(&format!(
-            "{failed} ({exit}: {}); {instead}",
-            one_line(&output, MESSAGE_CHARS)
+            "{} ({exit}: {}); {}",
+            packed.failed,
+            one_line(&output, MESSAGE_CHARS),
+            packed.instead
         ));
         Ok(None)
     }

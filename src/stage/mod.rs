@@ -13,6 +13,7 @@ mod dirs;
 mod download;
 mod error;
 mod images;
+mod recompress;
 mod temporary;
 mod unpack;
 
@@ -35,6 +36,7 @@ pub use error::StageError;
 pub use images::{
     ArchivedImage, Gzipped, ImageArchive, ImageSources, OfflineImages, Selector, offline_images,
 };
+pub use recompress::XzCopy;
 
 /// keadm's BASE, the same on the control host and on the nodes.
 pub const DEFAULT_BASE_DIR: &str = "/tmp/kubeedge/keadm";
@@ -186,6 +188,9 @@ pub struct StagedBinary {
     pub tarball_sha512: String,
     /// Where the binary sits inside the tarball: `keadm-<ver>-linux-<arch>/keadm/keadm`.
     pub tarball_entry: String,
+    /// The binary's xz copy, made at staging when gzip already shrinks the binary well
+    /// (see `recompress`); `None` for an incompressible binary or when it could not be made.
+    pub xz: Option<XzCopy>,
     /// False only under `allow_unverified`, when there was neither a pin nor a checksum
     /// file (warned, marked "unverified").
     pub verified: bool,
@@ -371,6 +376,9 @@ impl Stager {
             extracted.binary.display(),
             if verified { "" } else { ", unverified" }
         );
+        let xz = ((tarball_size as f64) < recompress::WORTH_IT_BELOW * binary_size as f64)
+            .then(|| recompress::xz_copy(&bin_dir, &extracted.binary, &binary_sha256))
+            .flatten();
         Ok(StagedBinary {
             arch,
             binary: extracted.binary,
@@ -380,6 +388,7 @@ impl Stager {
             tarball_size,
             tarball_sha512: extracted.tarball_sha512,
             tarball_entry: format!("{}/keadm/keadm", self.top_dir(arch)),
+            xz,
             verified,
         })
     }

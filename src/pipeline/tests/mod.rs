@@ -197,6 +197,8 @@ mod sent {
     pub const FREE_SPACE: &str = "df -Pk";
     /// The release tarball, unpacked on the node.
     pub const TARBALL: &str = "tar -xOf";
+    /// The binary's xz copy, unpacked on the node.
+    pub const XZ: &str = "KB_XZ_FAILED";
     /// The edgecore log after a join timed out.
     pub const EDGECORE_LOG: &str = "journalctl -u edgecore";
 }

@@ -247,3 +247,120 @@ fn a_node_without_the_tools_gets_the_binary_directly() {
     assert!(h.fake.execs_with(sent::TARBALL).is_empty());
     assert_eq!(h.exec_with(sent::RUN).stdin, Some(binary));
 }
+
+/// The xz copy staging made of the binary: its bytes, after checking they unpack to it.
+fn staged_xz(h: &Harness, binary: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let staged = h.stager.as_ref().unwrap().staged(Arch::Amd64).unwrap();
+    let copy = staged
+        .xz
+        .clone()
+        .expect("a compressible binary gets an xz copy");
+    let bytes = std::fs::read(&copy.path).unwrap();
+    assert_eq!(bytes.len() as u64, copy.size);
+    let mut unpacked = Vec::new();
+    liblzma::read::XzDecoder::new(&bytes[..])
+        .read_to_end(&mut unpacked)
+        .unwrap();
+    assert_eq!(unpacked, binary);
+    bytes
+}
+
+const ALL_TOOLS: &str = "KB_TOOLS sha512sum gzip tar xz sha256sum\n";
+
+#[test]
+fn the_xz_copy_goes_first_to_a_node_with_xz_and_is_checked_by_the_binarys_sha256() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::XZ, Reply::ok())
+        .on(sent::PREPARE, prepared(ALL_TOOLS));
+    let mut h = Harness::new(fake);
+    let binary = compressible_binary();
+    let tarball = std::fs::read(h.stage(&binary)).unwrap();
+    let xz = staged_xz(&h, &binary);
+    assert!(
+        xz.len() < tarball.len(),
+        "{} vs {}",
+        xz.len(),
+        tarball.len()
+    );
+    let outcome = h.process(&staged_node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!(outcome.bytes_uploaded, xz.len() as u64);
+    let sent_xz = h.exec_with(sent::XZ);
+    assert_eq!(sent_xz.stdin, Some(xz));
+    let sha256 = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&binary))
+    };
+    assert!(sent_xz.command.contains(&sha256), "{}", sent_xz.command);
+    assert!(
+        sent_xz.command.contains(&tmp("keadm")),
+        "{}",
+        sent_xz.command
+    );
+    assert!(h.fake.execs_with(sent::TARBALL).is_empty());
+    let run = h.exec_with(sent::RUN);
+    assert_eq!(run.stdin, None, "nothing left to send with the run");
+    assert!(
+        run.command
+            .contains(&format!("printf '%s\\n' {sha256} > keadm.sha256")),
+        "the sidecar is written from the known digest: {}",
+        run.command
+    );
+    assert!(transcript(&outcome).contains("sent the xz copy of the binary"));
+}
+
+#[test]
+fn a_node_that_cannot_unpack_the_xz_copy_gets_the_tarball_then_the_binary() {
+    // xz fails, the tarball works.
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::XZ, Reply::exit(3).printing("KB_XZ_FAILED\n"))
+        .on(sent::TARBALL, Reply::ok())
+        .on(sent::PREPARE, prepared(ALL_TOOLS));
+    let mut h = Harness::new(fake);
+    let binary = compressible_binary();
+    let tarball = std::fs::read(h.stage(&binary)).unwrap();
+    let xz = staged_xz(&h, &binary);
+    let outcome = h.process(&staged_node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!(outcome.bytes_uploaded, (xz.len() + tarball.len()) as u64);
+    assert_eq!(h.exec_with(sent::TARBALL).stdin, Some(tarball.clone()));
+    assert!(transcript(&outcome).contains(
+        "the node could not unpack the xz copy of the binary (exit status 3: KB_XZ_FAILED); sending the release tarball instead"
+    ));
+
+    // Both fail: the binary rides in the run's channel.
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::XZ, Reply::exit(3).printing("KB_XZ_FAILED\n"))
+        .on(
+            sent::TARBALL,
+            Reply::exit(3).printing("KB_TARBALL_FAILED\n"),
+        )
+        .on(sent::PREPARE, prepared(ALL_TOOLS));
+    let mut h = Harness::new(fake);
+    h.stage(&binary);
+    let outcome = h.process(&staged_node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!(
+        outcome.bytes_uploaded,
+        (xz.len() + tarball.len() + binary.len()) as u64
+    );
+    assert_eq!(h.exec_with(sent::RUN).stdin, Some(binary));
+}
+
+#[test]
+fn a_node_with_xz_but_without_sha256sum_gets_the_tarball() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::TARBALL, Reply::ok())
+        .on(sent::PREPARE, prepared("KB_TOOLS sha512sum gzip tar xz\n"));
+    let mut h = Harness::new(fake);
+    let tarball = std::fs::read(h.stage(&compressible_binary())).unwrap();
+    let outcome = h.process(&staged_node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert!(h.fake.execs_with(sent::XZ).is_empty());
+    assert_eq!(outcome.bytes_uploaded, tarball.len() as u64);
+}

@@ -1,0 +1,111 @@
+# Shared by bench/fleet.sh and bench/shaped.sh (sourced, not run): the sshd fleet on
+# loopback, the fake offline keadm releases, keadm-batch's configs and the ssh options of
+# the OpenSSH baselines. Expects `work` (the bench's work dir), `pids` (an array the
+# caller's EXIT trap kills) and `VERSION`; sets `node_pid` (each node's sshd, pid 1 of its
+# namespace) and `fleet_size`.
+
+host_of() { echo "127.252.$(( $1 / 250 )).$(( $1 % 250 + 2 ))"; }
+node_pid=()
+
+# start_fleet N: N `sshd -D` nodes on 127.252.x.y:22, each in its own mount and pid
+# namespace with a private tmpfs /tmp; root's key in $work/id_ed25519.
+start_fleet() {
+  fleet_size=$1
+  ssh-keygen -q -t ed25519 -N '' -C bench -f "$work/id_ed25519"
+  cp "$work/id_ed25519.pub" "$work/authorized_keys"
+  ssh-keygen -q -t ed25519 -N '' -C bench-host -f "$work/host_key"
+  mkdir -p "$work/home" && chmod 0700 "$work/home"
+  echo "==> starting $fleet_size sshd nodes (tmpfs /tmp each)"
+  local start i d h parent child
+  start=$(date +%s.%N)
+  for i in $(seq 0 $(( fleet_size - 1 ))); do
+    d="$work/node$i"; mkdir -p "$d"
+    cat > "$d/sshd_config" <<CFG
+ListenAddress $(host_of "$i"):22
+HostKey $work/host_key
+PidFile none
+UsePAM no
+StrictModes no
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+AuthorizedKeysFile $work/authorized_keys
+UseDNS no
+PrintMotd no
+PrintLastLog no
+MaxStartups 1000
+LogLevel VERBOSE
+Subsystem sftp /usr/lib/openssh/sftp-server
+CFG
+    unshare --mount --pid --fork --kill-child --mount-proc --propagation private -- sh -c "
+      mount -t tmpfs -o mode=1777 tmpfs /tmp &&
+      mount --bind '$work/home' /root &&
+      exec /usr/sbin/sshd -D -f '$d/sshd_config' -E '$d/sshd.log'" </dev/null 2>"$d/start.log" &
+    pids+=("$!")
+  done
+  for i in $(seq 0 $(( fleet_size - 1 ))); do
+    h=$(host_of "$i")
+    for _ in $(seq 400); do
+      if (exec 3<>"/dev/tcp/$h/22") 2>/dev/null; then break; fi
+      sleep 0.025
+    done
+    parent=${pids[$i]}
+    child=$(cat "/proc/$parent/task/$parent/children" 2>/dev/null | awk '{print $1}')
+    [ -n "$child" ] || { echo "bench: node $i did not start: $(cat "$work/node$i/start.log")" >&2; exit 1; }
+    node_pid[$i]=$child
+  done
+  printf '    fleet up in %.1f s\n' "$(echo "$(date +%s.%N) - $start" | bc -l)"
+}
+
+# Empties every node's /tmp (the tmpfs lives in the node's namespace; reach it via /proc).
+clear_nodes() {
+  local i
+  for i in $(seq 0 $(( fleet_size - 1 ))); do
+    find "/proc/${node_pid[$i]}/root/tmp/" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true
+  done
+}
+
+# make_release NAME SIZE_MIB SLEEP [ELF]: a keadm that is a shell script (join sleeps, then
+# exits 0) followed by SIZE MiB of random bytes, or by the ELF's bytes.
+make_release() {
+  local name=$1 size=$2 sleep=$3 elf=${4:-}
+  local r="$work/$name/rel/keadm-$VERSION-linux-amd64"
+  mkdir -p "$r/keadm" "$work/$name/packages/amd64"
+  echo "$VERSION" > "$r/version"
+  printf '#!/bin/sh\n[ %s = 0 ] || sleep %s\nexit 0\n' "$sleep" "$sleep" > "$r/keadm/keadm"
+  if [ -n "$elf" ]; then cat "$elf" >> "$r/keadm/keadm"
+  else head -c "$(( size * 1048576 ))" /dev/urandom >> "$r/keadm/keadm"; fi
+  chmod 0755 "$r/keadm/keadm"
+  local tgz="$work/$name/packages/amd64/keadm-$VERSION-linux-amd64.tar.gz"
+  tar -cf - -C "$work/$name/rel" "keadm-$VERSION-linux-amd64" | gzip > "$tgz"
+  sha512sum "$tgz" | cut -d' ' -f1 > "$work/$name/packages/amd64/checksum_keadm-$VERSION-linux-amd64.tar.gz.txt"
+  cp "$r/keadm/keadm" "$work/$name/keadm"
+}
+
+# make_config NAME NODES MAXRUN [FILE]: keadm-batch's config for nodes 0..NODES-1 (FILE,
+# config.yaml by default, in $work/NAME).
+make_config() {
+  local name=$1 n=$2 c=$3 file=${4:-config.yaml} i
+  {
+    printf 'keadm:\n  download:\n    enable: false\n  keadmVersion: %s\n  archGroup: [amd64]\n  offlinePackageDir: %s\n' "$VERSION" "$work/$name/packages"
+    printf 'maxRunNum: %s\nnodes:\n' "$c"
+    for i in $(seq 0 $(( n - 1 ))); do
+      printf '  - nodeName: edge-%04d\n    keadmCmd: join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-%04d\n    ssh:\n      ip: %s\n      username: root\n      auth:\n        type: privateKey\n        privateKeyAuth:\n          privateKeyPath: %s\n' \
+        "$i" "$i" "$(host_of "$i")" "$work/id_ed25519"
+    done
+  } > "$work/$name/$file"
+}
+
+ssh_opts() {
+  ssh_opts=(-F /dev/null -i "$work/id_ed25519" -o BatchMode=yes -o StrictHostKeyChecking=no
+    -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=30
+    -c aes128-gcm@openssh.com -o KexAlgorithms=curve25519-sha256)
+}
+
+# CPU seconds the whole machine spent busy (user, nice, system, irq, softirq) so far:
+# on loopback both ends share the cores, so this is the run's total cost. Other
+# processes on the machine count too; keep it quiet while benchmarking.
+busy() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{printf "%.2f\n", ($2+$3+$4+$7+$8)/hz}' /proc/stat; }
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+ratio() { echo "$1 / $2" | bc -l; }

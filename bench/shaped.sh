@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Shaped-link benchmark: every node behind its own rate-limited link, a real Go binary of
+# keadm's size class as the payload, and three contenders measured alternately in one run:
+#   ours    keadm-batch (offline release, maxRunNum C)
+#   raw     OpenSSH, the binary on stdin: `cat > keadm && ./keadm join ...`, xargs -P C
+#   floor   OpenSSH, the xz-compressed binary on stdin: `xz -dc > keadm && ./keadm join ...`
+#           (the hand-made floor: the fewest bytes a one-line pipe sends)
+# Each node's 127.x address gets two htb classes on `lo` (to the node, from the node), each
+# RATE, matched by u32 filters; traffic of every other address takes htb's direct path,
+# unshaped, so other users of loopback are not slowed. The shaping is removed on exit,
+# also on failure or Ctrl-C.
+#
+#   bench/shaped.sh                            # 20 nodes at 20 Mbit/s, maxRunNum 10
+#   NODES=10 RATE=50mbit REPS=3 bench/shaped.sh
+# Knobs (environment): NODES C RATE (tc syntax) REPS XZ_LEVEL (the floor's, when
+# keadm-batch made no xz copy to share; default 6)
+# BENCH_KEADM (the binary to ship; default /usr/bin/containerd, Debian's Go build of
+# containerd, else the largest ELF in /usr/bin) KEEP=1 (keep the work dir). Needs root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$PWD"
+
+if [ "$(id -u)" != 0 ]; then
+  echo "bench: run as root (it shapes lo and starts sshd processes in private namespaces)" >&2
+  exit 1
+fi
+NODES="${NODES:-20}"; C="${C:-10}"; RATE="${RATE:-20mbit}"; REPS="${REPS:-1}"; XZ_LEVEL="${XZ_LEVEL:-6}"
+if [ -z "${BENCH_KEADM:-}" ]; then
+  if [ -x /usr/bin/containerd ]; then BENCH_KEADM=/usr/bin/containerd
+  else
+    BENCH_KEADM=$(for f in $(ls -S /usr/bin); do
+      [ -f "/usr/bin/$f" ] && [ "$(head -c4 "/usr/bin/$f" | od -An -c | tr -d ' ')" = '177ELF' ] && { echo "/usr/bin/$f"; break; }
+    done)
+  fi
+fi
+VERSION=v1.23.1
+for tool in tc xz bc /usr/bin/time; do
+  command -v "$tool" >/dev/null || { echo "bench: needs $tool (iproute2, xz-utils, bc, time)" >&2; exit 1; }
+done
+if tc qdisc show dev lo | grep -qv 'noqueue'; then
+  echo "bench: lo already has a qdisc ($(tc qdisc show dev lo | head -1)); not touching it" >&2
+  exit 1
+fi
+
+bash scripts/setup.sh
+echo "==> building keadm-batch (release)"
+cargo build --release --quiet
+bin="$repo/target/release/keadm-batch"
+
+work="$(mktemp -d /var/tmp/keadm-shaped.XXXXXX)"
+pids=()
+cleanup() {
+  tc qdisc del dev lo root 2>/dev/null || true
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "${KEEP:-}" = 1 ]; then echo "bench: work dir kept: $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# shellcheck source=bench/lib/fleet.sh
+. "$repo/bench/lib/fleet.sh"
+start_fleet "$NODES"
+ssh_opts
+export -f host_of
+
+# ---------------------------------------------------------------- the links
+# Class 1:(2i+0x100) carries what is sent to node i, 1:(2i+0x101) what node i sends.
+# Unclassified packets (htb's `default` names no class) go out directly, unshaped.
+echo "==> shaping lo: $NODES nodes, $RATE each way per node"
+tc qdisc add dev lo root handle 1: htb default 0 direct_qlen 10000
+for i in $(seq 0 $(( NODES - 1 ))); do
+  h=$(host_of "$i")
+  for side in 0 1; do
+    dir=dst; [ "$side" = 1 ] && dir=src
+    id=$(printf '%x' $(( 0x100 + 2 * i + side )))
+    tc class add dev lo parent 1: classid "1:$id" htb rate "$RATE" ceil "$RATE" quantum 65536
+    tc qdisc add dev lo parent "1:$id" handle "$id:" pfifo limit 1000
+    tc filter add dev lo parent 1: protocol ip prio 1 u32 match ip "$dir" "$h/32" flowid "1:$id"
+  done
+done
+
+# ---------------------------------------------------------------- the payload
+make_release shaped 0 0 "$BENCH_KEADM"
+keadm="$work/shaped/keadm"
+size=$(stat -c %s "$keadm")
+tgz=$(stat -c %s "$work/shaped/packages/amd64/keadm-$VERSION-linux-amd64.tar.gz")
+echo "==> payload: $BENCH_KEADM behind a shell header, $size bytes (gzip tarball $tgz)"
+make_config shaped "$NODES" "$C"
+make_config shaped 1 1 warm.yaml
+
+# ---------------------------------------------------------------- contenders
+join='./keadm join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge'
+# openssh MODE(raw|floor): one ssh per node, C at a time; prints seconds.
+openssh() {
+  local mode=$1 remote input t0
+  if [ "$mode" = raw ]; then
+    remote="mkdir -p /tmp/kb-base && cd /tmp/kb-base && cat > keadm && chmod 0755 keadm && $join"
+    input=$keadm
+  else
+    remote="mkdir -p /tmp/kb-base && cd /tmp/kb-base && xz -dc > keadm && chmod 0755 keadm && $join"
+    input=$work/keadm.xz
+  fi
+  t0=$(date +%s.%N)
+  seq 0 $(( NODES - 1 )) | env BENCH_INPUT="$input" BENCH_REMOTE="$remote" \
+    xargs -P "$C" -I{} bash -c '
+      ssh "$@" "root@$(host_of {})" "$BENCH_REMOTE" < "$BENCH_INPUT" || echo "bench: node {} failed" >&2' \
+      _ "${ssh_opts[@]}"
+  echo "$(date +%s.%N) - $t0" | bc -l
+}
+
+# ours RUNDIR [CONFIG]: keadm-batch; prints seconds; fails on failure.
+ours() {
+  local rd=$1 config=${2:-config.yaml} t0
+  t0=$(date +%s.%N)
+  ( cd "$work/shaped" && "$bin" batch -c "$config" --known-hosts "$work/known_hosts" \
+      --host-key-policy off --preflight off --staging-dir "$work/shaped/staging" --run-dir "$rd" -q ) \
+    >"$work/shaped/out.log" 2>&1 \
+    || { echo "bench: keadm-batch failed, see $work/shaped/out.log:" >&2; tail -5 "$work/shaped/out.log" >&2; KEEP=1; exit 1; }
+  echo "$(date +%s.%N) - $t0" | bc -l
+}
+
+# The first run stages the release (and recompresses it, once per binary): timed apart,
+# on one node, so the contest below compares transfers.
+clear_nodes
+cold=$(ours run-warm warm.yaml)
+printf '    first run (staging and the xz copy, 1 node): %.2f s\n' "$cold"
+
+# The floor sends the same bytes as keadm-batch: its xz copy from the staging dir, when
+# the warm-up made one; else `xz -XZ_LEVEL` of the binary (kept across runs: compressing
+# 50-80 MB takes a minute or more on a busy machine).
+floor_xz=$(ls "$work"/shaped/staging/bin/amd64/keadm-*.xz 2>/dev/null | head -1 || true)
+if [ -z "$floor_xz" ]; then
+  cache=/var/tmp/keadm-shaped-cache; mkdir -p "$cache"
+  floor_xz="$cache/$(sha256sum "$keadm" | cut -c1-64).xz$XZ_LEVEL"
+  [ -s "$floor_xz" ] || { xz -"$XZ_LEVEL" -T0 -c "$keadm" > "$floor_xz.part" && mv "$floor_xz.part" "$floor_xz"; }
+fi
+ln -s "$floor_xz" "$work/keadm.xz"
+xzsize=$(stat -L -c %s "$work/keadm.xz")
+echo "    floor's xz stream ($floor_xz): $xzsize bytes ($(printf '%.3f' "$(ratio "$xzsize" "$size")")x)"
+
+o=(); r=(); f=()
+for rep in $(seq "$REPS"); do
+  clear_nodes; f+=("$(openssh floor)")
+  clear_nodes; o+=("$(ours "run-$rep")")
+  clear_nodes; r+=("$(openssh raw)")
+  printf '    rep %s: keadm-batch %.2f s, floor %.2f s, raw %.2f s\n' "$rep" "${o[-1]}" "${f[-1]}" "${r[-1]}"
+done
+# The last keadm-batch run's binaries, checked on every node.
+clear_nodes
+ours run-check >/dev/null
+same=0
+for i in $(seq 0 $(( NODES - 1 ))); do
+  cmp -s "$keadm" "/proc/${node_pid[$i]}/root/tmp/kubeedge/keadm/keadm" && same=$(( same + 1 ))
+done
+sent=$(grep -o '"bytes_uploaded": [0-9]*' "$work/shaped/run-check/summary.json" | awk '{s+=$2} END {printf "%d\n", s}')
+per_node=$(( sent / NODES ))
+clear_nodes
+
+O=$(printf '%s\n' "${o[@]}" | median); F=$(printf '%s\n' "${f[@]}" | median); R=$(printf '%s\n' "${r[@]}" | median)
+echo
+echo "==> results ($(nproc) cores; $NODES nodes at $RATE, maxRunNum $C; median of $REPS)"
+printf 'keadm-batch %7.2f s   floor (xz on stdin) %7.2f s   raw OpenSSH %7.2f s\n' "$O" "$F" "$R"
+printf 'keadm-batch / floor %.2fx (target <= 1.05x)   keadm-batch / raw %.2fx (target <= 0.25x)\n' \
+  "$(ratio "$O" "$F")" "$(ratio "$O" "$R")"
+printf 'bytes per node %d for a %d-byte keadm: %.3fx (target <= 0.20x; floor %.3fx, tarball %.3fx); %d/%d nodes byte-identical\n' \
+  "$per_node" "$size" "$(ratio "$per_node" "$size")" "$(ratio "$xzsize" "$size")" "$(ratio "$tgz" "$size")" "$same" "$NODES"
