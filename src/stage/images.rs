@@ -479,7 +479,7 @@ fn docker_archive_images(text: &[u8]) -> Result<Vec<ArchivedImage>, String> {
         .into_iter()
         .flat_map(|e| e.repo_tags.unwrap_or_default())
     {
-        if let Some(reference) = ImageRef::parse(&tag)
+        if let Some(reference) = ImageRef::parse(&tag).ok()
             && !images.iter().any(|i| i.reference == reference)
         {
             images.push(ArchivedImage {
@@ -517,7 +517,7 @@ fn oci_archive_images(text: &[u8]) -> Result<(Vec<ArchivedImage>, Vec<String>), 
             .annotations
             .get("io.containerd.image.name")
             .or(ref_name.filter(|r| r.contains(['/', ':', '@'])));
-        let Some(reference) = named.and_then(|n| ImageRef::parse(n)) else {
+        let Some(reference) = named.and_then(|n| ImageRef::parse(n).ok()) else {
             continue;
         };
         if let Some(name) = named.filter(|n| **n != reference.to_string()) {
