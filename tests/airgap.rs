@@ -8,8 +8,10 @@
 use std::fs;
 
 use crate::common::cloudcore::{now, token};
-use crate::common::containerd::{Containerd, ENDPOINT, SANDBOX_IMAGE};
-use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::containerd::{
+    Containerd, ENDPOINT, SANDBOX_IMAGE, images_seen_by_keadm, keadm_listing_images,
+};
+use crate::common::fake_keadm;
 use crate::common::fleet::{Fleet, Sudo, TEST_USER_PASSWORD};
 use crate::common::image_archive::{docker_archive, host_arch, oci_archive};
 use crate::common::scenario::{Login, Scenario, remote_keadm};
@@ -22,14 +24,6 @@ fn join() -> String {
     format!(
         "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name={{name}} --token=abc.def --remote-runtime-endpoint={ENDPOINT}"
     )
-}
-
-/// A fake keadm that writes down the images its node's runtime holds when it runs.
-fn keadm_listing_images() -> FakeKeadm {
-    FakeKeadm::new().runs(&format!(
-        "ctr --address {} -n k8s.io images ls -q > /tmp/images-seen-by-keadm",
-        ENDPOINT.trim_start_matches("unix://")
-    ))
 }
 
 /// Writes both images a join needs into `dir` and returns their sizes: the
@@ -48,17 +42,6 @@ fn write_images(dir: &std::path::Path) -> (u64, u64) {
     )
 }
 
-fn node_summary(summary: &serde_json::Value, i: usize) -> serde_json::Value {
-    let name = Scenario::name(i);
-    summary["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["name"] == name.as_str())
-        .unwrap_or_else(|| panic!("{name} not in the summary"))
-        .clone()
-}
-
 #[test]
 fn images_are_imported_before_keadm_runs_and_a_rerun_sends_and_imports_nothing() {
     let fleet = Fleet::builder().nodes(2).start();
@@ -71,23 +54,15 @@ fn images_are_imported_before_keadm_runs_and_a_rerun_sends_and_imports_nothing()
 
     let out = sc.run(&[]);
     out.status(0);
-    let summary = out.summary();
     for (i, runtime) in runtimes.iter().enumerate() {
-        let images = runtime.images();
-        for image in [PACKAGE, SANDBOX_IMAGE] {
-            assert!(
-                images.iter().any(|have| have == image),
-                "node {i} lacks {image}: {images:?}\n{}",
-                runtime.log()
-            );
-        }
+        runtime.assert_has(&[PACKAGE, SANDBOX_IMAGE]);
         // keadm ran after the import.
-        let seen = fs::read_to_string(fleet.node(i).tmp_path("images-seen-by-keadm")).unwrap();
+        let seen = images_seen_by_keadm(fleet.node(i));
         assert!(
             seen.contains(PACKAGE) && seen.contains(SANDBOX_IMAGE),
             "{seen}"
         );
-        let node = node_summary(&summary, i);
+        let node = out.node_summary(i);
         let sent = node["bytes_uploaded"].as_u64().unwrap();
         // The docker-archive goes gzip-compressed (busybox shrinks to about half), the
         // OCI archive, whose layer is gzip already, as it is; keadm is a small script.
@@ -120,9 +95,8 @@ fn images_are_imported_before_keadm_runs_and_a_rerun_sends_and_imports_nothing()
 
     let again = sc.run(&[]);
     again.status(0);
-    let summary = again.summary();
     for (i, runtime) in runtimes.iter().enumerate() {
-        let node = node_summary(&summary, i);
+        let node = again.node_summary(i);
         assert_eq!(node["bytes_uploaded"], 0, "node {i}: {node}");
         // keadm, and both archives, whose images the runtime lists.
         assert_eq!(node["uploads_skipped"], 3, "node {i}: {node}");
@@ -160,7 +134,7 @@ fn a_runtime_that_cannot_take_images_fails_alone_with_its_message() {
     let out = sc.run(&[]);
     out.status(1);
     out.log_has("Successfully processed node edge-00");
-    assert!(runtime.images().iter().any(|i| i == PACKAGE));
+    runtime.assert_has(&[PACKAGE]);
     let unknown = out.log_line_starting("Failed to process node edge-01: ");
     assert!(
         unknown
@@ -174,9 +148,8 @@ fn a_runtime_that_cannot_take_images_fails_alone_with_its_message() {
             && isulad.contains("isula load -i /tmp/kubeedge/keadm/image-installation-package_v1.23.1.tar"),
         "{isulad}"
     );
-    let summary = out.summary();
     for i in [1, 2] {
-        let node = node_summary(&summary, i);
+        let node = out.node_summary(i);
         assert_eq!(node["failed_in"], "preparing");
         assert_eq!(node["bytes_uploaded"], 0, "nothing was sent: {node}");
         assert!(fake_keadm::calls(&remote_keadm(fleet.node(i))).is_empty());
@@ -260,11 +233,7 @@ fn archives_listed_in_offline_images_are_imported() {
         .keadm_yaml(&format!("    - {}/more", kit.path().display()));
     let out = sc.run(&[]);
     out.status(0);
-    let images = runtime.images();
-    assert!(
-        images.iter().any(|i| i == PACKAGE) && images.iter().any(|i| i == SANDBOX_IMAGE),
-        "{images:?}"
-    );
+    runtime.assert_has(&[PACKAGE, SANDBOX_IMAGE]);
     assert!(
         out.transcript(0).contains("imported image-pause.tar"),
         "{}",
@@ -282,11 +251,7 @@ fn a_non_root_login_imports_under_sudo_with_its_password() {
     write_images(&sc.images_dir());
     let out = sc.run(&[]);
     out.status(0);
-    let images = runtime.images();
-    assert!(
-        images.iter().any(|i| i == PACKAGE) && images.iter().any(|i| i == SANDBOX_IMAGE),
-        "{images:?}"
-    );
+    runtime.assert_has(&[PACKAGE, SANDBOX_IMAGE]);
     let transcript = out.transcript(0);
     assert!(
         transcript.contains("under sudo with the login password")

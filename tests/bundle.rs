@@ -1,19 +1,26 @@
 //! `batch bundle` against real parts: a real registry (Debian's docker-registry) on
 //! loopback holding images the tests push, keadm releases from the fake release server,
-//! and an offline run on a fleet of real sshd nodes consuming the kit.
+//! and an offline run consuming the kit on a fleet of real sshd nodes, each with a real
+//! containerd (tests/common/containerd.rs) that the kit's images are imported into.
 
 use std::path::{Path, PathBuf};
 
+use crate::common::containerd::{
+    Containerd, ENDPOINT, SANDBOX_IMAGE, images_seen_by_keadm, keadm_listing_images,
+};
 use crate::common::fake_release::{ChecksumFile, FakeRelease};
 use crate::common::fleet::{Fleet, NodeOpt};
 use crate::common::http_server::{HttpServer, Route};
+use crate::common::image_archive::{Format, oci_archive, sha256};
 use crate::common::registry::{
-    Format, LocalRegistry, TOKEN_SERVICE, TokenIssuer, check_archive, files_under, sha256,
+    LocalRegistry, TOKEN_SERVICE, TokenIssuer, check_archive, files_under,
 };
 use crate::common::scenario::{Scenario, VERSION, remote_keadm};
 use crate::common::test::{Output, Test};
 
 const INSTALLATION_PACKAGE: &str = "kubeedge/installation-package";
+/// What keadm join v1.23.1 asks the runtime for, as containerd names it.
+const PACKAGE: &str = "docker.io/kubeedge/installation-package:v1.23.1";
 
 /// A connected machine's sources: the release server with keadm for amd64 and arm64,
 /// and a registry with the images keadm's join needs (multi-arch).
@@ -107,6 +114,9 @@ fn offline_run(dir: &Path) -> Output {
 }
 
 const JOIN: &str = "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-0 --token=abc.def";
+/// A join of the scenario's node `{name}`.
+const JOIN_TEMPLATE: &str =
+    "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name={name} --token=abc.def";
 
 fn scratch() -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -148,18 +158,70 @@ fn check_kit_manifest(kit: &Path) -> serde_json::Value {
     manifest
 }
 
+/// A scratch directory with the one-node air-gapped config for `arch_group` and the kit
+/// `bundle` wrote for it into `kit`, the sources it came from, and the kit's path.
+fn bundled_kit(arch_group: &str) -> (tempfile::TempDir, Sources, PathBuf) {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    offline_config(tmp.path(), arch_group, JOIN);
+    sources.bundle(tmp.path(), "kit", &[]).status(0);
+    let kit = tmp.path().join("kit");
+    (tmp, sources, kit)
+}
+
+/// How every refusal by the kit check ends.
+const KIT_FIX: &str = "so it was not used. Copy the kit again from the machine that ran `keadm-batch batch bundle`, or run bundle again there.";
+
+/// The image bytes a node's transcript says were sent: the `uploaded image-...` notes.
+fn image_bytes_sent(transcript: &str) -> u64 {
+    transcript
+        .lines()
+        .filter_map(|line| line.split_once("uploaded image-"))
+        .map(|(_, rest)| {
+            let bytes = rest
+                .split_once(" (")
+                .unwrap()
+                .1
+                .split_once(" bytes")
+                .unwrap()
+                .0;
+            bytes.parse::<u64>().unwrap()
+        })
+        .sum()
+}
+
+/// The whole air-gapped story on real parts: `bundle` on the connected side, then the
+/// offline run of the same config on a fresh fleet whose nodes each have a real
+/// containerd that can reach no registry. keadm is staged for each node's arch, and both
+/// images keadm's join asks the runtime for are in it, under those names, before keadm
+/// runs; a rerun sends and imports nothing.
 #[test]
 fn bundle_writes_a_kit_that_an_offline_run_on_a_fresh_fleet_consumes() {
     let fleet = Fleet::builder()
         .nodes(2)
         .node_option(1, NodeOpt::Uname("aarch64"))
         .start();
-    let sc = Scenario::new(&fleet).arch_group("[amd64, arm64]");
-    let sources = Sources::new(&sc.keadm.script(), true);
+    let runtimes: Vec<Containerd> = fleet.nodes().iter().map(Containerd::start).collect();
+    let sc = Scenario::new(&fleet)
+        .arch_group("[amd64, arm64]")
+        .cmd(&format!(
+            "{JOIN_TEMPLATE} --remote-runtime-endpoint={ENDPOINT}"
+        ))
+        .keadm(keadm_listing_images());
+    // The nodes' containerd asks for containerd 1.6's sandbox image, which the operator
+    // reads on a node (`crictl info`) and names to the bundle.
+    let sources = Sources::new(&sc.keadm.script(), false);
+    sources
+        .registry
+        .push_index("pause", "3.6", Format::Docker, &["amd64", "arm64"]);
     // The air-gapped run's own config (downloads off, offlinePackageDir = the kit).
     std::fs::write(sc.path("config.yaml"), sc.config_text()).unwrap();
 
-    let out = sources.bundle(sc.dir.path(), "packages", &[]);
+    let out = sources.bundle(
+        sc.dir.path(),
+        "packages",
+        &["--sandbox-image", SANDBOX_IMAGE],
+    );
     out.status(0)
         .stderr_has("amd64/images/installation-package_v1.23.1.tar")
         .stderr_has(&format!(
@@ -173,23 +235,21 @@ fn bundle_writes_a_kit_that_an_offline_run_on_a_fresh_fleet_consumes() {
         [
             "amd64/checksum_keadm-v1.23.1-linux-amd64.tar.gz.txt",
             "amd64/images/installation-package_v1.23.1.tar",
-            "amd64/images/pause_3.9.tar",
+            "amd64/images/pause_3.6.tar",
             "amd64/keadm-v1.23.1-linux-amd64.tar.gz",
             "arm64/checksum_keadm-v1.23.1-linux-arm64.tar.gz.txt",
             "arm64/images/installation-package_v1.23.1.tar",
-            "arm64/images/pause_3.9.tar",
+            "arm64/images/pause_3.6.tar",
             "arm64/keadm-v1.23.1-linux-arm64.tar.gz",
             "kit.json",
         ]
     );
     check_kit_manifest(&kit);
+    let mut archive_bytes = Vec::new();
     for arch in ["amd64", "arm64"] {
-        let package =
-            check_archive(&kit.join(format!("{arch}/images/installation-package_v1.23.1.tar")));
-        assert_eq!(
-            package.name,
-            format!("docker.io/{INSTALLATION_PACKAGE}:{VERSION}")
-        );
+        let package_file = kit.join(format!("{arch}/images/installation-package_v1.23.1.tar"));
+        let package = check_archive(&package_file);
+        assert_eq!(package.name, PACKAGE);
         assert_eq!(package.tag.as_deref(), Some(VERSION));
         assert_eq!(package.architecture, arch);
         assert_eq!(
@@ -197,9 +257,15 @@ fn bundle_writes_a_kit_that_an_offline_run_on_a_fresh_fleet_consumes() {
             format!("{INSTALLATION_PACKAGE} for {arch}\n")
         );
         assert_eq!(package.blobs, 3, "manifest, config, one layer");
-        let pause = check_archive(&kit.join(format!("{arch}/images/pause_3.9.tar")));
-        assert_eq!(pause.name, "registry.k8s.io/pause:3.9");
+        let pause_file = kit.join(format!("{arch}/images/pause_3.6.tar"));
+        let pause = check_archive(&pause_file);
+        assert_eq!(pause.name, SANDBOX_IMAGE);
+        assert_eq!(pause.architecture, arch);
         assert_eq!(pause.layer_file, format!("pause for {arch}\n"));
+        archive_bytes.push(
+            std::fs::metadata(&package_file).unwrap().len()
+                + std::fs::metadata(&pause_file).unwrap().len(),
+        );
         // The checksum file is the release's: the tarball's sha512.
         let tarball =
             std::fs::read(kit.join(format!("{arch}/keadm-{VERSION}-linux-{arch}.tar.gz"))).unwrap();
@@ -218,19 +284,62 @@ fn bundle_writes_a_kit_that_an_offline_run_on_a_fresh_fleet_consumes() {
     drop(sources);
     let run = sc.run(&[]);
     run.status(0);
+    let mut first = Vec::new();
     for (i, arch) in [(0, "amd64"), (1, "arm64")] {
         let keadm = std::fs::read_to_string(remote_keadm(fleet.node(i))).unwrap();
         assert!(keadm.ends_with(&format!("# arch={arch}\n")), "{keadm}");
+        runtimes[i].assert_has(&[PACKAGE, SANDBOX_IMAGE]);
+        // They were there when keadm ran.
+        let seen = images_seen_by_keadm(fleet.node(i));
+        assert!(
+            seen.contains(PACKAGE) && seen.contains(SANDBOX_IMAGE),
+            "{seen}"
+        );
+        let transcript = run.transcript(i);
+        for archive in ["installation-package_v1.23.1.tar", "pause_3.6.tar"] {
+            assert!(
+                transcript.contains(&format!("imported image-{archive} into containerd")),
+                "{transcript}"
+            );
+        }
+        let node = run.node_summary(i);
+        let images_sent = image_bytes_sent(&transcript);
+        assert!(images_sent > 0, "{transcript}");
+        assert!(
+            node["bytes_uploaded"].as_u64().unwrap() > images_sent,
+            "keadm and the images: {node}"
+        );
+        eprintln!(
+            "first run, node {i} ({arch}): {images_sent} bytes sent for images (archives: {} bytes), {} bytes in all",
+            archive_bytes[i], node["bytes_uploaded"]
+        );
+        first.push(runtimes[i].images());
+    }
+
+    // A rerun uploads and imports nothing.
+    let again = sc.run(&[]);
+    again.status(0);
+    for (i, arch) in [(0, "amd64"), (1, "arm64")] {
+        let node = again.node_summary(i);
+        assert_eq!(node["bytes_uploaded"], 0, "node {i}: {node}");
+        assert_eq!(
+            node["uploads_skipped"], 3,
+            "keadm and both archives: {node}"
+        );
+        let transcript = again.transcript(i);
+        assert!(!transcript.contains("imported image-"), "{transcript}");
+        assert_eq!(image_bytes_sent(&transcript), 0);
+        assert_eq!(runtimes[i].images(), first[i]);
+        eprintln!(
+            "rerun, node {i} ({arch}): {} bytes sent, {} uploads skipped",
+            node["bytes_uploaded"], node["uploads_skipped"]
+        );
     }
 }
 
 #[test]
 fn a_tampered_kit_file_is_refused_by_the_manifest_check_before_use() {
-    let tmp = scratch();
-    let sources = Sources::new("#!/bin/sh\n", true);
-    offline_config(tmp.path(), "[amd64]", JOIN);
-    sources.bundle(tmp.path(), "kit", &[]).status(0);
-    let kit = tmp.path().join("kit");
+    let (tmp, sources, kit) = bundled_kit("[amd64]");
     let listed = check_kit_manifest(&kit);
     let tarball_rel = format!("amd64/keadm-{VERSION}-linux-amd64.tar.gz");
     let expected = listed["files"]
@@ -257,7 +366,7 @@ fn a_tampered_kit_file_is_refused_by_the_manifest_check_before_use() {
             kit.join("kit.json").display(),
             swapped.bytes.len()
         ))
-        .stderr_has("so it was not used. Copy the kit again from the machine that ran `keadm-batch batch bundle`, or run bundle again there.");
+        .stderr_has(KIT_FIX);
     assert!(
         !tmp.path()
             .join("run-staging/bin/amd64")
@@ -280,12 +389,38 @@ fn a_tampered_kit_file_is_refused_by_the_manifest_check_before_use() {
 }
 
 #[test]
-fn a_rerun_into_the_same_directory_changes_nothing_and_foreign_files_are_refused() {
-    let tmp = scratch();
-    let sources = Sources::new("#!/bin/sh\n", true);
-    offline_config(tmp.path(), "[amd64, arm64]", JOIN);
+fn a_tampered_image_archive_is_refused_by_the_manifest_check_before_any_node() {
+    let (tmp, sources, kit) = bundled_kit("[amd64]");
+    let archive = kit.join("amd64/images/pause_3.9.tar");
+    // Someone swaps in another image under the same name: a well-formed archive that
+    // names registry.k8s.io/pause:3.9, which the archive's own contents cannot tell.
+    oci_archive(&archive, "registry.k8s.io/pause:3.9");
+    offline_run(tmp.path())
+        .status(3)
+        .stderr_has(&format!(
+            "The kit file {} does not match the kit manifest {}: its sha256 is ",
+            archive.display(),
+            kit.join("kit.json").display()
+        ))
+        .stderr_has(KIT_FIX);
+    assert!(
+        !tmp.path().join("batch_process_log.txt").exists(),
+        "the run stopped before any node"
+    );
+
+    // An image archive the kit does not list is refused by name too.
     sources.bundle(tmp.path(), "kit", &[]).status(0);
-    let kit = tmp.path().join("kit");
+    let extra = kit.join("amd64/images/extra.tar");
+    oci_archive(&extra, "registry.k8s.io/pause:3.9");
+    offline_run(tmp.path()).status(3).stderr_has(&format!(
+        "The kit file {} is not listed in the kit manifest",
+        extra.display()
+    ));
+}
+
+#[test]
+fn a_rerun_into_the_same_directory_changes_nothing_and_foreign_files_are_refused() {
+    let (tmp, sources, kit) = bundled_kit("[amd64, arm64]");
     let manifest = std::fs::read(kit.join("kit.json")).unwrap();
     let mtimes = |kit: &Path| -> Vec<(String, std::time::SystemTime)> {
         files_under(kit)
@@ -507,97 +642,4 @@ fn registry_mirrors_over_plain_http_need_insecure_http() {
         .run()
         .status(2)
         .stderr_has("The registry mirror http://127.0.0.1:1 for docker.io is plain HTTP");
-}
-
-/// A containerd of the test's own (root, state and socket in a temp dir, CRI off), for
-/// checking that the kit's archives import. scripts/setup.sh installs containerd; without
-/// it the test fails rather than pass unseen.
-struct Containerd {
-    child: std::process::Child,
-    dir: tempfile::TempDir,
-}
-
-impl Containerd {
-    fn start() -> Containerd {
-        assert!(
-            Path::new("/usr/bin/containerd").exists() && Path::new("/usr/bin/ctr").exists(),
-            "containerd and ctr are not installed; scripts/setup.sh installs them"
-        );
-        let dir = scratch();
-        let config = dir.path().join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "version = 2\nroot = \"{0}/root\"\nstate = \"{0}/state\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = \"{0}/containerd.sock\"\n",
-                dir.path().display()
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.path().join("containerd.log")).unwrap();
-        let child = std::process::Command::new("/usr/bin/containerd")
-            .arg("--config")
-            .arg(&config)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let containerd = Containerd { child, dir };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !containerd.ctr(&["version"]).status.success() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "containerd did not start"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        containerd
-    }
-
-    fn ctr(&self, args: &[&str]) -> std::process::Output {
-        std::process::Command::new("/usr/bin/ctr")
-            .arg("--address")
-            .arg(self.dir.path().join("containerd.sock"))
-            .args(["--namespace", "k8s.io"])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-#[test]
-fn the_kits_archives_import_into_a_real_containerd_under_the_names_keadm_asks_for() {
-    let containerd = Containerd::start();
-    let host_arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => panic!("no KubeEdge release arch for this machine ({other})"),
-    };
-    let tmp = scratch();
-    let sources = Sources::new("#!/bin/sh\n", true);
-    offline_config(tmp.path(), &format!("[{host_arch}]"), JOIN);
-    sources.bundle(tmp.path(), "kit", &[]).status(0);
-    for archive in ["installation-package_v1.23.1.tar", "pause_3.9.tar"] {
-        let path = tmp.path().join(format!("kit/{host_arch}/images/{archive}"));
-        let import = containerd.ctr(&["images", "import", path.to_str().unwrap()]);
-        assert!(
-            import.status.success(),
-            "ctr images import {archive}: {}",
-            String::from_utf8_lossy(&import.stderr)
-        );
-    }
-    let listed = containerd.ctr(&["images", "ls", "-q"]);
-    let names = String::from_utf8_lossy(&listed.stdout);
-    for name in [
-        format!("docker.io/{INSTALLATION_PACKAGE}:{VERSION}"),
-        "registry.k8s.io/pause:3.9".to_string(),
-    ] {
-        assert!(names.lines().any(|l| l == name), "{name} not in:\n{names}");
-    }
 }

@@ -11,8 +11,8 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::Path;
 
-use super::reference::ImageRef;
 use super::registry::{Manifest, OCI_INDEX, Platform, sha256_hex};
+use crate::image_ref::ImageRef;
 
 /// containerd's annotation for the image name an import creates.
 pub(crate) const CONTAINERD_NAME: &str = "io.containerd.image.name";
@@ -64,8 +64,8 @@ pub(crate) fn write(
 fn index_json(image: &ImageRef, manifest: &Manifest, platform: &Platform) -> Vec<u8> {
     let mut annotations = serde_json::Map::new();
     annotations.insert(CONTAINERD_NAME.into(), image.to_string().into());
-    if let Some(tag) = &image.tag {
-        annotations.insert(OCI_REF_NAME.into(), tag.clone().into());
+    if let Some(tag) = image.tag() {
+        annotations.insert(OCI_REF_NAME.into(), tag.into());
     }
     let index = serde_json::json!({
         "schemaVersion": 2,

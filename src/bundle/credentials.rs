@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine;
 
-use super::reference::{DOCKER_HUB, DOCKER_HUB_API};
+use super::DOCKER_HUB_API;
+use crate::image_ref::DOCKER_HUB;
 
 /// A user name and password for one registry host.
 #[derive(Clone, PartialEq, Eq)]

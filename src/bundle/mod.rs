@@ -17,7 +17,6 @@ mod credentials;
 mod error;
 mod images;
 mod kit_dir;
-mod reference;
 mod registry;
 
 use std::path::{Path, PathBuf};
@@ -25,6 +24,7 @@ use std::time::Duration;
 
 use crate::arch::Arch;
 use crate::config::{Config, PackageMode};
+use crate::image_ref::ImageRef;
 use crate::options::BundleOptions;
 use crate::plan::StagingPlan;
 use crate::stage::{StageSettings, Stager};
@@ -33,10 +33,11 @@ use kit_dir::KitDir;
 use registry::{Registry, Resolved};
 
 pub use error::{BundleError, Failure};
-pub use images::DEFAULT_SANDBOX_IMAGE;
 pub use kit_dir::Placed;
-pub use reference::ImageRef;
 pub use registry::RegistrySettings;
+
+/// The host Docker Hub's registry API answers on, for images of `docker.io`.
+const DOCKER_HUB_API: &str = "registry-1.docker.io";
 
 /// The name prefix of every temporary the bundle makes in the kit directory; left over
 /// by a crash, they are removed by the next bundle.
@@ -121,7 +122,7 @@ impl BundleSettings {
             .map_err(BundleError::UnsafeDownload)?;
 
         let sandbox = if options.sandbox_images.is_empty() {
-            vec![DEFAULT_SANDBOX_IMAGE.to_string()]
+            vec![crate::kubeedge::images::DEFAULT_SANDBOX_IMAGE.to_string()]
         } else {
             options.sandbox_images.clone()
         };
@@ -129,7 +130,9 @@ impl BundleSettings {
             .iter()
             .map(|text| {
                 ImageRef::parse(text).map_err(|reason| BundleError::BadImage {
-                    reason: format!("The sandbox image {text:?} cannot be pulled: {reason}"),
+                    reason: format!(
+                        "The sandbox image {text:?} is not a valid image reference: {reason}"
+                    ),
                     source_name: "--sandbox-image".into(),
                 })
             })

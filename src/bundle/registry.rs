@@ -16,11 +16,12 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tempfile::NamedTempFile;
 
+use super::DOCKER_HUB_API;
 use super::credentials::Credentials;
 use super::error::BundleError;
-use super::reference::{DOCKER_HUB, DOCKER_HUB_API, ImageRef};
 use crate::arch::Arch;
 use crate::backoff::backoff;
+use crate::image_ref::{DOCKER_HUB, ImageRef};
 use crate::stage::error_chain;
 
 pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -222,8 +223,8 @@ impl Registry {
         image: &ImageRef,
         arch: Arch,
     ) -> Result<Resolved, BundleError> {
-        let place = self.place(&image.registry);
-        let top = self.manifest(&place, image, image.reference())?;
+        let place = self.place(image.registry());
+        let top = self.manifest(&place, image, image.manifest_reference())?;
         let doc = parse_doc(&top, image, &place)?;
         let (manifest, doc, platform) = if is_index(&top.media_type, &doc) {
             let entries = doc.manifests.unwrap_or_default();
@@ -309,7 +310,7 @@ impl Registry {
         what: &str,
         dir: &Path,
     ) -> Result<NamedTempFile, BundleError> {
-        let place = self.place(&image.registry);
+        let place = self.place(image.registry());
         let limit = self.settings.max_blob_bytes;
         if descriptor.size > limit {
             return Err(BundleError::TooLarge {
@@ -473,8 +474,8 @@ impl Registry {
         path: &str,
         accept: Option<&str>,
     ) -> Result<Response, Failure> {
-        let url = format!("{}/v2/{}/{path}", place.base, image.repository);
-        let key = (place.base.clone(), image.repository.clone());
+        let url = format!("{}/v2/{}/{path}", place.base, image.repository());
+        let key = (place.base.clone(), image.repository().to_string());
         let mut challenged = false;
         loop {
             let mut request = self.client.get(&url);
@@ -554,7 +555,7 @@ impl Registry {
         let scope = params
             .get("scope")
             .cloned()
-            .unwrap_or_else(|| format!("repository:{}:pull", image.repository));
+            .unwrap_or_else(|| format!("repository:{}:pull", image.repository()));
         let mut query = vec![("scope", scope.as_str())];
         if let Some(service) = params.get("service") {
             query.push(("service", service.as_str()));

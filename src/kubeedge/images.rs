@@ -1,6 +1,8 @@
 //! The images `keadm join` asks the node's container runtime for (docs/kubeedge.md,
 //! "The images a join needs"), and the pre-flight finding when the runtime lacks one that
-//! no offline archive provides.
+//! no offline archive provides. The one home of these rules: the pre-flight check asks
+//! with the sandbox image the node's runtime reports, `batch bundle` with the one the
+//! operator names (or [`DEFAULT_SANDBOX_IMAGE`]).
 //!
 //! keadm join's step 5 ("Pull Images") asks the runtime over CRI for
 //! `kubeedge/installation-package:<version>` (`<--image-repository>/installation-package:
@@ -10,35 +12,42 @@
 //! `sandbox_image`, CRI-O's `pause_image`, iSulad's `pod-sandbox-image`.
 
 use crate::arch::Arch;
-use crate::image_ref::ImageRef;
+use crate::image_ref::{ImageRef, ParseError};
 use crate::keadm_cmd::KeadmCommand;
 use crate::kubeedge::preflight::{Finding, FindingId};
 
 /// keadm's installation-package image without its tag (keadm's `util.EdgeSet`).
 const INSTALLATION_PACKAGE: &str = "kubeedge/installation-package";
 
-/// The sandbox image of containerd 1.7, the most common runtime on edge nodes, for a kit
-/// made before any node is seen (`bundle`). On a node the pre-flight probe reads the
-/// runtime's own setting instead: containerd 1.6 asks for `registry.k8s.io/pause:3.6`,
-/// 2.x for `pause:3.10`, and any runtime may be configured otherwise.
+/// The sandbox image a kit carries when the operator names none (`bundle
+/// --sandbox-image`), since the connected machine cannot see the nodes' runtimes:
+/// `pause:3.9`, the one containerd asked for in a real air-gapped join, which kubeadm used
+/// for several Kubernetes releases and many containerd configs set. Built in, containerd
+/// 1.6 asks for `registry.k8s.io/pause:3.6`, 1.7 for `pause:3.8`, 2.0 and 2.1 for
+/// `pause:3.10`; on a node the pre-flight probe reads the runtime's own setting instead.
 pub const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.9";
 
-/// The images a join with KubeEdge `version` needs on a node of `arch`: the
-/// installation-package image (with `--image-repository`, when given) and
-/// [`DEFAULT_SANDBOX_IMAGE`]. The references are the same for every arch (they name
-/// multi-arch images); `arch` says which platform's image an archive must hold.
-pub fn required(version: &str, image_repository: Option<&str>, arch: Arch) -> Vec<ImageRef> {
-    let _ = arch;
-    installation_package(version, image_repository)
-        .into_iter()
-        .chain(ImageRef::parse(DEFAULT_SANDBOX_IMAGE))
-        .collect()
+/// The images a join with KubeEdge `version` needs: the installation-package image (from
+/// `--image-repository`, when given), then `sandbox`, the runtime's sandbox images. The
+/// references are the same for every arch (they name multi-arch images).
+pub fn required(
+    version: &str,
+    image_repository: Option<&str>,
+    sandbox: &[ImageRef],
+) -> Result<Vec<ImageRef>, ParseError> {
+    let mut images = vec![installation_package(version, image_repository)?];
+    images.extend(sandbox.iter().cloned());
+    Ok(images)
 }
 
 /// `<repository>/installation-package:<version>` as keadm builds it (`Set.Current`): the
-/// repository replaces the first path component, `kubeedge`. `None` when that makes no
-/// valid reference (an `--image-repository` ending in `/`, say).
-pub fn installation_package(version: &str, image_repository: Option<&str>) -> Option<ImageRef> {
+/// repository replaces the first path component, `kubeedge`, as written (keadm trims
+/// nothing, so an `--image-repository` ending in `/` makes no valid reference, and the
+/// error says so).
+pub fn installation_package(
+    version: &str,
+    image_repository: Option<&str>,
+) -> Result<ImageRef, ParseError> {
     let image = match image_repository.filter(|r| !r.is_empty()) {
         Some(repository) => format!("{repository}/installation-package:{version}"),
         None => format!("{INSTALLATION_PACKAGE}:{version}"),
@@ -50,7 +59,7 @@ pub fn installation_package(version: &str, image_repository: Option<&str>) -> Op
 /// version (keadm adds a missing `v`), else keadm's own version, which is what keadm
 /// falls back to on a node that cannot reach GitHub to learn the latest release: the
 /// staged keadm's `keadmVersion`. `None` when neither is known (keadm from keadmBinDir
-/// without `--kubeedge-version`).
+/// without `--kubeedge-version`), and for a command that is not a join.
 pub fn join_version(command: &KeadmCommand, keadm_version: Option<&str>) -> Option<String> {
     let flag = command
         .is_join()
@@ -61,8 +70,9 @@ pub fn join_version(command: &KeadmCommand, keadm_version: Option<&str>) -> Opti
 }
 
 /// keadm's `GetCurrentVersion` for a version it accepts as written: `1.23.1` becomes
-/// `v1.23.1`; anything that is not `[v]MAJOR.MINOR.PATCH[suffix]` is `None`.
-fn release_version(text: &str) -> Option<String> {
+/// `v1.23.1`; anything that is not `[v]MAJOR.MINOR.PATCH[suffix]` is `None` (keadm then
+/// falls back to its own version).
+pub fn release_version(text: &str) -> Option<String> {
     let bare = text.strip_prefix('v').unwrap_or(text);
     let number = |part: &str| {
         !part.is_empty()
@@ -91,7 +101,7 @@ pub fn needed_by_join(
     let mut unknown = Vec::new();
     let repository = command.value("image-repository");
     match join_version(command, keadm_version)
-        .and_then(|version| installation_package(&version, repository))
+        .and_then(|version| installation_package(&version, repository).ok())
     {
         Some(image) => needed.push(image),
         None => unknown.push(
@@ -169,17 +179,52 @@ mod tests {
                 .to_string(),
             "127.0.0.1:5000/kubeedge/installation-package:v1.23.1"
         );
-        assert_eq!(installation_package("v1", Some("bad/")), None);
+        // keadm trims nothing: a repository ending in '/' makes no reference.
+        let err = installation_package("v1.22.0", Some("harbor.example:8443/edge/"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"harbor.example:8443/edge//installation-package:v1.22.0\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_join_needs_the_installation_package_and_the_sandbox_images() {
+        let names = |images: Vec<ImageRef>| -> Vec<String> {
+            images.iter().map(ToString::to_string).collect()
+        };
+        let pause = [image(DEFAULT_SANDBOX_IMAGE)];
         assert_eq!(
-            required("v1.23.1", None, Arch::Arm64)
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>(),
+            names(required("v1.23.1", None, &pause).unwrap()),
             [
                 "docker.io/kubeedge/installation-package:v1.23.1",
                 "registry.k8s.io/pause:3.9"
             ]
         );
+        assert_eq!(
+            names(required("v1.22.0", Some("harbor.example:8443/edge"), &[]).unwrap()),
+            ["harbor.example:8443/edge/installation-package:v1.22.0"]
+        );
+        let err = required("v1.22.0", Some("Bad Repo"), &[]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("\"Bad Repo/installation-package:v1.22.0\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn release_versions_follow_keadm_s_pattern() {
+        assert_eq!(release_version("v1.23.1").as_deref(), Some("v1.23.1"));
+        assert_eq!(release_version("1.23.1").as_deref(), Some("v1.23.1"));
+        assert_eq!(
+            release_version("v1.23.1-rc.1+build").as_deref(),
+            Some("v1.23.1-rc.1+build")
+        );
+        for bad in ["", "v1.23", "latest", "v01.2.3", "v1.2.3/x", "1.2.3 "] {
+            assert_eq!(release_version(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

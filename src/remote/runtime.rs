@@ -229,7 +229,7 @@ pub fn parse_runtime_facts(output: &str) -> Option<RuntimeFacts> {
             "TOOL" => facts.tool = Some(one_line(value, 64)),
             "EXACT" => exact = true,
             "IMAGE" => {
-                if let Some(image) = ImageRef::parse(value)
+                if let Some(image) = ImageRef::parse(value).ok()
                     && (!exact || image.to_string() == value.trim())
                     && !facts.images.contains(&image)
                 {
@@ -238,7 +238,7 @@ pub fn parse_runtime_facts(output: &str) -> Option<RuntimeFacts> {
             }
             "LISTED" => facts.listed = true,
             "LIST_FAILED" => facts.list_error = Some(one_line(value.trim(), MESSAGE_CHARS)),
-            "SANDBOX" => facts.sandbox = ImageRef::parse(value),
+            "SANDBOX" => facts.sandbox = ImageRef::parse(value).ok(),
             "DONE" => facts.done = true,
             _ => {}
         }
@@ -523,7 +523,7 @@ mod tests {
         );
         assert_eq!(
             facts.sandbox,
-            ImageRef::parse("registry.k8s.io/pause:3.6"),
+            ImageRef::parse("registry.k8s.io/pause:3.6").ok(),
             "{out}"
         );
         assert!(facts.machine.is_some());
@@ -571,7 +571,10 @@ mod tests {
             facts.images,
             [ImageRef::parse("registry.k8s.io/pause:3.6").unwrap()]
         );
-        assert_eq!(facts.sandbox, ImageRef::parse("registry.k8s.io/pause:3.6"));
+        assert_eq!(
+            facts.sandbox,
+            ImageRef::parse("registry.k8s.io/pause:3.6").ok()
+        );
     }
 
     #[test]

@@ -298,7 +298,10 @@ fn gzip_copy(archive: &ImageArchive, dir: &Path) -> Result<Option<Gzipped>, Stag
 }
 
 /// The offline directory's image archives for `arch`: every `*.tar` file in
-/// `<dir>/<arch>/images`, in name order. None when that directory does not exist.
+/// `<dir>/<arch>/images`, in name order. None when that directory does not exist. In a
+/// kit `batch bundle` wrote (a `kit.json` in `dir`), each archive must be listed there
+/// with its sha256 and size, as the keadm tarball must: one that is not, or was altered
+/// on the way to the site, is refused before it is read.
 pub fn offline_images(dir: &Path, arch: Arch) -> Result<Vec<ImageArchive>, StageError> {
     let images_dir = dir.join(arch.as_str()).join("images");
     if !images_dir.is_dir() {
@@ -306,8 +309,8 @@ pub fn offline_images(dir: &Path, arch: Arch) -> Result<Vec<ImageArchive>, Stage
     }
     let mut archives = Vec::new();
     for path in tar_files_in(&images_dir)? {
-        // kit check: crate::kit::check(dir, <arch>/images/<file>) goes here, before the
-        // archive is read, so a kit file that is not the one `bundle` wrote is refused.
+        let rel = path.strip_prefix(dir).unwrap_or(&path);
+        crate::kit::check(dir, rel)?;
         archives.push(read_archive(&path)?);
     }
     Ok(archives)
@@ -479,7 +482,7 @@ fn docker_archive_images(text: &[u8]) -> Result<Vec<ArchivedImage>, String> {
         .into_iter()
         .flat_map(|e| e.repo_tags.unwrap_or_default())
     {
-        if let Some(reference) = ImageRef::parse(&tag)
+        if let Some(reference) = ImageRef::parse(&tag).ok()
             && !images.iter().any(|i| i.reference == reference)
         {
             images.push(ArchivedImage {
@@ -517,7 +520,7 @@ fn oci_archive_images(text: &[u8]) -> Result<(Vec<ArchivedImage>, Vec<String>), 
             .annotations
             .get("io.containerd.image.name")
             .or(ref_name.filter(|r| r.contains(['/', ':', '@'])));
-        let Some(reference) = named.and_then(|n| ImageRef::parse(n)) else {
+        let Some(reference) = named.and_then(|n| ImageRef::parse(n).ok()) else {
             continue;
         };
         if let Some(name) = named.filter(|n| **n != reference.to_string()) {
@@ -741,6 +744,53 @@ mod tests {
         let path = copy.path.clone();
         drop(images);
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_kit_s_archives_are_checked_against_its_manifest_before_they_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = tar_of(&[("manifest.json", DOCKER_MANIFEST.as_bytes())]);
+        let path = write(dir.path(), "amd64/images/ip.tar", &archive);
+        let (size, sha256) = crate::digest::sha256_file(&path).unwrap();
+        let kit = crate::kit::Kit {
+            format: crate::kit::FORMAT.into(),
+            keadm_version: "v1.23.1".into(),
+            created: "2026-01-01T00:00:00Z".into(),
+            files: vec![crate::kit::KitFile {
+                path: "amd64/images/ip.tar".into(),
+                sha256,
+                size,
+            }],
+        };
+        write(
+            dir.path(),
+            crate::kit::KIT_FILE,
+            &serde_json::to_vec(&kit).unwrap(),
+        );
+        assert_eq!(offline_images(dir.path(), Arch::Amd64).unwrap().len(), 1);
+
+        // Altered on the way: refused by the kit check, naming the file.
+        let mut altered = archive.clone();
+        altered.extend_from_slice(&[0u8; 512]);
+        write(dir.path(), "amd64/images/ip.tar", &altered);
+        let err = offline_images(dir.path(), Arch::Amd64).unwrap_err();
+        assert!(
+            matches!(err, StageError::Kit(crate::kit::KitError::Mismatch { .. })),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
+
+        // An archive the kit does not list is refused too.
+        write(dir.path(), "amd64/images/ip.tar", &archive);
+        write(dir.path(), "amd64/images/extra.tar", &archive);
+        let err = offline_images(dir.path(), Arch::Amd64).unwrap_err();
+        assert!(
+            matches!(err, StageError::Kit(crate::kit::KitError::NotListed { .. })),
+            "{err}"
+        );
     }
 
     #[test]

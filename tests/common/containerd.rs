@@ -18,13 +18,23 @@
 //! mount in the node's mount namespace only), so `containerd config dump` on the node
 //! reports the sandbox image this containerd would ask for, as on a real node.
 //!
+//! A node that reports another machine than the host's (`NodeOpt::Uname("aarch64")`)
+//! also gets a `ctr` as built for that arch: the host's, whose imports take that
+//! platform's content by default (`--platform linux/<arch>`), as the node's own ctr would.
+//! Otherwise ctr would import for the host's platform and find nothing in an arm64
+//! archive.
+//!
+//! Without containerd, ctr, runc or unshare on the machine the test fails, saying what to
+//! install (scripts/setup.sh installs them): it never passes unseen.
+//!
 //! Dropping it kills the containerd it started, by pid.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::fake_keadm::FakeKeadm;
 use super::fleet::Node;
 
 /// The sandbox image these containerds are configured with (containerd 1.6's default).
@@ -36,6 +46,47 @@ pub const ENDPOINT: &str = "unix:///tmp/containerd/containerd.sock";
 /// Registries answer here: a loopback port nothing listens on.
 const NOWHERE: &str = "http://127.0.0.1:9";
 
+/// Where [`keadm_listing_images`] writes, in the node's private /tmp.
+const SEEN_BY_KEADM: &str = "images-seen-by-keadm";
+
+/// The tools the harness runs, and the Debian package of each.
+const TOOLS: [(&str, &str); 4] = [
+    ("containerd", "containerd"),
+    ("ctr", "containerd"),
+    ("runc", "runc"),
+    ("unshare", "util-linux"),
+];
+
+/// Fails the test, naming the packages, when a tool the harness needs is missing.
+fn assert_installed() {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let missing: Vec<String> = TOOLS
+        .iter()
+        .filter(|(tool, _)| !std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+        .map(|(tool, package)| format!("{tool} (package {package})"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "The air-gapped tests need a real containerd, and {} not installed. Run scripts/setup.sh (or apt-get install containerd runc).",
+        missing.join(", ")
+    );
+}
+
+/// A fake keadm that writes down the images its node's runtime holds when it runs (read
+/// them with [`images_seen_by_keadm`]).
+pub fn keadm_listing_images() -> FakeKeadm {
+    FakeKeadm::new().runs(&format!(
+        "ctr --address {} -n k8s.io images ls -q > /tmp/{SEEN_BY_KEADM}",
+        ENDPOINT.trim_start_matches("unix://")
+    ))
+}
+
+/// What [`keadm_listing_images`] wrote on `node`: the runtime's images when keadm ran.
+pub fn images_seen_by_keadm(node: &Node) -> String {
+    fs::read_to_string(node.tmp_path(SEEN_BY_KEADM))
+        .unwrap_or_else(|e| panic!("keadm did not list the images on the node: {e}"))
+}
+
 pub struct Containerd {
     child: Child,
     /// The host-side path of the socket.
@@ -46,6 +97,7 @@ pub struct Containerd {
 impl Containerd {
     /// Starts containerd for `node` and waits until its socket answers.
     pub fn start(node: &Node) -> Containerd {
+        assert_installed();
         let base = node.tmp_path("containerd");
         let certs = base.join("certs.d");
         for host in ["_default", "docker.io", "registry.k8s.io"] {
@@ -97,6 +149,7 @@ impl Containerd {
                 "containerd: /etc/containerd/config.toml could not be replaced on the node; it reports the host's sandbox image"
             );
         }
+        ctr_for_the_node_s_arch(node, &base);
         runtime
     }
 
@@ -137,8 +190,21 @@ impl Containerd {
             .collect()
     }
 
+    /// Fails, naming what it holds and showing its log, unless it holds every one of
+    /// `images` (full names, as `ctr images ls` prints them).
+    pub fn assert_has(&self, images: &[&str]) {
+        let have = self.images();
+        for image in images {
+            assert!(
+                have.iter().any(|h| h == image),
+                "containerd lacks {image}; it has {have:?}\n{}",
+                self.log()
+            );
+        }
+    }
+
     /// Imports the archive at `path` (a host path), as an operator would by hand.
-    pub fn import(&self, path: &std::path::Path) {
+    pub fn import(&self, path: &Path) {
         let out = self.ctr(&["images", "import", path.to_str().unwrap()]);
         assert!(out.status.success(), "{out:?}");
     }
@@ -147,6 +213,54 @@ impl Containerd {
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// Puts a `ctr` over the node's /usr/bin/ctr that imports for the platform the node
+/// reports, when that is not the host's (see the module doc).
+fn ctr_for_the_node_s_arch(node: &Node, base: &Path) {
+    let machine =
+        |out: std::process::Output| String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let node_machine = machine(node.shell("uname -m"));
+    let host_machine = machine(Command::new("uname").arg("-m").output().unwrap());
+    if node_machine == host_machine {
+        return;
+    }
+    let platform = match node_machine.as_str() {
+        "aarch64" | "arm64" => "linux/arm64",
+        "x86_64" => "linux/amd64",
+        m if m.starts_with("armv") => "linux/arm/v7",
+        other => panic!("no platform for the machine {other}"),
+    };
+    // Mount point for the real binary, bound inside the node before the wrapper hides it.
+    let real = base.join("ctr.real");
+    fs::write(&real, "").unwrap();
+    let wrapper = base.join("ctr");
+    fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh
+# ctr as built for {platform}: an import takes that platform's content.
+             kb_first=1; kb_done=
+             for kb_a in \"$@\"; do
+             \x20 [ -n \"$kb_first\" ] && {{ set --; kb_first=; }}
+             \x20 set -- \"$@\" \"$kb_a\"
+             \x20 [ \"$kb_a\" = import ] && [ -z \"$kb_done\" ] && {{ set -- \"$@\" --platform {platform}; kb_done=1; }}
+             done
+             exec '{real}' \"$@\"
+",
+            real = "/tmp/containerd/ctr.real"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = node.shell(
+        "mount --bind /usr/bin/ctr /tmp/containerd/ctr.real && mount --bind /tmp/containerd/ctr /usr/bin/ctr",
+    );
+    assert!(
+        out.status.success(),
+        "ctr for {platform} on the node: {out:?}"
+    );
 }
 
 impl Drop for Containerd {

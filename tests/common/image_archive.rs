@@ -1,4 +1,6 @@
-//! Container image archives written by the tests themselves, with no network: a tiny image
+//! Container images built by the tests themselves, with no network, in one place: a
+//! one-layer [`TestImage`] (layer, config, manifest) that the local registry pushes
+//! (tests/common/registry.rs) and that is written here as an image archive: a tiny image
 //! whose one layer is busybox-static (a shell, `sleep` and `cp`, what keadm's copy
 //! container runs) for the machine's own platform, saved as `docker save` writes it
 //! (docker-archive: `manifest.json`, a config, an uncompressed `layer.tar`) or as an OCI
@@ -14,6 +16,8 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use flate2::Compression;
+use flate2::write::GzEncoder;
 use sha2::{Digest, Sha256};
 
 /// busybox-static, as Debian's package installs it.
@@ -29,8 +33,116 @@ pub fn host_arch() -> &'static str {
     }
 }
 
+/// `sha256:<hex>` of `bytes`, as digests are written.
+pub fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The hex of [`sha256`], as blob and file names spell it.
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+/// Docker's media types (schema 2, manifest lists) or OCI's (manifests, indexes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Docker,
+    Oci,
+}
+
+impl Format {
+    pub fn manifest(self) -> &'static str {
+        match self {
+            Format::Docker => "application/vnd.docker.distribution.manifest.v2+json",
+            Format::Oci => "application/vnd.oci.image.manifest.v1+json",
+        }
+    }
+
+    pub fn index(self) -> &'static str {
+        match self {
+            Format::Docker => "application/vnd.docker.distribution.manifest.list.v2+json",
+            Format::Oci => "application/vnd.oci.image.index.v1+json",
+        }
+    }
+
+    fn config(self) -> &'static str {
+        match self {
+            Format::Docker => "application/vnd.docker.container.image.v1+json",
+            Format::Oci => "application/vnd.oci.image.config.v1+json",
+        }
+    }
+
+    fn layer(self) -> &'static str {
+        match self {
+            Format::Docker => "application/vnd.docker.image.rootfs.diff.tar.gzip",
+            Format::Oci => "application/vnd.oci.image.layer.v1.tar+gzip",
+        }
+    }
+}
+
+/// A one-layer image for one arch, built in memory.
+pub struct TestImage {
+    /// The layer as a tar, as `docker save` keeps it.
+    pub layer_tar: Vec<u8>,
+    /// The layer gzip-compressed, as registries and OCI archives keep it.
+    pub layer: Vec<u8>,
+    pub config: Vec<u8>,
+    /// The manifest of `config` and `layer`, with `format`'s media types.
+    pub manifest: Vec<u8>,
+}
+
+impl TestImage {
+    /// The image of `layer_tar` for linux/`arch`, whose config runs `process` (the
+    /// config's `config` object, e.g. `{"Cmd": ["/bin/sh"]}`).
+    pub fn new(
+        layer_tar: Vec<u8>,
+        arch: &str,
+        process: serde_json::Value,
+        format: Format,
+    ) -> TestImage {
+        let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+        gz.write_all(&layer_tar).unwrap();
+        let layer = gz.finish().unwrap();
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": arch,
+            "os": "linux",
+            "config": process,
+            "rootfs": {"type": "layers", "diff_ids": [sha256(&layer_tar)]},
+        }))
+        .unwrap();
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": format.manifest(),
+            "config": {"mediaType": format.config(), "digest": sha256(&config), "size": config.len()},
+            "layers": [{"mediaType": format.layer(), "digest": sha256(&layer), "size": layer.len()}],
+        }))
+        .unwrap();
+        TestImage {
+            layer_tar,
+            layer,
+            config,
+            manifest,
+        }
+    }
+
+    /// An image whose layer holds only `etc/image` with `<repo> for <arch>` in it, so a
+    /// test can tell which build an archive got (what the local registry serves).
+    pub fn marked(repo: &str, arch: &str, format: Format) -> TestImage {
+        let content = format!("{repo} for {arch}\n");
+        let layer = tar_of(&[("etc/image", content.as_bytes(), 0o644)], &[]);
+        TestImage::new(layer, arch, serde_json::json!({"Cmd": ["/bin/sh"]}), format)
+    }
+
+    /// The busybox image for this machine (see the module doc), whose command keeps
+    /// running.
+    fn busybox() -> TestImage {
+        TestImage::new(
+            layer().to_vec(),
+            host_arch(),
+            serde_json::json!({"Entrypoint": ["/bin/sleep"], "Cmd": ["3600"]}),
+            Format::Oci,
+        )
+    }
 }
 
 /// A tar of `(path, bytes, mode)` files and `(path, target)` symlinks.
@@ -80,22 +192,11 @@ fn layer() -> &'static [u8] {
     })
 }
 
-/// The image config: this platform, the shared layer, and a command that keeps running.
-fn config() -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "architecture": host_arch(),
-        "os": "linux",
-        "config": {"Entrypoint": ["/bin/sleep"], "Cmd": ["3600"]},
-        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{}", sha256_hex(layer()))]},
-    }))
-    .unwrap()
-}
-
 /// Writes the image as `docker save <name>` does.
 pub fn docker_archive(path: &Path, name: &str) {
-    let config = config();
-    let config_name = format!("{}.json", sha256_hex(&config));
-    let layer_name = format!("{}/layer.tar", sha256_hex(layer()));
+    let image = TestImage::busybox();
+    let config_name = format!("{}.json", sha256_hex(&image.config));
+    let layer_name = format!("{}/layer.tar", sha256_hex(&image.layer_tar));
     let manifest = serde_json::to_vec(&serde_json::json!([{
         "Config": config_name,
         "RepoTags": [name],
@@ -106,8 +207,8 @@ pub fn docker_archive(path: &Path, name: &str) {
         path,
         &tar_of(
             &[
-                (&layer_name, layer(), 0o644),
-                (&config_name, &config, 0o644),
+                (&layer_name, &image.layer_tar, 0o644),
+                (&config_name, &image.config, 0o644),
                 ("manifest.json", &manifest, 0o644),
             ],
             &[],
@@ -118,31 +219,18 @@ pub fn docker_archive(path: &Path, name: &str) {
 /// Writes the image as `ctr export` does: an OCI layout whose index names the image in
 /// full (`io.containerd.image.name`) and by tag (`org.opencontainers.image.ref.name`).
 pub fn oci_archive(path: &Path, name: &str) {
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(layer()).unwrap();
-    let layer_gz = gz.finish().unwrap();
-    let config = config();
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": format!("sha256:{}", sha256_hex(&config)),
-            "size": config.len(),
-        },
-        "layers": [{
-            "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-            "digest": format!("sha256:{}", sha256_hex(&layer_gz)),
-            "size": layer_gz.len(),
-        }],
-    }))
-    .unwrap();
+    let TestImage {
+        layer: layer_gz,
+        config,
+        manifest,
+        ..
+    } = TestImage::busybox();
     let tag = name.rsplit_once(':').map_or("latest", |(_, tag)| tag);
     let index = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2,
         "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": format!("sha256:{}", sha256_hex(&manifest)),
+            "mediaType": Format::Oci.manifest(),
+            "digest": sha256(&manifest),
             "size": manifest.len(),
             "annotations": {
                 "io.containerd.image.name": name,

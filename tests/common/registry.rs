@@ -1,8 +1,8 @@
 //! A real container registry on loopback for `batch bundle` tests: Debian's
 //! `docker-registry` (the distribution registry), started by the test with filesystem
 //! storage in a temp dir, optionally behind htpasswd basic auth, and images pushed to it
-//! from the test over the registry HTTP API (no docker daemon). Images are built here:
-//! one gzip layer holding one file, a config, a manifest, and multi-arch indexes.
+//! from the test over the registry HTTP API (no docker daemon): one-layer images from
+//! tests/common/image_archive.rs, and multi-arch indexes over them.
 //!
 //! ```ignore
 //! let registry = LocalRegistry::start();
@@ -17,99 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flate2::Compression;
-use flate2::write::GzEncoder;
-use sha2::{Digest, Sha256};
+use super::image_archive::{Format, TestImage, sha256};
 
 const REGISTRY: &str = "/usr/bin/docker-registry";
 const HTPASSWD: &str = "/usr/bin/htpasswd";
-
-/// Docker's media types (schema 2, manifest lists) or OCI's (manifests, indexes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    Docker,
-    Oci,
-}
-
-impl Format {
-    fn manifest(self) -> &'static str {
-        match self {
-            Format::Docker => "application/vnd.docker.distribution.manifest.v2+json",
-            Format::Oci => "application/vnd.oci.image.manifest.v1+json",
-        }
-    }
-
-    fn index(self) -> &'static str {
-        match self {
-            Format::Docker => "application/vnd.docker.distribution.manifest.list.v2+json",
-            Format::Oci => "application/vnd.oci.image.index.v1+json",
-        }
-    }
-
-    fn config(self) -> &'static str {
-        match self {
-            Format::Docker => "application/vnd.docker.container.image.v1+json",
-            Format::Oci => "application/vnd.oci.image.config.v1+json",
-        }
-    }
-
-    fn layer(self) -> &'static str {
-        match self {
-            Format::Docker => "application/vnd.docker.image.rootfs.diff.tar.gzip",
-            Format::Oci => "application/vnd.oci.image.layer.v1.tar+gzip",
-        }
-    }
-}
-
-/// A one-layer image for one arch, built in memory.
-pub struct TestImage {
-    pub config: Vec<u8>,
-    pub layer: Vec<u8>,
-    pub manifest: Vec<u8>,
-}
-
-pub fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
-impl TestImage {
-    /// An image whose layer holds `etc/image` with `<repo> for <arch>` in it, so a test can
-    /// tell which build an archive got.
-    pub fn new(repo: &str, arch: &str, format: Format) -> TestImage {
-        let content = format!("{repo} for {arch}\n");
-        let mut tar = tar::Builder::new(Vec::new());
-        let mut header = tar::Header::new_ustar();
-        header.set_size(content.len() as u64);
-        header.set_mode(0o644);
-        header.set_mtime(1_750_000_000);
-        header.set_entry_type(tar::EntryType::Regular);
-        tar.append_data(&mut header, "etc/image", content.as_bytes())
-            .unwrap();
-        let layer_tar = tar.into_inner().unwrap();
-        let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
-        std::io::Write::write_all(&mut gz, &layer_tar).unwrap();
-        let layer = gz.finish().unwrap();
-        let config = serde_json::to_vec(&serde_json::json!({
-            "architecture": arch,
-            "os": "linux",
-            "config": {"Cmd": ["/bin/sh"]},
-            "rootfs": {"type": "layers", "diff_ids": [sha256(&layer_tar)]},
-        }))
-        .unwrap();
-        let manifest = serde_json::to_vec(&serde_json::json!({
-            "schemaVersion": 2,
-            "mediaType": format.manifest(),
-            "config": {"mediaType": format.config(), "digest": sha256(&config), "size": config.len()},
-            "layers": [{"mediaType": format.layer(), "digest": sha256(&layer), "size": layer.len()}],
-        }))
-        .unwrap();
-        TestImage {
-            config,
-            layer,
-            manifest,
-        }
-    }
-}
 
 /// How the registry asks clients to authenticate.
 #[derive(Clone)]
@@ -419,7 +330,7 @@ impl LocalRegistry {
 
     /// Pushes a single-platform image as `repo:tag`; returns it.
     pub fn push_image(&self, repo: &str, tag: &str, arch: &str, format: Format) -> TestImage {
-        let image = TestImage::new(repo, arch, format);
+        let image = TestImage::marked(repo, arch, format);
         self.push_blob(repo, &image.config);
         self.push_blob(repo, &image.layer);
         self.push_manifest(repo, tag, format.manifest(), &image.manifest);
@@ -438,7 +349,7 @@ impl LocalRegistry {
         let mut images = Vec::new();
         let mut entries = Vec::new();
         for arch in arches {
-            let image = TestImage::new(repo, arch, format);
+            let image = TestImage::marked(repo, arch, format);
             self.push_blob(repo, &image.config);
             self.push_blob(repo, &image.layer);
             let digest = sha256(&image.manifest);

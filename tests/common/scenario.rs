@@ -366,6 +366,18 @@ impl Output {
         let text = std::fs::read_to_string(self.latest_run().join("summary.json")).unwrap();
         serde_json::from_str(&text).unwrap()
     }
+
+    /// Fleet node `i`'s entry in summary.json, found by its name.
+    pub fn node_summary(&self, i: usize) -> serde_json::Value {
+        let name = Scenario::name(i);
+        self.summary()["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("{name} not in the summary"))
+            .clone()
+    }
 }
 
 /// The path of keadm in a node's default remote dir.
