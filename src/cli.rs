@@ -17,6 +17,7 @@ use crate::options::{
 #[command(
     name = "keadm-batch",
     version,
+    long_version = long_version(),
     about = "Enroll, reset, upgrade or reconfigure KubeEdge edge nodes in bulk over SSH.",
     long_about = "Enroll, reset, upgrade or reconfigure KubeEdge edge nodes in bulk over SSH.\n\nReads the config files of KubeEdge's `keadm batch` unchanged.",
     propagate_version = true
@@ -491,6 +492,39 @@ pub fn write_man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
     top.render_version_section(out)
 }
 
+/// `--version`: what an operator checks a control host's copy against, for CVEs among
+/// others: the version, the commit and date it was built from and for which target, and
+/// the libssh2, OpenSSL and zlib inside (stamped by build.rs; OpenSSL's asked of the
+/// library itself, so a dynamically linked one reports the host's). `-V` prints only the
+/// version.
+fn long_version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        // The release build (feature `vendored`) compiles OpenSSL and zlib in.
+        let linked = if cfg!(feature = "vendored") {
+            "built in"
+        } else {
+            "the system library"
+        };
+        format!(
+            "{version}\n\
+             commit:  {commit}\n\
+             built:   {date}\n\
+             target:  {target}\n\
+             libssh2: {libssh2}\n\
+             OpenSSL: {openssl} ({linked})\n\
+             zlib:    {zlib}",
+            version = env!("CARGO_PKG_VERSION"),
+            commit = env!("KEADM_BATCH_GIT_COMMIT"),
+            date = env!("KEADM_BATCH_BUILD_DATE"),
+            target = env!("KEADM_BATCH_TARGET"),
+            libssh2 = env!("KEADM_BATCH_LIBSSH2"),
+            openssl = openssl::version::version(),
+            zlib = env!("KEADM_BATCH_ZLIB"),
+        )
+    })
+}
+
 /// The clap command, for `--help` snapshots and shell completions.
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
@@ -661,6 +695,27 @@ mod tests {
                 .contains("`sunspots` is not a failure class. Use one of: already_joined,"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn long_version_names_the_build_and_the_libraries_inside() {
+        let err = run(&["keadm-batch", "--version"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::DisplayVersion);
+        let text = err.to_string();
+        let first = format!("keadm-batch {}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(text.lines().next(), Some(first.as_str()));
+        for label in [
+            "commit:", "built:", "target:", "libssh2:", "OpenSSL:", "zlib:",
+        ] {
+            assert!(
+                text.lines().any(|line| line.starts_with(label)),
+                "no `{label}` line in:\n{text}"
+            );
+        }
+        assert!(text.contains(openssl::version::version()), "{text}");
+        // -V stays one line, for scripts that read the version.
+        let short = run(&["keadm-batch", "-V"]).unwrap_err().to_string();
+        assert_eq!(short.trim_end(), first);
     }
 
     #[test]
