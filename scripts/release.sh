@@ -1,0 +1,513 @@
+#!/usr/bin/env bash
+# Builds the release into dist/ and checks it. For amd64 and arm64:
+#   keadm-batch-<version>-linux-<arch>.tar.gz   the binary, README.md, LICENSE, completions
+#                                               (bash, zsh, fish) and the man page
+#   keadm-batch_<version>_<arch>.deb            the same, installed under /usr
+#   keadm-batch-<version>-1.<rpm arch>.rpm
+# and keadm-batch-<version>-image.oci.tar, one OCI image for both arches (FROM scratch: the
+# binary, busybox-static as /bin/sh, CA certificates; see Containerfile). Every artifact
+# gets KubeEdge's checksum file, checksum_<artifact>.txt: the bare sha512 hex digest.
+#
+# The binaries are static (musl; OpenSSL, libssh2 and zlib built in through the `vendored`
+# feature) and stripped. The checks, which fail the script: no dynamic dependency beyond
+# libc, libm, libpthread, libdl and ld-linux, no GLIBC symbol version above 2.17 (both for
+# a glibc fallback build), no symbol table, `--version` names the commit and the built-in
+# libraries, and the binary taken out of each package runs `--version` and a `--dry-run`
+# of batch_config.example.yaml (arm64 under qemu-user-static). The docs/kubernetes Jobs
+# must name the image this script tags.
+#
+# What cannot be had on this machine (a rustup target, zig, qemu, buildah) is skipped with
+# a line that says so, and everything else is still built and checked. REQUIRE_ALL=1 makes
+# a skip an error (for a real release). Runs as root on Debian: missing tools come from apt.
+#   scripts/release.sh
+#   ARCHES=amd64 scripts/release.sh
+#   REQUIRE_ALL=1 scripts/release.sh
+#   IMAGE=registry.example.com/keadm-batch scripts/release.sh   # the image's name (no tag)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+# Pinned tools from PyPI for the arm64 cross build (zig is the C cross compiler and linker
+# for OpenSSL, libssh2 and zlib; cargo-zigbuild drives it).
+ZIGLANG_VERSION=0.17.1
+CARGO_ZIGBUILD_VERSION=0.24.1
+# glibc fallback (a target whose musl std cannot be installed): symbols no newer than this.
+GLIBC_MAX=2.17
+
+arches=${ARCHES:-amd64 arm64}
+image=${IMAGE:-registry.example.com/keadm-batch}
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
+dist=$repo/dist
+work=$repo/target/release-work
+tools=$repo/target/release-tools
+started=$(date +%s)
+
+say() { printf 'release: %s\n' "$*"; }
+skipped=()
+skip() {
+    printf 'release: SKIPPED: %s\n' "$*" >&2
+    skipped+=("$*")
+}
+fail() {
+    printf 'release: FAILED: %s\n' "$*" >&2
+    exit 1
+}
+elapsed() { echo "$(($(date +%s) - started)) s"; }
+
+[ -n "$version" ] || fail "cannot read the package version from Cargo.toml"
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+if [ "$commit" != unknown ] && ! git diff-index --quiet HEAD -- 2>/dev/null; then
+    commit="$commit-dirty"
+fi
+# build.rs stamps this into --version; archives get the commit's time as their mtime.
+export KEADM_BATCH_GIT_COMMIT=$commit
+epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+say "keadm-batch $version, commit $commit, arches: $arches"
+
+# --- tools -------------------------------------------------------------------------------
+
+# apt_install PACKAGE...: installs what is missing (as root, from the Debian mirror).
+apt_updated=0
+apt_install() {
+    local missing=() pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing+=("$pkg")
+    done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+        return 1
+    fi
+    say "installing ${missing[*]} (apt)"
+    if [ "$apt_updated" = 0 ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq || return 1
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+        >/dev/null || return 1
+}
+
+apt_install binutils dpkg-dev rpm ca-certificates python3-venv ||
+    fail "cannot install binutils, dpkg-dev, rpm, ca-certificates and python3-venv; they are needed to check and package"
+
+# rust_target TRIPLE: installed, or installed now by rustup (which needs static.rust-lang.org).
+rust_target() {
+    rustup target list --installed 2>/dev/null | grep -qx "$1" && return 0
+    command -v rustup >/dev/null || return 1
+    say "rustup target add $1"
+    timeout 600 rustup target add "$1" >/dev/null 2>&1
+}
+
+# zig and cargo-zigbuild, in a venv of their own under target/.
+zig_bin=$tools/zig/bin
+have_zig() {
+    if ! "$zig_bin/cargo-zigbuild" --version 2>/dev/null | grep -q " $CARGO_ZIGBUILD_VERSION\$" ||
+        ! "$zig_bin/python" -m ziglang version >/dev/null 2>&1; then
+        say "installing ziglang $ZIGLANG_VERSION and cargo-zigbuild $CARGO_ZIGBUILD_VERSION (PyPI)"
+        rm -rf "$tools/zig"
+        python3 -m venv "$tools/zig" &&
+            "$zig_bin/pip" install --quiet --disable-pip-version-check \
+                "ziglang==$ZIGLANG_VERSION" "cargo-zigbuild==$CARGO_ZIGBUILD_VERSION" || return 1
+    fi
+}
+
+# runner ARCH: how to run that arch's binaries here ("" natively), or fails.
+host_arch=$(dpkg --print-architecture 2>/dev/null || uname -m)
+runner() {
+    local qemu
+    if [ "$1" = "$host_arch" ]; then echo ""; return 0; fi
+    case $1 in amd64) qemu=qemu-x86_64-static ;; arm64) qemu=qemu-aarch64-static ;; esac
+    command -v "$qemu" >/dev/null || apt_install qemu-user-static >/dev/null || return 1
+    command -v "$qemu"
+}
+
+# --- build -------------------------------------------------------------------------------
+
+# build ARCH: builds the binary and prints its path on fd 3, or fails having said why. musl first;
+# a glibc build against GLIBC_MAX's symbols through zig when the musl std is not to be had.
+build() {
+    local arch=$1 musl gnu out
+    case $arch in
+        amd64) musl=x86_64-unknown-linux-musl gnu=x86_64-unknown-linux-gnu ;;
+        arm64) musl=aarch64-unknown-linux-musl gnu=aarch64-unknown-linux-gnu ;;
+        *) say "unknown arch $arch (amd64 or arm64)"; return 1 ;;
+    esac
+    local cargo_args=(--locked --profile dist --features vendored --quiet)
+    if rust_target "$musl"; then
+        if [ "$arch" = amd64 ] && [ "$host_arch" = amd64 ] &&
+            { command -v musl-gcc >/dev/null || apt_install musl-tools; }; then
+            say "building $arch: $musl with musl-gcc (musl-tools)"
+            CC_x86_64_unknown_linux_musl=musl-gcc AR_x86_64_unknown_linux_musl=ar \
+                cargo build "${cargo_args[@]}" --target "$musl" || return 1
+            echo "$repo/target/$musl/dist/keadm-batch" >&3
+            return 0
+        fi
+        if have_zig; then
+            say "building $arch: $musl with cargo-zigbuild"
+            PATH=$zig_bin:$PATH cargo zigbuild "${cargo_args[@]}" --target "$musl" || return 1
+            echo "$repo/target/$musl/dist/keadm-batch" >&3
+            return 0
+        fi
+        say "no C compiler for $musl: neither musl-gcc (amd64 only) nor zig from PyPI"
+        return 1
+    fi
+    say "cannot install the rust target $musl; trying $gnu against glibc $GLIBC_MAX"
+    if rust_target "$gnu" && have_zig; then
+        say "building $arch: $gnu.$GLIBC_MAX with cargo-zigbuild"
+        PATH=$zig_bin:$PATH cargo zigbuild "${cargo_args[@]}" --target "$gnu.$GLIBC_MAX" ||
+            return 1
+        echo "$repo/target/$gnu/dist/keadm-batch" >&3
+        return 0
+    fi
+    say "cannot install the rust target $gnu or zig either"
+    return 1
+}
+
+# --- checks ------------------------------------------------------------------------------
+
+# check_linkage BINARY: static, or glibc's own libraries only at GLIBC_MAX or older; stripped.
+check_linkage() {
+    local bin=$1 lib newest
+    for lib in $(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+        case $lib in
+            libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | ld-linux*.so.*) ;;
+            *) fail "$bin needs $lib at run time; only libc, libm, libpthread, libdl and ld-linux may be dynamic (OpenSSL and zlib must be built in: --features vendored)" ;;
+        esac
+    done
+    newest=$(readelf -W -V "$bin" | { grep -o 'GLIBC_[0-9][0-9.]*' || true; } | sed 's/^GLIBC_//' | sort -uV | tail -n1)
+    if [ -n "$newest" ] &&
+        [ "$(printf '%s\n%s\n' "$newest" "$GLIBC_MAX" | sort -V | tail -n1)" != "$GLIBC_MAX" ]; then
+        fail "$bin uses a GLIBC_$newest symbol; the release must run on glibc $GLIBC_MAX (RHEL/CentOS 7)"
+    fi
+    if readelf -S -W "$bin" | grep -Eq ' \.(symtab|debug_info) '; then
+        fail "$bin is not stripped (build it with --profile dist)"
+    fi
+    local needed
+    needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+    say "  linkage: ${needed:-static, no shared library}${newest:+; newest glibc symbol: $newest}; stripped"
+}
+
+# check_runs ARCH BINARY WHAT: --version names the commit and the built-in libraries, and
+# a --dry-run of the example config passes.
+check_runs() {
+    local arch=$1 bin=$2 what=$3 run text
+    run=$(runner "$arch") || {
+        skip "running the $arch binary from the $what: no qemu-user-static"
+        return 0
+    }
+    text=$($run "$bin" --version) || fail "$what: '$bin --version' failed"
+    for want in "commit:  $commit" "libssh2: .*(built in)" "OpenSSL: OpenSSL .*(built in)" \
+        "zlib: .*(built in)"; do
+        grep -q "^$want" <<<"$text" || fail "$what: --version has no line '$want':
+$text"
+    done
+    rm -rf "$work/dry-run"
+    mkdir -p "$work/dry-run"
+    $run "$bin" batch -c batch_config.example.yaml --dry-run \
+        --known-hosts "$work/dry-run/known_hosts" --staging-dir "$work/dry-run/staging" \
+        >"$work/dry-run/out.txt" 2>&1 ||
+        fail "$what: --dry-run of batch_config.example.yaml failed: $(tail -n5 "$work/dry-run/out.txt")"
+    grep -q edge-plc-03 "$work/dry-run/out.txt" || fail "$what: --dry-run printed no plan"
+    say "  runs from the $what${run:+ (under $(basename "$run"))}: --version, --dry-run of batch_config.example.yaml"
+}
+
+# The Jobs must name the image this script tags.
+check_manifests() {
+    local file line
+    for file in docs/kubernetes/*.yaml; do
+        while read -r line; do
+            [ "$line" = "image: $image:$version" ] ||
+                fail "$file names '${line#image: }'; the release tags the image $image:$version"
+        done < <(grep -E '^\s*image:' "$file" | sed 's/^ *//')
+    done
+    say "docs/kubernetes names $image:$version"
+}
+
+# --- packages ----------------------------------------------------------------------------
+
+checksum() {
+    # KubeEdge's format: checksum_<file>.txt holds the bare sha512 hex digest.
+    sha512sum "$1" | cut -d' ' -f1 >"$(dirname "$1")/checksum_$(basename "$1").txt"
+}
+
+# write_docs ARCH BINARY DIR: completions and the man page, written by the binary itself.
+write_docs() {
+    local run
+    run=$(runner "$1") || run=$(runner "$host_arch")
+    mkdir -p "$3/completions" "$3/man"
+    $run "$2" completions bash >"$3/completions/keadm-batch.bash"
+    $run "$2" completions zsh >"$3/completions/_keadm-batch"
+    $run "$2" completions fish >"$3/completions/keadm-batch.fish"
+    $run "$2" man >"$3/man/keadm-batch.1"
+}
+
+description=$(sed -n 's/^description = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
+
+make_tarball() {
+    local arch=$1 bin=$2 name="keadm-batch-$version-linux-$1"
+    local top="$work/$arch/tar/$name"
+    rm -rf "$work/$arch/tar"
+    mkdir -p "$top"
+    install -m 0755 "$bin" "$top/keadm-batch"
+    install -m 0644 README.md LICENSE "$top/"
+    cp -a "$work/$arch/docs/." "$top/"
+    tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
+        -C "$work/$arch/tar" -cf - "$name" | gzip -9n >"$dist/$name.tar.gz"
+    checksum "$dist/$name.tar.gz"
+}
+
+# install_tree ARCH BINARY ROOT ZSH_DIR: the installed layout both packages share.
+install_tree() {
+    local d=$work/$1/docs root=$3
+    rm -rf "$root"
+    install -D -m 0755 "$2" "$root/usr/bin/keadm-batch"
+    install -D -m 0644 README.md "$root/usr/share/doc/keadm-batch/README.md"
+    install -D -m 0644 "$d/completions/keadm-batch.bash" "$root/usr/share/bash-completion/completions/keadm-batch"
+    install -D -m 0644 "$d/completions/_keadm-batch" "$root$4/_keadm-batch"
+    install -D -m 0644 "$d/completions/keadm-batch.fish" "$root/usr/share/fish/vendor_completions.d/keadm-batch.fish"
+    install -d "$root/usr/share/man/man1"
+    gzip -9n <"$d/man/keadm-batch.1" >"$root/usr/share/man/man1/keadm-batch.1.gz"
+}
+
+make_deb() {
+    local arch=$1 root="$work/$1/deb/root" file="keadm-batch_${version}_$1.deb"
+    install_tree "$arch" "$2" "$root" /usr/share/zsh/vendor-completions
+    install -D -m 0644 LICENSE "$root/usr/share/doc/keadm-batch/copyright"
+    mkdir -p "$root/DEBIAN"
+    cat >"$root/DEBIAN/control" <<CONTROL
+Package: keadm-batch
+Version: $version
+Architecture: $arch
+Maintainer: ${MAINTAINER:-keadm-batch maintainers <keadm-batch@localhost>}
+Installed-Size: $(du -sk --exclude=DEBIAN "$root" | cut -f1)
+Section: admin
+Priority: optional
+Description: $description
+ A static binary: OpenSSL, libssh2 and zlib are built in, so it needs no
+ library from the host beyond the kernel.
+CONTROL
+    SOURCE_DATE_EPOCH=$epoch dpkg-deb -Zxz --root-owner-group --build "$root" "$dist/$file" >/dev/null
+    checksum "$dist/$file"
+}
+
+make_rpm() {
+    local arch=$1 rpm_arch root="$work/$1/rpm/root" top="$work/$1/rpm/top"
+    case $arch in amd64) rpm_arch=x86_64 ;; arm64) rpm_arch=aarch64 ;; esac
+    install_tree "$arch" "$2" "$root" /usr/share/zsh/site-functions
+    install -D -m 0644 LICENSE "$root/usr/share/licenses/keadm-batch/LICENSE"
+    rm -rf "$top"
+    mkdir -p "$top"
+    cat >"$top/keadm-batch.spec" <<SPEC
+Name: keadm-batch
+Version: $version
+Release: 1
+Summary: Enroll KubeEdge edge nodes in bulk over SSH
+License: Apache-2.0
+# A static binary: it needs nothing from the host, so nothing is generated.
+AutoReqProv: no
+# The binary is stripped already and must stay byte for byte the checked one; gzip
+# payloads and sha256 file digests are what rpm 4.11 (RHEL/CentOS 7) reads.
+%global debug_package %{nil}
+%global __os_install_post %{nil}
+%global _build_id_links none
+%global _binary_payload w9.gzdio
+%global _binary_filedigest_algorithm 8
+
+%description
+$description. A static binary: OpenSSL, libssh2 and zlib are built in.
+
+%install
+cp -a $root/. %{buildroot}/
+
+%files
+/usr/bin/keadm-batch
+%doc /usr/share/doc/keadm-batch/README.md
+%license /usr/share/licenses/keadm-batch/LICENSE
+/usr/share/man/man1/keadm-batch.1.gz
+/usr/share/bash-completion/completions/keadm-batch
+/usr/share/zsh/site-functions/_keadm-batch
+/usr/share/fish/vendor_completions.d/keadm-batch.fish
+SPEC
+    SOURCE_DATE_EPOCH=$epoch rpmbuild -bb --quiet --nodeps --target "$rpm_arch-linux" \
+        --define "_topdir $top" --define "use_source_date_epoch_as_buildtime 1" \
+        --define "clamp_mtime_to_source_date_epoch 1" "$top/keadm-batch.spec" >/dev/null
+    local file="keadm-batch-$version-1.$rpm_arch.rpm"
+    mv "$top/RPMS/$rpm_arch/$file" "$dist/$file"
+    checksum "$dist/$file"
+}
+
+# check_packages ARCH BINARY: takes the binary out of each package, checks it is the one
+# built, and runs it.
+check_packages() {
+    local arch=$1 bin=$2 rpm_arch x="$work/$1/extract" file
+    case $arch in amd64) rpm_arch=x86_64 ;; arm64) rpm_arch=aarch64 ;; esac
+    rm -rf "$x"
+    mkdir -p "$x/tar" "$x/deb" "$x/rpm"
+    for file in "keadm-batch-$version-linux-$arch.tar.gz" "keadm-batch_${version}_$arch.deb" \
+        "keadm-batch-$version-1.$rpm_arch.rpm"; do
+        [ "$(cat "$dist/checksum_$file.txt")" = "$(sha512sum "$dist/$file" | cut -d' ' -f1)" ] ||
+            fail "checksum_$file.txt does not match $file"
+    done
+    tar -xzf "$dist/keadm-batch-$version-linux-$arch.tar.gz" -C "$x/tar"
+    dpkg-deb -x "$dist/keadm-batch_${version}_$arch.deb" "$x/deb"
+    rpm2archive - <"$dist/keadm-batch-$version-1.$rpm_arch.rpm" | tar -xz -C "$x/rpm"
+    # rpm 4.11 cannot read a zstd payload and would refuse the package.
+    if rpm -qp --requires "$dist/keadm-batch-$version-1.$rpm_arch.rpm" 2>/dev/null | grep -q Zstd; then
+        fail "the rpm needs rpmlib(PayloadIsZstd), which RHEL/CentOS 7 lacks"
+    fi
+    for file in "tar/keadm-batch-$version-linux-$arch/keadm-batch" deb/usr/bin/keadm-batch \
+        rpm/usr/bin/keadm-batch; do
+        cmp -s "$bin" "$x/$file" || fail "$x/$file is not the binary that was built and checked"
+    done
+    for what in tarball deb rpm; do
+        case $what in
+            tarball) file="$x/tar/keadm-batch-$version-linux-$arch/keadm-batch" ;;
+            *) file="$x/${what}/usr/bin/keadm-batch" ;;
+        esac
+        check_runs "$arch" "$file" "$arch $what"
+    done
+}
+
+# --- image -------------------------------------------------------------------------------
+
+# image_tree ARCH BINARY: the arch's root file system for the Containerfile.
+image_tree() {
+    local arch=$1 root="$work/image/$1" lists="$tools/apt-$1" deb applet run
+    rm -rf "$root"
+    mkdir -p "$root/usr/local/bin" "$root/bin" "$root/etc/ssl/certs" "$root/tmp" \
+        "$root/usr/share/doc/keadm-batch" "$root/usr/share/doc/busybox-static" "$lists"
+    install -m 0755 "$2" "$root/usr/local/bin/keadm-batch"
+    install -m 0644 LICENSE README.md "$root/usr/share/doc/keadm-batch/"
+    chmod 1777 "$root/tmp"
+    install -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+    # busybox-static of the image's arch, from Debian's mirror, through a private apt state
+    # so the host's apt configuration stays as it is.
+    local apt=(apt-get -qq -o "APT::Architecture=$arch" -o "APT::Architectures::=$arch"
+        -o "Dir::State::Lists=$lists/lists" -o "Dir::Cache=$lists/cache" -o Debug::NoLocking=1)
+    mkdir -p "$lists/lists/partial" "$lists/cache/archives/partial" "$lists/deb"
+    if ! ls "$lists/deb"/busybox-static_*.deb >/dev/null 2>&1; then
+        "${apt[@]}" update >/dev/null 2>&1 &&
+            (cd "$lists/deb" && "${apt[@]}" download "busybox-static:$arch" >/dev/null 2>&1) ||
+            return 1
+    fi
+    deb=$(ls "$lists/deb"/busybox-static_*.deb | head -n1)
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO ./bin/busybox >"$root/bin/busybox"
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/busybox-static/copyright \
+        >"$root/usr/share/doc/busybox-static/copyright"
+    chmod 0755 "$root/bin/busybox"
+    # Every applet as a link in /bin, so the Jobs' `sh -c` finds mkdir, cat, ls...
+    run=$(runner "$arch") || return 1
+    for applet in $($run "$root/bin/busybox" --list); do
+        [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
+    done
+    printf 'root:x:0:0:root:/root:/bin/sh\nnonroot:x:65532:65532:nonroot:/tmp:/bin/sh\n' >"$root/etc/passwd"
+    printf 'root:x:0:\nnonroot:x:65532:\n' >"$root/etc/group"
+}
+
+# build_image ARCH...: one OCI image index for the arches, written as an OCI archive.
+build_image() {
+    local storage="$work/buildah" platforms="" arch file="keadm-batch-$version-image.oci.tar"
+    for arch in "$@"; do platforms="$platforms${platforms:+,}linux/$arch"; done
+    local buildah=(buildah --root "$storage/root" --runroot "$storage/run" --storage-driver vfs)
+    "${buildah[@]}" manifest rm "$image:$version" >/dev/null 2>&1 || true
+    "${buildah[@]}" build --quiet --platform "$platforms" --manifest "$image:$version" \
+        --timestamp "$epoch" --label "org.opencontainers.image.version=$version" \
+        --label "org.opencontainers.image.revision=$commit" \
+        --label "org.opencontainers.image.licenses=Apache-2.0" \
+        -f Containerfile "$work/image" >/dev/null || return 1
+    rm -f "$dist/$file"
+    "${buildah[@]}" manifest push --quiet --all "$image:$version" \
+        "oci-archive:$dist/$file:$image:$version" >/dev/null || return 1
+    checksum "$dist/$file"
+}
+
+# check_image ARCH...: unpacks each arch's image from the archive and runs its binary, and
+# its shell, as the Jobs do.
+check_image() {
+    local file="$dist/keadm-batch-$version-image.oci.tar" arch root run out
+    for arch in "$@"; do
+        root="$work/image-check/$arch"
+        rm -rf "$root"
+        mkdir -p "$root"
+        python3 - "$file" "$arch" "$root" "$image:$version" <<'PY' || fail "cannot unpack the $arch image from $file"
+import json, sys, tarfile, io
+archive, arch, root, ref = sys.argv[1:]
+with tarfile.open(archive) as oci:
+    blob = lambda d: oci.extractfile("blobs/sha256/" + d.split(":", 1)[1]).read()
+    top = json.load(oci.extractfile("index.json"))
+    named = [m for m in top["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref]
+    if not named:
+        sys.exit(f"no image named {ref} in the archive")
+    index = json.loads(blob(named[0]["digest"]))
+    manifest = next(m for m in index["manifests"] if m["platform"]["architecture"] == arch)
+    for layer in json.loads(blob(manifest["digest"]))["layers"]:
+        with tarfile.open(fileobj=io.BytesIO(blob(layer["digest"]))) as t:
+            # The "tar" filter (Python 3.11.4 and later) keeps links inside root.
+            t.extractall(root, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+PY
+        run=$(runner "$arch") || { skip "running the $arch image's binary: no qemu-user-static"; continue; }
+        if [ -z "$run" ]; then
+            out=$(env -i PATH=/usr/local/bin:/bin "$(command -v chroot)" "$root" /bin/sh -c 'keadm-batch --version')
+        else
+            # No binfmt_misc here for a chroot: qemu runs the image's binary and its shell.
+            out=$($run "$root/usr/local/bin/keadm-batch" --version)
+            $run "$root/bin/sh" -c 'true' || fail "the $arch image's /bin/sh does not run"
+        fi
+        grep -q "^commit:  $commit" <<<"$out" || fail "the $arch image's keadm-batch --version: $out"
+        say "  image $image:$version linux/$arch: keadm-batch --version ->"
+        sed 's/^/      /' <<<"$out"
+    done
+}
+
+# --- main --------------------------------------------------------------------------------
+
+check_manifests
+rm -rf "$dist"
+mkdir -p "$dist" "$work"
+built=()
+declare -A bins
+for arch in $arches; do
+    if ! bin=$(build "$arch" 3>&1 1>&2); then
+        skip "$arch: could not build (see the lines above)"
+        continue
+    fi
+    say "built $arch in $(elapsed): $bin ($(stat -c %s "$bin") bytes)"
+    check_linkage "$bin"
+    rm -rf "$work/$arch/docs"
+    write_docs "$arch" "$bin" "$work/$arch/docs"
+    make_tarball "$arch" "$bin"
+    make_deb "$arch" "$bin"
+    make_rpm "$arch" "$bin"
+    check_packages "$arch" "$bin"
+    built+=("$arch")
+    bins[$arch]=$bin
+done
+[ "${#built[@]}" -gt 0 ] || fail "nothing was built"
+
+image_arches=()
+if command -v buildah >/dev/null || apt_install buildah; then
+    for arch in "${built[@]}"; do
+        if image_tree "$arch" "${bins[$arch]}"; then
+            image_arches+=("$arch")
+        else
+            skip "the $arch image: cannot fetch busybox-static:$arch from the Debian mirror"
+        fi
+    done
+    if [ "${#image_arches[@]}" -gt 0 ]; then
+        if build_image "${image_arches[@]}"; then
+            check_image "${image_arches[@]}"
+        else
+            skip "the image: buildah failed (see above)"
+        fi
+    fi
+else
+    skip "the image: buildah is not installed and apt cannot install it"
+fi
+
+say "done in $(elapsed); dist/:"
+for file in "$dist"/*; do printf '    %-52s %10s bytes\n' "$(basename "$file")" "$(stat -c %s "$file")"; done
+if [ "${#skipped[@]}" -gt 0 ]; then
+    say "skipped on this machine:"
+    printf '    %s\n' "${skipped[@]}"
+    [ "${REQUIRE_ALL:-0}" = 1 ] && fail "REQUIRE_ALL=1 and ${#skipped[@]} thing(s) were skipped"
+fi
+exit 0
