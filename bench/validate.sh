@@ -7,8 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 nodes="${1:-10000}"
 runs="${2:-5}"
-cargo build --release --quiet
-bin="$PWD/target/release/keadm-batch"
+# KEADM_BATCH=/path/to/keadm-batch measures that binary (a release build) instead.
+if [ -n "${KEADM_BATCH:-}" ]; then
+  bin=$(realpath "$KEADM_BATCH")
+else
+  cargo build --release --quiet
+  bin="$PWD/target/release/keadm-batch"
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
