@@ -38,8 +38,9 @@ arches=${ARCHES:-amd64 arm64}
 image=${IMAGE:-registry.example.com/keadm-batch}
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
 dist=$repo/dist
-work=$repo/target/release-work
-tools=$repo/target/release-tools
+target=${CARGO_TARGET_DIR:-$repo/target}
+work=$target/release-work
+tools=$target/release-tools
 started=$(date +%s)
 
 say() { printf 'release: %s\n' "$*"; }
@@ -89,16 +90,33 @@ apt_install() {
 apt_install binutils dpkg-dev rpm ca-certificates python3-venv ||
     fail "cannot install binutils, dpkg-dev, rpm, ca-certificates and python3-venv; they are needed to check and package"
 
-# rust_target TRIPLE: installed, or installed now by rustup (which needs static.rust-lang.org).
+# rust_target TRIPLE: installed, or installed now by rustup. rustup downloads from
+# static.rust-lang.org, which a CI with only package registries cannot reach: that is
+# asked once, quickly, instead of letting every `rustup target add` wait for its timeout.
+rustup_server=${RUSTUP_DIST_SERVER:-https://static.rust-lang.org}
+rustup_reachable=
 rust_target() {
     rustup target list --installed 2>/dev/null | grep -qx "$1" && return 0
     command -v rustup >/dev/null || return 1
+    if [ -z "$rustup_reachable" ]; then
+        if timeout 20 python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=15)' \
+            "$rustup_server/dist/channel-rust-stable.toml.sha256" >/dev/null 2>&1; then
+            rustup_reachable=yes
+        else
+            rustup_reachable=no
+            say "$rustup_server cannot be reached: rustup cannot add targets here"
+        fi
+    fi
+    [ "$rustup_reachable" = yes ] || return 1
     say "rustup target add $1"
     timeout 600 rustup target add "$1" >/dev/null 2>&1
 }
 
-# zig and cargo-zigbuild, in a venv of their own under target/.
+# zig and cargo-zigbuild, in a venv of their own under target/, with their caches there too
+# (zig builds musl's C library for the target once).
 zig_bin=$tools/zig/bin
+export ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$tools/zig-cache}
+export CARGO_ZIGBUILD_CACHE_DIR=${CARGO_ZIGBUILD_CACHE_DIR:-$tools/zigbuild-cache}
 have_zig() {
     if ! "$zig_bin/cargo-zigbuild" --version 2>/dev/null | grep -q " $CARGO_ZIGBUILD_VERSION\$" ||
         ! "$zig_bin/python" -m ziglang version >/dev/null 2>&1; then
@@ -138,13 +156,13 @@ build() {
             say "building $arch: $musl with musl-gcc (musl-tools)"
             CC_x86_64_unknown_linux_musl=musl-gcc AR_x86_64_unknown_linux_musl=ar \
                 cargo build "${cargo_args[@]}" --target "$musl" || return 1
-            echo "$repo/target/$musl/dist/keadm-batch" >&3
+            echo "$target/$musl/dist/keadm-batch" >&3
             return 0
         fi
         if have_zig; then
             say "building $arch: $musl with cargo-zigbuild"
             PATH=$zig_bin:$PATH cargo zigbuild "${cargo_args[@]}" --target "$musl" || return 1
-            echo "$repo/target/$musl/dist/keadm-batch" >&3
+            echo "$target/$musl/dist/keadm-batch" >&3
             return 0
         fi
         say "no C compiler for $musl: neither musl-gcc (amd64 only) nor zig from PyPI"
@@ -155,10 +173,10 @@ build() {
         say "building $arch: $gnu.$GLIBC_MAX with cargo-zigbuild"
         PATH=$zig_bin:$PATH cargo zigbuild "${cargo_args[@]}" --target "$gnu.$GLIBC_MAX" ||
             return 1
-        echo "$repo/target/$gnu/dist/keadm-batch" >&3
+        echo "$target/$gnu/dist/keadm-batch" >&3
         return 0
     fi
-    say "cannot install the rust target $gnu or zig either"
+    say "no $gnu.$GLIBC_MAX build either: the rust target $gnu cannot be installed, or zig cannot"
     return 1
 }
 
@@ -182,7 +200,7 @@ check_linkage() {
         fail "$bin is not stripped (build it with --profile dist)"
     fi
     local needed
-    needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+    needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | xargs)
     say "  linkage: ${needed:-static, no shared library}${newest:+; newest glibc symbol: $newest}; stripped"
 }
 
@@ -240,7 +258,11 @@ write_docs() {
     $run "$2" man >"$3/man/keadm-batch.1"
 }
 
+summary="Enroll KubeEdge edge nodes in bulk over SSH"
 description=$(sed -n 's/^description = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
+
+# is_static BINARY: needs no shared library (the musl build; the glibc fallback needs libc).
+is_static() { [ -z "$(readelf -d "$1" | sed -n '/(NEEDED)/p')" ]; }
 
 make_tarball() {
     local arch=$1 bin=$2 name="keadm-batch-$version-linux-$1"
@@ -273,6 +295,12 @@ make_deb() {
     install_tree "$arch" "$2" "$root" /usr/share/zsh/vendor-completions
     install -D -m 0644 LICENSE "$root/usr/share/doc/keadm-batch/copyright"
     mkdir -p "$root/DEBIAN"
+    local depends="" linkage="A static binary: OpenSSL, libssh2 and zlib are built in, so it needs no
+ shared library from the host."
+    if ! is_static "$2"; then
+        depends="Depends: libc6 (>= $GLIBC_MAX)"
+        linkage="OpenSSL, libssh2 and zlib are built in; it needs glibc $GLIBC_MAX or later."
+    fi
     cat >"$root/DEBIAN/control" <<CONTROL
 Package: keadm-batch
 Version: $version
@@ -280,10 +308,12 @@ Architecture: $arch
 Maintainer: ${MAINTAINER:-keadm-batch maintainers <keadm-batch@localhost>}
 Installed-Size: $(du -sk --exclude=DEBIAN "$root" | cut -f1)
 Section: admin
-Priority: optional
-Description: $description
- A static binary: OpenSSL, libssh2 and zlib are built in, so it needs no
- library from the host beyond the kernel.
+Priority: optional${depends:+
+$depends}
+Description: $summary
+ $description.
+ .
+ $linkage
 CONTROL
     SOURCE_DATE_EPOCH=$epoch dpkg-deb -Zxz --root-owner-group --build "$root" "$dist/$file" >/dev/null
     checksum "$dist/$file"
@@ -296,14 +326,20 @@ make_rpm() {
     install -D -m 0644 LICENSE "$root/usr/share/licenses/keadm-batch/LICENSE"
     rm -rf "$top"
     mkdir -p "$top"
+    local requires="" linkage="A static binary: OpenSSL, libssh2 and zlib are built in."
+    if ! is_static "$2"; then
+        requires="Requires: glibc >= $GLIBC_MAX"
+        linkage="OpenSSL, libssh2 and zlib are built in; it needs glibc $GLIBC_MAX or later."
+    fi
     cat >"$top/keadm-batch.spec" <<SPEC
 Name: keadm-batch
 Version: $version
 Release: 1
-Summary: Enroll KubeEdge edge nodes in bulk over SSH
+Summary: $summary
 License: Apache-2.0
-# A static binary: it needs nothing from the host, so nothing is generated.
+# The dependencies are known (none for the static build), so none are generated.
 AutoReqProv: no
+$requires
 # The binary is stripped already and must stay byte for byte the checked one; gzip
 # payloads and sha256 file digests are what rpm 4.11 (RHEL/CentOS 7) reads.
 %global debug_package %{nil}
@@ -313,7 +349,7 @@ AutoReqProv: no
 %global _binary_filedigest_algorithm 8
 
 %description
-$description. A static binary: OpenSSL, libssh2 and zlib are built in.
+$description. $linkage
 
 %install
 cp -a $root/. %{buildroot}/
@@ -486,7 +522,9 @@ done
 image_arches=()
 if command -v buildah >/dev/null || apt_install buildah; then
     for arch in "${built[@]}"; do
-        if image_tree "$arch" "${bins[$arch]}"; then
+        if ! is_static "${bins[$arch]}"; then
+            skip "the $arch image: FROM scratch needs a static binary, and this $arch build links glibc"
+        elif image_tree "$arch" "${bins[$arch]}"; then
             image_arches+=("$arch")
         else
             skip "the $arch image: cannot fetch busybox-static:$arch from the Debian mirror"
