@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the release into dist/ and checks it. For amd64 and arm64:
-#   keadm-batch-<version>-linux-<arch>.tar.gz   the binary, README.md, LICENSE, completions
-#                                               (bash, zsh, fish) and the man page
+#   keadm-batch-<version>-linux-<arch>.tar.gz   the binary, README.md, LICENSE,
+#                                               THIRD-PARTY-LICENSES.txt (what is linked
+#                                               in), completions (bash, zsh, fish) and
+#                                               the man page
 #   keadm-batch_<version>_<arch>.deb            the same, installed under /usr
 #   keadm-batch-<version>-1.<rpm arch>.rpm
 # and keadm-batch-<version>-image.oci.tar, one OCI image for both arches (FROM scratch: the
@@ -55,7 +57,7 @@ fail() {
 }
 elapsed() { echo "$(($(date +%s) - started)) s"; }
 
-[ -n "$version" ] || fail "cannot read the package version from Cargo.toml"
+[ -n "$version" ] || fail "Cannot read the package version from Cargo.toml. Check its version = \"x.y.z\" line."
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 if [ "$commit" != unknown ] && ! git diff-index --quiet HEAD -- 2>/dev/null; then
     commit="$commit-dirty"
@@ -88,7 +90,7 @@ apt_install() {
 }
 
 apt_install binutils dpkg-dev rpm ca-certificates python3-venv ||
-    fail "cannot install binutils, dpkg-dev, rpm, ca-certificates and python3-venv; they are needed to check and package"
+    fail "Cannot install binutils, dpkg-dev, rpm, ca-certificates and python3-venv, which the checks and the packages need. Run as root on Debian, or install them first."
 
 # rust_target TRIPLE: installed, or installed now by rustup. rustup downloads from
 # static.rust-lang.org, which a CI with only package registries cannot reach: that is
@@ -188,16 +190,16 @@ check_linkage() {
     for lib in $(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
         case $lib in
             libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | ld-linux*.so.*) ;;
-            *) fail "$bin needs $lib at run time; only libc, libm, libpthread, libdl and ld-linux may be dynamic (OpenSSL and zlib must be built in: --features vendored)" ;;
+            *) fail "$bin needs $lib at run time, and only libc, libm, libpthread, libdl and ld-linux may be shared libraries. Build with --features vendored (OpenSSL and zlib built in) for a musl target." ;;
         esac
     done
     newest=$(readelf -W -V "$bin" | { grep -o 'GLIBC_[0-9][0-9.]*' || true; } | sed 's/^GLIBC_//' | sort -uV | tail -n1)
     if [ -n "$newest" ] &&
         [ "$(printf '%s\n%s\n' "$newest" "$GLIBC_MAX" | sort -V | tail -n1)" != "$GLIBC_MAX" ]; then
-        fail "$bin uses a GLIBC_$newest symbol; the release must run on glibc $GLIBC_MAX (RHEL/CentOS 7)"
+        fail "$bin uses a GLIBC_$newest symbol, and the release must run on glibc $GLIBC_MAX (RHEL/CentOS 7). Build for musl, or for <triple>.$GLIBC_MAX with cargo-zigbuild."
     fi
     if readelf -S -W "$bin" | grep -Eq ' \.(symtab|debug_info) '; then
-        fail "$bin is not stripped (build it with --profile dist)"
+        fail "$bin is not stripped. Build it with --profile dist."
     fi
     local needed
     needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | xargs)
@@ -212,10 +214,10 @@ check_runs() {
         skip "running the $arch binary from the $what: no qemu-user-static"
         return 0
     }
-    text=$($run "$bin" --version) || fail "$what: '$bin --version' failed"
+    text=$($run "$bin" --version) || fail "The binary from the $what does not run: '$bin --version' failed."
     for want in "commit:  $commit" "libssh2: .*(built in)" "OpenSSL: OpenSSL .*(built in)" \
         "zlib: .*(built in)"; do
-        grep -q "^$want" <<<"$text" || fail "$what: --version has no line '$want':
+        grep -q "^$want" <<<"$text" || fail "The binary from the $what prints no line '$want' for --version:
 $text"
     done
     rm -rf "$work/dry-run"
@@ -223,8 +225,8 @@ $text"
     $run "$bin" batch -c batch_config.example.yaml --dry-run \
         --known-hosts "$work/dry-run/known_hosts" --staging-dir "$work/dry-run/staging" \
         >"$work/dry-run/out.txt" 2>&1 ||
-        fail "$what: --dry-run of batch_config.example.yaml failed: $(tail -n5 "$work/dry-run/out.txt")"
-    grep -q edge-plc-03 "$work/dry-run/out.txt" || fail "$what: --dry-run printed no plan"
+        fail "The binary from the $what fails a --dry-run of batch_config.example.yaml: $(tail -n5 "$work/dry-run/out.txt")"
+    grep -q edge-plc-03 "$work/dry-run/out.txt" || fail "The binary from the $what printed no plan for a --dry-run of batch_config.example.yaml."
     say "  runs from the $what${run:+ (under $(basename "$run"))}: --version, --dry-run of batch_config.example.yaml"
 }
 
@@ -234,7 +236,7 @@ check_manifests() {
     for file in docs/kubernetes/*.yaml; do
         while read -r line; do
             [ "$line" = "image: $image:$version" ] ||
-                fail "$file names '${line#image: }'; the release tags the image $image:$version"
+                fail "$file names the image '${line#image: }', but the release tags it $image:$version. Change the Job, or set IMAGE."
         done < <(grep -E '^\s*image:' "$file" | sed 's/^ *//')
     done
     say "docs/kubernetes names $image:$version"
@@ -270,7 +272,7 @@ make_tarball() {
     rm -rf "$work/$arch/tar"
     mkdir -p "$top"
     install -m 0755 "$bin" "$top/keadm-batch"
-    install -m 0644 README.md LICENSE "$top/"
+    install -m 0644 README.md LICENSE "$work/$arch/THIRD-PARTY-LICENSES.txt" "$top/"
     cp -a "$work/$arch/docs/." "$top/"
     tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
         -C "$work/$arch/tar" -cf - "$name" | gzip -9n >"$dist/$name.tar.gz"
@@ -294,6 +296,7 @@ make_deb() {
     local arch=$1 root="$work/$1/deb/root" file="keadm-batch_${version}_$1.deb"
     install_tree "$arch" "$2" "$root" /usr/share/zsh/vendor-completions
     install -D -m 0644 LICENSE "$root/usr/share/doc/keadm-batch/copyright"
+    install -m 0644 "$work/$arch/THIRD-PARTY-LICENSES.txt" "$root/usr/share/doc/keadm-batch/"
     mkdir -p "$root/DEBIAN"
     local depends="" linkage="A static binary: OpenSSL, libssh2 and zlib are built in, so it needs no
  shared library from the host."
@@ -324,6 +327,7 @@ make_rpm() {
     case $arch in amd64) rpm_arch=x86_64 ;; arm64) rpm_arch=aarch64 ;; esac
     install_tree "$arch" "$2" "$root" /usr/share/zsh/site-functions
     install -D -m 0644 LICENSE "$root/usr/share/licenses/keadm-batch/LICENSE"
+    install -m 0644 "$work/$arch/THIRD-PARTY-LICENSES.txt" "$root/usr/share/licenses/keadm-batch/"
     rm -rf "$top"
     mkdir -p "$top"
     local requires="" linkage="A static binary: OpenSSL, libssh2 and zlib are built in."
@@ -358,6 +362,7 @@ cp -a $root/. %{buildroot}/
 /usr/bin/keadm-batch
 %doc /usr/share/doc/keadm-batch/README.md
 %license /usr/share/licenses/keadm-batch/LICENSE
+%license /usr/share/licenses/keadm-batch/THIRD-PARTY-LICENSES.txt
 /usr/share/man/man1/keadm-batch.1.gz
 /usr/share/bash-completion/completions/keadm-batch
 /usr/share/zsh/site-functions/_keadm-batch
@@ -381,18 +386,18 @@ check_packages() {
     for file in "keadm-batch-$version-linux-$arch.tar.gz" "keadm-batch_${version}_$arch.deb" \
         "keadm-batch-$version-1.$rpm_arch.rpm"; do
         [ "$(cat "$dist/checksum_$file.txt")" = "$(sha512sum "$dist/$file" | cut -d' ' -f1)" ] ||
-            fail "checksum_$file.txt does not match $file"
+            fail "checksum_$file.txt does not hold the sha512 of $file."
     done
     tar -xzf "$dist/keadm-batch-$version-linux-$arch.tar.gz" -C "$x/tar"
     dpkg-deb -x "$dist/keadm-batch_${version}_$arch.deb" "$x/deb"
     rpm2archive - <"$dist/keadm-batch-$version-1.$rpm_arch.rpm" | tar -xz -C "$x/rpm"
     # rpm 4.11 cannot read a zstd payload and would refuse the package.
     if rpm -qp --requires "$dist/keadm-batch-$version-1.$rpm_arch.rpm" 2>/dev/null | grep -q Zstd; then
-        fail "the rpm needs rpmlib(PayloadIsZstd), which RHEL/CentOS 7 lacks"
+        fail "The rpm needs rpmlib(PayloadIsZstd), which rpm on RHEL/CentOS 7 lacks. Keep _binary_payload at w9.gzdio in the spec."
     fi
     for file in "tar/keadm-batch-$version-linux-$arch/keadm-batch" deb/usr/bin/keadm-batch \
         rpm/usr/bin/keadm-batch; do
-        cmp -s "$bin" "$x/$file" || fail "$x/$file is not the binary that was built and checked"
+        cmp -s "$bin" "$x/$file" || fail "$x/$file is not the binary that was built and checked."
     done
     for what in tarball deb rpm; do
         case $what in
@@ -412,7 +417,8 @@ image_tree() {
     mkdir -p "$root/usr/local/bin" "$root/bin" "$root/etc/ssl/certs" "$root/tmp" \
         "$root/usr/share/doc/keadm-batch" "$root/usr/share/doc/busybox-static" "$lists"
     install -m 0755 "$2" "$root/usr/local/bin/keadm-batch"
-    install -m 0644 LICENSE README.md "$root/usr/share/doc/keadm-batch/"
+    install -m 0644 LICENSE README.md "$work/$arch/THIRD-PARTY-LICENSES.txt" \
+        "$root/usr/share/doc/keadm-batch/"
     chmod 1777 "$root/tmp"
     install -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
     # busybox-static of the image's arch, from Debian's mirror, through a private apt state
@@ -464,7 +470,7 @@ check_image() {
         root="$work/image-check/$arch"
         rm -rf "$root"
         mkdir -p "$root"
-        python3 - "$file" "$arch" "$root" "$image:$version" <<'PY' || fail "cannot unpack the $arch image from $file"
+        python3 - "$file" "$arch" "$root" "$image:$version" <<'PY' || fail "Cannot unpack the $arch image from $file."
 import json, sys, tarfile, io
 archive, arch, root, ref = sys.argv[1:]
 with tarfile.open(archive) as oci:
@@ -486,9 +492,9 @@ PY
         else
             # No binfmt_misc here for a chroot: qemu runs the image's binary and its shell.
             out=$($run "$root/usr/local/bin/keadm-batch" --version)
-            $run "$root/bin/sh" -c 'true' || fail "the $arch image's /bin/sh does not run"
+            $run "$root/bin/sh" -c 'true' || fail "The $arch image's /bin/sh does not run."
         fi
-        grep -q "^commit:  $commit" <<<"$out" || fail "the $arch image's keadm-batch --version: $out"
+        grep -q "^commit:  $commit" <<<"$out" || fail "The $arch image's keadm-batch --version does not name commit $commit: $out"
         say "  image $image:$version linux/$arch: keadm-batch --version ->"
         sed 's/^/      /' <<<"$out"
     done
@@ -510,6 +516,9 @@ for arch in $arches; do
     check_linkage "$bin"
     rm -rf "$work/$arch/docs"
     write_docs "$arch" "$bin" "$work/$arch/docs"
+    # The licenses of the C libraries and crates inside, for the target it was built for.
+    python3 scripts/third-party-licenses.py "$(basename "$(dirname "$(dirname "$bin")")")" vendored \
+        >"$work/$arch/THIRD-PARTY-LICENSES.txt"
     make_tarball "$arch" "$bin"
     make_deb "$arch" "$bin"
     make_rpm "$arch" "$bin"
@@ -517,7 +526,7 @@ for arch in $arches; do
     built+=("$arch")
     bins[$arch]=$bin
 done
-[ "${#built[@]}" -gt 0 ] || fail "nothing was built"
+[ "${#built[@]}" -gt 0 ] || fail "Nothing was built; the lines above say why."
 
 image_arches=()
 if command -v buildah >/dev/null || apt_install buildah; then
@@ -546,6 +555,6 @@ for file in "$dist"/*; do printf '    %-52s %10s bytes\n' "$(basename "$file")" 
 if [ "${#skipped[@]}" -gt 0 ]; then
     say "skipped on this machine:"
     printf '    %s\n' "${skipped[@]}"
-    [ "${REQUIRE_ALL:-0}" = 1 ] && fail "REQUIRE_ALL=1 and ${#skipped[@]} thing(s) were skipped"
+    [ "${REQUIRE_ALL:-0}" = 1 ] && fail "REQUIRE_ALL=1, and ${#skipped[@]} part(s) of the release were skipped (listed above)."
 fi
 exit 0
