@@ -10,13 +10,13 @@
 //!   (reproducible builds), else the time this script ran.
 //! - `KEADM_BATCH_TARGET`: the target triple, since a glibc and a musl build of one
 //!   version differ in what they need from the host.
-//! - `KEADM_BATCH_LIBSSH2` and `KEADM_BATCH_ZLIB`: the versions of the libssh2 and zlib
-//!   compiled into the binary, read from the headers their -sys crates built them with
+//! - `KEADM_BATCH_LIBSSH2`, `KEADM_BATCH_ZLIB` and `KEADM_BATCH_LIBLZMA`: the versions of
+//!   the libssh2, zlib and liblzma compiled into the binary, read from the headers their -sys crates built them with
 //!   (cargo passes a direct dependent the `DEP_<links>_*` variables of a crate that
 //!   `links` a native library). libssh2-sys always builds its bundled libssh2 unless
 //!   `LIBSSH2_SYS_USE_PKG_CONFIG` is set, and libz-sys builds zlib under the `vendored`
-//!   feature; otherwise the library is the system's, linked dynamically, and this says
-//!   so. OpenSSL's version is asked of the library at run time (`openssl::version`).
+//!   feature (liblzma is always built, with its `static` feature); otherwise the library
+//!   is the system's, linked dynamically, and this says so. OpenSSL's version is asked of the library at run time (`openssl::version`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -52,12 +52,23 @@ fn main() {
     );
     // DEP_SSH2_ROOT is set only when libssh2-sys built its bundled copy.
     let libssh2 = std::env::var_os("DEP_SSH2_ROOT")
-        .and_then(|_| header_version("DEP_SSH2_INCLUDE", "libssh2.h", "LIBSSH2_VERSION"));
+        .and_then(|_| header_define("DEP_SSH2_INCLUDE", "libssh2.h", "LIBSSH2_VERSION"));
     println!("cargo:rustc-env=KEADM_BATCH_LIBSSH2={}", linked(libssh2));
     // libz-sys is a direct dependency only under `vendored`, which builds zlib.
     let zlib = std::env::var_os("DEP_Z_ROOT")
-        .and_then(|_| header_version("DEP_Z_INCLUDE", "zlib.h", "ZLIB_VERSION"));
+        .and_then(|_| header_define("DEP_Z_INCLUDE", "zlib.h", "ZLIB_VERSION"));
     println!("cargo:rustc-env=KEADM_BATCH_ZLIB={}", linked(zlib));
+    // liblzma's version.h spells the version as three numbers.
+    let liblzma = std::env::var_os("DEP_LZMA_ROOT").and_then(|_| {
+        let part = |name| header_define("DEP_LZMA_INCLUDE", "lzma/version.h", name);
+        Some(format!(
+            "{}.{}.{}",
+            part("LZMA_VERSION_MAJOR")?,
+            part("LZMA_VERSION_MINOR")?,
+            part("LZMA_VERSION_PATCH")?
+        ))
+    });
+    println!("cargo:rustc-env=KEADM_BATCH_LIBLZMA={}", linked(liblzma));
 }
 
 /// `1.11.2 (built in)` for a library compiled into the binary, else what we know.
@@ -68,9 +79,10 @@ fn linked(built_in: Option<String>) -> String {
     }
 }
 
-/// The string of `#define NAME "x.y.z"` in `header`, found in the include directory (or
-/// comma-separated list of them) that the environment variable `include_var` names.
-fn header_version(include_var: &str, header: &str, name: &str) -> Option<String> {
+/// The value of `#define NAME value` in `header` (quotes removed), found in the include
+/// directory (or comma-separated list of them) that the environment variable
+/// `include_var` names.
+fn header_define(include_var: &str, header: &str, name: &str) -> Option<String> {
     let dirs = std::env::var(include_var).ok()?;
     let text = dirs
         .split(',')

@@ -10,8 +10,8 @@
 # binary, busybox-static as /bin/sh, CA certificates; see Containerfile). Every artifact
 # gets KubeEdge's checksum file, checksum_<artifact>.txt: the bare sha512 hex digest.
 #
-# The binaries are static (musl; OpenSSL, libssh2 and zlib built in through the `vendored`
-# feature) and stripped. The checks, which fail the script: no dynamic dependency beyond
+# The binaries are static (musl; OpenSSL and zlib built in through the `vendored` feature,
+# libssh2 and liblzma always) and stripped. The checks, which fail the script: no dynamic dependency beyond
 # libc, libm, libpthread, libdl and ld-linux, no GLIBC symbol version above 2.17 (both for
 # a glibc fallback build), no symbol table, `--version` names the commit and the built-in
 # libraries, and the binary taken out of each package runs `--version` and a `--dry-run`
@@ -30,7 +30,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 # Pinned tools from PyPI for the arm64 cross build (zig is the C cross compiler and linker
-# for OpenSSL, libssh2 and zlib; cargo-zigbuild drives it).
+# for OpenSSL, libssh2, zlib and liblzma; cargo-zigbuild drives it).
 ZIGLANG_VERSION=0.17.1
 CARGO_ZIGBUILD_VERSION=0.24.1
 # glibc fallback (a target whose musl std cannot be installed): symbols no newer than this.
@@ -216,7 +216,7 @@ check_runs() {
     }
     text=$($run "$bin" --version) || fail "The binary from the $what does not run: '$bin --version' failed."
     for want in "commit:  $commit" "libssh2: .*(built in)" "OpenSSL: OpenSSL .*(built in)" \
-        "zlib: .*(built in)"; do
+        "zlib: .*(built in)" "liblzma: .*(built in)"; do
         grep -q "^$want" <<<"$text" || fail "The binary from the $what prints no line '$want' for --version:
 $text"
     done
@@ -298,11 +298,11 @@ make_deb() {
     install -D -m 0644 LICENSE "$root/usr/share/doc/keadm-batch/copyright"
     install -m 0644 "$work/$arch/THIRD-PARTY-LICENSES.txt" "$root/usr/share/doc/keadm-batch/"
     mkdir -p "$root/DEBIAN"
-    local depends="" linkage="A static binary: OpenSSL, libssh2 and zlib are built in, so it needs no
- shared library from the host."
+    local depends="" linkage="A static binary: OpenSSL, libssh2, zlib and liblzma are built in, so it
+ needs no shared library from the host."
     if ! is_static "$2"; then
         depends="Depends: libc6 (>= $GLIBC_MAX)"
-        linkage="OpenSSL, libssh2 and zlib are built in; it needs glibc $GLIBC_MAX or later."
+        linkage="OpenSSL, libssh2, zlib and liblzma are built in; it needs glibc $GLIBC_MAX or later."
     fi
     cat >"$root/DEBIAN/control" <<CONTROL
 Package: keadm-batch
@@ -330,10 +330,10 @@ make_rpm() {
     install -m 0644 "$work/$arch/THIRD-PARTY-LICENSES.txt" "$root/usr/share/licenses/keadm-batch/"
     rm -rf "$top"
     mkdir -p "$top"
-    local requires="" linkage="A static binary: OpenSSL, libssh2 and zlib are built in."
+    local requires="" linkage="A static binary: OpenSSL, libssh2, zlib and liblzma are built in."
     if ! is_static "$2"; then
         requires="Requires: glibc >= $GLIBC_MAX"
-        linkage="OpenSSL, libssh2 and zlib are built in; it needs glibc $GLIBC_MAX or later."
+        linkage="OpenSSL, libssh2, zlib and liblzma are built in; it needs glibc $GLIBC_MAX or later."
     fi
     cat >"$top/keadm-batch.spec" <<SPEC
 Name: keadm-batch

@@ -494,7 +494,7 @@ pub fn write_man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
 
 /// `--version`: what an operator checks a control host's copy against, for CVEs among
 /// others: the version, the commit and date it was built from and for which target, and
-/// the libssh2, OpenSSL and zlib inside (stamped by build.rs; OpenSSL's asked of the
+/// the libssh2, OpenSSL, zlib and liblzma inside (stamped by build.rs; OpenSSL's asked of the
 /// library itself, so a dynamically linked one reports the host's). `-V` prints only the
 /// version.
 fn long_version() -> &'static str {
@@ -513,7 +513,8 @@ fn long_version() -> &'static str {
              target:  {target}\n\
              libssh2: {libssh2}\n\
              OpenSSL: {openssl} ({linked})\n\
-             zlib:    {zlib}",
+             zlib:    {zlib}\n\
+             liblzma: {liblzma}",
             version = env!("CARGO_PKG_VERSION"),
             commit = env!("KEADM_BATCH_GIT_COMMIT"),
             date = env!("KEADM_BATCH_BUILD_DATE"),
@@ -521,6 +522,7 @@ fn long_version() -> &'static str {
             libssh2 = env!("KEADM_BATCH_LIBSSH2"),
             openssl = openssl::version::version(),
             zlib = env!("KEADM_BATCH_ZLIB"),
+            liblzma = env!("KEADM_BATCH_LIBLZMA"),
         )
     })
 }
