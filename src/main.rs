@@ -1,5 +1,5 @@
 // The static (musl) release builds use mimalloc: musl's own allocator made validating a
-// 10,000-node config about 1.7x slower than with glibc's (see docs/decisions.md).
+// 10,000-node config 1.4x slower than glibc's, mostly in system time (docs/decisions.md).
 #[cfg(target_env = "musl")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
