@@ -122,33 +122,42 @@ pub fn relative_key(rel: &Path) -> Option<String> {
 
 /// Checks the kit file `dir/rel` against `dir/kit.json` before it is used. Ok when `dir`
 /// has no kit.json (a hand-made offline directory); otherwise Ok only when `rel` is listed
-/// and its sha256 and size match.
+/// and its sha256 and size match. Reads kit.json once per call: a caller checking many
+/// files reads it once with [`Kit::read`] and calls [`Kit::check`] for each.
 pub fn check(dir: &Path, rel: &Path) -> Result<(), KitError> {
-    let Some(kit) = Kit::read(dir)? else {
-        return Ok(());
-    };
-    let file = dir.join(rel);
-    let manifest = dir.join(KIT_FILE);
-    let Some(entry) = kit.entry(rel) else {
-        return Err(KitError::NotListed { file, manifest });
-    };
-    let (size, sha256) =
-        crate::digest::sha256_file(&file).map_err(|e| KitError::FileUnreadable {
-            file: file.clone(),
-            manifest: manifest.clone(),
-            error: e.to_string(),
-        })?;
-    if sha256 != entry.sha256.to_ascii_lowercase() || size != entry.size {
-        return Err(KitError::Mismatch {
-            file,
-            manifest,
-            expected_sha256: entry.sha256.clone(),
-            expected_size: entry.size,
-            actual_sha256: sha256,
-            actual_size: size,
-        });
+    match Kit::read(dir)? {
+        Some(kit) => kit.check(dir, rel),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+impl Kit {
+    /// Checks the kit file `dir/rel` (this kit's directory) against this manifest: it must
+    /// be listed, and its sha256 and size must match.
+    pub fn check(&self, dir: &Path, rel: &Path) -> Result<(), KitError> {
+        let file = dir.join(rel);
+        let manifest = dir.join(KIT_FILE);
+        let Some(entry) = self.entry(rel) else {
+            return Err(KitError::NotListed { file, manifest });
+        };
+        let (size, sha256) =
+            crate::digest::sha256_file(&file).map_err(|e| KitError::FileUnreadable {
+                file: file.clone(),
+                manifest: manifest.clone(),
+                error: e.to_string(),
+            })?;
+        if sha256 != entry.sha256.to_ascii_lowercase() || size != entry.size {
+            return Err(KitError::Mismatch {
+                file,
+                manifest,
+                expected_sha256: entry.sha256.clone(),
+                expected_size: entry.size,
+                actual_sha256: sha256,
+                actual_size: size,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The fix every kit error ends with.

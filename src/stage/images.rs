@@ -307,10 +307,13 @@ pub fn offline_images(dir: &Path, arch: Arch) -> Result<Vec<ImageArchive>, Stage
     if !images_dir.is_dir() {
         return Ok(Vec::new());
     }
+    // kit.json is read once for all of this arch's archives.
+    let kit = crate::kit::Kit::read(dir)?;
     let mut archives = Vec::new();
     for path in tar_files_in(&images_dir)? {
-        let rel = path.strip_prefix(dir).unwrap_or(&path);
-        crate::kit::check(dir, rel)?;
+        if let Some(kit) = &kit {
+            kit.check(dir, path.strip_prefix(dir).unwrap_or(&path))?;
+        }
         archives.push(read_archive(&path)?);
     }
     Ok(archives)

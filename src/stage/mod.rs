@@ -513,9 +513,11 @@ impl Stager {
         // altered tarball, or a tarball and checksum file swapped together, is refused here
         // before either is read. A hand-made offline directory has no kit.json.
         let tarball_rel = Path::new(arch.as_str()).join(self.tarball_name(arch));
-        crate::kit::check(dir, &tarball_rel)?;
-        if checksum_file.exists() {
-            crate::kit::check(dir, &checksum_rel)?;
+        if let Some(kit) = crate::kit::Kit::read(dir)? {
+            kit.check(dir, &tarball_rel)?;
+            if checksum_file.exists() {
+                kit.check(dir, &checksum_rel)?;
+            }
         }
         let checksum_source = checksum_file.display().to_string();
         let name = package.display().to_string();
