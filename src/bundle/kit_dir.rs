@@ -97,9 +97,9 @@ impl KitDir {
 
     /// The earlier kit's entry for `rel` when the file on disk still matches it.
     pub(crate) fn intact(&self, rel: &str) -> Option<KitFile> {
-        let entry = self.old.as_ref()?.entry(Path::new(rel))?.clone();
-        kit::check(&self.path, Path::new(rel)).ok()?;
-        Some(entry)
+        let old = self.old.as_ref()?;
+        old.check(&self.path, Path::new(rel)).ok()?;
+        old.entry(Path::new(rel)).cloned()
     }
 
     /// Records `rel` as part of the kit, unchanged.
