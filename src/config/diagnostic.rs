@@ -50,10 +50,7 @@ impl Diagnostic {
     ) -> Diagnostic {
         Diagnostic {
             severity: Severity::Warning,
-            pos,
-            subject,
-            message,
-            fix,
+            ..Diagnostic::error(pos, subject, message, fix)
         }
     }
 
