@@ -211,6 +211,20 @@ impl KeadmCommand {
             .filter(|v| !v.is_empty())
     }
 
+    /// A boolean flag as keadm's flag parser reads it: `Some(true)` for `--name` alone or
+    /// `--name=true` (any spelling Go's `strconv.ParseBool` takes), `Some(false)` for
+    /// `--name=false`, the last use winning; `None` when the flag is absent or its value
+    /// is none of these (keadm would refuse the command).
+    pub fn bool_flag(&self, long: &str) -> Option<bool> {
+        let last = self.flags.iter().rev().find(|f| f.name == long)?;
+        match last.value.as_str() {
+            "" if !last.empty_with_equals => Some(true),
+            "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+            "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+            _ => None,
+        }
+    }
+
     /// The join token, in any spelling.
     pub fn token(&self) -> Option<&str> {
         // `--token` is a secret whatever the subcommand; `-t` only for join, where it is

@@ -6,7 +6,8 @@
 
 use crate::config::Config;
 use crate::image_ref::ImageRef;
-use crate::kubeedge::images::{join_version, release_version, required};
+use crate::keadm_cmd::KeadmCommand;
+use crate::kubeedge::images::{join_version, keadm_extras, release_version, required};
 
 /// The images every node of an arch needs for the joins in `config`, installation
 /// packages first, without duplicates. The version of a join is its `--kubeedge-version`
@@ -20,21 +21,27 @@ pub(crate) fn for_config(
     sandbox: &[ImageRef],
 ) -> Result<Vec<ImageRef>, String> {
     let own = release_version(keadm_version).unwrap_or_else(|| keadm_version.to_string());
-    let mut joins: Vec<(String, Option<&str>)> = Vec::new();
+    let mut joins: Vec<(String, Option<&str>, Vec<&str>)> = Vec::new();
     for node in config.nodes.iter().filter(|n| n.keadm_args.is_join()) {
         let version = join_version(&node.keadm_args, Some(&own)).unwrap_or_else(|| own.clone());
         let repository = node.keadm_args.value("image-repository");
-        if !joins.contains(&(version.clone(), repository)) {
-            joins.push((version, repository));
+        let join = (
+            version,
+            repository,
+            keadm_extras(Some(&own), &node.keadm_args),
+        );
+        if !joins.contains(&join) {
+            joins.push(join);
         }
     }
     if joins.is_empty() {
-        joins.push((own, None));
+        let extras = keadm_extras(Some(&own), &KeadmCommand::parse("join"));
+        joins.push((own, None, extras));
     }
     let mut images: Vec<ImageRef> = Vec::new();
-    for (version, repository) in &joins {
-        let needed = required(version, *repository, sandbox).map_err(|e| {
-            format!("keadm would ask for an installation-package image that is not a valid image reference: {e}")
+    for (version, repository, extras) in &joins {
+        let needed = required(version, *repository, extras, sandbox).map_err(|e| {
+            format!("keadm would ask for an image that is not a valid image reference: {e}")
         })?;
         for image in needed {
             if !images.contains(&image) {
@@ -105,9 +112,25 @@ mod tests {
         let config = self::config(&[&format!("{join} --image-repository=Bad/")]);
         let err = for_config(&config, "v1.23.1", &pause).unwrap_err();
         assert!(
-            err.starts_with("keadm would ask for an installation-package image that is not a valid image reference: ")
+            err.starts_with("keadm would ask for an image that is not a valid image reference: ")
                 && err.contains("\"Bad//installation-package:v1.23.1\""),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_kit_for_keadm_1_15_carries_its_own_pause_and_mqtt_images() {
+        let pause = [ImageRef::parse("registry.k8s.io/pause:3.6").unwrap()];
+        let join = "join --cloudcore-ipport=10.0.0.1:10000 --token=abc.def";
+        let config = config(&[join, &format!("{join} --with-mqtt=false")]);
+        assert_eq!(
+            names(for_config(&config, "v1.15.4", &pause).unwrap()),
+            [
+                "docker.io/kubeedge/installation-package:v1.15.4",
+                "docker.io/kubeedge/pause:3.6",
+                "docker.io/library/eclipse-mosquitto:1.6.15",
+                "registry.k8s.io/pause:3.6",
+            ]
         );
     }
 }

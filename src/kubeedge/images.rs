@@ -27,32 +27,82 @@ const INSTALLATION_PACKAGE: &str = "kubeedge/installation-package";
 /// `pause:3.10`; on a node the pre-flight probe reads the runtime's own setting instead.
 pub const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.9";
 
-/// The images a join with KubeEdge `version` needs: the installation-package image (from
-/// `--image-repository`, when given), then `sandbox`, the runtime's sandbox images. The
-/// references are the same for every arch (they name multi-arch images).
+/// keadm's own pause image (`constants.DefaultPodSandboxImage`), which its join pulls up
+/// to v1.15 besides the runtime's sandbox image.
+const KEADM_PAUSE: &str = "kubeedge/pause:3.6";
+
+/// The MQTT broker image (`constants.DefaultMosquittoImage`) keadm's join pulls up to
+/// v1.20 when MQTT is on.
+const MOSQUITTO: &str = "eclipse-mosquitto:1.6.15";
+
+/// The images a join with KubeEdge `version` needs: the installation-package image, then
+/// keadm's own `extras` (see [`keadm_extras`]), both from `--image-repository` when
+/// given, then `sandbox`, the runtime's sandbox images. The references are the same for
+/// every arch (they name multi-arch images).
 pub fn required(
     version: &str,
     image_repository: Option<&str>,
+    extras: &[&str],
     sandbox: &[ImageRef],
 ) -> Result<Vec<ImageRef>, ParseError> {
     let mut images = vec![installation_package(version, image_repository)?];
+    for extra in extras {
+        images.push(ImageRef::parse(&from_repository(extra, image_repository))?);
+    }
     images.extend(sandbox.iter().cloned());
     Ok(images)
 }
 
-/// `<repository>/installation-package:<version>` as keadm builds it (`Set.Current`): the
-/// repository replaces the first path component, `kubeedge`, as written (keadm trims
-/// nothing, so an `--image-repository` ending in `/` makes no valid reference, and the
-/// error says so).
+/// The images keadm's join pulls besides the installation-package (its `EdgeSet`'s
+/// third-party set), which depend on the keadm release that runs, not on
+/// `--kubeedge-version`: up to v1.15 its own pause image always, and the MQTT broker
+/// unless `--with-mqtt=false` (MQTT was on by default); v1.16 to v1.20 the broker only
+/// with `--with-mqtt`; from v1.21 none. Nothing when keadm's version is unknown.
+pub fn keadm_extras(keadm_version: Option<&str>, command: &KeadmCommand) -> Vec<&'static str> {
+    let Some((major, minor)) = keadm_version.and_then(major_minor) else {
+        return Vec::new();
+    };
+    let mqtt = command.bool_flag("with-mqtt");
+    match (major, minor) {
+        (0, _) | (1, ..=15) if mqtt == Some(false) => vec![KEADM_PAUSE],
+        (0, _) | (1, ..=15) => vec![KEADM_PAUSE, MOSQUITTO],
+        (1, 16..=20) if mqtt == Some(true) => vec![MOSQUITTO],
+        _ => Vec::new(),
+    }
+}
+
+/// `(major, minor)` of a release version (`v1.15.4`, `1.15.4`).
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let release = release_version(version)?;
+    let mut parts = release[1..].split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// `image` as keadm's `Set.Current` rewrites it for an `--image-repository`: the
+/// repository replaces the first path component (`kubeedge/pause:3.6` becomes
+/// `R/pause:3.6`), or is put in front of a one-component name
+/// (`R/eclipse-mosquitto:1.6.15`), as written: keadm trims nothing, so a repository
+/// ending in `/` makes no valid reference.
+fn from_repository(image: &str, image_repository: Option<&str>) -> String {
+    match image_repository.filter(|r| !r.is_empty()) {
+        Some(repository) => {
+            let rest = image.split_once('/').map_or(image, |(_, rest)| rest);
+            format!("{repository}/{rest}")
+        }
+        None => image.to_string(),
+    }
+}
+
+/// `<repository>/installation-package:<version>` as keadm builds it (`Set.Current`, see
+/// [`from_repository`]); an invalid result is an error that names it.
 pub fn installation_package(
     version: &str,
     image_repository: Option<&str>,
 ) -> Result<ImageRef, ParseError> {
-    let image = match image_repository.filter(|r| !r.is_empty()) {
-        Some(repository) => format!("{repository}/installation-package:{version}"),
-        None => format!("{INSTALLATION_PACKAGE}:{version}"),
-    };
-    ImageRef::parse(&image)
+    ImageRef::parse(&from_repository(
+        &format!("{INSTALLATION_PACKAGE}:{version}"),
+        image_repository,
+    ))
 }
 
 /// The KubeEdge version keadm join will ask for: `--kubeedge-version` when it is a release
@@ -107,6 +157,11 @@ pub fn needed_by_join(
         None => unknown.push(
             "which installation-package tag keadm will ask for (pass --kubeedge-version in keadmCmd)",
         ),
+    }
+    for extra in keadm_extras(keadm_version, command) {
+        if let Ok(image) = ImageRef::parse(&from_repository(extra, repository)) {
+            needed.push(image);
+        }
     }
     match sandbox {
         Some(image) => needed.push(image.clone()),
@@ -196,17 +251,17 @@ mod tests {
         };
         let pause = [image(DEFAULT_SANDBOX_IMAGE)];
         assert_eq!(
-            names(required("v1.23.1", None, &pause).unwrap()),
+            names(required("v1.23.1", None, &[], &pause).unwrap()),
             [
                 "docker.io/kubeedge/installation-package:v1.23.1",
                 "registry.k8s.io/pause:3.9"
             ]
         );
         assert_eq!(
-            names(required("v1.22.0", Some("harbor.example:8443/edge"), &[]).unwrap()),
+            names(required("v1.22.0", Some("harbor.example:8443/edge"), &[], &[]).unwrap()),
             ["harbor.example:8443/edge/installation-package:v1.22.0"]
         );
-        let err = required("v1.22.0", Some("Bad Repo"), &[]).unwrap_err();
+        let err = required("v1.22.0", Some("Bad Repo"), &[], &[]).unwrap_err();
         assert!(
             err.to_string()
                 .contains("\"Bad Repo/installation-package:v1.22.0\""),
@@ -279,6 +334,55 @@ mod tests {
         let (needed, unknown) = needed_by_join(&join(""), None, None);
         assert!(needed.is_empty());
         assert_eq!(unknown.len(), 2);
+    }
+
+    /// keadm's `EdgeSet` per release line: v1.15.4 (`WithMQTT` on by default, its own
+    /// pause image), v1.16 to v1.20 (MQTT off by default), v1.21 on (no third-party set).
+    #[test]
+    fn older_keadm_releases_also_pull_their_own_pause_and_mqtt_images() {
+        let extras = |keadm: &str, flags: &str| keadm_extras(Some(keadm), &join(flags));
+        assert_eq!(extras("v1.15.4", ""), [KEADM_PAUSE, MOSQUITTO]);
+        assert_eq!(
+            extras("1.15.4", "--with-mqtt=true"),
+            [KEADM_PAUSE, MOSQUITTO]
+        );
+        assert_eq!(extras("v1.15.4", "--with-mqtt=false"), [KEADM_PAUSE]);
+        assert_eq!(extras("v1.13.0", "--with-mqtt=0"), [KEADM_PAUSE]);
+        assert!(extras("v1.16.0", "").is_empty());
+        assert_eq!(extras("v1.20.0", "--with-mqtt"), [MOSQUITTO]);
+        assert!(extras("v1.20.0", "--with-mqtt=false --with-mqtt=F").is_empty());
+        assert!(extras("v1.21.0", "--with-mqtt").is_empty());
+        assert!(extras("v1.23.1", "").is_empty());
+        assert!(keadm_extras(None, &join("--with-mqtt")).is_empty());
+
+        let (needed, _) = needed_by_join(
+            &join("--image-repository=127.0.0.1:5000/kubeedge --kubeedge-version=v1.15.4"),
+            Some("v1.15.4"),
+            Some(&image("registry.k8s.io/pause:3.6")),
+        );
+        let names: Vec<String> = needed.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            names,
+            [
+                "127.0.0.1:5000/kubeedge/installation-package:v1.15.4",
+                "127.0.0.1:5000/kubeedge/pause:3.6",
+                "127.0.0.1:5000/kubeedge/eclipse-mosquitto:1.6.15",
+                "registry.k8s.io/pause:3.6",
+            ]
+        );
+        let names: Vec<String> = required("v1.15.4", None, &[KEADM_PAUSE, MOSQUITTO], &[])
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "docker.io/kubeedge/installation-package:v1.15.4",
+                "docker.io/kubeedge/pause:3.6",
+                "docker.io/library/eclipse-mosquitto:1.6.15",
+            ]
+        );
     }
 
     #[test]
