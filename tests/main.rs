@@ -9,6 +9,7 @@ mod cli;
 mod docs;
 mod faults;
 mod fuzz_regressions;
+mod keadm_e2e;
 mod kubeedge;
 mod operator;
 mod perf_modes;

@@ -14,6 +14,10 @@
 //! loopback device that is down, and its CRI registry configuration sends every registry
 //! (`_default`, docker.io, registry.k8s.io) to a loopback address besides.
 //!
+//! `restrict_oom_score_adj` keeps containers at containerd's own OOM score: CRI gives a
+//! pod sandbox -998, and lowering a score needs CAP_SYS_RESOURCE, which root lacks on
+//! some test machines (runc then fails with "can't get final child's PID from pipe").
+//!
 //! Inside the node, `/etc/containerd/config.toml` is this containerd's config (a bind
 //! mount in the node's mount namespace only), so `containerd config dump` on the node
 //! reports the sandbox image this containerd would ask for, as on a real node.
@@ -97,6 +101,15 @@ pub struct Containerd {
 impl Containerd {
     /// Starts containerd for `node` and waits until its socket answers.
     pub fn start(node: &Node) -> Containerd {
+        Containerd::start_sharing(node, &[])
+    }
+
+    /// As [`Containerd::start`], with `shared`, `(host directory, path)` pairs, bound at
+    /// `path` in a mount namespace of containerd's own: a node that has the same
+    /// directory bound at the same path then sees what containerd's containers write
+    /// through a host-path mount there (keadm's copy of edgecore into /usr/local/bin),
+    /// while neither touches the host's `path`.
+    pub fn start_sharing(node: &Node, shared: &[(&Path, &str)]) -> Containerd {
         assert_installed();
         let base = node.tmp_path("containerd");
         let certs = base.join("certs.d");
@@ -119,7 +132,7 @@ impl Containerd {
                  disabled_plugins = [\"io.containerd.snapshotter.v1.btrfs\", \"io.containerd.snapshotter.v1.aufs\", \"io.containerd.snapshotter.v1.zfs\", \"io.containerd.snapshotter.v1.devmapper\", \"io.containerd.tracing.processor.v1.otlp\"]\n\
                  [grpc]\n  address = \"{socket}\"\n\
                  [ttrpc]\n  address = \"{socket}.ttrpc\"\n\
-                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{SANDBOX_IMAGE}\"\n\
+                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{SANDBOX_IMAGE}\"\n  restrict_oom_score_adj = true\n\
                  [plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"{certs}\"\n",
                 root = base.join("root").display(),
                 state = base.join("state").display(),
@@ -129,9 +142,25 @@ impl Containerd {
         )
         .unwrap();
         let log = base.join("containerd.log");
-        let child = Command::new("unshare")
-            .args(["--net", "--", "containerd", "--config"])
-            .arg(&config)
+        let mut unshare = Command::new("unshare");
+        if shared.is_empty() {
+            unshare
+                .args(["--net", "--", "containerd", "--config"])
+                .arg(&config);
+        } else {
+            let binds: String = shared
+                .iter()
+                .map(|(dir, path)| format!("mount --bind '{}' '{path}' && ", dir.display()))
+                .collect();
+            unshare
+                .args(["--net", "--mount", "--propagation", "private", "--"])
+                .args(["sh", "-c"])
+                .arg(format!(
+                    "{binds}exec containerd --config '{}'",
+                    config.display()
+                ));
+        }
+        let child = unshare
             .stdin(Stdio::null())
             .stdout(fs::File::create(&log).unwrap())
             .stderr(fs::File::create(&log).unwrap())

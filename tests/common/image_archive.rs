@@ -167,6 +167,18 @@ fn tar_of(files: &[(&str, &[u8], u32)], links: &[(&str, &str)]) -> Vec<u8> {
     builder.into_inner().unwrap()
 }
 
+/// The stand-in edgecore the installation-package carries. Run on a node (by a real
+/// keadm's join, through its systemd unit), it leaves what a real edgecore leaves after
+/// its certificate exchange with cloudcore: the CA, certificate and key files at
+/// edgecore's default paths, which keadm join waits for before it reports success.
+pub const EDGECORE: &[u8] = b"#!/bin/sh
+echo 'edgecore (test stand-in)'
+mkdir -p /etc/kubeedge/ca /etc/kubeedge/certs
+for f in ca/rootCA.crt certs/server.crt certs/server.key; do
+  echo 'written by the edgecore stand-in' > /etc/kubeedge/$f
+done
+";
+
 /// The one layer every test image shares: busybox and the applets keadm's copy runs,
 /// plus a stand-in edgecore where keadm copies it from.
 fn layer() -> &'static [u8] {
@@ -177,11 +189,7 @@ fn layer() -> &'static [u8] {
         tar_of(
             &[
                 ("bin/busybox", &busybox, 0o755),
-                (
-                    "usr/local/bin/edgecore",
-                    b"#!/bin/sh\necho 'edgecore (test stand-in)'\n",
-                    0o755,
-                ),
+                ("usr/local/bin/edgecore", EDGECORE, 0o755),
             ],
             &[
                 ("bin/sh", "busybox"),

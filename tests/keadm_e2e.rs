@@ -1,0 +1,224 @@
+//! A real `keadm join`, end to end, when a real keadm is at hand: set `KEADM_E2E_BIN` to
+//! a keadm binary (KubeEdge's release, or one built from its source) and run
+//! `cargo test --test main keadm_e2e -- --nocapture`. Without the variable the test says
+//! it was skipped and passes: there is no keadm to ship with the tests.
+//!
+//! What is real: keadm, keadm-batch, sshd, containerd and runc (Debian's), and the image
+//! import. The node has no registry to reach (its containerd's registries all point at a
+//! closed loopback port), so keadm's "Pull Images" passes only because keadm-batch
+//! imported the offline directory's archives first, and "Copy resources from the image"
+//! runs a real pod sandbox (the pause image) and a real container (the
+//! installation-package, busybox-static inside) through runc.
+//!
+//! What stands in: cloudcore (tests/common/cloudcore.rs, for the keadm releases that ask
+//! it whether the node name is free), edgecore (the installation-package's
+//! `/usr/local/bin/edgecore` is a script that writes the certificate files keadm join
+//! waits for), and systemd (a `systemctl` that starts the unit keadm wrote by its
+//! `ExecStart=` line; the test nodes run no init).
+//!
+//! The harness keeps every path keadm join writes private to the node: tmpfs mounts in
+//! the node's mount namespace over /etc/kubeedge, /var/lib/kubeedge, /var/log/kubeedge,
+//! /etc/systemd/system and /run/systemd, and /usr/local/bin bound from a directory in the
+//! node's /tmp that containerd, in a mount namespace of its own, binds at the same path,
+//! so the edgecore that keadm's container copies to the host path /usr/local/bin lands
+//! on the node. Mount points missing on the machine are made empty and removed after.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::common::cloudcore::{FakeCloudcore, now, token};
+use crate::common::containerd::{Containerd, ENDPOINT, SANDBOX_IMAGE};
+use crate::common::fake_release::{ChecksumFile, FakeRelease};
+use crate::common::fleet::Fleet;
+use crate::common::image_archive::{EDGECORE, docker_archive, host_arch, oci_archive};
+use crate::common::scenario::{Scenario, VERSION};
+
+/// The pause image keadm up to 1.15 pulls besides the installation-package.
+const KUBEEDGE_PAUSE: &str = "kubeedge/pause:3.6";
+
+/// The paths keadm join writes, each a tmpfs in the node's mount namespace.
+const PRIVATE_DIRS: [&str; 5] = [
+    "/etc/kubeedge",
+    "/var/lib/kubeedge",
+    "/var/log/kubeedge",
+    "/etc/systemd/system",
+    "/run/systemd",
+];
+
+/// The node's systemctl: `start UNIT` runs the unit's `ExecStart=` in the background, as
+/// systemd would; every call is logged to the node's /tmp/systemctl.log.
+const SYSTEMCTL: &str = r#"#!/bin/sh
+# systemctl (test stand-in): the test node runs no init.
+echo "systemctl $*" >> /tmp/systemctl.log
+if [ "$1" = start ]; then
+  exec_start=$(sed -n 's/^ExecStart=//p' "/etc/systemd/system/$2.service")
+  [ -n "$exec_start" ] || { echo "no ExecStart in /etc/systemd/system/$2.service" >&2; exit 5; }
+  $exec_start > "/var/log/kubeedge/$2.log" 2>&1 &
+fi
+exit 0
+"#;
+
+/// Removes, when dropped, the empty mount points the test had to make on the machine.
+struct MadeMountPoints(Vec<PathBuf>);
+
+impl Drop for MadeMountPoints {
+    fn drop(&mut self) {
+        for dir in self.0.iter().rev() {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// The release version `keadm version` reports (`GitVersion:"v1.15.4"`): the
+/// installation-package tag the test's images carry, and the config's `keadmVersion`.
+fn keadm_version(keadm: &std::path::Path) -> String {
+    let out = Command::new(keadm).arg("version").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text
+        .split("GitVersion:\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default();
+    assert!(
+        version.starts_with('v') && !version.starts_with("v0.0.0"),
+        "KEADM_E2E_BIN={} reports no release version ({text:?}). Build keadm with its version set (KubeEdge's `make` does).",
+        keadm.display()
+    );
+    version.to_string()
+}
+
+/// Whether `keadm join --help` lists `flag`: the test passes only the flags this keadm
+/// has (`--with-mqtt` went away in later releases).
+fn join_has_flag(keadm: &std::path::Path, flag: &str) -> bool {
+    let help = Command::new(keadm)
+        .args(["join", "--help"])
+        .output()
+        .unwrap_or_else(|e| panic!("KEADM_E2E_BIN={}: {e}", keadm.display()));
+    String::from_utf8_lossy(&help.stdout).contains(&format!("--{flag}"))
+}
+
+#[test]
+fn a_real_keadm_joins_with_images_only_from_the_offline_directory() {
+    let Some(keadm) = std::env::var_os("KEADM_E2E_BIN").map(PathBuf::from) else {
+        eprintln!(
+            "keadm_e2e: skipped: KEADM_E2E_BIN is not set. Point it at a real keadm binary to run keadm join end to end."
+        );
+        return;
+    };
+    let keadm_bytes =
+        fs::read(&keadm).unwrap_or_else(|e| panic!("KEADM_E2E_BIN={}: {e}", keadm.display()));
+
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let _made = MadeMountPoints(
+        PRIVATE_DIRS
+            .iter()
+            .map(PathBuf::from)
+            .filter(|dir| !dir.exists())
+            .collect(),
+    );
+    let usr_local_bin = node.tmp_path("usr-local-bin");
+    fs::create_dir_all(&usr_local_bin).unwrap();
+    fs::write(usr_local_bin.join("systemctl"), SYSTEMCTL).unwrap();
+    fs::set_permissions(
+        usr_local_bin.join("systemctl"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let setup = node.shell(&format!(
+        "set -e
+         for d in {dirs}; do mkdir -p $d; mount -t tmpfs keadm-e2e $d; done
+         mkdir /run/systemd/system
+         mount --bind /tmp/usr-local-bin /usr/local/bin",
+        dirs = PRIVATE_DIRS.join(" ")
+    ));
+    assert!(setup.status.success(), "node setup: {setup:?}");
+    let runtime = Containerd::start_sharing(node, &[(&usr_local_bin, "/usr/local/bin")]);
+    let cloudcore = FakeCloudcore::start();
+
+    let version = keadm_version(&keadm);
+    let mut cmd = format!(
+        "join --cloudcore-ipport=127.0.0.1:10000 --certport={port} --edgenode-name={{name}} --token={token} --kubeedge-version={version} --remote-runtime-endpoint={ENDPOINT}",
+        port = cloudcore.port,
+        token = token(&cloudcore.ca_hash(), now() + 3600),
+    );
+    if join_has_flag(&keadm, "with-mqtt") {
+        // keadm up to 1.15 also pulls eclipse-mosquitto unless told not to.
+        cmd.push_str(" --with-mqtt=false");
+    }
+    let sc = Scenario::new(&fleet)
+        .cmd(&cmd)
+        .arch_group(&format!("[{}]", host_arch()))
+        .node_yaml("timeoutSeconds: 600")
+        .preflight("warn");
+    // The config names the real keadm's version, which the pre-flight image check uses.
+    fs::write(
+        sc.path("config.yaml"),
+        sc.config_text().replace(
+            &format!("keadmVersion: {VERSION}"),
+            &format!("keadmVersion: {version}"),
+        ),
+    )
+    .unwrap();
+    FakeRelease::new(&version, host_arch())
+        .with_binary(&keadm_bytes)
+        .write_offline(&sc.path("packages"), ChecksumFile::Matching);
+    let images = sc.path("packages").join(host_arch()).join("images");
+    docker_archive(
+        &images.join(format!("installation-package_{version}.tar")),
+        &format!("kubeedge/installation-package:{version}"),
+    );
+    oci_archive(&images.join("pause_3.6.tar"), SANDBOX_IMAGE);
+    // keadm up to 1.15 also asks for its own pause image (`EdgeSet`'s third-party set);
+    // later ones never look at it.
+    docker_archive(&images.join("kubeedge-pause_3.6.tar"), KUBEEDGE_PAUSE);
+
+    let out = sc.run(&[]);
+    let transcript = out.transcript(0);
+    let tail: Vec<&str> = transcript.lines().rev().take(20).collect();
+    eprintln!(
+        "keadm_e2e: the transcript's last lines:\n{}",
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
+    assert_eq!(
+        out.code(),
+        0,
+        "keadm-batch failed.\n{transcript}\ncontainerd:\n{}\nsystemctl calls: {:?}",
+        runtime.log(),
+        fs::read_to_string(node.tmp_path("systemctl.log"))
+    );
+    // Imported by keadm-batch, before keadm ran; found by keadm, never pulled.
+    let package = format!("docker.io/kubeedge/installation-package:{version}");
+    runtime.assert_has(&[&package, SANDBOX_IMAGE]);
+    // keadm-batch's pre-flight knew which images this keadm asks for, and saw them all
+    // provided by the offline directory.
+    assert!(!transcript.contains("image_missing"), "{transcript}");
+    assert!(
+        !out.log_lines().iter().any(|l| l.contains("pre-flight")),
+        "{:?}",
+        out.log_lines()
+    );
+    let imported = transcript.find("imported image-installation-package");
+    let pulled = transcript.find("Pull Images");
+    let copied = transcript.find("Copy resources from the image to the management directory");
+    assert!(
+        imported.is_some() && pulled > imported && copied > pulled,
+        "keadm's steps are not all there, or not after the import:\n{transcript}"
+    );
+    assert!(!transcript.contains("pull Images failed"), "{transcript}");
+    // The container keadm ran copied edgecore out of the image onto the node, and the
+    // unit keadm wrote started it.
+    assert_eq!(fs::read(usr_local_bin.join("edgecore")).unwrap(), EDGECORE);
+    let unit = node.shell("cat /etc/systemd/system/edgecore.service");
+    assert!(
+        String::from_utf8_lossy(&unit.stdout).contains("ExecStart=/usr/local/bin/edgecore"),
+        "{unit:?}"
+    );
+    let certs = node.shell("cat /etc/kubeedge/certs/server.crt");
+    assert!(
+        String::from_utf8_lossy(&certs.stdout).contains("edgecore stand-in"),
+        "edgecore did not run: {certs:?}"
+    );
+}
