@@ -19,11 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
-
-if [ "$(id -u)" != 0 ]; then
-  echo "bench: run as root (it starts sshd processes in private namespaces)" >&2
-  exit 1
-fi
+# shellcheck source=bench/lib/fleet.sh
+. "$repo/bench/lib/fleet.sh"
 
 if [ "${QUICK:-}" = 1 ]; then
   : "${NODES1:=20}" "${SIZE1:=8}" "${C1:=10}" "${NODES3:=60}" "${SIZE3:=1}" "${C3:=20}" "${NODES4:=5}" "${REPS:=1}"
@@ -44,20 +41,7 @@ if [ -z "${W4_ELF:-}" ]; then
 fi
 VERSION=v1.23.1
 
-bash scripts/setup.sh
-command -v /usr/bin/time >/dev/null || { echo "bench: needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
-echo "==> building keadm-batch (release)"
-cargo build --release --quiet
-bin="$repo/target/release/keadm-batch"
-
-work="$(mktemp -d /var/tmp/keadm-bench.XXXXXX)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ "${KEEP:-}" = 1 ]; then echo "bench: work dir kept: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
+bench_start keadm-bench
 
 fleet_size=0
 for w in $WORKLOADS; do
@@ -69,8 +53,6 @@ for w in $WORKLOADS; do
 done
 
 # ---------------------------------------------------------------- the fleet
-# shellcheck source=bench/lib/fleet.sh
-. "$repo/bench/lib/fleet.sh"
 start_fleet "$fleet_size"
 
 # ---------------------------------------------------------------- runners

@@ -114,12 +114,12 @@ fn password_login_runs_a_command_and_reports_exit_status_and_output() {
 }
 
 #[test]
-fn algorithms_prefer_curve25519_and_aes_gcm() {
+fn algorithms_prefer_curve25519_and_chacha20() {
     let fleet = Fleet::builder().nodes(1).start();
     let conn = connect(&password_spec(&fleet, fleet.node(0)));
     let (kex, cipher) = conn.negotiated();
     assert_eq!(kex, "curve25519-sha256");
-    assert_eq!(cipher, "aes128-gcm@openssh.com");
+    assert_eq!(cipher, "chacha20-poly1305@openssh.com");
 }
 
 #[test]

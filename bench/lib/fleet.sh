@@ -1,11 +1,42 @@
-# Shared by bench/fleet.sh and bench/shaped.sh (sourced, not run): the sshd fleet on
-# loopback, the fake offline keadm releases, keadm-batch's configs and the ssh options of
-# the OpenSSH baselines. Expects `work` (the bench's work dir), `pids` (an array the
-# caller's EXIT trap kills) and `VERSION`; sets `node_pid` (each node's sshd, pid 1 of its
-# namespace) and `fleet_size`.
+# Shared by the benches in bench/ (sourced, not run): their start (bench_start), the sshd
+# fleet on loopback, the fake offline keadm releases, keadm-batch's configs and the ssh
+# options of the OpenSSH baselines. Expects `work` (the bench's work dir), `pids` (an array
+# the caller's EXIT trap kills; bench_start sets both) and `VERSION`; sets `node_pid` (each
+# node's sshd, pid 1 of its namespace) and `fleet_size`. A caller may set `node_sshd_extra[i]` to lines appended to
+# node i's sshd_config (bench/ciphers.sh restricts each node to one cipher this way).
 
-host_of() { echo "127.252.$(( $1 / 250 )).$(( $1 % 250 + 2 ))"; }
+# Node addresses are 127.252.x.y unless the caller sets `node_net` (another first two
+# octets), so that two benches on one machine neither share ports nor each other's shaping.
+host_of() { echo "${node_net:-127.252}.$(( $1 / 250 )).$(( $1 % 250 + 2 ))"; }
 node_pid=()
+
+# bench_start PREFIX: what every bench does first, from the repository's root: refuse to
+# run but as root, install sshd (scripts/setup.sh), build the release binary (`bin`), make
+# the work dir (`work`, /var/tmp/PREFIX.XXXXXX) and trap EXIT (and INT, TERM) to kill
+# `pids`, run `bench_on_exit` if the caller defined one, and remove the work dir unless
+# KEEP=1.
+bench_start() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "bench: run as root (it starts sshd processes in private namespaces)" >&2
+    exit 1
+  fi
+  command -v /usr/bin/time >/dev/null || { echo "bench: needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
+  bash scripts/setup.sh
+  echo "==> building keadm-batch (release)"
+  cargo build --release --quiet
+  bin="$PWD/target/release/keadm-batch"
+  work="$(mktemp -d "/var/tmp/$1.XXXXXX")"
+  pids=()
+  trap bench_cleanup EXIT
+  trap 'exit 130' INT TERM
+}
+
+bench_cleanup() {
+  if declare -F bench_on_exit >/dev/null; then bench_on_exit; fi
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "${KEEP:-}" = 1 ]; then echo "bench: work dir kept: $work"; else rm -rf "$work"; fi
+}
 
 # start_fleet N: N `sshd -D` nodes on 127.252.x.y:22, each in its own mount and pid
 # namespace with a private tmpfs /tmp; root's key in $work/id_ed25519.
@@ -37,6 +68,7 @@ MaxStartups 1000
 LogLevel VERBOSE
 Subsystem sftp /usr/lib/openssh/sftp-server
 CFG
+    [ -z "${node_sshd_extra[$i]:-}" ] || printf '%s\n' "${node_sshd_extra[$i]}" >> "$d/sshd_config"
     unshare --mount --pid --fork --kill-child --mount-proc --propagation private -- sh -c "
       mount -t tmpfs -o mode=1777 tmpfs /tmp &&
       mount --bind '$work/home' /root &&
@@ -107,5 +139,6 @@ ssh_opts() {
 # processes on the machine count too; keep it quiet while benchmarking.
 busy() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{printf "%.2f\n", ($2+$3+$4+$7+$8)/hz}' /proc/stat; }
 
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# The middle value; of an even count, the mean of the two middle ones.
+median() { sort -n | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2] + a[NR/2+1]) / 2}'; }
 ratio() { echo "$1 / $2" | bc -l; }
