@@ -4,7 +4,9 @@
 # caller's EXIT trap kills) and `VERSION`; sets `node_pid` (each node's sshd, pid 1 of its
 # namespace) and `fleet_size`.
 
-host_of() { echo "127.252.$(( $1 / 250 )).$(( $1 % 250 + 2 ))"; }
+# host_of I [NET]: node I's address in 127.252/16, or its twin in NET (shaped.sh's relay
+# listens on 127.253.x.y, outside the shaped range, and forwards to the node).
+host_of() { echo "${2:-127.252}.$(( $1 / 250 )).$(( $1 % 250 + 2 ))"; }
 node_pid=()
 
 # start_fleet N: N `sshd -D` nodes on 127.252.x.y:22, each in its own mount and pid
@@ -83,7 +85,8 @@ make_release() {
 }
 
 # make_config NAME NODES MAXRUN [FILE]: keadm-batch's config for nodes 0..NODES-1 (FILE,
-# config.yaml by default, in $work/NAME).
+# config.yaml by default, in $work/NAME), reached at `host_of I $entry_net` (the nodes
+# themselves unless the caller sets entry_net).
 make_config() {
   local name=$1 n=$2 c=$3 file=${4:-config.yaml} i
   {
@@ -91,7 +94,7 @@ make_config() {
     printf 'maxRunNum: %s\nnodes:\n' "$c"
     for i in $(seq 0 $(( n - 1 ))); do
       printf '  - nodeName: edge-%04d\n    keadmCmd: join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-%04d\n    ssh:\n      ip: %s\n      username: root\n      auth:\n        type: privateKey\n        privateKeyAuth:\n          privateKeyPath: %s\n' \
-        "$i" "$i" "$(host_of "$i")" "$work/id_ed25519"
+        "$i" "$i" "$(host_of "$i" "${entry_net:-}")" "$work/id_ed25519"
     done
   } > "$work/$name/$file"
 }
