@@ -9,11 +9,18 @@
 # RATE, matched by u32 filters; traffic of every other address takes htb's direct path,
 # unshaped, so other users of loopback are not slowed. The shaping is removed on exit,
 # also on failure or Ctrl-C.
+# With RTT_MS > 0 every contender reaches node i through bench/lib/delay_relay.py, which
+# listens on 127.253.x.y:22 (outside the shaped range, so the client-to-relay hop is
+# plain loopback) and forwards to the node's 127.252.x.y:22 (the shaped hop), each chunk
+# RTT_MS/2 late each way; the run then also prints each contender's time per node and
+# keadm-batch's excess over the one-exec floor in round trips.
 #
 #   bench/shaped.sh                            # 20 nodes at 20 Mbit/s, maxRunNum 10
 #   NODES=10 RATE=50mbit REPS=3 bench/shaped.sh
+#   RTT_MS=100 NODES=10 bench/shaped.sh       # and 100 ms added per round trip
 # Knobs (environment): NODES C RATE (tc syntax) REPS XZ_LEVEL (the floor's, when
-# keadm-batch made no xz copy to share; default 6)
+# keadm-batch made no xz copy to share; default 6) RTT_MS (added per round trip through
+# the delaying relay; default 0, no relay)
 # BENCH_KEADM (the binary to ship; default /usr/bin/containerd, Debian's Go build of
 # containerd, else the largest ELF in /usr/bin) KEEP=1 (keep the work dir). Needs root.
 set -euo pipefail
@@ -25,6 +32,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 NODES="${NODES:-20}"; C="${C:-10}"; RATE="${RATE:-20mbit}"; REPS="${REPS:-1}"; XZ_LEVEL="${XZ_LEVEL:-6}"
+RTT_MS="${RTT_MS:-0}"
 if [ -z "${BENCH_KEADM:-}" ]; then
   if [ -x /usr/bin/containerd ]; then BENCH_KEADM=/usr/bin/containerd
   else
@@ -34,8 +42,8 @@ if [ -z "${BENCH_KEADM:-}" ]; then
   fi
 fi
 VERSION=v1.23.1
-for tool in tc xz bc /usr/bin/time; do
-  command -v "$tool" >/dev/null || { echo "bench: needs $tool (iproute2, xz-utils, bc, time)" >&2; exit 1; }
+for tool in tc xz bc /usr/bin/time python3; do
+  command -v "$tool" >/dev/null || { echo "bench: needs $tool (iproute2, xz-utils, bc, time, python3)" >&2; exit 1; }
 done
 if tc qdisc show dev lo | grep -qv 'noqueue'; then
   echo "bench: lo already has a qdisc ($(tc qdisc show dev lo | head -1)); not touching it" >&2
@@ -80,6 +88,22 @@ for i in $(seq 0 $(( NODES - 1 ))); do
   done
 done
 
+# ---------------------------------------------------------------- the added round trip
+# Every contender connects to `host_of I $entry_net`: the node itself, or with RTT_MS the
+# relay's twin address, whose traffic to the node then crosses the node's shaped link.
+entry_net=127.252
+if [ "$RTT_MS" != 0 ]; then
+  entry_net=127.253
+  echo "==> delay relay: $RTT_MS ms added per round trip, $entry_net.x.y:22 -> node:22"
+  routes=()
+  for i in $(seq 0 $(( NODES - 1 ))); do routes+=("$(host_of "$i" "$entry_net"):22=$(host_of "$i"):22"); done
+  python3 "$repo/bench/lib/delay_relay.py" "$RTT_MS" "${routes[@]}" >"$work/relay.out" 2>"$work/relay.log" &
+  pids+=("$!")
+  for _ in $(seq 200); do grep -q ready "$work/relay.out" && break; sleep 0.05; done
+  grep -q ready "$work/relay.out" || { echo "bench: the relay did not start: $(cat "$work/relay.log")" >&2; exit 1; }
+fi
+export BENCH_NET=$entry_net
+
 # ---------------------------------------------------------------- the payload
 make_release shaped 0 0 "$BENCH_KEADM"
 keadm="$work/shaped/keadm"
@@ -91,9 +115,10 @@ make_config shaped 1 1 warm.yaml
 
 # ---------------------------------------------------------------- contenders
 join='./keadm join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge'
-# openssh MODE(raw|floor): one ssh per node, C at a time; prints seconds.
+# openssh MODE(raw|floor) TIMES: one ssh per node, C at a time; prints seconds, and
+# appends each ssh's start and end to TIMES.
 openssh() {
-  local mode=$1 remote input t0
+  local mode=$1 times=$2 remote input t0
   if [ "$mode" = raw ]; then
     remote="mkdir -p /tmp/kb-base && cd /tmp/kb-base && cat > keadm && chmod 0755 keadm && $join"
     input=$keadm
@@ -102,9 +127,11 @@ openssh() {
     input=$work/keadm.xz
   fi
   t0=$(date +%s.%N)
-  seq 0 $(( NODES - 1 )) | env BENCH_INPUT="$input" BENCH_REMOTE="$remote" \
+  seq 0 $(( NODES - 1 )) | env BENCH_INPUT="$input" BENCH_REMOTE="$remote" BENCH_TIMES="$times" \
     xargs -P "$C" -I{} bash -c '
-      ssh "$@" "root@$(host_of {})" "$BENCH_REMOTE" < "$BENCH_INPUT" || echo "bench: node {} failed" >&2' \
+      s=$(date +%s.%N)
+      ssh "$@" "root@$(host_of {} "$BENCH_NET")" "$BENCH_REMOTE" < "$BENCH_INPUT" || echo "bench: node {} failed" >&2
+      echo "$s $(date +%s.%N)" >> "$BENCH_TIMES"' \
       _ "${ssh_opts[@]}"
   echo "$(date +%s.%N) - $t0" | bc -l
 }
@@ -139,11 +166,16 @@ ln -s "$floor_xz" "$work/keadm.xz"
 xzsize=$(stat -L -c %s "$work/keadm.xz")
 echo "    floor's xz stream ($floor_xz): $xzsize bytes ($(printf '%.3f' "$(ratio "$xzsize" "$size")")x)"
 
-o=(); r=(); f=()
+# Exec channels (sessions) the nodes' sshd opened so far, all nodes together.
+sessions() { cat "$work"/node*/sshd.log | grep -c 'Starting session' || true; }
+
+o=(); r=(); f=(); ours_sessions=0; floor_sessions=0
 for rep in $(seq "$REPS"); do
-  clear_nodes; f+=("$(openssh floor)")
-  clear_nodes; o+=("$(ours "run-$rep")")
-  clear_nodes; r+=("$(openssh raw)")
+  clear_nodes; s0=$(sessions); f+=("$(openssh floor "$work/times-floor")")
+  floor_sessions=$(( floor_sessions + $(sessions) - s0 ))
+  clear_nodes; s0=$(sessions); o+=("$(ours "run-$rep")")
+  ours_sessions=$(( ours_sessions + $(sessions) - s0 ))
+  clear_nodes; r+=("$(openssh raw "$work/times-raw")")
   printf '    rep %s: keadm-batch %.2f s, floor %.2f s, raw %.2f s\n' "$rep" "${o[-1]}" "${f[-1]}" "${r[-1]}"
 done
 # The last keadm-batch run's binaries, checked on every node.
@@ -165,3 +197,31 @@ printf 'keadm-batch / floor %.2fx (target <= 1.05x)   keadm-batch / raw %.2fx (t
   "$(ratio "$O" "$F")" "$(ratio "$O" "$R")"
 printf 'bytes per node %d for a %d-byte keadm: %.3fx (target <= 0.20x; floor %.3fx, tarball %.3fx); %d/%d nodes byte-identical\n' \
   "$per_node" "$size" "$(ratio "$per_node" "$size")" "$(ratio "$xzsize" "$size")" "$(ratio "$tgz" "$size")" "$same" "$NODES"
+
+[ "$RTT_MS" != 0 ] || exit 0
+# Time per node: keadm-batch's from summary.json (each node's started_at to finished_at,
+# connect included), OpenSSH's from each ssh's start to its end; medians over all nodes
+# of all reps.
+per_node_ours() {
+  python3 - "$work"/shaped/run-*/summary.json <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    if path.endswith("run-check/summary.json") or path.endswith("run-warm/summary.json"):
+        continue
+    for n in json.load(open(path))["nodes"]:
+        s = n["steps"]
+        print(n["finished_at"] - n["started_at"], *(s[k] or 0 for k in ("connect", "prepare", "upload", "run")))
+PY
+}
+span() { awk '{printf "%.6f\n", $2 - $1}' "$1" | median; }
+col() { per_node_ours | awk -v c="$1" '{print $c}' | median; }
+PO=$(col 1); PF=$(span "$work/times-floor"); PR=$(span "$work/times-raw")
+rtt=$(echo "$RTT_MS / 1000" | bc -l)
+echo
+echo "==> per node, $RTT_MS ms added per round trip (median over $NODES nodes x $REPS reps)"
+printf 'keadm-batch %.2f s (connect %.2f, prepare %.2f, upload %.2f, run %.2f)   floor %.2f s   raw OpenSSH %.2f s\n' \
+  "$PO" "$(col 2)" "$(col 3)" "$(col 4)" "$(col 5)" "$PF" "$PR"
+printf 'keadm-batch per node - floor per node: %+.2f s = %+.2f round trips (target <= +1)\n' \
+  "$(echo "$PO - $PF" | bc -l)" "$(echo "($PO - $PF) / $rtt" | bc -l)"
+printf 'exec channels per node: keadm-batch %.2f, floor %.2f\n' \
+  "$(ratio "$ours_sessions" $(( NODES * REPS )))" "$(ratio "$floor_sessions" $(( NODES * REPS )))"

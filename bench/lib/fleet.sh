@@ -5,9 +5,11 @@
 # node's sshd, pid 1 of its namespace) and `fleet_size`. A caller may set `node_sshd_extra[i]` to lines appended to
 # node i's sshd_config (bench/ciphers.sh restricts each node to one cipher this way).
 
-# Node addresses are 127.252.x.y unless the caller sets `node_net` (another first two
-# octets), so that two benches on one machine neither share ports nor each other's shaping.
-host_of() { echo "${node_net:-127.252}.$(( $1 / 250 )).$(( $1 % 250 + 2 ))"; }
+# host_of I [NET]: node I's address, 127.252.x.y unless the caller sets `node_net` (other
+# first two octets, so that two benches on one machine neither share ports nor each
+# other's shaping), or its twin in NET (shaped.sh's relay listens on 127.253.x.y, outside
+# the shaped range, and forwards to the node).
+host_of() { echo "${2:-${node_net:-127.252}}.$(( $1 / 250 )).$(( $1 % 250 + 2 ))"; }
 node_pid=()
 
 # bench_start PREFIX: what every bench does first, from the repository's root: refuse to
@@ -115,7 +117,8 @@ make_release() {
 }
 
 # make_config NAME NODES MAXRUN [FILE]: keadm-batch's config for nodes 0..NODES-1 (FILE,
-# config.yaml by default, in $work/NAME).
+# config.yaml by default, in $work/NAME), reached at `host_of I $entry_net` (the nodes
+# themselves unless the caller sets entry_net).
 make_config() {
   local name=$1 n=$2 c=$3 file=${4:-config.yaml} i
   {
@@ -123,7 +126,7 @@ make_config() {
     printf 'maxRunNum: %s\nnodes:\n' "$c"
     for i in $(seq 0 $(( n - 1 ))); do
       printf '  - nodeName: edge-%04d\n    keadmCmd: join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-%04d\n    ssh:\n      ip: %s\n      username: root\n      auth:\n        type: privateKey\n        privateKeyAuth:\n          privateKeyPath: %s\n' \
-        "$i" "$i" "$(host_of "$i")" "$work/id_ed25519"
+        "$i" "$i" "$(host_of "$i" "${entry_net:-}")" "$work/id_ed25519"
     done
   } > "$work/$name/$file"
 }
