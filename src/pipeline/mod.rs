@@ -291,8 +291,18 @@ impl<'a, 'c> Run<'a, 'c> {
         let (facts, privilege) = self.prepare(conn)?;
         self.offline_images(conn, &facts, privilege)?;
         let uploads = self.wanted_uploads(&facts)?;
-        let (moves, deferred) = self.upload(conn, uploads, &facts, privilege, true)?;
-        self.run_keadm(conn, &moves, deferred, privilege)
+        let (mut moves, mut deferred) = self.upload(conn, uploads, &facts, privilege, true)?;
+        // The binary's xz copy rides in the run's channel; when the node cannot unpack
+        // it, keadm does not run and the next form (tarball, then the binary) goes in a
+        // channel of its own, then the run again. The next form has no xz copy, so this
+        // ends.
+        while let Some(refused) = self.run_keadm(conn, &moves, deferred, privilege)? {
+            moves.pop();
+            let (more, next) = self.upload(conn, vec![refused], &facts, privilege, true)?;
+            moves.extend(more);
+            deferred = next;
+        }
+        Ok(())
     }
 
     /// Runs one step as `phase`: tells the progress line, and adds the time it took to

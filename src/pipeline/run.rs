@@ -4,11 +4,11 @@
 //! abort, the kill of the command's process group on the node.
 
 use std::cell::Cell;
-use std::io::Read;
+use std::io::{self, Read, Write};
 use std::time::Instant;
 
 use super::privilege::{exec_as, password_of};
-use super::upload::{Deferred, Move, open_local, upload_error};
+use super::upload::{Deferred, Move, Upload, open_local, upload_error};
 use super::{Run, StepError};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
@@ -25,36 +25,67 @@ const FINALIZE_FAILED: i32 = 125;
 /// did not run (the reset's own status is in the line [`remote::reset_exit`] reads).
 const RESET_FAILED: i32 = 202;
 
-/// Counts the bytes read through it.
-struct Counting<'a, R> {
-    inner: R,
-    count: &'a Cell<u64>,
+/// The line the run's script prints once the deferred upload is on the node, before it
+/// moves anything or runs keadm: a connection that breaks before this line is an upload
+/// that failed, whatever share of the file had left the control host (an xz copy is read
+/// whole long before the node has unpacked it).
+const RECEIVED: &str = "KB_RECEIVED";
+
+/// Passes the run's output on, without the [`RECEIVED`] line, and notes when it went by.
+/// Until then output is passed on a line at a time (the receiving script prints little);
+/// after it, as it comes.
+struct WatchReceived<'a, W: Write> {
+    inner: W,
+    seen: &'a Cell<bool>,
+    line: Vec<u8>,
 }
 
-impl<R: Read> Read for Counting<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.count.set(self.count.get() + n as u64);
-        Ok(n)
+impl<W: Write> Write for WatchReceived<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.seen.get() {
+            return self.inner.write(buf);
+        }
+        let mut rest = buf;
+        while let Some(at) = rest.iter().position(|&b| b == b'\n') {
+            self.line.extend_from_slice(&rest[..=at]);
+            rest = &rest[at + 1..];
+            let line = std::mem::take(&mut self.line);
+            if line.strip_suffix(b"\n") == Some(RECEIVED.as_bytes()) {
+                self.seen.set(true);
+                self.inner.write_all(rest)?;
+                return Ok(buf.len());
+            }
+            self.inner.write_all(&line)?;
+        }
+        self.line.extend_from_slice(rest);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.write_all(&std::mem::take(&mut self.line))?;
+        self.inner.flush()
     }
 }
 
 impl Run<'_, '_> {
+    /// Receives the deferred upload, moves the uploads into place and runs keadm. Returns
+    /// the deferred upload back, without its xz copy, when the node could not unpack that
+    /// copy: keadm did not run, and the caller sends the next form.
     pub(super) fn run_keadm(
         &mut self,
         conn: &mut dyn Connection,
         moves: &[Move],
         deferred: Option<Deferred>,
         privilege: Privilege,
-    ) -> Result<(), StepError> {
+    ) -> Result<Option<Upload>, StepError> {
         self.timed(Phase::Running, |run| {
             let node = run.node;
             let mut script = String::new();
             if let Some(d) = &deferred {
                 // A subshell, so its umask and cd do not reach keadm.
                 script.push_str(&format!(
-                    "( {} ) || exit {RECEIVE_FAILED}\n",
-                    remote::receive_script(&node.upload_dir, &d.tmp, d.upload.mode, d.upload.size)
+                    "( {} ) || exit {RECEIVE_FAILED}\necho {RECEIVED}\n",
+                    d.receive_script(&node.upload_dir)
                 ));
             }
             if !moves.is_empty() {
@@ -73,41 +104,64 @@ impl Run<'_, '_> {
                 Some(d) => {
                     // Room for the transfer (1 s per MiB), not a whole upload deadline:
                     // the command's own deadline must stay what the operator set.
-                    deadline +=
-                        node.deadlines.upload_per_mib * (d.upload.size.div_ceil(1 << 20) as u32);
-                    Some(open_local(&d.upload.local)?)
+                    let (path, size) = d.sent();
+                    deadline += node.deadlines.upload_per_mib * (size.div_ceil(1 << 20) as u32);
+                    Some(open_local(path)?)
                 }
                 None => None,
             };
-            let read_from_file = Cell::new(0u64);
-            let mut counted = file.as_mut().map(|f| Counting {
-                inner: f,
-                count: &read_from_file,
-            });
+            let received = Cell::new(false);
+            let mut output = WatchReceived {
+                inner: &mut run.transcript,
+                seen: &received,
+                line: Vec::new(),
+            };
             let result = exec_as(
                 conn,
                 &script,
                 privilege,
                 password_of(node),
-                counted.as_mut().map(|c| c as &mut dyn Read),
+                file.as_mut().map(|f| f as &mut dyn Read),
                 deadline,
-                &mut run.transcript,
+                &mut output,
             );
+            output.flush().map_err(|e| {
+                StepError::new(
+                    Phase::Running,
+                    format!("Cannot write the node's transcript: {e}."),
+                )
+            })?;
             let result = match (result, &deferred) {
-                // The connection broke before the whole file was handed over: an upload
+                // The connection broke before the node had the whole file: an upload
                 // failure.
-                (Err(e), Some(d))
-                    if read_from_file.get() < d.upload.size
+                (Err(e), Some(_))
+                    if !received.get()
                         && !matches!(
                             e,
                             TransportError::Aborted { .. } | TransportError::Timeout { .. }
                         ) =>
                 {
+                    let Some(d) = &deferred else { unreachable!() };
                     return Err(upload_error(&d.upload, e));
                 }
                 (result, _) => result,
             };
             if let (Some(d), Ok(RemoteExit::Code(code))) = (&deferred, &result) {
+                let sent = d.sent().1;
+                if *code == RECEIVE_FAILED && d.xz.is_some() {
+                    // Its bytes crossed the wire all the same.
+                    run.bytes_uploaded += sent;
+                    run.transcript.note(&format!(
+                        "the node could not unpack the xz copy of the binary in the run's channel, so keadm did not run; {}",
+                        if d.upload.has_tarball() {
+                            "sending the release tarball instead"
+                        } else {
+                            "sending the binary instead"
+                        }
+                    ));
+                    let Some(d) = deferred else { unreachable!() };
+                    return Ok(Some(d.upload.without_xz()));
+                }
                 if *code == RECEIVE_FAILED {
                     let err = StepError::new(
                         Phase::Uploading,
@@ -118,13 +172,19 @@ impl Run<'_, '_> {
                     );
                     return Err(run.explain_upload_failure(conn, err, &d.upload, &d.tmp, privilege));
                 }
-                run.bytes_uploaded += d.upload.size;
+                run.bytes_uploaded += sent;
+                if let Some(xz) = &d.xz {
+                    run.transcript.note(&format!(
+                        "sent the xz copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 while unpacking",
+                        xz.size, d.upload.size
+                    ));
+                }
                 run.transcript.note(&format!(
-                    "uploaded {} ({} bytes, mode {:04o}) in the run's channel",
-                    d.upload.name, d.upload.size, d.upload.mode
+                    "uploaded {} ({sent} bytes, mode {:04o}) in the run's channel",
+                    d.upload.name, d.upload.mode
                 ));
             }
-            run.keadm_ended(conn, result, privilege)
+            run.keadm_ended(conn, result, privilege).map(|()| None)
         })
     }
 
@@ -299,5 +359,47 @@ impl Run<'_, '_> {
             }
         ));
         result.is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The marker is dropped and noted however the output is cut into writes, and the
+    /// rest passes through in order.
+    #[test]
+    fn the_received_line_is_noted_and_dropped_wherever_the_writes_cut_it() {
+        let text = format!("receiving\n{RECEIVED}\nkeadm says hello\npartial");
+        for cut in 0..text.len() {
+            let seen = Cell::new(false);
+            let mut out = Vec::new();
+            let mut watch = WatchReceived {
+                inner: &mut out,
+                seen: &seen,
+                line: Vec::new(),
+            };
+            watch.write_all(&text.as_bytes()[..cut]).unwrap();
+            watch.write_all(&text.as_bytes()[cut..]).unwrap();
+            watch.flush().unwrap();
+            assert!(seen.get(), "cut at {cut}");
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                "receiving\nkeadm says hello\npartial",
+                "cut at {cut}"
+            );
+        }
+        // Without the marker nothing is lost, and nothing is noted.
+        let seen = Cell::new(false);
+        let mut out = Vec::new();
+        let mut watch = WatchReceived {
+            inner: &mut out,
+            seen: &seen,
+            line: Vec::new(),
+        };
+        watch.write_all(b"KB_XZ_FAILED\nno newline").unwrap();
+        watch.flush().unwrap();
+        assert!(!seen.get());
+        assert_eq!(out, b"KB_XZ_FAILED\nno newline");
     }
 }

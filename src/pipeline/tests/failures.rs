@@ -234,12 +234,27 @@ fn a_connection_lost_while_the_deferred_file_goes_is_an_upload_failure() {
         )
     );
     assert_eq!(outcome.failure_class, Some(FailureClass::Upload));
+
+    // All of it went out, but the node never said it had it (an xz copy is read whole
+    // long before the node has unpacked it): still an upload failure.
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::connection_lost())
+        .on(sent::PREPARE, prepared(""));
+    let h = Harness::new(fake);
+    let f1 = h.file("f1", &[1u8; 100]);
+    let outcome = h.process(&node(vec![f1]));
+    assert_eq!(outcome.failed_in, Some(Phase::Uploading));
+    assert_eq!(outcome.failure_class, Some(FailureClass::Upload));
 }
 
 #[test]
-fn a_connection_lost_after_the_file_went_is_a_run_failure() {
+fn a_connection_lost_after_the_node_had_the_file_is_a_run_failure() {
+    // The run's script says when the deferred file is on the node, before keadm runs.
     let fake = FakeTransport::new()
-        .on(sent::RUN, Reply::connection_lost())
+        .on(
+            sent::RUN,
+            Reply::connection_lost().printing("KB_RECEIVED\n"),
+        )
         .on(sent::PREPARE, prepared(""));
     let h = Harness::new(fake);
     let f1 = h.file("f1", &[1u8; 100]);

@@ -287,21 +287,22 @@ fn the_xz_copy_goes_first_to_a_node_with_xz_and_is_checked_by_the_binarys_sha256
     let outcome = h.process(&staged_node(vec![]));
     assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
     assert_eq!(outcome.bytes_uploaded, xz.len() as u64);
-    let sent_xz = h.exec_with(sent::XZ);
-    assert_eq!(sent_xz.stdin, Some(xz));
+    // The xz copy rides in the run's own channel: two execs in all, prepare and run.
+    assert_eq!(h.fake.execs().len(), 2, "{:?}", h.fake.execs());
+    let run = h.exec_with(sent::RUN);
+    assert_eq!(run.stdin, Some(xz));
     let sha256 = {
         use sha2::Digest;
         hex::encode(sha2::Sha256::digest(&binary))
     };
-    assert!(sent_xz.command.contains(&sha256), "{}", sent_xz.command);
+    let (receive, rest) = run.command.split_once("./keadm").unwrap();
     assert!(
-        sent_xz.command.contains(&tmp("keadm")),
-        "{}",
-        sent_xz.command
+        receive.contains("xz -dc") && receive.contains(&sha256) && receive.contains(&tmp("keadm")),
+        "received before keadm runs, checked by the binary's sha256: {}",
+        run.command
     );
+    assert!(rest.contains("join"), "{}", run.command);
     assert!(h.fake.execs_with(sent::TARBALL).is_empty());
-    let run = h.exec_with(sent::RUN);
-    assert_eq!(run.stdin, None, "nothing left to send with the run");
     assert!(
         run.command
             .contains(&format!("printf '%s\\n' {sha256} > keadm.sha256")),
@@ -313,10 +314,11 @@ fn the_xz_copy_goes_first_to_a_node_with_xz_and_is_checked_by_the_binarys_sha256
 
 #[test]
 fn a_node_that_cannot_unpack_the_xz_copy_gets_the_tarball_then_the_binary() {
-    // xz fails, the tarball works.
+    // xz fails in the run's channel (its script exits 201 before keadm), the tarball
+    // works in a channel of its own, then the run again.
     let fake = FakeTransport::new()
+        .once(sent::XZ, Reply::exit(201).printing("KB_XZ_FAILED\n"))
         .on(sent::RUN, Reply::ok())
-        .on(sent::XZ, Reply::exit(3).printing("KB_XZ_FAILED\n"))
         .on(sent::TARBALL, Reply::ok())
         .on(sent::PREPARE, prepared(ALL_TOOLS));
     let mut h = Harness::new(fake);
@@ -327,14 +329,19 @@ fn a_node_that_cannot_unpack_the_xz_copy_gets_the_tarball_then_the_binary() {
     assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
     assert_eq!(outcome.bytes_uploaded, (xz.len() + tarball.len()) as u64);
     assert_eq!(h.exec_with(sent::TARBALL).stdin, Some(tarball.clone()));
+    let runs = h.fake.execs_with(sent::RUN);
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].stdin, Some(xz.clone()));
+    assert_eq!(runs[1].stdin, None, "the tarball was unpacked already");
+    assert!(!runs[1].command.contains("xz -dc"), "{}", runs[1].command);
     assert!(transcript(&outcome).contains(
-        "the node could not unpack the xz copy of the binary (exit status 3: KB_XZ_FAILED); sending the release tarball instead"
+        "the node could not unpack the xz copy of the binary in the run's channel, so keadm did not run; sending the release tarball instead"
     ));
 
     // Both fail: the binary rides in the run's channel.
     let fake = FakeTransport::new()
+        .once(sent::XZ, Reply::exit(201).printing("KB_XZ_FAILED\n"))
         .on(sent::RUN, Reply::ok())
-        .on(sent::XZ, Reply::exit(3).printing("KB_XZ_FAILED\n"))
         .on(
             sent::TARBALL,
             Reply::exit(3).printing("KB_TARBALL_FAILED\n"),
@@ -348,7 +355,9 @@ fn a_node_that_cannot_unpack_the_xz_copy_gets_the_tarball_then_the_binary() {
         outcome.bytes_uploaded,
         (xz.len() + tarball.len() + binary.len()) as u64
     );
-    assert_eq!(h.exec_with(sent::RUN).stdin, Some(binary));
+    let runs = h.fake.execs_with(sent::RUN);
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1].stdin, Some(binary));
 }
 
 #[test]
