@@ -285,10 +285,12 @@ impl<'a, 'c> Run<'a, 'c> {
         let mut conn = self.connect()?;
         let conn = conn.as_mut();
         self.abort_on_second_interrupt(conn);
-        if self.ctx.preflight != PreflightMode::Off && self.node.keadm_args.is_join() {
+        let preflight = self.ctx.preflight != PreflightMode::Off && self.node.keadm_args.is_join();
+        let probe_in_prepare = preflight && self.preflight_rides_with_prepare();
+        if preflight && !probe_in_prepare {
             self.preflight(conn)?;
         }
-        let (facts, privilege) = self.prepare(conn)?;
+        let (facts, privilege) = self.prepare(conn, probe_in_prepare)?;
         self.offline_images(conn, &facts, privilege)?;
         let uploads = self.wanted_uploads(&facts)?;
         let (mut moves, mut deferred) = self.upload(conn, uploads, &facts, privilege, true)?;

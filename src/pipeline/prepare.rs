@@ -23,22 +23,9 @@ impl Run<'_, '_> {
     /// node. In strict mode a finding skips the node untouched.
     pub(super) fn preflight(&mut self, conn: &mut dyn Connection) -> Result<(), StepError> {
         self.timed(Phase::Preparing, |run| {
-            let node = run.node;
-            let images = run.images_in_play();
-            let needed: u64 = node.copy_files.iter().map(|f| f.size).sum::<u64>()
-                + run.ctx.binary_size_hint
-                + images.map_or(0, |i| i.largest_arch_bytes());
-            let mut script = remote::preflight_probe_script(
-                &node.upload_dir,
-                &preflight::runtime_socket(&node.keadm_args),
-                needed,
-            );
-            let runtime = run.runtime();
-            if images.is_some() {
-                script.push_str(&remote::runtime_probe_script(&runtime, true));
-            }
+            let script = run.preflight_script();
             let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
-            let deadline = Instant::now() + node.deadlines.step;
+            let deadline = Instant::now() + run.node.deadlines.step;
             conn.exec(&script, None, deadline, &mut output)
                 .map_err(|e| {
                     StepError::transport(
@@ -47,58 +34,92 @@ impl Run<'_, '_> {
                         e,
                     )
                 })?;
-            let text = output.text();
-            let mut findings = preflight::parse(&text);
-            if images.is_some()
-                && let Some(finding) = run.image_finding(&text, &runtime)
-            {
-                // Before a "probe incomplete" finding, which parse puts last.
-                let at = findings
-                    .iter()
-                    .position(|f| f.id == FindingId::ProbeIncomplete)
-                    .unwrap_or(findings.len());
-                findings.insert(at, finding);
-            }
-            for finding in &findings {
-                let note = format!("pre-flight: {finding}; {}", finding.suggested_action());
-                // Under warn the console gets the finding as a warning, so the note
-                // stays out of -v's info lines: one line per finding, not two.
-                if run.ctx.preflight == PreflightMode::Warn {
-                    log::warn!("{}: pre-flight: {finding}", node.name);
-                    run.transcript.note_unlogged(&note);
-                } else {
-                    run.transcript.note(&note);
-                }
-            }
-            run.findings = findings
-                .iter()
-                .map(|f| PreflightFinding {
-                    id: f.id,
-                    detail: f.detail.clone(),
-                })
-                .collect();
-            if run.ctx.preflight == PreflightMode::Strict && !findings.is_empty() {
-                let first = &findings[0];
-                let more = if findings.len() > 1 {
-                    format!(" (and {} more finding(s))", findings.len() - 1)
-                } else {
-                    String::new()
-                };
-                return Err(StepError {
-                    phase: Phase::Preparing,
-                    message: format!(
-                        "Skipped by pre-flight: {}{more}. {}",
-                        first.to_string().trim_end_matches('.'),
-                        first.suggested_action()
-                    ),
-                    ending: Phase::Skipped,
-                    exit_status: None,
-                    class: None,
-                    last_output: None,
-                });
-            }
-            Ok(())
+            run.preflight_findings(&output.text())
         })
+    }
+
+    /// Whether the pre-flight probe rides in the prepare round trip: when its findings
+    /// only warn (strict mode must skip a node untouched, and prepare creates the upload
+    /// dir), when both run as the login user (prepare may run under sudo), and when no
+    /// image archives are in play (both would probe the runtime).
+    pub(super) fn preflight_rides_with_prepare(&self) -> bool {
+        self.ctx.preflight == PreflightMode::Warn
+            && !self.node.sudo
+            && self.images_in_play().is_none()
+    }
+
+    /// The pre-flight probe's script: read-only, as the login user.
+    fn preflight_script(&self) -> String {
+        let node = self.node;
+        let images = self.images_in_play();
+        let needed: u64 = node.copy_files.iter().map(|f| f.size).sum::<u64>()
+            + self.ctx.binary_size_hint
+            + images.map_or(0, |i| i.largest_arch_bytes());
+        let mut script = remote::preflight_probe_script(
+            &node.upload_dir,
+            &preflight::runtime_socket(&node.keadm_args),
+            needed,
+        );
+        if images.is_some() {
+            script.push_str(&remote::runtime_probe_script(&self.runtime(), true));
+        }
+        script
+    }
+
+    /// Reads the probe's findings from `text`, notes them, and in strict mode turns the
+    /// first into the node's skip.
+    fn preflight_findings(&mut self, text: &str) -> Result<(), StepError> {
+        let node = self.node;
+        let mut findings = preflight::parse(text);
+        if self.images_in_play().is_some()
+            && let Some(finding) = self.image_finding(text, &self.runtime())
+        {
+            // Before a "probe incomplete" finding, which parse puts last.
+            let at = findings
+                .iter()
+                .position(|f| f.id == FindingId::ProbeIncomplete)
+                .unwrap_or(findings.len());
+            findings.insert(at, finding);
+        }
+        for finding in &findings {
+            let note = format!("pre-flight: {finding}; {}", finding.suggested_action());
+            // Under warn the console gets the finding as a warning, so the note
+            // stays out of -v's info lines: one line per finding, not two.
+            if self.ctx.preflight == PreflightMode::Warn {
+                log::warn!("{}: pre-flight: {finding}", node.name);
+                self.transcript.note_unlogged(&note);
+            } else {
+                self.transcript.note(&note);
+            }
+        }
+        self.findings = findings
+            .iter()
+            .map(|f| PreflightFinding {
+                id: f.id,
+                detail: f.detail.clone(),
+            })
+            .collect();
+        if self.ctx.preflight == PreflightMode::Strict && !findings.is_empty() {
+            let first = &findings[0];
+            let more = if findings.len() > 1 {
+                format!(" (and {} more finding(s))", findings.len() - 1)
+            } else {
+                String::new()
+            };
+            return Err(StepError {
+                phase: Phase::Preparing,
+                message: format!(
+                    "Skipped by pre-flight: {}{more}. {}",
+                    first.to_string().trim_end_matches('.'),
+                    first.suggested_action()
+                ),
+                ending: Phase::Skipped,
+                exit_status: None,
+                class: None,
+                last_output: None,
+            });
+        }
+        Ok(())
     }
 
     /// The pre-flight image check: the images this join needs that the runtime does not
@@ -144,12 +165,18 @@ impl Run<'_, '_> {
 
     /// Prepares the upload dir and learns the node's arch and what is already there, in
     /// one round trip. For non-root logins it also learns whether sudo needs a password.
+    ///
+    /// With `with_preflight` the pre-flight probe goes first in the same script, in a
+    /// subshell of its own (see [`Run::preflight_rides_with_prepare`]): one exec channel,
+    /// two or three round trips, less per node.
     pub(super) fn prepare(
         &mut self,
         conn: &mut dyn Connection,
+        with_preflight: bool,
     ) -> Result<(NodeFacts, Privilege), StepError> {
         self.timed(Phase::Preparing, |run| {
             let node = run.node;
+            let probe = with_preflight.then(|| format!("(\n{}\n)\n", run.preflight_script()));
             let mut names: Vec<&str> = node.copy_files.iter().map(|f| f.name.as_str()).collect();
             if node.keadm == KeadmSource::Staged {
                 names.push("keadm");
@@ -158,8 +185,12 @@ impl Run<'_, '_> {
             if let Some(images) = images {
                 names.extend(images.remote_names());
             }
-            let mut script =
-                remote::prepare_script(&node.upload_dir, &names, run.ctx.verify_remote);
+            let mut script = probe.unwrap_or_default();
+            script.push_str(&remote::prepare_script(
+                &node.upload_dir,
+                &names,
+                run.ctx.verify_remote,
+            ));
             if images.is_some() {
                 script.push_str(&remote::runtime_probe_script(&run.runtime(), false));
             }
@@ -186,6 +217,9 @@ impl Run<'_, '_> {
                 )
             })?;
             let text = output.text();
+            if with_preflight {
+                run.preflight_findings(&text)?;
+            }
             let facts = remote::parse_facts(&text, &names);
             let privilege = match (node.sudo, facts.sudo_needs_password) {
                 (false, _) => Privilege::Login,

@@ -305,20 +305,46 @@ fn strict_preflight_skips_the_node_before_anything_changes() {
 }
 
 #[test]
-fn warning_preflight_records_findings_and_goes_on() {
+fn warning_preflight_records_findings_and_goes_on_in_the_prepare_round_trip() {
+    // One exec probes and prepares: the probe first, in a subshell of its own.
+    let fake = FakeTransport::new().on(sent::RUN, Reply::ok()).on(
+        sent::PROBE,
+        prepared("KB_PF bash_missing no bash\nKB_PF_DONE\n"),
+    );
+    let mut h = Harness::new(fake);
+    h.preflight = PreflightMode::Warn;
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!(outcome.preflight.len(), 1);
+    assert_eq!(h.execs().len(), 2, "probe and prepare, then the run");
+    let first = h.exec_with(sent::PROBE).command;
+    assert!(first.starts_with("(\nUP=/tmp/kb\n"), "{first}");
+    assert!(
+        first.find(sent::PROBE) < first.find(sent::PREPARE),
+        "the read-only probe runs before the upload dir is made: {first}"
+    );
+}
+
+#[test]
+fn warning_preflight_under_sudo_keeps_its_own_round_trip() {
+    // prepare runs under sudo, the probe as the login user.
     let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
         .on(
             sent::PROBE,
             Reply::ok().printing("KB_PF bash_missing no bash\nKB_PF_DONE\n"),
         )
-        .on(sent::RUN, Reply::ok())
-        .on(sent::PREPARE, prepared(""));
+        .on(sent::PREPARE, prepared("KB_SUDO nopasswd\n"));
     let mut h = Harness::new(fake);
     h.preflight = PreflightMode::Warn;
-    let outcome = h.process(&node(vec![]));
-    assert_eq!(outcome.phase, Phase::Succeeded);
+    let mut plan = node(vec![]);
+    plan.sudo = true;
+    plan.ssh.username = "admin".into();
+    let outcome = h.process(&plan);
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
     assert_eq!(outcome.preflight.len(), 1);
-    assert!(h.exec_with(sent::PROBE).command.contains("UP=/tmp/kb\n"));
+    assert_eq!(h.execs().len(), 3, "probe, prepare, run");
+    assert!(!h.exec_with(sent::PROBE).command.contains(sent::PREPARE));
 }
 
 #[test]
