@@ -299,7 +299,6 @@ impl<'a, 'c> Run<'a, 'c> {
         // channel of its own, then the run again. The next form has no xz copy, so this
         // ends.
         while let Some(refused) = self.run_keadm(conn, &moves, deferred, privilege)? {
-            moves.pop();
             let (more, next) = self.upload(conn, vec![refused], &facts, privilege, true)?;
             moves.extend(more);
             deferred = next;

@@ -88,8 +88,10 @@ impl Run<'_, '_> {
                     d.receive_script(&node.upload_dir)
                 ));
             }
+            let mut moves = moves.to_vec();
+            moves.extend(deferred.as_ref().map(Deferred::to_move));
             if !moves.is_empty() {
-                script.push_str(&remote::finalize_script(&node.upload_dir, moves));
+                script.push_str(&remote::finalize_script(&node.upload_dir, &moves));
                 script.push_str(&format!(" || exit {FINALIZE_FAILED}\n"));
             }
             let command = match &node.reset_command {
@@ -110,7 +112,8 @@ impl Run<'_, '_> {
                 }
                 None => None,
             };
-            let received = Cell::new(false);
+            // Without a deferred upload there is no line to watch for.
+            let received = Cell::new(deferred.is_none());
             let mut output = WatchReceived {
                 inner: &mut run.transcript,
                 seen: &received,
@@ -131,24 +134,23 @@ impl Run<'_, '_> {
                     format!("Cannot write the node's transcript: {e}."),
                 )
             })?;
-            let result = match (result, &deferred) {
+            let (result, deferred) = match (result, deferred) {
                 // The connection broke before the node had the whole file: an upload
                 // failure.
-                (Err(e), Some(_))
+                (Err(e), Some(d))
                     if !received.get()
                         && !matches!(
                             e,
                             TransportError::Aborted { .. } | TransportError::Timeout { .. }
                         ) =>
                 {
-                    let Some(d) = &deferred else { unreachable!() };
                     return Err(upload_error(&d.upload, e));
                 }
-                (result, _) => result,
+                pair => pair,
             };
-            if let (Some(d), Ok(RemoteExit::Code(code))) = (&deferred, &result) {
+            if let (Some(d), Ok(RemoteExit::Code(code))) = (deferred, &result) {
                 let sent = d.sent().1;
-                if *code == RECEIVE_FAILED && d.xz.is_some() {
+                if *code == RECEIVE_FAILED && d.xz().is_some() {
                     // Its bytes crossed the wire all the same.
                     run.bytes_uploaded += sent;
                     run.transcript.note(&format!(
@@ -159,7 +161,6 @@ impl Run<'_, '_> {
                             "sending the binary instead"
                         }
                     ));
-                    let Some(d) = deferred else { unreachable!() };
                     return Ok(Some(d.upload.without_xz()));
                 }
                 if *code == RECEIVE_FAILED {
@@ -173,7 +174,7 @@ impl Run<'_, '_> {
                     return Err(run.explain_upload_failure(conn, err, &d.upload, &d.tmp, privilege));
                 }
                 run.bytes_uploaded += sent;
-                if let Some(xz) = &d.xz {
+                if let Some(xz) = d.xz() {
                     run.transcript.note(&format!(
                         "sent the xz copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 while unpacking",
                         xz.size, d.upload.size
@@ -366,30 +367,9 @@ impl Run<'_, '_> {
 mod tests {
     use super::*;
 
-    /// The marker is dropped and noted however the output is cut into writes, and the
-    /// rest passes through in order.
-    #[test]
-    fn the_received_line_is_noted_and_dropped_wherever_the_writes_cut_it() {
-        let text = format!("receiving\n{RECEIVED}\nkeadm says hello\npartial");
-        for cut in 0..text.len() {
-            let seen = Cell::new(false);
-            let mut out = Vec::new();
-            let mut watch = WatchReceived {
-                inner: &mut out,
-                seen: &seen,
-                line: Vec::new(),
-            };
-            watch.write_all(&text.as_bytes()[..cut]).unwrap();
-            watch.write_all(&text.as_bytes()[cut..]).unwrap();
-            watch.flush().unwrap();
-            assert!(seen.get(), "cut at {cut}");
-            assert_eq!(
-                String::from_utf8(out).unwrap(),
-                "receiving\nkeadm says hello\npartial",
-                "cut at {cut}"
-            );
-        }
-        // Without the marker nothing is lost, and nothing is noted.
+    /// What [`WatchReceived`] passes on when `text` is written in two pieces cut at
+    /// `cut`, and whether it saw the line.
+    fn watched(text: &[u8], cut: usize) -> (String, bool) {
         let seen = Cell::new(false);
         let mut out = Vec::new();
         let mut watch = WatchReceived {
@@ -397,9 +377,29 @@ mod tests {
             seen: &seen,
             line: Vec::new(),
         };
-        watch.write_all(b"KB_XZ_FAILED\nno newline").unwrap();
+        watch.write_all(&text[..cut]).unwrap();
+        watch.write_all(&text[cut..]).unwrap();
         watch.flush().unwrap();
-        assert!(!seen.get());
-        assert_eq!(out, b"KB_XZ_FAILED\nno newline");
+        (String::from_utf8(out).unwrap(), seen.get())
+    }
+
+    /// The marker is dropped and noted however the output is cut into writes, and the
+    /// rest passes through in order.
+    #[test]
+    fn the_received_line_is_noted_and_dropped_wherever_the_writes_cut_it() {
+        let text = format!("receiving\n{RECEIVED}\nkeadm says hello\npartial");
+        for cut in 0..text.len() {
+            assert_eq!(
+                watched(text.as_bytes(), cut),
+                ("receiving\nkeadm says hello\npartial".to_string(), true),
+                "cut at {cut}"
+            );
+        }
+        // Without the marker nothing is lost, and nothing is noted.
+        let text = b"KB_XZ_FAILED\nno newline";
+        assert_eq!(
+            watched(text, 5),
+            (String::from_utf8(text.to_vec()).unwrap(), false)
+        );
     }
 }

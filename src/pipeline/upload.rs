@@ -21,31 +21,41 @@ use crate::transport::{Connection, RemoteExit, TransportError};
 /// An uploaded file to rename into place: (temporary name, final name, sha256).
 pub(super) type Move = (String, String, String);
 
-/// The last upload, sent on the run's stdin instead of its own channel.
+/// The last upload, sent on the run's stdin instead of its own channel: as the binary's
+/// xz copy when the upload has one (the node unpacks it to `tmp`), else as it is.
 pub(super) struct Deferred {
     pub(super) upload: Upload,
     pub(super) tmp: String,
-    /// Sent as the binary's xz copy, which the node unpacks to `tmp`; else as it is.
-    pub(super) xz: Option<XzCopy>,
 }
 
 impl Deferred {
     /// What goes on the run's stdin: the local file and its size.
     pub(super) fn sent(&self) -> (&Path, u64) {
-        match &self.xz {
+        match &self.upload.xz {
             Some(xz) => (&xz.path, xz.size),
             None => (&self.upload.local, self.upload.size),
         }
+    }
+
+    /// The xz copy it is sent as, if any.
+    pub(super) fn xz(&self) -> Option<&XzCopy> {
+        self.upload.xz.as_ref()
     }
 
     /// The script that receives it into `tmp` in `dir`, failing (exit 3 for the xz
     /// copy) when it cannot.
     pub(super) fn receive_script(&self, dir: &str) -> String {
         let upload = &self.upload;
-        match &self.xz {
+        match &upload.xz {
             Some(_) => remote::receive_xz_script(dir, &self.tmp, &upload.sha256, upload.size),
             None => remote::receive_script(dir, &self.tmp, upload.mode, upload.size),
         }
+    }
+
+    /// Its rename into place, once received.
+    pub(super) fn to_move(&self) -> Move {
+        let upload = &self.upload;
+        (self.tmp.clone(), upload.name.clone(), upload.sha256.clone())
     }
 }
 
@@ -222,7 +232,8 @@ impl Run<'_, '_> {
 
     /// Uploads each file that the node lacks to a temporary name. Returns the renames
     /// (temporary name, final name, sha256) to perform before the files are used, and,
-    /// with `defer_last`, the last upload when it is left for the run's own channel.
+    /// with `defer_last`, the last upload when it is left for the run's own channel (its
+    /// rename is [`Deferred::to_move`], not among the others).
     pub(super) fn upload(
         &mut self,
         conn: &mut dyn Connection,
@@ -263,24 +274,18 @@ impl Run<'_, '_> {
                 let tmp = remote::temp_name(&upload.name, &run.ctx.run_token, node.index);
                 let last = defer_last && position + 1 == count;
                 // The last upload rides in the run's own channel, as the binary's xz copy
-                // too: one exec (two or three round trips) less per node, which is what
-                // a fleet of many small nodes (the benchmark's W3) and every node behind
-                // a long round trip pays for. Should the node fail to unpack the xz copy
-                // there, keadm does not run and the caller sends the next form.
+                // when it has one (only keadm has one, and keadm comes last): one exec
+                // (two or three round trips) less per node, which is what a fleet of many
+                // small nodes (the benchmark's W3) and every node behind a long round trip
+                // pays for. Should the node fail to unpack the xz copy there, keadm does
+                // not run and the caller sends the next form.
                 if last && upload.xz.is_some() {
-                    moves.push((tmp.clone(), upload.name.clone(), upload.sha256.clone()));
-                    let xz = upload.xz.clone();
-                    return Ok((moves, Some(Deferred { upload, tmp, xz })));
+                    return Ok((moves, Some(Deferred { upload, tmp })));
                 }
                 let deadline = Instant::now() + node.deadlines.upload(upload.size);
                 let start = Instant::now();
                 let mut sent = None;
-                if let Some(xz) = &upload.xz {
-                    sent = run.upload_xz(conn, &upload, xz, &tmp, privilege)?;
-                }
-                if sent.is_none()
-                    && let Some(tarball) = &upload.tarball
-                {
+                if let Some(tarball) = &upload.tarball {
                     sent = run.upload_tarball(conn, &upload, tarball, &tmp, privilege)?;
                 }
                 if sent.is_none()
@@ -289,15 +294,7 @@ impl Run<'_, '_> {
                     sent = run.upload_gzipped(conn, &upload, gzipped, &tmp, privilege)?;
                 }
                 if sent.is_none() && last {
-                    moves.push((tmp.clone(), upload.name.clone(), upload.sha256.clone()));
-                    return Ok((
-                        moves,
-                        Some(Deferred {
-                            upload,
-                            tmp,
-                            xz: None,
-                        }),
-                    ));
+                    return Ok((moves, Some(Deferred { upload, tmp })));
                 }
                 if sent.is_none() {
                     let script =
@@ -337,38 +334,6 @@ impl Run<'_, '_> {
             }
             Ok((moves, None))
         })
-    }
-
-    /// Sends the binary's xz copy; the node unpacks it to `tmp`, hashing as it writes, and
-    /// keeps it only if its sha256 is the staged binary's. Returns the bytes sent, or
-    /// `None` when the node could not unpack it (the caller falls back).
-    fn upload_xz(
-        &mut self,
-        conn: &mut dyn Connection,
-        upload: &Upload,
-        xz: &XzCopy,
-        tmp: &str,
-        privilege: Privilege,
-    ) -> Result<Option<u64>, StepError> {
-        let script =
-            remote::receive_xz_script(&self.node.upload_dir, tmp, &upload.sha256, upload.size);
-        let packed = Packed {
-            path: &xz.path,
-            size: xz.size,
-            deadline_bytes: xz.size,
-            script,
-            sent: format!(
-                "sent the xz copy of the binary ({} bytes for a {}-byte binary); the node checked the binary's sha256 while unpacking",
-                xz.size, upload.size
-            ),
-            failed: "the node could not unpack the xz copy of the binary".into(),
-            instead: if upload.tarball.is_some() {
-                "sending the release tarball instead"
-            } else {
-                "sending the binary instead"
-            },
-        };
-        self.upload_packed(conn, upload, packed, privilege)
     }
 
     /// Sends the release tarball over exec stdin; the node checks its sha512 and unpacks
