@@ -46,11 +46,20 @@ pub fn required(
     sandbox: &[ImageRef],
 ) -> Result<Vec<ImageRef>, ParseError> {
     let mut images = vec![installation_package(version, image_repository)?];
-    for extra in extras {
-        images.push(ImageRef::parse(&from_repository(extra, image_repository))?);
-    }
+    images.extend(extra_images(extras, image_repository)?);
     images.extend(sandbox.iter().cloned());
     Ok(images)
+}
+
+/// keadm's `extras` (see [`keadm_extras`]) from `--image-repository`, when given.
+fn extra_images(
+    extras: &[&str],
+    image_repository: Option<&str>,
+) -> Result<Vec<ImageRef>, ParseError> {
+    extras
+        .iter()
+        .map(|extra| ImageRef::parse(&from_repository(extra, image_repository)))
+        .collect()
 }
 
 /// The images keadm's join pulls besides the installation-package (its `EdgeSet`'s
@@ -158,11 +167,11 @@ pub fn needed_by_join(
             "which installation-package tag keadm will ask for (pass --kubeedge-version in keadmCmd)",
         ),
     }
-    for extra in keadm_extras(keadm_version, command) {
-        if let Ok(image) = ImageRef::parse(&from_repository(extra, repository)) {
-            needed.push(image);
-        }
-    }
+    // A repository that makes no valid reference makes no installation-package above
+    // either (keadm builds both the same way): nothing of its to check.
+    needed.extend(
+        extra_images(&keadm_extras(keadm_version, command), repository).unwrap_or_default(),
+    );
     match sandbox {
         Some(image) => needed.push(image.clone()),
         None => unknown.push("which sandbox image the runtime is configured with"),
@@ -211,6 +220,11 @@ mod tests {
         ImageRef::parse(text).unwrap()
     }
 
+    /// The references written out in full, as the runtime stores them.
+    fn names(images: Vec<ImageRef>) -> Vec<String> {
+        images.iter().map(ToString::to_string).collect()
+    }
+
     fn join(flags: &str) -> KeadmCommand {
         KeadmCommand::parse(&format!("join --cloudcore-ipport=1.2.3.4:10000 {flags}"))
     }
@@ -246,9 +260,6 @@ mod tests {
 
     #[test]
     fn a_join_needs_the_installation_package_and_the_sandbox_images() {
-        let names = |images: Vec<ImageRef>| -> Vec<String> {
-            images.iter().map(ToString::to_string).collect()
-        };
         let pause = [image(DEFAULT_SANDBOX_IMAGE)];
         assert_eq!(
             names(required("v1.23.1", None, &[], &pause).unwrap()),
@@ -360,9 +371,8 @@ mod tests {
             Some("v1.15.4"),
             Some(&image("registry.k8s.io/pause:3.6")),
         );
-        let names: Vec<String> = needed.iter().map(ToString::to_string).collect();
         assert_eq!(
-            names,
+            names(needed),
             [
                 "127.0.0.1:5000/kubeedge/installation-package:v1.15.4",
                 "127.0.0.1:5000/kubeedge/pause:3.6",
@@ -370,13 +380,8 @@ mod tests {
                 "registry.k8s.io/pause:3.6",
             ]
         );
-        let names: Vec<String> = required("v1.15.4", None, &[KEADM_PAUSE, MOSQUITTO], &[])
-            .unwrap()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
         assert_eq!(
-            names,
+            names(required("v1.15.4", None, &[KEADM_PAUSE, MOSQUITTO], &[]).unwrap()),
             [
                 "docker.io/kubeedge/installation-package:v1.15.4",
                 "docker.io/kubeedge/pause:3.6",
