@@ -27,10 +27,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
 
-if [ "$(id -u)" != 0 ]; then
-  echo "bench: run as root (it shapes lo and starts sshd processes in private namespaces)" >&2
-  exit 1
-fi
 NODES="${NODES:-20}"; C="${C:-10}"; RATE="${RATE:-20mbit}"; REPS="${REPS:-1}"; XZ_LEVEL="${XZ_LEVEL:-6}"
 RTT_MS="${RTT_MS:-0}"
 if [ -z "${BENCH_KEADM:-}" ]; then
@@ -50,24 +46,11 @@ if tc qdisc show dev lo | grep -qv 'noqueue'; then
   exit 1
 fi
 
-bash scripts/setup.sh
-echo "==> building keadm-batch (release)"
-cargo build --release --quiet
-bin="$repo/target/release/keadm-batch"
-
-work="$(mktemp -d /var/tmp/keadm-shaped.XXXXXX)"
-pids=()
-cleanup() {
-  tc qdisc del dev lo root 2>/dev/null || true
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ "${KEEP:-}" = 1 ]; then echo "bench: work dir kept: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 # shellcheck source=bench/lib/fleet.sh
 . "$repo/bench/lib/fleet.sh"
+# Runs on exit (bench_start's trap), also on failure or Ctrl-C.
+bench_on_exit() { tc qdisc del dev lo root 2>/dev/null || true; }
+bench_start keadm-shaped
 start_fleet "$NODES"
 ssh_opts
 export -f host_of
