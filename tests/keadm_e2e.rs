@@ -172,7 +172,23 @@ fn a_real_keadm_joins_with_images_only_from_the_offline_directory() {
     );
     oci_archive(&images.join("pause_3.6.tar"), SANDBOX_IMAGE);
     // keadm up to 1.15 also asks for its own pause image (`EdgeSet`'s third-party set);
-    // later ones never look at it.
+    // later ones never look at it. Pre-flight knows which this keadm asks for: without
+    // the archive, it names the image.
+    let probe = sc.run(&["--preflight-only"]);
+    let extra_missing = probe
+        .stdout
+        .contains("docker.io/kubeedge/pause:3.6 is not in containerd");
+    let minor: u32 = version
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .unwrap();
+    assert_eq!(
+        extra_missing,
+        minor <= 15,
+        "pre-flight on keadm's own images:\n{}",
+        probe.stdout
+    );
     docker_archive(&images.join("kubeedge-pause_3.6.tar"), KUBEEDGE_PAUSE);
 
     let out = sc.run(&[]);
