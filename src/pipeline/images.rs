@@ -12,7 +12,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use super::privilege::{exec_as, password_of};
-use super::upload::{Move, Upload};
+use super::upload::{Move, Upload, finalize_line};
 use super::{Run, StepError};
 use crate::arch::Arch;
 use crate::kubeedge::preflight;
@@ -24,9 +24,6 @@ use crate::transport::Connection;
 
 /// Image archives are data for the import only: owner-only on the node.
 const ARCHIVE_MODE: u32 = 0o600;
-
-/// The exit status of the import script when the archives could not be moved into place.
-const FINALIZE_FAILED: i32 = 125;
 
 impl<'c> Run<'_, 'c> {
     /// The offline images in play for this node: a join, in a run set up for them.
@@ -152,11 +149,7 @@ impl<'c> Run<'_, 'c> {
     ) -> Result<(), StepError> {
         self.timed(Phase::Preparing, |run| {
             let node = run.node;
-            let mut script = String::new();
-            if !moves.is_empty() {
-                script.push_str(&remote::finalize_script(&node.upload_dir, moves));
-                script.push_str(&format!(" || exit {FINALIZE_FAILED}\n"));
-            }
+            let mut script = finalize_line(&node.upload_dir, moves);
             let imports: Vec<ArchiveImport> = needed.iter().map(|a| archive_import(a)).collect();
             script.push_str(&remote::import_script(&node.upload_dir, runtime, &imports));
             let bytes: u64 = needed.iter().map(|a| a.size).sum();

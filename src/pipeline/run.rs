@@ -8,7 +8,7 @@ use std::io::{self, Read, Write};
 use std::time::Instant;
 
 use super::privilege::{exec_as, password_of};
-use super::upload::{Deferred, Move, Upload, open_local, upload_error};
+use super::upload::{Deferred, Move, Upload, finalize_line, open_local, upload_error};
 use super::{Run, StepError};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
@@ -17,9 +17,6 @@ use crate::transport::{Connection, RemoteExit, TransportError};
 
 /// The exit status of the run's script when receiving the deferred upload failed.
 const RECEIVE_FAILED: i32 = 201;
-
-/// The exit status of the run's script when moving the uploads into place failed.
-const FINALIZE_FAILED: i32 = 125;
 
 /// The exit status of the run's script when `--reset-first`'s reset failed, so the join
 /// did not run (the reset's own status is in the line [`remote::reset_exit`] reads).
@@ -90,10 +87,7 @@ impl Run<'_, '_> {
             }
             let mut moves = moves.to_vec();
             moves.extend(deferred.as_ref().map(Deferred::to_move));
-            if !moves.is_empty() {
-                script.push_str(&remote::finalize_script(&node.upload_dir, &moves));
-                script.push_str(&format!(" || exit {FINALIZE_FAILED}\n"));
-            }
+            script.push_str(&finalize_line(&node.upload_dir, &moves));
             let command = match &node.reset_command {
                 Some(reset) => remote::reset_then(reset, &node.command, RESET_FAILED),
                 None => node.command.clone(),

@@ -21,6 +21,21 @@ use crate::transport::{Connection, RemoteExit, TransportError};
 /// An uploaded file to rename into place: (temporary name, final name, sha256).
 pub(super) type Move = (String, String, String);
 
+/// The exit status of a script whose uploads could not be moved into place.
+pub(super) const FINALIZE_FAILED: i32 = 125;
+
+/// The script line that moves `moves` into place in `dir` before anything uses them,
+/// exiting [`FINALIZE_FAILED`] when it cannot; empty when there is nothing to move.
+pub(super) fn finalize_line(dir: &str, moves: &[Move]) -> String {
+    if moves.is_empty() {
+        return String::new();
+    }
+    format!(
+        "{} || exit {FINALIZE_FAILED}\n",
+        remote::finalize_script(dir, moves)
+    )
+}
+
 /// The last upload, sent on the run's stdin instead of its own channel: as the binary's
 /// xz copy when the upload has one (the node unpacks it to `tmp`), else as it is.
 pub(super) struct Deferred {
