@@ -186,6 +186,43 @@ pub fn prepare_script(dir: &str, files: &[&str], verify: bool) -> String {
     s
 }
 
+/// The line the one-channel script prints once the node's facts are out; the control
+/// host answers it on the same channel's stdin (see [`AWAIT_ANSWER`]).
+pub const FACTS_END: &str = "KB_FACTS_END";
+
+/// The exit status of the one-channel script when its answer did not arrive whole: none
+/// of it ran.
+pub const ANSWER_CUT: i32 = 203;
+
+/// Appended to [`prepare_script`] (and its probes) for the one-channel exchange: prints
+/// [`FACTS_END`], reads the rest of the script from stdin as [`answer`] frames it, and
+/// runs it in this same shell, so a node costs one exec channel. The shell's `read`
+/// takes a pipe one byte at a time, so whatever follows the answer on stdin (the upload)
+/// is left there for the answer's own receive script. An answer cut short runs not at
+/// all: a half script could move files it never received.
+pub const AWAIT_ANSWER: &str = concat!(
+    "echo KB_FACTS_END\n",
+    "IFS= read -r kb_n || exit 203\n",
+    "case $kb_n in ''|*[!0-9]*) exit 203 ;; esac\n",
+    "kb_answer=\n",
+    "while [ \"$kb_n\" -gt 0 ]; do\n",
+    "  IFS= read -r kb_l || exit 203\n",
+    "  kb_answer=\"$kb_answer$kb_l\n\"\n",
+    "  kb_n=$((kb_n - 1))\n",
+    "done\n",
+    "eval \"$kb_answer\"\n",
+);
+
+/// Frames `script` as the answer [`AWAIT_ANSWER`] reads: its line count, then its lines.
+/// An empty script is the answer "stop here": the node's script ends with status 0.
+pub fn answer(script: &str) -> String {
+    let body = script.strip_suffix('\n').unwrap_or(script);
+    if body.is_empty() {
+        return "0\n".to_string();
+    }
+    format!("{}\n{body}\n", body.split('\n').count())
+}
+
 /// Appended to [`prepare_script`] when the node may get the binary's xz copy or the
 /// release tarball instead of the binary: prints `KB_TOOLS` and the tools that actually work (each is run on empty
 /// input, so a stub such as `/bin/false` in place of `tar` does not count). Three tiny
@@ -549,6 +586,46 @@ mod tests {
             .unwrap();
         child.stdin.take().unwrap().write_all(input).unwrap();
         child.wait_with_output().unwrap()
+    }
+
+    /// The one-channel exchange: the facts, then the answer runs in the same shell with
+    /// the bytes after it still on stdin; an answer cut short runs not at all.
+    #[test]
+    fn the_answer_runs_after_the_facts_and_leaves_the_upload_on_stdin() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = shell_quote(dir.path().to_str().unwrap());
+        let script = format!("echo KB_ARCH x86_64\n{AWAIT_ANSWER}");
+        let tail = format!("cd {d}\ncat > upload\necho \"got $(wc -c < upload) bytes\"\nexit 7");
+        let mut input = answer(&tail).into_bytes();
+        input.extend_from_slice(b"binary\nbytes");
+        let out = sh_with_input(&script, &input);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "KB_ARCH x86_64\nKB_FACTS_END\ngot 12 bytes\n"
+        );
+        assert_eq!(out.status.code(), Some(7));
+        assert_eq!(
+            std::fs::read(dir.path().join("upload")).unwrap(),
+            b"binary\nbytes"
+        );
+
+        // "Stop here": nothing runs, status 0.
+        let out = sh_with_input(&script, answer("").as_bytes());
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "KB_ARCH x86_64\nKB_FACTS_END\n"
+        );
+
+        // Cut short (two of three lines), or no count at all: none of it runs.
+        let touch = format!("touch {d}/ran\ntouch {d}/ran2\necho x");
+        let whole = answer(&touch);
+        let cut = &whole[..whole.rfind("echo").unwrap()];
+        for input in [cut, "", "x\ntouch ran\n"] {
+            let out = sh_with_input(&script, input.as_bytes());
+            assert_eq!(out.status.code(), Some(ANSWER_CUT), "{input:?}");
+            assert!(!dir.path().join("ran").exists(), "{input:?}");
+        }
     }
 
     #[test]

@@ -414,6 +414,88 @@ fn exec_with_large_input_and_output_at_once_does_not_deadlock() {
     assert!(out == data, "echoed {} of {} bytes", out.len(), data.len());
 }
 
+/// The contract the one-channel exchange stands on: a stdin with nothing yet
+/// (`WouldBlock`) is asked again once output has arrived, so what goes in may depend on
+/// what came out, in one channel; and the deadline may move while the command runs.
+#[test]
+fn exec_asks_a_waiting_stdin_again_after_output_and_reads_a_moved_deadline() {
+    use std::cell::{Cell, RefCell};
+    use std::io::{self, Read, Write};
+
+    /// Output that answers "ready" with a line on stdin, and moves the deadline.
+    struct Answering<'s> {
+        seen: Vec<u8>,
+        answer: &'s RefCell<Option<Cursor<Vec<u8>>>>,
+        deadline: &'s Cell<Instant>,
+    }
+    impl Write for Answering<'_> {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.seen.extend_from_slice(buf);
+            if self.answer.borrow().is_none() && self.seen.ends_with(b"ready\n") {
+                *self.answer.borrow_mut() = Some(Cursor::new(b"42\n".to_vec()));
+                self.deadline.set(Instant::now() + Duration::from_secs(2));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    struct Waiting<'s>(&'s RefCell<Option<Cursor<Vec<u8>>>>);
+    impl Read for Waiting<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            match self.0.borrow_mut().as_mut() {
+                Some(answer) => answer.read(buf),
+                None => Err(io::ErrorKind::WouldBlock.into()),
+            }
+        }
+    }
+
+    let fleet = Fleet::builder().nodes(1).start();
+    let mut conn = connect(&password_spec(&fleet, fleet.node(0)));
+    let answer = RefCell::new(None);
+    let deadline = Cell::new(far());
+    let mut out = Answering {
+        seen: Vec::new(),
+        answer: &answer,
+        deadline: &deadline,
+    };
+    let exit = conn
+        .exec_until(
+            "echo ready; read x; echo \"got $x\"",
+            Some(&mut Waiting(&answer)),
+            &deadline,
+            &mut out,
+        )
+        .unwrap();
+    assert!(exit.success(), "{exit}");
+    assert_eq!(String::from_utf8_lossy(&out.seen), "ready\ngot 42\n");
+
+    // The answer moved the deadline from a minute away to 2 s: the sleep is cut there.
+    let answer = RefCell::new(None);
+    let deadline = Cell::new(far());
+    let mut out = Answering {
+        seen: Vec::new(),
+        answer: &answer,
+        deadline: &deadline,
+    };
+    let started = Instant::now();
+    let err = conn
+        .exec_until(
+            "echo ready; read x; sleep 50",
+            Some(&mut Waiting(&answer)),
+            &deadline,
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[test]
 fn exec_deadline_times_out_promptly_and_kills_the_command() {
     let fleet = Fleet::builder().nodes(1).start();

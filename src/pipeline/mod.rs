@@ -13,6 +13,7 @@
 //! that wraps scripts for sudo and feeds it the password).
 
 mod connect;
+mod exchange;
 mod images;
 mod prepare;
 mod privilege;
@@ -29,11 +30,13 @@ use crate::kubeedge::classify;
 use crate::options::PreflightMode;
 use crate::outcome::{NodeOutcome, Phase, PreflightFinding, ProbeError, StepTimes, now};
 use crate::plan::NodePlan;
+use crate::remote::{NodeFacts, Privilege};
 use crate::report::RunDir;
 use crate::report::progress::Progress;
 use crate::report::transcript::Transcript;
 use crate::stage::{OfflineImages, Stager};
 use crate::transport::{self, Connection, TransportError};
+use exchange::Exchanged;
 
 /// What every node's pipeline shares.
 pub struct Context<'a> {
@@ -290,16 +293,36 @@ impl<'a, 'c> Run<'a, 'c> {
         if preflight && !probe_in_prepare {
             self.preflight(conn)?;
         }
-        let (facts, privilege) = self.prepare(conn, probe_in_prepare)?;
+        let (facts, privilege) = if self.exchange_fits() {
+            match self.exchange(conn, probe_in_prepare)? {
+                Exchanged::Done => return Ok(()),
+                Exchanged::Refused(facts, upload) => {
+                    return self.upload_and_run(conn, vec![upload], &facts, Privilege::Login);
+                }
+                Exchanged::Separate(facts) => (facts, Privilege::Login),
+            }
+        } else {
+            self.prepare(conn, probe_in_prepare)?
+        };
         self.offline_images(conn, &facts, privilege)?;
         let uploads = self.wanted_uploads(&facts)?;
-        let (mut moves, mut deferred) = self.upload(conn, uploads, &facts, privilege, true)?;
-        // The binary's xz copy rides in the run's channel; when the node cannot unpack
-        // it, keadm does not run and the next form (tarball, then the binary) goes in a
-        // channel of its own, then the run again. The next form has no xz copy, so this
-        // ends.
+        self.upload_and_run(conn, uploads, &facts, privilege)
+    }
+
+    /// Uploads what the node lacks and runs keadm. The binary's xz copy rides in the
+    /// run's channel; when the node cannot unpack it, keadm does not run and the next
+    /// form (tarball, then the binary) goes in a channel of its own, then the run again.
+    /// The next form has no xz copy, so this ends.
+    fn upload_and_run(
+        &mut self,
+        conn: &mut dyn Connection,
+        uploads: Vec<upload::Upload>,
+        facts: &NodeFacts,
+        privilege: Privilege,
+    ) -> Result<(), StepError> {
+        let (mut moves, mut deferred) = self.upload(conn, uploads, facts, privilege, true)?;
         while let Some(refused) = self.run_keadm(conn, &moves, deferred, privilege)? {
-            let (more, next) = self.upload(conn, vec![refused], &facts, privilege, true)?;
+            let (more, next) = self.upload(conn, vec![refused], facts, privilege, true)?;
             moves.extend(more);
             deferred = next;
         }
@@ -318,15 +341,20 @@ impl<'a, 'c> Run<'a, 'c> {
             .phase(self.node.index, &self.node.name, phase);
         let start = Instant::now();
         let result = f(self);
+        self.add_time(phase, start);
+        result
+    }
+
+    /// Adds the time since `start` to `phase`'s total. Adds up: the pre-flight probe and
+    /// the prepare round trip both count as preparing.
+    fn add_time(&mut self, phase: Phase, start: Instant) {
         let slot = match phase {
             Phase::Connecting => &mut self.steps.connect,
             Phase::Preparing => &mut self.steps.prepare,
             Phase::Uploading => &mut self.steps.upload,
             _ => &mut self.steps.run,
         };
-        // Adds up: the pre-flight probe and the prepare round trip both count as preparing.
         *slot = Some(slot.unwrap_or(0.0) + start.elapsed().as_secs_f64());
-        result
     }
 }
 

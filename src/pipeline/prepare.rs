@@ -16,9 +16,9 @@ use crate::options::PreflightMode;
 use crate::outcome::{Phase, PreflightFinding};
 use crate::plan::KeadmSource;
 use crate::remote::{self, NodeFacts, Privilege, Runtime};
-use crate::transport::Connection;
+use crate::transport::{Connection, RemoteExit, TransportError};
 
-impl Run<'_, '_> {
+impl<'a> Run<'a, '_> {
     /// The read-only pre-flight probe, one round trip before anything changes on the
     /// node. In strict mode a finding skips the node untouched.
     pub(super) fn preflight(&mut self, conn: &mut dyn Connection) -> Result<(), StepError> {
@@ -176,29 +176,7 @@ impl Run<'_, '_> {
     ) -> Result<(NodeFacts, Privilege), StepError> {
         self.timed(Phase::Preparing, |run| {
             let node = run.node;
-            let probe = with_preflight.then(|| format!("(\n{}\n)\n", run.preflight_script()));
-            let mut names: Vec<&str> = node.copy_files.iter().map(|f| f.name.as_str()).collect();
-            if node.keadm == KeadmSource::Staged {
-                names.push("keadm");
-            }
-            let images = run.images_in_play();
-            if let Some(images) = images {
-                names.extend(images.remote_names());
-            }
-            let mut script = probe.unwrap_or_default();
-            script.push_str(&remote::prepare_script(
-                &node.upload_dir,
-                &names,
-                run.ctx.verify_remote,
-            ));
-            if images.is_some() {
-                script.push_str(&remote::runtime_probe_script(&run.runtime(), false));
-            }
-            let tarball = node.keadm == KeadmSource::Staged
-                && run.ctx.stager.is_some_and(tarball_may_pay_off);
-            if tarball || images.is_some_and(|i| i.any_gzipped()) {
-                script.push_str(remote::TOOLS_PROBE);
-            }
+            let (script, names) = run.prepare_script(with_preflight);
             let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
             let deadline = Instant::now() + node.deadlines.step;
             let result = if node.sudo {
@@ -206,74 +184,121 @@ impl Run<'_, '_> {
             } else {
                 conn.exec(&script, None, deadline, &mut output)
             };
-            let exit = result.map_err(|e| {
-                StepError::transport(
-                    Phase::Preparing,
-                    format!(
-                        "Cannot prepare the upload directory {} on the node.",
-                        node.upload_dir
-                    ),
-                    e,
-                )
-            })?;
-            let text = output.text();
-            if with_preflight {
-                run.preflight_findings(&text)?;
-            }
-            let facts = remote::parse_facts(&text, &names);
-            let privilege = match (node.sudo, facts.sudo_needs_password) {
-                (false, _) => Privilege::Login,
-                (true, Some(false)) => Privilege::SudoNoPassword,
-                (true, _) => Privilege::SudoPassword,
-            };
-            if privilege == Privilege::SudoPassword && password_of(node).is_none() {
-                return Err(StepError::new(
-                    Phase::Preparing,
-                    format!(
-                        "Sudo on node {} needs a password, but {} logs in without one. Give {} passwordless sudo on the node, or log in with a password.",
-                        node.name, node.ssh.username, node.ssh.username
-                    ),
-                )
-                .class(FailureClass::Sudo));
-            }
-            if let Some(problem) = &facts.dir_problem {
-                let sudo_refused =
-                    text.contains("incorrect password") || text.contains("Sorry, try again");
-                let hint = if sudo_refused {
-                    " (sudo rejected the login password)"
-                } else {
-                    ""
-                };
-                let exit = if exit.success() {
-                    String::new()
-                } else {
-                    format!(" ({exit})")
-                };
-                return Err(StepError::new(
-                    Phase::Preparing,
-                    format!(
-                        "The upload directory {} cannot be used{hint}: {}{exit}.",
-                        node.upload_dir,
-                        problem.trim_end_matches('.')
-                    ),
-                )
-                .class(if sudo_refused {
-                    FailureClass::Sudo
-                } else {
-                    FailureClass::Upload
-                }));
-            }
-            run.transcript.note(&format!(
-                "prepared {} ({}), uname -m: {}",
-                node.upload_dir,
-                match privilege {
-                    Privilege::Login => "as the login user",
-                    Privilege::SudoNoPassword => "under passwordless sudo",
-                    Privilege::SudoPassword => "under sudo with the login password",
-                },
-                facts.machine.as_deref().unwrap_or("?")
-            ));
-            Ok((facts, privilege))
+            let exit = result.map_err(|e| run.prepare_failed(e))?;
+            run.learn_prepared(&output.text(), with_preflight, &names, &exit)
         })
+    }
+
+    /// The preparatory script (with the pre-flight probe first when `with_preflight`),
+    /// and the names of the files whose presence it reports, in its order.
+    pub(super) fn prepare_script(&self, with_preflight: bool) -> (String, Vec<&'a str>) {
+        let node = self.node;
+        let probe = with_preflight.then(|| format!("(\n{}\n)\n", self.preflight_script()));
+        let mut names: Vec<&str> = node.copy_files.iter().map(|f| f.name.as_str()).collect();
+        if node.keadm == KeadmSource::Staged {
+            names.push("keadm");
+        }
+        let images = self.images_in_play();
+        if let Some(images) = images {
+            names.extend(images.remote_names());
+        }
+        let mut script = probe.unwrap_or_default();
+        script.push_str(&remote::prepare_script(
+            &node.upload_dir,
+            &names,
+            self.ctx.verify_remote,
+        ));
+        if images.is_some() {
+            script.push_str(&remote::runtime_probe_script(&self.runtime(), false));
+        }
+        let tarball =
+            node.keadm == KeadmSource::Staged && self.ctx.stager.is_some_and(tarball_may_pay_off);
+        if tarball || images.is_some_and(|i| i.any_gzipped()) {
+            script.push_str(remote::TOOLS_PROBE);
+        }
+        (script, names)
+    }
+
+    /// The error of a preparatory script that could not run to its end.
+    pub(super) fn prepare_failed(&self, err: TransportError) -> StepError {
+        StepError::transport(
+            Phase::Preparing,
+            format!(
+                "Cannot prepare the upload directory {} on the node.",
+                self.node.upload_dir
+            ),
+            err,
+        )
+    }
+
+    /// What the preparatory script's output `text` says: the node's facts and the
+    /// privilege later steps run with, or why the node cannot go on (a pre-flight skip,
+    /// sudo without a password, an upload dir that cannot be trusted). `exit` is how the
+    /// script ended, named beside a dir problem.
+    pub(super) fn learn_prepared(
+        &mut self,
+        text: &str,
+        with_preflight: bool,
+        names: &[&str],
+        exit: &RemoteExit,
+    ) -> Result<(NodeFacts, Privilege), StepError> {
+        let node = self.node;
+        if with_preflight {
+            self.preflight_findings(text)?;
+        }
+        let facts = remote::parse_facts(text, names);
+        let privilege = match (node.sudo, facts.sudo_needs_password) {
+            (false, _) => Privilege::Login,
+            (true, Some(false)) => Privilege::SudoNoPassword,
+            (true, _) => Privilege::SudoPassword,
+        };
+        if privilege == Privilege::SudoPassword && password_of(node).is_none() {
+            return Err(StepError::new(
+                Phase::Preparing,
+                format!(
+                    "Sudo on node {} needs a password, but {} logs in without one. Give {} passwordless sudo on the node, or log in with a password.",
+                    node.name, node.ssh.username, node.ssh.username
+                ),
+            )
+            .class(FailureClass::Sudo));
+        }
+        if let Some(problem) = &facts.dir_problem {
+            let sudo_refused =
+                text.contains("incorrect password") || text.contains("Sorry, try again");
+            let hint = if sudo_refused {
+                " (sudo rejected the login password)"
+            } else {
+                ""
+            };
+            let exit = if exit.success() {
+                String::new()
+            } else {
+                format!(" ({exit})")
+            };
+            return Err(StepError::new(
+                Phase::Preparing,
+                format!(
+                    "The upload directory {} cannot be used{hint}: {}{exit}.",
+                    node.upload_dir,
+                    problem.trim_end_matches('.')
+                ),
+            )
+            .class(if sudo_refused {
+                FailureClass::Sudo
+            } else {
+                FailureClass::Upload
+            }));
+        }
+        self.transcript.note(&format!(
+            "prepared {} ({}), uname -m: {}",
+            node.upload_dir,
+            match privilege {
+                Privilege::Login => "as the login user",
+                Privilege::SudoNoPassword => "under passwordless sudo",
+                Privilege::SudoPassword => "under sudo with the login password",
+            },
+            facts.machine.as_deref().unwrap_or("?")
+        ));
+        Ok((facts, privilege))
     }
 }

@@ -3,9 +3,8 @@
 //! 125 (the files could not be moved into place); and, at the deadline or the operator's
 //! abort, the kill of the command's process group on the node.
 
-use std::cell::Cell;
 use std::io::{self, Read, Write};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::privilege::{exec_as, password_of};
 use super::upload::{Deferred, Move, Upload, finalize_line, open_local, upload_error};
@@ -28,19 +27,35 @@ const RESET_FAILED: i32 = 202;
 /// whole long before the node has unpacked it).
 const RECEIVED: &str = "KB_RECEIVED";
 
-/// Passes the run's output on, without the [`RECEIVED`] line, and notes when it went by.
-/// Until then output is passed on a line at a time (the receiving script prints little);
-/// after it, as it comes.
-struct WatchReceived<'a, W: Write> {
-    inner: W,
-    seen: &'a Cell<bool>,
+/// Follows the run's output for the [`RECEIVED`] line: passes the output on without it
+/// and notes when it went by. Until then output is passed on a line at a time (the
+/// receiving script prints little); after it, as it comes. It keeps no writer of its
+/// own, so the one-channel exchange can pass output through it to a transcript it
+/// shares with its other work.
+#[derive(Default)]
+pub(super) struct WatchReceived {
+    seen: bool,
     line: Vec<u8>,
 }
 
-impl<W: Write> Write for WatchReceived<'_, W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.seen.get() {
-            return self.inner.write(buf);
+impl WatchReceived {
+    /// A watch; `seen` from the start when there is no upload to wait for.
+    pub(super) fn new(seen: bool) -> WatchReceived {
+        WatchReceived {
+            seen,
+            line: Vec::new(),
+        }
+    }
+
+    /// Whether the line went by.
+    pub(super) fn seen(&self) -> bool {
+        self.seen
+    }
+
+    /// Passes `buf` on to `inner`, keeping back a partial line until the marker is seen.
+    pub(super) fn pass(&mut self, buf: &[u8], inner: &mut dyn Write) -> io::Result<()> {
+        if self.seen {
+            return inner.write_all(buf);
         }
         let mut rest = buf;
         while let Some(at) = rest.iter().position(|&b| b == b'\n') {
@@ -48,20 +63,44 @@ impl<W: Write> Write for WatchReceived<'_, W> {
             rest = &rest[at + 1..];
             let line = std::mem::take(&mut self.line);
             if line.strip_suffix(b"\n") == Some(RECEIVED.as_bytes()) {
-                self.seen.set(true);
-                self.inner.write_all(rest)?;
-                return Ok(buf.len());
+                self.seen = true;
+                return inner.write_all(rest);
             }
-            self.inner.write_all(&line)?;
+            inner.write_all(&line)?;
         }
         self.line.extend_from_slice(rest);
-        Ok(buf.len())
+        Ok(())
+    }
+
+    /// Passes on the partial line kept back, at the end of the output.
+    pub(super) fn finish(&mut self, inner: &mut dyn Write) -> io::Result<()> {
+        inner.write_all(&std::mem::take(&mut self.line))?;
+        inner.flush()
+    }
+}
+
+/// A writer through a [`WatchReceived`] into `inner`.
+struct Watched<'w> {
+    watch: WatchReceived,
+    inner: &'w mut dyn Write,
+}
+
+impl Write for Watched<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.watch.pass(buf, self.inner).map(|()| buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.inner.write_all(&std::mem::take(&mut self.line))?;
-        self.inner.flush()
+        self.watch.finish(self.inner)
     }
+}
+
+/// The error of a transcript that cannot be written.
+pub(super) fn transcript_error(err: io::Error) -> StepError {
+    StepError::new(
+        Phase::Running,
+        format!("Cannot write the node's transcript: {err}."),
+    )
 }
 
 impl Run<'_, '_> {
@@ -77,41 +116,17 @@ impl Run<'_, '_> {
     ) -> Result<Option<Upload>, StepError> {
         self.timed(Phase::Running, |run| {
             let node = run.node;
-            let mut script = String::new();
-            if let Some(d) = &deferred {
-                // A subshell, so its umask and cd do not reach keadm.
-                script.push_str(&format!(
-                    "( {} ) || exit {RECEIVE_FAILED}\necho {RECEIVED}\n",
-                    d.receive_script(&node.upload_dir)
-                ));
-            }
-            let mut moves = moves.to_vec();
-            moves.extend(deferred.as_ref().map(Deferred::to_move));
-            script.push_str(&finalize_line(&node.upload_dir, &moves));
-            let command = match &node.reset_command {
-                Some(reset) => remote::reset_then(reset, &node.command, RESET_FAILED),
-                None => node.command.clone(),
-            };
-            script.push_str(&remote::run_script(&node.upload_dir, node.index, &command));
-            run.transcript
-                .note(&format!("running: {}", node.redactor.redact(&node.command)));
-            let mut deadline = Instant::now() + node.deadlines.command;
+            let script = run.keadm_script(moves, deferred.as_ref());
+            let deadline =
+                Instant::now() + run.keadm_time(deferred.as_ref().map_or(0, |d| d.sent().1));
             let mut file = match &deferred {
-                Some(d) => {
-                    // Room for the transfer (1 s per MiB), not a whole upload deadline:
-                    // the command's own deadline must stay what the operator set.
-                    let (path, size) = d.sent();
-                    deadline += node.deadlines.upload_per_mib * (size.div_ceil(1 << 20) as u32);
-                    Some(open_local(path)?)
-                }
+                Some(d) => Some(open_local(d.sent().0)?),
                 None => None,
             };
             // Without a deferred upload there is no line to watch for.
-            let received = Cell::new(deferred.is_none());
-            let mut output = WatchReceived {
+            let mut output = Watched {
+                watch: WatchReceived::new(deferred.is_none()),
                 inner: &mut run.transcript,
-                seen: &received,
-                line: Vec::new(),
             };
             let result = exec_as(
                 conn,
@@ -122,65 +137,110 @@ impl Run<'_, '_> {
                 deadline,
                 &mut output,
             );
-            output.flush().map_err(|e| {
-                StepError::new(
-                    Phase::Running,
-                    format!("Cannot write the node's transcript: {e}."),
-                )
-            })?;
-            let (result, deferred) = match (result, deferred) {
-                // The connection broke before the node had the whole file: an upload
-                // failure.
-                (Err(e), Some(d))
-                    if !received.get()
-                        && !matches!(
-                            e,
-                            TransportError::Aborted { .. } | TransportError::Timeout { .. }
-                        ) =>
-                {
-                    return Err(upload_error(&d.upload, e));
-                }
-                pair => pair,
-            };
-            if let (Some(d), Ok(RemoteExit::Code(code))) = (deferred, &result) {
-                let sent = d.sent().1;
-                if *code == RECEIVE_FAILED && d.xz().is_some() {
-                    // Its bytes crossed the wire all the same.
-                    run.bytes_uploaded += sent;
-                    run.transcript.note(&format!(
-                        "the node could not unpack the xz copy of the binary in the run's channel, so keadm did not run; {}",
-                        if d.upload.has_tarball() {
-                            "sending the release tarball instead"
-                        } else {
-                            "sending the binary instead"
-                        }
-                    ));
-                    return Ok(Some(d.upload.without_xz()));
-                }
-                if *code == RECEIVE_FAILED {
-                    let err = StepError::new(
-                        Phase::Uploading,
-                        format!(
-                            "Cannot upload the file {}: the node could not write it.",
-                            d.upload.name
-                        ),
-                    );
-                    return Err(run.explain_upload_failure(conn, err, &d.upload, &d.tmp, privilege));
-                }
+            output.flush().map_err(transcript_error)?;
+            let received = output.watch.seen();
+            run.keadm_result(conn, result, deferred, received, privilege)
+        })
+    }
+
+    /// The run's script: receive the deferred upload, move the uploads into place, run
+    /// the command (after `--reset-first`'s reset). Notes the command in the transcript.
+    pub(super) fn keadm_script(&mut self, moves: &[Move], deferred: Option<&Deferred>) -> String {
+        let node = self.node;
+        let mut script = String::new();
+        if let Some(d) = deferred {
+            // A subshell, so its umask and cd do not reach keadm.
+            script.push_str(&format!(
+                "( {} ) || exit {RECEIVE_FAILED}\necho {RECEIVED}\n",
+                d.receive_script(&node.upload_dir)
+            ));
+        }
+        let mut moves = moves.to_vec();
+        moves.extend(deferred.map(Deferred::to_move));
+        script.push_str(&finalize_line(&node.upload_dir, &moves));
+        let command = match &node.reset_command {
+            Some(reset) => remote::reset_then(reset, &node.command, RESET_FAILED),
+            None => node.command.clone(),
+        };
+        script.push_str(&remote::run_script(&node.upload_dir, node.index, &command));
+        self.transcript
+            .note(&format!("running: {}", node.redactor.redact(&node.command)));
+        script
+    }
+
+    /// How long the run may take: the command's deadline, plus room for the transfer of
+    /// an upload of `upload_size` bytes in its channel (1 s per MiB), not a whole upload deadline: the command's own
+    /// deadline must stay what the operator set.
+    pub(super) fn keadm_time(&self, upload_size: u64) -> Duration {
+        let node = self.node;
+        let size = upload_size;
+        node.deadlines.command + node.deadlines.upload_per_mib * (size.div_ceil(1 << 20) as u32)
+    }
+
+    /// What the run's script's end means: `received` when the deferred upload was
+    /// on the node (the [`RECEIVED`] line went by). Returns the deferred upload back,
+    /// without its xz copy, when the node could not unpack that copy.
+    pub(super) fn keadm_result(
+        &mut self,
+        conn: &mut dyn Connection,
+        result: Result<RemoteExit, TransportError>,
+        deferred: Option<Deferred>,
+        received: bool,
+        privilege: Privilege,
+    ) -> Result<Option<Upload>, StepError> {
+        let run = self;
+        let (result, deferred) = match (result, deferred) {
+            // The connection broke before the node had the whole file: an upload
+            // failure.
+            (Err(e), Some(d))
+                if !received
+                    && !matches!(
+                        e,
+                        TransportError::Aborted { .. } | TransportError::Timeout { .. }
+                    ) =>
+            {
+                return Err(upload_error(&d.upload, e));
+            }
+            pair => pair,
+        };
+        if let (Some(d), Ok(RemoteExit::Code(code))) = (deferred, &result) {
+            let sent = d.sent().1;
+            if *code == RECEIVE_FAILED && d.xz().is_some() {
+                // Its bytes crossed the wire all the same.
                 run.bytes_uploaded += sent;
-                if let Some(xz) = d.xz() {
-                    run.transcript.note(&format!(
-                        "sent the xz copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 while unpacking",
-                        xz.size, d.upload.size
-                    ));
-                }
                 run.transcript.note(&format!(
-                    "uploaded {} ({sent} bytes, mode {:04o}) in the run's channel",
-                    d.upload.name, d.upload.mode
+                    "the node could not unpack the xz copy of the binary in the run's channel, so keadm did not run; {}",
+                    if d.upload.has_tarball() {
+                        "sending the release tarball instead"
+                    } else {
+                        "sending the binary instead"
+                    }
+                ));
+                return Ok(Some(d.upload.without_xz()));
+            }
+            if *code == RECEIVE_FAILED {
+                let err = StepError::new(
+                    Phase::Uploading,
+                    format!(
+                        "Cannot upload the file {}: the node could not write it.",
+                        d.upload.name
+                    ),
+                );
+                return Err(run.explain_upload_failure(conn, err, &d.upload, &d.tmp, privilege));
+            }
+            run.bytes_uploaded += sent;
+            if let Some(xz) = d.xz() {
+                run.transcript.note(&format!(
+                    "sent the xz copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 while unpacking",
+                    xz.size, d.upload.size
                 ));
             }
-            run.keadm_ended(conn, result, privilege).map(|()| None)
-        })
+            run.transcript.note(&format!(
+                "uploaded {} ({sent} bytes, mode {:04o}) in the run's channel",
+                d.upload.name, d.upload.mode
+            ));
+        }
+        run.keadm_ended(conn, result, privilege).map(|()| None)
     }
 
     /// What the run's exit (or transport failure) means for the node.
@@ -364,17 +424,16 @@ mod tests {
     /// What [`WatchReceived`] passes on when `text` is written in two pieces cut at
     /// `cut`, and whether it saw the line.
     fn watched(text: &[u8], cut: usize) -> (String, bool) {
-        let seen = Cell::new(false);
         let mut out = Vec::new();
-        let mut watch = WatchReceived {
+        let mut watched = Watched {
+            watch: WatchReceived::new(false),
             inner: &mut out,
-            seen: &seen,
-            line: Vec::new(),
         };
-        watch.write_all(&text[..cut]).unwrap();
-        watch.write_all(&text[cut..]).unwrap();
-        watch.flush().unwrap();
-        (String::from_utf8(out).unwrap(), seen.get())
+        watched.write_all(&text[..cut]).unwrap();
+        watched.write_all(&text[cut..]).unwrap();
+        watched.flush().unwrap();
+        let seen = watched.watch.seen();
+        (String::from_utf8(out).unwrap(), seen)
     }
 
     /// The marker is dropped and noted however the output is cut into writes, and the

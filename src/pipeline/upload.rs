@@ -117,6 +117,11 @@ impl Upload {
         self
     }
 
+    /// Whether the binary's xz copy may go in its place.
+    pub(super) fn has_xz(&self) -> bool {
+        self.xz.is_some()
+    }
+
     /// Whether the release tarball may go in its place.
     pub(super) fn has_tarball(&self) -> bool {
         self.tarball.is_some()
@@ -245,6 +250,35 @@ impl Run<'_, '_> {
         Ok(arch)
     }
 
+    /// Whether `upload` is on the node already (its sidecar matches, or under
+    /// `--verify-remote` its own sha256 does); if so, says so and counts it as skipped.
+    pub(super) fn already_there(&mut self, facts: &NodeFacts, upload: &Upload) -> bool {
+        let already = if self.ctx.verify_remote {
+            facts
+                .computed_sha256
+                .iter()
+                .any(|(name, sha)| *name == upload.name && *sha == upload.sha256)
+        } else {
+            facts.existing.iter().any(|f| {
+                f.name == upload.name && f.size == upload.size && f.sidecar == upload.sha256
+            })
+        };
+        if already {
+            self.uploads_skipped += 1;
+            self.transcript.note(&format!(
+                "{} is already on the node (sha256 {}), not uploaded",
+                upload.name,
+                &upload.sha256[..12]
+            ));
+        }
+        already
+    }
+
+    /// The temporary name this run uploads `name` to.
+    pub(super) fn temp_name(&self, name: &str) -> String {
+        remote::temp_name(name, &self.ctx.run_token, self.node.index)
+    }
+
     /// Uploads each file that the node lacks to a temporary name. Returns the renames
     /// (temporary name, final name, sha256) to perform before the files are used, and,
     /// with `defer_last`, the last upload when it is left for the run's own channel (its
@@ -267,26 +301,10 @@ impl Run<'_, '_> {
             // maxRunNum 50, against 33 MiB over exec) and a round trip per MiB on slow links
             // (see bench/README.md and docs/decisions.md).
             for (position, upload) in uploads.into_iter().enumerate() {
-                let already = if run.ctx.verify_remote {
-                    facts
-                        .computed_sha256
-                        .iter()
-                        .any(|(name, sha)| *name == upload.name && *sha == upload.sha256)
-                } else {
-                    facts.existing.iter().any(|f| {
-                        f.name == upload.name && f.size == upload.size && f.sidecar == upload.sha256
-                    })
-                };
-                if already {
-                    run.uploads_skipped += 1;
-                    run.transcript.note(&format!(
-                        "{} is already on the node (sha256 {}), not uploaded",
-                        upload.name,
-                        &upload.sha256[..12]
-                    ));
+                if run.already_there(facts, &upload) {
                     continue;
                 }
-                let tmp = remote::temp_name(&upload.name, &run.ctx.run_token, node.index);
+                let tmp = run.temp_name(&upload.name);
                 let last = defer_last && position + 1 == count;
                 // The last upload rides in the run's own channel, as the binary's xz copy
                 // when it has one (only keadm has one, and keadm comes last): one exec
@@ -363,11 +381,7 @@ impl Run<'_, '_> {
         privilege: Privilege,
     ) -> Result<Option<u64>, StepError> {
         let node = self.node;
-        let tar_tmp = remote::temp_name(
-            &format!("{}.tar.gz", upload.name),
-            &self.ctx.run_token,
-            node.index,
-        );
+        let tar_tmp = self.temp_name(&format!("{}.tar.gz", upload.name));
         let script = remote::receive_tarball_script(
             &node.upload_dir,
             &tar_tmp,

@@ -4,11 +4,13 @@
 //! every connect and every command, with the stdin bytes it received, is recorded for
 //! the test to assert on. Connects can be made to fail a given number of times.
 
+use std::cell::Cell;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::{AbortCheck, ConnectSpec, Connection, Connector, Endpoint, RemoteExit, TransportError};
+use crate::remote::{ANSWER_CUT, FACTS_END};
 
 /// Makes the error a reply or a failed connect ends with, for the node at hand.
 type MakeError = Box<dyn Fn(&Endpoint) -> TransportError + Send>;
@@ -105,6 +107,9 @@ pub(crate) struct Exec {
     pub stdin: Option<Vec<u8>>,
     /// Whether an abort check was set while it ran.
     pub abort_set: bool,
+    /// Whether it ran in the channel of the exec before it: the answer of a one-channel
+    /// exchange (`remote::AWAIT_ANSWER`).
+    pub same_channel: bool,
 }
 
 #[derive(Default)]
@@ -208,12 +213,63 @@ struct FakeConnection {
 }
 
 impl Connection for FakeConnection {
-    fn exec(
+    fn exec_until(
         &mut self,
         command: &str,
         stdin: Option<&mut dyn Read>,
-        _deadline: Instant,
+        _deadline: &Cell<Instant>,
         output: &mut dyn Write,
+    ) -> Result<RemoteExit, TransportError> {
+        if !command.contains(FACTS_END) {
+            return self.play(command, stdin, output, false);
+        }
+        // The one-channel exchange (`remote::AWAIT_ANSWER`), played as the node's shell
+        // plays it: the first matching rule answers the script up to the facts; when that
+        // exits 0 the node prints FACTS_END and reads the framed answer, which the rules
+        // then answer as a command of its own, run in the same channel, with the rest of
+        // stdin as its stdin.
+        let first = self.play(command, None, output, false)?;
+        if first != RemoteExit::Code(0) {
+            return Ok(first);
+        }
+        self.write(output, format!("{FACTS_END}\n").as_bytes())?;
+        let Some(stdin) = stdin else {
+            return Ok(RemoteExit::Code(ANSWER_CUT));
+        };
+        let Some(count) = read_line(&mut *stdin).and_then(|n| n.parse::<usize>().ok()) else {
+            return Ok(RemoteExit::Code(ANSWER_CUT));
+        };
+        let mut script = String::new();
+        for _ in 0..count {
+            match read_line(&mut *stdin) {
+                Some(line) => script.push_str(&format!("{line}\n")),
+                None => return Ok(RemoteExit::Code(ANSWER_CUT)),
+            }
+        }
+        if count == 0 {
+            return Ok(RemoteExit::Code(0));
+        }
+        self.play(&script, Some(stdin), output, true)
+    }
+
+    fn set_abort(&mut self, check: Option<AbortCheck>) {
+        self.abort = check;
+    }
+
+    fn host_key_fingerprint(&self) -> String {
+        "SHA256:fake-host-key".to_string()
+    }
+}
+
+impl FakeConnection {
+    /// Answers `command` by the first matching rule and records it; `same_channel` when
+    /// it is the answer of a one-channel exchange.
+    fn play(
+        &mut self,
+        command: &str,
+        stdin: Option<&mut dyn Read>,
+        output: &mut dyn Write,
+        same_channel: bool,
     ) -> Result<RemoteExit, TransportError> {
         let mut state = self.transport.state();
         let found = state
@@ -241,37 +297,48 @@ impl Connection for FakeConnection {
             })?;
         }
         let result = match reply {
-            Some(reply) => {
-                output
-                    .write_all(&reply.output)
-                    .map_err(|source| TransportError::OutputWrite {
-                        endpoint: self.endpoint.clone(),
-                        source,
-                    })?;
-                match &reply.ending {
+            Some(reply) => self
+                .write(output, &reply.output)
+                .and_then(|()| match &reply.ending {
                     Ending::Exit(exit) => Ok(exit.clone()),
                     Ending::Error(make) => Err(make(&self.endpoint)),
-                }
-            }
-            None => {
-                let _ = writeln!(output, "fake transport: no rule matches this command");
-                Ok(RemoteExit::Code(NO_RULE))
-            }
+                }),
+            None => self
+                .write(output, b"fake transport: no rule matches this command\n")
+                .map(|()| RemoteExit::Code(NO_RULE)),
         };
+        // An answer that brought no upload had, as far as a test can tell, no stdin.
+        let received = received.filter(|bytes| !(same_channel && bytes.is_empty()));
         state.execs.push(Exec {
             command: command.to_string(),
             stdin: received,
             abort_set: self.abort.is_some(),
+            same_channel,
         });
         result
     }
 
-    fn set_abort(&mut self, check: Option<AbortCheck>) {
-        self.abort = check;
+    fn write(&self, output: &mut dyn Write, bytes: &[u8]) -> Result<(), TransportError> {
+        output
+            .write_all(bytes)
+            .map_err(|source| TransportError::OutputWrite {
+                endpoint: self.endpoint.clone(),
+                source,
+            })
     }
+}
 
-    fn host_key_fingerprint(&self) -> String {
-        "SHA256:fake-host-key".to_string()
+/// One line of `reader`, read a byte at a time as a shell's `read` does, so what follows
+/// it stays unread; `None` at the end of input, or while it has nothing yet.
+fn read_line(reader: &mut dyn Read) -> Option<String> {
+    let mut line = Vec::new();
+    let mut byte = [0u8];
+    loop {
+        match reader.read(&mut byte) {
+            Ok(1) if byte[0] == b'\n' => return String::from_utf8(line).ok(),
+            Ok(1) => line.push(byte[0]),
+            _ => return None,
+        }
     }
 }
 

@@ -18,6 +18,7 @@ mod known_hosts;
 mod socket;
 mod ssh;
 
+use std::cell::Cell;
 use std::fmt;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -44,11 +45,28 @@ pub trait Connection {
     /// into `output`. At `deadline` the command is killed on the node and `Err(Timeout)`
     /// returned; once the abort check answers true, it is killed and `Err(Aborted)`
     /// returned. Either way the connection stays usable for a cleanup command.
+    ///
+    /// A `stdin` that answers `WouldBlock` has nothing to send yet: it is asked again
+    /// after the next output has gone to `output`. That is how a command's answer can
+    /// depend on what the command printed first, in one channel (`pipeline::exchange`).
     fn exec(
         &mut self,
         command: &str,
         stdin: Option<&mut dyn Read>,
         deadline: Instant,
+        output: &mut dyn Write,
+    ) -> Result<RemoteExit, TransportError> {
+        self.exec_until(command, stdin, &Cell::new(deadline), output)
+    }
+
+    /// [`Connection::exec`] with a deadline that may move while the command runs: it is
+    /// read at every wait. The one-channel exchange sets keadm's deadline once the
+    /// node's facts are in, and the prepare step's until then.
+    fn exec_until(
+        &mut self,
+        command: &str,
+        stdin: Option<&mut dyn Read>,
+        deadline: &Cell<Instant>,
         output: &mut dyn Write,
     ) -> Result<RemoteExit, TransportError>;
 

@@ -4,6 +4,7 @@
 
 mod classes;
 mod connect;
+mod exchange;
 mod failures;
 mod images;
 mod uploads;

@@ -287,9 +287,10 @@ fn the_xz_copy_goes_first_to_a_node_with_xz_and_is_checked_by_the_binarys_sha256
     let outcome = h.process(&staged_node(vec![]));
     assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
     assert_eq!(outcome.bytes_uploaded, xz.len() as u64);
-    // The xz copy rides in the run's own channel: two execs in all, prepare and run.
+    // The xz copy rides behind the answer, in the prepare step's channel: one channel.
     assert_eq!(h.fake.execs().len(), 2, "{:?}", h.fake.execs());
     let run = h.exec_with(sent::RUN);
+    assert!(run.same_channel);
     assert_eq!(run.stdin, Some(xz));
     let sha256 = {
         use sha2::Digest;
@@ -332,6 +333,7 @@ fn a_node_that_cannot_unpack_the_xz_copy_gets_the_tarball_then_the_binary() {
     let runs = h.fake.execs_with(sent::RUN);
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].stdin, Some(xz.clone()));
+    assert!(runs[0].same_channel && !runs[1].same_channel, "{runs:#?}");
     assert_eq!(runs[1].stdin, None, "the tarball was unpacked already");
     assert!(!runs[1].command.contains("xz -dc"), "{}", runs[1].command);
     assert!(transcript(&outcome).contains(

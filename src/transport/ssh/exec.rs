@@ -2,6 +2,7 @@
 //! non-blocking loop around poll(2), the deadline and the operator's abort checked
 //! between waits, and the command killed on the node when either ends it.
 
+use std::cell::Cell;
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
@@ -30,12 +31,13 @@ impl Connection for SshConnection {
     /// `Err(Timeout)` is returned; the connection stays usable.
     ///
     /// `stdin` is read on this thread between socket waits, so it should be a reader
-    /// that does not stall (a file or memory); a stalled reader delays the deadline.
-    fn exec(
+    /// that does not stall (a file or memory); a stalled reader delays the deadline. One
+    /// that answers `WouldBlock` is asked again after the next output.
+    fn exec_until(
         &mut self,
         command: &str,
         stdin: Option<&mut dyn Read>,
-        deadline: Instant,
+        deadline: &Cell<Instant>,
         output: &mut dyn Write,
     ) -> Result<RemoteExit, TransportError> {
         let started = Instant::now();
@@ -96,7 +98,7 @@ impl SshConnection {
         &self,
         channel: &mut Channel,
         mut stdin: Option<&mut dyn Read>,
-        deadline: Instant,
+        deadline: &Cell<Instant>,
         started: Instant,
         output: &mut dyn Write,
     ) -> Result<(), TransportError> {
@@ -119,15 +121,22 @@ impl SshConnection {
                     && let Some(reader) = stdin.as_mut()
                 {
                     in_buf.resize(256 * 1024, 0);
-                    let n = read_retrying(&mut **reader, &mut in_buf).map_err(|source| {
-                        TransportError::LocalRead {
-                            endpoint: self.endpoint.clone(),
-                            source,
-                        }
-                    })?;
-                    in_buf.truncate(n);
                     in_pos = 0;
-                    in_done = n == 0;
+                    match read_retrying(&mut **reader, &mut in_buf) {
+                        Ok(n) => {
+                            in_buf.truncate(n);
+                            in_done = n == 0;
+                        }
+                        // Nothing to send until more output has been read (see
+                        // `Connection::exec`): wait on the socket like any idle turn.
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => in_buf.clear(),
+                        Err(source) => {
+                            return Err(TransportError::LocalRead {
+                                endpoint: self.endpoint.clone(),
+                                source,
+                            });
+                        }
+                    }
                 }
                 if in_pos < in_buf.len() {
                     match channel.write(&in_buf[in_pos..]) {
@@ -243,7 +252,7 @@ impl SshConnection {
     /// Calls `op` until it stops returning EAGAIN, waiting on the socket in between.
     fn retry<T>(
         &self,
-        deadline: Instant,
+        deadline: &Cell<Instant>,
         started: Instant,
         what: &str,
         mut op: impl FnMut(&Session) -> Result<T, ssh2::Error>,
@@ -261,7 +270,13 @@ impl SshConnection {
 
     /// Waits until the socket is ready in the direction libssh2 is blocked on, the next
     /// keepalive is due, or the deadline passes (then `Err(Timeout)`).
-    fn wait(&self, deadline: Instant, started: Instant, what: &str) -> Result<(), TransportError> {
+    fn wait(
+        &self,
+        deadline: &Cell<Instant>,
+        started: Instant,
+        what: &str,
+    ) -> Result<(), TransportError> {
+        let deadline = deadline.get();
         let now = Instant::now();
         if now >= deadline {
             return Err(timeout(&self.endpoint, what, started));

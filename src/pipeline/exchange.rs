@@ -1,0 +1,300 @@
+//! One exec channel per node where it fits. The prepare script (with the pre-flight
+//! probe when that rides along) prints the node's facts and [`remote::FACTS_END`]; the
+//! control host decides from them what the node lacks and answers on the same channel's
+//! stdin with the rest of the script (receive the upload, move it into place, run keadm)
+//! and the upload behind it (see [`remote::AWAIT_ANSWER`]). A node then costs what
+//! OpenSSH's one exec costs: no second channel open and exec request, which are two round
+//! trips on a long link.
+//!
+//! It fits a login without sudo (the sudo probe decides how later scripts are wrapped,
+//! and a password would have to go first on stdin), no offline image archives (their
+//! import is a step of its own) and no copyFrom files (keadm is then the only upload).
+//! When the answer would need a channel of its own (the release tarball, for a node
+//! without xz), the node is told to stop after its facts and the separate steps go on
+//! with the facts already learnt.
+
+use std::cell::{Cell, RefCell};
+use std::io::{self, Cursor, Read, Write};
+use std::time::Instant;
+
+use super::run::{WatchReceived, transcript_error};
+use super::upload::{Deferred, Upload, open_local};
+use super::{Run, StepError};
+use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
+use crate::outcome::Phase;
+use crate::remote::{self, FACTS_END, NodeFacts, Privilege};
+use crate::transport::{Connection, RemoteExit};
+
+/// How the one-channel exchange left the node.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one value per node, moved once: boxing buys nothing"
+)]
+pub(super) enum Exchanged {
+    /// keadm ran in the channel; the node's result is decided.
+    Done,
+    /// The node could not unpack the binary's xz copy, so keadm did not run: the upload
+    /// goes the next way, then the run, each in a channel of its own.
+    Refused(NodeFacts, Upload),
+    /// Nothing ran after the facts: the separate steps go on with them.
+    Separate(NodeFacts),
+}
+
+/// What goes to the node once its facts are in.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one value per node, moved once: boxing buys nothing"
+)]
+enum Decision {
+    /// The run's script, with this upload behind it (or none: keadm is there already).
+    Run(NodeFacts, Option<Deferred>),
+    /// Stop after the facts; the separate steps go on.
+    Separate(NodeFacts),
+    /// Stop after the facts; the node fails with this.
+    Failed(StepError),
+}
+
+/// The upload the answer carries.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one value per node, moved once: boxing buys nothing"
+)]
+enum Carried {
+    Nothing,
+    Upload(Deferred),
+    /// It needs a channel of its own (the release tarball).
+    OwnChannel,
+}
+
+/// The answer, once decided; until then the channel's stdin has nothing to send.
+type AnswerSlot = RefCell<Option<Box<dyn Read>>>;
+
+/// The channel's stdin: `WouldBlock` until the answer is in the slot (the transport then
+/// asks again after the next output), then the answer.
+struct Answer<'s>(&'s AnswerSlot);
+
+impl Read for Answer<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.0.borrow_mut().as_mut() {
+            Some(answer) => answer.read(buf),
+            None => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+/// The channel's output: the facts up to [`FACTS_END`], whose line makes the decision;
+/// after it, the run's output into the transcript.
+struct Exchange<'x, 'a, 'c> {
+    run: &'x mut Run<'a, 'c>,
+    with_preflight: bool,
+    names: &'x [&'a str],
+    facts: CappedBuffer,
+    /// A partial line of the facts.
+    line: Vec<u8>,
+    decision: Option<Decision>,
+    decided_at: Option<Instant>,
+    watch: WatchReceived,
+    answer: &'x AnswerSlot,
+    /// The channel's deadline: the prepare step's, then the run's from the decision on.
+    deadline: &'x Cell<Instant>,
+    started: Instant,
+}
+
+impl Write for Exchange<'_, '_, '_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.decision.is_some() {
+            return self.after_facts(buf).map(|()| buf.len());
+        }
+        let mut rest = buf;
+        while let Some(at) = rest.iter().position(|&b| b == b'\n') {
+            self.line.extend_from_slice(&rest[..=at]);
+            rest = &rest[at + 1..];
+            let line = std::mem::take(&mut self.line);
+            if line.strip_suffix(b"\n") == Some(FACTS_END.as_bytes()) {
+                self.decide();
+                return self.after_facts(rest).map(|()| buf.len());
+            }
+            self.facts.write_all(&line)?;
+        }
+        self.line.extend_from_slice(rest);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self.decision {
+            Some(Decision::Run(..)) => self.watch.finish(&mut self.run.transcript),
+            Some(_) => Ok(()),
+            None => self.facts.write_all(&std::mem::take(&mut self.line)),
+        }
+    }
+}
+
+impl Exchange<'_, '_, '_> {
+    /// Output after the facts: the run's, into the transcript. Once the node was told to
+    /// stop it prints nothing more.
+    fn after_facts(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self.decision {
+            Some(Decision::Run(..)) => self.watch.pass(buf, &mut self.run.transcript),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads the facts, decides, and puts the answer in the slot.
+    fn decide(&mut self) {
+        let now = Instant::now();
+        self.run.add_time(Phase::Preparing, self.started);
+        self.decided_at = Some(now);
+        let text = self.facts.text();
+        let decision = self.run.decide(&text, self.with_preflight, self.names);
+        let answer: Box<dyn Read> = match decision {
+            Ok((decision @ Decision::Run(..), answer)) => {
+                let upload = match &decision {
+                    Decision::Run(_, Some(deferred)) => Some(deferred.sent().1),
+                    _ => None,
+                };
+                // keadm's deadline starts now, as it would in a channel of its own, with
+                // room for the upload; and only an upload has a line to wait for.
+                self.deadline
+                    .set(now + self.run.keadm_time(upload.unwrap_or(0)));
+                self.watch = WatchReceived::new(upload.is_none());
+                self.decision = Some(decision);
+                answer
+            }
+            Ok((decision, _)) => {
+                self.decision = Some(decision);
+                Box::new(Cursor::new(remote::answer("")))
+            }
+            Err(err) => {
+                self.decision = Some(Decision::Failed(err));
+                Box::new(Cursor::new(remote::answer("")))
+            }
+        };
+        *self.answer.borrow_mut() = Some(answer);
+    }
+}
+
+impl<'a> Run<'a, '_> {
+    /// Whether the node goes through [`Run::exchange`]: a login without sudo, no image
+    /// archives, no copyFrom files.
+    pub(super) fn exchange_fits(&self) -> bool {
+        !self.node.sudo && self.images_in_play().is_none() && self.node.copy_files.is_empty()
+    }
+
+    /// Prepares, uploads and runs keadm in one exec channel where the facts allow; see
+    /// the module's comment.
+    pub(super) fn exchange(
+        &mut self,
+        conn: &mut dyn Connection,
+        with_preflight: bool,
+    ) -> Result<Exchanged, StepError> {
+        let node = self.node;
+        self.ctx
+            .progress
+            .phase(node.index, &node.name, Phase::Preparing);
+        let started = Instant::now();
+        let (mut script, names) = self.prepare_script(with_preflight);
+        script.push_str(remote::AWAIT_ANSWER);
+        // The prepare step's deadline until the facts are in, then the run's.
+        let deadline = Cell::new(started + node.deadlines.step);
+        let slot: AnswerSlot = RefCell::new(None);
+        let mut exchange = Exchange {
+            run: self,
+            with_preflight,
+            names: &names,
+            facts: CappedBuffer::new(STEP_OUTPUT_CAP),
+            line: Vec::new(),
+            decision: None,
+            decided_at: None,
+            watch: WatchReceived::new(true),
+            answer: &slot,
+            deadline: &deadline,
+            started,
+        };
+        let result = conn.exec_until(&script, Some(&mut Answer(&slot)), &deadline, &mut exchange);
+        let flushed = exchange.flush();
+        let Exchange {
+            facts,
+            decision,
+            decided_at,
+            watch,
+            ..
+        } = exchange;
+        flushed.map_err(transcript_error)?;
+        match decided_at {
+            Some(at) => self.add_time(Phase::Running, at),
+            None => self.add_time(Phase::Preparing, started),
+        }
+        match decision {
+            // The script ended before its facts were out: the upload dir cannot be used,
+            // or the connection broke. Said as the prepare step says it.
+            None => {
+                let exit = result.map_err(|e| self.prepare_failed(e))?;
+                let (facts, _) =
+                    self.learn_prepared(&facts.text(), with_preflight, &names, &exit)?;
+                Ok(Exchanged::Separate(facts))
+            }
+            Some(Decision::Failed(err)) => Err(err),
+            Some(Decision::Separate(facts)) => {
+                result.map_err(|e| self.prepare_failed(e))?;
+                Ok(Exchanged::Separate(facts))
+            }
+            Some(Decision::Run(facts, deferred)) => {
+                let received = watch.seen();
+                let refused =
+                    self.keadm_result(conn, result, deferred, received, Privilege::Login)?;
+                Ok(match refused {
+                    Some(upload) => Exchanged::Refused(facts, upload),
+                    None => Exchanged::Done,
+                })
+            }
+        }
+    }
+
+    /// The decision, from the facts the node printed: the answer's script and the upload
+    /// behind it, or an answer of nothing.
+    fn decide(
+        &mut self,
+        text: &str,
+        with_preflight: bool,
+        names: &[&str],
+    ) -> Result<(Decision, Box<dyn Read>), StepError> {
+        let (facts, _) = self.learn_prepared(text, with_preflight, names, &RemoteExit::Code(0))?;
+        let deferred = match self.carried(&facts)? {
+            Carried::OwnChannel => {
+                let nothing: Box<dyn Read> = Box::new(io::empty());
+                return Ok((Decision::Separate(facts), nothing));
+            }
+            Carried::Nothing => None,
+            Carried::Upload(deferred) => Some(deferred),
+        };
+        let file = match &deferred {
+            Some(d) => Some(open_local(d.sent().0)?),
+            None => None,
+        };
+        let script = remote::answer(&self.keadm_script(&[], deferred.as_ref()));
+        self.ctx
+            .progress
+            .phase(self.node.index, &self.node.name, Phase::Running);
+        let answer: Box<dyn Read> = match file {
+            Some(file) => Box::new(Cursor::new(script).chain(file)),
+            None => Box::new(Cursor::new(script)),
+        };
+        Ok((Decision::Run(facts, deferred), answer))
+    }
+
+    /// What the answer carries: keadm, unless it is there already. Without copyFrom
+    /// files keadm is the only upload there can be.
+    fn carried(&mut self, facts: &NodeFacts) -> Result<Carried, StepError> {
+        let Some(upload) = self.wanted_uploads(facts)?.pop() else {
+            return Ok(Carried::Nothing);
+        };
+        if self.already_there(facts, &upload) {
+            return Ok(Carried::Nothing);
+        }
+        if !upload.has_xz() && upload.has_tarball() {
+            return Ok(Carried::OwnChannel);
+        }
+        let tmp = self.temp_name(&upload.name);
+        Ok(Carried::Upload(Deferred { upload, tmp }))
+    }
+}
