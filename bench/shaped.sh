@@ -180,6 +180,22 @@ printf 'keadm-batch / floor %.2fx (target <= 1.05x)   keadm-batch / raw %.2fx (t
   "$(ratio "$O" "$F")" "$(ratio "$O" "$R")"
 printf 'bytes per node %d for a %d-byte keadm: %.3fx (target <= 0.20x; floor %.3fx, tarball %.3fx); %d/%d nodes byte-identical\n' \
   "$per_node" "$size" "$(ratio "$per_node" "$size")" "$(ratio "$xzsize" "$size")" "$(ratio "$tgz" "$size")" "$same" "$NODES"
+# The node's work after the last byte (unpack, hash, move into place), from each timed
+# run's transcripts: the time from the control host handing the SSH engine the last byte
+# to the node's "received" line, an upper bound (bytes still in socket buffers and on the
+# link count as node time), against the transfer from first to last byte.
+python3 - "$work"/shaped/run-[0-9]*/ <<'PY'
+import glob, re, statistics, sys
+pat = re.compile(r"node-side time after the last byte: at most ([0-9.]+) s \(the transfer, first to last byte: ([0-9.]+) s\)")
+found = [(float(a), float(t)) for d in sys.argv[1:] for f in glob.glob(d + "**/*.log", recursive=True)
+         for a, t in pat.findall(open(f, errors="replace").read())]
+if not found:
+    print("node-side time after the last byte: not in the transcripts (nothing was sent in the run's channel)")
+else:
+    shares = sorted(a / t for a, t in found if t > 0)
+    print("node-side time after the last byte: median %.3f s, %.1f%% of the transfer (max %.1f%%; target <= 10%%; %d uploads)"
+          % (statistics.median(a for a, _ in found), 100 * statistics.median(shares), 100 * shares[-1], len(found)))
+PY
 
 [ "$RTT_MS" != 0 ] || exit 0
 # Time per node: keadm-batch's from summary.json (each node's started_at to finished_at,

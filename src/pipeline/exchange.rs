@@ -15,9 +15,10 @@
 
 use std::cell::{Cell, RefCell};
 use std::io::{self, Cursor, Read, Write};
+use std::rc::Rc;
 use std::time::Instant;
 
-use super::run::{WatchReceived, transcript_error};
+use super::run::{Clocked, SendTimes, WatchReceived, transcript_error};
 use super::upload::{Deferred, Upload, open_local};
 use super::{Run, StepError};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
@@ -97,6 +98,8 @@ struct Exchange<'x, 'a, 'c> {
     answer: &'x AnswerSlot,
     /// The channel's deadline: the prepare step's, then the run's from the decision on.
     deadline: &'x Cell<Instant>,
+    /// When the upload behind the answer left.
+    times: Rc<SendTimes>,
     started: Instant,
 }
 
@@ -145,7 +148,9 @@ impl Exchange<'_, '_, '_> {
         self.run.add_time(Phase::Preparing, self.started);
         self.decided_at = Some(now);
         let text = self.facts.text();
-        let decision = self.run.decide(&text, self.with_preflight, self.names);
+        let decision = self
+            .run
+            .decide(&text, self.with_preflight, self.names, &self.times);
         let answer: Box<dyn Read> = match decision {
             Ok((decision @ Decision::Run(..), answer)) => {
                 let upload = match &decision {
@@ -197,6 +202,7 @@ impl<'a> Run<'a, '_> {
         // The prepare step's deadline until the facts are in, then the run's.
         let deadline = Cell::new(started + node.deadlines.step);
         let slot: AnswerSlot = RefCell::new(None);
+        let times = Rc::new(SendTimes::default());
         let mut exchange = Exchange {
             run: self,
             with_preflight,
@@ -208,6 +214,7 @@ impl<'a> Run<'a, '_> {
             watch: WatchReceived::new(true),
             answer: &slot,
             deadline: &deadline,
+            times: times.clone(),
             started,
         };
         let result = conn.exec_until(&script, Some(&mut Answer(&slot)), &deadline, &mut exchange);
@@ -239,9 +246,8 @@ impl<'a> Run<'a, '_> {
                 Ok(Exchanged::Separate(facts))
             }
             Some(Decision::Run(facts, deferred)) => {
-                let received = watch.seen();
                 let refused =
-                    self.keadm_result(conn, result, deferred, received, Privilege::Login)?;
+                    self.keadm_result(conn, result, deferred, &watch, &times, Privilege::Login)?;
                 Ok(match refused {
                     Some(upload) => Exchanged::Refused(facts, upload),
                     None => Exchanged::Done,
@@ -257,6 +263,7 @@ impl<'a> Run<'a, '_> {
         text: &str,
         with_preflight: bool,
         names: &[&str],
+        times: &Rc<SendTimes>,
     ) -> Result<(Decision, Box<dyn Read>), StepError> {
         let (facts, _) = self.learn_prepared(text, with_preflight, names, &RemoteExit::Code(0))?;
         let deferred = match self.carried(&facts)? {
@@ -268,7 +275,10 @@ impl<'a> Run<'a, '_> {
             Carried::Upload(deferred) => Some(deferred),
         };
         let file = match &deferred {
-            Some(d) => Some(open_local(d.sent().0)?),
+            Some(d) => Some(Clocked {
+                inner: open_local(d.sent().0)?,
+                times: times.clone(),
+            }),
             None => None,
         };
         let script = remote::answer(&self.keadm_script(&[], deferred.as_ref()));

@@ -3,7 +3,9 @@
 //! 125 (the files could not be moved into place); and, at the deadline or the operator's
 //! abort, the kill of the command's process group on the node.
 
+use std::cell::Cell;
 use std::io::{self, Read, Write};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::privilege::{exec_as, password_of};
@@ -35,6 +37,8 @@ const RECEIVED: &str = "KB_RECEIVED";
 #[derive(Default)]
 pub(super) struct WatchReceived {
     seen: bool,
+    /// When the line went by.
+    seen_at: Option<Instant>,
     line: Vec<u8>,
 }
 
@@ -43,6 +47,7 @@ impl WatchReceived {
     pub(super) fn new(seen: bool) -> WatchReceived {
         WatchReceived {
             seen,
+            seen_at: None,
             line: Vec::new(),
         }
     }
@@ -64,6 +69,7 @@ impl WatchReceived {
             let line = std::mem::take(&mut self.line);
             if line.strip_suffix(b"\n") == Some(RECEIVED.as_bytes()) {
                 self.seen = true;
+                self.seen_at = Some(Instant::now());
                 return inner.write_all(rest);
             }
             inner.write_all(&line)?;
@@ -76,6 +82,37 @@ impl WatchReceived {
     pub(super) fn finish(&mut self, inner: &mut dyn Write) -> io::Result<()> {
         inner.write_all(&std::mem::take(&mut self.line))?;
         inner.flush()
+    }
+}
+
+/// When the deferred upload left the control host: its first byte and its end read from
+/// the local file. The end is read once the SSH engine has taken the last byte, which may
+/// still sit in socket buffers and on the link, so the time from it to the node's
+/// [`RECEIVED`] line bounds the node's work after the last byte from above.
+#[derive(Default)]
+pub(super) struct SendTimes {
+    first: Cell<Option<Instant>>,
+    end: Cell<Option<Instant>>,
+}
+
+/// Reads `inner`, noting in `times` when its first byte and its end were read.
+pub(super) struct Clocked<R> {
+    pub(super) inner: R,
+    pub(super) times: Rc<SendTimes>,
+}
+
+impl<R: Read> Read for Clocked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let slot = if n > 0 {
+            &self.times.first
+        } else {
+            &self.times.end
+        };
+        if slot.get().is_none() && !buf.is_empty() {
+            slot.set(Some(Instant::now()));
+        }
+        Ok(n)
     }
 }
 
@@ -119,8 +156,12 @@ impl Run<'_, '_> {
             let script = run.keadm_script(moves, deferred.as_ref());
             let deadline =
                 Instant::now() + run.keadm_time(deferred.as_ref().map_or(0, |d| d.sent().1));
+            let times = Rc::new(SendTimes::default());
             let mut file = match &deferred {
-                Some(d) => Some(open_local(d.sent().0)?),
+                Some(d) => Some(Clocked {
+                    inner: open_local(d.sent().0)?,
+                    times: times.clone(),
+                }),
                 None => None,
             };
             // Without a deferred upload there is no line to watch for.
@@ -138,8 +179,8 @@ impl Run<'_, '_> {
                 &mut output,
             );
             output.flush().map_err(transcript_error)?;
-            let received = output.watch.seen();
-            run.keadm_result(conn, result, deferred, received, privilege)
+            let watch = output.watch;
+            run.keadm_result(conn, result, deferred, &watch, &times, privilege)
         })
     }
 
@@ -177,18 +218,21 @@ impl Run<'_, '_> {
         node.deadlines.command + node.deadlines.upload_per_mib * (size.div_ceil(1 << 20) as u32)
     }
 
-    /// What the run's script's end means: `received` when the deferred upload was
-    /// on the node (the [`RECEIVED`] line went by). Returns the deferred upload back,
-    /// without its xz copy, when the node could not unpack that copy.
+    /// What the run's script's end means, with `watch` telling whether the deferred
+    /// upload was on the node (the [`RECEIVED`] line went by) and when, and `times` when
+    /// it left. Returns the deferred upload back, without its xz copy, when the node could
+    /// not unpack that copy.
     pub(super) fn keadm_result(
         &mut self,
         conn: &mut dyn Connection,
         result: Result<RemoteExit, TransportError>,
         deferred: Option<Deferred>,
-        received: bool,
+        watch: &WatchReceived,
+        times: &SendTimes,
         privilege: Privilege,
     ) -> Result<Option<Upload>, StepError> {
         let run = self;
+        let received = watch.seen();
         let (result, deferred) = match (result, deferred) {
             // The connection broke before the node had the whole file: an upload
             // failure.
@@ -239,6 +283,17 @@ impl Run<'_, '_> {
                 "uploaded {} ({sent} bytes, mode {:04o}) in the run's channel",
                 d.upload.name, d.upload.mode
             ));
+            if let (Some(first), Some(end), Some(at)) =
+                (times.first.get(), times.end.get(), watch.seen_at)
+            {
+                // What the benchmark reads: the node's work after the last byte, at
+                // most, against the transfer.
+                run.transcript.note(&format!(
+                    "node-side time after the last byte: at most {:.3} s (the transfer, first to last byte: {:.3} s)",
+                    at.saturating_duration_since(end).as_secs_f64(),
+                    end.saturating_duration_since(first).as_secs_f64()
+                ));
+            }
         }
         run.keadm_ended(conn, result, privilege).map(|()| None)
     }

@@ -44,7 +44,7 @@ fn a_node_without_sudo_images_or_copy_files_costs_one_channel() {
 #[test]
 fn the_staged_binary_rides_behind_the_answer() {
     let fake = FakeTransport::new()
-        .on(sent::RUN, Reply::ok())
+        .on(sent::RUN, Reply::ok().printing("KB_RECEIVED\nkeadm ran\n"))
         .on(sent::PREPARE, prepared("KB_TOOLS gzip\n"));
     let mut h = Harness::new(fake);
     let binary = b"#!/bin/sh\necho keadm\n".to_vec();
@@ -63,6 +63,20 @@ fn the_staged_binary_rides_behind_the_answer() {
         )),
         "{}",
         run.command
+    );
+    let text = transcript(&outcome);
+    assert!(
+        text.contains("uploaded keadm (21 bytes, mode 0755) in the run's channel"),
+        "{text}"
+    );
+    // The bound on the node's work after the last byte, which bench/shaped.sh reads.
+    assert!(
+        text.contains("node-side time after the last byte: at most "),
+        "{text}"
+    );
+    assert!(
+        !text.contains("KB_RECEIVED") && text.contains("keadm ran"),
+        "{text}"
     );
 }
 
