@@ -112,13 +112,42 @@ impl NodeFacts {
 
     /// Whether the node can receive the binary's xz copy ([`receive_xz_script`]).
     pub fn can_unpack_xz(&self) -> bool {
-        self.has_tools(&["xz", "sha256sum"])
+        self.has_tools(&["xz"]) && self.sha256_tool().is_some()
+    }
+
+    /// The fastest working tool the node hashes with: OpenSSL's where it works (it uses
+    /// the CPU's SHA extensions, about five times coreutils' speed here), else
+    /// `sha256sum`.
+    pub fn sha256_tool(&self) -> Option<Sha256Tool> {
+        if self.has_tools(&["openssl"]) {
+            Some(Sha256Tool::Openssl)
+        } else if self.has_tools(&["sha256sum"]) {
+            Some(Sha256Tool::Sha256sum)
+        } else {
+            None
+        }
     }
 
     fn has_tools(&self, wanted: &[&str]) -> bool {
         self.tools
             .as_ref()
             .is_some_and(|tools| wanted.iter().all(|t| tools.iter().any(|have| have == t)))
+    }
+}
+
+/// A command that prints the sha256 of its stdin in hex, first on its line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sha256Tool {
+    Openssl,
+    Sha256sum,
+}
+
+impl Sha256Tool {
+    fn command(self) -> &'static str {
+        match self {
+            Sha256Tool::Openssl => "openssl dgst -sha256 -r",
+            Sha256Tool::Sha256sum => "sha256sum",
+        }
     }
 }
 
@@ -234,6 +263,9 @@ pub const TOOLS_PROBE: &str = concat!(
     "command -v tar >/dev/null 2>&1 && tar -cf - /dev/null 2>/dev/null | tar -tf - >/dev/null 2>&1 && kb_t=\"$kb_t tar\"\n",
     "command -v xz >/dev/null 2>&1 && echo | xz -c 2>/dev/null | xz -dc >/dev/null 2>&1 && kb_t=\"$kb_t xz\"\n",
     "command -v sha256sum >/dev/null 2>&1 && sha256sum </dev/null >/dev/null 2>&1 && kb_t=\"$kb_t sha256sum\"\n",
+    // OpenSSL counts only when it prints sha256("abc") in sha256sum's shape.
+    "command -v openssl >/dev/null 2>&1 && kb_o=$(printf abc | openssl dgst -sha256 -r 2>/dev/null) && ",
+    "[ \"${kb_o%% *}\" = ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad ] && kb_t=\"$kb_t openssl\"\n",
     "echo \"KB_TOOLS$kb_t\"\n",
 );
 
@@ -391,14 +423,21 @@ pub fn receive_gzip_script(dir: &str, tmp: &str, mode: u32, size: u64) -> String
 /// printing `KB_XZ_FAILED`, so the caller can fall back to the tarball or the binary.
 /// POSIX sh has no `pipefail`: an xz that fails part-way is caught by the digest, a `tee`
 /// that cannot write (a full disk) by the size.
-pub fn receive_xz_script(dir: &str, bin_tmp: &str, sha256: &str, binary_size: u64) -> String {
+pub fn receive_xz_script(
+    dir: &str,
+    bin_tmp: &str,
+    sha256: &str,
+    binary_size: u64,
+    hasher: Sha256Tool,
+) -> String {
     let b = shell_quote(bin_tmp);
     format!(
-        "umask 077 && cd {dir} && s=$(xz -dc | tee {b} | sha256sum) && [ \"${{s%% *}}\" = {sha} ] && \
+        "umask 077 && cd {dir} && s=$(xz -dc | tee {b} | {hash}) && [ \"${{s%% *}}\" = {sha} ] && \
          [ \"$(wc -c < {b} | tr -d ' ')\" = {binary_size} ] && chmod 755 -- {b} || \
          {{ rm -f -- {b}; cat > /dev/null; echo KB_XZ_FAILED; exit 3; }}",
         dir = shell_quote(dir),
         sha = shell_quote(sha256),
+        hash = hasher.command(),
     )
 }
 
@@ -716,7 +755,7 @@ mod tests {
         assert_eq!(
             facts.tools,
             Some(
-                ["sha512sum", "gzip", "xz", "sha256sum"]
+                ["sha512sum", "gzip", "xz", "sha256sum", "openssl"]
                     .map(String::from)
                     .to_vec()
             )
@@ -791,9 +830,19 @@ mod tests {
     }
 
     #[test]
-    fn tools_probe_reports_xz_and_sha256sum() {
+    fn tools_probe_reports_xz_and_the_fastest_working_sha256() {
         let facts = probe_tools("");
         assert!(facts.can_unpack_xz(), "{facts:?}");
+        assert_eq!(facts.sha256_tool(), Some(Sha256Tool::Openssl), "{facts:?}");
+        // An openssl that runs but prints something else does not count.
+        let facts = probe_tools("openssl() { echo 'SHA256(stdin)= x'; }");
+        assert_eq!(
+            facts.sha256_tool(),
+            Some(Sha256Tool::Sha256sum),
+            "{facts:?}"
+        );
+        let facts = probe_tools("openssl() { false; }; sha256sum() { false; }");
+        assert!(!facts.can_unpack_xz(), "{facts:?}");
         let facts = probe_tools("xz() { false; }");
         assert!(!facts.can_unpack_xz(), "{facts:?}");
         assert!(facts.can_unpack_tarball(), "{facts:?}");
@@ -818,10 +867,17 @@ mod tests {
         };
         let sha256 = hex::encode(sha2::Sha256::digest(&binary));
         let size = binary.len() as u64;
-        let run = |sha: &str, size: u64, input: &[u8]| {
-            let script = receive_xz_script(dir.path().to_str().unwrap(), ".b.tmp", sha, size);
-            sh_with_input(&script, input)
+        let run_with = |hasher, sha: &str, size: u64, input: &[u8]| {
+            let dir = dir.path().to_str().unwrap();
+            sh_with_input(&receive_xz_script(dir, ".b.tmp", sha, size, hasher), input)
         };
+        let run =
+            |sha: &str, size: u64, input: &[u8]| run_with(Sha256Tool::Openssl, sha, size, input);
+        // Both hashers check the same digest.
+        let out = run_with(Sha256Tool::Sha256sum, &sha256, size, &packed);
+        assert!(out.status.success(), "{out:?}");
+        let out = run_with(Sha256Tool::Sha256sum, &"0".repeat(64), size, &packed);
+        assert_eq!(out.status.code(), Some(3), "{out:?}");
         let out = run(&sha256, size, &packed);
         assert!(out.status.success(), "{out:?}");
         assert_eq!(std::fs::read(dir.path().join(".b.tmp")).unwrap(), binary);

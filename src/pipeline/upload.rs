@@ -14,7 +14,7 @@ use crate::diagnosis::FailureClass;
 use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
 use crate::plan::KeadmSource;
-use crate::remote::{self, NodeFacts, Privilege};
+use crate::remote::{self, NodeFacts, Privilege, Sha256Tool};
 use crate::stage::{Gzipped, StagedBinary, Stager, XzCopy};
 use crate::transport::{Connection, RemoteExit, TransportError};
 
@@ -62,7 +62,13 @@ impl Deferred {
     pub(super) fn receive_script(&self, dir: &str) -> String {
         let upload = &self.upload;
         match &upload.xz {
-            Some(_) => remote::receive_xz_script(dir, &self.tmp, &upload.sha256, upload.size),
+            Some(_) => remote::receive_xz_script(
+                dir,
+                &self.tmp,
+                &upload.sha256,
+                upload.size,
+                upload.hasher,
+            ),
             None => remote::receive_script(dir, &self.tmp, upload.mode, upload.size),
         }
     }
@@ -84,6 +90,8 @@ pub(super) struct Upload {
     sha256: String,
     /// The binary's xz copy to send instead, when the node can unpack it.
     xz: Option<XzCopy>,
+    /// What the node checks the xz copy's binary with.
+    hasher: Sha256Tool,
     /// The release tarball to send instead, when it is much smaller than the file.
     tarball: Option<TarballSource>,
     /// A gzip-compressed copy to send instead (image archives), when the node has gzip.
@@ -106,6 +114,7 @@ impl Upload {
             size,
             sha256,
             xz: None,
+            hasher: Sha256Tool::Sha256sum,
             tarball: None,
             gzipped: None,
         }
@@ -233,6 +242,7 @@ impl Run<'_, '_> {
                 size: staged.binary_size,
                 sha256: staged.binary_sha256.clone(),
                 xz: staged.xz.clone().filter(|_| facts.can_unpack_xz()),
+                hasher: facts.sha256_tool().unwrap_or(Sha256Tool::Sha256sum),
                 tarball: tarball_source(&staged).filter(|_| facts.can_unpack_tarball()),
                 gzipped: None,
             });

@@ -375,3 +375,23 @@ fn a_node_with_xz_but_without_sha256sum_gets_the_tarball() {
     assert!(h.fake.execs_with(sent::XZ).is_empty());
     assert_eq!(outcome.bytes_uploaded, tarball.len() as u64);
 }
+
+#[test]
+fn a_node_with_a_working_openssl_checks_the_xz_copy_with_it() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::PREPARE, prepared("KB_TOOLS xz sha256sum openssl\n"));
+    let mut h = Harness::new(fake);
+    let binary = compressible_binary();
+    h.stage(&binary);
+    let xz = staged_xz(&h, &binary);
+    let outcome = h.process(&staged_node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    let run = h.exec_with(sent::RUN);
+    assert_eq!(run.stdin, Some(xz));
+    assert!(
+        run.command.contains("| tee ") && run.command.contains("| openssl dgst -sha256 -r)"),
+        "{}",
+        run.command
+    );
+}
