@@ -377,7 +377,7 @@ fn a_node_with_xz_but_without_sha256sum_gets_the_tarball() {
 }
 
 #[test]
-fn a_node_with_a_working_openssl_checks_the_xz_copy_with_it() {
+fn a_node_with_a_working_openssl_checks_the_unpacked_xz_copy_with_it() {
     let fake = FakeTransport::new()
         .on(sent::RUN, Reply::ok())
         .on(sent::PREPARE, prepared("KB_TOOLS xz sha256sum openssl\n"));
@@ -390,7 +390,7 @@ fn a_node_with_a_working_openssl_checks_the_xz_copy_with_it() {
     let run = h.exec_with(sent::RUN);
     assert_eq!(run.stdin, Some(xz));
     assert!(
-        run.command.contains("| tee ") && run.command.contains("| openssl dgst -sha256 -r)"),
+        run.command.contains("xz -dc > ") && run.command.contains("s=$(openssl dgst -sha256 -r < "),
         "{}",
         run.command
     );
