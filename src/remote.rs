@@ -173,7 +173,7 @@ pub fn prepare_script(dir: &str, files: &[&str], verify: bool) -> String {
         "echo \"KB_ARCH $(uname -m)\"\n",
         "me=$(id -u)\n",
         "if [ -L \"$d\" ]; then echo \"KB_BAD $d is a symbolic link; remove it or choose another remoteDir\"; exit 0; fi\n",
-        "err=$(mkdir -p \"$d\" 2>&1) || { echo \"KB_BAD cannot create $d: $err\"; exit 0; }\n",
+        "[ -d \"$d\" ] || err=$(mkdir -p \"$d\" 2>&1) || { echo \"KB_BAD cannot create $d: $err\"; exit 0; }\n",
         // Every path from the dir up to /, each refused if it is a symlink; then one
         // `stat` for all of them (a fork per path costs on a fleet of small nodes).
         "set --\n",
@@ -369,14 +369,21 @@ pub fn parse_free_kib(output: &str) -> Option<u64> {
         .and_then(|kib| kib.trim().parse().ok())
 }
 
+/// The test that the file at `quoted` (shell-quoted) has `size` bytes. The arithmetic
+/// expansion drops the padding some `wc`s print, without a `tr` process per upload.
+fn size_is(quoted: &str, size: u64) -> String {
+    format!("[ $(( $(wc -c < {quoted}) )) = {size} ]")
+}
+
 /// Streams stdin into `dir/tmp` with `mode` (for nodes without SFTP, and under sudo).
 /// `size` is checked after `cat` ends: a connection that breaks mid-stream ends the
 /// remote `cat` as an ordinary end of input, and a short file must never go further.
 pub fn receive_script(dir: &str, tmp: &str, mode: u32, size: u64) -> String {
     let tmp = shell_quote(tmp);
     format!(
-        "umask 077 && cd {} && cat > {tmp} && [ \"$(wc -c < {tmp} | tr -d ' ')\" = {size} ] && chmod {mode:o} -- {tmp}",
+        "umask 077 && cd {} && cat > {tmp} && {check} && chmod {mode:o} -- {tmp}",
         shell_quote(dir),
+        check = size_is(&tmp, size),
     )
 }
 
@@ -395,11 +402,12 @@ pub fn receive_tarball_script(
     let (t, b) = (shell_quote(tar_tmp), shell_quote(bin_tmp));
     format!(
         "umask 077 && cd {dir} && cat > {t} && s=$(sha512sum {t}) && [ \"${{s%% *}}\" = {sha} ] && \
-         gzip -dc < {t} | tar -xOf - {entry} > {b} && [ \"$(wc -c < {b} | tr -d ' ')\" = {binary_size} ] && \
+         gzip -dc < {t} | tar -xOf - {entry} > {b} && {check} && \
          chmod 755 -- {b} && rm -f -- {t} || {{ rm -f -- {t} {b}; echo KB_TARBALL_FAILED; exit 3; }}",
         dir = shell_quote(dir),
         sha = shell_quote(sha512),
         entry = shell_quote(entry),
+        check = size_is(&b, binary_size),
     )
 }
 
@@ -409,9 +417,10 @@ pub fn receive_tarball_script(
 pub fn receive_gzip_script(dir: &str, tmp: &str, mode: u32, size: u64) -> String {
     let tmp = shell_quote(tmp);
     format!(
-        "umask 077 && cd {} && gzip -dc > {tmp} && [ \"$(wc -c < {tmp} | tr -d ' ')\" = {size} ] && \
+        "umask 077 && cd {} && gzip -dc > {tmp} && {check} && \
          chmod {mode:o} -- {tmp} || {{ rm -f -- {tmp}; echo KB_GZIP_FAILED; exit 3; }}",
         shell_quote(dir),
+        check = size_is(&tmp, size),
     )
 }
 
@@ -443,10 +452,11 @@ pub fn receive_xz_script(
     };
     format!(
         "umask 077 && cd {dir} && {unpack_and_hash} && [ \"${{s%% *}}\" = {sha} ] && \
-         [ \"$(wc -c < {b} | tr -d ' ')\" = {binary_size} ] && chmod 755 -- {b} || \
+         {check} && chmod 755 -- {b} || \
          {{ rm -f -- {b}; cat > /dev/null; echo KB_XZ_FAILED; exit 3; }}",
         dir = shell_quote(dir),
         sha = shell_quote(sha256),
+        check = size_is(&b, binary_size),
     )
 }
 
@@ -477,7 +487,7 @@ pub fn run_script(upload_dir: &str, index: usize, keadm_command: &str) -> String
     let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
     format!(
         "{{ rm -f -- {file}; read kb_pid kb_comm kb_state kb_ppid kb_pgid kb_rest < /proc/$$/stat && \
-         set -- $(cat /proc/\"$kb_pgid\"/stat) && echo \"$kb_pgid ${{22}}\" > {file}; }} 2>/dev/null\n\
+         read -r kb_st < /proc/\"$kb_pgid\"/stat && set -- $kb_st && echo \"$kb_pgid ${{22}}\" > {file}; }} 2>/dev/null\n\
          exec < /dev/null\n\
          {keadm_command}"
     )
