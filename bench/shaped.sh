@@ -163,42 +163,43 @@ for rep in $(seq "$REPS"); do
 done
 # The last keadm-batch run's binaries, checked on every node. This untimed run also times
 # the node's work after the last byte on the node's own clock (the nodes share the host's):
-# inside each node's mount namespace only, `xz -dc` becomes `cat | xz -dc` with the time
-# `cat` saw the end of its input (the last byte's arrival) written to the node's /tmp;
-# the node's pgid file is written once the binary is unpacked, checked and in place,
-# right before keadm starts.
+# inside each node's mount namespace only, `xz -dc` becomes `cat | xz -dc`, with the time
+# it started (the transfer's start, give or take a process start) and the time `cat` saw
+# the end of its input (the last byte's arrival) written to the node's /tmp; the node's
+# pgid file is written once the binary is unpacked, checked and in place, right before
+# keadm starts.
 cp "$(command -v xz)" "$work/xz-real"
-printf '#!/bin/sh
-case "$*" in
-  -dc) { cat; date +%%s.%%N > /tmp/.kb-bench-eof; } | exec %s -dc ;;
-  *) exec %s "$@" ;;
+cat > "$work/xz-stopwatch" <<EOF
+#!/bin/sh
+case "\$*" in
+  -dc) date +%s.%N > /tmp/.kb-bench-start
+       { cat; date +%s.%N > /tmp/.kb-bench-eof; } | exec $work/xz-real -dc ;;
+  *) exec $work/xz-real "\$@" ;;
 esac
-' \
-  "$work/xz-real" "$work/xz-real" > "$work/xz-stopwatch"
+EOF
 chmod 0755 "$work/xz-stopwatch"
 for i in $(seq 0 $(( NODES - 1 ))); do
   nsenter -t "${node_pid[$i]}" -m mount --bind "$work/xz-stopwatch" "$(command -v xz)"
 done
 clear_nodes
 ours run-check >/dev/null
-node_side=$(python3 - "$work/shaped/run-check/nodes" "$NODES" "${node_pid[@]}" <<'PY'
-import glob, os, re, statistics, sys
-nodes_dir, n, pids = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-pat = re.compile(r"the transfer, first to last byte: ([0-9.]+) s")
+node_side=$(python3 - "$NODES" "${node_pid[@]}" <<'PY'
+import os, statistics, sys
+n, pids = int(sys.argv[1]), sys.argv[2:]
 after, shares = [], []
 for i in range(n):
     root = "/proc/%s/root/tmp" % pids[i]
     try:
+        start = float(open(root + "/.kb-bench-start").read())
         eof = float(open(root + "/.kb-bench-eof").read())
         placed = os.stat(root + "/kubeedge/keadm/.keadm-batch.%d.pgid" % i).st_mtime
-        log = open(glob.glob("%s/%d-*.log" % (nodes_dir, i + 1))[0]).read()
-        transfer = float(pat.findall(log)[-1])
-    except (OSError, IndexError, ValueError):
+    except (OSError, ValueError):
         continue
+    transfer = max(eof - start, 1e-3)
     after.append(placed - eof)
     shares.append((placed - eof) / transfer)
 if after:
-    print("node-side time after the last byte, on the node's clock: median %.3f s, %.1f%% of the transfer (max %.1f%%; target <= 10%%; %d of %d nodes)"
+    print("node-side time after the last byte, on the node's clock: median %.3f s, %.1f%% of the node's transfer (max %.1f%%; target <= 10%%; %d of %d nodes)"
           % (statistics.median(after), 100 * statistics.median(shares), 100 * max(shares), len(after), n))
 else:
     print("node-side time after the last byte, on the node's clock: not measured (no node unpacked an xz copy)")
@@ -233,9 +234,10 @@ found = [(float(a), float(t)) for d in sys.argv[1:] for f in glob.glob(d + "**/*
 if not found:
     print("node-side time after the last byte, upper bound from the control host: not in the transcripts (nothing was sent in the run's channel)")
 else:
-    shares = sorted(a / t for a, t in found if t > 0)
-    print("node-side time after the last byte, upper bound from the control host: median %.3f s, %.1f%% of the transfer (max %.1f%%; target <= 10%%; %d uploads)"
-          % (statistics.median(a for a, _ in found), 100 * statistics.median(shares), 100 * shares[-1], len(found)))
+    # The control host's first-to-last-byte time falls short of the link's by what the
+    # buffers held, so it is no denominator for a share: seconds only.
+    print("node-side time after the last byte, upper bound from the control host: median %.3f s, max %.3f s (%d uploads)"
+          % (statistics.median(a for a, _ in found), max(a for a, _ in found), len(found)))
 PY
 
 [ "$RTT_MS" != 0 ] || exit 0
