@@ -451,42 +451,34 @@ fn exec_asks_a_waiting_stdin_again_after_output_and_reads_a_moved_deadline() {
         }
     }
 
+    /// Runs `command` with the answering output and the waiting stdin, a minute's
+    /// deadline until the answer; returns how it ended and what it printed.
+    fn answered(
+        conn: &mut SshConnection,
+        command: &str,
+    ) -> (Result<RemoteExit, TransportError>, String) {
+        let answer = RefCell::new(None);
+        let deadline = Cell::new(far());
+        let mut out = Answering {
+            seen: Vec::new(),
+            answer: &answer,
+            deadline: &deadline,
+        };
+        let result = conn.exec_until(command, Some(&mut Waiting(&answer)), &deadline, &mut out);
+        (result, String::from_utf8_lossy(&out.seen).into_owned())
+    }
+
     let fleet = Fleet::builder().nodes(1).start();
     let mut conn = connect(&password_spec(&fleet, fleet.node(0)));
-    let answer = RefCell::new(None);
-    let deadline = Cell::new(far());
-    let mut out = Answering {
-        seen: Vec::new(),
-        answer: &answer,
-        deadline: &deadline,
-    };
-    let exit = conn
-        .exec_until(
-            "echo ready; read x; echo \"got $x\"",
-            Some(&mut Waiting(&answer)),
-            &deadline,
-            &mut out,
-        )
-        .unwrap();
+    let (exit, printed) = answered(&mut conn, "echo ready; read x; echo \"got $x\"");
+    let exit = exit.unwrap();
     assert!(exit.success(), "{exit}");
-    assert_eq!(String::from_utf8_lossy(&out.seen), "ready\ngot 42\n");
+    assert_eq!(printed, "ready\ngot 42\n");
 
     // The answer moved the deadline from a minute away to 2 s: the sleep is cut there.
-    let answer = RefCell::new(None);
-    let deadline = Cell::new(far());
-    let mut out = Answering {
-        seen: Vec::new(),
-        answer: &answer,
-        deadline: &deadline,
-    };
     let started = Instant::now();
-    let err = conn
-        .exec_until(
-            "echo ready; read x; sleep 50",
-            Some(&mut Waiting(&answer)),
-            &deadline,
-            &mut out,
-        )
+    let err = answered(&mut conn, "echo ready; read x; sleep 50")
+        .0
         .unwrap_err();
     assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
     assert!(

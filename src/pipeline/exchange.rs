@@ -18,7 +18,7 @@ use std::io::{self, Cursor, Read, Write};
 use std::rc::Rc;
 use std::time::Instant;
 
-use super::run::{Clocked, SendTimes, WatchReceived, transcript_error};
+use super::run::{Clocked, SendTimes, WatchReceived, transcript_error, until_line};
 use super::upload::{Deferred, Upload, open_local};
 use super::{Run, StepError};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
@@ -108,18 +108,13 @@ impl Write for Exchange<'_, '_, '_> {
         if self.decision.is_some() {
             return self.after_facts(buf).map(|()| buf.len());
         }
-        let mut rest = buf;
-        while let Some(at) = rest.iter().position(|&b| b == b'\n') {
-            self.line.extend_from_slice(&rest[..=at]);
-            rest = &rest[at + 1..];
-            let line = std::mem::take(&mut self.line);
-            if line.strip_suffix(b"\n") == Some(FACTS_END.as_bytes()) {
-                self.decide();
-                return self.after_facts(rest).map(|()| buf.len());
-            }
-            self.facts.write_all(&line)?;
+        let facts = &mut self.facts;
+        if let Some(rest) =
+            until_line(&mut self.line, buf, FACTS_END, |line| facts.write_all(line))?
+        {
+            self.decide();
+            self.after_facts(rest)?;
         }
-        self.line.extend_from_slice(rest);
         Ok(buf.len())
     }
 

@@ -62,20 +62,14 @@ impl WatchReceived {
         if self.seen {
             return inner.write_all(buf);
         }
-        let mut rest = buf;
-        while let Some(at) = rest.iter().position(|&b| b == b'\n') {
-            self.line.extend_from_slice(&rest[..=at]);
-            rest = &rest[at + 1..];
-            let line = std::mem::take(&mut self.line);
-            if line.strip_suffix(b"\n") == Some(RECEIVED.as_bytes()) {
+        match until_line(&mut self.line, buf, RECEIVED, |line| inner.write_all(line))? {
+            Some(rest) => {
                 self.seen = true;
                 self.seen_at = Some(Instant::now());
-                return inner.write_all(rest);
+                inner.write_all(rest)
             }
-            inner.write_all(&line)?;
+            None => Ok(()),
         }
-        self.line.extend_from_slice(rest);
-        Ok(())
     }
 
     /// Passes on the partial line kept back, at the end of the output.
@@ -83,6 +77,29 @@ impl WatchReceived {
         inner.write_all(&std::mem::take(&mut self.line))?;
         inner.flush()
     }
+}
+
+/// Scans `buf` for a line that is exactly `marker`, with `line` holding a partial line
+/// between calls: every whole line before it goes to `each`, and what follows the marker
+/// line is returned. `None` when `buf` ends before the marker (its partial line kept).
+pub(super) fn until_line<'b>(
+    line: &mut Vec<u8>,
+    buf: &'b [u8],
+    marker: &str,
+    mut each: impl FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<Option<&'b [u8]>> {
+    let mut rest = buf;
+    while let Some(at) = rest.iter().position(|&b| b == b'\n') {
+        line.extend_from_slice(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let whole = std::mem::take(line);
+        if whole.strip_suffix(b"\n") == Some(marker.as_bytes()) {
+            return Ok(Some(rest));
+        }
+        each(&whole)?;
+    }
+    line.extend_from_slice(rest);
+    Ok(None)
 }
 
 /// When the deferred upload left the control host: its first byte and its end read from

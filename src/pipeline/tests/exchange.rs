@@ -104,31 +104,6 @@ fn a_binary_already_on_the_node_is_not_sent_and_keadm_runs_in_the_same_channel()
 }
 
 #[test]
-fn the_release_tarball_needs_channels_of_its_own_so_the_node_stops_after_its_facts() {
-    let fake = FakeTransport::new()
-        .on(sent::RUN, Reply::ok())
-        .on(sent::TARBALL, Reply::ok())
-        .on(sent::PREPARE, prepared("KB_TOOLS sha512sum gzip tar\n"));
-    let mut h = Harness::new(fake);
-    let mut binary = b"#!/bin/sh\necho keadm\n".to_vec();
-    binary.resize(256 << 10, b'#');
-    let tarball = std::fs::read(h.stage(&binary)).unwrap();
-    let outcome = h.process(&staged_node(vec![]));
-    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
-    let execs = h.execs();
-    assert_eq!(
-        execs.len(),
-        3,
-        "prepare (told to stop), tarball, run: {execs:#?}"
-    );
-    assert!(execs[0].command.contains(FACTS_END));
-    assert!(execs.iter().all(|e| !e.same_channel), "{execs:#?}");
-    assert_eq!(h.exec_with(sent::TARBALL).stdin, Some(tarball));
-    let text = transcript(&outcome);
-    assert_eq!(text.matches("prepared /tmp/kb").count(), 1, "{text}");
-}
-
-#[test]
 fn a_node_whose_arch_has_no_binary_fails_after_its_facts_and_nothing_runs() {
     let fake = FakeTransport::new().on(sent::RUN, Reply::ok()).on(
         sent::PREPARE,

@@ -172,13 +172,6 @@ fn verify_remote_trusts_the_nodes_own_sha256_over_the_sidecar() {
     assert!(h.fake.execs_with(&tmp("f2")).is_empty());
 }
 
-/// A keadm binary that compresses well, so its tarball is worth sending.
-fn compressible_binary() -> Vec<u8> {
-    let mut binary = b"#!/bin/sh\necho keadm\n".to_vec();
-    binary.resize(256 << 10, b'#');
-    binary
-}
-
 #[test]
 fn the_release_tarball_goes_instead_of_the_binary_when_the_node_can_unpack_it() {
     let fake = FakeTransport::new()
@@ -207,6 +200,14 @@ fn the_release_tarball_goes_instead_of_the_binary_when_the_node_can_unpack_it() 
         run.command
             .contains(&format!("mv -f -- {} keadm", tmp("keadm")))
     );
+    // The tarball needs a channel of its own, so the one-channel exchange told the node
+    // to stop after its facts, and the run has its own channel too.
+    let execs = h.execs();
+    assert_eq!(execs.len(), 3, "prepare, tarball, run: {execs:#?}");
+    assert!(execs[0].command.contains(crate::remote::FACTS_END));
+    assert!(execs.iter().all(|e| !e.same_channel), "{execs:#?}");
+    let text = transcript(&outcome);
+    assert_eq!(text.matches("prepared /tmp/kb").count(), 1, "{text}");
 }
 
 #[test]
