@@ -53,7 +53,7 @@ impl Privilege {
 /// until it has read this one, so whether sudo prompted or not (cached credentials, a
 /// NOPASSWD rule for `sh` but not for `true`), the password is consumed there and never
 /// reaches `cat` or keadm.
-const STDIN_MARK: &str = "KB_STDIN_MARK";
+pub const STDIN_MARK: &str = "KB_STDIN_MARK";
 
 /// What goes first on stdin under [`Privilege::SudoPassword`]: the password line, then
 /// the marker line.
@@ -269,13 +269,17 @@ pub const TOOLS_PROBE: &str = concat!(
     "echo \"KB_TOOLS$kb_t\"\n",
 );
 
+/// The line [`with_sudo_probe`] prints when sudo wants the password: what goes first on
+/// stdin from then on is [`password_preamble`].
+pub const SUDO_WANTS_PASSWORD: &str = "KB_SUDO password";
+
 /// Runs `script` under sudo when `sudo` is set, finding out whether sudo needs a
 /// password: `sudo -n` first, then `sudo -S` reading the password line we send.
 /// Prints `KB_SUDO nopasswd` or `KB_SUDO password` before the script's own output.
 /// Feed it [`password_preamble`] on stdin when there is a password.
 pub fn with_sudo_probe(script: &str) -> String {
     format!(
-        "if sudo -n true 2>/dev/null; then echo 'KB_SUDO nopasswd'; {}; else echo 'KB_SUDO password'; {}; fi",
+        "if sudo -n true 2>/dev/null; then echo 'KB_SUDO nopasswd'; {}; else echo '{SUDO_WANTS_PASSWORD}'; {}; fi",
         wrap(script, Privilege::SudoNoPassword),
         wrap(script, Privilege::SudoPassword),
     )

@@ -45,6 +45,14 @@ fn password_sudo_gets_the_login_password_on_stdin_only() {
         out.transcript(0)
             .contains("under sudo with the login password")
     );
+    // Prepare, upload and run in one channel: the password first, then the answer.
+    assert!(
+        out.transcript(0).contains(
+            "one exec channel: the run's script and keadm follows the node's facts on the prepare step's channel"
+        ),
+        "{}",
+        out.transcript(0)
+    );
     // The upload went through `sudo sh -c 'cat >'`: the password line must not be in the file.
     let uploaded = std::fs::read(remote_keadm(fleet.node(0))).unwrap();
     assert!(!String::from_utf8_lossy(&uploaded).contains(TEST_USER_PASSWORD));

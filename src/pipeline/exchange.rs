@@ -6,24 +6,28 @@
 //! OpenSSH's one exec costs: no second channel open and exec request, which are two round
 //! trips on a long link.
 //!
-//! It fits a login without sudo (the sudo probe decides how later scripts are wrapped,
-//! and a password would have to go first on stdin), no offline image archives (their
-//! import is a step of its own) and no copyFrom files (keadm is then the only upload).
-//! When the answer would need a channel of its own (the release tarball, for a node
-//! without xz), the node is told to stop after its facts and the separate steps go on
-//! with the facts already learnt.
+//! Under sudo the whole script runs in the sudo probe's `sudo sh -c` (see
+//! [`remote::with_sudo_probe`]), so the answer runs as root too; when the node says sudo
+//! wants the password, the password lines go first on stdin, and only then (after the
+//! facts) the answer. It fits any node without offline image archives (their import is
+//! a step of its own) and copyFrom files (keadm is then the only upload). When the answer
+//! would need a channel of its own (the release tarball, for a node without xz), the node
+//! is told to stop after its facts and the separate steps go on with the facts already
+//! learnt.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::io::{self, Cursor, Read, Write};
 use std::rc::Rc;
 use std::time::Instant;
 
+use super::privilege::password_of;
 use super::run::{Clocked, SendTimes, WatchReceived, transcript_error, until_line};
 use super::upload::{Deferred, Upload, open_local};
 use super::{Run, StepError};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
 use crate::outcome::Phase;
-use crate::remote::{self, FACTS_END, NodeFacts, Privilege};
+use crate::remote::{self, FACTS_END, NodeFacts, Privilege, SUDO_WANTS_PASSWORD};
 use crate::transport::{Connection, RemoteExit};
 
 /// How the one-channel exchange left the node.
@@ -36,9 +40,9 @@ pub(super) enum Exchanged {
     Done,
     /// The node could not unpack the binary's xz copy, so keadm did not run: the upload
     /// goes the next way, then the run, each in a channel of its own.
-    Refused(NodeFacts, Upload),
+    Refused(NodeFacts, Privilege, Upload),
     /// Nothing ran after the facts: the separate steps go on with them.
-    Separate(NodeFacts),
+    Separate(NodeFacts, Privilege),
 }
 
 /// What goes to the node once its facts are in.
@@ -48,9 +52,9 @@ pub(super) enum Exchanged {
 )]
 enum Decision {
     /// The run's script, with this upload behind it (or none: keadm is there already).
-    Run(NodeFacts, Option<Deferred>),
+    Run(NodeFacts, Privilege, Option<Deferred>),
     /// Stop after the facts; the separate steps go on.
-    Separate(NodeFacts),
+    Separate(NodeFacts, Privilege),
     /// Stop after the facts; the node fails with this.
     Failed(StepError),
 }
@@ -67,18 +71,47 @@ enum Carried {
     OwnChannel,
 }
 
-/// The answer, once decided; until then the channel's stdin has nothing to send.
-type AnswerSlot = RefCell<Option<Box<dyn Read>>>;
+/// What the channel's stdin has to send: the sudo password lines once the node asks for
+/// them, then the answer once it is decided. Nothing more comes once it is `closed`.
+#[derive(Default)]
+struct Stdin {
+    queue: VecDeque<Box<dyn Read>>,
+    closed: bool,
+}
 
-/// The channel's stdin: `WouldBlock` until the answer is in the slot (the transport then
-/// asks again after the next output), then the answer.
-struct Answer<'s>(&'s AnswerSlot);
+impl Stdin {
+    fn push(&mut self, reader: Box<dyn Read>) {
+        self.queue.push_back(reader);
+    }
+
+    /// The last thing to send; after it, the end of input.
+    fn close_with(&mut self, reader: Box<dyn Read>) {
+        self.queue.push_back(reader);
+        self.closed = true;
+    }
+}
+
+type StdinSlot = RefCell<Stdin>;
+
+/// The channel's stdin: what is queued, then `WouldBlock` until more is (the transport
+/// then asks again after the next output), and the end of input once closed.
+struct Answer<'s>(&'s StdinSlot);
 
 impl Read for Answer<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self.0.borrow_mut().as_mut() {
-            Some(answer) => answer.read(buf),
-            None => Err(io::ErrorKind::WouldBlock.into()),
+        let mut stdin = self.0.borrow_mut();
+        while let Some(front) = stdin.queue.front_mut() {
+            match front.read(buf)? {
+                0 if !buf.is_empty() => {
+                    stdin.queue.pop_front();
+                }
+                n => return Ok(n),
+            }
+        }
+        if stdin.closed {
+            Ok(0)
+        } else {
+            Err(io::ErrorKind::WouldBlock.into())
         }
     }
 }
@@ -95,7 +128,7 @@ struct Exchange<'x, 'a, 'c> {
     decision: Option<Decision>,
     decided_at: Option<Instant>,
     watch: WatchReceived,
-    answer: &'x AnswerSlot,
+    stdin: &'x StdinSlot,
     /// The channel's deadline: the prepare step's, then the run's from the decision on.
     deadline: &'x Cell<Instant>,
     /// When the upload behind the answer left.
@@ -108,10 +141,22 @@ impl Write for Exchange<'_, '_, '_> {
         if self.decision.is_some() {
             return self.after_facts(buf).map(|()| buf.len());
         }
-        let facts = &mut self.facts;
-        if let Some(rest) =
-            until_line(&mut self.line, buf, FACTS_END, |line| facts.write_all(line))?
-        {
+        let (facts, stdin) = (&mut self.facts, self.stdin);
+        let password = self.run.node.sudo.then(|| password_of(self.run.node));
+        if let Some(rest) = until_line(&mut self.line, buf, FACTS_END, |line| {
+            // Sudo's probe chose `sudo -S`: the password lines go first, or, without a
+            // password, the end of input, so sudo fails at once instead of waiting.
+            if let Some(password) = password
+                && line.strip_suffix(b"\n") == Some(SUDO_WANTS_PASSWORD.as_bytes())
+            {
+                let mut stdin = stdin.borrow_mut();
+                match password {
+                    Some(p) => stdin.push(Box::new(Cursor::new(remote::password_preamble(p)))),
+                    None => stdin.close_with(Box::new(io::empty())),
+                }
+            }
+            facts.write_all(line)
+        })? {
             self.decide();
             self.after_facts(rest)?;
         }
@@ -149,7 +194,7 @@ impl Exchange<'_, '_, '_> {
         let answer: Box<dyn Read> = match decision {
             Ok((decision @ Decision::Run(..), answer)) => {
                 let upload = match &decision {
-                    Decision::Run(_, Some(deferred)) => Some(deferred.sent().1),
+                    Decision::Run(_, _, Some(deferred)) => Some(deferred.sent().1),
                     _ => None,
                 };
                 // keadm's deadline starts now, as it would in a channel of its own, with
@@ -169,15 +214,15 @@ impl Exchange<'_, '_, '_> {
                 Box::new(Cursor::new(remote::answer("")))
             }
         };
-        *self.answer.borrow_mut() = Some(answer);
+        self.stdin.borrow_mut().close_with(answer);
     }
 }
 
 impl<'a> Run<'a, '_> {
-    /// Whether the node goes through [`Run::exchange`]: a login without sudo, no image
-    /// archives, no copyFrom files.
+    /// Whether the node goes through [`Run::exchange`]: no image archives, no copyFrom
+    /// files.
     pub(super) fn exchange_fits(&self) -> bool {
-        !self.node.sudo && self.images_in_play().is_none() && self.node.copy_files.is_empty()
+        self.images_in_play().is_none() && self.node.copy_files.is_empty()
     }
 
     /// Prepares, uploads and runs keadm in one exec channel where the facts allow; see
@@ -194,9 +239,12 @@ impl<'a> Run<'a, '_> {
         let started = Instant::now();
         let (mut script, names) = self.prepare_script(with_preflight);
         script.push_str(remote::AWAIT_ANSWER);
+        if node.sudo {
+            script = remote::with_sudo_probe(&script);
+        }
         // The prepare step's deadline until the facts are in, then the run's.
         let deadline = Cell::new(started + node.deadlines.step);
-        let slot: AnswerSlot = RefCell::new(None);
+        let slot: StdinSlot = RefCell::default();
         let times = Rc::new(SendTimes::default());
         let mut exchange = Exchange {
             run: self,
@@ -207,7 +255,7 @@ impl<'a> Run<'a, '_> {
             decision: None,
             decided_at: None,
             watch: WatchReceived::new(true),
-            answer: &slot,
+            stdin: &slot,
             deadline: &deadline,
             times: times.clone(),
             started,
@@ -231,20 +279,20 @@ impl<'a> Run<'a, '_> {
             // or the connection broke. Said as the prepare step says it.
             None => {
                 let exit = result.map_err(|e| self.prepare_failed(e))?;
-                let (facts, _) =
+                let (facts, privilege) =
                     self.learn_prepared(&facts.text(), with_preflight, &names, &exit)?;
-                Ok(Exchanged::Separate(facts))
+                Ok(Exchanged::Separate(facts, privilege))
             }
             Some(Decision::Failed(err)) => Err(err),
-            Some(Decision::Separate(facts)) => {
+            Some(Decision::Separate(facts, privilege)) => {
                 result.map_err(|e| self.prepare_failed(e))?;
-                Ok(Exchanged::Separate(facts))
+                Ok(Exchanged::Separate(facts, privilege))
             }
-            Some(Decision::Run(facts, deferred)) => {
+            Some(Decision::Run(facts, privilege, deferred)) => {
                 let refused =
-                    self.keadm_result(conn, result, deferred, &watch, &times, Privilege::Login)?;
+                    self.keadm_result(conn, result, deferred, &watch, &times, privilege)?;
                 Ok(match refused {
-                    Some(upload) => Exchanged::Refused(facts, upload),
+                    Some(upload) => Exchanged::Refused(facts, privilege, upload),
                     None => Exchanged::Done,
                 })
             }
@@ -260,11 +308,12 @@ impl<'a> Run<'a, '_> {
         names: &[&str],
         times: &Rc<SendTimes>,
     ) -> Result<(Decision, Box<dyn Read>), StepError> {
-        let (facts, _) = self.learn_prepared(text, with_preflight, names, &RemoteExit::Code(0))?;
+        let (facts, privilege) =
+            self.learn_prepared(text, with_preflight, names, &RemoteExit::Code(0))?;
         let deferred = match self.carried(&facts)? {
             Carried::OwnChannel => {
                 let nothing: Box<dyn Read> = Box::new(io::empty());
-                return Ok((Decision::Separate(facts), nothing));
+                return Ok((Decision::Separate(facts, privilege), nothing));
             }
             Carried::Nothing => None,
             Carried::Upload(deferred) => Some(deferred),
@@ -276,6 +325,13 @@ impl<'a> Run<'a, '_> {
             }),
             None => None,
         };
+        self.transcript.note(&format!(
+            "one exec channel: the run's script{} follows the node's facts on the prepare step's channel",
+            match &deferred {
+                Some(d) => format!(" and {}", d.upload.name),
+                None => String::new(),
+            }
+        ));
         let script = remote::answer(&self.keadm_script(&[], deferred.as_ref()));
         self.ctx
             .progress
@@ -284,7 +340,7 @@ impl<'a> Run<'a, '_> {
             Some(file) => Box::new(Cursor::new(script).chain(file)),
             None => Box::new(Cursor::new(script)),
         };
-        Ok((Decision::Run(facts, deferred), answer))
+        Ok((Decision::Run(facts, privilege, deferred), answer))
     }
 
     /// What the answer carries: keadm, unless it is there already. Without copyFrom

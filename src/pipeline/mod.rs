@@ -296,10 +296,10 @@ impl<'a, 'c> Run<'a, 'c> {
         let (facts, privilege) = if self.exchange_fits() {
             match self.exchange(conn, probe_in_prepare)? {
                 Exchanged::Done => return Ok(()),
-                Exchanged::Refused(facts, upload) => {
-                    return self.upload_and_run(conn, vec![upload], &facts, Privilege::Login);
+                Exchanged::Refused(facts, privilege, upload) => {
+                    return self.upload_and_run(conn, vec![upload], &facts, privilege);
                 }
-                Exchanged::Separate(facts) => (facts, Privilege::Login),
+                Exchanged::Separate(facts, privilege) => (facts, privilege),
             }
         } else {
             self.prepare(conn, probe_in_prepare)?

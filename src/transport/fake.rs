@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::{AbortCheck, ConnectSpec, Connection, Connector, Endpoint, RemoteExit, TransportError};
-use crate::remote::{ANSWER_CUT, FACTS_END};
+use crate::remote::{ANSWER_CUT, FACTS_END, STDIN_MARK, SUDO_WANTS_PASSWORD};
 
 /// Makes the error a reply or a failed connect ends with, for the node at hand.
 type MakeError = Box<dyn Fn(&Endpoint) -> TransportError + Send>;
@@ -228,7 +228,8 @@ impl Connection for FakeConnection {
         // exits 0 the node prints FACTS_END and reads the framed answer, which the rules
         // then answer as a command of its own, run in the same channel, with the rest of
         // stdin as its stdin.
-        let first = self.play(command, None, output, false)?;
+        let mut printed = Vec::new();
+        let first = self.play(command, None, &mut Both(output, &mut printed), false)?;
         if first != RemoteExit::Code(0) {
             return Ok(first);
         }
@@ -236,6 +237,18 @@ impl Connection for FakeConnection {
         let Some(stdin) = stdin else {
             return Ok(RemoteExit::Code(ANSWER_CUT));
         };
+        // Under `sudo -S` the script first reads stdin up to the mark after the password,
+        // as `remote::wrap` has it do.
+        let wants_password = String::from_utf8_lossy(&printed)
+            .lines()
+            .any(|l| l == SUDO_WANTS_PASSWORD);
+        if wants_password
+            && !std::iter::from_fn(|| read_line(&mut *stdin))
+                .take(2)
+                .any(|line| line == STDIN_MARK)
+        {
+            return Ok(RemoteExit::Code(124));
+        }
         let Some(count) = read_line(&mut *stdin).and_then(|n| n.parse::<usize>().ok()) else {
             return Ok(RemoteExit::Code(ANSWER_CUT));
         };
@@ -325,6 +338,21 @@ impl FakeConnection {
                 endpoint: self.endpoint.clone(),
                 source,
             })
+    }
+}
+
+/// Writes to both.
+struct Both<'o>(&'o mut dyn Write, &'o mut Vec<u8>);
+
+impl Write for Both<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write_all(buf)?;
+        self.1.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
     }
 }
 

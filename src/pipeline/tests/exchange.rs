@@ -2,6 +2,7 @@
 //! in one exec channel where the node allows it, and the separate channels where not.
 
 use super::*;
+use crate::config::AuthSpec;
 use crate::diagnosis::FailureClass;
 use crate::outcome::Phase;
 use crate::remote::FACTS_END;
@@ -34,6 +35,10 @@ fn a_node_without_sudo_images_or_copy_files_costs_one_channel() {
     let text = transcript(&outcome);
     assert!(
         text.contains("prepared /tmp/kb (as the login user)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("one exec channel: the run's script follows the node's facts"),
         "{text}"
     );
     assert!(text.contains("keadm says hello"), "{text}");
@@ -119,25 +124,94 @@ fn a_node_whose_arch_has_no_binary_fails_after_its_facts_and_nothing_runs() {
 }
 
 #[test]
-fn sudo_images_and_copy_files_keep_their_separate_channels() {
+fn sudo_nodes_cost_one_channel_and_get_the_password_only_when_sudo_asks() {
+    for sudo in ["nopasswd", "password"] {
+        let fake = FakeTransport::new()
+            .on(sent::RUN, Reply::ok().printing("KB_RECEIVED\n"))
+            .on(sent::PREPARE, prepared(&format!("KB_SUDO {sudo}\n")));
+        let mut h = Harness::new(fake);
+        let binary = b"#!/bin/sh\necho keadm\n".to_vec();
+        h.stage(&binary);
+        let mut plan = staged_node(vec![]);
+        plan.sudo = true;
+        plan.ssh.username = "admin".into();
+        // The fake plays sudo's reading of stdin: a password line where none was asked
+        // for would be read as the answer and cut it, and one missing where it was asked
+        // for would leave the answer unread.
+        let outcome = h.process(&plan);
+        assert_eq!(
+            outcome.phase,
+            Phase::Succeeded,
+            "{sudo}: {:?}",
+            outcome.error
+        );
+        let execs = h.execs();
+        assert_eq!(channels(&h), 1, "{sudo}: {execs:#?}");
+        assert!(
+            execs[0].command.starts_with("if sudo -n true") && execs[0].command.contains(FACTS_END),
+            "{}",
+            execs[0].command
+        );
+        assert!(
+            execs.iter().all(|e| !e.command.contains(PASSWORD)),
+            "{execs:#?}"
+        );
+        let run = h.exec_with(sent::RUN);
+        assert!(run.same_channel);
+        // The answer runs inside the probe's `sudo sh -c`: it is not wrapped again.
+        assert!(!run.command.contains("sudo"), "{}", run.command);
+        assert_eq!(run.stdin, Some(binary));
+        let text = transcript(&outcome);
+        let how = match sudo {
+            "nopasswd" => "under passwordless sudo",
+            _ => "under sudo with the login password",
+        };
+        assert!(
+            text.contains(&format!("prepared /tmp/kb ({how})")),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn sudo_that_wants_a_password_a_key_login_lacks_fails_without_waiting_for_one() {
     let fake = FakeTransport::new()
         .on(sent::RUN, Reply::ok())
-        .on(sent::PREPARE, prepared("KB_SUDO nopasswd\n"));
+        .on(sent::PREPARE, prepared("KB_SUDO password\n"));
     let h = Harness::new(fake);
-    let mut sudo = node(vec![]);
-    sudo.sudo = true;
-    let with_file = node(vec![h.file("f1", b"one")]);
-    for plan in [sudo, with_file] {
-        let outcome = h.process(&plan);
-        assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
-    }
-    assert!(h.fake.execs_with(FACTS_END).is_empty(), "{:#?}", h.execs());
+    let mut plan = node(vec![]);
+    plan.sudo = true;
+    plan.ssh.auth = AuthSpec::Agent;
+    let outcome = h.process(&plan);
+    assert_eq!(outcome.phase, Phase::Failed);
+    assert_eq!(outcome.failure_class, Some(FailureClass::Sudo));
+    assert!(
+        outcome
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("needs a password"),
+        "{:?}",
+        outcome.error
+    );
     assert_eq!(
         h.execs().len(),
-        4,
-        "prepare and run, twice: {:#?}",
+        1,
+        "nothing ran after the facts: {:#?}",
         h.execs()
     );
+}
+
+#[test]
+fn copy_files_keep_their_separate_channels() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::PREPARE, prepared(""));
+    let h = Harness::new(fake);
+    let outcome = h.process(&node(vec![h.file("f1", b"one")]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert!(h.fake.execs_with(FACTS_END).is_empty(), "{:#?}", h.execs());
+    assert_eq!(h.execs().len(), 2, "prepare and run: {:#?}", h.execs());
 }
 
 #[test]
