@@ -292,7 +292,7 @@ impl Run<'_, '_> {
             run.bytes_uploaded += sent;
             if let Some(xz) = d.xz() {
                 run.transcript.note(&format!(
-                    "sent the xz copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 while unpacking",
+                    "sent the xz copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 before moving it into place",
                     xz.size, d.upload.size
                 ));
             }
