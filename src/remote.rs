@@ -639,8 +639,15 @@ mod tests {
 
     /// Runs `script` with `sh -c`, `input` on its stdin; stdout captured.
     fn sh_with_input(script: &str, input: &[u8]) -> std::process::Output {
+        shell_with_input(&["sh"], script, input)
+    }
+
+    /// Runs `script` with `shell -c` (`shell` a command and its first arguments), `input`
+    /// on its stdin; stdout captured.
+    fn shell_with_input(shell: &[&str], script: &str, input: &[u8]) -> std::process::Output {
         use std::io::Write;
-        let mut child = std::process::Command::new("sh")
+        let mut child = std::process::Command::new(shell[0])
+            .args(&shell[1..])
             .args(["-c", script])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -666,6 +673,14 @@ mod tests {
             "KB_ARCH x86_64\nKB_FACTS_END\ngot 12 bytes\n"
         );
         assert_eq!(out.status.code(), Some(7));
+        assert_eq!(
+            std::fs::read(dir.path().join("upload")).unwrap(),
+            b"binary\nbytes"
+        );
+        // BusyBox's shell, on minimal edge images, reads its pipe a byte at a time too.
+        std::fs::remove_file(dir.path().join("upload")).unwrap();
+        let busybox = shell_with_input(&["/bin/busybox", "sh"], &script, &input);
+        assert_eq!(busybox.status.code(), Some(7), "{busybox:?}");
         assert_eq!(
             std::fs::read(dir.path().join("upload")).unwrap(),
             b"binary\nbytes"

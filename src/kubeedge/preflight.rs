@@ -315,7 +315,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fake = dir.path().join("edgecore");
         std::fs::copy("/bin/sleep", &fake).unwrap();
-        let mut child = Command::new(&fake).arg("30").spawn().unwrap();
+        // Another test thread that forks while the copy is still open for writing holds
+        // it open in its child until that child execs: exec fails with "text file busy"
+        // for that moment, so try again briefly.
+        let mut tries = 0;
+        let mut child = loop {
+            match Command::new(&fake).arg("30").spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other.unwrap(),
+            }
+        };
         let out = run_sh(&probe_script("/tmp", "/dev/null", 0));
         let _ = child.kill();
         let _ = child.wait();
