@@ -104,8 +104,9 @@ impl SshConnection {
     ) -> Result<(), TransportError> {
         let what = "running the command";
         let mut out_buf = vec![0u8; 64 * 1024];
-        let mut in_buf: Vec<u8> = Vec::new();
-        let mut in_pos = 0;
+        // Allocated once, only with a stdin; `in_buf[in_pos..in_end]` is still to send.
+        let mut in_buf = vec![0u8; if stdin.is_some() { 256 * 1024 } else { 0 }];
+        let (mut in_pos, mut in_end) = (0, 0);
         let mut in_done = stdin.is_none();
         let mut eof_sent = false;
 
@@ -116,20 +117,19 @@ impl SshConnection {
             }
 
             if !eof_sent {
-                if in_pos == in_buf.len()
+                if in_pos == in_end
                     && !in_done
                     && let Some(reader) = stdin.as_mut()
                 {
-                    in_buf.resize(256 * 1024, 0);
-                    in_pos = 0;
+                    (in_pos, in_end) = (0, 0);
                     match read_retrying(&mut **reader, &mut in_buf) {
                         Ok(n) => {
-                            in_buf.truncate(n);
+                            in_end = n;
                             in_done = n == 0;
                         }
                         // Nothing to send until more output has been read (see
                         // `Connection::exec`): wait on the socket like any idle turn.
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => in_buf.clear(),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                         Err(source) => {
                             return Err(TransportError::LocalRead {
                                 endpoint: self.endpoint.clone(),
@@ -138,8 +138,8 @@ impl SshConnection {
                         }
                     }
                 }
-                if in_pos < in_buf.len() {
-                    match channel.write(&in_buf[in_pos..]) {
+                if in_pos < in_end {
+                    match channel.write(&in_buf[in_pos..in_end]) {
                         Ok(n) => {
                             in_pos += n;
                             progress |= n > 0;
@@ -151,7 +151,7 @@ impl SshConnection {
                             // reading its output; a dead connection shows up there.
                             log::debug!("{}: stdin no longer accepted: {e}", self.endpoint);
                             in_done = true;
-                            in_pos = in_buf.len();
+                            in_pos = in_end;
                             eof_sent = true;
                         }
                     }
