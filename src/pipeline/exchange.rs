@@ -201,7 +201,7 @@ impl Exchange<'_, '_, '_> {
                 // room for the upload; and only an upload has a line to wait for.
                 self.deadline
                     .set(now + self.run.keadm_time(upload.unwrap_or(0)));
-                self.watch = WatchReceived::new(upload.is_none());
+                self.watch = WatchReceived::new(upload.is_some());
                 self.decision = Some(decision);
                 answer
             }
@@ -254,7 +254,7 @@ impl<'a> Run<'a, '_> {
             line: Vec::new(),
             decision: None,
             decided_at: None,
-            watch: WatchReceived::new(true),
+            watch: WatchReceived::new(false),
             stdin: &slot,
             deadline: &deadline,
             times: times.clone(),

@@ -34,37 +34,37 @@ const RECEIVED: &str = "KB_RECEIVED";
 /// receiving script prints little); after it, as it comes. It keeps no writer of its
 /// own, so the one-channel exchange can pass output through it to a transcript it
 /// shares with its other work.
-#[derive(Default)]
 pub(super) struct WatchReceived {
-    seen: bool,
+    /// Whether there is a line to wait for (an upload rides in the channel).
+    waits: bool,
     /// When the line went by.
     seen_at: Option<Instant>,
     line: Vec<u8>,
 }
 
 impl WatchReceived {
-    /// A watch; `seen` from the start when there is no upload to wait for.
-    pub(super) fn new(seen: bool) -> WatchReceived {
+    /// A watch for the line, when `waits` (an upload rides in the channel); without,
+    /// output passes as it comes.
+    pub(super) fn new(waits: bool) -> WatchReceived {
         WatchReceived {
-            seen,
+            waits,
             seen_at: None,
             line: Vec::new(),
         }
     }
 
-    /// Whether the line went by.
+    /// Whether the node has the upload: the line went by, or there was none to wait for.
     pub(super) fn seen(&self) -> bool {
-        self.seen
+        !self.waits || self.seen_at.is_some()
     }
 
     /// Passes `buf` on to `inner`, keeping back a partial line until the marker is seen.
     pub(super) fn pass(&mut self, buf: &[u8], inner: &mut dyn Write) -> io::Result<()> {
-        if self.seen {
+        if self.seen() {
             return inner.write_all(buf);
         }
         match until_line(&mut self.line, buf, RECEIVED, |line| inner.write_all(line))? {
             Some(rest) => {
-                self.seen = true;
                 self.seen_at = Some(Instant::now());
                 inner.write_all(rest)
             }
@@ -181,9 +181,8 @@ impl Run<'_, '_> {
                 }),
                 None => None,
             };
-            // Without a deferred upload there is no line to watch for.
             let mut output = Watched {
-                watch: WatchReceived::new(deferred.is_none()),
+                watch: WatchReceived::new(deferred.is_some()),
                 inner: &mut run.transcript,
             };
             let result = exec_as(
@@ -227,12 +226,11 @@ impl Run<'_, '_> {
     }
 
     /// How long the run may take: the command's deadline, plus room for the transfer of
-    /// an upload of `upload_size` bytes in its channel (1 s per MiB), not a whole upload deadline: the command's own
-    /// deadline must stay what the operator set.
+    /// an upload of `upload_size` bytes in its channel (1 s per MiB), not a whole upload
+    /// deadline: the command's own deadline must stay what the operator set.
     pub(super) fn keadm_time(&self, upload_size: u64) -> Duration {
-        let node = self.node;
-        let size = upload_size;
-        node.deadlines.command + node.deadlines.upload_per_mib * (size.div_ceil(1 << 20) as u32)
+        let deadlines = &self.node.deadlines;
+        deadlines.command + deadlines.upload_per_mib * (upload_size.div_ceil(1 << 20) as u32)
     }
 
     /// What the run's script's end means, with `watch` telling whether the deferred
@@ -248,7 +246,6 @@ impl Run<'_, '_> {
         times: &SendTimes,
         privilege: Privilege,
     ) -> Result<Option<Upload>, StepError> {
-        let run = self;
         let received = watch.seen();
         let (result, deferred) = match (result, deferred) {
             // The connection broke before the node had the whole file: an upload
@@ -268,8 +265,8 @@ impl Run<'_, '_> {
             let sent = d.sent().1;
             if *code == RECEIVE_FAILED && d.xz().is_some() {
                 // Its bytes crossed the wire all the same.
-                run.bytes_uploaded += sent;
-                run.transcript.note(&format!(
+                self.bytes_uploaded += sent;
+                self.transcript.note(&format!(
                     "the node could not unpack the xz copy of the binary in the run's channel, so keadm did not run; {}",
                     if d.upload.has_tarball() {
                         "sending the release tarball instead"
@@ -287,16 +284,16 @@ impl Run<'_, '_> {
                         d.upload.name
                     ),
                 );
-                return Err(run.explain_upload_failure(conn, err, &d.upload, &d.tmp, privilege));
+                return Err(self.explain_upload_failure(conn, err, &d.upload, &d.tmp, privilege));
             }
-            run.bytes_uploaded += sent;
+            self.bytes_uploaded += sent;
             if let Some(xz) = d.xz() {
-                run.transcript.note(&format!(
+                self.transcript.note(&format!(
                     "sent the xz copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 before moving it into place",
                     xz.size, d.upload.size
                 ));
             }
-            run.transcript.note(&format!(
+            self.transcript.note(&format!(
                 "uploaded {} ({sent} bytes, mode {:04o}) in the run's channel",
                 d.upload.name, d.upload.mode
             ));
@@ -305,14 +302,14 @@ impl Run<'_, '_> {
             {
                 // What the benchmark reads: the node's work after the last byte, at
                 // most, against the transfer.
-                run.transcript.note(&format!(
+                self.transcript.note(&format!(
                     "node-side time after the last byte: at most {:.3} s (the transfer, first to last byte: {:.3} s)",
                     at.saturating_duration_since(end).as_secs_f64(),
                     end.saturating_duration_since(first).as_secs_f64()
                 ));
             }
         }
-        run.keadm_ended(conn, result, privilege).map(|()| None)
+        self.keadm_ended(conn, result, privilege).map(|()| None)
     }
 
     /// What the run's exit (or transport failure) means for the node.
@@ -498,7 +495,7 @@ mod tests {
     fn watched(text: &[u8], cut: usize) -> (String, bool) {
         let mut out = Vec::new();
         let mut watched = Watched {
-            watch: WatchReceived::new(false),
+            watch: WatchReceived::new(true),
             inner: &mut out,
         };
         watched.write_all(&text[..cut]).unwrap();
