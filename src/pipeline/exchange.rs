@@ -125,8 +125,8 @@ struct Exchange<'x, 'a, 'c> {
     facts: CappedBuffer,
     /// A partial line of the facts.
     line: Vec<u8>,
-    decision: Option<Decision>,
-    decided_at: Option<Instant>,
+    /// What was decided, and when (the run's time counts from then).
+    decided: Option<(Decision, Instant)>,
     watch: WatchReceived,
     stdin: &'x StdinSlot,
     /// The channel's deadline: the prepare step's, then the run's from the decision on.
@@ -138,7 +138,7 @@ struct Exchange<'x, 'a, 'c> {
 
 impl Write for Exchange<'_, '_, '_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.decision.is_some() {
+        if self.decided.is_some() {
             return self.after_facts(buf).map(|()| buf.len());
         }
         let (facts, stdin) = (&mut self.facts, self.stdin);
@@ -164,8 +164,8 @@ impl Write for Exchange<'_, '_, '_> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self.decision {
-            Some(Decision::Run(..)) => self.watch.finish(&mut self.run.transcript),
+        match self.decided {
+            Some((Decision::Run(..), _)) => self.watch.finish(&mut self.run.transcript),
             Some(_) => Ok(()),
             None => self.facts.write_all(&std::mem::take(&mut self.line)),
         }
@@ -176,8 +176,8 @@ impl Exchange<'_, '_, '_> {
     /// Output after the facts: the run's, into the transcript. Once the node was told to
     /// stop it prints nothing more.
     fn after_facts(&mut self, buf: &[u8]) -> io::Result<()> {
-        match self.decision {
-            Some(Decision::Run(..)) => self.watch.pass(buf, &mut self.run.transcript),
+        match self.decided {
+            Some((Decision::Run(..), _)) => self.watch.pass(buf, &mut self.run.transcript),
             _ => Ok(()),
         }
     }
@@ -186,36 +186,27 @@ impl Exchange<'_, '_, '_> {
     fn decide(&mut self) {
         let now = Instant::now();
         self.run.add_time(Phase::Preparing, self.started);
-        self.decided_at = Some(now);
         let text = self.facts.text();
-        let decision = self
+        let (decision, answer) = self
             .run
-            .decide(&text, self.with_preflight, self.names, &self.times);
-        let answer: Box<dyn Read> = match decision {
-            Ok((decision @ Decision::Run(..), answer)) => {
-                let upload = match &decision {
-                    Decision::Run(_, _, Some(deferred)) => Some(deferred.sent().1),
-                    _ => None,
-                };
-                // keadm's deadline starts now, as it would in a channel of its own, with
-                // room for the upload; and only an upload has a line to wait for.
-                self.deadline
-                    .set(now + self.run.keadm_time(upload.unwrap_or(0)));
-                self.watch = WatchReceived::new(upload.is_some());
-                self.decision = Some(decision);
-                answer
-            }
-            Ok((decision, _)) => {
-                self.decision = Some(decision);
-                Box::new(Cursor::new(remote::answer("")))
-            }
-            Err(err) => {
-                self.decision = Some(Decision::Failed(err));
-                Box::new(Cursor::new(remote::answer("")))
-            }
-        };
+            .decide(&text, self.with_preflight, self.names, &self.times)
+            .unwrap_or_else(|err| (Decision::Failed(err), stop()));
+        if let Decision::Run(_, _, deferred) = &decision {
+            let upload = deferred.as_ref().map(|d| d.sent().1);
+            // keadm's deadline starts now, as it would in a channel of its own, with
+            // room for the upload; and only an upload has a line to wait for.
+            self.deadline
+                .set(now + self.run.keadm_time(upload.unwrap_or(0)));
+            self.watch = WatchReceived::new(upload.is_some());
+        }
+        self.decided = Some((decision, now));
         self.stdin.borrow_mut().close_with(answer);
     }
+}
+
+/// The answer that stops the node after its facts: nothing more runs there.
+fn stop() -> Box<dyn Read> {
+    Box::new(Cursor::new(remote::answer("")))
 }
 
 impl<'a> Run<'a, '_> {
@@ -252,8 +243,7 @@ impl<'a> Run<'a, '_> {
             names: &names,
             facts: CappedBuffer::new(STEP_OUTPUT_CAP),
             line: Vec::new(),
-            decision: None,
-            decided_at: None,
+            decided: None,
             watch: WatchReceived::new(false),
             stdin: &slot,
             deadline: &deadline,
@@ -264,16 +254,21 @@ impl<'a> Run<'a, '_> {
         let flushed = exchange.flush();
         let Exchange {
             facts,
-            decision,
-            decided_at,
+            decided,
             watch,
             ..
         } = exchange;
         flushed.map_err(transcript_error)?;
-        match decided_at {
-            Some(at) => self.add_time(Phase::Running, at),
-            None => self.add_time(Phase::Preparing, started),
-        }
+        let decision = match decided {
+            Some((decision, at)) => {
+                self.add_time(Phase::Running, at);
+                Some(decision)
+            }
+            None => {
+                self.add_time(Phase::Preparing, started);
+                None
+            }
+        };
         match decision {
             // The script ended before its facts were out: the upload dir cannot be used,
             // or the connection broke. Said as the prepare step says it.
@@ -311,10 +306,7 @@ impl<'a> Run<'a, '_> {
         let (facts, privilege) =
             self.learn_prepared(text, with_preflight, names, &RemoteExit::Code(0))?;
         let deferred = match self.carried(&facts)? {
-            Carried::OwnChannel => {
-                let nothing: Box<dyn Read> = Box::new(io::empty());
-                return Ok((Decision::Separate(facts, privilege), nothing));
-            }
+            Carried::OwnChannel => return Ok((Decision::Separate(facts, privilege), stop())),
             Carried::Nothing => None,
             Carried::Upload(deferred) => Some(deferred),
         };
