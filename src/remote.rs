@@ -216,7 +216,7 @@ pub fn prepare_script(dir: &str, files: &[&str], verify: bool) -> String {
 }
 
 /// The line the one-channel script prints once the node's facts are out; the control
-/// host answers it on the same channel's stdin (see [`AWAIT_ANSWER`]).
+/// host answers it on the same channel's stdin (see [`await_answer`]).
 pub const FACTS_END: &str = "KB_FACTS_END";
 
 /// The exit status of the one-channel script when its answer did not arrive whole: none
@@ -228,22 +228,25 @@ pub const ANSWER_CUT: i32 = 203;
 /// runs it in this same shell, so a node costs one exec channel. The shell's `read`
 /// takes a pipe one byte at a time, so whatever follows the answer on stdin (the upload)
 /// is left there for the answer's own receive script. An answer cut short runs not at
-/// all: a half script could move files it never received.
-pub const AWAIT_ANSWER: &str = concat!(
-    "echo KB_FACTS_END\n",
-    "IFS= read -r kb_n || exit 203\n",
-    "case $kb_n in ''|*[!0-9]*) exit 203 ;; esac\n",
-    "kb_answer=\n",
-    "while [ \"$kb_n\" -gt 0 ]; do\n",
-    "  IFS= read -r kb_l || exit 203\n",
-    "  kb_answer=\"$kb_answer$kb_l\n\"\n",
-    "  kb_n=$((kb_n - 1))\n",
-    "done\n",
-    "eval \"$kb_answer\"\n",
-);
+/// all (exit [`ANSWER_CUT`]): a half script could move files it never received.
+pub fn await_answer() -> String {
+    format!(
+        "echo {FACTS_END}\n\
+         IFS= read -r kb_n || exit {ANSWER_CUT}\n\
+         case $kb_n in ''|*[!0-9]*) exit {ANSWER_CUT} ;; esac\n\
+         kb_answer=\n\
+         while [ \"$kb_n\" -gt 0 ]; do\n\
+         \x20 IFS= read -r kb_l || exit {ANSWER_CUT}\n\
+         \x20 kb_answer=\"$kb_answer$kb_l\n\"\n\
+         \x20 kb_n=$((kb_n - 1))\n\
+         done\n\
+         eval \"$kb_answer\"\n"
+    )
+}
 
-/// Frames `script` as the answer [`AWAIT_ANSWER`] reads: its line count, then its lines.
-/// An empty script is the answer "stop here": the node's script ends with status 0.
+/// Frames `script` as the answer [`await_answer`]'s script reads: its line count, then
+/// its lines. An empty script is the answer "stop here": the node's script ends with
+/// status 0.
 pub fn answer(script: &str) -> String {
     let body = script.strip_suffix('\n').unwrap_or(script);
     if body.is_empty() {
@@ -663,7 +666,7 @@ mod tests {
     fn the_answer_runs_after_the_facts_and_leaves_the_upload_on_stdin() {
         let dir = tempfile::tempdir().unwrap();
         let d = shell_quote(dir.path().to_str().unwrap());
-        let script = format!("echo KB_ARCH x86_64\n{AWAIT_ANSWER}");
+        let script = format!("echo KB_ARCH x86_64\n{}", await_answer());
         let tail = format!("cd {d}\ncat > upload\necho \"got $(wc -c < upload) bytes\"\nexit 7");
         let mut input = answer(&tail).into_bytes();
         input.extend_from_slice(b"binary\nbytes");

@@ -2,7 +2,7 @@
 //! probe when that rides along) prints the node's facts and [`remote::FACTS_END`]; the
 //! control host decides from them what the node lacks and answers on the same channel's
 //! stdin with the rest of the script (receive the upload, move it into place, run keadm)
-//! and the upload behind it (see [`remote::AWAIT_ANSWER`]). A node then costs what
+//! and the upload behind it (see [`remote::await_answer`]). A node then costs what
 //! OpenSSH's one exec costs: no second channel open and exec request, which are two round
 //! trips on a long link.
 //!
@@ -229,7 +229,7 @@ impl<'a> Run<'a, '_> {
             .phase(node.index, &node.name, Phase::Preparing);
         let started = Instant::now();
         let (mut script, names) = self.prepare_script(with_preflight);
-        script.push_str(remote::AWAIT_ANSWER);
+        script.push_str(&remote::await_answer());
         if node.sudo {
             script = remote::with_sudo_probe(&script);
         }

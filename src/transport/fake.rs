@@ -108,7 +108,7 @@ pub(crate) struct Exec {
     /// Whether an abort check was set while it ran.
     pub abort_set: bool,
     /// Whether it ran in the channel of the exec before it: the answer of a one-channel
-    /// exchange (`remote::AWAIT_ANSWER`).
+    /// exchange (`remote::await_answer`).
     pub same_channel: bool,
 }
 
@@ -223,7 +223,7 @@ impl Connection for FakeConnection {
         if !command.contains(FACTS_END) {
             return self.play(command, stdin, output, false);
         }
-        // The one-channel exchange (`remote::AWAIT_ANSWER`), played as the node's shell
+        // The one-channel exchange (`remote::await_answer`), played as the node's shell
         // plays it: the first matching rule answers the script up to the facts; when that
         // exits 0 the node prints FACTS_END and reads the framed answer, which the rules
         // then answer as a command of its own, run in the same channel, with the rest of
