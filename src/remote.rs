@@ -112,7 +112,13 @@ impl NodeFacts {
 
     /// Whether the node can receive the binary's xz copy ([`receive_xz_script`]).
     pub fn can_unpack_xz(&self) -> bool {
-        self.has_tools(&["xz"]) && self.sha256_tool().is_some()
+        self.xz_hasher().is_some()
+    }
+
+    /// What the node checks the binary's xz copy with, when it can receive one: `xz` and
+    /// a working sha256 tool.
+    pub fn xz_hasher(&self) -> Option<Sha256Tool> {
+        self.sha256_tool().filter(|_| self.has_tools(&["xz"]))
     }
 
     /// The fastest working tool the node hashes with: OpenSSL's where it works (it uses

@@ -47,14 +47,14 @@ impl Deferred {
     /// What goes on the run's stdin: the local file and its size.
     pub(super) fn sent(&self) -> (&Path, u64) {
         match &self.upload.xz {
-            Some(xz) => (&xz.path, xz.size),
+            Some((xz, _)) => (&xz.path, xz.size),
             None => (&self.upload.local, self.upload.size),
         }
     }
 
     /// The xz copy it is sent as, if any.
     pub(super) fn xz(&self) -> Option<&XzCopy> {
-        self.upload.xz.as_ref()
+        self.upload.xz.as_ref().map(|(xz, _)| xz)
     }
 
     /// The script that receives it into `tmp` in `dir`, failing (exit 3 for the xz
@@ -62,13 +62,9 @@ impl Deferred {
     pub(super) fn receive_script(&self, dir: &str) -> String {
         let upload = &self.upload;
         match &upload.xz {
-            Some(_) => remote::receive_xz_script(
-                dir,
-                &self.tmp,
-                &upload.sha256,
-                upload.size,
-                upload.hasher,
-            ),
+            Some((_, hasher)) => {
+                remote::receive_xz_script(dir, &self.tmp, &upload.sha256, upload.size, *hasher)
+            }
             None => remote::receive_script(dir, &self.tmp, upload.mode, upload.size),
         }
     }
@@ -88,10 +84,9 @@ pub(super) struct Upload {
     pub(super) mode: u32,
     pub(super) size: u64,
     sha256: String,
-    /// The binary's xz copy to send instead, when the node can unpack it.
-    xz: Option<XzCopy>,
-    /// What the node checks the xz copy's binary with.
-    hasher: Sha256Tool,
+    /// The binary's xz copy to send instead, and what the node checks the binary in it
+    /// with, when the node can unpack it.
+    xz: Option<(XzCopy, Sha256Tool)>,
     /// The release tarball to send instead, when it is much smaller than the file.
     tarball: Option<TarballSource>,
     /// A gzip-compressed copy to send instead (image archives), when the node has gzip.
@@ -114,7 +109,6 @@ impl Upload {
             size,
             sha256,
             xz: None,
-            hasher: Sha256Tool::Sha256sum,
             tarball: None,
             gzipped: None,
         }
@@ -241,8 +235,7 @@ impl Run<'_, '_> {
                 mode: 0o755,
                 size: staged.binary_size,
                 sha256: staged.binary_sha256.clone(),
-                xz: staged.xz.clone().filter(|_| facts.can_unpack_xz()),
-                hasher: facts.sha256_tool().unwrap_or(Sha256Tool::Sha256sum),
+                xz: staged.xz.clone().zip(facts.xz_hasher()),
                 tarball: tarball_source(&staged).filter(|_| facts.can_unpack_tarball()),
                 gzipped: None,
             });
