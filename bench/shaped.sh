@@ -245,11 +245,9 @@ PY
 # connect included), OpenSSH's from each ssh's start to its end; medians over all nodes
 # of all reps.
 per_node_ours() {
-  python3 - "$work"/shaped/run-*/summary.json <<'PY'
+  python3 - "$work"/shaped/run-[0-9]*/summary.json <<'PY'
 import json, sys
 for path in sys.argv[1:]:
-    if path.endswith("run-check/summary.json") or path.endswith("run-warm/summary.json"):
-        continue
     for n in json.load(open(path))["nodes"]:
         s = n["steps"]
         print(n["finished_at"] - n["started_at"], *(s[k] or 0 for k in ("connect", "prepare", "upload", "run")))
