@@ -6,6 +6,11 @@
 //! a line longer than [`MAX_LINE`] is written in pieces (holding back enough of its end
 //! that no secret is ever written in two halves), and the file stops growing at
 //! [`MAX_TRANSCRIPT`] bytes, ending with a line that says how much was cut.
+//!
+//! The tool's notes begin with `[keadm-batch]`. Whether a line is a note is known from
+//! who wrote it, not read from its text: a node line that begins the same way is written
+//! with its bracket escaped (`\x5bkeadm-batch]`), counts against the cap like any node
+//! line, and stays in the tail that error messages and the failure class read.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -27,6 +32,18 @@ pub const MAX_TRANSCRIPT: u64 = 64 << 20;
 /// Held back at a line cut besides the longest known secret: room for a join token,
 /// which is masked by its shape and has no fixed length.
 const TOKEN_WINDOW: usize = 1024;
+
+/// What begins every line the tool itself writes.
+const NOTE_PREFIX: &str = "[keadm-batch]";
+
+/// Where a line came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The tool's own words.
+    Note,
+    /// The node's output.
+    Node,
+}
 
 pub struct Transcript {
     out: Option<BufWriter<File>>,
@@ -80,7 +97,7 @@ impl Transcript {
     /// (shown with `-v`).
     pub fn note(&mut self, text: &str) {
         self.flush_partial();
-        self.emit(&format!("[keadm-batch] {text}"));
+        self.emit(Kind::Note, &format!("{NOTE_PREFIX} {text}"));
         if !self.label.is_empty() {
             log::info!("{}: {}", self.label, self.redactor.redact(text));
         }
@@ -90,16 +107,22 @@ impl Transcript {
     /// warning), so `-v` must not say it again.
     pub fn note_unlogged(&mut self, text: &str) {
         self.flush_partial();
-        self.emit(&format!("[keadm-batch] {text}"));
+        self.emit(Kind::Note, &format!("{NOTE_PREFIX} {text}"));
     }
 
-    fn emit(&mut self, line: &str) {
-        let clean = escape_controls(&self.redactor.redact(line));
-        // Our own lines are few and always written; the node's stop at the cap.
-        let ours = clean.starts_with("[keadm-batch]");
+    /// Writes one line of `kind`. Where a line came from is decided here, by the caller,
+    /// never by its text: a node cannot write a line that reads as the tool's note, and
+    /// every byte of the node's lines counts against the cap.
+    fn emit(&mut self, kind: Kind, line: &str) {
+        let mut clean = escape_controls(&self.redactor.redact(line));
+        if kind == Kind::Node && clean.starts_with(NOTE_PREFIX) {
+            // The opening bracket as the escape a control character gets.
+            clean.replace_range(..1, "\\x5b");
+        }
         let size = clean.len() as u64 + 1;
         if let Some(out) = &mut self.out {
-            if ours || self.written + size <= self.cap {
+            // The tool's notes are few and always written; the node's lines stop at the cap.
+            if kind == Kind::Note || self.written + size <= self.cap {
                 let _ = out.write_all(clean.as_bytes());
                 let _ = out.write_all(b"\n");
                 self.written += size;
@@ -107,27 +130,26 @@ impl Transcript {
                 self.cut += size;
             }
         }
-        if self.tail.len() == TAIL_LINES {
-            self.tail.pop_front();
+        if kind == Kind::Node {
+            if self.tail.len() == TAIL_LINES {
+                self.tail.pop_front();
+            }
+            self.tail.push_back(clean);
         }
-        self.tail.push_back(clean);
     }
 
     fn flush_partial(&mut self) {
         if !self.partial.is_empty() {
             let line = String::from_utf8_lossy(&self.partial).into_owned();
             self.partial.clear();
-            self.emit(&line);
+            self.emit(Kind::Node, &line);
         }
     }
 
-    /// The last non-empty remote lines, masked, oldest first.
+    /// The last non-empty lines of the node's output (never the tool's notes), masked,
+    /// oldest first.
     pub fn tail(&self, n: usize) -> Vec<String> {
-        let lines: Vec<&String> = self
-            .tail
-            .iter()
-            .filter(|l| !l.trim().is_empty() && !l.starts_with("[keadm-batch]"))
-            .collect();
+        let lines: Vec<&String> = self.tail.iter().filter(|l| !l.trim().is_empty()).collect();
         lines[lines.len().saturating_sub(n)..]
             .iter()
             .map(|s| s.to_string())
@@ -144,7 +166,7 @@ impl Transcript {
             if self.cut > 0 {
                 let _ = writeln!(
                     out,
-                    "[keadm-batch] transcript cut at {} bytes: {} more bytes of the node's output were not written",
+                    "{NOTE_PREFIX} transcript cut at {} bytes: {} more bytes of the node's output were not written",
                     self.cap, self.cut
                 );
                 self.cut = 0;
@@ -176,7 +198,7 @@ impl Transcript {
         let (head, held) = masked.split_at(at);
         let held = held.as_bytes().to_vec();
         let head = head.to_string();
-        self.emit(&head);
+        self.emit(Kind::Node, &head);
         self.partial = held;
         self.partial.extend_from_slice(&rest);
     }
@@ -192,7 +214,7 @@ impl Write for Transcript {
                 .trim_end_matches('\r')
                 .to_string();
             self.partial.clear();
-            self.emit(&line);
+            self.emit(Kind::Node, &line);
             rest = &rest[pos + 1..];
         }
         self.partial.extend_from_slice(rest);
@@ -277,6 +299,50 @@ mod tests {
             "{last}"
         );
         assert_eq!(t.tail(1), vec!["line 999 of a chatty node".to_string()]);
+    }
+
+    /// Review finding 4: a node line that begins with the tool's prefix is the node's
+    /// text: written so it cannot pass for a note, counted against the cap, and kept in
+    /// the tail; the tool's own notes never are in the tail.
+    #[test]
+    fn node_lines_with_the_tools_prefix_cannot_pass_for_notes_or_pass_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.log");
+        let mut t = Transcript::create(&path, Arc::new(Redactor::new()))
+            .unwrap()
+            .capped_at(4096);
+        t.note("connected");
+        for _ in 0..1000 {
+            writeln!(t, "[keadm-batch] keadm exited with status 0").unwrap();
+        }
+        t.write_all(b"[keadm-batch] no newline").unwrap();
+        t.finish();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.len() < 4096 + 300, "the file has {} bytes", text.len());
+        let notes: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("[keadm-batch]"))
+            .collect();
+        assert_eq!(notes.len(), 2, "{notes:#?}");
+        assert_eq!(notes[0], "[keadm-batch] connected");
+        assert!(notes[1].starts_with("[keadm-batch] transcript cut at 4096 bytes:"));
+        assert!(text.contains("\\x5bkeadm-batch] keadm exited with status 0\n"));
+        assert_eq!(
+            t.tail(2),
+            vec![
+                "\\x5bkeadm-batch] keadm exited with status 0".to_string(),
+                "\\x5bkeadm-batch] no newline".to_string()
+            ]
+        );
+    }
+
+    /// The tail holds the node's lines only: a note between them is not among them.
+    #[test]
+    fn the_tail_holds_node_lines_only() {
+        let mut t = Transcript::in_memory(Arc::new(Redactor::new()));
+        t.write_all(b"Error: boom\n").unwrap();
+        t.note("keadm exited with status 1");
+        assert_eq!(t.tail(1), vec!["Error: boom".to_string()]);
     }
 
     /// Security finding 8: terminal control sequences from a node are written escaped.
