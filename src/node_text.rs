@@ -10,6 +10,11 @@ use std::io;
 /// How much of one step's output (prepare, pre-flight, a failed upload) is kept.
 pub const STEP_OUTPUT_CAP: usize = 1 << 20;
 
+/// The longest line kept back whole while the tool waits for a line of its own (the end
+/// of the facts, the upload's receipt): a node that sends more without a line break is
+/// refused, not buffered on.
+pub const MAX_PENDING_LINE: usize = 64 * 1024;
+
 /// Node text inside a message: at most this many characters.
 pub const MESSAGE_CHARS: usize = 300;
 
@@ -54,6 +59,57 @@ impl io::Write for CappedBuffer {
         Ok(())
     }
 }
+
+/// A line the tool waited for that the node never ended: it sent more than
+/// [`MAX_PENDING_LINE`] bytes without a line break. Carried inside an `io::Error` from
+/// the writer that noticed, so the transport can say so instead of "a write failed".
+#[derive(Debug)]
+pub struct EndlessLine {
+    /// Its start, as one short escaped line.
+    pub began: String,
+    /// The start of the whole line before it, if any, as one short escaped line.
+    pub after: Option<String>,
+    /// The line the tool waited for.
+    pub awaited: &'static str,
+}
+
+impl EndlessLine {
+    /// The error for `partial`, the unfinished line, sent after the line `last`.
+    pub fn error(partial: &[u8], last: &[u8], awaited: &'static str) -> io::Error {
+        let shown = |bytes: &[u8]| {
+            let head = &bytes[..bytes.len().min(ENDLESS_SHOWN)];
+            one_line(&String::from_utf8_lossy(head), 4 * ENDLESS_SHOWN)
+        };
+        io::Error::other(EndlessLine {
+            began: shown(partial),
+            after: (!last.is_empty()).then(|| shown(last)),
+            awaited,
+        })
+    }
+}
+
+/// How many bytes of the endless line, and of the line before it, the error shows.
+const ENDLESS_SHOWN: usize = 24;
+
+impl std::fmt::Display for EndlessLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "printed more than {} KiB without a line break",
+            MAX_PENDING_LINE >> 10
+        )?;
+        if let Some(after) = &self.after {
+            write!(f, " after the line \"{after}\"")?;
+        }
+        write!(
+            f,
+            " (it began \"{}...\") while keadm-batch waited for the line {}",
+            self.began, self.awaited
+        )
+    }
+}
+
+impl std::error::Error for EndlessLine {}
 
 /// Control characters as visible escapes (`\x1b`), so node text cannot move the cursor,
 /// retitle the terminal or hide lines; tabs stay.

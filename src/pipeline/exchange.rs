@@ -22,7 +22,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use super::privilege::password_of;
-use super::run::{Clocked, SendTimes, WatchReceived, transcript_error, until_line};
+use super::run::{Clocked, LineScan, SendTimes, WatchReceived, transcript_error};
 use super::upload::{Deferred, Upload, open_local};
 use super::{Run, StepError};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
@@ -124,7 +124,7 @@ struct Exchange<'x, 'a, 'c> {
     names: &'x [&'a str],
     facts: CappedBuffer,
     /// A partial line of the facts.
-    line: Vec<u8>,
+    line: LineScan,
     /// What was decided, and when (the run's time counts from then).
     decided: Option<(Decision, Instant)>,
     watch: WatchReceived,
@@ -143,7 +143,7 @@ impl Write for Exchange<'_, '_, '_> {
         }
         let (facts, stdin) = (&mut self.facts, self.stdin);
         let password = self.run.node.sudo.then(|| password_of(self.run.node));
-        if let Some(rest) = until_line(&mut self.line, buf, FACTS_END, |line| {
+        if let Some(rest) = self.line.until(buf, FACTS_END, |line| {
             // Sudo's probe chose `sudo -S`: the password lines go first, or, without a
             // password, the end of input, so sudo fails at once instead of waiting.
             if let Some(password) = password
@@ -167,7 +167,7 @@ impl Write for Exchange<'_, '_, '_> {
         match self.decided {
             Some((Decision::Run(..), _)) => self.watch.finish(&mut self.run.transcript),
             Some(_) => Ok(()),
-            None => self.facts.write_all(&std::mem::take(&mut self.line)),
+            None => self.facts.write_all(&self.line.take()),
         }
     }
 }
@@ -242,7 +242,7 @@ impl<'a> Run<'a, '_> {
             with_preflight,
             names: &names,
             facts: CappedBuffer::new(STEP_OUTPUT_CAP),
-            line: Vec::new(),
+            line: LineScan::default(),
             decided: None,
             watch: WatchReceived::new(false),
             stdin: &slot,

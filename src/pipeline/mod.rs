@@ -145,6 +145,8 @@ fn transport_class(err: &TransportError) -> Option<FailureClass> {
         | TransportError::HostKeyNotVerifiable { .. }
         | TransportError::KnownHosts { .. } => FailureClass::HostKey,
         TransportError::LocalRead { .. } => FailureClass::Upload,
+        // Neither the network nor the login: the node (or what runs on it) misbehaved.
+        TransportError::EndlessOutput { .. } => FailureClass::Unknown,
         // Refused, unresolvable, silent, a failed handshake, a lost connection, a step
         // past its deadline: the node could not be reached (or stopped answering).
         TransportError::Resolve { .. }

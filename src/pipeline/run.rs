@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::privilege::{exec_as, password_of};
 use super::upload::{Deferred, Move, Upload, finalize_line, open_local, upload_error};
 use super::{Run, StepError};
-use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP, one_line};
+use crate::node_text::{CappedBuffer, EndlessLine, MAX_PENDING_LINE, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
 use crate::remote::{self, Privilege};
 use crate::transport::{Connection, RemoteExit, TransportError};
@@ -39,7 +39,7 @@ pub(super) struct WatchReceived {
     waits: bool,
     /// When the line went by.
     seen_at: Option<Instant>,
-    line: Vec<u8>,
+    line: LineScan,
 }
 
 impl WatchReceived {
@@ -49,7 +49,7 @@ impl WatchReceived {
         WatchReceived {
             waits,
             seen_at: None,
-            line: Vec::new(),
+            line: LineScan::default(),
         }
     }
 
@@ -63,7 +63,10 @@ impl WatchReceived {
         if self.seen() {
             return inner.write_all(buf);
         }
-        match until_line(&mut self.line, buf, RECEIVED, |line| inner.write_all(line))? {
+        match self
+            .line
+            .until(buf, RECEIVED, |line| inner.write_all(line))?
+        {
             Some(rest) => {
                 self.seen_at = Some(Instant::now());
                 inner.write_all(rest)
@@ -74,32 +77,58 @@ impl WatchReceived {
 
     /// Passes on the partial line kept back, at the end of the output.
     pub(super) fn finish(&mut self, inner: &mut dyn Write) -> io::Result<()> {
-        inner.write_all(&std::mem::take(&mut self.line))?;
+        inner.write_all(&self.line.take())?;
         inner.flush()
     }
 }
 
-/// Scans `buf` for a line that is exactly `marker`, with `line` holding a partial line
-/// between calls: every whole line before it goes to `each`, and what follows the marker
-/// line is returned. `None` when `buf` ends before the marker (its partial line kept).
-pub(super) fn until_line<'b>(
-    line: &mut Vec<u8>,
-    buf: &'b [u8],
-    marker: &str,
-    mut each: impl FnMut(&[u8]) -> io::Result<()>,
-) -> io::Result<Option<&'b [u8]>> {
-    let mut rest = buf;
-    while let Some(at) = rest.iter().position(|&b| b == b'\n') {
-        line.extend_from_slice(&rest[..=at]);
-        rest = &rest[at + 1..];
-        let whole = std::mem::take(line);
-        if whole.strip_suffix(b"\n") == Some(marker.as_bytes()) {
-            return Ok(Some(rest));
+/// Scans a node's output for a line that is exactly one of the tool's markers, holding
+/// the unfinished line between writes. That line is bounded: a node that sends more than
+/// [`MAX_PENDING_LINE`] bytes without a line break is refused with an [`EndlessLine`]
+/// error, not buffered on.
+#[derive(Default)]
+pub(super) struct LineScan {
+    partial: Vec<u8>,
+    /// The start of the last whole line, for the error.
+    last: Vec<u8>,
+}
+
+impl LineScan {
+    /// Every whole line of `buf` before the `marker` line goes to `each`, and what
+    /// follows the marker line is returned. `None` when `buf` ends before the marker.
+    pub(super) fn until<'b>(
+        &mut self,
+        buf: &'b [u8],
+        marker: &'static str,
+        mut each: impl FnMut(&[u8]) -> io::Result<()>,
+    ) -> io::Result<Option<&'b [u8]>> {
+        let mut rest = buf;
+        loop {
+            let end = rest.iter().position(|&b| b == b'\n');
+            let taken = end.map_or(rest.len(), |at| at + 1);
+            if self.partial.len() + taken > MAX_PENDING_LINE + 1 {
+                // Only the unfinished line's start is kept for the error, never more.
+                return Err(EndlessLine::error(&self.partial, &self.last, marker));
+            }
+            self.partial.extend_from_slice(&rest[..taken]);
+            rest = &rest[taken..];
+            if end.is_none() {
+                return Ok(None);
+            }
+            let whole = std::mem::take(&mut self.partial);
+            if whole.strip_suffix(b"\n") == Some(marker.as_bytes()) {
+                return Ok(Some(rest));
+            }
+            each(&whole)?;
+            self.last.clear();
+            self.last.extend_from_slice(&whole[..whole.len().min(128)]);
         }
-        each(&whole)?;
     }
-    line.extend_from_slice(rest);
-    Ok(None)
+
+    /// The unfinished line, at the end of the output.
+    pub(super) fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.partial)
+    }
 }
 
 /// When the deferred upload left the control host: its first byte and its end read from
@@ -312,6 +341,11 @@ impl Run<'_, '_> {
         self.keadm_ended(conn, result, privilege).map(|()| None)
     }
 
+    /// The node's last line of output, as one short escaped line for the record.
+    fn last_words(&self) -> Option<String> {
+        self.transcript.tail(1).pop().map(|l| one_line(&l, 200))
+    }
+
     /// What the run's exit (or transport failure) means for the node.
     fn keadm_ended(
         &mut self,
@@ -346,10 +380,13 @@ impl Run<'_, '_> {
                     ending: Phase::Failed,
                     exit_status: code,
                     class: None,
-                    last_output: self.transcript.tail(1).pop().map(|l| one_line(&l, 200)),
+                    last_output: self.last_words(),
                 })
             }
             Err(TransportError::Timeout { .. }) => {
+                // What keadm printed last before its deadline, not what the node's logs
+                // read below add to the transcript.
+                let last_output = self.last_words();
                 let killed = self.kill(conn, privilege);
                 if node.keadm_args.is_join() {
                     self.edgecore_log(conn, privilege);
@@ -368,7 +405,7 @@ impl Run<'_, '_> {
                     ending: Phase::TimedOut,
                     exit_status: None,
                     class: None,
-                    last_output: None,
+                    last_output,
                 })
             }
             Err(TransportError::Aborted { .. }) => {
@@ -503,6 +540,27 @@ mod tests {
         watched.flush().unwrap();
         let seen = watched.watch.seen();
         (String::from_utf8(out).unwrap(), seen)
+    }
+
+    /// Review finding 2: a node that never ends its line while the receipt is awaited
+    /// is refused once the line passes its cap, with what it sent, not buffered on.
+    #[test]
+    fn an_endless_line_before_the_receipt_is_refused_at_its_cap() {
+        let mut out = Vec::new();
+        let mut watched = Watched {
+            watch: WatchReceived::new(true),
+            inner: &mut out,
+        };
+        watched.write_all(b"receiving\nKB_ARCH").unwrap();
+        let zeros = vec![0u8; 16 * 1024];
+        let err = (0..64)
+            .find_map(|_| watched.write_all(&zeros).err())
+            .expect("a line of 1 MiB was taken");
+        assert!(watched.watch.line.partial.len() <= MAX_PENDING_LINE);
+        let text = err.to_string();
+        assert!(text.contains("without a line break"), "{text}");
+        assert!(text.contains("KB_ARCH\\x00\\x00"), "{text}");
+        assert!(text.len() < 400, "{text}");
     }
 
     /// The marker is dropped and noted however the output is cut into writes, and the

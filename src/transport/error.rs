@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::Endpoint;
+use crate::node_text::EndlessLine;
 
 /// Why a transport operation failed. Messages are full sentences naming the node.
 #[derive(Debug, thiserror::Error)]
@@ -149,9 +150,29 @@ pub enum TransportError {
         endpoint: Endpoint,
         source: io::Error,
     },
+
+    /// The node sent output the tool refuses to hold (see [`EndlessLine`]); the command
+    /// was killed.
+    #[error(
+        "The node at {endpoint} {line}. keadm-batch stopped reading it and killed the command; a node that works prints its lines in full."
+    )]
+    EndlessOutput {
+        endpoint: Endpoint,
+        line: EndlessLine,
+    },
 }
 
 impl TransportError {
+    /// The error of a write of the node's output into `output`'s writer that failed:
+    /// the node's own fault when the writer refused an endless line, else ours.
+    pub fn output_write(endpoint: &Endpoint, source: io::Error) -> TransportError {
+        let endpoint = endpoint.clone();
+        match source.downcast::<EndlessLine>() {
+            Ok(line) => TransportError::EndlessOutput { endpoint, line },
+            Err(source) => TransportError::OutputWrite { endpoint, source },
+        }
+    }
+
     /// Whether a retry with backoff may succeed: the network or the node's sshd was not
     /// (yet) there. Authentication failures, host-key problems and command deadlines are
     /// final, because retrying them only repeats the same answer (or locks accounts).
@@ -195,7 +216,8 @@ impl TransportError {
             | TransportError::Aborted { endpoint }
             | TransportError::Session { endpoint, .. }
             | TransportError::LocalRead { endpoint, .. }
-            | TransportError::OutputWrite { endpoint, .. } => Some(endpoint),
+            | TransportError::OutputWrite { endpoint, .. }
+            | TransportError::EndlessOutput { endpoint, .. } => Some(endpoint),
         }
     }
 }

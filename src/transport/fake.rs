@@ -334,10 +334,7 @@ impl FakeConnection {
     fn write(&self, output: &mut dyn Write, bytes: &[u8]) -> Result<(), TransportError> {
         output
             .write_all(bytes)
-            .map_err(|source| TransportError::OutputWrite {
-                endpoint: self.endpoint.clone(),
-                source,
-            })
+            .map_err(|source| TransportError::output_write(&self.endpoint, source))
     }
 }
 
