@@ -9,6 +9,7 @@ mod cli;
 mod docs;
 mod faults;
 mod fuzz_regressions;
+mod hostile;
 mod keadm_e2e;
 mod kubeedge;
 mod operator;

@@ -6,6 +6,7 @@ pub mod edge_state;
 pub mod fake_keadm;
 pub mod fake_release;
 pub mod fleet;
+pub mod hostile;
 pub mod http_server;
 pub mod image_archive;
 pub mod registry;

@@ -21,6 +21,17 @@ use crate::transport::{AbortCheck, Connection, RemoteExit, TransportError, socke
 /// checked even if a wake-up were missed.
 const MAX_POLL: Duration = Duration::from_millis(250);
 
+/// The most output one turn of the exec loop reads before it checks the deadline and the
+/// abort again: a node that floods faster than we read cannot keep us in the read.
+const READ_PER_TURN: usize = 256 * 1024;
+
+/// The kill after a deadline or an abort: how long it may take, and how much of the kill
+/// command's output it reads (it prints nothing; a node that answers with a flood gets
+/// this much read and no more). Then closing the timed-out channel gets [`CLOSE_TIME`].
+const KILL_TIME: Duration = Duration::from_millis(1000);
+const KILL_OUTPUT_CAP: u64 = 64 * 1024;
+const CLOSE_TIME: Duration = Duration::from_millis(500);
+
 impl Connection for SshConnection {
     /// Runs `command` via exec. Streams `stdin` (if any) and then sends EOF, while
     /// streaming the merged stdout and stderr into `output` as it arrives.
@@ -63,6 +74,13 @@ impl Connection for SshConnection {
                 self.kill_remote(&mut channel);
                 self.abort = check;
                 return Err(TransportError::Aborted { endpoint });
+            }
+            // We stopped reading its output: the command must not run on unwatched.
+            Err(
+                e @ (TransportError::OutputWrite { .. } | TransportError::EndlessOutput { .. }),
+            ) => {
+                self.kill_remote(&mut channel);
+                return Err(e);
             }
             Err(e) => return Err(e),
         }
@@ -111,6 +129,9 @@ impl SshConnection {
         let mut eof_sent = false;
 
         loop {
+            // Every turn, whatever the node sends: a flood leaves no turn idle, so waiting
+            // for one to check would let it hold the deadline and Ctrl-C off.
+            self.check(deadline, started, what)?;
             let mut progress = self.drain(channel, &mut out_buf, output)?;
             if channel.eof() {
                 return Ok(());
@@ -182,27 +203,24 @@ impl SshConnection {
         }
     }
 
-    /// Reads whatever output is available now; true if any was.
+    /// Reads the output available now, at most [`READ_PER_TURN`] bytes; true if any was.
     fn drain(
         &self,
         channel: &mut Channel,
         buf: &mut [u8],
         output: &mut dyn Write,
     ) -> Result<bool, TransportError> {
-        let mut any = false;
-        loop {
+        let mut read = 0;
+        while read < READ_PER_TURN {
             match channel.read(buf) {
-                Ok(0) => return Ok(any),
+                Ok(0) => break,
                 Ok(n) => {
-                    any = true;
+                    read += n;
                     output
                         .write_all(&buf[..n])
-                        .map_err(|source| TransportError::OutputWrite {
-                            endpoint: self.endpoint.clone(),
-                            source,
-                        })?;
+                        .map_err(|source| TransportError::output_write(&self.endpoint, source))?;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(any),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     return Err(TransportError::Session {
                         endpoint: self.endpoint.clone(),
@@ -213,10 +231,12 @@ impl SshConnection {
                 }
             }
         }
+        Ok(read > 0)
     }
 
-    /// Best effort after a deadline: kill the command's process group on the node and
-    /// close the channel, each bounded by a short timeout so a dead peer cannot hold us.
+    /// Best effort after a deadline, an abort or output we refused: kill the command's
+    /// process group on the node and close the channel, within [`KILL_TIME`] and
+    /// [`CLOSE_TIME`] whatever the node does, so a dead or hostile peer cannot hold us.
     ///
     /// The RFC 4254 "signal" request would be the direct way, but ssh2 0.9 does not expose
     /// it (and libssh2 refuses a second request on an exec'd channel). Closing the channel
@@ -226,15 +246,22 @@ impl SshConnection {
     /// sequential, so that is exactly the timed-out one. Like the signal request, this
     /// runs as the login user: a command it cannot signal (one running under sudo as
     /// another user) survives.
+    ///
+    /// It runs in the same non-blocking loop as any command, so the abort (where one is
+    /// set) and its own deadline hold on every turn, and what the kill command prints is
+    /// read up to [`KILL_OUTPUT_CAP`] and dropped.
     fn kill_remote(&self, channel: &mut Channel) {
-        self.session.set_blocking(true);
-        self.session.set_timeout(2000);
-        let killed = (|| -> Result<(), ssh2::Error> {
-            let mut killer = self.session.channel_session()?;
-            killer.exec(KILL_SIBLINGS)?;
-            let mut sink = Vec::new();
-            let _ = killer.read_to_end(&mut sink);
-            killer.wait_close()
+        let what = "killing the command on the node";
+        let started = Instant::now();
+        let deadline = Cell::new(started + KILL_TIME);
+        let killed = (|| {
+            let mut killer = self.retry(&deadline, started, what, |s| s.channel_session())?;
+            self.retry(&deadline, started, what, |_| killer.exec(KILL_SIBLINGS))?;
+            let mut sink = Dropped::up_to(KILL_OUTPUT_CAP);
+            let pumped = self.pump(&mut killer, None, &deadline, started, &mut sink);
+            deadline.set(Instant::now() + CLOSE_TIME);
+            let _ = self.retry(&deadline, started, what, |_| killer.close());
+            pumped
         })();
         if let Err(e) = killed {
             log::debug!(
@@ -242,11 +269,9 @@ impl SshConnection {
                 self.endpoint
             );
         }
-        self.session.set_timeout(1000);
-        let _ = channel.close();
-        let _ = channel.wait_close();
-        self.session.set_timeout(0);
-        self.session.set_blocking(false);
+        deadline.set(Instant::now() + CLOSE_TIME);
+        let _ = self.retry(&deadline, started, what, |_| channel.close());
+        let _ = self.retry(&deadline, started, what, |_| channel.wait_close());
     }
 
     /// Calls `op` until it stops returning EAGAIN, waiting on the socket in between.
@@ -268,6 +293,24 @@ impl SshConnection {
         }
     }
 
+    /// `Err(Timeout)` past the deadline, `Err(Aborted)` once the operator's abort says so.
+    fn check(
+        &self,
+        deadline: &Cell<Instant>,
+        started: Instant,
+        what: &str,
+    ) -> Result<(), TransportError> {
+        if Instant::now() >= deadline.get() {
+            return Err(timeout(&self.endpoint, what, started));
+        }
+        if self.abort.as_ref().is_some_and(|check| check()) {
+            return Err(TransportError::Aborted {
+                endpoint: self.endpoint.clone(),
+            });
+        }
+        Ok(())
+    }
+
     /// Waits until the socket is ready in the direction libssh2 is blocked on, the next
     /// keepalive is due, or the deadline passes (then `Err(Timeout)`).
     fn wait(
@@ -276,17 +319,9 @@ impl SshConnection {
         started: Instant,
         what: &str,
     ) -> Result<(), TransportError> {
-        let deadline = deadline.get();
+        self.check(deadline, started, what)?;
         let now = Instant::now();
-        if now >= deadline {
-            return Err(timeout(&self.endpoint, what, started));
-        }
-        if self.abort.as_ref().is_some_and(|check| check()) {
-            return Err(TransportError::Aborted {
-                endpoint: self.endpoint.clone(),
-            });
-        }
-        let mut limit = (deadline - now).min(MAX_POLL);
+        let mut limit = deadline.get().saturating_duration_since(now).min(MAX_POLL);
         match self.session.keepalive_send() {
             Ok(secs) if secs > 0 => limit = limit.min(Duration::from_secs(secs.into())),
             Ok(_) => {}
@@ -300,6 +335,31 @@ impl SshConnection {
             message: format!("poll failed: {err}"),
             transient: false,
         })
+    }
+}
+
+/// A writer that drops what it is given, and fails once more than its cap has come.
+struct Dropped {
+    left: u64,
+}
+
+impl Dropped {
+    fn up_to(cap: u64) -> Dropped {
+        Dropped { left: cap }
+    }
+}
+
+impl Write for Dropped {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.left = self
+            .left
+            .checked_sub(buf.len() as u64)
+            .ok_or_else(|| io::Error::other("the kill command printed more than it ever does"))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
