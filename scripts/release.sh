@@ -142,10 +142,12 @@ runner() {
 
 # --- build -------------------------------------------------------------------------------
 
-# build ARCH: builds the binary and prints its path on fd 3, or fails having said why. musl first;
-# a glibc build against GLIBC_MAX's symbols through zig when the musl std is not to be had.
+# build ARCH: builds the binary and sets bin to its path, or returns 1 having said why. musl
+# first; a glibc build against GLIBC_MAX's symbols through zig when the musl std is not to be
+# had. It runs in the script's own shell (not in a $(...)), so a fail in it, such as wheels
+# that do not match their hashes, ends the script instead of skipping the arch.
 build() {
-    local arch=$1 musl gnu out
+    local arch=$1 musl gnu
     case $arch in
         amd64) musl=x86_64-unknown-linux-musl gnu=x86_64-unknown-linux-gnu ;;
         arm64) musl=aarch64-unknown-linux-musl gnu=aarch64-unknown-linux-gnu ;;
@@ -158,13 +160,13 @@ build() {
             say "building $arch: $musl with musl-gcc (musl-tools)"
             CC_x86_64_unknown_linux_musl=musl-gcc AR_x86_64_unknown_linux_musl=ar \
                 cargo build "${cargo_args[@]}" --target "$musl" || return 1
-            echo "$target/$musl/dist/keadm-batch" >&3
+            bin=$target/$musl/dist/keadm-batch
             return 0
         fi
         if have_zig; then
             say "building $arch: $musl with cargo-zigbuild"
             PATH=$zig_bin:$PATH cargo zigbuild "${cargo_args[@]}" --target "$musl" || return 1
-            echo "$target/$musl/dist/keadm-batch" >&3
+            bin=$target/$musl/dist/keadm-batch
             return 0
         fi
         say "no C compiler for $musl: neither musl-gcc (amd64 only) nor zig from PyPI"
@@ -175,7 +177,7 @@ build() {
         say "building $arch: $gnu.$GLIBC_MAX with cargo-zigbuild"
         PATH=$zig_bin:$PATH cargo zigbuild "${cargo_args[@]}" --target "$gnu.$GLIBC_MAX" ||
             return 1
-        echo "$target/$gnu/dist/keadm-batch" >&3
+        bin=$target/$gnu/dist/keadm-batch
         return 0
     fi
     say "no $gnu.$GLIBC_MAX build either: the rust target $gnu cannot be installed, or zig cannot"
@@ -508,7 +510,7 @@ mkdir -p "$dist" "$work"
 built=()
 declare -A bins
 for arch in $arches; do
-    if ! bin=$(build "$arch" 3>&1 1>&2); then
+    if ! build "$arch"; then
         skip "$arch: could not build (see the lines above)"
         continue
     fi
