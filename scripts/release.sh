@@ -29,10 +29,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
-# Pinned tools from PyPI for the arm64 cross build (zig is the C cross compiler and linker
-# for OpenSSL, libssh2, zlib and liblzma; cargo-zigbuild drives it).
-ZIGLANG_VERSION=0.17.1
-CARGO_ZIGBUILD_VERSION=0.24.1
+# Tools from PyPI for the arm64 cross build (zig is the C cross compiler and linker for
+# OpenSSL, libssh2, zlib and liblzma; cargo-zigbuild drives it), pinned by version and by
+# each wheel's sha256 in this file, the one place to change them.
+zig_requirements=scripts/release-requirements.txt
 # glibc fallback (a target whose musl std cannot be installed): symbols no newer than this.
 GLIBC_MAX=2.17
 
@@ -115,19 +115,38 @@ rust_target() {
 }
 
 # zig and cargo-zigbuild, in a venv of their own under target/, with their caches there too
-# (zig builds musl's C library for the target once).
+# (zig builds musl's C library for the target once). pip takes only wheels whose sha256 the
+# requirements file lists, and every requirement must have one, so neither a changed wheel
+# on PyPI or on the way nor an unpinned dependency gets into the build. A venv is reused
+# only if it was installed from the requirements file as it is now (a copy is kept in it):
+# one from before the hashes, or from other pins, is made again.
 zig_bin=$tools/zig/bin
+zig_pins=$(sed -n 's/^\([A-Za-z0-9_.-]*==[^ ]*\).*/\1/p' "$zig_requirements" | xargs)
 export ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$tools/zig-cache}
 export CARGO_ZIGBUILD_CACHE_DIR=${CARGO_ZIGBUILD_CACHE_DIR:-$tools/zigbuild-cache}
 have_zig() {
-    if ! "$zig_bin/cargo-zigbuild" --version 2>/dev/null | grep -q " $CARGO_ZIGBUILD_VERSION\$" ||
-        ! "$zig_bin/python" -m ziglang version >/dev/null 2>&1; then
-        say "installing ziglang $ZIGLANG_VERSION and cargo-zigbuild $CARGO_ZIGBUILD_VERSION (PyPI)"
-        rm -rf "$tools/zig"
-        python3 -m venv "$tools/zig" &&
-            "$zig_bin/pip" install --quiet --disable-pip-version-check \
-                "ziglang==$ZIGLANG_VERSION" "cargo-zigbuild==$CARGO_ZIGBUILD_VERSION" || return 1
+    local log=$tools/zig-pip.log
+    if cmp -s "$zig_requirements" "$tools/zig/release-requirements.txt" &&
+        "$zig_bin/cargo-zigbuild" --version >/dev/null 2>&1 &&
+        "$zig_bin/python" -m ziglang version >/dev/null 2>&1; then
+        return 0
     fi
+    say "installing $zig_pins from PyPI (hash-pinned in $zig_requirements)"
+    rm -rf "$tools/zig"
+    mkdir -p "$tools"
+    python3 -m venv "$tools/zig" || return 1
+    # No --no-deps: pip then also refuses a dependency that the file does not pin by hash.
+    if ! "$zig_bin/pip" install --disable-pip-version-check --require-hashes \
+        --only-binary=:all: -r "$zig_requirements" >"$log" 2>&1; then
+        rm -rf "$tools/zig"
+        if grep -qi 'do not match the hashes' "$log"; then
+            fail "pip refused the wheels it was served for $zig_pins, because their sha256 is not the one in $zig_requirements (pip's report: $log). Nothing was installed. If that file's hashes were changed on purpose, check them against wheels you downloaded and hashed yourself; otherwise the wheels were altered on the way or on the index, and the release must not be built with them."
+        fi
+        sed 's/^/    /' "$log" >&2
+        say "pip could not install $zig_requirements (its output is above)"
+        return 1
+    fi
+    cp "$zig_requirements" "$tools/zig/release-requirements.txt"
 }
 
 # runner ARCH: how to run that arch's binaries here ("" natively), or fails.
