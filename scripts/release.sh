@@ -431,34 +431,102 @@ check_packages() {
 
 # --- image -------------------------------------------------------------------------------
 
+# The image's Debian packages, of the image's arch, come from Debian's mirror through a
+# private apt state per arch under target/ (the host's sources and keys, its own lists), so
+# the host's apt configuration and lists stay as they are.
+declare -A debs
+# fetch_debs ARCH PACKAGE...: sets debs[PACKAGE] to the path of the .deb of the version apt's
+# index names now, whose sha256 is the one that index gives for it. apt checked the index
+# against the archive's signed Release file, so a .deb altered in the cache, on the mirror
+# or on the way is not used: a cached one that does not match (or any other file of the
+# package beside it) is removed and fetched again, and a fetched one that does not match
+# fails the script. Returns 1, having said why, when the mirror cannot be had.
+fetch_debs() {
+    local arch=$1 dir="$tools/apt-$1" pkg line name hash file log
+    shift
+    local apt=(apt-get -qq -o "APT::Architecture=$arch" -o "APT::Architectures::=$arch"
+        -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache" -o Debug::NoLocking=1)
+    mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/deb"
+    log=$dir/apt.log
+    # Every run, so the hashes are those of what the mirror has now; where it cannot be
+    # reached, the lists of an earlier run still hold signed hashes for the cached files.
+    LC_ALL=C "${apt[@]}" update >"$dir/update.log" 2>&1 ||
+        say "apt-get update for $arch failed ($dir/update.log); using the $arch package lists of an earlier run, if any"
+    for pkg in "$@"; do
+        # One line for the version apt would fetch: 'URI' FILE SIZE SHA256:HEX.
+        if ! line=$(LC_ALL=C "${apt[@]}" download --print-uris "$pkg:$arch" 2>"$log") ||
+            [ "$(wc -l <<<"$line")" != 1 ] || [ -z "$line" ]; then
+            say "apt's $arch index has no $pkg ($log): the Debian mirror cannot be reached, or the host's apt sources do not hold it"
+            return 1
+        fi
+        read -r _ name _ hash <<<"$line"
+        case $hash in
+            SHA256:*) hash=${hash#SHA256:} ;;
+            *) fail "apt gives '$hash' as the hash of $pkg:$arch ($name), and the release checks the .deb against a SHA256. Use apt sources whose index has SHA256 fields (Debian's do)." ;;
+        esac
+        # Anything else of the package here goes: other versions, copies, apt's .FAILED.
+        for file in "$dir/deb/${pkg}"_*; do
+            if [ -e "$file" ] && [ "$file" != "$dir/deb/$name" ]; then rm -f "$file"; fi
+        done
+        if [ -e "$dir/deb/$name" ] && [ "$(sha256sum "$dir/deb/$name" | cut -d' ' -f1)" != "$hash" ]; then
+            say "the cached $name is not the one apt's $arch index names (its sha256 differs); fetching it again"
+            rm -f "$dir/deb/$name"
+        fi
+        if [ ! -e "$dir/deb/$name" ]; then
+            if ! (cd "$dir/deb" && LC_ALL=C "${apt[@]}" download "$pkg:$arch") >"$log" 2>&1; then
+                if grep -qi 'hash sum mismatch' "$log"; then
+                    rm -f "$dir/deb/$name" "$dir/deb/$name.FAILED"
+                    fail "The $name that the Debian mirror served does not have the SHA256 that apt's $arch index gives for it ($log). Do not build the image with it: retry later or with another mirror in the host's apt sources, and find out who altered it."
+                fi
+                say "cannot download $pkg:$arch from the Debian mirror ($log)"
+                return 1
+            fi
+            [ -e "$dir/deb/$name" ] ||
+                fail "apt-get download $pkg:$arch wrote no $name into $dir/deb. Check what it wrote there and in $log."
+            if [ "$(sha256sum "$dir/deb/$name" | cut -d' ' -f1)" != "$hash" ]; then
+                rm -f "$dir/deb/$name"
+                fail "The $name that the Debian mirror served does not have the SHA256 that apt's $arch index gives for it ($hash), so it was removed. Do not build the image with it: retry later or with another mirror in the host's apt sources, and find out who altered it."
+            fi
+        fi
+        debs[$pkg]=$dir/deb/$name
+    done
+}
+
 # image_tree ARCH BINARY: the arch's root file system for the Containerfile.
 image_tree() {
-    local arch=$1 root="$work/image/$1" lists="$tools/apt-$1" deb applet run
-    rm -rf "$root"
+    local arch=$1 root="$work/image/$1" ca="$work/$1/ca-certificates" applet run crt count
+    fetch_debs "$arch" busybox-static ca-certificates || return 1
+    rm -rf "$root" "$ca"
     mkdir -p "$root/usr/local/bin" "$root/bin" "$root/etc/ssl/certs" "$root/tmp" \
-        "$root/usr/share/doc/keadm-batch" "$root/usr/share/doc/busybox-static" "$lists"
+        "$root/usr/share/doc/keadm-batch" "$root/usr/share/doc/busybox-static" \
+        "$root/usr/share/doc/ca-certificates" "$ca"
     install -m 0755 "$2" "$root/usr/local/bin/keadm-batch"
     install -m 0644 LICENSE README.md "$work/$arch/THIRD-PARTY-LICENSES.txt" \
         "$root/usr/share/doc/keadm-batch/"
     chmod 1777 "$root/tmp"
-    install -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
-    # busybox-static of the image's arch, from Debian's mirror, through a private apt state
-    # so the host's apt configuration stays as it is.
-    local apt=(apt-get -qq -o "APT::Architecture=$arch" -o "APT::Architectures::=$arch"
-        -o "Dir::State::Lists=$lists/lists" -o "Dir::Cache=$lists/cache" -o Debug::NoLocking=1)
-    mkdir -p "$lists/lists/partial" "$lists/cache/archives/partial" "$lists/deb"
-    if ! ls "$lists/deb"/busybox-static_*.deb >/dev/null 2>&1; then
-        "${apt[@]}" update >/dev/null 2>&1 &&
-            (cd "$lists/deb" && "${apt[@]}" download "busybox-static:$arch" >/dev/null 2>&1) ||
-            return 1
-    fi
-    deb=$(ls "$lists/deb"/busybox-static_*.deb | head -n1)
-    dpkg-deb --fsys-tarfile "$deb" | tar -xO ./bin/busybox >"$root/bin/busybox"
-    dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/busybox-static/copyright \
+    dpkg-deb --fsys-tarfile "${debs[busybox-static]}" | tar -xO ./bin/busybox >"$root/bin/busybox"
+    dpkg-deb --fsys-tarfile "${debs[busybox-static]}" | tar -xO ./usr/share/doc/busybox-static/copyright \
         >"$root/usr/share/doc/busybox-static/copyright"
     chmod 0755 "$root/bin/busybox"
+    # The CA bundle is Mozilla's roots as Debian's ca-certificates packages them, put
+    # together as update-ca-certificates does (each file in turn, a newline added where one
+    # lacks it), in byte order so every host writes the same file. It is never the build
+    # host's /etc/ssl, where a CA added on that host would ship in the image.
+    dpkg-deb --fsys-tarfile "${debs[ca-certificates]}" |
+        tar -x -C "$ca" ./usr/share/ca-certificates/mozilla ./usr/share/doc/ca-certificates/copyright
+    while IFS= read -r -d '' crt; do
+        cat "$crt"
+        [ -z "$(tail -c1 "$crt")" ] || echo
+    done < <(find "$ca/usr/share/ca-certificates/mozilla" -name '*.crt' -print0 | LC_ALL=C sort -z) \
+        >"$root/etc/ssl/certs/ca-certificates.crt"
+    chmod 0644 "$root/etc/ssl/certs/ca-certificates.crt"
+    count=$(grep -c -- '-----BEGIN CERTIFICATE-----' "$root/etc/ssl/certs/ca-certificates.crt" || true)
+    [ "$count" -gt 0 ] ||
+        fail "${debs[ca-certificates]} holds no certificate under usr/share/ca-certificates/mozilla, so the image would have no CA bundle. Check that package's layout and change image_tree to match."
+    install -m 0644 "$ca/usr/share/doc/ca-certificates/copyright" "$root/usr/share/doc/ca-certificates/"
+    say "  image linux/$arch: busybox-static $(dpkg-deb -f "${debs[busybox-static]}" Version), ca-certificates $(dpkg-deb -f "${debs[ca-certificates]}" Version) ($count certificates)"
     # Every applet as a link in /bin, so the Jobs' `sh -c` finds mkdir, cat, ls...
-    run=$(runner "$arch") || return 1
+    run=$(runner "$arch") || { say "cannot run $arch binaries here to list busybox's applets: no qemu-user-static"; return 1; }
     for applet in $($run "$root/bin/busybox" --list); do
         [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
     done
@@ -557,7 +625,7 @@ if command -v buildah >/dev/null || apt_install buildah; then
         elif image_tree "$arch" "${bins[$arch]}"; then
             image_arches+=("$arch")
         else
-            skip "the $arch image: cannot fetch busybox-static:$arch from the Debian mirror"
+            skip "the $arch image: its busybox-static and ca-certificates, or qemu to list busybox's applets, cannot be had (see the lines above)"
         fi
     done
     if [ "${#image_arches[@]}" -gt 0 ]; then
