@@ -7,8 +7,18 @@
 #   keadm-batch_<version>_<arch>.deb            the same, installed under /usr
 #   keadm-batch-<version>-1.<rpm arch>.rpm
 # and keadm-batch-<version>-image.oci.tar, one OCI image for both arches (FROM scratch: the
-# binary, busybox-static as /bin/sh, CA certificates; see Containerfile). Every artifact
-# gets KubeEdge's checksum file, checksum_<artifact>.txt: the bare sha512 hex digest.
+# binary, busybox-static as /bin/sh, Mozilla's CA certificates from Debian's
+# ca-certificates; see Containerfile). Every artifact gets KubeEdge's checksum file,
+# checksum_<artifact>.txt: the bare sha512 hex digest.
+#
+# What the release takes from outside is pinned by hash, so that a file changed on a
+# registry, a mirror, the way or in a cache cannot get in (docs/decisions.md): zig and
+# cargo-zigbuild are installed with pip --require-hashes from
+# scripts/release-requirements.txt, and the image's busybox-static and ca-certificates
+# .debs must have the SHA256 that apt's signed index gives for the version it names (a
+# cached one that does not is fetched again; a fetched one that does not fails the
+# script). The image's CA bundle is made from that ca-certificates package, never copied
+# from the build host, where a CA added locally would otherwise ship.
 #
 # The binaries are static (musl; OpenSSL and zlib built in through the `vendored` feature,
 # libssh2 and liblzma always) and stripped. The checks, which fail the script: no dynamic dependency beyond
