@@ -131,6 +131,8 @@ rust_target() {
 # only if it was installed from the requirements file as it is now (a copy is kept in it):
 # one from before the hashes, or from other pins, is made again.
 zig_bin=$tools/zig/bin
+[ -s "$zig_requirements" ] ||
+    fail "$zig_requirements is missing or empty, and the arm64 build installs zig and cargo-zigbuild only by the hashes in it. Restore it with git checkout -- $zig_requirements."
 zig_pins=$(sed -n 's/^\([A-Za-z0-9_.-]*==[^ ]*\).*/\1/p' "$zig_requirements" | xargs)
 export ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$tools/zig-cache}
 export CARGO_ZIGBUILD_CACHE_DIR=${CARGO_ZIGBUILD_CACHE_DIR:-$tools/zigbuild-cache}
