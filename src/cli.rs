@@ -10,7 +10,7 @@ use crate::config::HostKeyPolicy;
 use crate::diagnosis::FailureClass;
 use crate::options::{
     BundleOptions, Command, GenConfigOptions, MergeOptions, OutputFormat, PreflightMode,
-    RegistryMirror, RunOptions, Shard, Verbosity,
+    RegistryMirror, RelayMode, RunOptions, Shard, Verbosity,
 };
 
 #[derive(Parser, Debug)]
@@ -122,6 +122,17 @@ struct BatchArgs {
         help_heading = "Policy"
     )]
     preflight: PreflightArg,
+
+    /// Nodes of one site (`site:`, else one proxyJump host) fetch keadm from a node of the
+    /// site that has it, over the site's own network, verified by sha256: auto, or off
+    /// (every node gets it from this machine).
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "auto",
+        help_heading = "Policy"
+    )]
+    relay: RelayArg,
 
     /// Connect, run only the read-only pre-flight probes, print a table of findings.
     #[arg(long, conflicts_with = "dry_run", help_heading = "Policy")]
@@ -269,6 +280,12 @@ enum PreflightArg {
     Off,
     Warn,
     Strict,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum RelayArg {
+    Off,
+    Auto,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -623,6 +640,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             PreflightArg::Off => PreflightMode::Off,
             PreflightArg::Warn => PreflightMode::Warn,
             PreflightArg::Strict => PreflightMode::Strict,
+        },
+        relay: match batch.relay {
+            RelayArg::Off => RelayMode::Off,
+            RelayArg::Auto => RelayMode::Auto,
         },
         preflight_only: batch.preflight_only,
         reset_first: batch.reset_first,

@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::config::{AuthSpec, PackageMode, SshSpec};
+use crate::options::RelayMode;
 use crate::plan::{KeadmSource, NodePlan, Plan, StagingPlan, display_address};
 use crate::stage::{StageError, Stager, is_plain_http};
 
@@ -79,11 +80,56 @@ pub fn render(plan: &Plan) -> String {
             );
         }
     }
+    render_sites(&mut out, plan);
     for node in &plan.nodes {
         out.push('\n');
         render_node(&mut out, node);
     }
     out
+}
+
+/// The sites, their seed order and what is relayed among their nodes.
+fn render_sites(out: &mut String, plan: &Plan) {
+    let sites = crate::plan::sites(&plan.nodes);
+    let relay = match plan.relay {
+        RelayMode::Off => "off: every node gets keadm from this machine",
+        RelayMode::Auto if sites.is_empty() => {
+            "auto, but no site has two or more selected nodes (set `site:`)"
+        }
+        RelayMode::Auto => {
+            "auto: in each site the first node to need keadm gets it from this machine, the others from a node of the site that has it (copyFrom files and image archives always come from this machine)"
+        }
+    };
+    let _ = writeln!(out, "  relay:       {relay}");
+    const SHOWN: usize = 5;
+    for (site, members) in sites {
+        let relayed = members
+            .iter()
+            .filter(|&&i| plan.nodes[i].keadm == KeadmSource::Staged)
+            .count();
+        let order: Vec<&str> = members
+            .iter()
+            .take(SHOWN)
+            .map(|&i| plan.nodes[i].name.as_str())
+            .collect();
+        let more = members.len().saturating_sub(SHOWN);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        let what = if plan.relay == RelayMode::Auto && relayed > 1 {
+            format!("keadm relayed among {relayed} nodes")
+        } else {
+            "nothing relayed".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "  site {site}: {} nodes, seed order {}{more}; {what}",
+            members.len(),
+            order.join(", ")
+        );
+    }
 }
 
 /// How packages are verified: pins first, then checksum files, and what is accepted.

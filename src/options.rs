@@ -90,6 +90,16 @@ pub enum PreflightMode {
     Strict,
 }
 
+/// Whether nodes of one site fetch payloads from each other (`--relay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RelayMode {
+    /// Every node gets every payload from the control host.
+    Off,
+    /// Nodes of a site with two or more nodes fetch from a node of the site that has it.
+    #[default]
+    Auto,
+}
+
 /// A shard `index` of `count` (1-based index), from `--shard I/N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {
@@ -135,6 +145,7 @@ pub struct RunOptions {
     /// The largest download and unpacked package, in bytes; `None` is the default.
     pub max_package_bytes: Option<u64>,
     pub preflight: PreflightMode,
+    pub relay: RelayMode,
     pub preflight_only: bool,
     pub reset_first: bool,
     pub verify_remote: bool,

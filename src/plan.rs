@@ -14,7 +14,7 @@ use crate::config::{
     Config, CopyFile, HostKeyPolicy, NodeSpec, PackageMode, PinnedDigest, SshSpec,
 };
 use crate::keadm_cmd::KeadmCommand;
-use crate::options::{RunOptions, Shard};
+use crate::options::{RelayMode, RunOptions, Shard};
 use crate::redact::Redactor;
 use crate::shell::shell_quote;
 use crate::stage::{ImageSources, PackageSource, Pin, StageSettings};
@@ -86,6 +86,53 @@ pub struct NodePlan {
     pub retries: u32,
     /// Masks this node's secrets (and `--token` values) in everything written about it.
     pub redactor: Arc<Redactor>,
+    /// The site the node belongs to, if any.
+    pub site: Option<Site>,
+}
+
+/// Nodes that share a network and one uplink: `site:` in the config, else the nodes
+/// behind one proxyJump host. Nodes of a site can fetch payloads from each other.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Site {
+    /// `site:` in the config.
+    Named(String),
+    /// No `site:`, but a proxyJump host (`host:port`): the nodes behind one bastion.
+    Behind(String),
+}
+
+impl std::fmt::Display for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Site::Named(name) => f.write_str(name),
+            Site::Behind(jump) => write!(f, "behind {jump}"),
+        }
+    }
+}
+
+impl Site {
+    /// The node's site: its `site:`, else its proxyJump host.
+    fn of(node: &NodeSpec) -> Option<Site> {
+        if let Some(name) = &node.site {
+            return Some(Site::Named(name.clone()));
+        }
+        let jump = node.ssh.proxy_jump.as_ref()?;
+        Some(Site::Behind(display_address(&jump.host, jump.port)))
+    }
+}
+
+/// The sites of `nodes` that have two or more nodes, in the order of their first node,
+/// each with its nodes' positions in `nodes` in config order (the order they seed in).
+pub fn sites(nodes: &[NodePlan]) -> Vec<(&Site, Vec<usize>)> {
+    let mut sites: Vec<(&Site, Vec<usize>)> = Vec::new();
+    for (position, node) in nodes.iter().enumerate() {
+        let Some(site) = &node.site else { continue };
+        match sites.iter_mut().find(|(s, _)| *s == site) {
+            Some((_, members)) => members.push(position),
+            None => sites.push((site, vec![position])),
+        }
+    }
+    sites.retain(|(_, members)| members.len() > 1);
+    sites
 }
 
 impl NodePlan {
@@ -117,6 +164,8 @@ pub struct Plan {
     /// Where the offline image archives come from, when some selected node joins:
     /// `keadm.offlineImages`, else in offline mode the offline directory's layout.
     pub offline_images: Option<ImageSources>,
+    /// `--relay`.
+    pub relay: RelayMode,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -239,6 +288,7 @@ pub fn build(
         shard: options.shard,
         staging,
         offline_images,
+        relay: options.relay,
     })
 }
 
@@ -328,6 +378,7 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         },
         retries: node.retries.unwrap_or(DEFAULT_RETRIES),
         redactor: Arc::new(redactor),
+        site: Site::of(node),
     }
 }
 
@@ -420,6 +471,7 @@ impl NodePlan {
             },
             retries: 0,
             redactor: Arc::new(Redactor::new()),
+            site: None,
         }
     }
 }

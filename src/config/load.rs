@@ -19,6 +19,7 @@ const TOP_KEYS: &[&str] = &[
     "retries",
     "connectTimeoutSeconds",
     "hostKeyPolicy",
+    "site",
 ];
 const KEADM_KEYS: &[&str] = &[
     "download",
@@ -39,6 +40,7 @@ const NODE_KEYS: &[&str] = &[
     "remoteDir",
     "timeoutSeconds",
     "retries",
+    "site",
 ];
 const SSH_KEYS: &[&str] = &[
     "ip",
@@ -285,6 +287,7 @@ impl Reader<'_> {
         config.retries = self.int(&top, "retries");
         config.connect_timeout_seconds = self.int(&top, "connectTimeoutSeconds");
         config.host_key_policy = self.string(&top, "hostKeyPolicy");
+        config.site = self.string(&top, "site");
         config
     }
 
@@ -460,6 +463,7 @@ impl Reader<'_> {
         raw.remote_dir = self.string(&fields, "remoteDir");
         raw.timeout_seconds = self.int(&fields, "timeoutSeconds");
         raw.retries = self.int(&fields, "retries");
+        raw.site = self.string(&fields, "site");
         if let Some(ssh) = fields.get("ssh") {
             raw.ssh = self.ssh(ssh, &join(&path, "ssh"), SSH_KEYS);
         }

@@ -115,6 +115,9 @@ pub struct NodeSpec {
     pub remote_dir: Option<String>,
     pub timeout_seconds: Option<u64>,
     pub retries: Option<u32>,
+    /// `site`, the node's own or the top-level one: the nodes that share a network and an
+    /// uplink (see docs/config.md, "Sites").
+    pub site: Option<String>,
     pub ssh: SshSpec,
 }
 

@@ -42,6 +42,8 @@ pub struct RawConfig {
     pub retries: Option<Spanned<i64>>,
     pub connect_timeout_seconds: Option<Spanned<i64>>,
     pub host_key_policy: Option<Spanned<String>>,
+    /// The site of nodes that set none (extension).
+    pub site: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -79,6 +81,8 @@ pub struct RawNode {
     pub remote_dir: Option<Spanned<String>>,
     pub timeout_seconds: Option<Spanned<i64>>,
     pub retries: Option<Spanned<i64>>,
+    /// The site the node belongs to (extension).
+    pub site: Option<Spanned<String>>,
     pub ssh: Option<RawSsh>,
 }
 

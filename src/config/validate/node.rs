@@ -22,6 +22,7 @@ pub(super) struct Defaults {
     pub(super) retries: Option<u32>,
     pub(super) remote_dir: Option<String>,
     pub(super) keadm_bin_dir: Option<String>,
+    pub(super) site: Option<String>,
 }
 
 impl Defaults {
@@ -38,6 +39,7 @@ impl Defaults {
             retries: v.retries(&raw.retries, None),
             remote_dir: v.remote_dir(&raw.remote_dir, None),
             keadm_bin_dir: non_empty(&raw.keadm.keadm_bin_dir).map(|s| s.value.clone()),
+            site: v.site(&raw.site, None),
         }
     }
 }
@@ -108,6 +110,7 @@ fn node_spec<'r>(
         .seconds(&node.timeout_seconds, "timeoutSeconds", subj())
         .or(defaults.timeout_seconds);
     let retries = v.retries(&node.retries, subj()).or(defaults.retries);
+    let site = v.site(&node.site, subj()).or_else(|| defaults.site.clone());
     let remote_dir = v
         .remote_dir(&node.remote_dir, subj())
         .or_else(|| defaults.remote_dir.clone());
@@ -167,6 +170,7 @@ fn node_spec<'r>(
         remote_dir,
         timeout_seconds,
         retries,
+        site,
         ssh,
     })
 }

@@ -140,6 +140,31 @@ impl Validator<'_> {
         policy
     }
 
+    /// `site`: a short name of letters, digits, `.`, `_` and `-` (it names the site in
+    /// the console, the summary and `--dry-run`).
+    pub(super) fn site(
+        &mut self,
+        field: &Option<Spanned<String>>,
+        subject: Option<String>,
+    ) -> Option<String> {
+        let value = non_empty(field)?;
+        let name = &value.value;
+        let fits = name.len() <= 63
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !fits {
+            self.error(
+                Some(value.pos),
+                subject,
+                format!("site `{name}` is not a site name"),
+                "name the site with at most 63 letters, digits, `.`, `_` and `-`, such as store-0042",
+            );
+            return None;
+        }
+        Some(name.clone())
+    }
+
     pub(super) fn remote_dir(
         &mut self,
         field: &Option<Spanned<String>>,
