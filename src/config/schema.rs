@@ -90,9 +90,12 @@ impl RawNode {
     /// The node's name for messages: `edge-a` or `#3` when unnamed.
     pub fn label(&self) -> String {
         match &self.node_name {
-            Some(name) if !name.value.is_empty() => {
-                format!("node {} \"{}\"", self.index + 1, name.value)
-            }
+            // Escaped: the label goes onto the console with every problem of the node.
+            Some(name) if !name.value.is_empty() => format!(
+                "node {} \"{}\"",
+                self.index + 1,
+                crate::node_text::escape_controls(&name.value)
+            ),
             _ => format!("node {}", self.index + 1),
         }
     }

@@ -12,6 +12,7 @@ use crate::config::model::{CopyFile, HostKeyPolicy, NodeSpec};
 use crate::config::schema::{RawConfig, RawNode, Spanned, non_empty};
 use crate::config::template::{self, Lookup};
 use crate::keadm_cmd::KeadmCommand;
+use crate::node_text::escape_controls;
 use crate::redact::Secret;
 
 /// The run-wide values a node inherits when it does not set its own.
@@ -175,40 +176,80 @@ fn node_spec<'r>(
     })
 }
 
-/// `nodeName`: present and unique, since results are keyed by it.
+/// What is wrong with a node name by the rules every name must pass. Results, transcripts
+/// and keadm's one-line-per-node log are keyed by the name, and it is printed as it is, so
+/// it must be there and hold no line break or terminal escape. `batch merge` holds the
+/// names it reads from shard runs to the same rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NameProblem {
+    Empty,
+    ControlCharacters,
+}
+
+impl NameProblem {
+    /// The problem with `name`, if it has one.
+    pub(crate) fn of(name: &str) -> Option<NameProblem> {
+        if name.is_empty() {
+            Some(NameProblem::Empty)
+        } else if name.chars().any(char::is_control) {
+            Some(NameProblem::ControlCharacters)
+        } else {
+            None
+        }
+    }
+
+    /// What is wrong with `name`, to follow the field it came from: `is empty`, or the
+    /// name (escaped, so the message itself stays one harmless line) and what it holds.
+    pub(crate) fn describe(self, name: &str) -> String {
+        match self {
+            NameProblem::Empty => "is empty".to_string(),
+            NameProblem::ControlCharacters => format!(
+                "`{}` contains control characters (a line break or a terminal escape), which would forge lines in batch_process_log.txt and on the console",
+                escape_controls(name)
+            ),
+        }
+    }
+}
+
+/// `nodeName`: present, printable and unique, since results are keyed by it.
 fn node_name<'r>(
     v: &mut Validator,
     node: &'r RawNode,
     subject: &str,
     claimed: &mut Claimed<'r>,
 ) -> Option<String> {
-    match &node.node_name {
-        Some(n) if !n.value.is_empty() => {
-            if let Some(first) = claimed.node_names.insert(&n.value, node.index) {
-                v.error(
-                    Some(n.pos),
-                    Some(subject.to_string()),
-                    format!(
-                        "nodeName `{}` is already used by node {}",
-                        n.value,
-                        first + 1
-                    ),
-                    "give every node a unique nodeName: results are keyed by it",
-                );
-                return None;
+    let value = node.node_name.as_ref().map_or("", |n| n.value.as_str());
+    if let Some(problem) = NameProblem::of(value) {
+        let fix = match problem {
+            NameProblem::Empty => {
+                "give the node a unique nodeName: results and transcripts are keyed by it"
             }
-            Some(n.value.clone())
-        }
-        other => {
-            v.error(
-                other.as_ref().map(|n| n.pos).or(Some(node.pos)),
-                Some(subject.to_string()),
-                "nodeName is empty",
-                "give the node a unique nodeName: results and transcripts are keyed by it",
-            );
-            None
-        }
+            NameProblem::ControlCharacters => "write the name without them",
+        };
+        v.error(
+            node.node_name.as_ref().map(|n| n.pos).or(Some(node.pos)),
+            Some(subject.to_string()),
+            format!("nodeName {}", problem.describe(value)),
+            fix,
+        );
+        return None;
     }
+    // Not empty, so present.
+    let n = node.node_name.as_ref()?;
+    if let Some(first) = claimed.node_names.insert(&n.value, node.index) {
+        v.error(
+            Some(n.pos),
+            Some(subject.to_string()),
+            format!(
+                "nodeName `{}` is already used by node {}",
+                n.value,
+                first + 1
+            ),
+            "give every node a unique nodeName: results are keyed by it",
+        );
+        return None;
+    }
+    Some(n.value.clone())
 }
 
 /// `keadmCmd`, rendered: the shell text and the secrets `{{env}}` read into it.
@@ -362,6 +403,22 @@ mod tests {
                 "; point copyFrom at an existing directory of files to upload, or remove it."
             ),
             "{all}"
+        );
+    }
+
+    /// A nodeName goes into batch_process_log.txt lines and onto the console as it is, so
+    /// a line break or a terminal escape in it would forge a line or rewrite the screen.
+    #[test]
+    fn a_node_name_with_control_characters_is_refused_and_shown_escaped() {
+        let text = GOOD.replace(
+            "- nodeName: a\n",
+            "- nodeName: \"a\\nSuccessfully processed node b\\e]0;x\\a\"\n",
+        );
+        let (config, diags) = check(&text);
+        assert!(config.is_none());
+        assert_eq!(
+            rendered(&diags),
+            "c.yaml:7:13: node 1 \"a\\x0aSuccessfully processed node b\\x1b]0;x\\x07\": nodeName `a\\x0aSuccessfully processed node b\\x1b]0;x\\x07` contains control characters (a line break or a terminal escape), which would forge lines in batch_process_log.txt and on the console; write the name without them."
         );
     }
 
