@@ -129,7 +129,7 @@ fn load_config(path: &std::path::Path) -> Result<config::Loaded, Error> {
 /// `batch merge DIR...`: the shards' results as one. Exits like a run would: 1 when some
 /// node did not succeed.
 fn run_merge(options: &MergeOptions) -> Result<(), Error> {
-    let merged = report::merge::merge(&options.dirs).map_err(UsageError::from)?;
+    let merged = report::merge::merge(&options.dirs, None).map_err(UsageError::from)?;
     if let Some(into) = &options.into {
         report::files::create_dir_all(into)
             .and_then(|()| merged.summary.write(&into.join(report::run_dir::SUMMARY)))

@@ -262,6 +262,21 @@ mod tests {
                 2,
             ),
             (
+                UsageError::from(MergeError::Invalid(Box::new(
+                    crate::report::merge::InvalidInput {
+                        path: "s1/summary.json".into(),
+                        line: 38,
+                        column: 15,
+                        field: "nodes[1].phase".into(),
+                        problem: crate::report::merge::Problem::Unfinished(
+                            crate::outcome::Phase::Running,
+                        ),
+                    },
+                )))
+                .into(),
+                2,
+            ),
+            (
                 GenConfigError::Exists {
                     path: "config.yaml".into(),
                 }

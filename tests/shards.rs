@@ -3,6 +3,9 @@
 
 use std::collections::BTreeSet;
 
+use keadm_batch::outcome::{NodeOutcome, Phase};
+use keadm_batch::report::summary::{SUMMARY_VERSION, Summary, Totals};
+
 use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fleet::Fleet;
 use crate::common::scenario::{Scenario, remote_keadm};
@@ -148,4 +151,107 @@ fn four_shards_merge_into_exactly_one_run() {
         stderr.contains("appears in two run directories") && stderr.contains("whole"),
         "{stderr}"
     );
+}
+
+/// The node name an outside review forged into a shard's summary: a made-up success line
+/// for the merged batch_process_log.txt and a terminal escape for the console.
+const FORGED: &str = "edge-7\nSuccessfully processed node edge-99\u{1b}]0;pwned\u{7}";
+
+/// A node that succeeded at `address`, as a shard run records it.
+fn succeeded(index: usize, name: &str, address: &str) -> NodeOutcome {
+    let mut node = NodeOutcome::not_run(index, name, address, Phase::Succeeded, "");
+    node.error = None;
+    node
+}
+
+/// A shard run's summary.json with `nodes`.
+fn summary_json(run_id: &str, nodes: Vec<NodeOutcome>) -> String {
+    serde_json::to_string_pretty(&Summary {
+        version: SUMMARY_VERSION,
+        tool: "keadm-batch".into(),
+        run_id: run_id.into(),
+        config: "config.yaml".into(),
+        started_at: 1.0,
+        finished_at: 2.0,
+        interrupted: false,
+        totals: Totals::of(&nodes),
+        packages: Vec::new(),
+        nodes,
+        merged_from: Vec::new(),
+    })
+    .unwrap()
+}
+
+/// A refused merge printed nothing on stdout and wrote nothing: no merged directory, and
+/// no terminal escape reached the console.
+fn refused_without_a_trace(out: &Output) {
+    out.status(2);
+    assert_eq!(out.stdout, "", "a refused merge prints no result");
+    assert!(!out.path("merged").exists(), "a refused merge wrote files");
+    assert!(
+        !out.stderr.contains(['\u{1b}', '\u{7}']),
+        "{:?}",
+        out.stderr
+    );
+}
+
+/// Whoever can write one shard's results (a shared volume) must not be able to forge
+/// results for nodes that never ran: the forged name is refused, naming file and field.
+#[test]
+fn a_forged_name_in_a_shard_summary_is_refused_and_nothing_is_written() {
+    let forged = summary_json(
+        "s2",
+        vec![
+            succeeded(1, "edge-1", "10.0.0.2:22"),
+            succeeded(7, FORGED, "10.0.0.8:22"),
+        ],
+    );
+    let line = forged.lines().position(|l| l.contains("\"edge-7")).unwrap() + 1;
+    let column = forged
+        .lines()
+        .nth(line - 1)
+        .unwrap()
+        .find("\"edge-7")
+        .unwrap()
+        + 1;
+    let out = Test::new()
+        .file(
+            "shard1/summary.json",
+            &summary_json("s1", vec![succeeded(0, "edge-0", "10.0.0.1:22")]),
+        )
+        .file("shard2/summary.json", &forged)
+        .args(["batch", "merge", "shard1", "shard2", "--into", "merged"])
+        .run();
+    refused_without_a_trace(&out);
+    out.stderr_has(&format!(
+        "keadm-batch: error: shard2/summary.json:{line}:{column}: nodes[1].name `edge-7\\x0aSuccessfully processed node edge-99\\x1b]0;pwned\\x07` contains control characters"
+    ));
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+}
+
+/// The journal a crashed shard left is read line by line: a forged line is refused with
+/// its line number, and only a torn last line (what a crash leaves) is skipped.
+#[test]
+fn a_forged_journal_line_is_refused_with_its_line_number() {
+    let line = |node: &NodeOutcome| serde_json::to_string(node).unwrap() + "\n";
+    let forged = line(&succeeded(3, FORGED, "10.0.0.4:22"));
+    let column = forged.find("\"edge-7").unwrap() + 1;
+    let journal = line(&succeeded(0, "edge-0", "10.0.0.1:22")) + &forged + "{\"index\":4,\"na";
+    let out = Test::new()
+        .file("shard1/journal.jsonl", &journal)
+        .args(["batch", "merge", "shard1", "--into", "merged"])
+        .run();
+    refused_without_a_trace(&out);
+    out.stderr_has(&format!(
+        "keadm-batch: error: shard1/journal.jsonl:2:{column}: name `edge-7\\x0aSuccessfully"
+    ));
+
+    let phase = line(&succeeded(0, "edge-0", "10.0.0.1:22")).replace("succeeded", "succeded");
+    let out = Test::new()
+        .file("shard1/journal.jsonl", &phase)
+        .args(["batch", "merge", "shard1", "--into", "merged"])
+        .run();
+    refused_without_a_trace(&out);
+    out.stderr_has("shard1/journal.jsonl:1:")
+        .stderr_has(": phase cannot be read: unknown variant `succeded`");
 }

@@ -21,7 +21,9 @@ use super::model::{Config, DEFAULT_MAX_RUN_NUM};
 use super::schema::{RawConfig, Spanned, non_empty};
 // Where callers have always found them.
 pub use super::environment::{Environment, ProcessEnvironment};
+// `batch merge` holds the names shard runs recorded to the config's own rule.
 use node::Defaults;
+pub use node::NameProblem;
 use validator::Validator;
 
 /// Validates `raw`; problems go to `diags`. `None` when the config is empty or has errors.

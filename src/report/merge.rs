@@ -6,15 +6,26 @@
 //! across the inputs: a node in two directories means the inputs overlap (the same shard
 //! twice, or shards of different splits), and merging them would count it twice, so
 //! that is an error naming the node and both directories.
+//!
+//! The inputs are not trusted: whoever can write one shard's results (a shared volume)
+//! could otherwise forge lines in the merged log and results for nodes that never ran.
+//! So every input is checked before anything is merged, and a file that fails is refused
+//! with its place: node names by the config's own rule ([`NameProblem`]), phases final,
+//! every value of its type; with `-c`, every node one of the config's, at its address.
+//! Text that passes reaches the log, the console and the merged summary escaped, as a
+//! run's own does.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::outcome::NodeOutcome;
+use crate::config::validate::NameProblem;
+use crate::node_text::escape_controls;
+use crate::outcome::{NodeOutcome, Phase};
 
-use super::run_dir::{JOURNAL, SUMMARY, read_journal};
+use super::json_path::{self, JsonPath};
+use super::run_dir::{JOURNAL, SUMMARY, journal_lines};
 use super::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};
 
 /// Why the inputs cannot be merged.
@@ -44,6 +55,10 @@ pub enum MergeError {
         #[source]
         source: io::Error,
     },
+    /// A value in a shard's summary.json or journal.jsonl that a merge must not take.
+    /// Boxed: it carries the place and the values, and errors travel by value.
+    #[error(transparent)]
+    Invalid(Box<InvalidInput>),
     #[error(
         "Node {node} appears in two run directories, {first} and {second}. Each node must come from exactly one shard run, so give each shard's run directory once."
     )]
@@ -54,6 +69,97 @@ pub enum MergeError {
     },
     #[error("The run directory {dir} is given twice. Give each shard's run directory once.")]
     SameDir { dir: String },
+}
+
+/// A value in a shard's file that a merge must not take, and where it is.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{}:{line}:{column}: {field} {problem}. {} Nothing was merged or written.",
+    path.display(),
+    problem.explanation()
+)]
+pub struct InvalidInput {
+    pub path: PathBuf,
+    /// 1-based; for a journal, its line.
+    pub line: usize,
+    /// 1-based, in bytes.
+    pub column: usize,
+    /// `nodes[3].name` in a summary, `name` in a journal line.
+    pub field: String,
+    pub problem: Problem,
+}
+
+/// What is wrong with a value in a shard's file; it follows the field in a message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Problem {
+    /// Not JSON, a value of the wrong type, an unknown phase, a missing field: serde's
+    /// words, escaped.
+    Unreadable(String),
+    /// A node name the config would refuse.
+    Name(NameProblem, String),
+    /// A phase a node has only while it runs.
+    Unfinished(Phase),
+    /// With `-c`: a node the config does not list.
+    NotInConfig { name: String, config: PathBuf },
+    /// With `-c`: the config gives the node another address.
+    OtherAddress {
+        found: String,
+        name: String,
+        expected: String,
+        config: PathBuf,
+    },
+}
+
+impl Problem {
+    /// What the problem means, and what to do: sentences for after it.
+    fn explanation(&self) -> &'static str {
+        match self {
+            Problem::Unreadable(_) | Problem::Name(..) | Problem::Unfinished(_) => {
+                "A keadm-batch run never writes that, so the file was changed or damaged after its run. Merge run directories as their shard runs left them, or run that shard again."
+            }
+            Problem::NotInConfig { .. } | Problem::OtherAddress { .. } => {
+                "The shard ran with another config, or its results were changed. Give the config the shards ran with, or leave that shard's run directory out."
+            }
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Unreadable(why) => write!(f, "cannot be read: {why}"),
+            Problem::Name(problem, name) => f.write_str(&problem.describe(name)),
+            Problem::Unfinished(phase) => write!(
+                f,
+                "is {}, but a run records a node only once it has finished (succeeded, failed, timed_out, skipped or interrupted)",
+                phase.as_str()
+            ),
+            Problem::NotInConfig { name, config } => {
+                write!(f, "is {name}, which is not a node of {}", config.display())
+            }
+            Problem::OtherAddress {
+                found,
+                name,
+                expected,
+                config,
+            } => write!(
+                f,
+                "is {}, but {} gives node {name} the address {expected}",
+                escape_controls(found),
+                config.display()
+            ),
+        }
+    }
+}
+
+/// The nodes of the config given with `batch merge -c`: every merged node must be one
+/// of them, at the address the config gives it.
+#[derive(Debug, Clone)]
+pub struct ConfigNodes {
+    /// The config file, as given on the command line.
+    pub path: PathBuf,
+    /// Each node's name and its address as a run records it (`host:port`).
+    pub addresses: HashMap<String, String>,
 }
 
 /// The merged result: a summary in the usual format plus where each input came from.
@@ -76,8 +182,9 @@ impl Merged {
     }
 }
 
-/// Reads every run directory and merges them.
-pub fn merge(dirs: &[PathBuf]) -> Result<Merged, MergeError> {
+/// Reads and checks every run directory, then merges them. Nothing is written here, so a
+/// refused input leaves no trace.
+pub fn merge(dirs: &[PathBuf], config: Option<&ConfigNodes>) -> Result<Merged, MergeError> {
     let mut seen_dirs: Vec<PathBuf> = Vec::new();
     let mut inputs: Vec<(PathBuf, Summary)> = Vec::new();
     let mut journal_only = Vec::new();
@@ -92,7 +199,7 @@ pub fn merge(dirs: &[PathBuf]) -> Result<Merged, MergeError> {
             });
         }
         seen_dirs.push(canonical);
-        let (summary, from_journal) = read_run(dir)?;
+        let (summary, from_journal) = read_run(dir, config)?;
         if from_journal {
             journal_only.push(dir.clone());
         }
@@ -105,15 +212,13 @@ pub fn merge(dirs: &[PathBuf]) -> Result<Merged, MergeError> {
     })
 }
 
-/// A run directory's summary, or one rebuilt from its journal (then `true`).
-fn read_run(dir: &Path) -> Result<(Summary, bool), MergeError> {
-    let unreadable = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| MergeError::Unreadable { path, source }
-    };
+/// A run directory's summary, or one rebuilt from its journal (then `true`); checked,
+/// its text escaped.
+fn read_run(dir: &Path, config: Option<&ConfigNodes>) -> Result<(Summary, bool), MergeError> {
     let summary_path = dir.join(SUMMARY);
     if summary_path.exists() {
-        let summary = Summary::read(&summary_path).map_err(unreadable(&summary_path))?;
+        let mut summary = read_summary(&summary_path, config)?;
+        escape_summary(&mut summary);
         return Ok((summary, false));
     }
     let journal_path = dir.join(JOURNAL);
@@ -122,7 +227,8 @@ fn read_run(dir: &Path) -> Result<(Summary, bool), MergeError> {
             dir: dir.to_path_buf(),
         });
     }
-    let nodes = read_journal(&journal_path).map_err(unreadable(&journal_path))?;
+    let mut nodes = read_journal(&journal_path, config)?;
+    nodes.iter_mut().for_each(escape_node);
     let started_at = nodes
         .iter()
         .map(|n| n.started_at)
@@ -132,10 +238,11 @@ fn read_run(dir: &Path) -> Result<(Summary, bool), MergeError> {
         Summary {
             version: SUMMARY_VERSION,
             tool: String::new(),
-            run_id: dir
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
+            run_id: escape_controls(
+                &dir.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ),
             config: String::new(),
             started_at: if started_at.is_finite() {
                 started_at
@@ -152,6 +259,172 @@ fn read_run(dir: &Path) -> Result<(Summary, bool), MergeError> {
         },
         true,
     ))
+}
+
+fn read_text(path: &Path) -> Result<String, MergeError> {
+    std::fs::read_to_string(path).map_err(|source| MergeError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// A shard's summary.json, every value of its type and every node checked.
+fn read_summary(path: &Path, config: Option<&ConfigNodes>) -> Result<Summary, MergeError> {
+    let text = read_text(path)?;
+    let part = Part {
+        path,
+        text: &text,
+        lines_before: 0,
+        whole: "the summary",
+    };
+    let summary: Summary = serde_json::from_str(&text).map_err(|err| part.unreadable(&err))?;
+    for (i, node) in summary.nodes.iter().enumerate() {
+        check_node(node, config).map_err(|(field, problem)| {
+            part.refuse(JsonPath::root().key("nodes").index(i).key(field), problem)
+        })?;
+    }
+    Ok(summary)
+}
+
+/// A crashed shard's journal.jsonl, every line read and checked (only a torn last line,
+/// what the crash left, is skipped).
+fn read_journal(path: &Path, config: Option<&ConfigNodes>) -> Result<Vec<NodeOutcome>, MergeError> {
+    let text = read_text(path)?;
+    let mut nodes = Vec::new();
+    for line in journal_lines(&text) {
+        let part = Part {
+            path,
+            text: line.text,
+            lines_before: line.number - 1,
+            whole: "the line",
+        };
+        let node = line.outcome.map_err(|err| part.unreadable(&err))?;
+        check_node(&node, config)
+            .map_err(|(field, problem)| part.refuse(JsonPath::root().key(field), problem))?;
+        nodes.push(node);
+    }
+    Ok(nodes)
+}
+
+/// What of a shard's file is read as one JSON value: the whole summary.json, or one line
+/// of journal.jsonl. Its errors say where in the file they are.
+struct Part<'a> {
+    path: &'a Path,
+    text: &'a str,
+    /// How many lines of the file come before `text`.
+    lines_before: usize,
+    /// What the value as a whole is called in messages.
+    whole: &'static str,
+}
+
+impl Part<'_> {
+    /// serde's error about the part: at serde's place, in the field around it.
+    fn unreadable(&self, err: &serde_json::Error) -> MergeError {
+        let offset = json_path::offset_of(self.text, err.line(), err.column());
+        // serde's words without its place, which the message gives in front.
+        let words = err.to_string();
+        let words = words
+            .strip_suffix(&format!(" at line {} column {}", err.line(), err.column()))
+            .unwrap_or(&words);
+        self.error(
+            offset,
+            JsonPath::at_offset(self.text, offset),
+            Problem::Unreadable(escape_controls(words)),
+        )
+    }
+
+    /// `problem` in the value at `field`, placed where that value starts.
+    fn refuse(&self, field: JsonPath, problem: Problem) -> MergeError {
+        let offset = field.offset_in(self.text).unwrap_or(0);
+        self.error(offset, field, problem)
+    }
+
+    fn error(&self, offset: usize, field: JsonPath, problem: Problem) -> MergeError {
+        let (line, column) = json_path::line_column(self.text, offset);
+        MergeError::Invalid(Box::new(InvalidInput {
+            path: self.path.to_path_buf(),
+            line: self.lines_before + line,
+            column,
+            field: if field.is_root() {
+                self.whole.to_string()
+            } else {
+                field.to_string()
+            },
+            problem,
+        }))
+    }
+}
+
+/// What is wrong with an outcome a shard recorded, as the field (in the outcome) and the
+/// problem: its name by the config's rule, its phase final, and with `-c` its name and
+/// address the config's.
+fn check_node(
+    node: &NodeOutcome,
+    config: Option<&ConfigNodes>,
+) -> Result<(), (&'static str, Problem)> {
+    if let Some(problem) = NameProblem::of(&node.name) {
+        return Err(("name", Problem::Name(problem, node.name.clone())));
+    }
+    if !node.phase.is_final() {
+        return Err(("phase", Problem::Unfinished(node.phase)));
+    }
+    let Some(config) = config else {
+        return Ok(());
+    };
+    let Some(expected) = config.addresses.get(&node.name) else {
+        return Err((
+            "name",
+            Problem::NotInConfig {
+                name: node.name.clone(),
+                config: config.path.clone(),
+            },
+        ));
+    };
+    // A run always records the address; an empty one says nothing to compare.
+    if !node.address.is_empty() && node.address != *expected {
+        return Err((
+            "address",
+            Problem::OtherAddress {
+                found: node.address.clone(),
+                name: node.name.clone(),
+                expected: expected.clone(),
+                config: config.path.clone(),
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Control characters escaped in place; a run wrote its text escaped already, so text
+/// from an untouched shard is unchanged.
+fn escape(text: &mut String) {
+    *text = escape_controls(text);
+}
+
+/// Every text of a shard's summary as a run would have written it: escaped.
+fn escape_summary(summary: &mut Summary) {
+    escape(&mut summary.tool);
+    escape(&mut summary.run_id);
+    escape(&mut summary.config);
+    for package in &mut summary.packages {
+        escape(&mut package.version);
+        escape(&mut package.tarball_sha512);
+    }
+    summary.nodes.iter_mut().for_each(escape_node);
+}
+
+/// Every text of a node's outcome escaped; its name was checked instead.
+fn escape_node(node: &mut NodeOutcome) {
+    escape(&mut node.address);
+    for text in [&mut node.error, &mut node.last_output, &mut node.transcript]
+        .into_iter()
+        .flatten()
+    {
+        escape(text);
+    }
+    for finding in &mut node.preflight {
+        escape(&mut finding.detail);
+    }
 }
 
 /// Combines summaries; pure, for tests.
@@ -327,6 +600,208 @@ mod tests {
         );
     }
 
+    /// The name an outside review forged into a shard's summary: a second, made-up
+    /// success line for the log and a terminal escape for the console.
+    const FORGED: &str = "edge-7\nSuccessfully processed node edge-99\u{1b}]0;pwned\u{7}";
+
+    /// A run directory under `base` holding `file` with `text`.
+    fn shard(base: &Path, name: &str, file: &str, text: &str) -> PathBuf {
+        let dir = base.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(file), text).unwrap();
+        dir
+    }
+
+    fn pretty(summary: &Summary) -> String {
+        serde_json::to_string_pretty(summary).unwrap()
+    }
+
+    /// The 1-based line of `text` that holds `needle`.
+    fn line_of(text: &str, needle: &str) -> usize {
+        text.lines().position(|l| l.contains(needle)).unwrap() + 1
+    }
+
+    fn journal_line(node: &NodeOutcome) -> String {
+        serde_json::to_string(node).unwrap() + "\n"
+    }
+
+    #[test]
+    fn a_forged_name_in_a_summary_is_refused_naming_the_file_field_and_line() {
+        let base = tempfile::tempdir().unwrap();
+        let text = pretty(&summary(
+            "a",
+            &[(0, "n0", Phase::Succeeded), (1, FORGED, Phase::Succeeded)],
+        ));
+        let dir = shard(base.path(), "s1", SUMMARY, &text);
+        let err = merge(std::slice::from_ref(&dir), None)
+            .unwrap_err()
+            .to_string();
+        let line = line_of(&text, "\"name\": \"edge-7");
+        let column = text
+            .lines()
+            .nth(line - 1)
+            .unwrap()
+            .find("\"edge-7")
+            .unwrap()
+            + 1;
+        assert!(
+            err.starts_with(&format!(
+                "{}:{line}:{column}: nodes[1].name `edge-7\\x0aSuccessfully processed node edge-99\\x1b]0;pwned\\x07` contains control characters (a line break or a terminal escape), which would forge lines in batch_process_log.txt and on the console.",
+                dir.join(SUMMARY).display()
+            )),
+            "{err}"
+        );
+        assert!(!err.contains(['\n', '\u{1b}', '\u{7}']), "{err:?}");
+        let empty = pretty(&summary("a", &[(0, "", Phase::Failed)]));
+        let dir = shard(base.path(), "s2", SUMMARY, &empty);
+        let err = merge(&[dir], None).unwrap_err().to_string();
+        assert!(err.contains(": nodes[0].name is empty."), "{err}");
+    }
+
+    #[test]
+    fn a_journal_line_with_an_unknown_phase_is_refused_naming_its_line_and_field() {
+        let base = tempfile::tempdir().unwrap();
+        let good = |i: usize| NodeOutcome::not_run(i, &format!("n{i}"), "a:22", Phase::Failed, "x");
+        let forged =
+            journal_line(&good(1)).replace("\"phase\":\"failed\"", "\"phase\":\"succeded\"");
+        let text = journal_line(&good(0)) + &forged + &journal_line(&good(2));
+        let dir = shard(base.path(), "s1", JOURNAL, &text);
+        let err = merge(std::slice::from_ref(&dir), None)
+            .unwrap_err()
+            .to_string();
+        let column = forged.find("\"succeded\"").unwrap() + "\"succeded\"".len();
+        assert!(
+            err.starts_with(&format!(
+                "{}:2:{column}: phase cannot be read: unknown variant `succeded`, expected one of `pending`,",
+                dir.join(JOURNAL).display()
+            )),
+            "{err}"
+        );
+        // Only a torn last line is what a crash leaves; a bad line before it is not.
+        let text = journal_line(&good(0)) + "{\"torn\n" + &journal_line(&good(2));
+        let dir = shard(base.path(), "s2", JOURNAL, &text);
+        let err = merge(std::slice::from_ref(&dir), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(&format!("{}:2:", dir.join(JOURNAL).display())),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wrong_types_and_unfinished_phases_are_errors_not_defaults() {
+        let base = tempfile::tempdir().unwrap();
+        let text = pretty(&summary(
+            "a",
+            &[(0, "n0", Phase::Succeeded), (1, "n1", Phase::Failed)],
+        ));
+        let cases = [
+            // (what is replaced in node 1, the field, what the message says)
+            (
+                "\"bytes_uploaded\": 0",
+                "\"bytes_uploaded\": \"lots\"",
+                "nodes[1].bytes_uploaded cannot be read: invalid type: string \"lots\", expected u64",
+            ),
+            (
+                "\"connect_attempts\": 0",
+                "\"connect_attempts\": -1",
+                "nodes[1].connect_attempts cannot be read: invalid value: integer `-1`, expected u32",
+            ),
+            (
+                "\"error\": \"boom\"",
+                "\"error\": 7",
+                "nodes[1].error cannot be read: invalid type: integer `7`, expected a string",
+            ),
+            (
+                "\"phase\": \"failed\"",
+                "\"phase\": \"running\"",
+                "nodes[1].phase is running, but a run records a node only once it has finished",
+            ),
+        ];
+        for (i, (from, to, says)) in cases.into_iter().enumerate() {
+            let at = text.rfind(from).unwrap();
+            let forged = format!("{}{to}{}", &text[..at], &text[at + from.len()..]);
+            let dir = shard(base.path(), &format!("s{i}"), SUMMARY, &forged);
+            let err = merge(std::slice::from_ref(&dir), None)
+                .unwrap_err()
+                .to_string();
+            let line = forged[..at].lines().count();
+            assert!(
+                err.starts_with(&format!("{}:{line}", dir.join(SUMMARY).display())),
+                "{to}: {err}"
+            );
+            assert!(err.contains(says), "{to}: {err}");
+        }
+    }
+
+    #[test]
+    fn with_a_config_every_node_must_be_one_of_its_own_at_its_address() {
+        let base = tempfile::tempdir().unwrap();
+        let config = ConfigNodes {
+            path: "c.yaml".into(),
+            addresses: [("n0", "127.0.0.1:22"), ("n1", "10.0.0.2:22")]
+                .into_iter()
+                .map(|(name, address)| (name.to_string(), address.to_string()))
+                .collect(),
+        };
+        let at = |name: &str, nodes: &[(usize, &str, Phase)]| {
+            shard(base.path(), name, SUMMARY, &pretty(&summary(name, nodes)))
+        };
+        let n0 = at("s0", &[(0, "n0", Phase::Succeeded)]);
+        let moved = at("s1", &[(1, "n1", Phase::Succeeded)]);
+        let err = merge(&[n0.clone(), moved], Some(&config))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(": nodes[0].address is 127.0.0.1:22, but c.yaml gives node n1 the address 10.0.0.2:22. The shard ran with another config, or its results were changed."),
+            "{err}"
+        );
+        let stranger = at("s2", &[(9, "n9", Phase::Succeeded)]);
+        let err = merge(&[n0.clone(), stranger], Some(&config))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(": nodes[0].name is n9, which is not a node of c.yaml."),
+            "{err}"
+        );
+        // An outcome without an address has nothing to compare.
+        let mut n1 = NodeOutcome::not_run(1, "n1", "", Phase::Failed, "x");
+        n1.address.clear();
+        let journal = shard(base.path(), "s3", JOURNAL, &journal_line(&n1));
+        let merged = merge(&[n0, journal], Some(&config)).unwrap();
+        assert_eq!(merged.summary.nodes.len(), 2);
+    }
+
+    #[test]
+    fn node_text_from_a_shard_reaches_the_log_and_the_console_escaped() {
+        let base = tempfile::tempdir().unwrap();
+        let mut forged = summary("a", &[(0, "n0", Phase::Failed)]);
+        forged.nodes[0].error = Some(format!("boom\u{1b}[2J\n{FORGED}"));
+        forged.nodes[0].last_output = Some("\u{1b}]0;pwned\u{7}".into());
+        forged.nodes[0].address = "a:22\u{1b}[1A".into();
+        forged.run_id = "a\u{1b}[2J".into();
+        let dir = shard(base.path(), "s1", SUMMARY, &pretty(&forged));
+        let merged = merge(&[dir], None).unwrap();
+        let node = &merged.summary.nodes[0];
+        assert_eq!(
+            node.error.as_deref(),
+            Some(
+                "boom\\x1b[2J\\x0aedge-7\\x0aSuccessfully processed node edge-99\\x1b]0;pwned\\x07"
+            )
+        );
+        assert_eq!(node.last_output.as_deref(), Some("\\x1b]0;pwned\\x07"));
+        assert_eq!(node.address, "a:22\\x1b[1A");
+        assert_eq!(merged.summary.run_id, "merged-a\\x1b[2J");
+        let log = merged.log_text();
+        assert_eq!(log.lines().count(), 1, "{log}");
+        let shown = render(&merged);
+        assert!(
+            !shown.chars().any(|c| c.is_control() && c != '\n'),
+            "{shown:?}"
+        );
+    }
+
     #[test]
     fn a_crashed_run_is_read_from_its_journal() {
         let base = tempfile::tempdir().unwrap();
@@ -338,20 +813,20 @@ mod tests {
             format!("{}\n{{\"torn", serde_json::to_string(&node).unwrap()),
         )
         .unwrap();
-        let merged = merge(std::slice::from_ref(&dir)).unwrap();
+        let merged = merge(std::slice::from_ref(&dir), None).unwrap();
         assert_eq!(merged.summary.nodes.len(), 1);
         assert_eq!(merged.journal_only, vec![dir.clone()]);
         assert!(render(&merged).contains("read from its journal"));
         assert!(matches!(
-            merge(&[dir.clone(), dir.clone()]),
+            merge(&[dir.clone(), dir.clone()], None),
             Err(MergeError::SameDir { .. })
         ));
         assert!(matches!(
-            merge(&[base.path().to_path_buf()]),
+            merge(&[base.path().to_path_buf()], None),
             Err(MergeError::NotARun { .. })
         ));
         assert!(matches!(
-            merge(&[base.path().join("absent")]),
+            merge(&[base.path().join("absent")], None),
             Err(MergeError::NotADir { .. })
         ));
     }

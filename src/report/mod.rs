@@ -3,6 +3,7 @@
 
 pub mod files;
 pub mod findings;
+pub mod json_path;
 pub mod log;
 pub mod merge;
 pub mod progress;

@@ -139,13 +139,37 @@ impl Journal {
     }
 }
 
-/// Reads a journal; a torn last line (the process died mid-write) is skipped.
+/// Reads a journal for `--retry-failed`, which needs only the outcomes it can read: a
+/// line that does not read is skipped.
 pub fn read_journal(path: &Path) -> io::Result<Vec<NodeOutcome>> {
     let text = fs::read_to_string(path)?;
-    Ok(text
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
+    Ok(journal_lines(&text)
+        .filter_map(|line| line.outcome.ok())
         .collect())
+}
+
+/// One line of a journal, read.
+pub struct JournalLine<'a> {
+    /// 1-based.
+    pub number: usize,
+    pub text: &'a str,
+    pub outcome: Result<NodeOutcome, serde_json::Error>,
+}
+
+/// The lines of a journal's `text`, each read as an outcome, without blank lines and
+/// without a torn last line: one that has no newline and does not read is what a process
+/// that died mid-write leaves ([`Journal::append`] writes line and newline at once).
+pub fn journal_lines(text: &str) -> impl Iterator<Item = JournalLine<'_>> {
+    let torn = (!text.ends_with('\n')).then(|| text.lines().count());
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| JournalLine {
+            number: i + 1,
+            text: line,
+            outcome: serde_json::from_str(line),
+        })
+        .filter(move |line| !(Some(line.number) == torn && line.outcome.is_err()))
 }
 
 #[cfg(test)]

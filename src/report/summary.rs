@@ -111,11 +111,6 @@ impl Summary {
         super::files::write(&tmp, (text + "\n").as_bytes())?;
         std::fs::rename(&tmp, path)
     }
-
-    pub fn read(path: &Path) -> io::Result<Summary> {
-        let text = std::fs::read_to_string(path)?;
-        serde_json::from_str(&text).map_err(io::Error::other)
-    }
 }
 
 /// Every package the stager holds, in release order.

@@ -181,14 +181,14 @@ fn node_spec<'r>(
 /// it must be there and hold no line break or terminal escape. `batch merge` holds the
 /// names it reads from shard runs to the same rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NameProblem {
+pub enum NameProblem {
     Empty,
     ControlCharacters,
 }
 
 impl NameProblem {
     /// The problem with `name`, if it has one.
-    pub(crate) fn of(name: &str) -> Option<NameProblem> {
+    pub fn of(name: &str) -> Option<NameProblem> {
         if name.is_empty() {
             Some(NameProblem::Empty)
         } else if name.chars().any(char::is_control) {
@@ -200,7 +200,7 @@ impl NameProblem {
 
     /// What is wrong with `name`, to follow the field it came from: `is empty`, or the
     /// name (escaped, so the message itself stays one harmless line) and what it holds.
-    pub(crate) fn describe(self, name: &str) -> String {
+    pub fn describe(self, name: &str) -> String {
         match self {
             NameProblem::Empty => "is empty".to_string(),
             NameProblem::ControlCharacters => format!(
