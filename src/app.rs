@@ -129,7 +129,8 @@ fn load_config(path: &std::path::Path) -> Result<config::Loaded, Error> {
 /// `batch merge DIR...`: the shards' results as one. Exits like a run would: 1 when some
 /// node did not succeed.
 fn run_merge(options: &MergeOptions) -> Result<(), Error> {
-    let merged = report::merge::merge(&options.dirs, None).map_err(UsageError::from)?;
+    let config = options.config.as_deref().map(config_nodes).transpose()?;
+    let merged = report::merge::merge(&options.dirs, config.as_ref()).map_err(UsageError::from)?;
     if let Some(into) = &options.into {
         report::files::create_dir_all(into)
             .and_then(|()| merged.summary.write(&into.join(report::run_dir::SUMMARY)))
@@ -161,6 +162,23 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+/// `batch merge -c FILE`: the config's nodes, each at its address as a run records it.
+fn config_nodes(path: &std::path::Path) -> Result<report::merge::ConfigNodes, Error> {
+    let loaded = load_config(path)?;
+    Ok(report::merge::ConfigNodes {
+        path: path.to_path_buf(),
+        addresses: loaded
+            .config
+            .nodes
+            .iter()
+            .map(|node| {
+                let address = plan::display_address(&node.ssh.host, node.ssh.port);
+                (node.name.clone(), address)
+            })
+            .collect(),
+    })
 }
 
 fn home() -> Option<PathBuf> {

@@ -202,9 +202,18 @@ enum BatchSub {
     /// Combine the run directories of several shards (--shard I/N runs) into one summary
     /// and one keadm-style log; every node must appear in exactly one of them.
     Merge {
-        /// The shards' run directories (each with summary.json or journal.jsonl).
+        /// The shards' run directories (each with summary.json or journal.jsonl), all
+        /// checked before anything is printed or written: node names by the config's rules,
+        /// final phases, every value of its type. A file that fails is refused with its
+        /// line and field (exit 2); text that passes is printed and written with control
+        /// characters escaped.
         #[arg(value_name = "DIR", required = true)]
         dirs: Vec<PathBuf>,
+        /// The config the shards ran with: every merged node must be one of its nodes, at
+        /// the address it gives (loaded as a run loads it, so its passwordEnv variables
+        /// must be set).
+        #[arg(short = 'c', long = "config", value_name = "FILE")]
+        config: Option<PathBuf>,
         /// Print the merged summary as JSON instead of text.
         #[arg(long, value_name = "FORMAT")]
         output: Option<OutputArg>,
@@ -436,7 +445,7 @@ pub const EXIT_STATUS: [(i32, &str); 5] = [
     ),
     (
         2,
-        "The config or the command line is invalid, or the join batch as a whole would fail (an expired token, another cluster's CA, names taken); no node was touched.",
+        "The config or the command line is invalid (for batch merge also: a shard's file it refuses), or the join batch as a whole would fail (an expired token, another cluster's CA, names taken); no node was touched.",
     ),
     (
         3,
@@ -563,9 +572,15 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         Some(BatchSub::GenConfig { output, force }) => {
             return Ok(Command::GenConfig(GenConfigOptions { output, force }));
         }
-        Some(BatchSub::Merge { dirs, output, into }) => {
+        Some(BatchSub::Merge {
+            dirs,
+            config,
+            output,
+            into,
+        }) => {
             return Ok(Command::Merge(MergeOptions {
                 dirs,
+                config,
                 output: match output {
                     Some(OutputArg::Json) => OutputFormat::Json,
                     _ => OutputFormat::Text,
@@ -759,10 +774,16 @@ mod tests {
             run(&["k", "batch", "merge", "a", "b", "--output", "json"]).unwrap(),
             Command::Merge(MergeOptions {
                 dirs: vec!["a".into(), "b".into()],
+                config: None,
                 output: OutputFormat::Json,
                 into: None
             })
         );
+        let Command::Merge(options) = run(&["k", "batch", "merge", "-c", "c.yaml", "a"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(options.config, Some(PathBuf::from("c.yaml")));
         assert!(run(&["k", "batch", "merge"]).is_err());
     }
 

@@ -53,6 +53,8 @@ pub struct RegistryMirror {
 pub struct MergeOptions {
     /// The shards' run directories.
     pub dirs: Vec<PathBuf>,
+    /// `-c`: the config the shards ran with; every merged node must be one of its nodes.
+    pub config: Option<PathBuf>,
     pub output: OutputFormat,
     /// Also write the merged summary.json and batch_process_log.txt into this directory.
     pub into: Option<PathBuf>,

@@ -255,3 +255,52 @@ fn a_forged_journal_line_is_refused_with_its_line_number() {
     out.stderr_has("shard1/journal.jsonl:1:")
         .stderr_has(": phase cannot be read: unknown variant `succeded`");
 }
+
+/// `batch merge -c config.yaml`: every merged node must be a node of that config, at the
+/// address the config gives it.
+#[test]
+fn merge_with_the_config_refuses_nodes_the_config_does_not_have() {
+    let config = "keadm:\n  keadmVersion: v1.23.1\n  archGroup: [amd64]\nnodes:\n".to_string()
+        + &(0..3)
+            .map(|i| {
+                format!(
+                    "- nodeName: edge-{i}\n  keadmCmd: join --edgenode-name=edge-{i}\n  ssh:\n    ip: 10.0.0.{}\n    username: root\n    auth:\n      type: agent\n",
+                    i + 1
+                )
+            })
+            .collect::<String>();
+    let merge_with = |nodes: Vec<NodeOutcome>| {
+        Test::new()
+            .config(&config)
+            .file(
+                "shard1/summary.json",
+                &summary_json("s1", vec![succeeded(0, "edge-0", "10.0.0.1:22")]),
+            )
+            .file("shard2/summary.json", &summary_json("s2", nodes))
+            .args(["batch", "merge", "-c", "config.yaml", "shard1", "shard2"])
+            .args(["--into", "merged"])
+            .run()
+    };
+
+    let stranger = merge_with(vec![
+        succeeded(1, "edge-1", "10.0.0.2:22"),
+        succeeded(2, "edge-99", "10.0.0.3:22"),
+    ]);
+    refused_without_a_trace(&stranger);
+    stranger
+        .stderr_has("shard2/summary.json:")
+        .stderr_has(": nodes[1].name is edge-99, which is not a node of config.yaml");
+
+    let moved = merge_with(vec![succeeded(1, "edge-1", "10.9.9.9:22")]);
+    refused_without_a_trace(&moved);
+    moved
+        .stderr_has(": nodes[0].address is 10.9.9.9:22, but config.yaml gives node edge-1 the address 10.0.0.2:22");
+
+    let honest = merge_with(vec![
+        succeeded(1, "edge-1", "10.0.0.2:22"),
+        succeeded(2, "edge-2", ""),
+    ]);
+    honest.status(0);
+    let log = std::fs::read_to_string(honest.path("merged/batch_process_log.txt")).unwrap();
+    assert_eq!(log.lines().count(), 3, "{log}");
+}
