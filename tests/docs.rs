@@ -46,7 +46,9 @@ fn blocks(doc: &str, name: &str) -> Vec<String> {
     found
 }
 
-fn one_block(doc: &str, name: &str) -> String {
+/// The one block of `doc` marked `<!-- doc-check: name -->`; other areas' tests compare
+/// their output with it too.
+pub(crate) fn one_block(doc: &str, name: &str) -> String {
     let mut found = blocks(doc, name);
     assert_eq!(found.len(), 1, "{doc}: one block named {name}");
     found.remove(0)
