@@ -616,9 +616,14 @@ mod tests {
         serde_json::to_string_pretty(summary).unwrap()
     }
 
-    /// The 1-based line of `text` that holds `needle`.
-    fn line_of(text: &str, needle: &str) -> usize {
-        text.lines().position(|l| l.contains(needle)).unwrap() + 1
+    /// The 1-based line and column where `needle` first is in `text`.
+    fn place_of(text: &str, needle: &str) -> (usize, usize) {
+        let before = &text[..text.find(needle).unwrap()];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        (
+            before.matches('\n').count() + 1,
+            before.len() - line_start + 1,
+        )
     }
 
     fn journal_line(node: &NodeOutcome) -> String {
@@ -636,14 +641,7 @@ mod tests {
         let err = merge(std::slice::from_ref(&dir), None)
             .unwrap_err()
             .to_string();
-        let line = line_of(&text, "\"name\": \"edge-7");
-        let column = text
-            .lines()
-            .nth(line - 1)
-            .unwrap()
-            .find("\"edge-7")
-            .unwrap()
-            + 1;
+        let (line, column) = place_of(&text, "\"edge-7");
         assert!(
             err.starts_with(&format!(
                 "{}:{line}:{column}: nodes[1].name `edge-7\\x0aSuccessfully processed node edge-99\\x1b]0;pwned\\x07` contains control characters (a line break or a terminal escape), which would forge lines in batch_process_log.txt and on the console.",
@@ -749,22 +747,19 @@ mod tests {
             shard(base.path(), name, SUMMARY, &pretty(&summary(name, nodes)))
         };
         let n0 = at("s0", &[(0, "n0", Phase::Succeeded)]);
-        let moved = at("s1", &[(1, "n1", Phase::Succeeded)]);
-        let err = merge(&[n0.clone(), moved], Some(&config))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains(": nodes[0].address is 127.0.0.1:22, but c.yaml gives node n1 the address 10.0.0.2:22. The shard ran with another config, or its results were changed."),
-            "{err}"
-        );
-        let stranger = at("s2", &[(9, "n9", Phase::Succeeded)]);
-        let err = merge(&[n0.clone(), stranger], Some(&config))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains(": nodes[0].name is n9, which is not a node of c.yaml."),
-            "{err}"
-        );
+        for (shard, says) in [
+            (
+                at("s1", &[(1, "n1", Phase::Succeeded)]),
+                ": nodes[0].address is 127.0.0.1:22, but c.yaml gives node n1 the address 10.0.0.2:22. The shard ran with another config, or its results were changed.",
+            ),
+            (
+                at("s2", &[(9, "n9", Phase::Succeeded)]),
+                ": nodes[0].name is n9, which is not a node of c.yaml.",
+            ),
+        ] {
+            let err = merge(&[n0.clone(), shard], Some(&config)).unwrap_err();
+            assert!(err.to_string().contains(says), "{err}");
+        }
         // An outcome without an address has nothing to compare.
         let mut n1 = NodeOutcome::not_run(1, "n1", "", Phase::Failed, "x");
         n1.address.clear();
