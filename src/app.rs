@@ -263,6 +263,7 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
         binary_size_hint: 0,
         offline_images: offline_images.as_ref(),
         keadm_version: plan.staging.as_ref().map(|s| s.version.as_str()),
+        relay: None,
     };
     let probes = pool::probe_all(&plan.nodes, plan.max_run_num, &cancel, |node| {
         if node.keadm_args.is_join() {
@@ -440,6 +441,7 @@ fn execute(
             .unwrap_or(0),
         offline_images: offline_images.as_ref(),
         keadm_version: plan.staging.as_ref().map(|s| s.version.as_str()),
+        relay: site_relay(&plan, &run_dir.id),
     };
     let policy = pool::Policy {
         max_run_num: plan.max_run_num,
@@ -449,8 +451,16 @@ fn execute(
     pool::run_all(&plan.nodes, policy, &cancel, &recorder, |node| {
         pipeline::process(node, &ctx)
     });
+    // Sites the run did not finish (the operator's Ctrl-C, --max-fail) still had
+    // sources: they serve no more.
+    if let Some(relay) = &ctx.relay {
+        for source in relay.remaining_sources() {
+            pipeline::relay::unserve(&source, &ctx);
+        }
+    }
 
     progress.finish();
+    let sites = ctx.relay.as_ref().map(|r| r.traffic()).unwrap_or_default();
     let summary = Summary::of_run(
         RunFacts {
             run_id: &run_dir.id,
@@ -458,6 +468,7 @@ fn execute(
             started_at,
             interrupted: cancel.stopping(),
             stager: stager.as_ref(),
+            sites: &sites,
         },
         recorder.outcomes(),
     );
@@ -484,6 +495,7 @@ fn execute(
                 wall.elapsed().as_secs_f64()
             )
         );
+        eprint!("{}", recap::sites(&summary.sites));
     }
     let totals = &summary.totals;
     if cancel.stopping() {
@@ -544,5 +556,28 @@ fn install_signal_handler(cancel: &Cancel) {
         log::warn!(
             "Could not install the Ctrl-C handler: {err}. Ctrl-C will end keadm-batch at once, without writing the results."
         );
+    }
+}
+
+/// The sites' relay for this run: with `--relay auto` and a site of two or more nodes,
+/// and a key made for this run. A key that cannot be made turns the relay off, with a
+/// warning: every node then gets keadm from this machine, as with `--relay off`.
+fn site_relay(
+    plan: &crate::plan::Plan,
+    run_id: &str,
+) -> Option<std::sync::Arc<pipeline::relay::Relay>> {
+    use pipeline::relay::{Relay, RelayKey};
+    if plan.relay == crate::options::RelayMode::Off {
+        return None;
+    }
+    crate::plan::sites(&plan.nodes).first()?;
+    match RelayKey::generate(&crate::remote::relay::tag(run_id)) {
+        Ok(key) => Relay::for_nodes(&plan.nodes, key),
+        Err(e) => {
+            log::warn!(
+                "Cannot make this run's relay key ({e}), so every node gets keadm from this machine, as with --relay off."
+            );
+            None
+        }
     }
 }

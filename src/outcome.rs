@@ -211,6 +211,19 @@ pub fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// What the sites moved, per site, for the summary and the recap.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteTraffic {
+    pub site: String,
+    pub nodes: usize,
+    /// Copies of relayed payloads this machine sent over the site's uplink.
+    pub uplink_copies: u32,
+    pub uplink_bytes: u64,
+    /// Copies the site's nodes got from each other.
+    pub peer_copies: u32,
+    pub peer_bytes: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

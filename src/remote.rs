@@ -11,6 +11,7 @@
 //! The container runtime's part (its probe and the import of offline images) is in
 //! [`runtime`].
 
+pub mod relay;
 mod runtime;
 
 use crate::node_text::{MESSAGE_CHARS, one_line};

@@ -15,6 +15,7 @@ mod kubeedge;
 mod operator;
 mod perf_modes;
 mod preflight;
+mod relay;
 mod run;
 mod shards;
 mod stage;

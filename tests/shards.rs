@@ -178,6 +178,7 @@ fn summary_json(run_id: &str, nodes: Vec<NodeOutcome>) -> String {
         totals: Totals::of(&nodes),
         packages: Vec::new(),
         nodes,
+        sites: Vec::new(),
         merged_from: Vec::new(),
     })
     .unwrap()

@@ -22,6 +22,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use super::privilege::password_of;
+use super::relay::Role;
 use super::run::{Clocked, LineScan, SendTimes, WatchReceived, transcript_error};
 use super::upload::{Deferred, Upload, open_local};
 use super::{Run, StepError};
@@ -197,7 +198,8 @@ impl Exchange<'_, '_, '_> {
             // room for the upload; and only an upload has a line to wait for.
             self.deadline
                 .set(now + self.run.keadm_time(upload.unwrap_or(0)));
-            self.watch = WatchReceived::new(upload.is_some());
+            self.watch =
+                WatchReceived::new(upload.is_some()).announcing(self.run.relay_announcer());
         }
         self.decided = Some((decision, now));
         self.stdin.borrow_mut().close_with(answer);
@@ -284,6 +286,7 @@ impl<'a> Run<'a, '_> {
                 Ok(Exchanged::Separate(facts, privilege))
             }
             Some(Decision::Run(facts, privilege, deferred)) => {
+                self.relay_settle(watch.seen(), deferred.as_ref().map(|d| d.sent().1));
                 let refused =
                     self.keadm_result(conn, result, deferred, &watch, &times, privilege)?;
                 Ok(match refused {
@@ -324,7 +327,8 @@ impl<'a> Run<'a, '_> {
                 None => String::new(),
             }
         ));
-        let script = remote::answer(&self.keadm_script(&[], deferred.as_ref()));
+        let arrival = deferred.as_ref().map(|d| d.arrival(&self.node.upload_dir));
+        let script = remote::answer(&self.keadm_script(&[], arrival));
         self.ctx
             .progress
             .phase(self.node.index, &self.node.name, Phase::Running);
@@ -343,6 +347,14 @@ impl<'a> Run<'a, '_> {
         };
         if self.already_there(facts, &upload) {
             return Ok(Carried::Nothing);
+        }
+        // A node that reads keadm from a node of its site, or waits for one to have it,
+        // does that in channels of its own (see `Run::upload_and_run`).
+        if matches!(
+            self.relay_claim(&upload, facts),
+            Some(Role::From { .. } | Role::Wait)
+        ) {
+            return Ok(Carried::OwnChannel);
         }
         if !upload.has_xz() && upload.has_tarball() {
             return Ok(Carried::OwnChannel);

@@ -17,6 +17,7 @@ mod exchange;
 mod images;
 mod prepare;
 mod privilege;
+pub mod relay;
 mod run;
 mod upload;
 
@@ -65,6 +66,8 @@ pub struct Context<'a> {
     pub offline_images: Option<&'a OfflineImages>,
     /// keadm.keadmVersion: the version keadm join asks for without --kubeedge-version.
     pub keadm_version: Option<&'a str>,
+    /// The sites' relay, when `--relay auto` and some site has two or more nodes.
+    pub relay: Option<std::sync::Arc<relay::Relay>>,
 }
 
 /// A step's failure: the phase it happened in and the reason, in sentences.
@@ -172,6 +175,10 @@ struct Run<'a, 'c> {
     findings: Vec<PreflightFinding>,
     /// With `--reset-first`, how `keadm reset edge --force` ended.
     reset_exit_status: Option<i32>,
+    /// The node's part in its site's relay, once claimed.
+    relay: Option<relay::NodeRelay>,
+    /// The node's host key as verified at connect, for the site's nodes that read from it.
+    host_key: Option<String>,
 }
 
 /// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
@@ -238,6 +245,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
     if let Some(class) = &failure_class {
         run.transcript.note(&format!("failure class: {class}"));
     }
+    run.relay_done();
     run.transcript.finish();
     ctx.progress.phase(node.index, &node.name, phase);
     NodeOutcome {
@@ -276,6 +284,8 @@ impl<'a, 'c> Run<'a, 'c> {
             connect_attempts: 0,
             findings: Vec::new(),
             reset_exit_status: None,
+            relay: None,
+            host_key: None,
         }
     }
 
@@ -290,6 +300,7 @@ impl<'a, 'c> Run<'a, 'c> {
         let mut conn = self.connect()?;
         let conn = conn.as_mut();
         self.abort_on_second_interrupt(conn);
+        self.host_key = conn.host_key();
         let preflight = self.ctx.preflight != PreflightMode::Off && self.node.keadm_args.is_join();
         let probe_in_prepare = preflight && self.preflight_rides_with_prepare();
         if preflight && !probe_in_prepare {
@@ -315,14 +326,27 @@ impl<'a, 'c> Run<'a, 'c> {
     /// run's channel; when the node cannot unpack it, keadm does not run and the next
     /// form (tarball, then the binary) goes in a channel of its own, then the run again.
     /// The next form has no xz copy, so this ends.
+    ///
+    /// A node that reads keadm from a node of its site sends the rest first, then reads
+    /// keadm and runs it in one channel; should the read fail, keadm goes the direct way.
     fn upload_and_run(
         &mut self,
         conn: &mut dyn Connection,
-        uploads: Vec<upload::Upload>,
+        mut uploads: Vec<upload::Upload>,
         facts: &NodeFacts,
         privilege: Privilege,
     ) -> Result<(), StepError> {
-        let (mut moves, mut deferred) = self.upload(conn, uploads, facts, privilege, true)?;
+        let mut moves = Vec::new();
+        if let Some(keadm) = self.relay_from_peer(&mut uploads, facts) {
+            let (sent, _) = self.upload(conn, uploads, facts, privilege, false)?;
+            moves = sent;
+            if !self.run_relayed(conn, &moves, privilege)? {
+                return Ok(());
+            }
+            uploads = vec![keadm];
+        }
+        let (more, mut deferred) = self.upload(conn, uploads, facts, privilege, true)?;
+        moves.extend(more);
         while let Some(refused) = self.run_keadm(conn, &moves, deferred, privilege)? {
             let (more, next) = self.upload(conn, vec![refused], facts, privilege, true)?;
             moves.extend(more);

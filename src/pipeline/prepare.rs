@@ -213,8 +213,16 @@ impl<'a> Run<'a, '_> {
         }
         let tarball =
             node.keadm == KeadmSource::Staged && self.ctx.stager.is_some_and(tarball_may_pay_off);
-        if tarball || images.is_some_and(|i| i.any_gzipped()) {
+        let relay = self.relay_active();
+        if tarball || relay || images.is_some_and(|i| i.any_gzipped()) {
             script.push_str(remote::TOOLS_PROBE);
+        }
+        if relay {
+            // What an earlier run left when its control host died.
+            script.push_str(&remote::relay::stale_script(
+                &node.upload_dir,
+                &self.ctx.run_token,
+            ));
         }
         (script, names)
     }

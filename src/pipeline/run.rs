@@ -17,7 +17,7 @@ use crate::remote::{self, Privilege};
 use crate::transport::{Connection, RemoteExit, TransportError};
 
 /// The exit status of the run's script when receiving the deferred upload failed.
-const RECEIVE_FAILED: i32 = 201;
+pub(super) const RECEIVE_FAILED: i32 = 201;
 
 /// The exit status of the run's script when `--reset-first`'s reset failed, so the join
 /// did not run (the reset's own status is in the line [`remote::reset_exit`] reads).
@@ -28,6 +28,15 @@ const RESET_FAILED: i32 = 202;
 /// that failed, whatever share of the file had left the control host (an xz copy is read
 /// whole long before the node has unpacked it).
 const RECEIVED: &str = "KB_RECEIVED";
+
+/// What arrives in the run's script before keadm runs: the deferred upload, or the copy
+/// a node of the site relays. `script` puts it at the temporary name of `to_move` or
+/// exits `failed`.
+pub(super) struct Arrival {
+    pub(super) script: String,
+    pub(super) failed: i32,
+    pub(super) to_move: Move,
+}
 
 /// Follows the run's output for the [`RECEIVED`] line: passes the output on without it
 /// and notes when it went by. Until then output is passed on a line at a time (the
@@ -40,6 +49,8 @@ pub(super) struct WatchReceived {
     /// When the line went by.
     seen_at: Option<Instant>,
     line: LineScan,
+    /// Called once when the line goes by (the site relay learns a node holds its copy).
+    on_seen: Option<Box<dyn FnOnce()>>,
 }
 
 impl WatchReceived {
@@ -50,7 +61,14 @@ impl WatchReceived {
             waits,
             seen_at: None,
             line: LineScan::default(),
+            on_seen: None,
         }
+    }
+
+    /// The same, calling `on_seen` once when the line goes by.
+    pub(super) fn announcing(mut self, on_seen: Option<Box<dyn FnOnce()>>) -> WatchReceived {
+        self.on_seen = on_seen;
+        self
     }
 
     /// Whether the node has the upload: the line went by, or there was none to wait for.
@@ -69,6 +87,9 @@ impl WatchReceived {
         {
             Some(rest) => {
                 self.seen_at = Some(Instant::now());
+                if let Some(on_seen) = self.on_seen.take() {
+                    on_seen();
+                }
                 inner.write_all(rest)
             }
             None => Ok(()),
@@ -163,9 +184,9 @@ impl<R: Read> Read for Clocked<R> {
 }
 
 /// A writer through a [`WatchReceived`] into `inner`.
-struct Watched<'w> {
-    watch: WatchReceived,
-    inner: &'w mut dyn Write,
+pub(super) struct Watched<'w> {
+    pub(super) watch: WatchReceived,
+    pub(super) inner: &'w mut dyn Write,
 }
 
 impl Write for Watched<'_> {
@@ -199,7 +220,8 @@ impl Run<'_, '_> {
     ) -> Result<Option<Upload>, StepError> {
         self.timed(Phase::Running, |run| {
             let node = run.node;
-            let script = run.keadm_script(moves, deferred.as_ref());
+            let arrival = deferred.as_ref().map(|d| d.arrival(&node.upload_dir));
+            let script = run.keadm_script(moves, arrival);
             let deadline =
                 Instant::now() + run.keadm_time(deferred.as_ref().map_or(0, |d| d.sent().1));
             let times = Rc::new(SendTimes::default());
@@ -211,7 +233,7 @@ impl Run<'_, '_> {
                 None => None,
             };
             let mut output = Watched {
-                watch: WatchReceived::new(deferred.is_some()),
+                watch: WatchReceived::new(deferred.is_some()).announcing(run.relay_announcer()),
                 inner: &mut run.transcript,
             };
             let result = exec_as(
@@ -225,24 +247,29 @@ impl Run<'_, '_> {
             );
             output.flush().map_err(transcript_error)?;
             let watch = output.watch;
+            run.relay_settle(watch.seen(), deferred.as_ref().map(|d| d.sent().1));
             run.keadm_result(conn, result, deferred, &watch, &times, privilege)
         })
     }
 
     /// The run's script: receive the deferred upload, move the uploads into place, run
     /// the command (after `--reset-first`'s reset). Notes the command in the transcript.
-    pub(super) fn keadm_script(&mut self, moves: &[Move], deferred: Option<&Deferred>) -> String {
+    pub(super) fn keadm_script(&mut self, moves: &[Move], arrival: Option<Arrival>) -> String {
         let node = self.node;
         let mut script = String::new();
-        if let Some(d) = deferred {
-            // A subshell, so its umask and cd do not reach keadm.
-            script.push_str(&format!(
-                "( {} ) || exit {RECEIVE_FAILED}\necho {RECEIVED}\n",
-                d.receive_script(&node.upload_dir)
-            ));
-        }
         let mut moves = moves.to_vec();
-        moves.extend(deferred.map(Deferred::to_move));
+        if let Some(arrival) = arrival {
+            // A subshell, so its umask and cd do not reach keadm. A node that will serve
+            // its copy to its site says so before the received line, which lets the site
+            // read from it.
+            script.push_str(&format!(
+                "( {} ) || exit {}\n{}echo {RECEIVED}\n",
+                arrival.script,
+                arrival.failed,
+                self.serve_line(&arrival.to_move.0)
+            ));
+            moves.push(arrival.to_move);
+        }
         script.push_str(&finalize_line(&node.upload_dir, &moves));
         let command = match &node.reset_command {
             Some(reset) => remote::reset_then(reset, &node.command, RESET_FAILED),
@@ -347,7 +374,7 @@ impl Run<'_, '_> {
     }
 
     /// What the run's exit (or transport failure) means for the node.
-    fn keadm_ended(
+    pub(super) fn keadm_ended(
         &mut self,
         conn: &mut dyn Connection,
         result: Result<RemoteExit, TransportError>,

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::privilege::{exec_as, password_of};
+use super::run::{Arrival, RECEIVE_FAILED};
 use super::{Run, StepError};
 use crate::arch::Arch;
 use crate::diagnosis::FailureClass;
@@ -69,6 +70,15 @@ impl Deferred {
         }
     }
 
+    /// How it arrives in the run's script in `dir`.
+    pub(super) fn arrival(&self, dir: &str) -> Arrival {
+        Arrival {
+            script: self.receive_script(dir),
+            failed: RECEIVE_FAILED,
+            to_move: self.to_move(),
+        }
+    }
+
     /// Its rename into place, once received.
     pub(super) fn to_move(&self) -> Move {
         let upload = &self.upload;
@@ -118,6 +128,11 @@ impl Upload {
     pub(super) fn or_gzipped(mut self, gzipped: Option<Gzipped>) -> Upload {
         self.gzipped = gzipped;
         self
+    }
+
+    /// The sha256 of the file itself.
+    pub(super) fn sha256(&self) -> &str {
+        &self.sha256
     }
 
     /// Whether the binary's xz copy may go in its place.

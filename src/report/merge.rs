@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::validate::NameProblem;
 use crate::node_text::escape_controls;
-use crate::outcome::{NodeOutcome, Phase};
+use crate::outcome::{NodeOutcome, Phase, SiteTraffic};
 
 use super::json_path::{self, JsonPath};
 use super::run_dir::{JOURNAL, SUMMARY, journal_lines};
@@ -255,6 +255,7 @@ fn read_run(dir: &Path, config: Option<&ConfigNodes>) -> Result<(Summary, bool),
             totals: Totals::of(&nodes),
             packages: Vec::new(),
             nodes,
+            sites: Vec::new(),
             merged_from: Vec::new(),
         },
         true,
@@ -481,11 +482,37 @@ pub fn combine(inputs: &[(PathBuf, Summary)]) -> Result<Summary, MergeError> {
         totals: Totals::of(&nodes),
         packages,
         nodes,
+        sites: merged_sites(inputs),
         merged_from: inputs
             .iter()
             .map(|(dir, _)| dir.display().to_string())
             .collect(),
     })
+}
+
+/// The shards' site figures, added up per site (a site's nodes may be in several
+/// shards); names escaped as every other text of a shard is.
+fn merged_sites(inputs: &[(PathBuf, Summary)]) -> Vec<SiteTraffic> {
+    let mut sites: Vec<SiteTraffic> = Vec::new();
+    for site in inputs.iter().flat_map(|(_, s)| &s.sites) {
+        let name = escape_controls(&site.site);
+        let sum = match sites.iter_mut().find(|s| s.site == name) {
+            Some(sum) => sum,
+            None => {
+                sites.push(SiteTraffic {
+                    site: name,
+                    ..SiteTraffic::default()
+                });
+                sites.last_mut().expect("just pushed")
+            }
+        };
+        sum.nodes += site.nodes;
+        sum.uplink_copies += site.uplink_copies;
+        sum.uplink_bytes += site.uplink_bytes;
+        sum.peer_copies += site.peer_copies;
+        sum.peer_bytes += site.peer_bytes;
+    }
+    sites
 }
 
 /// The text the command prints: totals, the inputs, and the keadm-style log.
@@ -550,6 +577,7 @@ mod tests {
             totals: Totals::of(&nodes),
             packages: Vec::new(),
             nodes,
+            sites: Vec::new(),
             merged_from: Vec::new(),
         }
     }

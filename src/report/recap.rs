@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::diagnosis::FailureClass;
 use crate::options::Shard;
-use crate::outcome::{NodeOutcome, Phase};
+use crate::outcome::{NodeOutcome, Phase, SiteTraffic};
 
 use super::summary::Totals;
 
@@ -69,6 +69,26 @@ pub fn node_line(o: &NodeOutcome, done: usize, total: usize) -> String {
 }
 
 /// The end-of-run recap: totals, failures with reasons, slowest nodes, where things are.
+/// One line per site that relayed: what crossed its uplink and what its nodes got from
+/// each other, e.g. `site s1: 20 nodes, 1 copy over the uplink (15.9 MB), 19 from peers`.
+pub fn sites(sites: &[SiteTraffic]) -> String {
+    let mut out = String::new();
+    for s in sites {
+        let _ = writeln!(
+            out,
+            "site {}: {} nodes, {} cop{} over the uplink ({:.1} MB), {} from peers ({:.1} MB)",
+            s.site,
+            s.nodes,
+            s.uplink_copies,
+            if s.uplink_copies == 1 { "y" } else { "ies" },
+            s.uplink_bytes as f64 / 1e6,
+            s.peer_copies,
+            s.peer_bytes as f64 / 1e6
+        );
+    }
+    out
+}
+
 pub fn render(outcomes: &[NodeOutcome], run_dir: &Path, log_path: &Path, wall_secs: f64) -> String {
     let totals = Totals::of(outcomes);
     let mut out = String::new();

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::arch::Arch;
-use crate::outcome::{NodeOutcome, Phase, now};
+use crate::outcome::{NodeOutcome, Phase, SiteTraffic, now};
 use crate::stage::Stager;
 
 pub const SUMMARY_VERSION: u32 = 1;
@@ -68,6 +68,10 @@ pub struct Summary {
     #[serde(default)]
     pub packages: Vec<StagedPackage>,
     pub nodes: Vec<NodeOutcome>,
+    /// What each site with two or more nodes moved over its uplink and among its nodes,
+    /// with `--relay auto`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sites: Vec<SiteTraffic>,
     /// For a summary made by `batch merge`: the run directories it combines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub merged_from: Vec<String>,
@@ -85,6 +89,8 @@ pub struct RunFacts<'a> {
     pub interrupted: bool,
     /// The stager, when the run staged packages.
     pub stager: Option<&'a Stager>,
+    /// What the sites moved (empty without a relay).
+    pub sites: &'a [SiteTraffic],
 }
 
 impl Summary {
@@ -101,6 +107,7 @@ impl Summary {
             totals: Totals::of(&nodes),
             packages: facts.stager.map(staged_packages).unwrap_or_default(),
             nodes,
+            sites: facts.sites.to_vec(),
             merged_from: Vec::new(),
         }
     }

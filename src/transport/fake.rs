@@ -272,6 +272,10 @@ impl Connection for FakeConnection {
     fn host_key_fingerprint(&self) -> String {
         "SHA256:fake-host-key".to_string()
     }
+
+    fn host_key(&self) -> Option<String> {
+        Some("ssh-ed25519 AAAAfake".to_string())
+    }
 }
 
 impl FakeConnection {

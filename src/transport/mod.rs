@@ -76,6 +76,9 @@ pub trait Connection {
 
     /// The node's host key as `SHA256:<base64>`, as OpenSSH prints it.
     fn host_key_fingerprint(&self) -> String;
+
+    /// The node's host key as a known-hosts line has it: `<type> <base64>`.
+    fn host_key(&self) -> Option<String>;
 }
 
 /// The production [`Connector`]: libssh2 through the `ssh2` crate.

@@ -336,6 +336,12 @@ impl Node {
         self.dir.join("tmp").join(rel.trim_start_matches('/'))
     }
 
+    /// A path under root's home on the node (its own, bind-mounted over /root), as seen
+    /// from the test.
+    pub fn root_home_path(&self, rel: &str) -> PathBuf {
+        self.dir.join("home").join(rel.trim_start_matches('/'))
+    }
+
     /// The host-side pid of this node's sshd (pid 1 of its pid namespace).
     pub fn sshd_pid(&self) -> i32 {
         self.sshd_pid.expect("the node is not running")
@@ -546,7 +552,7 @@ impl Node {
              PasswordAuthentication yes\n\
              KbdInteractiveAuthentication no\n\
              PubkeyAuthentication yes\n\
-             AuthorizedKeysFile {keys}\n\
+             AuthorizedKeysFile {keys} .ssh/authorized_keys\n\
              UseDNS no\n\
              PrintMotd no\n\
              PrintLastLog no\n\

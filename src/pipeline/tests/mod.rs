@@ -124,6 +124,7 @@ impl Harness {
             binary_size_hint: 0,
             offline_images: self.offline_images.as_ref(),
             keadm_version: Some("v1.23.1"),
+            relay: None,
         };
         process(node, &ctx)
     }

@@ -107,6 +107,18 @@ impl Connection for SshConnection {
     fn host_key_fingerprint(&self) -> String {
         self.fingerprint.clone()
     }
+
+    fn host_key(&self) -> Option<String> {
+        let (blob, _) = self.session.host_key()?;
+        // The blob starts with its type's name as an SSH string.
+        let len = u32::from_be_bytes(blob.get(..4)?.try_into().ok()?) as usize;
+        let name = std::str::from_utf8(blob.get(4..4 + len)?).ok()?;
+        use base64::Engine;
+        Some(format!(
+            "{name} {}",
+            base64::engine::general_purpose::STANDARD.encode(blob)
+        ))
+    }
 }
 
 impl SshConnection {

@@ -1,0 +1,314 @@
+//! One copy per site on real sshd nodes (loopback is the site's network here): the
+//! first node to need keadm gets it from the control host, the others read it from a
+//! node of the site with their own ssh client, checked by sha256; any failure of that
+//! sends the node keadm directly; no key is left on any node.
+
+use crate::common::fake_keadm::FakeKeadm;
+use crate::common::fleet::{Fleet, Node, NodeOpt, Sudo};
+use crate::common::scenario::{Login, Scenario, remote_keadm};
+use crate::common::test::Output;
+
+/// Large enough that an upload shows in the byte counts, small enough to be quick.
+const PADDED: usize = 2 << 20;
+
+fn keadm() -> FakeKeadm {
+    FakeKeadm::new().padded_to(PADDED)
+}
+
+/// The relay's lines in a login's authorized_keys on `node` (under `home`, relative to
+/// the node's root, or root's own home).
+fn relay_lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("keadm-batch-relay-"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Files the relay writes beside its copy (the key, the source's host key, ssh's
+/// errors), left in the upload dir.
+fn relay_leftovers(node: &Node) -> Vec<String> {
+    std::fs::read_dir(node.tmp_path("kubeedge/keadm"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".key") || n.ends_with(".hosts") || n.ends_with(".err"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Which nodes got keadm from the control host (bytes uploaded) and which from a peer
+/// (their transcript says so).
+fn sources_of_keadm(out: &Output, nodes: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut direct = Vec::new();
+    let mut from_peer = Vec::new();
+    for i in 0..nodes {
+        let summary = out.node_summary(i);
+        if summary["bytes_uploaded"].as_u64().unwrap_or(0) > 0 {
+            direct.push(i);
+        }
+        if out.transcript(i).contains("keadm came from ") {
+            from_peer.push(i);
+        }
+    }
+    (direct, from_peer)
+}
+
+/// Every node ends with the same keadm the control host staged.
+fn same_keadm_everywhere(fleet: &Fleet, nodes: usize) {
+    let first = std::fs::read(remote_keadm(fleet.node(0))).unwrap();
+    assert!(first.len() >= PADDED);
+    for i in 1..nodes {
+        assert_eq!(
+            std::fs::read(remote_keadm(fleet.node(i))).unwrap(),
+            first,
+            "node {i}'s keadm differs"
+        );
+    }
+}
+
+#[test]
+fn a_site_gets_keadm_over_its_uplink_once_and_the_rest_from_its_nodes() {
+    let fleet = Fleet::builder().nodes(4).start();
+    let sc = Scenario::new(&fleet)
+        .keadm(keadm())
+        .max_run_num(4)
+        .top_yaml("site: store-1");
+    let out = sc.run(&[]);
+    out.status(0);
+    let (direct, from_peer) = sources_of_keadm(&out, 4);
+    assert_eq!(direct.len(), 1, "one copy over the uplink: {direct:?}");
+    assert_eq!(from_peer.len(), 3, "three from peers: {from_peer:?}");
+    same_keadm_everywhere(&fleet, 4);
+    for i in 0..4 {
+        let node = fleet.node(i);
+        assert_eq!(
+            relay_lines(&node.root_home_path(".ssh/authorized_keys")),
+            Vec::<String>::new(),
+            "node {i} still serves"
+        );
+        assert_eq!(relay_leftovers(node), Vec::<String>::new(), "node {i}");
+    }
+    let stdout_json = out.summary();
+    let site = &stdout_json["sites"][0];
+    assert_eq!(site["site"], "store-1", "{stdout_json}");
+    assert_eq!(site["uplink_copies"], 1, "{site}");
+    assert_eq!(site["peer_copies"], 3, "{site}");
+    assert!(
+        out.stderr
+            .contains("site store-1: 4 nodes, 1 copy over the uplink"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn relay_off_sends_every_node_its_own_copy() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let sc = Scenario::new(&fleet)
+        .keadm(keadm())
+        .max_run_num(3)
+        .top_yaml("site: store-1");
+    let out = sc.run(&["--relay", "off"]);
+    out.status(0);
+    let (direct, from_peer) = sources_of_keadm(&out, 3);
+    assert_eq!(direct, vec![0, 1, 2]);
+    assert!(from_peer.is_empty());
+    for i in 0..3 {
+        assert!(
+            !out.transcript(i).contains("relay"),
+            "node {i}'s transcript mentions the relay"
+        );
+    }
+}
+
+/// A source whose sshd serves other bytes: the receiver's hash check refuses them, and
+/// the node still joins with keadm from the control host.
+#[test]
+fn a_source_that_serves_wrong_bytes_cannot_get_them_installed() {
+    // Node 0 seeds (one node at a time, in config order). Its sshd answers the relay's
+    // fetch with other bytes of the same size; every other command runs as it is.
+    let tamper = format!(
+        "ForceCommand if [ \"$SSH_ORIGINAL_COMMAND\" = fetch ]; then head -c {} /dev/zero; else exec sh -c \"$SSH_ORIGINAL_COMMAND\"; fi",
+        PADDED
+    );
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .node_option(0, NodeOpt::SshdConfig(tamper))
+        .start();
+    let sc = Scenario::new(&fleet)
+        .keadm(keadm())
+        .max_run_num(1)
+        .top_yaml("site: store-1");
+    let out = sc.run(&[]);
+    out.status(0);
+    let t1 = out.transcript(1);
+    assert!(
+        t1.contains(&format!("reading keadm from {}", fleet.node(0).host())),
+        "{t1}"
+    );
+    assert!(
+        t1.contains("getting it from this machine instead"),
+        "node 1 did not fall back:\n{t1}"
+    );
+    same_keadm_everywhere(&fleet, 3);
+    for i in 0..3 {
+        assert!(
+            !remote_keadm(fleet.node(i))
+                .parent()
+                .unwrap()
+                .join(".keadm.tmp")
+                .exists()
+        );
+    }
+}
+
+/// A receiver without an ssh client (it cannot reach the source) falls back, with one
+/// line saying why, and joins.
+#[test]
+fn a_receiver_that_cannot_reach_the_source_falls_back() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let hide = fleet.node(1).shell("mount --bind /bin/false /usr/bin/ssh");
+    assert!(hide.status.success(), "{hide:?}");
+    let sc = Scenario::new(&fleet)
+        .keadm(keadm())
+        .max_run_num(1)
+        .top_yaml("site: store-1");
+    let out = sc.run(&[]);
+    out.status(0);
+    let t1 = out.transcript(1);
+    assert!(t1.contains("getting it from this machine instead"), "{t1}");
+    same_keadm_everywhere(&fleet, 2);
+    assert_eq!(
+        relay_lines(&fleet.node(0).root_home_path(".ssh/authorized_keys")).len(),
+        0
+    );
+}
+
+/// Under sudo the source serves from the login user's own authorized_keys, and the
+/// receiver's fetch runs as root; both are cleaned up.
+#[test]
+fn sudo_nodes_relay_too() {
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .all_nodes(NodeOpt::Sudo(Sudo::Passwordless))
+        .start();
+    let sc = Scenario::new(&fleet)
+        .keadm(keadm())
+        .max_run_num(3)
+        .top_yaml("site: store-1")
+        .login_as_test_user(Login::Password(
+            crate::common::fleet::TEST_USER_PASSWORD.to_string(),
+        ));
+    let out = sc.run(&[]);
+    out.status(0);
+    let (direct, from_peer) = sources_of_keadm(&out, 3);
+    assert_eq!(
+        direct.len(),
+        1,
+        "{direct:?}\n{}\n{}",
+        out.transcript(1),
+        out.transcript(2)
+    );
+    assert_eq!(from_peer.len(), 2, "{from_peer:?}");
+    same_keadm_everywhere(&fleet, 3);
+    for i in 0..3 {
+        // The test user's home is the node's /tmp.
+        assert_eq!(
+            relay_lines(&fleet.node(i).tmp_path(".ssh/authorized_keys")),
+            Vec::<String>::new()
+        );
+        let copies: Vec<String> = std::fs::read_dir(fleet.node(i).tmp_path(""))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".keadm-batch-relay-"))
+            .collect();
+        assert_eq!(
+            copies,
+            Vec::<String>::new(),
+            "node {i} keeps its served copy"
+        );
+    }
+}
+
+/// The seed's keadm holds on while the seed serves; returns the run once the seed's
+/// authorized_keys has the relay's line.
+fn seed_serving(fleet: &Fleet, sc: &Scenario) -> crate::common::test::Running {
+    std::fs::write(fleet.node(0).tmp_path("hold"), "").unwrap();
+    let running = sc.command(&[]).spawn();
+    let ak = fleet.node(0).root_home_path(".ssh/authorized_keys");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while relay_lines(&ak).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the seed never served"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    running
+}
+
+fn holding_keadm() -> FakeKeadm {
+    keadm().runs("if [ -e /tmp/hold ]; then sleep 60; fi")
+}
+
+/// A control host killed while a seed serves leaves a line that expires by itself; the
+/// next run removes it (found by its tag), and leaves nothing of its own.
+#[test]
+fn the_next_run_removes_what_a_killed_control_host_left() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let sc = Scenario::new(&fleet)
+        .keadm(holding_keadm())
+        .max_run_num(1)
+        .top_yaml("site: store-1");
+    let mut running = seed_serving(&fleet, &sc);
+    running.kill();
+    let _ = running.wait();
+    let ak = fleet.node(0).root_home_path(".ssh/authorized_keys");
+    let left = relay_lines(&ak);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].contains("expiry-time=\""), "{}", left[0]);
+
+    std::fs::remove_file(fleet.node(0).tmp_path("hold")).unwrap();
+    // Node 0 already has keadm, so it claims no role this time: only the start of the
+    // run, which clears every earlier run's line, can remove it.
+    let out = sc.run(&[]);
+    out.status(0);
+    for i in 0..2 {
+        assert_eq!(
+            relay_lines(&fleet.node(i).root_home_path(".ssh/authorized_keys")),
+            Vec::<String>::new(),
+            "node {i}"
+        );
+        assert_eq!(relay_leftovers(fleet.node(i)), Vec::<String>::new());
+    }
+}
+
+/// The operator's Ctrl-C (twice: the second kills what runs) mid-fan-out: the run ends,
+/// and no node still serves.
+#[test]
+fn ctrl_c_mid_fan_out_leaves_no_node_serving() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let sc = Scenario::new(&fleet)
+        .keadm(holding_keadm())
+        .max_run_num(1)
+        .top_yaml("site: store-1");
+    let running = seed_serving(&fleet, &sc);
+    running.interrupt();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    running.interrupt();
+    let out = running.wait();
+    out.status(130);
+    for i in 0..3 {
+        assert_eq!(
+            relay_lines(&fleet.node(i).root_home_path(".ssh/authorized_keys")),
+            Vec::<String>::new(),
+            "node {i}\n{}",
+            out.stderr
+        );
+    }
+}
