@@ -135,23 +135,51 @@ impl Kit {
     /// Checks the kit file `dir/rel` (this kit's directory) against this manifest: it must
     /// be listed, and its sha256 and size must match.
     pub fn check(&self, dir: &Path, rel: &Path) -> Result<(), KitError> {
-        let file = dir.join(rel);
-        let manifest = dir.join(KIT_FILE);
-        let Some(entry) = self.entry(rel) else {
-            return Err(KitError::NotListed { file, manifest });
-        };
+        let listed = self.listed(dir, rel)?;
         let (size, sha256) =
-            crate::digest::sha256_file(&file).map_err(|e| KitError::FileUnreadable {
-                file: file.clone(),
-                manifest: manifest.clone(),
+            crate::digest::sha256_file(&listed.file).map_err(|e| KitError::FileUnreadable {
+                file: listed.file.clone(),
+                manifest: listed.manifest.clone(),
                 error: e.to_string(),
             })?;
-        if sha256 != entry.sha256.to_ascii_lowercase() || size != entry.size {
-            return Err(KitError::Mismatch {
+        listed.matches(size, sha256)
+    }
+
+    /// The entry of the kit file `dir/rel` (this kit's directory), for a caller that hashes
+    /// the file itself as it reads it ([`Listed::matches`]); refused when it is not listed,
+    /// before anything is read.
+    pub fn listed(&self, dir: &Path, rel: &Path) -> Result<Listed<'_>, KitError> {
+        let file = dir.join(rel);
+        let manifest = dir.join(KIT_FILE);
+        match self.entry(rel) {
+            Some(entry) => Ok(Listed {
+                entry,
                 file,
                 manifest,
-                expected_sha256: entry.sha256.clone(),
-                expected_size: entry.size,
+            }),
+            None => Err(KitError::NotListed { file, manifest }),
+        }
+    }
+}
+
+/// A kit file that the manifest lists, and where it and the manifest are (for messages).
+#[derive(Debug)]
+pub struct Listed<'k> {
+    entry: &'k KitFile,
+    file: PathBuf,
+    manifest: PathBuf,
+}
+
+impl Listed<'_> {
+    /// Whether what was read of the file (`size` bytes hashing to `sha256`, lowercase hex)
+    /// is what the manifest lists.
+    pub fn matches(&self, size: u64, sha256: String) -> Result<(), KitError> {
+        if sha256 != self.entry.sha256.to_ascii_lowercase() || size != self.entry.size {
+            return Err(KitError::Mismatch {
+                file: self.file.clone(),
+                manifest: self.manifest.clone(),
+                expected_sha256: self.entry.sha256.clone(),
+                expected_size: self.entry.size,
                 actual_sha256: sha256,
                 actual_size: size,
             });
