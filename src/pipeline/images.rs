@@ -67,7 +67,7 @@ impl<'c> Run<'_, 'c> {
                     "{} already has {}, so the image archive {} was neither uploaded nor imported",
                     runtime.name(),
                     references(archive),
-                    archive.path.display()
+                    archive.source.display()
                 ));
             } else {
                 needed.push(archive);
@@ -85,7 +85,7 @@ impl<'c> Run<'_, 'c> {
             .iter()
             .map(|a| {
                 Upload::plain(
-                    a.path.clone(),
+                    a.staged.clone(),
                     a.remote_name.clone(),
                     ARCHIVE_MODE,
                     a.size,

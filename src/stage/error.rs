@@ -227,6 +227,19 @@ pub enum StageError {
     ImageDir { path: PathBuf, error: String },
 
     #[error(
+        "Could not copy the image archive {} into {}: {error}. The run sends the nodes a \
+         private copy of each archive, made in the system's temporary directory; make room \
+         there, or point TMPDIR at a filesystem with space.",
+        archive.display(),
+        dir.display()
+    )]
+    ImageCopy {
+        archive: PathBuf,
+        dir: PathBuf,
+        error: String,
+    },
+
+    #[error(
         "The image archives {} and {} for {arch} have the same file name, so the second \
          would replace the first on the nodes ({name}). Rename one of them, or list only one \
          in keadm.offlineImages.{arch}.",

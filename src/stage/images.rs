@@ -12,8 +12,15 @@
 //! be imported under a made-up name keadm never asks for, so it does not count). An
 //! archive that names no image is refused: keadm could not find what it holds.
 //!
-//! Each archive is read once, in one pass that hashes it while the tar reader looks for
-//! the two manifests, so a large archive costs one sequential read.
+//! Each archive is read once from where the operator put it, in one pass that copies it
+//! into the run's private directory (owner-only, removed when the run ends), hashes the
+//! bytes copied and lets the tar reader look for the two manifests in them. Everything
+//! after works on that copy: the kit check compares its hash with `kit.json`, the
+//! compressed copy is made from it, and the nodes are sent it, so an archive replaced in
+//! the offline directory after it was read (by anyone who can write there) never reaches
+//! a node. Copying costs one write of each archive's bytes. An open descriptor of the
+//! operator's file would not do: whoever can write the file can rewrite it under the
+//! descriptor, and a hard link into the private directory shares its inode the same way.
 //!
 //! On the wire, an archive goes gzip-compressed where that pays: `docker save` writes
 //! layers uncompressed, and keadm's installation-package is mostly one Go binary that
@@ -30,8 +37,11 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::StageError;
+use super::dirs::ensure_private_dir;
+use super::temporary::Temporary;
 use crate::arch::Arch;
 use crate::image_ref::ImageRef;
+use crate::kit::{Kit, Listed};
 
 /// The largest manifest (`manifest.json`, `index.json`) read from an archive: real ones
 /// are a few KiB; anything near this is not a manifest.
@@ -70,8 +80,12 @@ pub struct ArchivedImage {
 /// An image archive to put on the nodes of one arch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImageArchive {
-    /// The file on the control host.
-    pub path: PathBuf,
+    /// The operator's file, named in messages; never read again, since it may have changed
+    /// since (see the module doc).
+    pub source: PathBuf,
+    /// The copy that was hashed and read, in the run's private directory: what is
+    /// compressed and sent.
+    pub staged: PathBuf,
     /// Its name in the node's upload directory.
     pub remote_name: String,
     pub size: u64,
@@ -98,30 +112,40 @@ const GZIP_MAX_RATIO: f64 = 0.8;
 /// middle, end): enough to see whether its layers are compressed already.
 const SAMPLE_BYTES: u64 = 3 << 20;
 
-/// Every arch's image archives, listed and hashed once per run.
-#[derive(Debug, Default)]
+/// Every arch's image archives, copied, hashed and listed once per run.
+#[derive(Debug)]
 pub struct OfflineImages {
     by_arch: BTreeMap<Arch, Vec<ImageArchive>>,
-    /// Holds the compressed copies; removed with them when the run ends.
-    compressed: Option<tempfile::TempDir>,
+    /// The run's private directory: the archives' checked copies and their compressed
+    /// copies, removed with them when the run ends.
+    private: tempfile::TempDir,
 }
 
 impl OfflineImages {
-    /// Lists, reads and hashes the archives `sources` name. `None` for a layout without
-    /// any `<arch>/images` directory: that offline directory is not set up for images
-    /// (keadm's own layout has none), so nothing about images changes for its nodes.
+    /// Copies, hashes and reads the archives `sources` name (see the module doc). `None`
+    /// for a layout without any `<arch>/images` directory: that offline directory is not
+    /// set up for images (keadm's own layout has none), so nothing about images changes
+    /// for its nodes.
     pub fn list(sources: &ImageSources) -> Result<Option<OfflineImages>, StageError> {
+        if let ImageSources::Layout { dir } = sources
+            && !Arch::ALL
+                .iter()
+                .any(|arch| dir.join(arch.as_str()).join("images").is_dir())
+        {
+            return Ok(None);
+        }
+        let temp = std::env::temp_dir();
+        let private = Temporary::Images
+            .dir_in(&temp)
+            .map_err(|e| StageError::io("create a temporary directory in", &temp, e))?;
+        // Created 0700 under a fresh name; checked as the staging dirs are, so that its
+        // parents cannot let another user swap it either.
+        ensure_private_dir(private.path())?;
         let mut by_arch = BTreeMap::new();
         match sources {
             ImageSources::Layout { dir } => {
-                if !Arch::ALL
-                    .iter()
-                    .any(|arch| dir.join(arch.as_str()).join("images").is_dir())
-                {
-                    return Ok(None);
-                }
                 for arch in Arch::ALL {
-                    let archives = offline_images(dir, arch)?;
+                    let archives = offline_images(dir, arch, private.path())?;
                     if !archives.is_empty() {
                         by_arch.insert(arch, archives);
                     }
@@ -129,23 +153,20 @@ impl OfflineImages {
             }
             ImageSources::Listed { paths } => {
                 for (arch, paths) in paths {
-                    let archives = listed_images(*arch, paths)?;
+                    let archives = listed_images(*arch, paths, private.path())?;
                     if !archives.is_empty() {
                         by_arch.insert(*arch, archives);
                     }
                 }
             }
         }
-        let images = OfflineImages {
-            by_arch,
-            compressed: None,
-        };
+        let images = OfflineImages { by_arch, private };
         for (arch, archives) in &images.by_arch {
             log::info!(
                 "offline images for {arch}: {}",
                 archives
                     .iter()
-                    .map(|a| format!("{} ({} bytes)", a.path.display(), a.size))
+                    .map(|a| format!("{} ({} bytes)", a.source.display(), a.size))
                     .collect::<Vec<_>>()
                     .join(", ")
             );
@@ -163,33 +184,15 @@ impl OfflineImages {
                 archive.gzipped = copy.clone();
                 continue;
             }
-            let copy = if pays_to_compress(&archive.path, archive.size)? {
-                if self.compressed.is_none() {
-                    let dir = tempfile::Builder::new()
-                        .prefix("keadm-batch-images-")
-                        .tempdir()
-                        .map_err(|e| {
-                            StageError::io(
-                                "create a temporary directory in",
-                                std::env::temp_dir(),
-                                e,
-                            )
-                        })?;
-                    self.compressed = Some(dir);
-                }
-                let dir = self
-                    .compressed
-                    .as_ref()
-                    .map(|d| d.path())
-                    .unwrap_or(Path::new(""));
-                gzip_copy(archive, dir)?
+            let copy = if pays_to_compress(&archive.staged, archive.size)? {
+                gzip_copy(archive, self.private.path())?
             } else {
                 None
             };
             if let Some(copy) = &copy {
                 log::info!(
                     "{} goes compressed: {} bytes for its {}",
-                    archive.path.display(),
+                    archive.source.display(),
                     copy.size,
                     archive.size
                 );
@@ -272,16 +275,16 @@ fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-/// Writes the gzip-compressed copy of `archive` into `dir`; `None` when the whole file
-/// did not compress as well as its sample promised.
+/// Writes the gzip-compressed copy of `archive`'s checked copy into `dir`; `None` when the
+/// whole file did not compress as well as its sample promised.
 fn gzip_copy(archive: &ImageArchive, dir: &Path) -> Result<Option<Gzipped>, StageError> {
     let path = dir.join(format!("{}.tar.gz", archive.sha256));
-    let mut input =
-        File::open(&archive.path).map_err(|e| StageError::io("read", &archive.path, e))?;
+    let staged = &archive.staged;
+    let mut input = File::open(staged).map_err(|e| StageError::io("read", staged, e))?;
     let output = File::create(&path).map_err(|e| StageError::io("write", &path, e))?;
     let mut encoder =
         flate2::write::GzEncoder::new(io::BufWriter::new(output), flate2::Compression::fast());
-    io::copy(&mut input, &mut encoder).map_err(|e| StageError::io("compress", &archive.path, e))?;
+    io::copy(&mut input, &mut encoder).map_err(|e| StageError::io("compress", staged, e))?;
     encoder
         .finish()
         .and_then(|mut w| w.flush())
@@ -297,31 +300,37 @@ fn gzip_copy(archive: &ImageArchive, dir: &Path) -> Result<Option<Gzipped>, Stag
     }
 }
 
-/// The offline directory's image archives for `arch`: every `*.tar` file in
-/// `<dir>/<arch>/images`, in name order. None when that directory does not exist. In a
-/// kit `batch bundle` wrote (a `kit.json` in `dir`), each archive must be listed there
-/// with its sha256 and size, as the keadm tarball must: one that is not, or was altered
-/// on the way to the site, is refused before it is read.
-pub fn offline_images(dir: &Path, arch: Arch) -> Result<Vec<ImageArchive>, StageError> {
+/// The offline directory's image archives for `arch`, copied into `private`: every
+/// `*.tar` file in `<dir>/<arch>/images`, in name order. None when that directory does not
+/// exist. In a kit `batch bundle` wrote (a `kit.json` in `dir`), each archive must be
+/// listed there with its sha256 and size, as the keadm tarball must: one that is not is
+/// refused before it is read, and one whose copied bytes do not match (altered on the way
+/// to the site) before it is used.
+fn offline_images(dir: &Path, arch: Arch, private: &Path) -> Result<Vec<ImageArchive>, StageError> {
     let images_dir = dir.join(arch.as_str()).join("images");
     if !images_dir.is_dir() {
         return Ok(Vec::new());
     }
     // kit.json is read once for all of this arch's archives.
-    let kit = crate::kit::Kit::read(dir)?;
+    let kit = Kit::read(dir)?;
     let mut archives = Vec::new();
     for path in tar_files_in(&images_dir)? {
-        if let Some(kit) = &kit {
-            kit.check(dir, path.strip_prefix(dir).unwrap_or(&path))?;
-        }
-        archives.push(read_archive(&path)?);
+        let listed = match &kit {
+            Some(kit) => Some(kit.listed(dir, path.strip_prefix(dir).unwrap_or(&path))?),
+            None => None,
+        };
+        archives.push(stage_archive(&path, private, listed.as_ref())?);
     }
     Ok(archives)
 }
 
-/// `keadm.offlineImages` for one arch: each path is an archive, or a directory whose
-/// `*.tar` files are archives.
-fn listed_images(arch: Arch, paths: &[PathBuf]) -> Result<Vec<ImageArchive>, StageError> {
+/// `keadm.offlineImages` for one arch, copied into `private`: each path is an archive, or
+/// a directory whose `*.tar` files are archives.
+fn listed_images(
+    arch: Arch,
+    paths: &[PathBuf],
+    private: &Path,
+) -> Result<Vec<ImageArchive>, StageError> {
     let mut archives: Vec<ImageArchive> = Vec::new();
     for path in paths {
         let files = if path.is_dir() {
@@ -330,7 +339,7 @@ fn listed_images(arch: Arch, paths: &[PathBuf]) -> Result<Vec<ImageArchive>, Sta
             vec![path.clone()]
         };
         for file in files {
-            let archive = read_archive(&file)?;
+            let archive = stage_archive(&file, private, None)?;
             if let Some(other) = archives
                 .iter()
                 .find(|a| a.remote_name == archive.remote_name)
@@ -338,8 +347,8 @@ fn listed_images(arch: Arch, paths: &[PathBuf]) -> Result<Vec<ImageArchive>, Sta
                 return Err(StageError::ImageNameClash {
                     arch,
                     name: archive.remote_name.clone(),
-                    first: other.path.clone(),
-                    second: archive.path,
+                    first: other.source.clone(),
+                    second: archive.source,
                 });
             }
             archives.push(archive);
@@ -376,52 +385,120 @@ pub fn remote_name(file_name: &str) -> String {
     format!("image-{file_name}")
 }
 
-/// Reads `path` as an image archive: the images it names, its size and sha256.
-pub fn read_archive(path: &Path) -> Result<ImageArchive, StageError> {
+/// Copies the archive at `source` into `private` in one pass that hashes the bytes copied
+/// and reads the images they name (see the module doc). With `listed` (a kit's entry),
+/// the copy must match it; a mismatch is reported before a damaged archive's own error,
+/// which it explains better. Nothing is left in `private` when it fails.
+fn stage_archive(
+    source: &Path,
+    private: &Path,
+    listed: Option<&Listed<'_>>,
+) -> Result<ImageArchive, StageError> {
+    let unreadable = |reason: String| StageError::ImageArchiveUnreadable {
+        path: source.to_path_buf(),
+        reason,
+    };
+    let copy_failed = |e: io::Error| StageError::ImageCopy {
+        archive: source.to_path_buf(),
+        dir: private.to_path_buf(),
+        error: e.to_string(),
+    };
+    let file = File::open(source).map_err(|e| unreadable(e.to_string()))?;
+    let copy = Temporary::Write
+        .file_in(private, 0o600)
+        .map_err(copy_failed)?;
+    let mut reader = Copying {
+        inner: file,
+        copy: io::BufWriter::new(copy),
+        copy_error: None,
+        hasher: Sha256::new(),
+        count: 0,
+    };
+    let manifests = read_manifests(&mut reader).map_err(unreadable);
+    // The tar reader stops at the end-of-archive marker, or at a damaged entry; the rest
+    // is copied and hashed too, so the digest covers the whole file.
+    let rest = io::copy(&mut reader, &mut io::sink());
+    if let Some(e) = reader.copy_error.take() {
+        return Err(copy_failed(e));
+    }
+    rest.map_err(|e| unreadable(e.to_string()))?;
+    let size = reader.count;
+    let sha256 = hex::encode(reader.hasher.finalize());
+    if let Some(listed) = listed {
+        listed.matches(size, sha256.clone())?;
+    }
+    let (docker_manifest, oci_index) = manifests?;
+    let images = archive_images(source, docker_manifest, oci_index)?;
+    let staged = private.join(format!("{sha256}.tar"));
+    reader
+        .copy
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|copy| copy.persist(&staged).map_err(|e| e.error))
+        .map_err(copy_failed)?;
+    let file_name = source
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(ImageArchive {
+        source: source.to_path_buf(),
+        staged,
+        remote_name: remote_name(&file_name),
+        size,
+        sha256,
+        images,
+        gzipped: None,
+    })
+}
+
+/// An archive's `manifest.json` and `index.json`, each when it has one.
+type Manifests = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// The manifests the tar reader finds in what `reader` gives; the reason, in words, when
+/// it cannot read on.
+fn read_manifests(reader: &mut impl Read) -> Result<Manifests, String> {
+    let mut docker_manifest = None;
+    let mut oci_index = None;
+    let mut archive = tar::Archive::new(reader);
+    let entries = archive
+        .entries()
+        .map_err(|e| format!("it is not a tar archive ({e})"))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| format!("its tar structure is damaged ({e})"))?;
+        let name = entry
+            .path()
+            .map(|p| p.to_string_lossy().trim_start_matches("./").to_string())
+            .unwrap_or_default();
+        let slot = match name.as_str() {
+            "manifest.json" => &mut docker_manifest,
+            "index.json" => &mut oci_index,
+            _ => continue,
+        };
+        if entry.size() > MAX_MANIFEST_BYTES {
+            return Err(format!(
+                "its {name} is {} bytes, too large for a manifest",
+                entry.size()
+            ));
+        }
+        let mut text = Vec::new();
+        entry
+            .read_to_end(&mut text)
+            .map_err(|e| format!("its {name} cannot be read ({e})"))?;
+        *slot = Some(text);
+    }
+    Ok((docker_manifest, oci_index))
+}
+
+/// The images the manifests of the archive at `path` name (see the module doc).
+fn archive_images(
+    path: &Path,
+    docker_manifest: Option<Vec<u8>>,
+    oci_index: Option<Vec<u8>>,
+) -> Result<Vec<ArchivedImage>, StageError> {
     let unreadable = |reason: String| StageError::ImageArchiveUnreadable {
         path: path.to_path_buf(),
         reason,
     };
-    let file = File::open(path).map_err(|e| unreadable(e.to_string()))?;
-    let mut reader = Hashing {
-        inner: file,
-        hasher: Sha256::new(),
-        count: 0,
-    };
-    let mut docker_manifest = None;
-    let mut oci_index = None;
-    {
-        let mut archive = tar::Archive::new(&mut reader);
-        let entries = archive
-            .entries()
-            .map_err(|e| unreadable(format!("it is not a tar archive ({e})")))?;
-        for entry in entries {
-            let mut entry =
-                entry.map_err(|e| unreadable(format!("its tar structure is damaged ({e})")))?;
-            let name = entry
-                .path()
-                .map(|p| p.to_string_lossy().trim_start_matches("./").to_string())
-                .unwrap_or_default();
-            let slot = match name.as_str() {
-                "manifest.json" => &mut docker_manifest,
-                "index.json" => &mut oci_index,
-                _ => continue,
-            };
-            if entry.size() > MAX_MANIFEST_BYTES {
-                return Err(unreadable(format!(
-                    "its {name} is {} bytes, too large for a manifest",
-                    entry.size()
-                )));
-            }
-            let mut text = Vec::new();
-            entry
-                .read_to_end(&mut text)
-                .map_err(|e| unreadable(format!("its {name} cannot be read ({e})")))?;
-            *slot = Some(text);
-        }
-    }
-    // The tar reader stops at the end-of-archive marker; the padding after it counts too.
-    io::copy(&mut reader, &mut io::sink()).map_err(|e| unreadable(e.to_string()))?;
     if docker_manifest.is_none() && oci_index.is_none() {
         return Err(unreadable(
             "it has neither a manifest.json (docker-archive) nor an index.json (OCI archive)"
@@ -457,18 +534,7 @@ pub fn read_archive(path: &Path) -> Result<ImageArchive, StageError> {
             path: path.to_path_buf(),
         });
     }
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    Ok(ImageArchive {
-        path: path.to_path_buf(),
-        remote_name: remote_name(&file_name),
-        size: reader.count,
-        sha256: hex::encode(reader.hasher.finalize()),
-        images,
-        gzipped: None,
-    })
+    Ok(images)
 }
 
 /// docker-archive's `manifest.json`: `[{"Config": ..., "RepoTags": [...], "Layers": [...]}]`.
@@ -543,16 +609,25 @@ fn oci_archive_images(text: &[u8]) -> Result<(Vec<ArchivedImage>, Vec<String>), 
     Ok((images, short_names))
 }
 
-/// Hashes and counts what is read through it.
-struct Hashing<R> {
+/// Copies what is read through it into `copy`, hashing and counting it: the bytes hashed
+/// are the bytes copied. A failed write stops the read and is kept in `copy_error`, so it
+/// is reported as the copy's failure, not as a damaged archive.
+struct Copying<R> {
     inner: R,
+    copy: io::BufWriter<tempfile::NamedTempFile>,
+    copy_error: Option<io::Error>,
     hasher: Sha256,
     count: u64,
 }
 
-impl<R: Read> Read for Hashing<R> {
+impl<R: Read> Read for Copying<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
+        if let Err(e) = self.copy.write_all(&buf[..n]) {
+            let reported = io::Error::new(e.kind(), e.to_string());
+            self.copy_error = Some(e);
+            return Err(reported);
+        }
         self.hasher.update(&buf[..n]);
         self.count += n as u64;
         Ok(n)
@@ -581,6 +656,17 @@ mod tests {
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(&path, bytes).unwrap();
         path
+    }
+
+    /// Stages the archive at `path` into a private directory of its own, as a run does.
+    fn read_archive(path: &Path) -> Result<ImageArchive, StageError> {
+        let private = tempfile::tempdir().unwrap();
+        stage_archive(path, private.path(), None)
+    }
+
+    /// Whether `dir` holds nothing.
+    fn is_empty(dir: &Path) -> bool {
+        fs::read_dir(dir).unwrap().next().is_none()
     }
 
     fn names(archive: &ImageArchive) -> Vec<String> {
@@ -695,6 +781,28 @@ mod tests {
     }
 
     #[test]
+    fn an_archive_that_cannot_be_copied_names_it_and_where_to_make_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            "ip.tar",
+            &tar_of(&[("manifest.json", DOCKER_MANIFEST.as_bytes())]),
+        );
+        let gone = dir.path().join("gone");
+        let err = stage_archive(&path, &gone, None).unwrap_err();
+        assert!(matches!(err, StageError::ImageCopy { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "Could not copy the image archive {} into {}: ",
+                path.display(),
+                gone.display()
+            )) && text.ends_with("or point TMPDIR at a filesystem with space."),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn archives_go_compressed_only_where_that_pays() {
         let dir = tempfile::tempdir().unwrap();
         // Uncompressed layers (docker save) compress; random bytes (gzip blobs) do not.
@@ -729,7 +837,12 @@ mod tests {
             dir: dir.path().to_path_buf(),
         };
         let mut images = OfflineImages::list(&layout).unwrap().unwrap();
-        assert!(!images.any_gzipped());
+        assert!(
+            images
+                .for_arch(Arch::Amd64)
+                .iter()
+                .all(|a| a.gzipped.is_none())
+        );
         images.compress_for_the_wire().unwrap();
         let [docker, oci] = images.for_arch(Arch::Amd64) else {
             panic!("two archives")
@@ -740,18 +853,55 @@ mod tests {
         flate2::read::GzDecoder::new(File::open(&copy.path).unwrap())
             .read_to_end(&mut unpacked)
             .unwrap();
-        assert_eq!(unpacked, fs::read(&docker.path).unwrap());
+        assert_eq!(unpacked, fs::read(&docker.source).unwrap());
         assert_eq!(oci.gzipped, None);
-        assert!(images.any_gzipped());
-        // The copies live as long as the listing.
-        let path = copy.path.clone();
+        // The copies live in one owner-only directory, as long as the listing.
+        let private = copy.path.parent().unwrap().to_path_buf();
+        assert_eq!(docker.staged.parent(), Some(&*private));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(&private).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
         drop(images);
-        assert!(!path.exists());
+        assert!(!private.exists());
+    }
+
+    /// Security: the compressed copy is made from the bytes that were hashed, not from the
+    /// file in the offline directory, which anyone who can write there may replace after
+    /// the listing.
+    #[test]
+    fn the_compressed_copy_holds_the_bytes_that_were_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let layer: Vec<u8> = (0..20_000u32)
+            .flat_map(|i| format!("line {i}\n").into_bytes())
+            .collect();
+        let original = tar_of(&[
+            ("l/layer.tar", &layer),
+            ("manifest.json", DOCKER_MANIFEST.as_bytes()),
+        ]);
+        let source = write(dir.path(), "amd64/images/docker.tar", &original);
+        let layout = ImageSources::Layout {
+            dir: dir.path().to_path_buf(),
+        };
+        let mut images = OfflineImages::list(&layout).unwrap().unwrap();
+        let mut swapped = original.clone();
+        swapped[600] ^= 0xff;
+        let planted = dir.path().join("amd64/images/.planted");
+        fs::write(&planted, &swapped).unwrap();
+        fs::rename(&planted, &source).unwrap();
+        images.compress_for_the_wire().unwrap();
+        let archive = &images.for_arch(Arch::Amd64)[0];
+        let mut unpacked = Vec::new();
+        flate2::read::GzDecoder::new(File::open(&archive.gzipped.as_ref().unwrap().path).unwrap())
+            .read_to_end(&mut unpacked)
+            .unwrap();
+        assert!(unpacked == original, "the copy holds what was hashed");
+        assert_eq!(hex::encode(Sha256::digest(&unpacked)), archive.sha256);
     }
 
     #[test]
-    fn a_kit_s_archives_are_checked_against_its_manifest_before_they_are_read() {
+    fn a_kit_s_archives_are_checked_against_its_manifest_by_the_bytes_copied() {
         let dir = tempfile::tempdir().unwrap();
+        let private = tempfile::tempdir().unwrap();
         let archive = tar_of(&[("manifest.json", DOCKER_MANIFEST.as_bytes())]);
         let path = write(dir.path(), "amd64/images/ip.tar", &archive);
         let (size, sha256) = crate::digest::sha256_file(&path).unwrap();
@@ -770,13 +920,29 @@ mod tests {
             crate::kit::KIT_FILE,
             &serde_json::to_vec(&kit).unwrap(),
         );
-        assert_eq!(offline_images(dir.path(), Arch::Amd64).unwrap().len(), 1);
+        let staged = offline_images(dir.path(), Arch::Amd64, private.path()).unwrap();
+        assert_eq!(staged.len(), 1);
+        // The checked copy is what was hashed, owner-only, named by its digest.
+        assert_eq!(fs::read(&staged[0].staged).unwrap(), archive);
+        assert_eq!(staged[0].source, path);
+        assert_eq!(
+            staged[0].staged,
+            private.path().join(format!("{}.tar", staged[0].sha256))
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(&staged[0].staged)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        fs::remove_file(&staged[0].staged).unwrap();
 
-        // Altered on the way: refused by the kit check, naming the file.
+        // Altered on the way (a header byte, which also breaks the tar): refused by the kit
+        // check, which explains it better, naming the file; no copy is left.
         let mut altered = archive.clone();
-        altered.extend_from_slice(&[0u8; 512]);
+        altered[100] ^= 0xff;
         write(dir.path(), "amd64/images/ip.tar", &altered);
-        let err = offline_images(dir.path(), Arch::Amd64).unwrap_err();
+        let err = offline_images(dir.path(), Arch::Amd64, private.path()).unwrap_err();
         assert!(
             matches!(err, StageError::Kit(crate::kit::KitError::Mismatch { .. })),
             "{err}"
@@ -785,15 +951,17 @@ mod tests {
             err.to_string().contains(&path.display().to_string()),
             "{err}"
         );
+        assert!(is_empty(private.path()));
 
-        // An archive the kit does not list is refused too.
+        // An archive the kit does not list is refused too, before it is copied.
         write(dir.path(), "amd64/images/ip.tar", &archive);
         write(dir.path(), "amd64/images/extra.tar", &archive);
-        let err = offline_images(dir.path(), Arch::Amd64).unwrap_err();
+        let err = offline_images(dir.path(), Arch::Amd64, private.path()).unwrap_err();
         assert!(
             matches!(err, StageError::Kit(crate::kit::KitError::NotListed { .. })),
             "{err}"
         );
+        assert!(is_empty(private.path()));
     }
 
     #[test]

@@ -33,9 +33,7 @@ use unpack::{Expected, Extracted, unpack_package};
 /// An error and its causes on one line, for messages about HTTP failures.
 pub(crate) use download::error_chain;
 pub use error::StageError;
-pub use images::{
-    ArchivedImage, Gzipped, ImageArchive, ImageSources, OfflineImages, Selector, offline_images,
-};
+pub use images::{ArchivedImage, Gzipped, ImageArchive, ImageSources, OfflineImages, Selector};
 pub use recompress::XzCopy;
 
 /// keadm's BASE, the same on the control host and on the nodes.

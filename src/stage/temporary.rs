@@ -1,8 +1,9 @@
-//! Temporary files and directories inside the staging dirs, made by tempfile: exclusively
-//! created under a random name (so nothing planted there is followed or reused), removed
-//! when dropped, and renamed into place only once complete. Their names start with
-//! `.<kind>-`: a dot so they never look like a package or a binary, and the kind so the
-//! next run can remove what a crashed one left.
+//! Temporary files and directories inside the staging dirs (and a run's private
+//! directory of image archives in the system's temporary directory), made by tempfile:
+//! exclusively created under a random name (so nothing planted there is followed or
+//! reused), removed when dropped, and renamed into place only once complete. Their names
+//! start with `.<kind>-`: a dot so they never look like a package or a binary, and the
+//! kind so the next run can remove what a crashed one left.
 
 use std::fs::{self, Permissions};
 use std::io::{self, Write};
@@ -24,14 +25,17 @@ pub(crate) enum Temporary {
     Old,
     /// A small file being written, such as a cached checksum file.
     Write,
+    /// A run's checked copies of its image archives (`images`), removed when the run ends.
+    Images,
 }
 
 impl Temporary {
-    const ALL: [Temporary; 4] = [
+    const ALL: [Temporary; 5] = [
         Temporary::Download,
         Temporary::Unpack,
         Temporary::Old,
         Temporary::Write,
+        Temporary::Images,
     ];
 
     /// How names of this kind start.
@@ -41,6 +45,7 @@ impl Temporary {
             Temporary::Unpack => ".unpack-",
             Temporary::Old => ".old-",
             Temporary::Write => ".write-",
+            Temporary::Images => ".keadm-batch-images-",
         }
     }
 

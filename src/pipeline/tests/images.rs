@@ -348,18 +348,23 @@ fn pre_flight_reports_images_neither_in_the_runtime_nor_in_an_archive() {
     );
 }
 
+/// A node whose runtime lacks the one archive's image and imports it once sent, with the
+/// tools of the `KB_TOOLS` line `tools`.
+fn importing_with(tools: &str) -> FakeTransport {
+    FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(IMPORT, imported(1, &[PACKAGE]))
+        .on(sent::PREPARE, prepared_with_runtime_and(tools, &[]))
+        .on(&tmp("image-package.tar"), Reply::ok())
+}
+
 #[test]
 fn a_compressible_archive_goes_gzipped_to_a_node_with_gzip_and_as_it_is_elsewhere() {
     for (tools, gzipped) in [
         ("KB_TOOLS sha512sum gzip tar\n", true),
         ("KB_TOOLS tar\n", false),
     ] {
-        let fake = FakeTransport::new()
-            .on(sent::RUN, Reply::ok())
-            .on(IMPORT, imported(1, &[PACKAGE]))
-            .on(sent::PREPARE, prepared_with_runtime_and(tools, &[]))
-            .on(&tmp("image-package.tar"), Reply::ok());
-        let mut h = Harness::new(fake);
+        let mut h = Harness::new(importing_with(tools));
         let sizes = h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
         let images = h.offline_images.as_mut().unwrap();
         images.compress_for_the_wire().unwrap();
@@ -433,4 +438,55 @@ fn under_sudo_the_archive_and_its_import_get_the_password_first_and_run_as_root(
         );
     }
     assert_eq!(h.exec_with(IMPORT).stdin.as_deref(), Some(&preamble[..]));
+}
+
+/// A node with a working sha256sum (what the tools probe prints).
+const SHA256SUM: &str = "KB_TOOLS sha256sum\n";
+
+/// The sha256 the run hashed for the amd64 archive `index`.
+fn hashed(h: &Harness, index: usize) -> String {
+    h.offline_images
+        .as_ref()
+        .unwrap()
+        .for_arch(crate::arch::Arch::Amd64)[index]
+        .sha256
+        .clone()
+}
+
+/// The execs that sent the archive `package.tar` (in any form).
+fn archive_sent(h: &Harness) -> Vec<Exec> {
+    h.fake
+        .execs_with(&tmp("image-package.tar"))
+        .into_iter()
+        .filter(|e| e.stdin.is_some())
+        .collect()
+}
+
+/// Security: whoever can write the offline directory cannot swap an archive between the
+/// run's check and its upload. The node gets the bytes the run hashed (and, in a kit,
+/// checked against kit.json), even when the file is replaced, same size, afterwards.
+#[test]
+fn an_archive_replaced_after_it_was_hashed_is_sent_as_it_was_hashed() {
+    let mut h = Harness::new(importing_with(SHA256SUM));
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    let source = h.dir.path().join("kit/amd64/images/package.tar");
+    let original = std::fs::read(&source).unwrap();
+    let sha256 = hashed(&h, 0);
+    // Same size, other bytes, renamed into place as anyone who can write the directory can.
+    let mut swapped = original.clone();
+    let last = swapped.len() - 1;
+    swapped[last] ^= 0xff;
+    let planted = source.with_extension("planted");
+    std::fs::write(&planted, &swapped).unwrap();
+    std::fs::rename(&planted, &source).unwrap();
+
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    let sent = archive_sent(&h);
+    assert_eq!(sent.len(), 1, "{:#?}", h.execs());
+    assert!(
+        sent[0].stdin.as_deref() == Some(&original[..]),
+        "the bytes sent are the bytes hashed, not the file as it is now"
+    );
+    assert!(h.exec_with(IMPORT).command.contains(&sha256));
 }
