@@ -156,6 +156,45 @@ impl Sha256Tool {
             Sha256Tool::Sha256sum => "sha256sum",
         }
     }
+
+    /// Writes what `producer` prints to the file at `quoted` (shell-quoted) and leaves the
+    /// file's sha256 line in `$s`, the way that costs the node least with this tool (see
+    /// [`receive_xz_script`]): OpenSSL hashes the file after the last byte, `sha256sum`
+    /// what goes by on the way. POSIX sh has no `pipefail`: a producer that fails part-way
+    /// is caught by the digest, a `tee` that cannot write (a full disk) by the size.
+    fn write_and_hash(self, producer: &str, quoted: &str) -> String {
+        match self {
+            Sha256Tool::Openssl => format!(
+                "{producer} > {quoted} && s=$({} < {quoted})",
+                self.command()
+            ),
+            Sha256Tool::Sha256sum => format!("s=$({producer} | tee {quoted} | {})", self.command()),
+        }
+    }
+}
+
+/// The line a receiving script prints when what it received does not hash to what was
+/// sent, with the node's digest after it; [`received_sha256`] reads it.
+const SHA256_GOT: &str = "KB_SHA256_GOT";
+
+/// The test that `$s`, as [`Sha256Tool::write_and_hash`] leaves it, starts with `sha256`;
+/// when it does not, it prints [`SHA256_GOT`] and the node's digest, so the control host
+/// can say what arrived.
+fn digest_is(sha256: &str) -> String {
+    format!(
+        "{{ [ \"${{s%% *}}\" = {} ] || {{ echo \"{SHA256_GOT} ${{s%% *}}\"; false; }}; }}",
+        shell_quote(sha256)
+    )
+}
+
+/// The digest the node computed for a file whose check failed, from a receiving script's
+/// output; `None` when the check did not fail (another step did). Empty when the node's
+/// tool printed nothing.
+pub fn received_sha256(output: &str) -> Option<String> {
+    output
+        .lines()
+        .find_map(|line| line.trim_end().strip_prefix(SHA256_GOT))
+        .map(|digest| one_line(digest.trim(), 64))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -389,16 +428,70 @@ fn size_is(quoted: &str, size: u64) -> String {
     format!("[ $(( $(wc -c < {quoted}) )) = {size} ]")
 }
 
-/// Streams stdin into `dir/tmp` with `mode` (for nodes without SFTP, and under sudo).
-/// `size` is checked after `cat` ends: a connection that breaks mid-stream ends the
-/// remote `cat` as an ordinary end of input, and a short file must never go further.
-pub fn receive_script(dir: &str, tmp: &str, mode: u32, size: u64) -> String {
-    let tmp = shell_quote(tmp);
-    format!(
-        "umask 077 && cd {} && cat > {tmp} && {check} && chmod {mode:o} -- {tmp}",
+/// What `producer` prints (stdin, as it came or unpacked), received into `dir/tmp` with
+/// `mode`: its size checked after the producer ends (a connection that breaks mid-stream
+/// ends the remote `cat` as an ordinary end of input, and a short file must never go
+/// further), and with `check` its sha256 too, by that tool, before anything moves it into
+/// place. With `on_failure`, any failure removes the file, runs that text and exits 3.
+fn receive_into(
+    dir: &str,
+    tmp: &str,
+    producer: &str,
+    mode: u32,
+    size: u64,
+    check: Option<(&str, Sha256Tool)>,
+    on_failure: Option<&str>,
+) -> String {
+    let quoted = shell_quote(tmp);
+    let write = match check {
+        Some((sha256, hasher)) => format!(
+            "{} && {}",
+            hasher.write_and_hash(producer, &quoted),
+            digest_is(sha256)
+        ),
+        None => format!("{producer} > {quoted}"),
+    };
+    let script = format!(
+        "umask 077 && cd {} && {write} && {} && chmod {mode:o} -- {quoted}",
         shell_quote(dir),
-        check = size_is(&tmp, size),
-    )
+        size_is(&quoted, size),
+    );
+    match on_failure {
+        Some(then) => format!("{script} || {{ rm -f -- {quoted}; {then}exit 3; }}"),
+        None => script,
+    }
+}
+
+/// How a file travels on stdin to [`receive_script`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// As it is.
+    Plain,
+    /// gzip-compressed: the node decompresses it as it arrives.
+    Gzip,
+}
+
+/// Receives a file on stdin into `dir/tmp` with `mode` (over exec: for nodes without SFTP,
+/// and under sudo), checking its size and, with `check`, its sha256 ([`receive_into`]).
+/// A gzip-compressed file that cannot be written whole is removed, and the script exits 3
+/// after printing `KB_GZIP_FAILED`, so the caller can send the file as it is instead. A
+/// plain file that fails its sha256 is removed at once (exit 3): nothing may use it, even
+/// if the connection breaks before the control host could say so; one that fails
+/// otherwise is left for the caller, which removes it and says whether the disk is full.
+pub fn receive_script(
+    dir: &str,
+    tmp: &str,
+    mode: u32,
+    size: u64,
+    check: Option<(&str, Sha256Tool)>,
+    encoding: Encoding,
+) -> String {
+    let (producer, on_failure) = match (encoding, check) {
+        (Encoding::Gzip, _) => ("gzip -dc", Some("echo KB_GZIP_FAILED; ")),
+        (Encoding::Plain, Some(_)) => ("cat", Some("")),
+        (Encoding::Plain, None) => ("cat", None),
+    };
+    receive_into(dir, tmp, producer, mode, size, check, on_failure)
 }
 
 /// Receives the release tarball on stdin into `dir/tar_tmp`, checks its sha512, unpacks
@@ -425,19 +518,6 @@ pub fn receive_tarball_script(
     )
 }
 
-/// Receives a gzip-compressed file on stdin and writes it, decompressed, to `dir/tmp`
-/// with `mode`, checking its size. Any failure removes the temporary file and exits 3
-/// after printing `KB_GZIP_FAILED`, so the caller can send the file as it is instead.
-pub fn receive_gzip_script(dir: &str, tmp: &str, mode: u32, size: u64) -> String {
-    let tmp = shell_quote(tmp);
-    format!(
-        "umask 077 && cd {} && gzip -dc > {tmp} && {check} && \
-         chmod {mode:o} -- {tmp} || {{ rm -f -- {tmp}; echo KB_GZIP_FAILED; exit 3; }}",
-        shell_quote(dir),
-        check = size_is(&tmp, size),
-    )
-}
-
 /// Receives the binary's xz copy on stdin and unpacks it to `dir/bin_tmp`; the binary's
 /// sha256 and size must be the ones the control host derived from the verified release,
 /// before anything is moved into place. Any failure removes the temporary file, reads the
@@ -449,9 +529,7 @@ pub fn receive_gzip_script(dir: &str, tmp: &str, mode: u32, size: u64) -> String
 /// Mbit/s), where hashing through a `tee` on the way costs the node 0.4 CPU-s more (1.47
 /// against 1.09; measured in docs/decisions.md), which a node with few cores pays while it
 /// receives. `sha256sum` is five times slower, so with it the node hashes what `xz` writes
-/// while it receives: nothing is read again after the last byte. POSIX sh has no
-/// `pipefail`: there an xz that fails part-way is caught by the digest, a `tee` that cannot
-/// write (a full disk) by the size.
+/// while it receives: nothing is read again after the last byte.
 pub fn receive_xz_script(
     dir: &str,
     bin_tmp: &str,
@@ -459,18 +537,14 @@ pub fn receive_xz_script(
     binary_size: u64,
     hasher: Sha256Tool,
 ) -> String {
-    let b = shell_quote(bin_tmp);
-    let unpack_and_hash = match hasher {
-        Sha256Tool::Openssl => format!("xz -dc > {b} && s=$({} < {b})", hasher.command()),
-        Sha256Tool::Sha256sum => format!("s=$(xz -dc | tee {b} | {})", hasher.command()),
-    };
-    format!(
-        "umask 077 && cd {dir} && {unpack_and_hash} && [ \"${{s%% *}}\" = {sha} ] && \
-         {check} && chmod 755 -- {b} || \
-         {{ rm -f -- {b}; cat > /dev/null; echo KB_XZ_FAILED; exit 3; }}",
-        dir = shell_quote(dir),
-        sha = shell_quote(sha256),
-        check = size_is(&b, binary_size),
+    receive_into(
+        dir,
+        bin_tmp,
+        "xz -dc",
+        0o755,
+        binary_size,
+        Some((sha256, hasher)),
+        Some("cat > /dev/null; echo KB_XZ_FAILED; "),
     )
 }
 
@@ -963,18 +1037,86 @@ mod tests {
         let gz = gz.finish().unwrap();
         let d = dir.path().to_str().unwrap();
         let out = sh_with_input(
-            &receive_gzip_script(d, ".a.tmp", 0o600, data.len() as u64),
+            &receive_script(d, ".a.tmp", 0o600, data.len() as u64, None, Encoding::Gzip),
             &gz,
         );
         assert!(out.status.success(), "{out:?}");
         assert_eq!(std::fs::read(dir.path().join(".a.tmp")).unwrap(), data);
         // Cut short, or the wrong size: nothing left, exit 3.
         for (input, size) in [(&gz[..gz.len() / 2], data.len()), (&gz[..], data.len() + 1)] {
-            let out = sh_with_input(&receive_gzip_script(d, ".b.tmp", 0o600, size as u64), input);
+            let out = sh_with_input(
+                &receive_script(d, ".b.tmp", 0o600, size as u64, None, Encoding::Gzip),
+                input,
+            );
             assert_eq!(out.status.code(), Some(3));
             assert!(String::from_utf8_lossy(&out.stdout).contains("KB_GZIP_FAILED"));
             assert!(!dir.path().join(".b.tmp").exists());
         }
+    }
+
+    /// An image archive is checked by its sha256 on the node, with either tool and in
+    /// either form: one that hashes to something else is removed, exit 3, and the node's
+    /// digest is printed for the error.
+    #[test]
+    fn a_checked_upload_that_does_not_hash_to_what_was_sent_is_removed() {
+        use sha2::Digest;
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let data = b"an image archive\n".repeat(100);
+        let sha256 = hex::encode(sha2::Sha256::digest(&data));
+        let size = data.len() as u64;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&data).unwrap();
+        let gz = gz.finish().unwrap();
+        let tmp = dir.path().join(".c.tmp");
+        for hasher in [Sha256Tool::Openssl, Sha256Tool::Sha256sum] {
+            let plain = |sha: &str, size| {
+                receive_script(
+                    d,
+                    ".c.tmp",
+                    0o600,
+                    size,
+                    Some((sha, hasher)),
+                    Encoding::Plain,
+                )
+            };
+            let gzipped = |sha: &str| {
+                receive_script(
+                    d,
+                    ".c.tmp",
+                    0o600,
+                    size,
+                    Some((sha, hasher)),
+                    Encoding::Gzip,
+                )
+            };
+            for (script, input) in [(plain(&sha256, size), &data), (gzipped(&sha256), &gz)] {
+                let out = sh_with_input(&script, input);
+                assert!(out.status.success(), "{hasher:?}: {out:?}");
+                assert_eq!(std::fs::read(&tmp).unwrap(), data);
+                std::fs::remove_file(&tmp).unwrap();
+            }
+            let other = "0".repeat(64);
+            for (script, input) in [(plain(&other, size), &data), (gzipped(&other), &gz)] {
+                let out = sh_with_input(&script, input);
+                assert_eq!(out.status.code(), Some(3), "{hasher:?}: {out:?}");
+                let text = String::from_utf8_lossy(&out.stdout);
+                assert_eq!(
+                    received_sha256(&text).as_deref(),
+                    Some(&sha256[..]),
+                    "{text}"
+                );
+                assert!(!tmp.exists(), "{hasher:?}: the file was removed");
+            }
+            // A failure of another step (here the size) is not a digest that differs.
+            let out = sh_with_input(&plain(&sha256, size + 1), &data);
+            assert_eq!(out.status.code(), Some(3));
+            assert_eq!(received_sha256(&String::from_utf8_lossy(&out.stdout)), None);
+            assert!(!tmp.exists());
+        }
+        assert_eq!(received_sha256("KB_GZIP_FAILED\n"), None);
+        assert_eq!(received_sha256("KB_SHA256_GOT \n").as_deref(), Some(""));
     }
 
     #[test]

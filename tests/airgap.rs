@@ -117,6 +117,62 @@ fn images_are_imported_before_keadm_runs_and_a_rerun_sends_and_imports_nothing()
     }
 }
 
+/// The node checks each archive's sha256 before it is moved into place: on a node whose
+/// only hash tool reports another digest (as it would for bytes damaged on the way or on
+/// its disk), the archive is removed, nothing is imported, keadm does not run, and the
+/// node fails alone on one line with both digests; the other node joins.
+#[test]
+fn an_archive_that_does_not_hash_to_what_was_sent_is_not_imported() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let runtimes: Vec<Containerd> = fleet.nodes().iter().map(Containerd::start).collect();
+    let zeros = "0".repeat(64);
+    let lying = fleet.node(0).tmp_path("lying-sha256sum");
+    fs::write(
+        &lying,
+        format!("#!/bin/sh\ncat > /dev/null\necho '{zeros}  -'\n"),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&lying, fs::Permissions::from_mode(0o755)).unwrap();
+    let tools = fleet.node(0).shell(
+        "mount --bind /bin/false /usr/bin/openssl && mount --bind /tmp/lying-sha256sum /usr/bin/sha256sum",
+    );
+    assert!(tools.status.success(), "{tools:?}");
+    let sc = Scenario::new(&fleet).cmd(&join());
+    write_images(&sc.images_dir());
+    let first = sc.images_dir().join("installation-package_v1.23.1.tar");
+    let sha256 = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(fs::read(&first).unwrap()))
+    };
+
+    let out = sc.run(&[]);
+    out.status(1);
+    out.log_has("Successfully processed node edge-01");
+    runtimes[1].assert_has(&[PACKAGE, SANDBOX_IMAGE]);
+    let failed = out.log_line_starting("Failed to process node edge-00: ");
+    eprintln!("{failed}");
+    assert!(
+        failed.contains(&format!(
+            "The file image-installation-package_v1.23.1.tar arrived on the node with sha256 {zeros}, but what was sent has sha256 {sha256}"
+        )),
+        "{failed}"
+    );
+    assert!(runtimes[0].images().is_empty(), "nothing was imported");
+    assert!(fake_keadm::calls(&remote_keadm(fleet.node(0))).is_empty());
+    let upload_dir = fleet.node(0).tmp_path("kubeedge/keadm");
+    let left: Vec<String> = fs::read_dir(&upload_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("image-"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the received archive was removed: {left:?}"
+    );
+    assert_eq!(out.node_summary(0)["failed_in"], "uploading");
+}
+
 #[test]
 fn a_runtime_that_cannot_take_images_fails_alone_with_its_message() {
     let fleet = Fleet::builder().nodes(3).start();

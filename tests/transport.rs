@@ -67,7 +67,14 @@ fn upload(
     let mut out = Vec::new();
     let exit = conn
         .exec(
-            &keadm_batch::remote::receive_script(dir, name, mode, size),
+            &keadm_batch::remote::receive_script(
+                dir,
+                name,
+                mode,
+                size,
+                None,
+                keadm_batch::remote::Encoding::Plain,
+            ),
             Some(data),
             far(),
             &mut out,

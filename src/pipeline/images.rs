@@ -1,12 +1,14 @@
 //! Offline images for a join: the node's arch's image archives that its container
 //! runtime lacks are uploaded (as any upload: temporary name, sidecar, skipped when the
-//! node has the identical file; gzip-compressed where that pays and the node has gzip)
-//! and imported into the runtime keadm join will use, under
-//! the node's privilege, before keadm runs. An archive whose images the runtime already
-//! lists is neither uploaded nor imported, so a rerun sends and imports nothing. A
-//! runtime keadm-batch cannot import into (an unknown socket, a missing CLI, a runtime
-//! that does not answer) fails the node before anything is sent, naming the runtime and
-//! the command to run by hand.
+//! node has the identical file; gzip-compressed where that pays and the node has gzip),
+//! checked by their sha256 on the node as they arrive (a runtime imports an archive as it
+//! is, so bytes damaged on the way must stop there), and imported into the runtime keadm
+//! join will use, under the node's privilege, before keadm runs. An archive whose images
+//! the runtime already lists is neither uploaded nor imported, so a rerun sends and
+//! imports nothing. A node keadm-batch cannot check the archives on or import them into
+//! (no working sha256 tool, an unknown socket, a missing CLI, a runtime that does not
+//! answer) fails before anything is sent, naming what is missing and the command to run
+//! by hand.
 
 use std::io::Write;
 use std::time::Instant;
@@ -18,7 +20,9 @@ use crate::arch::Arch;
 use crate::kubeedge::preflight;
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
 use crate::outcome::Phase;
-use crate::remote::{self, ArchiveImport, InArchive, NodeFacts, Privilege, Runtime, RuntimeFacts};
+use crate::remote::{
+    self, ArchiveImport, InArchive, NodeFacts, Privilege, Runtime, RuntimeFacts, Sha256Tool,
+};
 use crate::stage::{ImageArchive, OfflineImages, Selector};
 use crate::transport::Connection;
 
@@ -76,7 +80,7 @@ impl<'c> Run<'_, 'c> {
         if needed.is_empty() {
             return Ok(());
         }
-        self.can_import(&runtime, &probe, &needed)?;
+        let hasher = self.can_import(&runtime, &probe, facts.sha256_tool(), &needed)?;
         let gzip = facts
             .tools
             .as_ref()
@@ -92,19 +96,23 @@ impl<'c> Run<'_, 'c> {
                     a.sha256.clone(),
                 )
                 .or_gzipped(a.gzipped.clone().filter(|_| gzip))
+                .checked_with(hasher)
             })
             .collect();
         let (moves, _) = self.upload(conn, uploads, facts, privilege, false)?;
         self.import(conn, &runtime, arch, &needed, &moves, privilege)
     }
 
-    /// Refuses, before anything is sent, a runtime the archives cannot be imported into.
+    /// Refuses, before anything is sent, a node that cannot check the archives (`hasher`,
+    /// the sha256 tool the node has) or a runtime they cannot be imported into. Returns the
+    /// tool the node checks them with.
     fn can_import(
         &self,
         runtime: &Runtime,
         probe: &RuntimeFacts,
+        hasher: Option<Sha256Tool>,
         needed: &[&ImageArchive],
-    ) -> Result<(), StepError> {
+    ) -> Result<Sha256Tool, StepError> {
         let node = self.node;
         let by_hand = || {
             needed
@@ -130,8 +138,13 @@ impl<'c> Run<'_, 'c> {
                 runtime.name(),
                 error.trim_end_matches('.')
             )
+        } else if let Some(hasher) = hasher {
+            return Ok(hasher);
         } else {
-            return Ok(());
+            format!(
+                "The node has neither a working sha256sum nor a working openssl, so it cannot check the offline image archives before they are imported. Install one of them (coreutils, BusyBox or OpenSSL), or import the archives by hand ({}), and run again",
+                by_hand()
+            )
         };
         Err(StepError::new(Phase::Preparing, format!("{problem}.")))
     }

@@ -214,7 +214,9 @@ impl<'a> Run<'a, '_> {
         let tarball =
             node.keadm == KeadmSource::Staged && self.ctx.stager.is_some_and(tarball_may_pay_off);
         let relay = self.relay_active();
-        if tarball || relay || images.is_some_and(|i| i.any_gzipped()) {
+        // A node checks image archives by their sha256 (and may get them gzipped), and a
+        // relaying node checks the copy a peer sends.
+        if tarball || relay || images.is_some() {
             script.push_str(remote::TOOLS_PROBE);
         }
         if relay {

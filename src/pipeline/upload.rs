@@ -15,7 +15,7 @@ use crate::diagnosis::FailureClass;
 use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
 use crate::plan::KeadmSource;
-use crate::remote::{self, NodeFacts, Privilege, Sha256Tool};
+use crate::remote::{self, Encoding, NodeFacts, Privilege, Sha256Tool};
 use crate::stage::{Gzipped, StagedBinary, Stager, XzCopy};
 use crate::transport::{Connection, RemoteExit, TransportError};
 
@@ -66,7 +66,14 @@ impl Deferred {
             Some((_, hasher)) => {
                 remote::receive_xz_script(dir, &self.tmp, &upload.sha256, upload.size, *hasher)
             }
-            None => remote::receive_script(dir, &self.tmp, upload.mode, upload.size),
+            None => remote::receive_script(
+                dir,
+                &self.tmp,
+                upload.mode,
+                upload.size,
+                upload.check(),
+                Encoding::Plain,
+            ),
         }
     }
 
@@ -101,6 +108,9 @@ pub(super) struct Upload {
     tarball: Option<TarballSource>,
     /// A gzip-compressed copy to send instead (image archives), when the node has gzip.
     gzipped: Option<Gzipped>,
+    /// What the node checks the file's sha256 with once it has it, before anything moves
+    /// it into place (image archives, which a runtime imports as they are).
+    checked: Option<Sha256Tool>,
 }
 
 impl Upload {
@@ -121,6 +131,7 @@ impl Upload {
             xz: None,
             tarball: None,
             gzipped: None,
+            checked: None,
         }
     }
 
@@ -133,6 +144,37 @@ impl Upload {
     /// The sha256 of the file itself.
     pub(super) fn sha256(&self) -> &str {
         &self.sha256
+    }
+
+    /// Checked by its sha256 on the node, with `hasher`, in whichever form it is sent.
+    pub(super) fn checked_with(mut self, hasher: Sha256Tool) -> Upload {
+        self.checked = Some(hasher);
+        self
+    }
+
+    /// What the receiving script checks the file's sha256 against, and with what.
+    fn check(&self) -> Option<(&str, Sha256Tool)> {
+        self.checked.map(|hasher| (self.sha256.as_str(), hasher))
+    }
+
+    /// The error for an upload the node removed because it did not hash to what was sent,
+    /// when the receiving script's `output` says so.
+    fn arrived_altered(&self, output: &str) -> Option<StepError> {
+        self.checked?;
+        let got = remote::received_sha256(output)?;
+        Some(StepError::new(
+            Phase::Uploading,
+            format!(
+                "The file {} arrived on the node with sha256 {}, but what was sent has sha256 {}, so the node removed it and nothing used it. Check the node's disk and memory, and run again.",
+                self.name,
+                if got.is_empty() {
+                    "(none: the node's hash tool printed nothing)"
+                } else {
+                    &got
+                },
+                self.sha256
+            ),
+        ))
     }
 
     /// Whether the binary's xz copy may go in its place.
@@ -253,6 +295,7 @@ impl Run<'_, '_> {
                 xz: staged.xz.clone().zip(facts.xz_hasher()),
                 tarball: tarball_source(&staged).filter(|_| facts.can_unpack_tarball()),
                 gzipped: None,
+                checked: None,
             });
         }
         Ok(uploads)
@@ -348,10 +391,23 @@ impl Run<'_, '_> {
                     return Ok((moves, Some(Deferred { upload, tmp })));
                 }
                 if sent.is_none() {
-                    let script =
-                        remote::receive_script(&node.upload_dir, &tmp, upload.mode, upload.size);
+                    let script = remote::receive_script(
+                        &node.upload_dir,
+                        &tmp,
+                        upload.mode,
+                        upload.size,
+                        upload.check(),
+                        Encoding::Plain,
+                    );
                     let (result, output) =
                         run.send_file(conn, &script, &upload.local, privilege, deadline)?;
+                    // The node removed it already; its bytes crossed the wire.
+                    if result.as_ref().is_ok_and(|exit| !exit.success())
+                        && let Some(err) = upload.arrived_altered(&output)
+                    {
+                        run.bytes_uploaded += upload.size;
+                        return Err(err);
+                    }
                     let err = match result {
                         Ok(exit) if exit.success() => None,
                         Ok(exit) => Some(StepError::new(
@@ -434,8 +490,14 @@ impl Run<'_, '_> {
         tmp: &str,
         privilege: Privilege,
     ) -> Result<Option<u64>, StepError> {
-        let script =
-            remote::receive_gzip_script(&self.node.upload_dir, tmp, upload.mode, upload.size);
+        let script = remote::receive_script(
+            &self.node.upload_dir,
+            tmp,
+            upload.mode,
+            upload.size,
+            upload.check(),
+            Encoding::Gzip,
+        );
         let packed = Packed {
             path: &gzipped.path,
             size: gzipped.size,
@@ -472,6 +534,10 @@ impl Run<'_, '_> {
             return Ok(Some(packed.size));
         }
         self.bytes_uploaded += packed.size;
+        // Unpacked, but not to what was sent: sending it as it is would not mend that.
+        if let Some(err) = upload.arrived_altered(&output) {
+            return Err(err);
+        }
         self.transcript.note(&format!(
             "{} ({exit}: {}); {}",
             packed.failed,

@@ -224,11 +224,6 @@ impl OfflineImages {
         names
     }
 
-    /// Whether any archive goes compressed (the nodes then need a working gzip).
-    pub fn any_gzipped(&self) -> bool {
-        self.by_arch.values().flatten().any(|a| a.gzipped.is_some())
-    }
-
     /// The most bytes one node may be sent: the largest arch's archives together.
     pub fn largest_arch_bytes(&self) -> u64 {
         self.by_arch

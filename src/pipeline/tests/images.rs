@@ -40,19 +40,20 @@ impl Harness {
 }
 
 /// The prepare step's answer with the runtime probe's lines: containerd's CLI there, and
-/// these images listed.
+/// these images listed; the node hashes with OpenSSL.
 fn prepared_with_runtime(images: &[&str]) -> Reply {
     prepared_with_runtime_and("", images)
 }
 
-/// The same, after the prepare step's `extra` lines (sidecars, tools).
+/// The same, after the prepare step's `extra` lines (sidecars, tools: a `KB_TOOLS` line
+/// there replaces the OpenSSL one).
 fn prepared_with_runtime_and(extra: &str, images: &[&str]) -> Reply {
     let listed: String = images
         .iter()
         .map(|i| format!("KB_RT_IMAGE {i}\n"))
         .collect();
     prepared(&format!(
-        "{extra}KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\n{listed}KB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n"
+        "KB_TOOLS openssl\n{extra}KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\n{listed}KB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n"
     ))
 }
 
@@ -205,6 +206,11 @@ fn a_runtime_that_cannot_take_the_images_fails_the_node_before_anything_is_sent(
             "join --cloudcore-ipport=10.0.0.1:10000",
             "KB_RT_TOOL ctr\nKB_RT_LIST_FAILED ctr: failed to dial \"/run/containerd/containerd.sock\": connection refused\nKB_RT_DONE\n",
             "containerd (/run/containerd/containerd.sock) on the node does not answer (ctr: failed to dial",
+        ),
+        (
+            "join --cloudcore-ipport=10.0.0.1:10000",
+            "KB_TOOLS gzip tar\nKB_RT_TOOL ctr\nKB_RT_LISTED\nKB_RT_DONE\n",
+            "The node has neither a working sha256sum nor a working openssl, so it cannot check the offline image archives before they are imported. Install one of them (coreutils, BusyBox or OpenSSL), or import the archives by hand (ctr --address /run/containerd/containerd.sock -n k8s.io images import /tmp/kb/image-package.tar), and run again.",
         ),
     ] {
         let fake = FakeTransport::new()
@@ -361,8 +367,8 @@ fn importing_with(tools: &str) -> FakeTransport {
 #[test]
 fn a_compressible_archive_goes_gzipped_to_a_node_with_gzip_and_as_it_is_elsewhere() {
     for (tools, gzipped) in [
-        ("KB_TOOLS sha512sum gzip tar\n", true),
-        ("KB_TOOLS tar\n", false),
+        ("KB_TOOLS sha512sum gzip tar openssl\n", true),
+        ("KB_TOOLS tar openssl\n", false),
     ] {
         let mut h = Harness::new(importing_with(tools));
         let sizes = h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
@@ -488,5 +494,67 @@ fn an_archive_replaced_after_it_was_hashed_is_sent_as_it_was_hashed() {
         sent[0].stdin.as_deref() == Some(&original[..]),
         "the bytes sent are the bytes hashed, not the file as it is now"
     );
+    assert!(sent[0].command.contains(&sha256), "{}", sent[0].command);
     assert!(h.exec_with(IMPORT).command.contains(&sha256));
+}
+
+/// The node hashes an archive it received before anything moves it into place: one that
+/// does not hash to what was sent fails the node on one line, naming the archive and both
+/// digests, and is neither imported nor sent again in another form.
+#[test]
+fn an_archive_that_does_not_hash_on_the_node_to_what_was_sent_is_not_imported() {
+    let got = "ab".repeat(32);
+    for (tools, hasher, gzipped) in [
+        (
+            "KB_TOOLS sha256sum openssl\n",
+            "openssl dgst -sha256 -r",
+            false,
+        ),
+        (SHA256SUM, "sha256sum", false),
+        ("KB_TOOLS gzip sha256sum\n", "gzip -dc | tee", true),
+    ] {
+        let fake = FakeTransport::new()
+            .on(sent::RUN, Reply::ok())
+            .on(IMPORT, imported(1, &[PACKAGE]))
+            .on(sent::PREPARE, prepared_with_runtime_and(tools, &[]))
+            .on(
+                &tmp("image-package.tar"),
+                Reply::exit(3).printing(&format!("KB_SHA256_GOT {got}\n")),
+            );
+        let mut h = Harness::new(fake);
+        h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+        if gzipped {
+            let images = h.offline_images.as_mut().unwrap();
+            images.compress_for_the_wire().unwrap();
+        }
+        let expected = hashed(&h, 0);
+        let outcome = h.process(&node(vec![]));
+        assert_eq!(outcome.phase, Phase::Failed);
+        assert_eq!(outcome.failed_in, Some(Phase::Uploading));
+        let error = outcome.error.unwrap();
+        assert!(
+            error.starts_with(&format!(
+                "The file image-package.tar arrived on the node with sha256 {got}, but what was sent has sha256 {expected}, so the node removed it"
+            )),
+            "{error}"
+        );
+        assert!(!error.contains('\n'), "{error}");
+        let sent = archive_sent(&h);
+        assert_eq!(sent.len(), 1, "sent once: {:#?}", h.execs());
+        let receive = &sent[0];
+        assert!(
+            receive.command.contains(hasher) && receive.command.contains(&expected),
+            "{}",
+            receive.command
+        );
+        assert!(
+            receive
+                .command
+                .contains(&format!("rm -f -- {}", tmp("image-package.tar"))),
+            "{}",
+            receive.command
+        );
+        assert!(h.fake.execs_with(IMPORT).is_empty(), "{:#?}", h.execs());
+        assert!(h.fake.execs_with(sent::RUN).is_empty(), "keadm did not run");
+    }
 }
