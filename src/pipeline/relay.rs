@@ -19,8 +19,8 @@ use std::io::{Cursor, Write};
 use openssl::pkey::PKey;
 
 use super::privilege::{exec_as, password_of};
-use super::run::{Arrival, WatchReceived, Watched, transcript_error};
-use super::upload::{Move, Upload};
+use super::run::{WatchReceived, Watched, transcript_error};
+use super::upload::{Arrival, Move, Upload};
 use super::{Context, Run, StepError};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
 use crate::outcome::{Phase, SiteTraffic};

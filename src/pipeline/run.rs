@@ -9,15 +9,14 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::privilege::{exec_as, password_of};
-use super::upload::{Deferred, Move, Upload, finalize_line, open_local, upload_error};
+use super::upload::{
+    Arrival, Deferred, Move, RECEIVE_FAILED, Upload, finalize_line, open_local, upload_error,
+};
 use super::{Run, StepError};
 use crate::node_text::{CappedBuffer, EndlessLine, MAX_PENDING_LINE, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
 use crate::remote::{self, Privilege};
 use crate::transport::{Connection, RemoteExit, TransportError};
-
-/// The exit status of the run's script when receiving the deferred upload failed.
-pub(super) const RECEIVE_FAILED: i32 = 201;
 
 /// The exit status of the run's script when `--reset-first`'s reset failed, so the join
 /// did not run (the reset's own status is in the line [`remote::reset_exit`] reads).
@@ -28,15 +27,6 @@ const RESET_FAILED: i32 = 202;
 /// that failed, whatever share of the file had left the control host (an xz copy is read
 /// whole long before the node has unpacked it).
 const RECEIVED: &str = "KB_RECEIVED";
-
-/// What arrives in the run's script before keadm runs: the deferred upload, or the copy
-/// a node of the site relays. `script` puts it at the temporary name of `to_move` or
-/// exits `failed`.
-pub(super) struct Arrival {
-    pub(super) script: String,
-    pub(super) failed: i32,
-    pub(super) to_move: Move,
-}
 
 /// Follows the run's output for the [`RECEIVED`] line: passes the output on without it
 /// and notes when it went by. Until then output is passed on a line at a time (the

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::privilege::{exec_as, password_of};
-use super::run::{Arrival, RECEIVE_FAILED};
 use super::{Run, StepError};
 use crate::arch::Arch;
 use crate::diagnosis::FailureClass;
@@ -35,6 +34,18 @@ pub(super) fn finalize_line(dir: &str, moves: &[Move]) -> String {
         "{} || exit {FINALIZE_FAILED}\n",
         remote::finalize_script(dir, moves)
     )
+}
+
+/// The exit status of the run's script when receiving the deferred upload failed.
+pub(super) const RECEIVE_FAILED: i32 = 201;
+
+/// What arrives in the run's script before keadm runs: the deferred upload, or the copy
+/// a node of the site relays. `script` puts it at the temporary name of `to_move` or
+/// exits `failed`.
+pub(super) struct Arrival {
+    pub(super) script: String,
+    pub(super) failed: i32,
+    pub(super) to_move: Move,
 }
 
 /// The last upload, sent on the run's stdin instead of its own channel: as the binary's
