@@ -220,6 +220,21 @@ pub enum StageError {
     ImageArchiveUnnamed { path: PathBuf },
 
     #[error(
+        "The image archive {} cannot be used: its {manifest} names the image {name:?}, which \
+         is not a valid image reference ({reason}), so the runtime cannot import it under that \
+         name. Save the image again under a valid name, for example `docker save \
+         kubeedge/installation-package:v1.23.0-beta.0 -o FILE` (a tag has no '+': keadm asks \
+         for a development build's images by the release it builds on).",
+        path.display()
+    )]
+    ImageArchiveBadName {
+        path: PathBuf,
+        manifest: &'static str,
+        name: String,
+        reason: String,
+    },
+
+    #[error(
         "Cannot list the image archives in {}: {error}. Check that the directory is readable, \
          or fix keadm.offlineImages.",
         path.display()

@@ -501,11 +501,21 @@ fn archive_images(
         ));
     }
     let mut images = Vec::new();
+    let refused = |manifest, problem| match problem {
+        Problem::Unreadable(reason) => unreadable(reason),
+        Problem::BadName { name, reason } => StageError::ImageArchiveBadName {
+            path: path.to_path_buf(),
+            manifest,
+            name,
+            reason,
+        },
+    };
     if let Some(text) = &docker_manifest {
-        images.extend(docker_archive_images(text).map_err(unreadable)?);
+        images.extend(docker_archive_images(text).map_err(|p| refused("manifest.json", p))?);
     }
     if let Some(text) = &oci_index {
-        let (oci_images, short_names) = oci_archive_images(text).map_err(unreadable)?;
+        let (oci_images, short_names) =
+            oci_archive_images(text).map_err(|p| refused("index.json", p))?;
         for name in short_names {
             log::warn!(
                 "The image archive {} names {name} in short in its index.json. containerd imports it under that name, and keadm asks for the full one ({}), so the import would not serve the join. Save the image under its full name.",
@@ -532,23 +542,43 @@ fn archive_images(
     Ok(images)
 }
 
+/// Why an archive's manifest cannot say what the archive provides.
+enum Problem {
+    /// It is not the manifest its name says.
+    Unreadable(String),
+    /// It names an image by a name that is no image reference, which `ctr images import`
+    /// fails on: the parse error says what is wrong with it.
+    BadName { name: String, reason: String },
+}
+
+impl Problem {
+    fn bad_name(name: &str, error: crate::image_ref::ParseError) -> Problem {
+        Problem::BadName {
+            name: name.to_string(),
+            reason: error.to_string(),
+        }
+    }
+}
+
 /// docker-archive's `manifest.json`: `[{"Config": ..., "RepoTags": [...], "Layers": [...]}]`.
-fn docker_archive_images(text: &[u8]) -> Result<Vec<ArchivedImage>, String> {
+fn docker_archive_images(text: &[u8]) -> Result<Vec<ArchivedImage>, Problem> {
     #[derive(serde::Deserialize)]
     struct Entry {
         #[serde(rename = "RepoTags", default)]
         repo_tags: Option<Vec<String>>,
     }
-    let entries: Vec<Entry> = serde_json::from_slice(text)
-        .map_err(|e| format!("its manifest.json is not a docker-archive manifest ({e})"))?;
+    let entries: Vec<Entry> = serde_json::from_slice(text).map_err(|e| {
+        Problem::Unreadable(format!(
+            "its manifest.json is not a docker-archive manifest ({e})"
+        ))
+    })?;
     let mut images: Vec<ArchivedImage> = Vec::new();
     for tag in entries
         .into_iter()
         .flat_map(|e| e.repo_tags.unwrap_or_default())
     {
-        if let Some(reference) = ImageRef::parse(&tag).ok()
-            && !images.iter().any(|i| i.reference == reference)
-        {
+        let reference = ImageRef::parse(&tag).map_err(|e| Problem::bad_name(&tag, e))?;
+        if !images.iter().any(|i| i.reference == reference) {
             images.push(ArchivedImage {
                 reference,
                 selector: Selector::DockerTag(tag),
@@ -561,7 +591,7 @@ fn docker_archive_images(text: &[u8]) -> Result<Vec<ArchivedImage>, String> {
 /// The OCI image layout's `index.json`: the names of its manifests, as `ctr images
 /// import` takes them (see the module doc), and those written in short (`kubeedge/x:1`),
 /// which containerd keeps as written where CRI asks for the full name.
-fn oci_archive_images(text: &[u8]) -> Result<(Vec<ArchivedImage>, Vec<String>), String> {
+fn oci_archive_images(text: &[u8]) -> Result<(Vec<ArchivedImage>, Vec<String>), Problem> {
     #[derive(serde::Deserialize)]
     struct Index {
         #[serde(default)]
@@ -572,8 +602,9 @@ fn oci_archive_images(text: &[u8]) -> Result<(Vec<ArchivedImage>, Vec<String>), 
         #[serde(default)]
         annotations: BTreeMap<String, String>,
     }
-    let index: Index = serde_json::from_slice(text)
-        .map_err(|e| format!("its index.json is not an OCI image index ({e})"))?;
+    let index: Index = serde_json::from_slice(text).map_err(|e| {
+        Problem::Unreadable(format!("its index.json is not an OCI image index ({e})"))
+    })?;
     let mut images: Vec<ArchivedImage> = Vec::new();
     let mut short_names = Vec::new();
     for descriptor in index.manifests {
@@ -584,11 +615,12 @@ fn oci_archive_images(text: &[u8]) -> Result<(Vec<ArchivedImage>, Vec<String>), 
             .annotations
             .get("io.containerd.image.name")
             .or(ref_name.filter(|r| r.contains(['/', ':', '@'])));
-        let Some(reference) = named.and_then(|n| ImageRef::parse(n).ok()) else {
+        let Some(named) = named else {
             continue;
         };
-        if let Some(name) = named.filter(|n| **n != reference.to_string()) {
-            short_names.push(name.clone());
+        let reference = ImageRef::parse(named).map_err(|e| Problem::bad_name(named, e))?;
+        if *named != reference.to_string() {
+            short_names.push(named.clone());
         }
         if images.iter().any(|i| i.reference == reference) {
             continue;
@@ -773,6 +805,46 @@ mod tests {
         assert!(err.contains("not a docker-archive manifest"), "{err}");
         let not_tar = write(dir.path(), "not.tar", &[7u8; 700]);
         assert!(read_archive(&not_tar).is_err());
+    }
+
+    /// A development keadm's version as the tag: `+` is no tag character, and the message
+    /// says so instead of claiming the archive names nothing.
+    #[test]
+    fn an_archive_whose_name_is_no_reference_is_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let tag = "kubeedge/installation-package:v1.23.0-beta.0.150+16cd8548eedb81";
+        let docker = write(
+            dir.path(),
+            "dev.tar",
+            &tar_of(&[(
+                "manifest.json",
+                format!(r#"[{{"Config":"c.json","RepoTags":["{tag}"],"Layers":[]}}]"#).as_bytes(),
+            )]),
+        );
+        let err = read_archive(&docker).unwrap_err().to_string();
+        assert!(
+            err.contains("dev.tar cannot be used: its manifest.json names the image")
+                && err.contains("is not a valid tag")
+                && !err.contains("names no image"),
+            "{err}"
+        );
+        let oci = write(
+            dir.path(),
+            "dev-oci.tar",
+            &tar_of(&[(
+                "index.json",
+                format!(
+                    r#"{{"manifests":[{{"annotations":{{"io.containerd.image.name":"docker.io/{tag}"}}}}]}}"#
+                )
+                .as_bytes(),
+            )]),
+        );
+        let err = read_archive(&oci).unwrap_err().to_string();
+        assert!(
+            err.contains("dev-oci.tar cannot be used: its index.json names the image")
+                && err.contains("is not a valid tag"),
+            "{err}"
+        );
     }
 
     #[test]
