@@ -7,20 +7,21 @@
 use crate::config::Config;
 use crate::image_ref::ImageRef;
 use crate::keadm_cmd::KeadmCommand;
-use crate::kubeedge::images::{join_version, keadm_extras, release_version, required};
+use crate::kubeedge::images::{join_version, keadm_extras, own_release, required};
 
 /// The images every node of an arch needs for the joins in `config`, installation
 /// packages first, without duplicates. The version of a join is its `--kubeedge-version`
-/// or else `keadm_version` (keadm's own, with no network). Commands that are not joins
-/// need none of their own; a config with no join at all still gets the images of a join
-/// with `keadm_version`, so the kit can serve joins added later. The error says which
-/// reference keadm would ask for and why it is no image that can be pulled.
+/// or else `keadm_version` (keadm's own, with no network), trimmed as keadm trims it.
+/// Commands that are not joins need none of their own; a config with no join at all still
+/// gets the images of a join with `keadm_version`, so the kit can serve joins added later.
+/// The error says which reference keadm would ask for and why it is no image that can be
+/// pulled.
 pub(crate) fn for_config(
     config: &Config,
     keadm_version: &str,
     sandbox: &[ImageRef],
 ) -> Result<Vec<ImageRef>, String> {
-    let own = release_version(keadm_version).unwrap_or_else(|| keadm_version.to_string());
+    let own = own_release(keadm_version).unwrap_or_else(|| keadm_version.to_string());
     let mut joins: Vec<(String, Option<&str>, Vec<&str>)> = Vec::new();
     for node in config.nodes.iter().filter(|n| n.keadm_args.is_join()) {
         let version = join_version(&node.keadm_args, Some(&own)).unwrap_or_else(|| own.clone());
@@ -115,6 +116,25 @@ mod tests {
             err.starts_with("keadm would ask for an image that is not a valid image reference: ")
                 && err.contains("\"Bad//installation-package:v1.23.1\""),
             "{err}"
+        );
+    }
+
+    /// A development keadm (`keadmVersion: v1.23.0-beta.0.150+16cd8548eedb81`) asks for
+    /// the installation-package of the release it builds on, so the kit carries that one.
+    #[test]
+    fn a_kit_for_a_development_keadm_carries_the_image_keadm_asks_for() {
+        let pause = [ImageRef::parse("registry.k8s.io/pause:3.6").unwrap()];
+        let config = config(&["join --cloudcore-ipport=10.0.0.1:10000 --token=abc.def"]);
+        assert_eq!(
+            names(for_config(&config, "v1.23.0-beta.0.150+16cd8548eedb81", &pause).unwrap()),
+            [
+                "docker.io/kubeedge/installation-package:v1.23.0-beta.0",
+                "registry.k8s.io/pause:3.6",
+            ]
+        );
+        assert_eq!(
+            names(for_config(&config, "v1.23.1", &pause).unwrap())[0],
+            "docker.io/kubeedge/installation-package:v1.23.1"
         );
     }
 

@@ -117,15 +117,50 @@ pub fn installation_package(
 /// The KubeEdge version keadm join will ask for: `--kubeedge-version` when it is a release
 /// version (keadm adds a missing `v`), else keadm's own version, which is what keadm
 /// falls back to on a node that cannot reach GitHub to learn the latest release: the
-/// staged keadm's `keadmVersion`. `None` when neither is known (keadm from keadmBinDir
-/// without `--kubeedge-version`), and for a command that is not a join.
+/// staged keadm's `keadmVersion`, trimmed as keadm trims it ([`own_release`]). `None`
+/// when neither is known (keadm from keadmBinDir without `--kubeedge-version`), and for a
+/// command that is not a join.
 pub fn join_version(command: &KeadmCommand, keadm_version: Option<&str>) -> Option<String> {
     let flag = command
         .is_join()
         .then(|| command.value("kubeedge-version"))
         .flatten();
     flag.and_then(release_version)
-        .or_else(|| keadm_version.and_then(release_version))
+        .or_else(|| keadm_version.and_then(own_release))
+}
+
+/// The version keadm asks images for when it falls back to its own: the release its
+/// version builds on. keadm keeps `vMAJOR.MINOR.PATCH` and a pre-release `-NAME.N`
+/// (`-beta.0`, `-rc.1`) and drops whatever follows, which only a development build has:
+/// the commit count since the tag (`.150`, or `-3` after a release) and the build metadata
+/// (`+16cd8548eedb81`, `-dirty`), since no image is tagged with those (and `+` is no tag
+/// character). So `v1.23.0-beta.0.150+16cd8548eedb81` asks for `v1.23.0-beta.0`, and a
+/// release such as `v1.23.1` for itself. `None` when the version is no release version
+/// (see [`release_version`]).
+pub fn own_release(keadm_version: &str) -> Option<String> {
+    let version = release_version(keadm_version)?;
+    let core_len = version
+        .char_indices()
+        .filter(|(_, c)| *c == '.')
+        .nth(1)
+        .map(|(dot, _)| {
+            dot + 1
+                + version[dot + 1..]
+                    .bytes()
+                    .take_while(u8::is_ascii_digit)
+                    .count()
+        })?;
+    let (core, rest) = version.split_at(core_len);
+    let pre_release = rest.strip_prefix('-').and_then(|pre| {
+        let name_len = pre.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let number = pre[name_len..].strip_prefix('.')?;
+        let number_len = number.bytes().take_while(u8::is_ascii_digit).count();
+        (name_len > 0 && number_len > 0).then(|| &pre[..name_len + 1 + number_len])
+    });
+    Some(match pre_release {
+        Some(pre) => format!("{core}-{pre}"),
+        None => core.to_string(),
+    })
 }
 
 /// keadm's `GetCurrentVersion` for a version it accepts as written: `1.23.1` becomes
@@ -324,6 +359,39 @@ mod tests {
             ),
             None
         );
+    }
+
+    /// Without `--kubeedge-version`, keadm asks for the release its own version builds
+    /// on: a release as it is, a development build (`git describe` made semver) without
+    /// its commit count and build metadata. The flag itself is taken as written.
+    #[test]
+    fn keadm_s_own_version_is_trimmed_as_keadm_trims_it() {
+        let v = |flags: &str, keadm: &str| join_version(&join(flags), Some(keadm));
+        for (keadm, asked) in [
+            ("v1.23.1", "v1.23.1"),
+            ("1.23.1", "v1.23.1"),
+            ("v1.23.0-beta.0", "v1.23.0-beta.0"),
+            ("v1.23.0-beta.0.150+16cd8548eedb81", "v1.23.0-beta.0"),
+            ("v1.23.0-rc.1.7+16cd8548eedb81-dirty", "v1.23.0-rc.1"),
+            ("v1.23.1-3+16cd8548eedb81", "v1.23.1"),
+            ("v1.23.1+16cd8548eedb81", "v1.23.1"),
+        ] {
+            assert_eq!(v("", keadm).as_deref(), Some(asked), "{keadm}");
+        }
+        assert_eq!(
+            v("--kubeedge-version=v1.22.0-beta.0.3+abc", "v1.23.1").as_deref(),
+            Some("v1.22.0-beta.0.3+abc")
+        );
+        let (needed, _) = needed_by_join(
+            &join(""),
+            Some("v1.23.0-beta.0.150+16cd8548eedb81"),
+            None,
+        );
+        assert_eq!(
+            names(needed),
+            ["docker.io/kubeedge/installation-package:v1.23.0-beta.0"]
+        );
+        assert_eq!(own_release("latest"), None);
     }
 
     #[test]
