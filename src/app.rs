@@ -97,12 +97,20 @@ fn run(command: Command) -> Result<(), Error> {
 
 /// `batch bundle -c FILE -o DIR`: the air-gapped kit, written by `bundle`.
 fn run_bundle(options: &BundleOptions) -> Result<(), Error> {
-    let loaded = load_config(&options.config)?;
+    // The connected machine need not have the site's secrets: bundling reads none.
+    let env = config::environment::WithoutSecrets::new(&ProcessEnvironment);
+    let loaded = load_config(&options.config, &env)?;
     let docker_config =
         bundle::docker_config_path(std::env::var_os("DOCKER_CONFIG").map(PathBuf::from), home());
     let quiet = options.verbosity == Verbosity::Quiet;
     let progress = (std::io::stderr().is_terminal() && !quiet).then(report::progress::console);
-    let settings = bundle::BundleSettings::new(&loaded.config, options, docker_config, progress)?;
+    let settings = bundle::BundleSettings::new(
+        &loaded.config,
+        options,
+        &env.stand_ins(),
+        docker_config,
+        progress,
+    )?;
     let report = bundle::write_kit(&settings, &mut |line| {
         if !quiet {
             eprintln!("{line}");
@@ -112,9 +120,12 @@ fn run_bundle(options: &BundleOptions) -> Result<(), Error> {
     Ok(())
 }
 
-/// Loads and validates the config, printing its warnings.
-fn load_config(path: &std::path::Path) -> Result<config::Loaded, Error> {
-    let loaded = config::load(path, &ProcessEnvironment).inspect_err(|err| {
+/// Loads and validates the config with `env`, printing its warnings.
+fn load_config(
+    path: &std::path::Path,
+    env: &dyn config::Environment,
+) -> Result<config::Loaded, Error> {
+    let loaded = config::load(path, env).inspect_err(|err| {
         // Warnings often explain the errors (`nodes` nested under `keadm`).
         for warning in err.warnings() {
             log::warn!("{}", warning.render(path));
@@ -196,7 +207,7 @@ fn download_progress(options: &RunOptions) -> Option<indicatif::MultiProgress> {
 
 /// `batch -c FILE`: load and check the config, plan, then probe, print or execute.
 fn run_batch(options: &RunOptions) -> Result<(), Error> {
-    let loaded = load_config(&options.config)?;
+    let loaded = load_config(&options.config, &ProcessEnvironment)?;
     let retry = if options.retry_failed {
         match retry_selection(&loaded.config, options)? {
             Some(retry) => Some(retry),

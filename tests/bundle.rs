@@ -643,3 +643,55 @@ fn registry_mirrors_over_plain_http_need_insecure_http() {
         .status(2)
         .stderr_has("The registry mirror http://127.0.0.1:1 for docker.io is plain HTTP");
 }
+
+/// The connected machine has none of the site's secrets, and bundling needs none: the
+/// variables a config names for the nodes' password and the join token may be unset.
+/// Every other check stays, and a variable that decides which images the kit carries
+/// must be set.
+#[test]
+fn bundling_needs_none_of_the_site_s_secrets() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    let config = |keadm_cmd: &str, password: &str| {
+        format!(
+            "keadm:\n  download:\n    enable: false\n  keadmVersion: {VERSION}\n  archGroup: [amd64]\n  offlinePackageDir: kit\nnodes:\n  - nodeName: edge-0\n    keadmCmd: '{keadm_cmd}'\n    ssh:\n      ip: 127.0.0.1\n      username: root\n      auth:\n        type: password\n        passwordAuth:\n{password}"
+        )
+    };
+    let secret_token = "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-0 --token={{env \"KEADM_BATCH_TEST_UNSET\"}}";
+    let from_env = "          passwordEnv: KEADM_BATCH_TEST_UNSET\n";
+    std::fs::write(
+        tmp.path().join("config.yaml"),
+        config(secret_token, from_env),
+    )
+    .unwrap();
+    sources
+        .bundle(tmp.path(), "kit", &[])
+        .status(0)
+        .stderr_lacks("KEADM_BATCH_TEST_UNSET")
+        .stderr_has("Wrote the air-gapped kit");
+    check_kit_manifest(&tmp.path().join("kit"));
+
+    // Other checks stay: an empty password written in the file is still an error.
+    std::fs::write(
+        tmp.path().join("config.yaml"),
+        config(secret_token, "          password: ''\n"),
+    )
+    .unwrap();
+    sources
+        .bundle(tmp.path(), "kit", &[])
+        .status(2)
+        .stderr_has("ssh.auth.passwordAuth.password is empty");
+
+    // A variable that chooses the images cannot be stood in for.
+    let repository =
+        format!("{secret_token} --image-repository={{{{env \"KEADM_BATCH_TEST_REPO\"}}}}");
+    std::fs::write(
+        tmp.path().join("config.yaml"),
+        config(&repository, from_env),
+    )
+    .unwrap();
+    sources
+        .bundle(tmp.path(), "kit", &[])
+        .status(2)
+        .stderr_has("takes --image-repository from the environment variable KEADM_BATCH_TEST_REPO, which is not set");
+}

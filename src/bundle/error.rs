@@ -39,6 +39,20 @@ pub enum BundleError {
     BadImage { reason: String, source_name: String },
 
     #[error(
+        "The keadmCmd of node {node} in {} takes --{flag} from the environment variable \
+         {variable}, which is not set here, and that flag chooses the images the kit carries. \
+         Export {variable} with the value the site uses, then bundle again (the variables that \
+         hold passwords and the join token may stay unset).",
+        config.display()
+    )]
+    UnsetVariable {
+        config: PathBuf,
+        node: String,
+        flag: String,
+        variable: String,
+    },
+
+    #[error(
         "The registry mirror {url} for {registry} is plain HTTP, so anyone on the network path \
          could swap the images the nodes will run. Use an https:// mirror, or pass \
          --insecure-http to accept the risk on a network you trust."
@@ -200,6 +214,7 @@ impl BundleError {
             NoVersion { .. }
             | NoArchGroup { .. }
             | BadImage { .. }
+            | UnsetVariable { .. }
             | PlainHttpMirror { .. }
             | UnsafeDownload(_)
             | NotAKit { .. }

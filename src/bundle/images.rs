@@ -4,7 +4,9 @@
 //! `kubeedge::images::DEFAULT_SANDBOX_IMAGE`: the connected machine cannot see the
 //! nodes' runtimes, whose setting the sandbox image is.
 
+use super::error::BundleError;
 use crate::config::Config;
+use crate::config::environment::StandIn;
 use crate::image_ref::ImageRef;
 use crate::keadm_cmd::KeadmCommand;
 use crate::kubeedge::images::{join_version, keadm_extras, own_release, required};
@@ -51,6 +53,31 @@ pub(crate) fn for_config(
         }
     }
     Ok(images)
+}
+
+/// The keadmCmd flags that choose which images a join asks for.
+const IMAGE_FLAGS: [&str; 3] = ["image-repository", "kubeedge-version", "with-mqtt"];
+
+/// Refuses a join whose images depend on a variable the config was read without (see
+/// `config::environment::WithoutSecrets`): the kit would carry the images of the
+/// stand-in's value. Variables for passwords and the token may stay unset.
+pub(crate) fn check_stand_ins(config: &Config, stand_ins: &[StandIn]) -> Result<(), BundleError> {
+    for node in config.nodes.iter().filter(|n| n.keadm_args.is_join()) {
+        for flag in IMAGE_FLAGS {
+            let Some(value) = node.keadm_args.value(flag) else {
+                continue;
+            };
+            if let Some(stand_in) = stand_ins.iter().find(|s| value.contains(&s.value)) {
+                return Err(BundleError::UnsetVariable {
+                    config: config.path.clone(),
+                    node: format!("{} {:?}", node.index + 1, node.name),
+                    flag: flag.to_string(),
+                    variable: stand_in.variable.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::arch::Arch;
+use crate::config::environment::StandIn;
 use crate::config::{Config, PackageMode};
 use crate::image_ref::ImageRef;
 use crate::options::BundleOptions;
@@ -65,11 +66,13 @@ pub struct BundleSettings {
 }
 
 impl BundleSettings {
-    /// The settings for `config` and `options`. `docker_config` is the docker client's
-    /// config file (logins); `progress` draws download bars.
+    /// The settings for `config` and `options`. `stand_ins` are the variables the config
+    /// was read without (`config::environment::WithoutSecrets`); `docker_config` is the
+    /// docker client's config file (logins); `progress` draws download bars.
     pub fn new(
         config: &Config,
         options: &BundleOptions,
+        stand_ins: &[StandIn],
         docker_config: Option<PathBuf>,
         progress: Option<indicatif::MultiProgress>,
     ) -> Result<BundleSettings, BundleError> {
@@ -137,6 +140,7 @@ impl BundleSettings {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        images::check_stand_ins(config, stand_ins)?;
         let images = images::for_config(config, &version, &sandbox).map_err(|reason| {
             BundleError::BadImage {
                 reason,

@@ -2,6 +2,8 @@
 //! variables (for `passwordEnv`, `{{env "NAME"}}`...), the home directory and the current
 //! directory (for local paths). Behind a trait, so tests can supply them.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// The outside world validation depends on.
@@ -25,6 +27,69 @@ impl Environment for ProcessEnvironment {
     }
     fn current_dir(&self) -> PathBuf {
         std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."))
+    }
+}
+
+/// The environment `batch bundle` validates the config with. Bundling reads no secret, and
+/// the connected machine it runs on usually has none of the site's, so a variable the
+/// config reads (`passwordEnv`, `passphraseEnv` and `{{env "NAME"}}`, which the docs make
+/// the place for secrets) that is unset or empty reads as a stand-in instead of failing
+/// validation. The stand-in is a plain word (`unset-kubeedge-token` for `KUBEEDGE_TOKEN`)
+/// that passes the checks a real value would; every other check stays. Which variables
+/// were stood in for is kept ([`WithoutSecrets::stand_ins`]): the bundle refuses a keadmCmd
+/// whose images depend on one.
+pub struct WithoutSecrets<'a> {
+    env: &'a dyn Environment,
+    /// Variable name to its stand-in.
+    stood_in: RefCell<BTreeMap<String, String>>,
+}
+
+/// A variable the config reads that was stood in for, and the text that went in its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StandIn {
+    pub variable: String,
+    pub value: String,
+}
+
+impl<'a> WithoutSecrets<'a> {
+    pub fn new(env: &'a dyn Environment) -> WithoutSecrets<'a> {
+        WithoutSecrets {
+            env,
+            stood_in: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// The variables stood in for so far, by name.
+    pub fn stand_ins(&self) -> Vec<StandIn> {
+        self.stood_in
+            .borrow()
+            .iter()
+            .map(|(variable, value)| StandIn {
+                variable: variable.clone(),
+                value: value.clone(),
+            })
+            .collect()
+    }
+}
+
+impl Environment for WithoutSecrets<'_> {
+    fn var(&self, name: &str) -> Option<String> {
+        match self.env.var(name) {
+            Some(value) if !value.is_empty() => Some(value),
+            _ => {
+                let stand_in = format!("unset-{}", name.to_ascii_lowercase().replace('_', "-"));
+                self.stood_in
+                    .borrow_mut()
+                    .insert(name.to_string(), stand_in.clone());
+                Some(stand_in)
+            }
+        }
+    }
+    fn home(&self) -> Option<PathBuf> {
+        self.env.home()
+    }
+    fn current_dir(&self) -> PathBuf {
+        self.env.current_dir()
     }
 }
 
@@ -87,6 +152,26 @@ mod tests {
         assert_eq!(resolve("/etc/x"), PathBuf::from("/etc/x"));
         // `~user` is not expanded, by keadm either.
         assert_eq!(resolve("~op/x"), PathBuf::from("/work/here/~op/x"));
+    }
+
+    #[test]
+    fn without_secrets_an_unset_variable_reads_as_a_stand_in_that_is_kept() {
+        let env = Fixed {
+            home: Some("/home/op"),
+        };
+        let without = WithoutSecrets::new(&env);
+        assert_eq!(
+            without.var("KUBEEDGE_TOKEN").as_deref(),
+            Some("unset-kubeedge-token")
+        );
+        assert_eq!(without.home(), Some(PathBuf::from("/home/op")));
+        assert_eq!(
+            without.stand_ins(),
+            [StandIn {
+                variable: "KUBEEDGE_TOKEN".into(),
+                value: "unset-kubeedge-token".into()
+            }]
+        );
     }
 
     #[test]

@@ -382,11 +382,8 @@ mod tests {
             v("--kubeedge-version=v1.22.0-beta.0.3+abc", "v1.23.1").as_deref(),
             Some("v1.22.0-beta.0.3+abc")
         );
-        let (needed, _) = needed_by_join(
-            &join(""),
-            Some("v1.23.0-beta.0.150+16cd8548eedb81"),
-            None,
-        );
+        let (needed, _) =
+            needed_by_join(&join(""), Some("v1.23.0-beta.0.150+16cd8548eedb81"), None);
         assert_eq!(
             names(needed),
             ["docker.io/kubeedge/installation-package:v1.23.0-beta.0"]
