@@ -6,9 +6,11 @@
 //!
 //! An offline directory without `kit.json` was made by hand (keadm's layout, docs/config.md)
 //! and is used as before. Format:
-//! `{"format": "keadm-batch-kit/1", "keadmVersion": "v1.23.1", "created": "<rfc3339>",
-//! "files": [{"path": "amd64/images/pause_3.9.tar", "sha256": "<hex>", "size": 123}]}`,
-//! paths relative to the directory and '/'-separated.
+//! `{"format": "keadm-batch-kit/1", "keadmVersion": "v1.23.1", "sandboxImages":
+//! ["registry.k8s.io/pause:3.9"], "created": "<rfc3339>", "files": [{"path":
+//! "amd64/images/pause_3.9.tar", "sha256": "<hex>", "size": 123}]}`, paths relative to the
+//! directory and '/'-separated. `sandboxImages` is absent from kits written before it was
+//! recorded.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -29,6 +31,11 @@ const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 pub struct Kit {
     pub format: String,
     pub keadm_version: String,
+    /// The sandbox images the kit carries, in full, as `--sandbox-image` named them (or the
+    /// default): the site's runtime setting, which a later bundle into the same kit keeps
+    /// unless told otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sandbox_images: Vec<String>,
     /// When the bundle wrote it, RFC 3339.
     pub created: String,
     /// Sorted by path.
@@ -269,6 +276,7 @@ mod tests {
         let kit = Kit {
             format: FORMAT.into(),
             keadm_version: "v1.23.1".into(),
+            sandbox_images: Vec::new(),
             created: "2026-01-01T00:00:00Z".into(),
             files: files
                 .iter()

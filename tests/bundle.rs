@@ -695,3 +695,58 @@ fn bundling_needs_none_of_the_site_s_secrets() {
         .status(2)
         .stderr_has("takes --image-repository from the environment variable KEADM_BATCH_TEST_REPO, which is not set");
 }
+
+/// The sandbox image is the site's setting: kit.json records it, a bundle into the same
+/// kit without `--sandbox-image` keeps it (and says so), and a different flag replaces it
+/// (and says so).
+#[test]
+fn a_kit_remembers_its_sandbox_image() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    sources
+        .registry
+        .push_index("pause", "3.6", Format::Docker, &["amd64"]);
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    let kit = tmp.path().join("kit");
+    let recorded = |kit: &Path| check_kit_manifest(kit)["sandboxImages"].clone();
+    let pause = |kit: &Path| -> Vec<String> {
+        files_under(&kit.join("amd64/images"))
+            .into_iter()
+            .filter(|f| f.starts_with("pause"))
+            .collect()
+    };
+
+    sources
+        .bundle(
+            tmp.path(),
+            "kit",
+            &["--sandbox-image", "registry.k8s.io/pause:3.6"],
+        )
+        .status(0);
+    assert_eq!(
+        recorded(&kit),
+        serde_json::json!(["registry.k8s.io/pause:3.6"])
+    );
+    assert_eq!(pause(&kit), ["pause_3.6.tar"]);
+
+    sources
+        .bundle(tmp.path(), "kit", &[])
+        .status(0)
+        .stderr_has("Keeping the sandbox image registry.k8s.io/pause:3.6 that kit/kit.json records")
+        .stderr_has("(0 written, 4 already in place)");
+    assert_eq!(
+        recorded(&kit),
+        serde_json::json!(["registry.k8s.io/pause:3.6"])
+    );
+    assert_eq!(pause(&kit), ["pause_3.6.tar"]);
+
+    sources
+        .bundle(tmp.path(), "kit", &["--sandbox-image", "registry.k8s.io/pause:3.9"])
+        .status(0)
+        .stderr_has("Replacing the sandbox image registry.k8s.io/pause:3.6 that kit/kit.json records with registry.k8s.io/pause:3.9 (--sandbox-image)");
+    assert_eq!(
+        recorded(&kit),
+        serde_json::json!(["registry.k8s.io/pause:3.9"])
+    );
+    assert_eq!(pause(&kit), ["pause_3.9.tar"]);
+}

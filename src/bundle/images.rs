@@ -5,6 +5,8 @@
 //! nodes' runtimes, whose setting the sandbox image is.
 
 use super::error::BundleError;
+use std::path::Path;
+
 use crate::config::Config;
 use crate::config::environment::StandIn;
 use crate::image_ref::ImageRef;
@@ -53,6 +55,46 @@ pub(crate) fn for_config(
         }
     }
     Ok(images)
+}
+
+/// The sandbox images the kit carries, and what to tell the operator about the choice.
+/// The sandbox image is the site's runtime setting, which the connected machine cannot
+/// see, so once named it stays with the kit: `named` (`--sandbox-image`) when given,
+/// saying so when it replaces what the earlier kit's `manifest` records; else what that
+/// kit `recorded`, saying so; else none, and the caller carries
+/// `kubeedge::images::DEFAULT_SANDBOX_IMAGE`.
+pub(crate) fn choose_sandbox(
+    named: Vec<ImageRef>,
+    recorded: Vec<ImageRef>,
+    manifest: &Path,
+) -> (Vec<ImageRef>, Option<String>) {
+    let listed = |images: &[ImageRef]| {
+        let names: Vec<String> = images.iter().map(ToString::to_string).collect();
+        names.join(", ")
+    };
+    let noun = match recorded.len() {
+        1 => "sandbox image",
+        _ => "sandbox images",
+    };
+    let same = named.len() == recorded.len() && named.iter().all(|i| recorded.contains(i));
+    if recorded.is_empty() || same {
+        (named, None)
+    } else if named.is_empty() {
+        let note = format!(
+            "Keeping the {noun} {} that {} records; pass --sandbox-image to bundle another.",
+            listed(&recorded),
+            manifest.display()
+        );
+        (recorded, Some(note))
+    } else {
+        let note = format!(
+            "Replacing the {noun} {} that {} records with {} (--sandbox-image).",
+            listed(&recorded),
+            manifest.display(),
+            listed(&named)
+        );
+        (named, Some(note))
+    }
 }
 
 /// The keadmCmd flags that choose which images a join asks for.
@@ -162,6 +204,36 @@ mod tests {
         assert_eq!(
             names(for_config(&config, "v1.23.1", &pause).unwrap())[0],
             "docker.io/kubeedge/installation-package:v1.23.1"
+        );
+    }
+
+    #[test]
+    fn the_sandbox_image_recorded_in_the_kit_stays_unless_the_flag_names_another() {
+        let image = |text| ImageRef::parse(text).unwrap();
+        let manifest = Path::new("kit/kit.json");
+        let (p36, p39) = (image("registry.k8s.io/pause:3.6"), image("pause:3.9"));
+        assert_eq!(choose_sandbox(vec![], vec![], manifest), (vec![], None));
+        assert_eq!(
+            choose_sandbox(vec![p36.clone()], vec![], manifest),
+            (vec![p36.clone()], None)
+        );
+        assert_eq!(
+            choose_sandbox(vec![p36.clone()], vec![p36.clone()], manifest),
+            (vec![p36.clone()], None)
+        );
+        assert_eq!(
+            choose_sandbox(vec![], vec![p36.clone()], manifest),
+            (
+                vec![p36.clone()],
+                Some("Keeping the sandbox image registry.k8s.io/pause:3.6 that kit/kit.json records; pass --sandbox-image to bundle another.".into())
+            )
+        );
+        assert_eq!(
+            choose_sandbox(vec![p39.clone()], vec![p36.clone(), p39.clone()], manifest),
+            (
+                vec![p39],
+                Some("Replacing the sandbox images registry.k8s.io/pause:3.6, docker.io/library/pause:3.9 that kit/kit.json records with docker.io/library/pause:3.9 (--sandbox-image).".into())
+            )
         );
     }
 

@@ -212,16 +212,21 @@ impl KitDir {
     pub(crate) fn finish(
         self,
         keadm_version: &str,
+        sandbox_images: &[String],
     ) -> Result<(Vec<Placed>, Vec<String>), BundleError> {
         let mut files: Vec<KitFile> = self.placed.iter().map(|p| p.file.clone()).collect();
         files.sort_by(|a, b| a.path.cmp(&b.path));
         let unchanged = self.old.as_ref().is_some_and(|old| {
-            old.files == files && old.keadm_version == keadm_version && old.format == FORMAT
+            old.files == files
+                && old.keadm_version == keadm_version
+                && old.sandbox_images == sandbox_images
+                && old.format == FORMAT
         });
         if !unchanged {
             let kit = Kit {
                 format: FORMAT.into(),
                 keadm_version: keadm_version.into(),
+                sandbox_images: sandbox_images.to_vec(),
                 created: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
                     .to_string(),
                 files: files.clone(),
@@ -322,7 +327,7 @@ mod tests {
         let mut kit = KitDir::open(&dir).unwrap();
         kit.copy("amd64/a", &source).unwrap();
         kit.copy("arm/b", &source).unwrap();
-        let (placed, removed) = kit.finish("v1").unwrap();
+        let (placed, removed) = kit.finish("v1", &[]).unwrap();
         assert!(placed.iter().all(|p| p.written));
         assert!(removed.is_empty());
         let manifest = fs::read(dir.join(KIT_FILE)).unwrap();
@@ -331,7 +336,7 @@ mod tests {
         let mut kit = KitDir::open(&dir).unwrap();
         kit.copy("amd64/a", &source).unwrap();
         kit.copy("arm/b", &source).unwrap();
-        let (placed, _) = kit.finish("v1").unwrap();
+        let (placed, _) = kit.finish("v1", &[]).unwrap();
         assert!(placed.iter().all(|p| !p.written));
         assert_eq!(fs::read(dir.join(KIT_FILE)).unwrap(), manifest);
 
@@ -340,7 +345,7 @@ mod tests {
         let mut kit = KitDir::open(&dir).unwrap();
         assert!(!dir.join("amd64/.bundle-crashed").exists());
         kit.copy("amd64/a", &source).unwrap();
-        let (_, removed) = kit.finish("v1").unwrap();
+        let (_, removed) = kit.finish("v1", &[]).unwrap();
         assert_eq!(removed, ["arm/b"]);
         assert!(!dir.join("arm").exists());
         let listed = Kit::read(&dir).unwrap().unwrap();

@@ -62,6 +62,11 @@ pub struct BundleSettings {
     pub stage: StageSettings,
     /// The images every arch gets, installation packages first.
     pub images: Vec<ImageRef>,
+    /// The sandbox images among them, in full, recorded in kit.json.
+    pub sandbox: Vec<String>,
+    /// What became of the sandbox images an earlier kit in the directory records, when
+    /// they were kept or replaced.
+    pub sandbox_note: Option<String>,
     pub registry: RegistrySettings,
 }
 
@@ -124,22 +129,27 @@ impl BundleSettings {
             .check_plain_http()
             .map_err(BundleError::UnsafeDownload)?;
 
-        let sandbox = if options.sandbox_images.is_empty() {
-            vec![crate::kubeedge::images::DEFAULT_SANDBOX_IMAGE.to_string()]
-        } else {
-            options.sandbox_images.clone()
-        };
-        let sandbox = sandbox
-            .iter()
-            .map(|text| {
-                ImageRef::parse(text).map_err(|reason| BundleError::BadImage {
-                    reason: format!(
-                        "The sandbox image {text:?} is not a valid image reference: {reason}"
-                    ),
-                    source_name: "--sandbox-image".into(),
+        let parse_sandbox = |texts: &[String]| {
+            texts
+                .iter()
+                .map(|text| {
+                    ImageRef::parse(text).map_err(|reason| BundleError::BadImage {
+                        reason: format!(
+                            "The sandbox image {text:?} is not a valid image reference: {reason}"
+                        ),
+                        source_name: "--sandbox-image".into(),
+                    })
                 })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let (mut sandbox, sandbox_note) = images::choose_sandbox(
+            parse_sandbox(&options.sandbox_images)?,
+            recorded_sandbox(&options.output),
+            &options.output.join(crate::kit::KIT_FILE),
+        );
+        if sandbox.is_empty() {
+            sandbox = parse_sandbox(&[crate::kubeedge::images::DEFAULT_SANDBOX_IMAGE.into()])?;
+        }
         images::check_stand_ins(config, stand_ins)?;
         let images = images::for_config(config, &version, &sandbox).map_err(|reason| {
             BundleError::BadImage {
@@ -164,9 +174,21 @@ impl BundleSettings {
             output: options.output.clone(),
             stage,
             images,
+            sandbox: sandbox.iter().map(ToString::to_string).collect(),
+            sandbox_note,
             registry,
         })
     }
+}
+
+/// The sandbox images an earlier kit in `dir` records; none when there is no such kit (a
+/// kit.json that cannot be read is refused when the kit directory is opened).
+fn recorded_sandbox(dir: &Path) -> Vec<ImageRef> {
+    let kit = crate::kit::Kit::read(dir).ok().flatten();
+    kit.iter()
+        .flat_map(|kit| &kit.sandbox_images)
+        .filter_map(|text| ImageRef::parse(text).ok())
+        .collect()
 }
 
 /// What `write_kit` did.
@@ -219,9 +241,12 @@ pub fn write_kit(
     note: &mut dyn FnMut(String),
 ) -> Result<KitReport, BundleError> {
     let mut kit = KitDir::open(&settings.output)?;
+    if let Some(line) = &settings.sandbox_note {
+        note(line.clone());
+    }
     match fill(&mut kit, settings, note) {
         Ok(arches) => {
-            let (files, removed) = kit.finish(&settings.stage.version)?;
+            let (files, removed) = kit.finish(&settings.stage.version, &settings.sandbox)?;
             Ok(KitReport {
                 dir: settings.output.clone(),
                 keadm_version: settings.stage.version.clone(),

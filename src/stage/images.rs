@@ -975,6 +975,7 @@ mod tests {
         let kit = crate::kit::Kit {
             format: crate::kit::FORMAT.into(),
             keadm_version: "v1.23.1".into(),
+            sandbox_images: Vec::new(),
             created: "2026-01-01T00:00:00Z".into(),
             files: vec![crate::kit::KitFile {
                 path: "amd64/images/ip.tar".into(),
