@@ -11,7 +11,7 @@ use crate::common::containerd::{
 use crate::common::fake_release::{ChecksumFile, FakeRelease};
 use crate::common::fleet::{Fleet, NodeOpt};
 use crate::common::http_server::{HttpServer, Route};
-use crate::common::image_archive::{Format, oci_archive, sha256};
+use crate::common::image_archive::{Format, TestImage, oci_archive, sha256};
 use crate::common::registry::{
     LocalRegistry, TOKEN_SERVICE, TokenIssuer, check_archive, files_under,
 };
@@ -475,7 +475,9 @@ fn a_missing_image_is_an_error_naming_the_image_and_the_registry() {
     assert_eq!(files_under(&tmp.path().join("kit")), Vec::<String>::new());
     assert_eq!(sources.releases.total_hits(), 0);
 
-    // An image with no build for an archGroup arch: named with the arches it has.
+    // An image with no build for an archGroup arch: named with the arches it has. A
+    // single-platform image tells its arch only in its config, which is fetched with the
+    // manifests: nothing large was downloaded, and no file is reported that does not stay.
     sources
         .registry
         .push_image("pause", "3.9", "amd64", Format::Docker);
@@ -484,7 +486,10 @@ fn a_missing_image_is_an_error_naming_the_image_and_the_registry() {
         .bundle(tmp.path(), "kit", &[])
         .status(3)
         .stderr_has("The image registry.k8s.io/pause:3.9 at ")
-        .stderr_has("has no linux/arm64 build (it has only linux/amd64)");
+        .stderr_has("has no linux/arm64 build (it has only linux/amd64)")
+        .stderr_lacks("written");
+    assert_eq!(files_under(&tmp.path().join("kit")), Vec::<String>::new());
+    assert_eq!(sources.releases.total_hits(), 0);
 }
 
 #[test]
@@ -749,4 +754,39 @@ fn a_kit_remembers_its_sandbox_image() {
         serde_json::json!(["registry.k8s.io/pause:3.9"])
     );
     assert_eq!(pause(&kit), ["pause_3.9.tar"]);
+}
+
+/// A bundle that fails after it placed files reports none of them: the files it wrote
+/// are removed again, and only what stays is ever reported as written.
+#[test]
+fn a_bundle_that_fails_midway_reports_no_file_as_written() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", false);
+    // pause comes from a mirror that has its manifest and config, but not its layer.
+    let mirror = HttpServer::start();
+    let pause = TestImage::marked("pause", "amd64", Format::Docker);
+    mirror.route("/v2/pause/manifests/3.9", Route::ok(pause.manifest.clone()));
+    mirror.route(
+        &format!("/v2/pause/blobs/{}", sha256(&pause.config)),
+        Route::ok(pause.config.clone()),
+    );
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    Test::in_dir(tmp.path())
+        .env("HOME", tmp.path())
+        .args(["batch", "bundle", "-c", "config.yaml", "-o", "kit"])
+        .arg("--download-url")
+        .arg(sources.releases.url("/releases"))
+        .arg("--insecure-http")
+        .arg("--registry-mirror")
+        .arg(format!("docker.io={}", sources.registry.url()))
+        .arg("--registry-mirror")
+        .arg(format!("registry.k8s.io={}", mirror.base_url()))
+        .arg("--staging-dir")
+        .arg(tmp.path().join("bundle-staging"))
+        .run()
+        .status(3)
+        .stderr_has("its layer 1 is missing from the registry (404 Not Found)")
+        .stderr_lacks("written");
+    assert!(sources.releases.total_hits() > 0, "the release was fetched");
+    assert_eq!(files_under(&tmp.path().join("kit")), Vec::<String>::new());
 }

@@ -9,8 +9,10 @@
 //!   registry (`registry`) into OCI archives (`archive`);
 //! - `kit.json`: every file with its sha256 (`crate::kit`), checked by runs before use.
 //!
-//! Image manifests are resolved first, so a missing image fails the bundle before any
-//! large download.
+//! Image manifests are resolved first, with the config of each image that is not
+//! multi-platform (only the config says its arch), so an image that is missing or lacks
+//! one of the arches fails the bundle before any release or layer is downloaded. Files
+//! are reported once the kit is complete: a bundle that fails removes what it wrote.
 
 mod archive;
 mod credentials;
@@ -31,7 +33,8 @@ use crate::plan::StagingPlan;
 use crate::stage::{StageSettings, Stager};
 use archive::Blob;
 use kit_dir::KitDir;
-use registry::{Registry, Resolved};
+use registry::{Platform, Registry, Resolved};
+use tempfile::NamedTempFile;
 
 pub use error::{BundleError, Failure};
 pub use kit_dir::Placed;
@@ -234,8 +237,9 @@ impl KitReport {
     }
 }
 
-/// Writes the kit `settings` describes. `note` receives one line per kit file as it is
-/// placed.
+/// Writes the kit `settings` describes. `note` receives what the operator is told: how
+/// the sandbox images were chosen, then, once the kit is complete, one line per kit file
+/// (a bundle that fails removes the files it wrote, so it names none).
 pub fn write_kit(
     settings: &BundleSettings,
     note: &mut dyn FnMut(String),
@@ -244,9 +248,10 @@ pub fn write_kit(
     if let Some(line) = &settings.sandbox_note {
         note(line.clone());
     }
-    match fill(&mut kit, settings, note) {
-        Ok(arches) => {
+    match fill(&mut kit, settings) {
+        Ok((arches, lines)) => {
             let (files, removed) = kit.finish(&settings.stage.version, &settings.sandbox)?;
+            lines.into_iter().for_each(&mut *note);
             Ok(KitReport {
                 dir: settings.output.clone(),
                 keadm_version: settings.stage.version.clone(),
@@ -262,21 +267,64 @@ pub fn write_kit(
     }
 }
 
-/// Places every file of the kit; returns the arches it covers.
+/// One image archive the kit gets: what the registry resolved for the arch, and the
+/// config blob when it was fetched already.
+struct Wanted<'a> {
+    arch: Arch,
+    image: &'a ImageRef,
+    /// The archive's path in the kit.
+    rel: String,
+    resolved: Resolved,
+    platform: Platform,
+    config: Option<NamedTempFile>,
+}
+
+/// Places every file of the kit; returns the arches it covers and a line per file placed.
 fn fill(
     kit: &mut KitDir,
     settings: &BundleSettings,
-    note: &mut dyn FnMut(String),
-) -> Result<Vec<Arch>, BundleError> {
+) -> Result<(Vec<Arch>, Vec<String>), BundleError> {
     let arches = settings.stage.arch_group.clone();
+    let mut lines = Vec::new();
     let mut registry = Registry::new(settings.registry.clone())?;
-    // Every manifest first: a missing image or arch fails before any large download.
-    let mut wanted: Vec<(Arch, &ImageRef, String, Resolved)> = Vec::new();
+    let scratch = tempfile::Builder::new()
+        .prefix(TEMPORARY_PREFIX)
+        .tempdir_in(kit.path())
+        .map_err(|e| BundleError::io("create a temporary directory in", kit.path(), e))?;
+    // Every manifest first, with the config of an image that is not multi-platform (only
+    // its config says which arch it is for), all small: an image missing, or without a
+    // build for one of the arches, fails the bundle before any release or layer is
+    // downloaded.
+    let mut wanted = Vec::new();
     for &arch in &arches {
         let names = archive_names(&settings.images);
         for (image, name) in settings.images.iter().zip(names) {
             let resolved = registry.resolve(image, arch)?;
-            wanted.push((arch, image, format!("{arch}/images/{name}"), resolved));
+            let (platform, config) = match &resolved.platform {
+                Some(platform) => (platform.clone(), None),
+                None => {
+                    let config =
+                        registry.blob(image, &resolved.config, "config", scratch.path())?;
+                    let bytes = std::fs::read(config.path())
+                        .map_err(|e| BundleError::io("read", config.path(), e))?;
+                    let platform = registry::platform_for(arch, registry::config_platform(&bytes))
+                        .map_err(|declared| BundleError::NoPlatform {
+                            image: image.to_string(),
+                            registry: resolved.registry.clone(),
+                            arch,
+                            available: format!("only {declared}"),
+                        })?;
+                    (platform, Some(config))
+                }
+            };
+            wanted.push(Wanted {
+                arch,
+                image,
+                rel: format!("{arch}/images/{name}"),
+                resolved,
+                platform,
+                config,
+            });
         }
     }
 
@@ -286,66 +334,55 @@ fn fill(
         let tarball = format!("{arch}/{}", stager.tarball_name(arch));
         kit.copy(&tarball, &staged.tarball)?;
         let release = format!("keadm {} for {arch}", settings.stage.version);
-        note_last(kit, &release, note);
+        lines.extend(placed_line(kit, &release));
         // The digest staging verified the tarball with (the pin, or the release's checksum
         // file), in the release's format.
         let checksum = format!("{arch}/{}", stager.checksum_name(arch));
         kit.put(&checksum, format!("{}\n", staged.tarball_sha512).as_bytes())?;
-        note_last(kit, "its sha512", note);
+        lines.extend(placed_line(kit, "its sha512"));
     }
     drop(stager);
 
-    let scratch = tempfile::Builder::new()
-        .prefix(TEMPORARY_PREFIX)
-        .tempdir_in(kit.path())
-        .map_err(|e| BundleError::io("create a temporary directory in", kit.path(), e))?;
-    for (arch, image, rel, resolved) in wanted {
-        let path = kit.path().join(&rel);
-        if let Some(entry) = kit.intact(&rel)
+    for wanted in wanted {
+        let path = kit.path().join(&wanted.rel);
+        if let Some(entry) = kit.intact(&wanted.rel)
             && archive::archived(&path)
-                == Some((image.to_string(), resolved.manifest.digest.clone()))
+                == Some((
+                    wanted.image.to_string(),
+                    wanted.resolved.manifest.digest.clone(),
+                ))
         {
             kit.keep(entry);
         } else {
-            pull(
-                kit,
-                &mut registry,
-                arch,
-                image,
-                &rel,
-                &resolved,
-                scratch.path(),
-            )?;
+            pull(kit, &mut registry, &wanted, scratch.path())?;
         }
-        note_last(kit, &format!("{image} for linux/{arch}"), note);
+        let what = format!("{} for linux/{}", wanted.image, wanted.arch);
+        lines.extend(placed_line(kit, &what));
     }
-    Ok(arches)
+    Ok((arches, lines))
 }
 
-/// Downloads the blobs of one resolved image and writes its archive at `rel`.
+/// Downloads the blobs of one wanted image (its config unless it is there already) and
+/// writes its archive.
 fn pull(
     kit: &mut KitDir,
     registry: &mut Registry,
-    arch: Arch,
-    image: &ImageRef,
-    rel: &str,
-    resolved: &Resolved,
+    wanted: &Wanted,
     scratch: &Path,
 ) -> Result<(), BundleError> {
-    let config = registry.blob(image, &resolved.config, "config", scratch)?;
-    let platform = match &resolved.platform {
-        Some(platform) => platform.clone(),
+    let Wanted {
+        image,
+        rel,
+        resolved,
+        platform,
+        ..
+    } = wanted;
+    let fetched;
+    let config = match &wanted.config {
+        Some(config) => config,
         None => {
-            let bytes = std::fs::read(config.path())
-                .map_err(|e| BundleError::io("read", config.path(), e))?;
-            registry::platform_for(arch, registry::config_platform(&bytes)).map_err(|declared| {
-                BundleError::NoPlatform {
-                    image: image.to_string(),
-                    registry: resolved.registry.clone(),
-                    arch,
-                    available: format!("only {declared}"),
-                }
-            })?
+            fetched = registry.blob(image, &resolved.config, "config", scratch)?;
+            &fetched
         }
     };
     let mut layers = Vec::new();
@@ -367,7 +404,7 @@ fn pull(
         temporary.as_file(),
         image,
         &resolved.manifest,
-        &platform,
+        platform,
         &blobs,
     )
     .map_err(|e| BundleError::io("write", temporary.path(), e))?;
@@ -391,10 +428,10 @@ fn archive_names(images: &[ImageRef]) -> Vec<String> {
         .collect()
 }
 
-/// Tells `note` about the file just placed, with `what` it holds.
-fn note_last(kit: &KitDir, what: &str, note: &mut dyn FnMut(String)) {
-    if let Some(placed) = kit.last() {
-        note(format!(
+/// The line for the file just placed, with `what` it holds.
+fn placed_line(kit: &KitDir, what: &str) -> Option<String> {
+    kit.last().map(|placed| {
+        format!(
             "{}  {what}  {}  {}",
             placed.file.path,
             human_size(placed.file.size),
@@ -403,8 +440,8 @@ fn note_last(kit: &KitDir, what: &str, note: &mut dyn FnMut(String)) {
             } else {
                 "already in place"
             }
-        ));
-    }
+        )
+    })
 }
 
 /// `812 B`, `2.4 KiB`, `41.2 MiB`.
