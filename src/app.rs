@@ -21,7 +21,7 @@ use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
-use crate::stage::{OfflineImages, StageError, StageSettings, Stager};
+use crate::stage::{Meters, OfflineImages, StageError, StageSettings, Stager};
 use crate::{bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
@@ -103,13 +103,12 @@ fn run_bundle(options: &BundleOptions) -> Result<(), Error> {
     let docker_config =
         bundle::docker_config_path(std::env::var_os("DOCKER_CONFIG").map(PathBuf::from), home());
     let quiet = options.verbosity == Verbosity::Quiet;
-    let progress = (std::io::stderr().is_terminal() && !quiet).then(report::progress::console);
     let settings = bundle::BundleSettings::new(
         &loaded.config,
         options,
         &env.stand_ins(),
         docker_config,
-        progress,
+        meters(options.verbosity),
     )?;
     let report = bundle::write_kit(&settings, &mut |line| {
         if !quiet {
@@ -198,11 +197,17 @@ fn home() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// Where staging draws download progress: the console's shared bars (below the live
-/// status line), or nowhere when stderr is not a terminal or the operator asked for quiet.
-fn download_progress(options: &RunOptions) -> Option<indicatif::MultiProgress> {
-    (std::io::stderr().is_terminal() && options.verbosity != Verbosity::Quiet)
-        .then(report::progress::console)
+/// Where downloads, image pulls and the xz copy say how far they are: the console's
+/// shared bars on a terminal (below the live status line), plain lines every few seconds
+/// elsewhere, nothing when the operator asked for quiet.
+fn meters(verbosity: Verbosity) -> Meters {
+    if verbosity == Verbosity::Quiet {
+        Meters::Off
+    } else if std::io::stderr().is_terminal() {
+        Meters::Bars(report::progress::console())
+    } else {
+        Meters::lines()
+    }
 }
 
 /// `batch -c FILE`: load and check the config, plan, then probe, print or execute.
@@ -231,7 +236,7 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     // Staging rules that need no download are checked here, so a dry run reports them too.
     if let Some(staging) = &plan.staging {
         staging
-            .stage_settings(&plan.config_path, download_progress(options))
+            .stage_settings(&plan.config_path, meters(options.verbosity))
             .check_plain_http()
             .map_err(UsageError::UnsafeDownload)?;
     }
@@ -384,7 +389,7 @@ fn execute(
     // Staging comes first: if it fails, no node and no previous result file is touched.
     let stager = match &plan.staging {
         Some(staging) => Some(stage_packages(
-            staging.stage_settings(&plan.config_path, download_progress(options)),
+            staging.stage_settings(&plan.config_path, meters(options.verbosity)),
         )?),
         None => None,
     };

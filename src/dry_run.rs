@@ -22,7 +22,7 @@ pub fn check_local_packages(staging: &StagingPlan, config_path: &Path) -> Result
         .prefix("keadm-batch-dry-run-")
         .tempdir()
         .map_err(|e| StageError::io("create", std::env::temp_dir(), e))?;
-    let mut settings = staging.stage_settings(config_path, None);
+    let mut settings = staging.stage_settings(config_path, crate::stage::Meters::Off);
     settings.base_dir = scratch.path().to_path_buf();
     Stager::open(settings)?.stage_all()?;
     Ok(())

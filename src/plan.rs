@@ -17,7 +17,7 @@ use crate::keadm_cmd::KeadmCommand;
 use crate::options::{RelayMode, RunOptions, Shard};
 use crate::redact::Redactor;
 use crate::shell::shell_quote;
-use crate::stage::{ImageSources, PackageSource, Pin, StageSettings};
+use crate::stage::{ImageSources, Meters, PackageSource, Pin, StageSettings};
 
 /// keadm's BASE: where keadm batch uploads files and keadm on every node.
 pub const REMOTE_BASE_DIR: &str = "/tmp/kubeedge/keadm";
@@ -188,12 +188,8 @@ pub struct StagingPlan {
 impl StagingPlan {
     /// The stager's settings for this plan: the one conversion, used for the checks before
     /// the run and for the run itself. `config_path` names the file the pins came from;
-    /// `progress` draws download progress on the console.
-    pub fn stage_settings(
-        &self,
-        config_path: &Path,
-        progress: Option<indicatif::MultiProgress>,
-    ) -> StageSettings {
+    /// `progress` is where downloads and the xz copy say how far they are.
+    pub fn stage_settings(&self, config_path: &Path, progress: Meters) -> StageSettings {
         let source = match &self.mode {
             PackageMode::Download { url } => PackageSource::Download { url: url.clone() },
             PackageMode::Offline { dir } => PackageSource::Offline { dir: dir.clone() },

@@ -785,8 +785,71 @@ fn a_bundle_that_fails_midway_reports_no_file_as_written() {
         .arg(tmp.path().join("bundle-staging"))
         .run()
         .status(3)
-        .stderr_has("its layer 1 is missing from the registry (404 Not Found)")
+        .stderr_has("its layer 1 for linux/amd64 is missing from the registry (404 Not Found)")
         .stderr_lacks("written");
     assert!(sources.releases.total_hits() > 0, "the release was fetched");
     assert_eq!(files_under(&tmp.path().join("kit")), Vec::<String>::new());
+}
+
+/// A layer that takes seconds to arrive is not pulled in silence: progress lines on
+/// stderr (which is no terminal here) say how far it is, and -q keeps them quiet.
+#[test]
+fn a_slow_layer_pull_shows_progress_unless_quiet() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", false);
+    // A 1 MiB layer of noise (gzip cannot shrink it), sent in 4 s.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let noise: Vec<u8> = (0..1 << 20)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let pause = TestImage::new(noise, "amd64", serde_json::json!({}), Format::Docker);
+    let mirror = HttpServer::start();
+    mirror.route("/v2/pause/manifests/3.9", Route::ok(pause.manifest.clone()));
+    mirror.route(
+        &format!("/v2/pause/blobs/{}", sha256(&pause.config)),
+        Route::ok(pause.config.clone()),
+    );
+    mirror.route(
+        &format!("/v2/pause/blobs/{}", sha256(&pause.layer)),
+        Route::ok(pause.layer.clone()).paced(64 << 10, std::time::Duration::from_millis(250)),
+    );
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    let bundle = |out: &str, extra: &[&str]| {
+        Test::in_dir(tmp.path())
+            .env("HOME", tmp.path())
+            .args(["batch", "bundle", "-c", "config.yaml", "-o", out])
+            .arg("--download-url")
+            .arg(sources.releases.url("/releases"))
+            .arg("--insecure-http")
+            .arg("--registry-mirror")
+            .arg(format!("docker.io={}", sources.registry.url()))
+            .arg("--registry-mirror")
+            .arg(format!("registry.k8s.io={}", mirror.base_url()))
+            .arg("--staging-dir")
+            .arg(tmp.path().join("bundle-staging"))
+            .args(extra)
+            .run()
+    };
+    let out = bundle("kit", &[]);
+    out.status(0)
+        .stderr_has("registry.k8s.io/pause:3.9 layer 1 for linux/amd64  ")
+        .stderr_has("/1.0 MiB  ");
+    let lines = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("registry.k8s.io/pause:3.9 layer 1"))
+        .count();
+    assert!(
+        lines >= 2,
+        "a line on the way and the last one:\n{}",
+        out.stderr
+    );
+    bundle("quiet", &["-q"])
+        .status(0)
+        .stderr_lacks("layer 1 for linux/amd64");
 }

@@ -257,7 +257,7 @@ fn a_truncated_body_is_retried() {
     );
     // With a download bar, which must survive a broken transfer.
     let mut settings = env.settings(&[Arch::Amd64]);
-    settings.progress = Some(indicatif::MultiProgress::new());
+    settings.progress = keadm_batch::stage::Meters::Bars(indicatif::MultiProgress::new());
     let stager = Stager::open(settings).unwrap();
 
     let staged = stager.for_node(Arch::Amd64).unwrap();

@@ -30,7 +30,7 @@ use crate::config::{Config, PackageMode};
 use crate::image_ref::ImageRef;
 use crate::options::BundleOptions;
 use crate::plan::StagingPlan;
-use crate::stage::{StageSettings, Stager};
+use crate::stage::{Meters, StageSettings, Stager};
 use archive::Blob;
 use kit_dir::KitDir;
 use registry::{Platform, Registry, Resolved};
@@ -76,13 +76,14 @@ pub struct BundleSettings {
 impl BundleSettings {
     /// The settings for `config` and `options`. `stand_ins` are the variables the config
     /// was read without (`config::environment::WithoutSecrets`); `docker_config` is the
-    /// docker client's config file (logins); `progress` draws download bars.
+    /// docker client's config file (logins); `progress` is where downloads and image
+    /// pulls say how far they are.
     pub fn new(
         config: &Config,
         options: &BundleOptions,
         stand_ins: &[StandIn],
         docker_config: Option<PathBuf>,
-        progress: Option<indicatif::MultiProgress>,
+        progress: Meters,
     ) -> Result<BundleSettings, BundleError> {
         let Some(version) = config.keadm_version.clone() else {
             return Err(BundleError::NoVersion {
@@ -127,7 +128,7 @@ impl BundleSettings {
             insecure_http: options.insecure_http,
             max_package_bytes,
         };
-        let stage = staging.stage_settings(&config.path, progress);
+        let stage = staging.stage_settings(&config.path, progress.clone());
         stage
             .check_plain_http()
             .map_err(BundleError::UnsafeDownload)?;
@@ -171,6 +172,7 @@ impl BundleSettings {
             retries: crate::stage::DEFAULT_RETRIES,
             retry_base_delay: Duration::from_secs(1),
             docker_config,
+            meters: progress,
         };
         registry.check_plain_http()?;
         Ok(BundleSettings {
@@ -387,7 +389,8 @@ fn pull(
     };
     let mut layers = Vec::new();
     for (i, layer) in resolved.layers.iter().enumerate() {
-        layers.push(registry.blob(image, layer, &format!("layer {}", i + 1), scratch)?);
+        let what = format!("layer {} for {platform}", i + 1);
+        layers.push(registry.blob(image, layer, &what, scratch)?);
     }
     let mut blobs = vec![Blob {
         digest: &resolved.config.digest,

@@ -22,7 +22,7 @@ use super::error::BundleError;
 use crate::arch::Arch;
 use crate::backoff::backoff;
 use crate::image_ref::{DOCKER_HUB, ImageRef};
-use crate::stage::error_chain;
+use crate::stage::{Meter, Meters, error_chain};
 
 pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -156,6 +156,8 @@ pub struct RegistrySettings {
     pub retry_base_delay: Duration,
     /// The docker client's config file, for logins.
     pub docker_config: Option<std::path::PathBuf>,
+    /// Where blob downloads say how far they are.
+    pub meters: Meters,
 }
 
 /// Where one registry's requests go.
@@ -331,7 +333,9 @@ impl Registry {
         with_retries(retries, delay, image, &place, || {
             let response = self.get(&place, image, &path, None)?;
             let response = self.check_status(response, image, &place, Some(what))?;
-            save(response, &file, descriptor.size)
+            let label = format!("{image} {what}");
+            let mut meter = Meter::start(&self.settings.meters, &label, Some(descriptor.size));
+            save(response, &file, descriptor.size, &mut meter)
                 .map_err(|failure| match failure {
                     SaveFailure::Local(e) => {
                         Failure::from(BundleError::io("write", file.path(), e))
@@ -826,9 +830,14 @@ enum SaveFailure {
     Oversized,
 }
 
-/// Streams `response` into `file` (from its start), expecting exactly `size` bytes; returns
-/// the sha256 as `sha256:<hex>`.
-fn save(mut response: Response, file: &NamedTempFile, size: u64) -> Result<String, SaveFailure> {
+/// Streams `response` into `file` (from its start), expecting exactly `size` bytes, telling
+/// `meter` how far it is; returns the sha256 as `sha256:<hex>`.
+fn save(
+    mut response: Response,
+    file: &NamedTempFile,
+    size: u64,
+    meter: &mut Meter,
+) -> Result<String, SaveFailure> {
     let mut out = file.as_file();
     out.set_len(0)
         .and_then(|()| out.rewind())
@@ -854,7 +863,9 @@ fn save(mut response: Response, file: &NamedTempFile, size: u64) -> Result<Strin
         }
         hasher.update(&buf[..n]);
         out.write_all(&buf[..n]).map_err(SaveFailure::Local)?;
+        meter.advance(received);
     }
+    meter.finish(received);
     if received < size {
         return Err(SaveFailure::Broken(format!(
             "the transfer ended after {received} of {size} bytes"

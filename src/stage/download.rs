@@ -5,9 +5,7 @@
 //! transient failures (connect errors, 5xx, resets, truncated bodies) are retried.
 
 use std::io::{self, Read, Seek, Write};
-use std::time::{Duration, Instant};
-
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};
@@ -17,6 +15,7 @@ use tempfile::NamedTempFile;
 use crate::backoff::backoff;
 
 use super::StageError;
+use super::meter::{Meter, Meters};
 
 /// How one attempt went wrong.
 enum Failure {
@@ -32,8 +31,8 @@ pub(crate) struct Http {
     client: Client,
     retries: u32,
     base_delay: Duration,
-    /// Where download bars are drawn; None draws none.
-    progress: Option<MultiProgress>,
+    /// Where downloads say how far they are.
+    meters: Meters,
     /// The most bytes a download may have: a hostile mirror must not fill the disk.
     max_bytes: u64,
 }
@@ -42,7 +41,7 @@ impl Http {
     pub(crate) fn new(
         retries: u32,
         base_delay: Duration,
-        progress: Option<MultiProgress>,
+        meters: Meters,
         max_bytes: u64,
     ) -> Result<Http, StageError> {
         // Proxy environment variables are honoured by reqwest's default builder.
@@ -60,7 +59,7 @@ impl Http {
             client,
             retries,
             base_delay,
-            progress,
+            meters,
             max_bytes,
         })
     }
@@ -180,7 +179,7 @@ impl Http {
         {
             return Err(too_large(format!("the server announces {total} bytes")));
         }
-        let mut progress = DownloadBar::start(self.progress.as_ref(), label, total);
+        let mut progress = Meter::start(&self.meters, label, total);
         let mut hasher = Sha512::new();
         let mut received: u64 = 0;
         let mut buf = vec![0u8; 256 * 1024];
@@ -293,124 +292,9 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// A download's bar among the console's bars (`label  12.3 MiB/45.6 MiB  7.8 MiB/s`),
-/// redrawn by indicatif at the console's rate. Sharing the console's [`MultiProgress`]
-/// keeps a download that starts mid-run, for an arch staged on demand, from tearing the
-/// live status line. When the transfer ends, its last state is printed above the bars and
-/// the bar goes.
-struct DownloadBar<'a> {
-    /// None when there is no console to draw on.
-    bar: Option<ProgressBar>,
-    label: &'a str,
-    total: Option<u64>,
-    start: Instant,
-}
-
-/// The bar's look when the server announced the size, and when it did not.
-const SIZED_TEMPLATE: &str =
-    "{prefix}  {bar:24} {binary_bytes}/{binary_total_bytes}  {binary_bytes_per_sec}";
-const UNSIZED_TEMPLATE: &str = "{prefix}  {spinner} {binary_bytes}  {binary_bytes_per_sec}";
-
-impl<'a> DownloadBar<'a> {
-    fn start(console: Option<&MultiProgress>, label: &'a str, total: Option<u64>) -> Self {
-        let bar = console.map(|console| {
-            let (bar, template) = match total {
-                Some(total) => (ProgressBar::new(total), SIZED_TEMPLATE),
-                None => (ProgressBar::no_length(), UNSIZED_TEMPLATE),
-            };
-            // Into the console before anything is set: a setter draws, and a bar drawn
-            // outside the console would be left behind on the screen.
-            let bar = console.add(bar);
-            bar.set_style(
-                ProgressStyle::with_template(template)
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            bar.set_prefix(label.to_string());
-            bar
-        });
-        DownloadBar {
-            bar,
-            label,
-            total,
-            start: Instant::now(),
-        }
-    }
-
-    fn advance(&self, done: u64) {
-        if let Some(bar) = &self.bar {
-            bar.set_position(done);
-        }
-    }
-
-    /// The transfer ended (completed or not) after `done` bytes.
-    fn finish(&mut self, done: u64) {
-        if let Some(bar) = self.bar.take() {
-            bar.println(progress_line(
-                self.label,
-                done,
-                self.total,
-                self.start.elapsed(),
-            ));
-            bar.finish_and_clear();
-        }
-    }
-}
-
-impl Drop for DownloadBar<'_> {
-    /// A transfer abandoned on an error leaves no bar behind among the console's.
-    fn drop(&mut self) {
-        if let Some(bar) = self.bar.take() {
-            bar.finish_and_clear();
-        }
-    }
-}
-
-/// A download's final state: `label  12.3/45.6 MiB  7.8 MiB/s`.
-fn progress_line(label: &str, done: u64, total: Option<u64>, elapsed: Duration) -> String {
-    const MIB: f64 = 1024.0 * 1024.0;
-    let rate = done as f64 / MIB / elapsed.as_secs_f64().max(0.001);
-    match total {
-        Some(total) => format!(
-            "{label}  {:.1}/{:.1} MiB  {rate:.1} MiB/s",
-            done as f64 / MIB,
-            total as f64 / MIB
-        ),
-        None => format!("{label}  {:.1} MiB  {rate:.1} MiB/s", done as f64 / MIB),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn progress_shows_size_and_rate() {
-        let line = progress_line(
-            "pkg",
-            3 * 1024 * 1024,
-            Some(6 * 1024 * 1024),
-            Duration::from_secs(2),
-        );
-        assert_eq!(line, "pkg  3.0/6.0 MiB  1.5 MiB/s");
-        let line = progress_line("pkg", 1024 * 1024, None, Duration::from_secs(1));
-        assert_eq!(line, "pkg  1.0 MiB  1.0 MiB/s");
-    }
-
-    #[test]
-    fn download_bars_parse_and_leave_the_console_when_done() {
-        for template in [SIZED_TEMPLATE, UNSIZED_TEMPLATE] {
-            assert!(ProgressStyle::with_template(template).is_ok(), "{template}");
-        }
-        let console = MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden());
-        let mut done = DownloadBar::start(Some(&console), "pkg", Some(10));
-        done.advance(5);
-        done.finish(10);
-        assert!(done.bar.is_none());
-        let abandoned = DownloadBar::start(Some(&console), "pkg", None);
-        assert!(abandoned.bar.is_some());
-        drop(abandoned);
-        assert!(DownloadBar::start(None, "pkg", None).bar.is_none());
-    }
 
     #[test]
     fn status_text_has_code_and_reason() {

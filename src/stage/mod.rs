@@ -13,6 +13,7 @@ mod dirs;
 mod download;
 mod error;
 mod images;
+mod meter;
 mod recompress;
 mod temporary;
 mod unpack;
@@ -23,8 +24,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use indicatif::MultiProgress;
-
 use crate::arch::Arch;
 use download::Http;
 use temporary::{Temporary, write_atomically};
@@ -34,6 +33,8 @@ use unpack::{Expected, Extracted, unpack_package};
 pub(crate) use download::error_chain;
 pub use error::StageError;
 pub use images::{ArchivedImage, Gzipped, ImageArchive, ImageSources, OfflineImages, Selector};
+pub(crate) use meter::Meter;
+pub use meter::{Lines, Meters};
 pub use recompress::XzCopy;
 
 /// keadm's BASE, the same on the control host and on the nodes.
@@ -90,9 +91,8 @@ pub struct StageSettings {
     /// The most bytes a download may have, and the most an unpacked package may hold
     /// (`--max-package-bytes`).
     pub max_package_bytes: u64,
-    /// Where download bars are drawn: the console's bars on a terminal (so a download
-    /// that starts mid-run draws beside the status line, not through it); None for none.
-    pub progress: Option<MultiProgress>,
+    /// Where downloads and the xz copy say how far they are.
+    pub progress: Meters,
     /// Extra attempts after a transient HTTP failure.
     pub retries: u32,
     /// First backoff delay; it doubles on each retry.
@@ -101,7 +101,7 @@ pub struct StageSettings {
 
 impl StageSettings {
     /// Settings with the defaults: keadm's BASE, no arch group, no pins, every package
-    /// verified, https only, 512 MiB packages, no progress, 2 retries starting at 1 s.
+    /// verified, https only, 512 MiB packages, no progress shown, 2 retries starting at 1 s.
     pub fn new(version: impl Into<String>, source: PackageSource) -> StageSettings {
         StageSettings {
             base_dir: PathBuf::from(DEFAULT_BASE_DIR),
@@ -112,7 +112,7 @@ impl StageSettings {
             allow_unverified: false,
             insecure_http: false,
             max_package_bytes: DEFAULT_MAX_PACKAGE_BYTES,
-            progress: None,
+            progress: Meters::Off,
             retries: DEFAULT_RETRIES,
             retry_base_delay: Duration::from_secs(1),
         }
@@ -375,7 +375,16 @@ impl Stager {
             if verified { "" } else { ", unverified" }
         );
         let xz = ((tarball_size as f64) < recompress::WORTH_IT_BELOW * binary_size as f64)
-            .then(|| recompress::xz_copy(&bin_dir, &extracted.binary, &binary_sha256))
+            .then(|| {
+                let label = format!("xz copy of keadm {} for {arch}", self.settings.version);
+                recompress::xz_copy(
+                    &bin_dir,
+                    &extracted.binary,
+                    &binary_sha256,
+                    &self.settings.progress,
+                    &label,
+                )
+            })
             .flatten();
         Ok(StagedBinary {
             arch,

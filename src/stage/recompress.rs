@@ -14,6 +14,7 @@ use std::time::Instant;
 use liblzma::stream::{Check, Filters, LzmaOptions, MtStreamBuilder};
 use liblzma::write::XzEncoder;
 
+use super::meter::{Meter, Metered, Meters};
 use super::temporary::Temporary;
 
 /// xz's default preset, whose match finder and nice length are the best value per CPU
@@ -50,7 +51,14 @@ pub(crate) fn copy_name(binary_sha256: &str) -> String {
 
 /// The xz copy of `binary` in `dir`, made now unless an earlier run made it. A failure
 /// only costs bytes on the wire (nodes get the tarball), so it is a warning, not an error.
-pub(crate) fn xz_copy(dir: &Path, binary: &Path, binary_sha256: &str) -> Option<XzCopy> {
+/// Making it takes seconds for keadm's size, so `meters` shows how far it is, as `label`.
+pub(crate) fn xz_copy(
+    dir: &Path,
+    binary: &Path,
+    binary_sha256: &str,
+    meters: &Meters,
+    label: &str,
+) -> Option<XzCopy> {
     let path = dir.join(copy_name(binary_sha256));
     if let Ok(meta) = std::fs::metadata(&path)
         && meta.is_file()
@@ -62,7 +70,7 @@ pub(crate) fn xz_copy(dir: &Path, binary: &Path, binary_sha256: &str) -> Option<
         });
     }
     let start = Instant::now();
-    match compress(dir, binary, &path) {
+    match compress(dir, binary, &path, meters, label) {
         Ok(size) => {
             log::info!(
                 "made the xz copy of {} ({size} bytes) in {:.1}s",
@@ -86,7 +94,13 @@ pub(crate) fn xz_copy(dir: &Path, binary: &Path, binary_sha256: &str) -> Option<
 /// renames it to `path`.
 /// CRC32 as the stream's check: every xz decoder has it (BusyBox's may lack CRC64), and
 /// the node checks the binary's sha256 anyway.
-fn compress(dir: &Path, binary: &Path, path: &Path) -> io::Result<u64> {
+fn compress(
+    dir: &Path,
+    binary: &Path,
+    path: &Path,
+    meters: &Meters,
+    label: &str,
+) -> io::Result<u64> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
     let mut lzma2 = LzmaOptions::new_preset(PRESET).map_err(io::Error::other)?;
     lzma2.dict_size(DICT_SIZE);
@@ -100,7 +114,16 @@ fn compress(dir: &Path, binary: &Path, path: &Path) -> io::Result<u64> {
         .map_err(io::Error::other)?;
     let tmp = Temporary::Write.file_in(dir, 0o600)?;
     let mut encoder = XzEncoder::new_stream(BufWriter::new(tmp), stream);
-    io::copy(&mut BufReader::new(File::open(binary)?), &mut encoder)?;
+    let input = File::open(binary)?;
+    let mut meter = Meter::start(meters, label, Some(input.metadata()?.len()));
+    let mut metered = Metered {
+        inner: BufReader::new(input),
+        meter: &mut meter,
+        done: 0,
+    };
+    io::copy(&mut metered, &mut encoder)?;
+    let done = metered.done;
+    meter.finish(done);
     let mut tmp = encoder.finish()?.into_inner().map_err(|e| e.into_error())?;
     tmp.flush()?;
     tmp.as_file().sync_all()?;
@@ -122,7 +145,8 @@ mod tests {
             .flat_map(|i| (i % 251).to_le_bytes())
             .collect();
         std::fs::write(&binary, &content).unwrap();
-        let copy = xz_copy(dir.path(), &binary, "ab12").unwrap();
+        let (meters, seen) = crate::stage::meter::tests::collected();
+        let copy = xz_copy(dir.path(), &binary, "ab12", &meters, "xz copy of keadm").unwrap();
         assert_eq!(copy.path, dir.path().join("keadm-ab12.xz"));
         assert!(copy.size < content.len() as u64 / 4, "{copy:?}");
         let mut unpacked = Vec::new();
@@ -130,9 +154,21 @@ mod tests {
             .read_to_end(&mut unpacked)
             .unwrap();
         assert_eq!(unpacked, content);
+        // It said how far it was, up to the whole binary.
+        let seen = seen.lock().unwrap().clone();
+        assert!(
+            seen.last()
+                .is_some_and(|l| l.starts_with("xz copy of keadm  0.8/0.8 MiB  ")),
+            "{seen:?}"
+        );
         // A second staging finds it by the digest and does not compress again.
         std::fs::write(&copy.path, b"cached").unwrap();
-        assert_eq!(xz_copy(dir.path(), &binary, "ab12").unwrap().size, 6);
+        assert_eq!(
+            xz_copy(dir.path(), &binary, "ab12", &Meters::Off, "xz")
+                .unwrap()
+                .size,
+            6
+        );
         // No temporary is left behind.
         let names: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
@@ -146,6 +182,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let binary = dir.path().join("keadm");
         std::fs::write(&binary, b"#!/bin/sh\n").unwrap();
-        assert_eq!(xz_copy(&dir.path().join("missing"), &binary, "cd34"), None);
+        let missing = dir.path().join("missing");
+        assert_eq!(xz_copy(&missing, &binary, "cd34", &Meters::Off, "xz"), None);
     }
 }

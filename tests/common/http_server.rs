@@ -28,6 +28,9 @@ pub struct Route {
     pub announce_length: bool,
     /// A `Location` header (for redirects).
     pub location: Option<String>,
+    /// Send the body this many bytes at a time, pausing this long after each part: a slow
+    /// link, for tests of what the client shows meanwhile.
+    pub pace: Option<(usize, Duration)>,
 }
 
 impl Route {
@@ -43,6 +46,7 @@ impl Route {
             delay: Duration::ZERO,
             announce_length: true,
             location: None,
+            pace: None,
         }
     }
 
@@ -65,6 +69,12 @@ impl Route {
 
     pub fn delayed(mut self, delay: Duration) -> Route {
         self.delay = delay;
+        self
+    }
+
+    /// Sends the body `part` bytes at a time with `pause` after each.
+    pub fn paced(mut self, part: usize, pause: Duration) -> Route {
+        self.pace = Some((part, pause));
         self
     }
 }
@@ -269,6 +279,12 @@ fn respond<S: Read + Write>(stream: &mut S, state: &Mutex<State>) -> std::io::Re
     stream.write_all(head.as_bytes())?;
     if route.truncate > 0 {
         stream.write_all(&route.body[..route.body.len() / 2])?;
+    } else if let Some((part, pause)) = route.pace {
+        for chunk in route.body.chunks(part.max(1)) {
+            stream.write_all(chunk)?;
+            stream.flush()?;
+            std::thread::sleep(pause);
+        }
     } else {
         stream.write_all(&route.body)?;
     }
