@@ -78,6 +78,12 @@ fn release_server(keadm_script: &str) -> HttpServer {
 }
 
 fn bundle_command(dir: &Path, out: &str, releases: &HttpServer, registry: &LocalRegistry) -> Test {
+    bundle_via(dir, out, releases, &registry.url(), &registry.url())
+}
+
+/// `batch bundle` as [`bundle_command`] runs it, with docker.io's images from the
+/// registry at `docker_io` and registry.k8s.io's from the one at `k8s_io`.
+fn bundle_via(dir: &Path, out: &str, releases: &HttpServer, docker_io: &str, k8s_io: &str) -> Test {
     Test::in_dir(dir)
         .env("HOME", dir)
         .args(["batch", "bundle", "-c", "config.yaml", "-o", out])
@@ -85,9 +91,9 @@ fn bundle_command(dir: &Path, out: &str, releases: &HttpServer, registry: &Local
         .arg(releases.url("/releases"))
         .arg("--insecure-http")
         .arg("--registry-mirror")
-        .arg(format!("docker.io={}", registry.url()))
+        .arg(format!("docker.io={docker_io}"))
         .arg("--registry-mirror")
-        .arg(format!("registry.k8s.io={}", registry.url()))
+        .arg(format!("registry.k8s.io={k8s_io}"))
         .arg("--staging-dir")
         .arg(dir.join("bundle-staging"))
 }
@@ -664,39 +670,25 @@ fn bundling_needs_none_of_the_site_s_secrets() {
     };
     let secret_token = "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-0 --token={{env \"KEADM_BATCH_TEST_UNSET\"}}";
     let from_env = "          passwordEnv: KEADM_BATCH_TEST_UNSET\n";
-    std::fs::write(
-        tmp.path().join("config.yaml"),
-        config(secret_token, from_env),
-    )
-    .unwrap();
-    sources
-        .bundle(tmp.path(), "kit", &[])
+    let bundle = |keadm_cmd: &str, password: &str| {
+        std::fs::write(tmp.path().join("config.yaml"), config(keadm_cmd, password)).unwrap();
+        sources.bundle(tmp.path(), "kit", &[])
+    };
+    bundle(secret_token, from_env)
         .status(0)
         .stderr_lacks("KEADM_BATCH_TEST_UNSET")
         .stderr_has("Wrote the air-gapped kit");
     check_kit_manifest(&tmp.path().join("kit"));
 
     // Other checks stay: an empty password written in the file is still an error.
-    std::fs::write(
-        tmp.path().join("config.yaml"),
-        config(secret_token, "          password: ''\n"),
-    )
-    .unwrap();
-    sources
-        .bundle(tmp.path(), "kit", &[])
+    bundle(secret_token, "          password: ''\n")
         .status(2)
         .stderr_has("ssh.auth.passwordAuth.password is empty");
 
     // A variable that chooses the images cannot be stood in for.
     let repository =
         format!("{secret_token} --image-repository={{{{env \"KEADM_BATCH_TEST_REPO\"}}}}");
-    std::fs::write(
-        tmp.path().join("config.yaml"),
-        config(&repository, from_env),
-    )
-    .unwrap();
-    sources
-        .bundle(tmp.path(), "kit", &[])
+    bundle(&repository, from_env)
         .status(2)
         .stderr_has("takes --image-repository from the environment variable KEADM_BATCH_TEST_REPO, which is not set");
 }
@@ -771,22 +763,18 @@ fn a_bundle_that_fails_midway_reports_no_file_as_written() {
         Route::ok(pause.config.clone()),
     );
     offline_config(tmp.path(), "[amd64]", JOIN);
-    Test::in_dir(tmp.path())
-        .env("HOME", tmp.path())
-        .args(["batch", "bundle", "-c", "config.yaml", "-o", "kit"])
-        .arg("--download-url")
-        .arg(sources.releases.url("/releases"))
-        .arg("--insecure-http")
-        .arg("--registry-mirror")
-        .arg(format!("docker.io={}", sources.registry.url()))
-        .arg("--registry-mirror")
-        .arg(format!("registry.k8s.io={}", mirror.base_url()))
-        .arg("--staging-dir")
-        .arg(tmp.path().join("bundle-staging"))
-        .run()
-        .status(3)
-        .stderr_has("its layer 1 for linux/amd64 is missing from the registry (404 Not Found)")
-        .stderr_lacks("written");
+    let registry = sources.registry.url();
+    bundle_via(
+        tmp.path(),
+        "kit",
+        &sources.releases,
+        &registry,
+        &mirror.base_url(),
+    )
+    .run()
+    .status(3)
+    .stderr_has("its layer 1 for linux/amd64 is missing from the registry (404 Not Found)")
+    .stderr_lacks("written");
     assert!(sources.releases.total_hits() > 0, "the release was fetched");
     assert_eq!(files_under(&tmp.path().join("kit")), Vec::<String>::new());
 }
@@ -819,21 +807,17 @@ fn a_slow_layer_pull_shows_progress_unless_quiet() {
         Route::ok(pause.layer.clone()).paced(64 << 10, std::time::Duration::from_millis(250)),
     );
     offline_config(tmp.path(), "[amd64]", JOIN);
+    let registry = sources.registry.url();
     let bundle = |out: &str, extra: &[&str]| {
-        Test::in_dir(tmp.path())
-            .env("HOME", tmp.path())
-            .args(["batch", "bundle", "-c", "config.yaml", "-o", out])
-            .arg("--download-url")
-            .arg(sources.releases.url("/releases"))
-            .arg("--insecure-http")
-            .arg("--registry-mirror")
-            .arg(format!("docker.io={}", sources.registry.url()))
-            .arg("--registry-mirror")
-            .arg(format!("registry.k8s.io={}", mirror.base_url()))
-            .arg("--staging-dir")
-            .arg(tmp.path().join("bundle-staging"))
-            .args(extra)
-            .run()
+        bundle_via(
+            tmp.path(),
+            out,
+            &sources.releases,
+            &registry,
+            &mirror.base_url(),
+        )
+        .args(extra)
+        .run()
     };
     let out = bundle("kit", &[]);
     out.status(0)
