@@ -176,7 +176,9 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
 
 /// `batch merge -c FILE`: the config's nodes, each at its address as a run records it.
 fn config_nodes(path: &std::path::Path) -> Result<report::merge::ConfigNodes, Error> {
-    let loaded = load_config(path)?;
+    // Merging reads node names and addresses only: no secret need be set on this host.
+    let env = config::environment::WithoutSecrets::new(&ProcessEnvironment);
+    let loaded = load_config(path, &env)?;
     Ok(report::merge::ConfigNodes {
         path: path.to_path_buf(),
         addresses: loaded
