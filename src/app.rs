@@ -231,6 +231,7 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         retry.as_ref().map(|retry| &retry.selection.names),
     )
     .map_err(UsageError::from)?;
+    check_join_images(&loaded.config)?;
     kubeedge_checks(&plan, options)?;
     if options.preflight_only {
         return preflight_only(&plan);
@@ -318,6 +319,19 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
             nodes: attention,
             total: rows.len(),
         });
+    }
+    Ok(())
+}
+
+/// The images the config's joins will ask for, read as `batch bundle` reads them: a
+/// keadmCmd whose `--image-repository` makes no valid reference (keadm trims nothing, so
+/// a trailing `/` does that) fails every join it is in, so the run, its dry run and
+/// `--preflight-only` refuse it up front (exit 2) with bundle's own message. Without a
+/// keadmVersion (every node has keadmBinDir) the version keadm asks for is unknown, and
+/// nothing can be built to check.
+fn check_join_images(config: &config::Config) -> Result<(), Error> {
+    if let Some(version) = &config.keadm_version {
+        bundle::join_images(config, version, &[])?;
     }
     Ok(())
 }

@@ -748,3 +748,40 @@ fn a_dry_run_checks_the_offline_packages_staging_will_read() {
         .status(0)
         .stdout_has("Plan for config.yaml");
 }
+
+/// `--image-repository` that makes no image reference keadm could ask for (a trailing
+/// `/`): refused by the dry run, the run and `batch bundle` alike, with one message, before
+/// anything is fetched or any node is touched.
+#[test]
+fn an_image_repository_keadm_cannot_use_is_refused_as_bundle_refuses_it() {
+    let config = "keadm:\n  keadmVersion: v1.23.1\n  archGroup: [amd64]\nretries: 0\nnodes:\n  - nodeName: edge-a\n    keadmCmd: join --cloudcore-ipport=192.0.2.10:10000 --edgenode-name=edge-a --image-repository=harbor.example:8443/edge/\n    ssh: {ip: 127.0.0.1, port: 1, username: root, auth: {type: agent}}\n";
+    let run = |args: &[&str]| Test::new().config(config).args(args).run();
+    let bundle = run(&["batch", "bundle", "-c", "config.yaml", "-o", "kit"]);
+    bundle
+        .status(2)
+        .stderr_has("\"harbor.example:8443/edge//installation-package:v1.23.1\"");
+    let expected: Vec<&str> = bundle
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("keadm-batch: error:"))
+        .collect();
+    assert_eq!(expected.len(), 1, "{}", bundle.stderr);
+    for args in [
+        &["batch", "-c", "config.yaml", "--dry-run"][..],
+        &["batch", "-c", "config.yaml", "--staging-dir", "staging"][..],
+    ] {
+        let out = run(args);
+        out.status(2);
+        assert_eq!(out.stdout, "", "{args:?}: no plan");
+        let errors: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("keadm-batch: error:"))
+            .collect();
+        assert_eq!(errors, expected, "{args:?}");
+        assert!(
+            !out.path("staging").exists() && !out.path("batch_process_log.txt").exists(),
+            "{args:?}: nothing was staged and no node was touched"
+        );
+    }
+}

@@ -19,12 +19,13 @@ use crate::kubeedge::images::{join_version, keadm_extras, own_release, required}
 /// Commands that are not joins need none of their own; a config with no join at all still
 /// gets the images of a join with `keadm_version`, so the kit can serve joins added later.
 /// The error says which reference keadm would ask for and why it is no image that can be
-/// pulled.
+/// pulled; a run and its
+/// dry run refuse the config with it too (`app`), so all three say the same.
 pub(crate) fn for_config(
     config: &Config,
     keadm_version: &str,
     sandbox: &[ImageRef],
-) -> Result<Vec<ImageRef>, String> {
+) -> Result<Vec<ImageRef>, BundleError> {
     let own = own_release(keadm_version).unwrap_or_else(|| keadm_version.to_string());
     let mut joins: Vec<(String, Option<&str>, Vec<&str>)> = Vec::new();
     for node in config.nodes.iter().filter(|n| n.keadm_args.is_join()) {
@@ -45,9 +46,13 @@ pub(crate) fn for_config(
     }
     let mut images: Vec<ImageRef> = Vec::new();
     for (version, repository, extras) in &joins {
-        let needed = required(version, *repository, extras, sandbox).map_err(|e| {
-            format!("keadm would ask for an image that is not a valid image reference: {e}")
-        })?;
+        let needed =
+            required(version, *repository, extras, sandbox).map_err(|e| BundleError::BadImage {
+                reason: format!(
+                    "keadm would ask for an image that is not a valid image reference: {e}"
+                ),
+                source_name: format!("the keadmCmd of {}", config.path.display()),
+            })?;
         for image in needed {
             if !images.contains(&image) {
                 images.push(image);
@@ -180,7 +185,9 @@ mod tests {
             ]
         );
         let config = self::config(&[&format!("{join} --image-repository=Bad/")]);
-        let err = for_config(&config, "v1.23.1", &pause).unwrap_err();
+        let err = for_config(&config, "v1.23.1", &pause)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("keadm would ask for an image that is not a valid image reference: ")
                 && err.contains("\"Bad//installation-package:v1.23.1\""),

@@ -37,6 +37,7 @@ use registry::{Platform, Registry, Resolved};
 use tempfile::NamedTempFile;
 
 pub use error::{BundleError, Failure};
+pub(crate) use images::for_config as join_images;
 pub use kit_dir::Placed;
 pub use registry::RegistrySettings;
 
@@ -155,12 +156,7 @@ impl BundleSettings {
             sandbox = parse_sandbox(&[crate::kubeedge::images::DEFAULT_SANDBOX_IMAGE.into()])?;
         }
         images::check_stand_ins(config, stand_ins)?;
-        let images = images::for_config(config, &version, &sandbox).map_err(|reason| {
-            BundleError::BadImage {
-                reason,
-                source_name: format!("the keadmCmd of {}", config.path.display()),
-            }
-        })?;
+        let images = images::for_config(config, &version, &sandbox)?;
         let registry = RegistrySettings {
             mirrors: options
                 .registry_mirrors
