@@ -244,11 +244,13 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
             .map_err(UsageError::UnsafeDownload)?;
     }
     if options.dry_run {
-        // What staging will read on this machine is checked too (exit 3, as a run).
+        // What staging will read on this machine is checked too (exit 3, as a run), and
+        // the image archives are read and hashed as the run reads them, by the same code.
         if let Some(staging) = &plan.staging {
             dry_run::check_local_packages(staging, &plan.config_path)?;
         }
-        print!("{}", dry_run::render(&plan));
+        let offline_images = list_offline_images(&plan)?;
+        print!("{}", dry_run::render(&plan, offline_images.as_ref()));
         return Ok(());
     }
     execute(plan, &loaded.config, options, retry.map(|retry| retry.from))

@@ -1,5 +1,7 @@
 //! `--dry-run`: the plan per node, in words, with secrets masked. Printed on stdout.
-//! Before it, [`check_local_packages`] reads every local input staging will read.
+//! Before it, [`check_local_packages`] reads every local input staging will read, and the
+//! run's own listing of the offline image archives (`stage::OfflineImages::list`) reads,
+//! hashes and checks them against the kit; the plan shows what it found.
 
 use std::fmt::Write;
 use std::path::Path;
@@ -7,7 +9,8 @@ use std::path::Path;
 use crate::config::{AuthSpec, PackageMode, SshSpec};
 use crate::options::RelayMode;
 use crate::plan::{KeadmSource, NodePlan, Plan, StagingPlan, display_address};
-use crate::stage::{StageError, Stager, is_plain_http};
+use crate::arch::Arch;
+use crate::stage::{ImageArchive, ImageSources, OfflineImages, StageError, Stager, is_plain_http};
 
 /// Offline mode: stages every `archGroup` package exactly as the run will (the package
 /// is there, its checksum file and pin agree with it, it unpacks within the size limit),
@@ -28,8 +31,8 @@ pub fn check_local_packages(staging: &StagingPlan, config_path: &Path) -> Result
     Ok(())
 }
 
-/// The whole plan as text.
-pub fn render(plan: &Plan) -> String {
+/// The whole plan as text; `images` are the offline image archives the run would list.
+pub fn render(plan: &Plan, images: Option<&OfflineImages>) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Plan for {}", plan.config_path.display());
     let _ = writeln!(
@@ -81,9 +84,12 @@ pub fn render(plan: &Plan) -> String {
         }
     }
     render_sites(&mut out, plan);
+    if let (Some(images), Some(sources)) = (images, &plan.offline_images) {
+        render_images(&mut out, images, sources);
+    }
     for node in &plan.nodes {
         out.push('\n');
-        render_node(&mut out, node);
+        render_node(&mut out, node, images);
     }
     out
 }
@@ -132,6 +138,68 @@ fn render_sites(out: &mut String, plan: &Plan) {
     }
 }
 
+/// Each arch's image archives: the file, its size and the images it provides, one line
+/// per arch.
+fn render_images(out: &mut String, images: &OfflineImages, sources: &ImageSources) {
+    let arches: Vec<String> = by_arch(images)
+        .map(|(arch, archives)| {
+            let files: Vec<String> = archives
+                .iter()
+                .map(|a| {
+                    let provides: Vec<String> =
+                        a.images.iter().map(|i| i.reference.to_string()).collect();
+                    format!(
+                        "{} ({}: {})",
+                        a.source.display(),
+                        size(a.size),
+                        provides.join(", ")
+                    )
+                })
+                .collect();
+            format!("{arch}: {}", files.join(", "))
+        })
+        .collect();
+    let _ = if arches.is_empty() {
+        let source = match sources {
+            ImageSources::Layout { dir } => format!("{}/<arch>/images", dir.display()),
+            ImageSources::Listed { .. } => "keadm.offlineImages".to_string(),
+        };
+        writeln!(
+            out,
+            "  images:      no archive in {source}; pre-flight checks that the nodes' runtimes have what keadm join asks for"
+        )
+    } else {
+        writeln!(out, "  images:      {}", arches.join("; "))
+    };
+}
+
+/// The arches that have archives, with them.
+fn by_arch(images: &OfflineImages) -> impl Iterator<Item = (Arch, &[ImageArchive])> {
+    Arch::ALL
+        .into_iter()
+        .map(|arch| (arch, images.for_arch(arch)))
+        .filter(|(_, archives)| !archives.is_empty())
+}
+
+/// What a join node gets of `images`: its arch's archives, by their names on the node.
+fn node_images(node: &NodePlan, images: &OfflineImages) -> String {
+    let per_arch: Vec<String> = by_arch(images)
+        .map(|(arch, archives)| {
+            let names: Vec<&str> = archives.iter().map(|a| a.remote_name.as_str()).collect();
+            format!("if {arch}: {}", names.join(", "))
+        })
+        .collect();
+    if per_arch.is_empty() {
+        return "none; pre-flight checks that the runtime has what keadm join asks for"
+            .to_string();
+    }
+    format!(
+        "{}; those whose images the runtime lacks are sent to {} and imported before keadm runs",
+        per_arch.join("; "),
+        node.upload_dir
+    )
+}
+
 /// How packages are verified: pins first, then checksum files, and what is accepted.
 fn verification(staging: &StagingPlan) -> String {
     let checksum = if staging.allow_unverified {
@@ -173,7 +241,7 @@ fn auth_line(ssh: &SshSpec) -> String {
     }
 }
 
-fn render_node(out: &mut String, node: &NodePlan) {
+fn render_node(out: &mut String, node: &NodePlan, images: Option<&OfflineImages>) {
     let r = &node.redactor;
     let _ = writeln!(out, "node {} {}", node.index + 1, node.name);
     let _ = writeln!(out, "  address:   {}", node.address());
@@ -239,6 +307,9 @@ fn render_node(out: &mut String, node: &NodePlan) {
                 "  keadm:     already on the node in {dir} (keadmBinDir), not uploaded"
             );
         }
+    }
+    if let Some(images) = images.filter(|_| node.keadm_args.is_join()) {
+        let _ = writeln!(out, "  images:    {}", node_images(node, images));
     }
     let _ = writeln!(out, "  exec dir:  {}", node.exec_dir);
     if let Some(reset) = &node.reset_command {

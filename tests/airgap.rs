@@ -356,3 +356,136 @@ fn an_archive_that_names_no_image_stops_the_run_before_any_node() {
         "no node was touched"
     );
 }
+
+/// Writes `kit.json` into the offline directory `dir`, listing every file under it with
+/// its sha256 and size, as `batch bundle` writes it.
+fn write_kit_manifest(dir: &std::path::Path) {
+    fn walk(dir: &std::path::Path, base: &std::path::Path, files: &mut Vec<serde_json::Value>) {
+        for entry in fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, base, files);
+            } else if path.file_name().unwrap() != "kit.json" {
+                let bytes = fs::read(&path).unwrap();
+                files.push(serde_json::json!({
+                    "path": path.strip_prefix(base).unwrap().to_str().unwrap(),
+                    "sha256": &crate::common::image_archive::sha256(&bytes)[7..],
+                    "size": bytes.len(),
+                }));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files);
+    files.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+    let kit = serde_json::json!({
+        "format": "keadm-batch-kit/1",
+        "keadmVersion": "v1.23.1",
+        "created": "2026-01-01T00:00:00Z",
+        "files": files,
+    });
+    fs::write(dir.join("kit.json"), serde_json::to_vec(&kit).unwrap()).unwrap();
+}
+
+/// The `keadm-batch: error:` lines of a run's stderr.
+fn error_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("keadm-batch: error:"))
+        .collect()
+}
+
+/// A tar holding `entries`, which is no image archive a runtime can import by name.
+fn tar_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (name, data) in entries {
+        let mut header = tar::Header::new_ustar();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder.append_data(&mut header, name, *data).unwrap();
+    }
+    builder.into_inner().unwrap()
+}
+
+/// A dry run reads and hashes the kit's image archives as the run does: every kit problem
+/// the run stops at (exit 3, before any node) stops the dry run too, with the same
+/// message, and a good kit's plan lists the archives each node would get.
+#[test]
+fn a_dry_run_checks_the_kit_s_image_archives_as_the_run_does_and_lists_them() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let kit = |sc: &Scenario| {
+        let images = sc.images_dir();
+        write_images(&images);
+        write_kit_manifest(&sc.path("packages"));
+        images
+    };
+
+    // A good kit: the plan names each archive, its size and images, and per node what
+    // goes there.
+    let sc = Scenario::new(&fleet).cmd(&join());
+    let images = kit(&sc);
+    let out = sc.run(&["--dry-run"]);
+    out.status(0);
+    eprintln!("{}", out.stdout);
+    let package = images.join("installation-package_v1.23.1.tar");
+    let package_size = fs::metadata(&package).unwrap().len();
+    let arch = host_arch();
+    out.stdout_has(&format!(
+        "  images:      {arch}: {} ({package_size} bytes: {PACKAGE}), {} (",
+        package.display(),
+        images.join("pause_3.6.tar").display()
+    ))
+    .stdout_has(&format!(
+        "  images:    if {arch}: image-installation-package_v1.23.1.tar, image-pause_3.6.tar; those whose images the runtime lacks are sent to /tmp/kubeedge/keadm and imported before keadm runs\n"
+    ));
+    assert!(
+        !sc.path("batch_process_log.txt").exists() && !sc.staging_dir().exists(),
+        "the dry run wrote nothing"
+    );
+
+    type Spoil = fn(&std::path::Path);
+    let problems: [(&str, Spoil); 4] = [
+        ("swapped", |images| {
+            // Each archive under the other's name: both well-formed, neither the kit's.
+            let a = images.join("installation-package_v1.23.1.tar");
+            let b = images.join("pause_3.6.tar");
+            let (bytes_a, bytes_b) = (fs::read(&a).unwrap(), fs::read(&b).unwrap());
+            fs::write(&a, bytes_b).unwrap();
+            fs::write(&b, bytes_a).unwrap();
+        }),
+        ("unlisted", |images| {
+            oci_archive(&images.join("extra.tar"), "registry.k8s.io/pause:3.9");
+        }),
+        ("nameless", |images| {
+            let index = br#"{"schemaVersion":2,"manifests":[{"annotations":{"org.opencontainers.image.ref.name":"v1.23.1"}}]}"#;
+            fs::write(
+                images.join("unnamed.tar"),
+                tar_of(&[("index.json", &index[..])]),
+            )
+            .unwrap();
+            write_kit_manifest(images.parent().unwrap().parent().unwrap());
+        }),
+        ("not an image archive", |images| {
+            fs::write(images.join("notes.tar"), tar_of(&[("notes.txt", b"x")])).unwrap();
+            write_kit_manifest(images.parent().unwrap().parent().unwrap());
+        }),
+    ];
+    for (problem, spoil) in problems {
+        let sc = Scenario::new(&fleet).cmd(&join());
+        spoil(&kit(&sc));
+        let dry = sc.run(&["--dry-run"]);
+        assert_eq!(dry.code(), 3, "{problem}: {}", dry.stderr);
+        assert_eq!(dry.stdout, "", "{problem}: no plan for a kit the run refuses");
+        let run = sc.run(&[]);
+        assert_eq!(run.code(), 3, "{problem}: {}", run.stderr);
+        assert!(
+            !sc.path("batch_process_log.txt").exists(),
+            "{problem}: the run stopped before any node"
+        );
+        let errors = error_lines(&dry.stderr);
+        assert!(!errors.is_empty(), "{problem}: {}", dry.stderr);
+        assert_eq!(errors, error_lines(&run.stderr), "{problem}");
+        eprintln!("{problem}: {}", errors.join("\n"));
+    }
+}
