@@ -6,10 +6,10 @@
 use std::fmt::Write;
 use std::path::Path;
 
+use crate::arch::Arch;
 use crate::config::{AuthSpec, PackageMode, SshSpec};
 use crate::options::RelayMode;
 use crate::plan::{KeadmSource, NodePlan, Plan, StagingPlan, display_address};
-use crate::arch::Arch;
 use crate::stage::{ImageArchive, ImageSources, OfflineImages, StageError, Stager, is_plain_http};
 
 /// Offline mode: stages every `archGroup` package exactly as the run will (the package
@@ -190,8 +190,7 @@ fn node_images(node: &NodePlan, images: &OfflineImages) -> String {
         })
         .collect();
     if per_arch.is_empty() {
-        return "none; pre-flight checks that the runtime has what keadm join asks for"
-            .to_string();
+        return "none; pre-flight checks that the runtime has what keadm join asks for".to_string();
     }
     format!(
         "{}; those whose images the runtime lacks are sent to {} and imported before keadm runs",
