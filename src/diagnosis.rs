@@ -270,7 +270,8 @@ pub enum FindingId {
     /// An image keadm join needs (installation-package, the runtime's sandbox image) is
     /// neither in the node's runtime nor in an offline image archive for the node's arch.
     ImageMissing,
-    /// The probe did not print its last line, so any of the above may be missing.
+    /// The probe did not print its last line, or one of its checks could not run (the
+    /// image check without the runtime's answer), so any of the above may be missing.
     ProbeIncomplete,
 }
 
@@ -347,7 +348,7 @@ impl Finding {
                 "The container runtime lacks an image keadm join needs and no offline image archive provides it, so keadm would have to pull it from a registry."
             }
             FindingId::ProbeIncomplete => {
-                "The pre-flight probe did not finish, so its findings are incomplete."
+                "The pre-flight probe did not finish, or one of its checks could not run, so its findings are incomplete."
             }
         }
     }
@@ -377,7 +378,7 @@ impl Finding {
                 "Put an archive of each missing image in the offline directory's <arch>/images (keadm-batch batch bundle writes them) or list one in keadm.offlineImages, or make sure the node can reach a registry that has the image (--image-repository names a mirror)."
             }
             FindingId::ProbeIncomplete => {
-                "Check that the node's shell is a POSIX sh and that sudo works without a terminal, then run --preflight-only again."
+                "Fix what the detail says was not checked and why (the node's shell must be a POSIX sh, sudo must work without a terminal, the container runtime must answer on its socket), then run --preflight-only again."
             }
         }
     }

@@ -182,6 +182,18 @@ fn a_runtime_that_cannot_take_images_fails_alone_with_its_message() {
             "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name={{name}} --token=abc.def --remote-runtime-endpoint={endpoint}"
         )
     };
+    // Node 2's socket is held by a process named isulad (perl, started through a link of
+    // that name): told by the socket's owner, since no CLI answers on it.
+    let out = fleet.node(2).shell(
+        "ln -s \"$(command -v perl)\" /tmp/isulad\n\
+         /tmp/isulad -MIO::Socket::UNIX -e 'my $s = IO::Socket::UNIX->new(Type => 1, Local => \"/tmp/isulad.sock\", Listen => 1) or die \"$!\"; sleep 300' >/dev/null 2>&1 </dev/null &\n\
+         for _ in $(seq 200); do [ -S /tmp/isulad.sock ] && exit 0; sleep 0.01; done\n\
+         exit 1\n",
+    );
+    assert!(
+        out.status.success(),
+        "the fake isulad did not start: {out:?}"
+    );
     let sc = Scenario::new(&fleet)
         .cmd(&join())
         .cmd_for(1, &other("unix:///tmp/rt/frakti.sock"))
@@ -193,10 +205,18 @@ fn a_runtime_that_cannot_take_images_fails_alone_with_its_message() {
     runtime.assert_has(&[PACKAGE]);
     let unknown = out.log_line_starting("Failed to process node edge-01: ");
     assert!(
-        unknown
-            .contains("keadm-batch cannot tell which container runtime serves /tmp/rt/frakti.sock")
+        unknown.contains(
+            "keadm-batch cannot tell which container runtime serves /tmp/rt/frakti.sock ("
+        ) && unknown.contains("no process this probe can see holds the socket)")
             && unknown.contains("Import the archives on the node by hand"),
         "{unknown}"
+    );
+    assert!(
+        out.transcript(2).contains(
+            "the runtime keadm join will use is iSulad (its socket is held by isulad (pid "
+        ),
+        "{}",
+        out.transcript(2)
     );
     let isulad = out.log_line_starting("Failed to process node edge-02: ");
     assert!(
@@ -233,7 +253,7 @@ fn pre_flight_reports_a_missing_image_and_nothing_once_it_is_provided() {
     eprintln!("--preflight-only table:\n{}", out.stdout);
     assert!(
         out.stdout.contains(&format!(
-            "The container runtime lacks an image keadm join needs and no offline image archive provides it, so keadm would have to pull it from a registry ({PACKAGE} is not in containerd (/tmp/containerd/containerd.sock), and no offline image archive for {} provides it)",
+            "The container runtime lacks an image keadm join needs and no offline image archive provides it, so keadm would have to pull it from a registry ({PACKAGE} is not in containerd (/tmp/containerd/containerd.sock), and no offline image archive for {} provides it; `keadm-batch batch bundle` writes it into the kit when run again with this keadmCmd and keadmVersion (keadm's own images))",
             host_arch()
         )),
         "{}",
@@ -476,7 +496,10 @@ fn a_dry_run_checks_the_kit_s_image_archives_as_the_run_does_and_lists_them() {
         spoil(&kit(&sc));
         let dry = sc.run(&["--dry-run"]);
         assert_eq!(dry.code(), 3, "{problem}: {}", dry.stderr);
-        assert_eq!(dry.stdout, "", "{problem}: no plan for a kit the run refuses");
+        assert_eq!(
+            dry.stdout, "",
+            "{problem}: no plan for a kit the run refuses"
+        );
         let run = sc.run(&[]);
         assert_eq!(run.code(), 3, "{problem}: {}", run.stderr);
         assert!(
@@ -488,4 +511,46 @@ fn a_dry_run_checks_the_kit_s_image_archives_as_the_run_does_and_lists_them() {
         assert_eq!(errors, error_lines(&run.stderr), "{problem}");
         eprintln!("{problem}: {}", errors.join("\n"));
     }
+}
+
+/// A containerd listening on a socket whose name says nothing (`grpc.address` is the
+/// operator's to choose) is asked what it is: the pre-flight check lists its images, and
+/// the run imports into it.
+#[test]
+fn a_containerd_on_a_socket_named_for_nothing_is_asked_what_it_is() {
+    const SOCKET: &str = "/tmp/ctd/ctd.sock";
+    let fleet = Fleet::builder().nodes(1).start();
+    let runtime = Containerd::start_at(fleet.node(0), SOCKET);
+    let token = token(
+        "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
+        now() + 86_400,
+    );
+    let cmd = format!(
+        "join --cloudcore-ipport=127.0.0.1:10000 --certport={} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint=unix://{SOCKET}",
+        crate::common::fleet::refused_endpoint().port
+    );
+    let sc = Scenario::new(&fleet).cmd(&cmd).preflight("warn");
+    let images = sc.images_dir();
+    oci_archive(&images.join("pause_3.6.tar"), SANDBOX_IMAGE);
+    let out = sc.run(&["--preflight-only"]);
+    eprintln!("--preflight-only table:\n{}", out.stdout);
+    out.status(1).stdout_has(&format!(
+        "({PACKAGE} is not in containerd ({SOCKET}), and no offline image archive for {} provides it;",
+        host_arch()
+    ));
+
+    docker_archive(
+        &images.join("installation-package_v1.23.1.tar"),
+        "kubeedge/installation-package:v1.23.1",
+    );
+    let out = sc.run(&[]);
+    out.status(0);
+    runtime.assert_has(&[PACKAGE, SANDBOX_IMAGE]);
+    let transcript = out.transcript(0);
+    assert!(
+        transcript.contains(&format!(
+            "the runtime keadm join will use is containerd ({SOCKET}) (ctr version answers on it)"
+        )) && transcript.contains("imported image-installation-package_v1.23.1.tar"),
+        "{transcript}"
+    );
 }

@@ -1,8 +1,11 @@
 //! Non-root logins on real sshd nodes: keadm runs as root through one `sudo sh -c`, with
 //! or without a sudo password, and the password never shows or leaks into uploads.
 
+use crate::common::cloudcore::{now, token};
+use crate::common::containerd::{Containerd, ENDPOINT, SANDBOX_IMAGE};
 use crate::common::fake_keadm::{self, FakeKeadm};
-use crate::common::fleet::{Fleet, KeyKind, Sudo, TEST_USER_PASSWORD};
+use crate::common::fleet::{Fleet, KeyKind, Sudo, TEST_USER_PASSWORD, refused_endpoint};
+use crate::common::image_archive::{docker_archive, host_arch, oci_archive};
 use crate::common::scenario::{Login, Scenario, remote_keadm};
 
 #[test]
@@ -181,5 +184,82 @@ fn a_sudo_that_does_not_prompt_never_passes_the_password_on() {
     assert_eq!(
         std::fs::read_to_string(fleet.node(0).tmp_path("kubeedge/keadm/pre-run.sh")).unwrap(),
         "#!/bin/sh\necho pre-run\n"
+    );
+}
+
+/// The README's air-gapped walk-through on a node whose login needs the password for
+/// sudo: the kit was bundled without `--sandbox-image`, so it carries pause:3.9 while the
+/// node's containerd asks for pause:3.6. The runtime's socket is root's, so the pre-flight
+/// image check asks it under sudo with the login password, as the run will, and stops
+/// the walk-through there, naming the image and the bundle flag that adds it.
+#[test]
+fn pre_flight_asks_the_runtime_under_sudo_and_names_the_missing_image_and_the_bundle_flag() {
+    let fleet = Fleet::with_sudo(Sudo::WithPassword);
+    let runtime = Containerd::start(fleet.node(0));
+    let token = token(
+        "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
+        now() + 86_400,
+    );
+    let cmd = format!(
+        "join --cloudcore-ipport=127.0.0.1:10000 --certport={} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint={ENDPOINT}",
+        refused_endpoint().port
+    );
+    let sc = Scenario::new(&fleet)
+        .cmd(&cmd)
+        .login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()))
+        .preflight("warn");
+    let images = sc.images_dir();
+    docker_archive(
+        &images.join("installation-package_v1.23.1.tar"),
+        "kubeedge/installation-package:v1.23.1",
+    );
+    oci_archive(&images.join("pause_3.9.tar"), "registry.k8s.io/pause:3.9");
+
+    let out = sc.run(&["--preflight-only"]);
+    eprintln!("--preflight-only table:\n{}", out.stdout);
+    out.status(1)
+        .stdout_has(&format!(
+            "({SANDBOX_IMAGE} is not in containerd (/tmp/containerd/containerd.sock), and no offline image archive for {} provides it; `keadm-batch batch bundle` writes it into the kit when run again adding --sandbox-image {SANDBOX_IMAGE} (the runtime's sandbox image))",
+            host_arch()
+        ))
+        .stderr_has("1 of 1 nodes have pre-flight findings");
+    assert!(!out.stdout.contains("probe_incomplete"), "{}", out.stdout);
+    assert!(!out.stdout.contains(TEST_USER_PASSWORD) && !out.stderr.contains(TEST_USER_PASSWORD));
+    assert!(runtime.images().is_empty(), "the probe imported nothing");
+
+    // The kit gets the runtime's sandbox image: nothing is missing, which the check could
+    // only tell by listing the runtime's images as root.
+    oci_archive(&images.join("pause_3.6.tar"), SANDBOX_IMAGE);
+    let out = sc.run(&["--preflight-only"]);
+    out.status(0);
+    assert!(
+        out.stdout.lines().any(|l| l.ends_with("none")),
+        "{}",
+        out.stdout
+    );
+}
+
+/// A key login whose sudo needs a password cannot run the image check as the run would:
+/// a `probe_incomplete` finding says so, never "none".
+#[test]
+fn an_image_check_sudo_cannot_run_is_a_finding() {
+    let fleet = Fleet::with_sudo(Sudo::WithPassword);
+    let _runtime = Containerd::start(fleet.node(0));
+    let sc = Scenario::new(&fleet)
+        .cmd(&format!(
+            "join --cloudcore-ipport=127.0.0.1:10000 --certport={} --edgenode-name={{name}} --token={} --remote-runtime-endpoint={ENDPOINT}",
+            refused_endpoint().port,
+            token(
+                "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
+                now() + 86_400,
+            )
+        ))
+        .login_as_test_user(Login::Key(fleet.private_key(KeyKind::Ed25519)))
+        .preflight("warn");
+    oci_archive(&sc.images_dir().join("pause_3.6.tar"), SANDBOX_IMAGE);
+    let out = sc.run(&["--preflight-only"]);
+    eprintln!("--preflight-only table:\n{}", out.stdout);
+    out.status(1).stdout_has(
+        "one of its checks could not run, so its findings are incomplete (the images keadm join needs were not checked: it runs under sudo as the run does, and sudo on the node wants a password, which kbuser logs in without)",
     );
 }

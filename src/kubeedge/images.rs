@@ -215,19 +215,21 @@ pub fn needed_by_join(
 }
 
 /// The pre-flight finding for the images of `needed` that the runtime (`runtime`, which
-/// listed `in_runtime`) lacks and no offline archive for `arch` provides; `None` when
-/// every one is there or on its way.
+/// listed `in_runtime` and is configured with the sandbox image `sandbox`) lacks and no
+/// offline archive for `arch` provides; `None` when every one is there or on its way.
+/// The detail says how `batch bundle` puts each in a kit: the runtime's sandbox image
+/// only when named with `--sandbox-image`, keadm's own images from the keadmCmd.
 pub fn missing_finding(
     needed: &[ImageRef],
     in_runtime: &[ImageRef],
     provided: &[&ImageRef],
     runtime: &str,
     arch: Option<Arch>,
+    sandbox: Option<&ImageRef>,
 ) -> Option<Finding> {
-    let missing: Vec<String> = needed
+    let missing: Vec<&ImageRef> = needed
         .iter()
         .filter(|image| !in_runtime.contains(image) && !provided.contains(image))
-        .map(ImageRef::to_string)
         .collect();
     if missing.is_empty() {
         return None;
@@ -236,13 +238,25 @@ pub fn missing_finding(
         Some(arch) => format!("no offline image archive for {arch}"),
         None => "no offline image archive".to_string(),
     };
+    let mut bundle = Vec::new();
+    if let Some(sandbox) = sandbox.filter(|s| missing.contains(s)) {
+        bundle.push(format!(
+            "adding --sandbox-image {sandbox} (the runtime's sandbox image)"
+        ));
+    }
+    if missing.iter().any(|m| Some(*m) != sandbox) {
+        bundle.push("with this keadmCmd and keadmVersion (keadm's own images)".to_string());
+    }
+    let names: Vec<String> = missing.iter().map(ToString::to_string).collect();
     Some(Finding {
         id: FindingId::ImageMissing,
         detail: format!(
-            "{} {} not in {runtime}, and {archives} provides {}",
-            missing.join(" and "),
+            "{} {} not in {runtime}, and {archives} provides {}; `keadm-batch batch bundle` writes {} into the kit when run again {}",
+            names.join(" and "),
             if missing.len() == 1 { "is" } else { "are" },
             if missing.len() == 1 { "it" } else { "them" },
+            if missing.len() == 1 { "it" } else { "them" },
+            bundle.join(" and "),
         ),
     })
 }
@@ -456,7 +470,7 @@ mod tests {
     }
 
     #[test]
-    fn a_finding_names_what_is_neither_there_nor_provided() {
+    fn a_finding_names_what_is_neither_there_nor_provided_and_how_a_kit_gets_it() {
         let ip = image("kubeedge/installation-package:v1.23.1");
         let pause = image("registry.k8s.io/pause:3.6");
         let needed = [ip.clone(), pause.clone()];
@@ -466,12 +480,13 @@ mod tests {
             &[],
             "containerd (/run/containerd/containerd.sock)",
             Some(Arch::Amd64),
+            Some(&pause),
         )
         .unwrap();
         assert_eq!(f.id, FindingId::ImageMissing);
         assert_eq!(
             f.detail,
-            "docker.io/kubeedge/installation-package:v1.23.1 and registry.k8s.io/pause:3.6 are not in containerd (/run/containerd/containerd.sock), and no offline image archive for amd64 provides them"
+            "docker.io/kubeedge/installation-package:v1.23.1 and registry.k8s.io/pause:3.6 are not in containerd (/run/containerd/containerd.sock), and no offline image archive for amd64 provides them; `keadm-batch batch bundle` writes them into the kit when run again adding --sandbox-image registry.k8s.io/pause:3.6 (the runtime's sandbox image) and with this keadmCmd and keadmVersion (keadm's own images)"
         );
         let f = missing_finding(
             &needed,
@@ -479,14 +494,30 @@ mod tests {
             &[],
             "containerd",
             None,
+            Some(&pause),
         )
         .unwrap();
         assert_eq!(
             f.detail,
-            "docker.io/kubeedge/installation-package:v1.23.1 is not in containerd, and no offline image archive provides it"
+            "docker.io/kubeedge/installation-package:v1.23.1 is not in containerd, and no offline image archive provides it; `keadm-batch batch bundle` writes it into the kit when run again with this keadmCmd and keadmVersion (keadm's own images)"
+        );
+        let f = missing_finding(&needed, &[], &[&ip], "CRI-O", None, Some(&pause)).unwrap();
+        assert!(
+            f.detail.ends_with(
+                "; `keadm-batch batch bundle` writes it into the kit when run again adding --sandbox-image registry.k8s.io/pause:3.6 (the runtime's sandbox image)"
+            ),
+            "{}",
+            f.detail
         );
         assert_eq!(
-            missing_finding(&needed, &[pause], &[&ip], "containerd", None),
+            missing_finding(
+                &needed,
+                std::slice::from_ref(&pause),
+                &[&ip],
+                "containerd",
+                None,
+                Some(&pause)
+            ),
             None
         );
     }

@@ -62,25 +62,31 @@ pub fn parse(output: &str) -> Vec<Finding> {
         findings.push(Finding { id, detail });
     }
     if !done {
-        let tail: Vec<&str> = output
-            .lines()
-            .map(str::trim_end)
-            .filter(|l| !l.is_empty() && !l.starts_with("KB_PF"))
-            .collect();
-        let tail = &tail[tail.len().saturating_sub(3)..];
         findings.push(Finding {
             id: FindingId::ProbeIncomplete,
-            detail: if tail.is_empty() {
-                "it printed nothing more".to_string()
-            } else {
-                format!(
-                    "it ended with: {}",
-                    one_line(&tail.join("\n"), MESSAGE_CHARS)
-                )
-            },
+            detail: how_it_ended(output),
         });
     }
     findings
+}
+
+/// How a probe that stopped short ended, from its `output`: its last three lines that
+/// are not its own (`KB_` lines), which are the shell's or sudo's words.
+pub fn how_it_ended(output: &str) -> String {
+    let tail: Vec<&str> = output
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty() && !l.starts_with("KB_"))
+        .collect();
+    let tail = &tail[tail.len().saturating_sub(3)..];
+    if tail.is_empty() {
+        "it printed nothing more".to_string()
+    } else {
+        format!(
+            "it ended with: {}",
+            one_line(&tail.join("\n"), MESSAGE_CHARS)
+        )
+    }
 }
 
 /// `<free KiB> <needed KiB> <dir>` into words.

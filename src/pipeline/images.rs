@@ -5,10 +5,11 @@
 //! is, so bytes damaged on the way must stop there), and imported into the runtime keadm
 //! join will use, under the node's privilege, before keadm runs. An archive whose images
 //! the runtime already lists is neither uploaded nor imported, so a rerun sends and
-//! imports nothing. A node keadm-batch cannot check the archives on or import them into
-//! (no working sha256 tool, an unknown socket, a missing CLI, a runtime that does not
-//! answer) fails before anything is sent, naming what is missing and the command to run
-//! by hand.
+//! imports nothing. The runtime is the one the prepare step's probe found serving the
+//! socket, as it said itself (`remote::runtime_probe_script`). A node keadm-batch cannot
+//! check the archives on or import them into (no working sha256 tool, a runtime it cannot
+//! tell, a missing CLI, a runtime that does not answer) fails before anything is sent,
+//! naming what is missing and the command to run by hand.
 
 use std::io::Write;
 use std::time::Instant;
@@ -37,9 +38,25 @@ impl<'c> Run<'_, 'c> {
             .filter(|_| self.node.keadm_args.is_join())
     }
 
-    /// The runtime keadm join will use on this node.
-    pub(super) fn runtime(&self) -> Runtime {
-        Runtime::for_socket(&preflight::runtime_socket(&self.node.keadm_args))
+    /// The socket of the runtime keadm join will use on this node.
+    pub(super) fn runtime_socket(&self) -> String {
+        preflight::runtime_socket(&self.node.keadm_args)
+    }
+
+    /// The runtime at that socket as `probe` told it, noted in the transcript with how it
+    /// was told; unknown when the probe did not get that far.
+    pub(super) fn told_runtime(&mut self, probe: &RuntimeFacts) -> Runtime {
+        let runtime = probe.runtime.clone().unwrap_or_else(|| Runtime::Unknown {
+            socket: self.runtime_socket(),
+            why: "the probe ended before it could ask".to_string(),
+        });
+        if let Some(told) = &probe.told {
+            self.transcript.note(&format!(
+                "the runtime keadm join will use is {} ({told})",
+                runtime.name()
+            ));
+        }
+        runtime
     }
 
     /// Puts the node's arch's offline images into its runtime, skipping what the runtime
@@ -61,8 +78,8 @@ impl<'c> Run<'_, 'c> {
             ));
             return Ok(());
         }
-        let runtime = self.runtime();
         let probe = facts.runtime.clone().unwrap_or_default();
+        let runtime = self.told_runtime(&probe);
         let mut needed: Vec<&ImageArchive> = Vec::new();
         for archive in archives {
             if probe.listed && archive.images.iter().all(|i| probe.has(&i.reference)) {
@@ -121,9 +138,9 @@ impl<'c> Run<'_, 'c> {
                 .collect::<Vec<_>>()
                 .join("; ")
         };
-        let problem = if let Runtime::Unknown { socket } = runtime {
+        let problem = if let Runtime::Unknown { socket, why } = runtime {
             format!(
-                "keadm-batch cannot tell which container runtime serves {socket} (it knows containerd, docker through cri-dockerd, CRI-O and iSulad by their sockets' names), so it cannot import the offline images. Import the archives on the node by hand with the runtime's own command, or point --remote-runtime-endpoint at the runtime's usual socket"
+                "keadm-batch cannot tell which container runtime serves {socket} ({why}), so it cannot import the offline images (it imports into containerd, docker through cri-dockerd, CRI-O and iSulad). Import the archives on the node by hand with the runtime's own command, or point --remote-runtime-endpoint at the socket of one of those runtimes"
             )
         } else if probe.tool.is_none() && probe.done {
             format!(

@@ -23,17 +23,37 @@ impl<'a> Run<'a, '_> {
     /// node. In strict mode a finding skips the node untouched.
     pub(super) fn preflight(&mut self, conn: &mut dyn Connection) -> Result<(), StepError> {
         self.timed(Phase::Preparing, |run| {
+            let node = run.node;
             let script = run.preflight_script();
             let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
-            let deadline = Instant::now() + run.node.deadlines.step;
-            conn.exec(&script, None, deadline, &mut output)
-                .map_err(|e| {
-                    StepError::transport(
-                        Phase::Preparing,
-                        "Cannot run the pre-flight probe on the node.".to_string(),
-                        e,
-                    )
-                })?;
+            let deadline = Instant::now() + node.deadlines.step;
+            // The image check asks the runtime with the privilege the run will have (the
+            // runtime's socket is root's), in the same round trip: under sudo the
+            // login-user checks go first and the runtime probe in sudo's `sh -c`.
+            let images = run
+                .images_in_play()
+                .map(|_| remote::runtime_probe_script(&run.runtime_socket()));
+            let result = match images {
+                Some(images) if node.sudo => exec_probing_sudo(
+                    conn,
+                    &script,
+                    &images,
+                    password_of(node),
+                    deadline,
+                    &mut output,
+                ),
+                Some(images) => {
+                    conn.exec(&format!("{script}{images}"), None, deadline, &mut output)
+                }
+                None => conn.exec(&script, None, deadline, &mut output),
+            };
+            result.map_err(|e| {
+                StepError::transport(
+                    Phase::Preparing,
+                    "Cannot run the pre-flight probe on the node.".to_string(),
+                    e,
+                )
+            })?;
             run.preflight_findings(&output.text())
         })
     }
@@ -48,22 +68,14 @@ impl<'a> Run<'a, '_> {
             && self.images_in_play().is_none()
     }
 
-    /// The pre-flight probe's script: read-only, as the login user.
+    /// The pre-flight probe's own checks: read-only, as the login user. The image check
+    /// is added by [`Run::preflight`].
     fn preflight_script(&self) -> String {
         let node = self.node;
-        let images = self.images_in_play();
         let needed: u64 = node.copy_files.iter().map(|f| f.size).sum::<u64>()
             + self.ctx.binary_size_hint
-            + images.map_or(0, |i| i.largest_arch_bytes());
-        let mut script = remote::preflight_probe_script(
-            &node.upload_dir,
-            &preflight::runtime_socket(&node.keadm_args),
-            needed,
-        );
-        if images.is_some() {
-            script.push_str(&remote::runtime_probe_script(&self.runtime(), true));
-        }
-        script
+            + self.images_in_play().map_or(0, |i| i.largest_arch_bytes());
+        remote::preflight_probe_script(&node.upload_dir, &self.runtime_socket(), needed)
     }
 
     /// Reads the probe's findings from `text`, notes them, and in strict mode turns the
@@ -71,15 +83,14 @@ impl<'a> Run<'a, '_> {
     fn preflight_findings(&mut self, text: &str) -> Result<(), StepError> {
         let node = self.node;
         let mut findings = preflight::parse(text);
-        if self.images_in_play().is_some()
-            && let Some(finding) = self.image_finding(text, &self.runtime())
-        {
+        if self.images_in_play().is_some() {
             // Before a "probe incomplete" finding, which parse puts last.
             let at = findings
                 .iter()
                 .position(|f| f.id == FindingId::ProbeIncomplete)
                 .unwrap_or(findings.len());
-            findings.insert(at, finding);
+            let images = self.image_findings(text);
+            findings.splice(at..at, images);
         }
         for finding in &findings {
             let note = format!("pre-flight: {finding}; {}", finding.suggested_action());
@@ -123,31 +134,45 @@ impl<'a> Run<'a, '_> {
     }
 
     /// The pre-flight image check: the images this join needs that the runtime does not
-    /// list and no offline archive for the node's arch provides. `None` when all are
-    /// there, or when the runtime could not be asked (said in the transcript).
-    fn image_finding(&mut self, output: &str, runtime: &Runtime) -> Option<Finding> {
-        let facts = remote::parse_runtime_facts(output).unwrap_or_default();
+    /// list and no offline archive for the node's arch provides (`image_missing`), and
+    /// what could not be checked, and why (`probe_incomplete`): a check that could not run
+    /// is a finding, never "nothing found".
+    fn image_findings(&mut self, output: &str) -> Vec<Finding> {
+        let not_checked = |detail: String| Finding {
+            id: FindingId::ProbeIncomplete,
+            detail,
+        };
+        let facts = match remote::parse_runtime_facts(output) {
+            Some(facts) if facts.done => facts,
+            _ => {
+                return vec![not_checked(format!(
+                    "the images keadm join needs were not checked: {}",
+                    self.image_check_cut(output)
+                ))];
+            }
+        };
+        let runtime = self.told_runtime(&facts);
+        if let Runtime::Unknown { socket, why } = &runtime {
+            return vec![not_checked(format!(
+                "the images keadm join needs were not checked: keadm-batch cannot tell which container runtime serves {socket} ({why})"
+            ))];
+        }
         if !facts.listed {
             let why = match (&facts.tool, &facts.list_error) {
                 (_, Some(error)) => error.clone(),
                 (None, None) => format!("none of {} is on the node", runtime.tools().join(", ")),
                 (Some(tool), None) => format!("{tool} cannot list its images"),
             };
-            self.transcript.note(&format!(
-                "pre-flight: the images of {} could not be listed ({why}), so the image check was skipped",
+            return vec![not_checked(format!(
+                "the images keadm join needs were not checked: the images of {} could not be listed ({why})",
                 runtime.name()
-            ));
-            return None;
+            ))];
         }
         let (needed, unknown) = images::needed_by_join(
             &self.node.keadm_args,
             self.ctx.keadm_version,
             facts.sandbox.as_ref(),
         );
-        for what in unknown {
-            self.transcript
-                .note(&format!("pre-flight: keadm-batch cannot tell {what}"));
-        }
         let arch = facts
             .machine
             .as_deref()
@@ -160,7 +185,39 @@ impl<'a> Run<'a, '_> {
                 .collect(),
             _ => Vec::new(),
         };
-        images::missing_finding(&needed, &facts.images, &provided, &runtime.name(), arch)
+        let mut findings: Vec<Finding> = images::missing_finding(
+            &needed,
+            &facts.images,
+            &provided,
+            &runtime.name(),
+            arch,
+            facts.sandbox.as_ref(),
+        )
+        .into_iter()
+        .collect();
+        if !unknown.is_empty() {
+            findings.push(not_checked(format!(
+                "not every image keadm join needs was checked: keadm-batch cannot tell {}",
+                unknown.join(", nor ")
+            )));
+        }
+        findings
+    }
+
+    /// Why the image check's probe (in `output`) ended before its last line.
+    fn image_check_cut(&self, output: &str) -> String {
+        let node = self.node;
+        let sudo_wants_password = output
+            .lines()
+            .any(|l| l.trim_end() == remote::SUDO_WANTS_PASSWORD);
+        if sudo_wants_password && password_of(node).is_none() {
+            format!(
+                "it runs under sudo as the run does, and sudo on the node wants a password, which {} logs in without",
+                node.ssh.username
+            )
+        } else {
+            preflight::how_it_ended(output)
+        }
     }
 
     /// Prepares the upload dir and learns the node's arch and what is already there, in
@@ -180,7 +237,7 @@ impl<'a> Run<'a, '_> {
             let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
             let deadline = Instant::now() + node.deadlines.step;
             let result = if node.sudo {
-                exec_probing_sudo(conn, &script, password_of(node), deadline, &mut output)
+                exec_probing_sudo(conn, "", &script, password_of(node), deadline, &mut output)
             } else {
                 conn.exec(&script, None, deadline, &mut output)
             };
@@ -209,7 +266,7 @@ impl<'a> Run<'a, '_> {
             self.ctx.verify_remote,
         ));
         if images.is_some() {
-            script.push_str(&remote::runtime_probe_script(&self.runtime(), false));
+            script.push_str(&remote::runtime_probe_script(&self.runtime_socket()));
         }
         let tarball =
             node.keadm == KeadmSource::Staged && self.ctx.stager.is_some_and(tarball_may_pay_off);

@@ -44,9 +44,12 @@ pub(super) fn exec_as(
 
 /// Runs `script` under sudo before the node's privilege is known: the script itself
 /// finds out whether sudo needs a password (see [`remote::with_sudo_probe`]), so the
-/// password, when the login has one, goes on stdin in case it does.
+/// password, when the login has one, goes on stdin in case it does. `as_login` runs
+/// first, in the same exec, as the login user (the pre-flight probe's own checks, which
+/// read no stdin, before its image check); it may be empty.
 pub(super) fn exec_probing_sudo(
     conn: &mut dyn Connection,
+    as_login: &str,
     script: &str,
     password: Option<&str>,
     deadline: Instant,
@@ -54,7 +57,7 @@ pub(super) fn exec_probing_sudo(
 ) -> Result<RemoteExit, TransportError> {
     exec_with_preamble(
         conn,
-        &remote::with_sudo_probe(script),
+        &format!("{as_login}{}", remote::with_sudo_probe(script)),
         password.map(remote::password_preamble),
         None,
         deadline,

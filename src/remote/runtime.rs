@@ -10,7 +10,9 @@ use crate::image_ref::ImageRef;
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
-/// A container runtime keadm join can use, told by the path of its CRI socket.
+/// A container runtime keadm join can use, as the runtime itself says what it is (see
+/// [`IDENTIFY`]), never guessed from its socket's name: a containerd listens wherever its
+/// config says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Runtime {
     /// containerd (also k3s's), driven with `ctr --address <socket> -n k8s.io`: CRI's
@@ -22,32 +24,43 @@ pub enum Runtime {
     CriO,
     /// iSulad, driven with `isula`.
     Isulad,
-    /// A socket keadm-batch cannot tell: it imports nothing into it.
-    Unknown { socket: String },
+    /// A runtime keadm-batch could not tell, or cannot import into: `why` says what it
+    /// asked and what answered.
+    Unknown { socket: String, why: String },
 }
 
+/// The word the probe prints for each runtime it can tell (`KB_RT_KIND`), and the names
+/// that runtime gives itself, as a `case` pattern: CRI's `RuntimeName` (`crictl version`)
+/// or the name of the process that holds its socket.
+const KINDS: [(&str, &str); 4] = [
+    ("containerd", "containerd"),
+    ("docker", "docker|cri-dockerd"),
+    ("crio", "cri-o|crio"),
+    ("isulad", "isulad|iSulad"),
+];
+
 impl Runtime {
-    /// The runtime serving `socket` (a path, as `kubeedge::preflight::runtime_socket`
-    /// gives it), by the names the runtimes give their sockets: containerd's
-    /// `containerd.sock` (and k3s's `/run/k3s/containerd/`), `cri-dockerd.sock` (and the
-    /// old `dockershim.sock`), `crio.sock`, `isulad.sock`.
-    pub fn for_socket(socket: &str) -> Runtime {
-        let lower = socket.to_ascii_lowercase();
-        if lower.contains("cri-dockerd") || lower.contains("dockershim") {
-            Runtime::Docker
-        } else if lower.contains("containerd") {
-            Runtime::Containerd {
-                socket: socket.to_string(),
-            }
-        } else if lower.contains("crio") || lower.contains("cri-o") {
-            Runtime::CriO
-        } else if lower.contains("isulad") {
-            Runtime::Isulad
-        } else {
-            Runtime::Unknown {
-                socket: socket.to_string(),
-            }
+    /// The runtime the probe's word `kind` names, serving `socket`; `told` is how the
+    /// probe learnt it (for an unknown runtime, what it asked).
+    fn of_kind(kind: &str, socket: &str, told: &str) -> Runtime {
+        let socket = socket.to_string();
+        match kind {
+            "containerd" => Runtime::Containerd { socket },
+            "docker" => Runtime::Docker,
+            "crio" => Runtime::CriO,
+            "isulad" => Runtime::Isulad,
+            _ => Runtime::Unknown {
+                socket,
+                why: told.to_string(),
+            },
         }
+    }
+
+    /// Every runtime the probe can tell, as serving `socket`, with its word.
+    fn known(socket: &str) -> impl Iterator<Item = (&'static str, Runtime)> {
+        KINDS
+            .iter()
+            .map(move |(kind, _)| (*kind, Runtime::of_kind(kind, socket, "")))
     }
 
     /// The runtime in words, for messages: `containerd (/run/containerd/containerd.sock)`.
@@ -57,7 +70,7 @@ impl Runtime {
             Runtime::Docker => "docker (through cri-dockerd)".to_string(),
             Runtime::CriO => "CRI-O".to_string(),
             Runtime::Isulad => "iSulad".to_string(),
-            Runtime::Unknown { socket } => format!("the runtime at {socket}"),
+            Runtime::Unknown { socket, .. } => format!("the runtime at {socket}"),
         }
     }
 
@@ -93,45 +106,46 @@ impl Runtime {
 
     /// Shell functions `kb_list` (prints one image reference per line; `$kb_tool` is the
     /// runtime's CLI found, or empty) and `kb_sandbox` (prints the sandbox image the
-    /// runtime is configured with, or nothing). Both run as `$KB_SUDO`.
+    /// runtime is configured with, or nothing). They run with the script's privilege,
+    /// which is the run's: the runtime's socket is root's.
     fn functions(&self) -> String {
         let crictl = |socket: &str| {
             format!(
-                "command -v crictl >/dev/null 2>&1 && $KB_SUDO crictl --runtime-endpoint {} info 2>/dev/null | sed -n 's/.*\"sandboxImage\": *\"\\([^\"]*\\)\".*/\\1/p' | head -n 1",
+                "command -v crictl >/dev/null 2>&1 && crictl --runtime-endpoint {} info 2>/dev/null | sed -n 's/.*\"sandboxImage\": *\"\\([^\"]*\\)\".*/\\1/p' | head -n 1",
                 shell_quote(&format!("unix://{socket}"))
             )
         };
         let crictl_list = |socket: &str| {
             format!(
-                "command -v crictl >/dev/null 2>&1 || return 3; $KB_SUDO crictl --runtime-endpoint {} images | awk 'NR > 1 && $2 != \"<none>\" {{ print $1 \":\" $2 }}'",
+                "command -v crictl >/dev/null 2>&1 || return 3; crictl --runtime-endpoint {} images | awk 'NR > 1 && $2 != \"<none>\" {{ print $1 \":\" $2 }}'",
                 shell_quote(&format!("unix://{socket}"))
             )
         };
         let (list, sandbox) = match self {
             Runtime::Containerd { socket } => (
                 format!(
-                    "[ -n \"$kb_tool\" ] || {{ {}; return; }}\n  $KB_SUDO ctr --connect-timeout 10s --address {} -n k8s.io images ls -q",
+                    "[ -n \"$kb_tool\" ] || {{ {}; return; }}\n  ctr --connect-timeout 10s --address {} -n k8s.io images ls -q",
                     crictl_list(socket),
                     shell_quote(socket)
                 ),
                 format!(
-                    "kb_s=$({})\n  [ -n \"$kb_s\" ] || kb_s=$($KB_SUDO containerd config dump 2>/dev/null | sed -n 's/^[[:space:]]*sandbox\\(_image\\)\\{{0,1\\}}[[:space:]]*=[[:space:]]*\"\\([^\"]*\\)\".*/\\2/p' | head -n 1)\n  printf '%s' \"$kb_s\"",
+                    "kb_s=$({})\n  [ -n \"$kb_s\" ] || kb_s=$(containerd config dump 2>/dev/null | sed -n 's/^[[:space:]]*sandbox\\(_image\\)\\{{0,1\\}}[[:space:]]*=[[:space:]]*\"\\([^\"]*\\)\".*/\\2/p' | head -n 1)\n  printf '%s' \"$kb_s\"",
                     crictl(socket)
                 ),
             ),
             Runtime::Docker => (
-                "[ -n \"$kb_tool\" ] || return 3\n  $KB_SUDO docker images --format '{{.Repository}}:{{.Tag}}'".to_string(),
+                "[ -n \"$kb_tool\" ] || return 3\n  docker images --format '{{.Repository}}:{{.Tag}}'".to_string(),
                 "return 0".to_string(),
             ),
             Runtime::CriO => (
-                "[ \"$kb_tool\" = podman ] || return 3\n  $KB_SUDO podman images --format '{{.Repository}}:{{.Tag}}'".to_string(),
-                "$KB_SUDO crio config 2>/dev/null | sed -n 's/^[[:space:]]*pause_image[[:space:]]*=[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' | head -n 1".to_string(),
+                "[ \"$kb_tool\" = podman ] || return 3\n  podman images --format '{{.Repository}}:{{.Tag}}'".to_string(),
+                "crio config 2>/dev/null | sed -n 's/^[[:space:]]*pause_image[[:space:]]*=[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' | head -n 1".to_string(),
             ),
             Runtime::Isulad => (
-                "[ -n \"$kb_tool\" ] || return 3\n  $KB_SUDO isula images | awk 'NR > 1 { print $1 \":\" $2 }'".to_string(),
+                "[ -n \"$kb_tool\" ] || return 3\n  isula images | awk 'NR > 1 { print $1 \":\" $2 }'".to_string(),
                 "sed -n 's/.*\"pod-sandbox-image\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' /etc/isulad/daemon.json 2>/dev/null | head -n 1".to_string(),
             ),
-            Runtime::Unknown { socket } => (crictl_list(socket), crictl(socket)),
+            Runtime::Unknown { socket, .. } => (crictl_list(socket), crictl(socket)),
         };
         let mut s = format!(
             "kb_list() {{\n  {list}\n}}\nkb_sandbox() {{\n  {sandbox}\n}}\nkb_tool=\nfor kb_t in {}; do command -v \"$kb_t\" >/dev/null 2>&1 && {{ kb_tool=$kb_t; break; }}; done\n",
@@ -149,6 +163,66 @@ impl Runtime {
     }
 }
 
+/// Asks the runtime at `$kb_sock` what it is, in this order: CRI's `RuntimeName`
+/// (`crictl version`), containerd's own API (`ctr version`), then the name of the process
+/// that holds the socket (its inodes in /proc/net/unix, the process among /proc/*/fd
+/// whose name says a runtime, else the lowest pid: socket activation leaves systemd
+/// holding a socket too). The first that answers decides. A runtime gets 5 s to answer on
+/// its own local socket; one that holds it without answering costs that once per CLI.
+/// Sets `kb_kind` to a word of [`KINDS`] or `unknown`, and `kb_told` to how it was told
+/// (or, when it could not be, what was asked).
+const IDENTIFY: &str = r#"kb_kind=
+kb_told=
+kb_tried=
+kb_try() { kb_tried="${kb_tried:+$kb_tried; }$1"; }
+if command -v crictl >/dev/null 2>&1; then
+  if kb_o=$(crictl --runtime-endpoint "unix://$kb_sock" --timeout 5s version 2>&1); then
+    kb_n=$(printf '%s\n' "$kb_o" | sed -n 's/^RuntimeName:[[:space:]]*//p' | head -n 1)
+    [ -n "$kb_n" ] && kb_kind=$(kb_kind_of "$kb_n") && kb_told="crictl version says RuntimeName $kb_n"
+  fi
+  [ -n "$kb_kind" ] || kb_try "crictl version: $(printf '%s\n' "$kb_o" | tail -n 1)"
+else kb_try "crictl is not installed"
+fi
+if [ -z "$kb_kind" ]; then
+  if ! command -v ctr >/dev/null 2>&1; then kb_try "ctr is not installed"
+  elif kb_o=$(ctr --connect-timeout 5s --address "$kb_sock" version 2>&1); then
+    kb_kind=containerd; kb_told="ctr version answers on it"
+  else kb_try "ctr version: $(printf '%s\n' "$kb_o" | tail -n 1)"
+  fi
+fi
+if [ -z "$kb_kind" ]; then
+  kb_inos=$(awk -v p="$kb_sock" '{ n = $8; for (i = 9; i <= NF; i++) n = n " " $i } n == p { printf " %s", $7 }' /proc/net/unix 2>/dev/null)
+  kb_pids=
+  # ls names each directory before its entries only when given more than one argument.
+  [ -n "$kb_inos" ] && kb_pids=$(ls -l /dev/null /proc/[0-9]*/fd 2>/dev/null | awk -v inos="$kb_inos " '
+    /^\/proc\/[0-9]+\/fd:$/ { split($0, p, "/"); pid = p[3]; next }
+    $NF ~ /^socket:\[[0-9]+\]$/ && index(inos, " " substr($NF, 9, length($NF) - 9) " ") && !seen[pid]++ { print pid }' | sort -n)
+  kb_first=
+  for kb_p in $kb_pids; do
+    read -r kb_n < "/proc/$kb_p/comm" 2>/dev/null || continue
+    [ -n "$kb_first" ] || kb_first="$kb_n (pid $kb_p)"
+    kb_k=$(kb_kind_of "$kb_n")
+    if [ "$kb_k" != unknown ]; then kb_kind=$kb_k; kb_told="its socket is held by $kb_n (pid $kb_p)"; break; fi
+  done
+  if [ -z "$kb_kind" ] && [ -n "$kb_first" ]; then kb_kind=unknown; kb_told="its socket is held by $kb_first"
+  elif [ -z "$kb_kind" ]; then kb_try "no process this probe can see holds the socket"
+  fi
+fi
+[ -n "$kb_kind" ] || { kb_kind=unknown; kb_told=$kb_tried; }
+printf 'KB_RT_SOCKET %s\nKB_RT_KIND %s\nKB_RT_TOLD %s\n' "$kb_sock" "$kb_kind" "$kb_told"
+"#;
+
+/// The shell function `kb_kind_of NAME`: the word of [`KINDS`] for a runtime's own name,
+/// else `unknown`.
+fn kind_of_function() -> String {
+    let mut s = String::from("kb_kind_of() {\n  case $1 in\n");
+    for (kind, names) in KINDS {
+        s.push_str(&format!("    {names}) echo {kind} ;;\n"));
+    }
+    s.push_str("    *) echo unknown ;;\n  esac\n}\n");
+    s
+}
+
 /// Lists the runtime's images as `KB_RT_IMAGE <ref>` lines and `KB_RT_LISTED`, or says
 /// why it could not (`KB_RT_LIST_FAILED <why>`, `KB_RT_UNLISTED`).
 const LIST: &str = r#"if kb_out=$(kb_list 2>&1); then
@@ -162,20 +236,27 @@ else
 fi
 "#;
 
-/// The read-only probe of `runtime`: the node's `uname -m` (`KB_RT_ARCH`), the runtime's
-/// CLI (`KB_RT_TOOL <cli>`, or `KB_RT_NO_TOOL`), its images (see [`LIST`]), its sandbox
-/// image (`KB_RT_SANDBOX <ref>`) and `KB_RT_DONE` last. With `try_sudo`, a non-root login
-/// asks through `sudo -n` where sudo needs no password (the pre-flight probe runs before
-/// the node's privilege is known); otherwise it runs as it is (the prepare step already
-/// runs with the node's privilege). Read it with [`parse_runtime_facts`].
-pub fn runtime_probe_script(runtime: &Runtime, try_sudo: bool) -> String {
-    let mut s = String::from("KB_SUDO=\n");
-    if try_sudo {
-        s.push_str(
-            "[ \"$(id -u)\" != 0 ] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null && KB_SUDO='sudo -n'\n",
-        );
+/// The read-only probe of the runtime at `socket` (a path, as
+/// `kubeedge::preflight::runtime_socket` gives it): what runtime it is (`KB_RT_SOCKET`,
+/// `KB_RT_KIND`, `KB_RT_TOLD`, see [`IDENTIFY`]), the node's `uname -m` (`KB_RT_ARCH`),
+/// the runtime's CLI (`KB_RT_TOOL <cli>`, or `KB_RT_NO_TOOL`), its images (see [`LIST`]),
+/// its sandbox image (`KB_RT_SANDBOX <ref>`) and `KB_RT_DONE` last. Run it with the
+/// privilege the run has (the pre-flight check and the prepare step both do): a runtime's
+/// socket and its processes' /proc entries are root's. Read it with
+/// [`parse_runtime_facts`].
+pub fn runtime_probe_script(socket: &str) -> String {
+    let mut s = format!("kb_sock={}\n", shell_quote(socket));
+    s.push_str(&kind_of_function());
+    s.push_str(IDENTIFY);
+    s.push_str("case $kb_kind in\n");
+    for (kind, runtime) in Runtime::known(socket) {
+        s.push_str(&format!("{kind})\n{};;\n", runtime.functions()));
     }
-    s.push_str(&runtime.functions());
+    let unknown = Runtime::Unknown {
+        socket: socket.to_string(),
+        why: String::new(),
+    };
+    s.push_str(&format!("*)\n{};;\nesac\n", unknown.functions()));
     s.push_str("echo \"KB_RT_ARCH $(uname -m)\"\n");
     s.push_str(
         "if [ -n \"$kb_tool\" ]; then echo \"KB_RT_TOOL $kb_tool\"; else echo KB_RT_NO_TOOL; fi\n",
@@ -188,6 +269,12 @@ pub fn runtime_probe_script(runtime: &Runtime, try_sudo: bool) -> String {
 /// What [`runtime_probe_script`] (or the listing after [`import_script`]) found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuntimeFacts {
+    /// The runtime at the socket, as it said what it is; `None` when the probe did not
+    /// get that far (and after an import, which does not ask).
+    pub runtime: Option<Runtime>,
+    /// How the runtime was told (`ctr version answers on it`), or what was asked when it
+    /// could not be.
+    pub told: Option<String>,
     /// `uname -m`.
     pub machine: Option<String>,
     /// The runtime CLI found on the node; `None` when none of [`Runtime::tools`] is there.
@@ -217,6 +304,7 @@ pub fn parse_runtime_facts(output: &str) -> Option<RuntimeFacts> {
     let mut facts = RuntimeFacts::default();
     let mut seen = false;
     let mut exact = false;
+    let (mut socket, mut kind) = (None, None);
     for line in output.lines() {
         let line = line.trim_end();
         let Some(rest) = line.strip_prefix("KB_RT_") else {
@@ -225,6 +313,9 @@ pub fn parse_runtime_facts(output: &str) -> Option<RuntimeFacts> {
         seen = true;
         let (key, value) = rest.split_once(' ').unwrap_or((rest, ""));
         match key {
+            "SOCKET" => socket = Some(one_line(value, MESSAGE_CHARS)),
+            "KIND" => kind = Some(value.trim().to_string()),
+            "TOLD" => facts.told = Some(one_line(value.trim(), MESSAGE_CHARS)),
             "ARCH" => facts.machine = Some(one_line(value, 64)),
             "TOOL" => facts.tool = Some(one_line(value, 64)),
             "EXACT" => exact = true,
@@ -242,6 +333,10 @@ pub fn parse_runtime_facts(output: &str) -> Option<RuntimeFacts> {
             "DONE" => facts.done = true,
             _ => {}
         }
+    }
+    if let (Some(socket), Some(kind)) = (socket, kind) {
+        let told = facts.told.as_deref().unwrap_or("");
+        facts.runtime = Some(Runtime::of_kind(&kind, &socket, told));
     }
     seen.then_some(facts)
 }
@@ -317,7 +412,7 @@ fn import_command(runtime: &Runtime, archive: &ArchiveImport) -> String {
 /// `KB_IMPORT_FAILED <index> <status>`, and stops the script with status 3. Run it with
 /// the node's privilege (the runtime's socket is root's).
 pub fn import_script(dir: &str, runtime: &Runtime, archives: &[ArchiveImport]) -> String {
-    let mut s = format!("cd {} || exit 1\nKB_SUDO=\n", shell_quote(dir));
+    let mut s = format!("cd {} || exit 1\n", shell_quote(dir));
     s.push_str(&runtime.functions());
     for (index, archive) in archives.iter().enumerate() {
         s.push_str(&format!(
@@ -390,7 +485,7 @@ mod tests {
     /// Runs `script` with only `bin` on PATH, after linking the basic tools the scripts
     /// and the fakes use into it: the machine's own ctr or crictl must not answer.
     fn run(bin: &Path, script: &str) -> (String, Option<i32>) {
-        for tool in ["uname", "id", "sed", "head", "awk", "tail", "tr", "cat"] {
+        for tool in ["uname", "sed", "head", "awk", "tail", "tr", "cat"] {
             let link = bin.join(tool);
             if !link.exists() {
                 let real = ["/usr/bin", "/bin"]
@@ -412,31 +507,158 @@ mod tests {
         )
     }
 
+    /// What the probe of `socket` found, run with only `bin` on PATH.
+    fn probe(bin: &Path, socket: &str) -> RuntimeFacts {
+        let (out, code) = run(bin, &runtime_probe_script(socket));
+        assert_eq!(code, Some(0), "{out}");
+        let facts = parse_runtime_facts(&out).unwrap();
+        assert!(facts.done, "{out}");
+        facts
+    }
+
+    /// The runtime the probe told, in words, and how it told it.
+    fn told(facts: &RuntimeFacts) -> (String, String) {
+        (
+            facts.runtime.as_ref().unwrap().name(),
+            facts.told.clone().unwrap(),
+        )
+    }
+
     #[test]
-    fn runtimes_are_told_by_their_sockets() {
-        let cases = [
+    fn a_runtime_is_asked_what_it_is_by_cri_s_runtime_name_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        // Socket names that would mislead a guess: the runtime's own answer decides.
+        for (runtime_name, socket, expected) in [
             (
+                "containerd",
+                "/run/ctd/x.sock",
+                "containerd (/run/ctd/x.sock)",
+            ),
+            (
+                "docker",
                 "/run/containerd/containerd.sock",
-                "containerd (/run/containerd/containerd.sock)",
+                "docker (through cri-dockerd)",
             ),
-            (
-                "/run/k3s/containerd/containerd.sock",
-                "containerd (/run/k3s/containerd/containerd.sock)",
-            ),
-            ("/var/run/cri-dockerd.sock", "docker (through cri-dockerd)"),
-            ("/var/run/dockershim.sock", "docker (through cri-dockerd)"),
-            ("/var/run/crio/crio.sock", "CRI-O"),
-            ("/run/isulad.sock", "iSulad"),
-            ("/run/frakti.sock", "the runtime at /run/frakti.sock"),
-        ];
-        for (socket, name) in cases {
-            assert_eq!(Runtime::for_socket(socket).name(), name, "{socket}");
+            ("cri-o", "/run/isulad.sock", "CRI-O"),
+            ("iSulad", "/var/run/crio/crio.sock", "iSulad"),
+        ] {
+            fake_tool(
+                &bin,
+                "crictl",
+                &format!(
+                    "case \"$*\" in *' version') printf 'Version:  0.1.0\\nRuntimeName:  {runtime_name}\\nRuntimeVersion:  1.0\\n';; *) exit 1;; esac"
+                ),
+            );
+            let facts = probe(&bin, socket);
+            assert_eq!(
+                told(&facts),
+                (
+                    expected.to_string(),
+                    format!("crictl version says RuntimeName {runtime_name}")
+                )
+            );
         }
-        assert_eq!(
-            Runtime::for_socket("/run/containerd/containerd.sock").manual_import("image-a.tar"),
-            "ctr --address /run/containerd/containerd.sock -n k8s.io images import image-a.tar"
+        // A runtime that names itself, but not as one keadm-batch imports into.
+        fake_tool(
+            &bin,
+            "crictl",
+            "case \"$*\" in *' version') echo 'RuntimeName: frakti';; *) exit 1;; esac",
         );
-        assert!(Runtime::for_socket("/x.sock").tools().is_empty());
+        let facts = probe(&bin, "/run/containerd/containerd.sock");
+        assert_eq!(
+            facts.runtime,
+            Some(Runtime::Unknown {
+                socket: "/run/containerd/containerd.sock".into(),
+                why: "crictl version says RuntimeName frakti".into()
+            })
+        );
+    }
+
+    #[test]
+    fn the_names_runtimes_give_themselves_map_to_the_runtimes() {
+        for (name, kind) in [
+            ("containerd", "containerd"),
+            ("cri-dockerd", "docker"),
+            ("docker", "docker"),
+            ("crio", "crio"),
+            ("cri-o", "crio"),
+            ("isulad", "isulad"),
+            ("iSulad", "isulad"),
+            ("dockerd", "unknown"),
+            ("systemd", "unknown"),
+        ] {
+            let out = Command::new("sh")
+                .args(["-c", &format!("{}kb_kind_of {name}", kind_of_function())])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{kind}\n"));
+        }
+    }
+
+    #[test]
+    fn without_crictl_ctr_version_tells_containerd_else_what_was_asked_is_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let state = dir.path().join("images.txt");
+        fake_ctr(&bin, &state);
+        let socket = dir.path().join("ctd.sock");
+        std::fs::write(&socket, "").unwrap();
+        let socket = socket.to_str().unwrap();
+        let facts = probe(&bin, socket);
+        assert_eq!(
+            told(&facts),
+            (
+                format!("containerd ({socket})"),
+                "ctr version answers on it".to_string()
+            )
+        );
+        // Nothing answers and nothing holds the socket: unknown, saying what was asked.
+        std::fs::remove_file(socket).unwrap();
+        let facts = probe(&bin, socket);
+        let Some(Runtime::Unknown { why, .. }) = &facts.runtime else {
+            panic!("{facts:?}")
+        };
+        assert_eq!(
+            why,
+            &format!(
+                "crictl is not installed; ctr version: ctr: failed to dial \"{socket}\": connection error; no process this probe can see holds the socket"
+            )
+        );
+        assert!(!facts.listed && facts.list_error.is_none(), "{facts:?}");
+    }
+
+    #[test]
+    fn without_any_cli_the_process_that_holds_the_socket_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        for tool in ["ls", "sort"] {
+            let real = ["/usr/bin", "/bin"]
+                .iter()
+                .map(|d| Path::new(d).join(tool))
+                .find(|p| p.exists())
+                .unwrap();
+            std::os::unix::fs::symlink(real, bin.join(tool)).unwrap();
+        }
+        // This test process holds it; its name is no runtime's, so it is named as it is.
+        let socket = dir.path().join("held.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let facts = probe(&bin, socket.to_str().unwrap());
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+        let Some(Runtime::Unknown { why, .. }) = &facts.runtime else {
+            panic!("{facts:?}")
+        };
+        assert_eq!(
+            why,
+            &format!(
+                "its socket is held by {} (pid {})",
+                comm.trim_end(),
+                std::process::id()
+            )
+        );
     }
 
     #[test]
@@ -451,25 +673,28 @@ mod tests {
                 ("docker.io/a/c:1".into(), InArchive::OciRefName("c".into())),
             ],
         };
-        for socket in [
-            "/run/containerd/containerd.sock",
-            "/run/cri-dockerd.sock",
-            "/run/crio/crio.sock",
-            "/run/isulad.sock",
-            "/run/x.sock",
-        ] {
-            let runtime = Runtime::for_socket(socket);
-            for script in [
-                runtime_probe_script(&runtime, true),
-                import_script("/tmp/it's", &runtime, std::slice::from_ref(&archive)),
-            ] {
-                let status = Command::new("sh")
-                    .args(["-n", "-c", &script])
-                    .status()
-                    .unwrap();
-                assert!(status.success(), "{script}");
-            }
+        let socket = "/run/it's.sock";
+        let mut scripts = vec![runtime_probe_script(socket)];
+        let unknown = Runtime::of_kind("unknown", socket, "");
+        for runtime in Runtime::known(socket).map(|(_, r)| r).chain([unknown]) {
+            scripts.push(import_script(
+                "/tmp/it's",
+                &runtime,
+                std::slice::from_ref(&archive),
+            ));
         }
+        for script in scripts {
+            let status = Command::new("sh")
+                .args(["-n", "-c", &script])
+                .status()
+                .unwrap();
+            assert!(status.success(), "{script}");
+        }
+        assert_eq!(
+            Runtime::of_kind("containerd", "/run/containerd/containerd.sock", "")
+                .manual_import("image-a.tar"),
+            "ctr --address /run/containerd/containerd.sock -n k8s.io images import image-a.tar"
+        );
     }
 
     /// A fake `ctr` that answers like containerd's: lists what `images.txt` holds, imports
@@ -482,6 +707,7 @@ mod tests {
                 "while [ $# -gt 0 ]; do case $1 in --address) sock=$2; shift 2;; --connect-timeout|-n) shift 2;; *) break;; esac; done\n\
                  [ -S \"$sock\" ] || [ -f \"$sock\" ] || {{ echo \"ctr: failed to dial \\\"$sock\\\": connection error\" >&2; exit 1; }}\n\
                  case \"$1 $2\" in\n\
+                 'version ') printf 'Client:\\n  Version:  1.6.20\\nServer:\\n  Version:  1.6.20\\n';;\n\
                  'images ls') cat {state} 2>/dev/null; echo sha256:0123;;\n\
                  'images import') [ -f \"$3\" ] || {{ echo \"ctr: open $3: no such file\" >&2; exit 1; }}; head -n 1 \"$3\" >> {state}; echo \"unpacking $(head -n 1 \"$3\")...done\";;\n\
                  *) exit 2;;\n\
@@ -510,11 +736,8 @@ mod tests {
         fake_ctr(&bin, &state);
         let socket = dir.path().join("containerd.sock");
         std::fs::write(&socket, "").unwrap();
-        let runtime = Runtime::for_socket(socket.to_str().unwrap());
-        let (out, code) = run(&bin, &runtime_probe_script(&runtime, false));
-        assert_eq!(code, Some(0), "{out}");
-        let facts = parse_runtime_facts(&out).unwrap();
-        assert!(facts.done && facts.listed, "{out}");
+        let facts = probe(&bin, socket.to_str().unwrap());
+        assert!(facts.listed, "{facts:?}");
         assert_eq!(facts.tool.as_deref(), Some("ctr"));
         assert_eq!(
             facts.images,
@@ -524,14 +747,28 @@ mod tests {
         assert_eq!(
             facts.sandbox,
             ImageRef::parse("registry.k8s.io/pause:3.6").ok(),
-            "{out}"
+            "{facts:?}"
         );
         assert!(facts.machine.is_some());
+    }
 
-        // The runtime is down: the CLI's words.
-        std::fs::remove_file(&socket).unwrap();
-        let (out, _) = run(&bin, &runtime_probe_script(&runtime, false));
-        let facts = parse_runtime_facts(&out).unwrap();
+    #[test]
+    fn a_containerd_that_stops_answering_is_quoted_and_crictl_can_still_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        // crictl tells containerd; ctr then fails to list: the CLI's words.
+        fake_tool(
+            &bin,
+            "crictl",
+            "case \"$*\" in *' version') echo 'RuntimeName: containerd';; *images*) printf 'IMAGE TAG IMAGE ID SIZE\\nregistry.k8s.io/pause 3.6 6270bb605e12e 302kB\\nx <none> 1 1\\n';; *info*) echo '  \"sandboxImage\": \"registry.k8s.io/pause:3.6\",';; esac",
+        );
+        fake_ctr(&bin, &dir.path().join("images.txt"));
+        let facts = probe(&bin, "/run/gone.sock");
+        assert_eq!(
+            facts.runtime.as_ref().unwrap().name(),
+            "containerd (/run/gone.sock)"
+        );
         assert!(!facts.listed);
         assert!(
             facts
@@ -539,34 +776,13 @@ mod tests {
                 .as_deref()
                 .unwrap()
                 .contains("failed to dial"),
-            "{out}"
+            "{facts:?}"
         );
-    }
-
-    #[test]
-    fn without_the_cli_the_probe_says_so_and_crictl_can_still_list() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        let runtime = Runtime::for_socket("/run/isulad.sock");
-        let (out, _) = run(&bin, &runtime_probe_script(&runtime, false));
-        let facts = parse_runtime_facts(&out).unwrap();
+        // Without ctr, crictl lists.
+        std::fs::remove_file(bin.join("ctr")).unwrap();
+        let facts = probe(&bin, "/run/gone.sock");
         assert_eq!(facts.tool, None);
-        assert!(
-            !facts.listed && facts.list_error.is_none() && facts.done,
-            "{out}"
-        );
-
-        fake_tool(
-            &bin,
-            "crictl",
-            "case \"$*\" in *images*) printf 'IMAGE TAG IMAGE ID SIZE\\nregistry.k8s.io/pause 3.6 6270bb605e12e 302kB\\nx <none> 1 1\\n';; *info*) echo '  \"sandboxImage\": \"registry.k8s.io/pause:3.6\",';; esac",
-        );
-        let runtime = Runtime::for_socket("/run/containerd/containerd.sock");
-        let (out, _) = run(&bin, &runtime_probe_script(&runtime, false));
-        let facts = parse_runtime_facts(&out).unwrap();
-        assert_eq!(facts.tool, None);
-        assert!(facts.listed, "{out}");
+        assert!(facts.listed, "{facts:?}");
         assert_eq!(
             facts.images,
             [ImageRef::parse("registry.k8s.io/pause:3.6").unwrap()]
@@ -594,7 +810,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(up.join("image-b.tar"), "registry.k8s.io/pause:3.6\n").unwrap();
-        let runtime = Runtime::for_socket(socket.to_str().unwrap());
+        let runtime = Runtime::of_kind("containerd", socket.to_str().unwrap(), "");
         let archive = |file: &str| ArchiveImport {
             file: file.into(),
             images: vec![],

@@ -104,12 +104,28 @@ impl Containerd {
         Containerd::start_sharing(node, &[])
     }
 
+    /// As [`Containerd::start`], listening on `socket` (a path under the node's /tmp, as
+    /// the node sees it) instead of [`ENDPOINT`]'s: a containerd whose socket's name says
+    /// nothing about what it is, as `grpc.address` in its config allows.
+    pub fn start_at(node: &Node, socket: &str) -> Containerd {
+        let rel = socket
+            .strip_prefix("/tmp/")
+            .unwrap_or_else(|| panic!("{socket} is not under the node's /tmp"));
+        Containerd::launch(node, &[], Some(node.tmp_path(rel)))
+    }
+
     /// As [`Containerd::start`], with `shared`, `(host directory, path)` pairs, bound at
     /// `path` in a mount namespace of containerd's own: a node that has the same
     /// directory bound at the same path then sees what containerd's containers write
     /// through a host-path mount there (keadm's copy of edgecore into /usr/local/bin),
     /// while neither touches the host's `path`.
     pub fn start_sharing(node: &Node, shared: &[(&Path, &str)]) -> Containerd {
+        Containerd::launch(node, shared, None)
+    }
+
+    /// Starts it with `shared` binds (see [`Containerd::start_sharing`]), its socket at
+    /// `socket` (a host path) or the usual one.
+    fn launch(node: &Node, shared: &[(&Path, &str)], socket: Option<PathBuf>) -> Containerd {
         assert_installed();
         let base = node.tmp_path("containerd");
         let certs = base.join("certs.d");
@@ -121,7 +137,8 @@ impl Containerd {
             )
             .unwrap();
         }
-        let socket = base.join("containerd.sock");
+        let socket = socket.unwrap_or_else(|| base.join("containerd.sock"));
+        fs::create_dir_all(socket.parent().unwrap()).unwrap();
         let config = base.join("config.toml");
         fs::write(
             &config,

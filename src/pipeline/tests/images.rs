@@ -39,6 +39,9 @@ impl Harness {
     }
 }
 
+/// The runtime probe's lines that tell containerd at keadm's default socket.
+const CONTAINERD: &str = "KB_RT_SOCKET /run/containerd/containerd.sock\nKB_RT_KIND containerd\nKB_RT_TOLD ctr version answers on it\n";
+
 /// The prepare step's answer with the runtime probe's lines: containerd's CLI there, and
 /// these images listed; the node hashes with OpenSSL.
 fn prepared_with_runtime(images: &[&str]) -> Reply {
@@ -53,7 +56,7 @@ fn prepared_with_runtime_and(extra: &str, images: &[&str]) -> Reply {
         .map(|i| format!("KB_RT_IMAGE {i}\n"))
         .collect();
     prepared(&format!(
-        "KB_TOOLS openssl\n{extra}KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\n{listed}KB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n"
+        "KB_TOOLS openssl\n{extra}{CONTAINERD}KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\n{listed}KB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n"
     ))
 }
 
@@ -186,36 +189,40 @@ fn an_archive_on_the_node_already_is_imported_without_being_sent_again() {
 
 #[test]
 fn a_runtime_that_cannot_take_the_images_fails_the_node_before_anything_is_sent() {
+    let frakti = "KB_RT_SOCKET /run/frakti.sock\nKB_RT_KIND unknown\nKB_RT_TOLD crictl is not installed; ctr is not installed; no process this probe can see holds the socket\n";
+    let crio = "KB_RT_SOCKET /var/run/crio/crio.sock\nKB_RT_KIND crio\nKB_RT_TOLD its socket is held by crio (pid 7)\n";
     for (command, prepare_extra, expected) in [
         (
             "join --cloudcore-ipport=10.0.0.1:10000 --remote-runtime-endpoint=unix:///run/frakti.sock",
-            "KB_RT_NO_TOOL\nKB_RT_UNLISTED\nKB_RT_DONE\n",
-            "keadm-batch cannot tell which container runtime serves /run/frakti.sock",
+            format!("{frakti}KB_RT_NO_TOOL\nKB_RT_UNLISTED\nKB_RT_DONE\n"),
+            "keadm-batch cannot tell which container runtime serves /run/frakti.sock (crictl is not installed; ctr is not installed; no process this probe can see holds the socket), so it cannot import",
         ),
         (
             "join --cloudcore-ipport=10.0.0.1:10000",
-            "KB_RT_NO_TOOL\nKB_RT_DONE\n",
+            format!("{CONTAINERD}KB_RT_NO_TOOL\nKB_RT_DONE\n"),
             "keadm-batch cannot import the offline images into containerd (/run/containerd/containerd.sock): ctr is not installed on the node. Install it, or import the archives by hand (ctr --address /run/containerd/containerd.sock -n k8s.io images import /tmp/kb/image-package.tar), and run again.",
         ),
         (
             "join --cloudcore-ipport=10.0.0.1:10000 -p unix:///var/run/crio/crio.sock",
-            "KB_RT_NO_TOOL\nKB_RT_UNLISTED\nKB_RT_DONE\n",
+            format!("{crio}KB_RT_NO_TOOL\nKB_RT_UNLISTED\nKB_RT_DONE\n"),
             "into CRI-O: podman or skopeo is not installed on the node",
         ),
         (
             "join --cloudcore-ipport=10.0.0.1:10000",
-            "KB_RT_TOOL ctr\nKB_RT_LIST_FAILED ctr: failed to dial \"/run/containerd/containerd.sock\": connection refused\nKB_RT_DONE\n",
+            format!(
+                "{CONTAINERD}KB_RT_TOOL ctr\nKB_RT_LIST_FAILED ctr: failed to dial \"/run/containerd/containerd.sock\": connection refused\nKB_RT_DONE\n"
+            ),
             "containerd (/run/containerd/containerd.sock) on the node does not answer (ctr: failed to dial",
         ),
         (
             "join --cloudcore-ipport=10.0.0.1:10000",
-            "KB_TOOLS gzip tar\nKB_RT_TOOL ctr\nKB_RT_LISTED\nKB_RT_DONE\n",
+            format!("KB_TOOLS gzip tar\n{CONTAINERD}KB_RT_TOOL ctr\nKB_RT_LISTED\nKB_RT_DONE\n"),
             "The node has neither a working sha256sum nor a working openssl, so it cannot check the offline image archives before they are imported. Install one of them (coreutils, BusyBox or OpenSSL), or import the archives by hand (ctr --address /run/containerd/containerd.sock -n k8s.io images import /tmp/kb/image-package.tar), and run again.",
         ),
     ] {
         let fake = FakeTransport::new()
             .on(sent::RUN, Reply::ok())
-            .on(sent::PREPARE, prepared(prepare_extra));
+            .on(sent::PREPARE, prepared(&prepare_extra));
         let mut h = Harness::new(fake);
         h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
         let mut plan = node(vec![]);
@@ -294,15 +301,18 @@ fn only_joins_get_offline_images() {
     assert_eq!(h.execs().len(), 2);
 }
 
+/// The pre-flight probe's answer: its own checks clean, then the runtime probe's lines
+/// with these images listed.
+fn probed(images: &str) -> Reply {
+    Reply::ok().printing(&format!(
+        "KB_PF_DONE\n{CONTAINERD}KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\n{images}KB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n"
+    ))
+}
+
 #[test]
 fn pre_flight_reports_images_neither_in_the_runtime_nor_in_an_archive() {
-    let probe = |images: &str| {
-        Reply::ok().printing(&format!(
-            "KB_PF_DONE\nKB_RT_ARCH x86_64\nKB_RT_TOOL ctr\n{images}KB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n"
-        ))
-    };
     // No archive and an empty runtime: both images are missing; strict skips the node.
-    let mut h = Harness::new(FakeTransport::new().on(sent::PROBE, probe("")));
+    let mut h = Harness::new(FakeTransport::new().on(sent::PROBE, probed("")));
     h.images(&[]);
     h.preflight = PreflightMode::Strict;
     let outcome = h.process(&node(vec![]));
@@ -312,17 +322,26 @@ fn pre_flight_reports_images_neither_in_the_runtime_nor_in_an_archive() {
     assert_eq!(
         outcome.preflight[0].detail,
         format!(
-            "{PACKAGE} and {PAUSE} are not in containerd (/run/containerd/containerd.sock), and no offline image archive for amd64 provides them"
+            "{PACKAGE} and {PAUSE} are not in containerd (/run/containerd/containerd.sock), and no offline image archive for amd64 provides them; `keadm-batch batch bundle` writes them into the kit when run again adding --sandbox-image {PAUSE} (the runtime's sandbox image) and with this keadmCmd and keadmVersion (keadm's own images)"
         )
     );
-    let probe_command = h.exec_with(sent::PROBE).command;
-    assert!(probe_command.contains("sudo -n true"), "{probe_command}");
-    assert!(probe_command.contains("images ls -q"), "{probe_command}");
+    // A root login asks the runtime as it is, in the probe's own round trip.
+    let probe = h.exec_with(sent::PROBE);
+    assert!(!probe.command.contains("sudo"), "{}", probe.command);
+    assert!(probe.command.contains("images ls -q"), "{}", probe.command);
+    assert_eq!(probe.stdin, None);
+    assert!(
+        transcript(&outcome).contains(
+            "the runtime keadm join will use is containerd (/run/containerd/containerd.sock) (ctr version answers on it)"
+        ),
+        "{}",
+        transcript(&outcome)
+    );
 
     // The archive provides the package and the runtime has the sandbox image: nothing.
     let mut h = Harness::new(
         FakeTransport::new()
-            .on(sent::PROBE, probe(&format!("KB_RT_IMAGE {PAUSE}\n")))
+            .on(sent::PROBE, probed(&format!("KB_RT_IMAGE {PAUSE}\n")))
             .on(sent::RUN, Reply::ok())
             .on(sent::PREPARE, prepared_with_runtime(&[PACKAGE, PAUSE])),
     );
@@ -331,27 +350,84 @@ fn pre_flight_reports_images_neither_in_the_runtime_nor_in_an_archive() {
     let outcome = h.process(&node(vec![]));
     assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
     assert!(outcome.preflight.is_empty(), "{:?}", outcome.preflight);
+}
 
-    // A runtime that cannot be asked: no finding, and the transcript says why.
+/// A check that could not run is a `probe_incomplete` finding saying what was not
+/// checked and why, never "nothing found".
+#[test]
+fn an_image_check_that_could_not_run_is_a_finding() {
+    let unknown = "KB_RT_SOCKET /run/x.sock\nKB_RT_KIND unknown\nKB_RT_TOLD crictl is not installed; ctr is not installed; no process this probe can see holds the socket\n";
+    for (answer, expected) in [
+        (
+            format!("KB_PF_DONE\n{CONTAINERD}KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\nKB_RT_LIST_FAILED permission denied\nKB_RT_DONE\n"),
+            "the images keadm join needs were not checked: the images of containerd (/run/containerd/containerd.sock) could not be listed (permission denied)".to_string(),
+        ),
+        (
+            format!("KB_PF_DONE\n{unknown}KB_RT_ARCH x86_64\nKB_RT_NO_TOOL\nKB_RT_UNLISTED\nKB_RT_DONE\n"),
+            "the images keadm join needs were not checked: keadm-batch cannot tell which container runtime serves /run/x.sock (crictl is not installed; ctr is not installed; no process this probe can see holds the socket)".to_string(),
+        ),
+        (
+            format!("KB_PF_DONE\n{CONTAINERD}KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\nKB_RT_IMAGE {PACKAGE}\nKB_RT_LISTED\nKB_RT_DONE\n"),
+            "not every image keadm join needs was checked: keadm-batch cannot tell which sandbox image the runtime is configured with".to_string(),
+        ),
+        (
+            "KB_PF_DONE\nsh: 1: ctr: Segmentation fault\n".to_string(),
+            "the images keadm join needs were not checked: it ended with: sh: 1: ctr: Segmentation fault".to_string(),
+        ),
+    ] {
+        let mut h = Harness::new(FakeTransport::new().on(sent::PROBE, Reply::ok().printing(&answer)));
+        h.images(&[]);
+        h.preflight = PreflightMode::Strict;
+        let outcome = h.process(&node(vec![]));
+        assert_eq!(outcome.phase, Phase::Skipped, "{:?}", outcome.error);
+        assert_eq!(outcome.preflight.len(), 1, "{:?}", outcome.preflight);
+        assert_eq!(outcome.preflight[0].id, FindingId::ProbeIncomplete);
+        assert_eq!(outcome.preflight[0].detail, expected);
+    }
+}
+
+/// Under sudo the image check asks the runtime as the run will: in sudo's `sh -c`, after
+/// the login user's own checks, with the password first on stdin.
+#[test]
+fn under_sudo_the_pre_flight_image_check_runs_as_root_with_the_password() {
+    let mut plan = node(vec![]);
+    plan.sudo = true;
+    plan.ssh.username = "admin".into();
+    let mut h = Harness::new(FakeTransport::new().on(sent::PROBE, probed("")));
+    h.images(&[]);
+    h.preflight = PreflightMode::Strict;
+    let outcome = h.process(&plan);
+    assert_eq!(outcome.preflight[0].id, FindingId::ImageMissing);
+    let probe = h.exec_with(sent::PROBE);
+    let (own, under_sudo) = probe.command.split_once("if sudo -n true").unwrap();
+    assert!(
+        own.contains("KB_PF_DONE") && !own.contains("images ls"),
+        "{own}"
+    );
+    assert!(
+        under_sudo.contains("sudo -S -p '' sh -c ") && under_sudo.contains("images ls -q"),
+        "{under_sudo}"
+    );
+    assert_eq!(
+        probe.stdin.as_deref(),
+        Some(crate::remote::password_preamble(PASSWORD).as_bytes())
+    );
+
+    // Sudo wants a password the login does not have: said so, as a finding.
+    plan.ssh.auth = crate::config::AuthSpec::Agent;
     let mut h = Harness::new(FakeTransport::new().on(
         sent::PROBE,
-        Reply::ok().printing("KB_PF_DONE\nKB_RT_ARCH x86_64\nKB_RT_TOOL ctr\nKB_RT_LIST_FAILED permission denied\nKB_RT_DONE\n"),
+        Reply::ok().printing("KB_PF_DONE\nKB_SUDO password\nsudo: no password was provided\n"),
     ));
     h.images(&[]);
     h.preflight = PreflightMode::Strict;
-    h.fake = h
-        .fake
-        .clone()
-        .on(sent::RUN, Reply::ok())
-        .on(sent::PREPARE, prepared_with_runtime(&[]));
-    let outcome = h.process(&node(vec![]));
-    assert!(outcome.preflight.is_empty());
-    assert!(
-        transcript(&outcome)
-            .contains("could not be listed (permission denied), so the image check was skipped"),
-        "{}",
-        transcript(&outcome)
+    let outcome = h.process(&plan);
+    assert_eq!(outcome.preflight[0].id, FindingId::ProbeIncomplete);
+    assert_eq!(
+        outcome.preflight[0].detail,
+        "the images keadm join needs were not checked: it runs under sudo as the run does, and sudo on the node wants a password, which admin logs in without"
     );
+    assert_eq!(h.exec_with(sent::PROBE).stdin, None);
 }
 
 /// A node whose runtime lacks the one archive's image and imports it once sent, with the
