@@ -131,6 +131,19 @@ fn every_failure_class_is_documented() {
     }
 }
 
+/// Every pre-flight finding is documented where summary.json's `preflight` and keadm's
+/// failure modes are described.
+#[test]
+fn every_pre_flight_finding_is_documented() {
+    let summary_md = read("docs/summary.md");
+    let kubeedge_md = read("docs/kubeedge.md");
+    for finding in keadm_batch::diagnosis::FindingId::ALL {
+        let id = format!("`{}`", finding.as_str());
+        assert!(summary_md.contains(&id), "docs/summary.md lacks {id}");
+        assert!(kubeedge_md.contains(&id), "docs/kubeedge.md lacks {id}");
+    }
+}
+
 /// The man page's EXIT STATUS and README.md's exit-code table list the same codes.
 #[test]
 fn the_man_page_and_the_readme_agree_on_exit_codes() {
