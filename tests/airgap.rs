@@ -13,11 +13,15 @@ use crate::common::containerd::{
 };
 use crate::common::fake_keadm;
 use crate::common::fleet::{Fleet, Sudo, TEST_USER_PASSWORD};
-use crate::common::image_archive::{docker_archive, host_arch, oci_archive};
+use crate::common::image_archive::{docker_archive, host_arch, oci_archive, tar_of};
 use crate::common::scenario::{Login, Scenario, remote_keadm};
 
 /// What keadm join v1.23.1 asks the runtime for, as containerd names it.
 const PACKAGE: &str = "docker.io/kubeedge/installation-package:v1.23.1";
+
+/// An OCI layout whose one manifest carries a bare tag: `ctr` would import it under a
+/// made-up name that keadm never asks for.
+const UNNAMED_INDEX: &[u8] = br#"{"schemaVersion":2,"manifests":[{"annotations":{"org.opencontainers.image.ref.name":"v1.23.1"}}]}"#;
 
 /// A join of `{name}` through the node's own containerd.
 fn join() -> String {
@@ -273,13 +277,9 @@ fn pre_flight_reports_a_missing_image_and_nothing_once_it_is_provided() {
         &images.join("installation-package_v1.23.1.tar"),
         "kubeedge/installation-package:v1.23.1",
     );
-    let out = sc.run(&["--preflight-only"]);
-    out.status(0);
-    assert!(
-        out.stdout.lines().any(|l| l.ends_with("none")),
-        "{}",
-        out.stdout
-    );
+    sc.run(&["--preflight-only"])
+        .status(0)
+        .preflight_found_nothing();
 
     // The runtime has both, imported by hand, and the kit has none: nothing either.
     runtime.import(&images.join("installation-package_v1.23.1.tar"));
@@ -353,18 +353,11 @@ fn an_archive_that_names_no_image_stops_the_run_before_any_node() {
     let sc = Scenario::new(&fleet).cmd(&join());
     let images = sc.images_dir();
     fs::create_dir_all(&images).unwrap();
-    // An OCI layout whose manifest carries a bare tag: ctr would import it under a
-    // made-up name that keadm never asks for.
-    let mut builder = tar::Builder::new(Vec::new());
-    let index = br#"{"schemaVersion":2,"manifests":[{"annotations":{"org.opencontainers.image.ref.name":"v1.23.1"}}]}"#;
-    let mut header = tar::Header::new_ustar();
-    header.set_size(index.len() as u64);
-    header.set_mode(0o644);
-    header.set_cksum();
-    builder
-        .append_data(&mut header, "index.json", &index[..])
-        .unwrap();
-    fs::write(images.join("unnamed.tar"), builder.into_inner().unwrap()).unwrap();
+    fs::write(
+        images.join("unnamed.tar"),
+        tar_of(&[("index.json", UNNAMED_INDEX, 0o644)], &[]),
+    )
+    .unwrap();
     let out = sc.run(&[]);
     out.status(3);
     out.stderr_has(&format!(
@@ -413,19 +406,6 @@ fn error_lines(stderr: &str) -> Vec<&str> {
         .lines()
         .filter(|l| l.starts_with("keadm-batch: error:"))
         .collect()
-}
-
-/// A tar holding `entries`, which is no image archive a runtime can import by name.
-fn tar_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut builder = tar::Builder::new(Vec::new());
-    for (name, data) in entries {
-        let mut header = tar::Header::new_ustar();
-        header.set_size(data.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        builder.append_data(&mut header, name, *data).unwrap();
-    }
-    builder.into_inner().unwrap()
 }
 
 /// A dry run reads and hashes the kit's image archives as the run does: every kit problem
@@ -478,16 +458,19 @@ fn a_dry_run_checks_the_kit_s_image_archives_as_the_run_does_and_lists_them() {
             oci_archive(&images.join("extra.tar"), "registry.k8s.io/pause:3.9");
         }),
         ("nameless", |images| {
-            let index = br#"{"schemaVersion":2,"manifests":[{"annotations":{"org.opencontainers.image.ref.name":"v1.23.1"}}]}"#;
             fs::write(
                 images.join("unnamed.tar"),
-                tar_of(&[("index.json", &index[..])]),
+                tar_of(&[("index.json", UNNAMED_INDEX, 0o644)], &[]),
             )
             .unwrap();
             write_kit_manifest(images.parent().unwrap().parent().unwrap());
         }),
         ("not an image archive", |images| {
-            fs::write(images.join("notes.tar"), tar_of(&[("notes.txt", b"x")])).unwrap();
+            fs::write(
+                images.join("notes.tar"),
+                tar_of(&[("notes.txt", b"x", 0o644)], &[]),
+            )
+            .unwrap();
             write_kit_manifest(images.parent().unwrap().parent().unwrap());
         }),
     ];

@@ -482,10 +482,20 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 
+    /// A scratch directory with an empty `bin` in it, for [`run`]'s PATH.
+    fn scratch_bin() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        (dir, bin)
+    }
+
     /// Runs `script` with only `bin` on PATH, after linking the basic tools the scripts
     /// and the fakes use into it: the machine's own ctr or crictl must not answer.
     fn run(bin: &Path, script: &str) -> (String, Option<i32>) {
-        for tool in ["uname", "sed", "head", "awk", "tail", "tr", "cat"] {
+        for tool in [
+            "uname", "sed", "head", "awk", "tail", "tr", "cat", "ls", "sort",
+        ] {
             let link = bin.join(tool);
             if !link.exists() {
                 let real = ["/usr/bin", "/bin"]
@@ -526,9 +536,7 @@ mod tests {
 
     #[test]
     fn a_runtime_is_asked_what_it_is_by_cri_s_runtime_name_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
+        let (_dir, bin) = scratch_bin();
         // Socket names that would mislead a guess: the runtime's own answer decides.
         for (runtime_name, socket, expected) in [
             (
@@ -599,9 +607,7 @@ mod tests {
 
     #[test]
     fn without_crictl_ctr_version_tells_containerd_else_what_was_asked_is_said() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
+        let (dir, bin) = scratch_bin();
         let state = dir.path().join("images.txt");
         fake_ctr(&bin, &state);
         let socket = dir.path().join("ctd.sock");
@@ -632,17 +638,7 @@ mod tests {
 
     #[test]
     fn without_any_cli_the_process_that_holds_the_socket_is_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        for tool in ["ls", "sort"] {
-            let real = ["/usr/bin", "/bin"]
-                .iter()
-                .map(|d| Path::new(d).join(tool))
-                .find(|p| p.exists())
-                .unwrap();
-            std::os::unix::fs::symlink(real, bin.join(tool)).unwrap();
-        }
+        let (dir, bin) = scratch_bin();
         // This test process holds it; its name is no runtime's, so it is named as it is.
         let socket = dir.path().join("held.sock");
         let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
@@ -724,9 +720,7 @@ mod tests {
 
     #[test]
     fn the_containerd_probe_lists_images_and_the_sandbox_image() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
+        let (dir, bin) = scratch_bin();
         let state = dir.path().join("images.txt");
         std::fs::write(
             &state,
@@ -754,9 +748,7 @@ mod tests {
 
     #[test]
     fn a_containerd_that_stops_answering_is_quoted_and_crictl_can_still_list() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
+        let (dir, bin) = scratch_bin();
         // crictl tells containerd; ctr then fails to list: the CLI's words.
         fake_tool(
             &bin,

@@ -146,7 +146,7 @@ impl TestImage {
 }
 
 /// A tar of `(path, bytes, mode)` files and `(path, target)` symlinks.
-fn tar_of(files: &[(&str, &[u8], u32)], links: &[(&str, &str)]) -> Vec<u8> {
+pub fn tar_of(files: &[(&str, &[u8], u32)], links: &[(&str, &str)]) -> Vec<u8> {
     let mut builder = tar::Builder::new(Vec::new());
     for (path, data, mode) in files {
         let mut header = tar::Header::new_ustar();

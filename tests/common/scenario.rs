@@ -350,6 +350,16 @@ impl Output {
             })
     }
 
+    /// `--preflight-only` found nothing: its table has a row whose findings are `none`.
+    pub fn preflight_found_nothing(&self) -> &Self {
+        assert!(
+            self.stdout.lines().any(|l| l.ends_with("none")),
+            "{}",
+            self.stdout
+        );
+        self
+    }
+
     pub fn latest_run(&self) -> PathBuf {
         self.dir.join("batch_runs").join("latest")
     }
