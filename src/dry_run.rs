@@ -97,11 +97,12 @@ pub fn render(plan: &Plan, images: Option<&OfflineImages>) -> String {
 /// The sites, their seed order and what is relayed among their nodes.
 fn render_sites(out: &mut String, plan: &Plan) {
     let sites = crate::plan::sites(&plan.nodes);
+    // A config without sites plans as it always did.
+    if sites.is_empty() {
+        return;
+    }
     let relay = match plan.relay {
         RelayMode::Off => "off: every node gets keadm from this machine",
-        RelayMode::Auto if sites.is_empty() => {
-            "auto, but no site has two or more selected nodes (set `site:`)"
-        }
         RelayMode::Auto => {
             "auto: in each site the first node to need keadm gets it from this machine, the others from a node of the site that has it (copyFrom files and image archives always come from this machine)"
         }

@@ -312,3 +312,42 @@ fn ctrl_c_mid_fan_out_leaves_no_node_serving() {
         );
     }
 }
+
+/// `--dry-run` shows the sites of two or more nodes, their seed order and what is
+/// relayed; a node of its own site is in none.
+#[test]
+fn the_dry_run_shows_the_sites_and_what_is_relayed() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let sc = Scenario::new(&fleet)
+        .keadm(keadm())
+        .top_yaml("site: store-1")
+        .node_yaml_for(2, "site: store-2");
+    let out = sc.run(&["--dry-run"]);
+    out.status(0);
+    assert!(
+        out.stdout.contains(
+            "\n  relay:       auto: in each site the first node to need keadm gets it from this machine"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(
+            "\n  site store-1: 2 nodes, seed order edge-00, edge-01; keadm relayed among 2 nodes\n"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("site store-2"), "{}", out.stdout);
+    let off = sc.run(&["--dry-run", "--relay", "off"]);
+    off.status(0);
+    assert!(
+        off.stdout
+            .contains("\n  relay:       off: every node gets keadm from this machine\n")
+            && off.stdout.contains(
+                "\n  site store-1: 2 nodes, seed order edge-00, edge-01; nothing relayed\n"
+            ),
+        "{}",
+        off.stdout
+    );
+}
