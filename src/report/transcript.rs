@@ -33,6 +33,10 @@ pub const MAX_TRANSCRIPT: u64 = 64 << 20;
 /// which is masked by its shape and has no fixed length.
 const TOKEN_WINDOW: usize = 1024;
 
+/// The share of the cap (1/16) kept for the tool's notes after the node's output has
+/// filled the rest: the few lines that say how the node ended and what was cut.
+const NOTE_ROOM: u64 = 16;
+
 /// What begins every line the tool itself writes.
 const NOTE_PREFIX: &str = "[keadm-batch]";
 
@@ -121,8 +125,10 @@ impl Transcript {
         }
         let size = clean.len() as u64 + 1;
         if let Some(out) = &mut self.out {
-            // The tool's notes are few and always written; the node's lines stop at the cap.
-            if kind == Kind::Note || self.written + size <= self.cap {
+            // The tool's notes are few and always written; the node's lines stop short of
+            // the cap by the room kept for the notes that follow them, so the file as a
+            // whole stays within its cap.
+            if kind == Kind::Note || self.written + size <= self.cap - self.cap / NOTE_ROOM {
                 let _ = out.write_all(clean.as_bytes());
                 let _ = out.write_all(b"\n");
                 self.written += size;
