@@ -2,12 +2,17 @@
 //! run directories: every node exactly once, and the same node set as one unsharded run.
 
 use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use keadm_batch::plan::shard_of;
 
 use keadm_batch::outcome::{NodeOutcome, Phase};
 use keadm_batch::report::summary::{SUMMARY_VERSION, Summary, Totals};
 
 use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fleet::Fleet;
+use crate::common::pod::Pod;
 use crate::common::scenario::{Scenario, remote_keadm};
 use crate::common::test::{Output, Test};
 use crate::docs::one_block;
@@ -302,4 +307,89 @@ fn merge_with_the_config_refuses_nodes_the_config_does_not_have() {
     honest.status(0);
     let log = std::fs::read_to_string(honest.path("merged/batch_process_log.txt")).unwrap();
     assert_eq!(log.lines().count(), 3, "{log}");
+}
+
+/// The shards Job's own command, read from docs/kubernetes/shards-job.yaml, run as its pod
+/// runs it: as uid 65532, with its volumes shaped as kubelet makes them (root:fsGroup,
+/// mode 2777, no sticky bit) at the manifest's paths, against loopback nodes. The pod
+/// stages keadm under its --staging-dir, in directories nobody else can write, and runs
+/// its shard.
+#[test]
+fn the_shards_jobs_pod_stages_and_runs_its_shard() {
+    const NODES: usize = 2;
+    let fleet = Fleet::builder().nodes(NODES).start();
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("joined"));
+    let pod = Pod::from_manifest("docs/kubernetes/shards-job.yaml");
+    // The keadm release comes with the pod's "image" here; a site downloads it or mounts it.
+    pod.copy_in(&sc.packages_dir(), "/srv/keadm-packages");
+    let config = sc.config_text().replace(
+        &sc.packages_dir().display().to_string(),
+        "/srv/keadm-packages",
+    );
+    pod.write_secret("config.yaml", &config);
+    let known_hosts: String = fleet.nodes().iter().map(|n| n.known_hosts_line()).collect();
+    pod.write_secret("known_hosts", &known_hosts);
+    let shards: u64 = pod.env("SHARDS").parse().unwrap();
+    // The pod whose shard holds the first node.
+    let shard = shard_of(&Scenario::name(0), shards);
+    let out = pod.run((shard - 1) as u32, &[("KEADM_TOKEN", "abc.def")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "--- stdout:\n{stdout}\n--- stderr:\n{stderr}"
+    );
+
+    let in_shard: Vec<usize> = (0..NODES)
+        .filter(|i| shard_of(&Scenario::name(*i), shards) == shard)
+        .collect();
+    for i in 0..NODES {
+        assert_eq!(
+            fake_keadm::calls(&remote_keadm(fleet.node(i))).len(),
+            usize::from(in_shard.contains(&i)),
+            "node {i} (shard {}), the pod ran shard {shard}:\n{stderr}",
+            shard_of(&Scenario::name(i), shards)
+        );
+    }
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(pod.path(&format!("/results/shard-{shard}/run/summary.json")))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["totals"]["succeeded"], in_shard.len(), "{summary}");
+
+    // keadm was staged on the staging volume, and every directory between the volume and
+    // the binary is the pod user's and closed to others.
+    let volume = pod.path("/var/cache/keadm-batch");
+    let binary = find_file(&volume, "keadm")
+        .unwrap_or_else(|| panic!("no keadm staged under {}", volume.display()));
+    for dir in binary.ancestors().skip(1).take_while(|d| *d != volume) {
+        let meta = std::fs::symlink_metadata(dir).unwrap();
+        assert!(meta.is_dir(), "{}", dir.display());
+        assert_eq!(meta.uid(), pod.uid(), "{}", dir.display());
+        assert_eq!(
+            meta.mode() & 0o022,
+            0,
+            "{} is writable by others",
+            dir.display()
+        );
+    }
+}
+
+/// The first regular file called `name` under `dir`, depth first.
+fn find_file(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let kind = entry.file_type().ok()?;
+        if kind.is_file() && entry.file_name() == name {
+            return Some(path);
+        }
+        if kind.is_dir()
+            && let Some(found) = find_file(&path, name)
+        {
+            return Some(found);
+        }
+    }
+    None
 }

@@ -40,6 +40,22 @@ pub enum StageError {
     UnsafeDir { path: PathBuf, reason: String },
 
     #[error(
+        "The staging directory {} has '..' in its path, so the directories it passes through \
+         cannot be checked one by one. Give --staging-dir a path without '..'.",
+        path.display()
+    )]
+    DotDotInStagingDir { path: PathBuf },
+
+    #[error(
+        "Cannot reach the staging directory {} through /proc/self/fd. Its parent can be \
+         changed by other users, so keadm-batch uses it only through the directory it opened, \
+         and that needs /proc. Mount /proc, or choose a directory only you can write with \
+         --staging-dir.",
+        path.display()
+    )]
+    NoProcFd { path: PathBuf },
+
+    #[error(
         "Could not lock {}: {error}. Check that the staging directory is writable, or choose \
          another one with --staging-dir.",
         path.display()

@@ -209,6 +209,9 @@ pub struct Stager {
     /// the mirror sees one download at a time, as with keadm.
     one_at_a_time: Mutex<()>,
     _lock: File,
+    /// The directory of our own that `settings.base_dir` reaches as `/proc/self/fd/N`,
+    /// when the staging directory given is not private; open as long as BASE is used.
+    _staging_dir: Option<File>,
 }
 
 impl std::fmt::Debug for Stager {
@@ -220,8 +223,9 @@ impl std::fmt::Debug for Stager {
 }
 
 impl Stager {
-    /// Checks the settings, creates BASE owner-only (refusing unsafe existing dirs), and
-    /// takes the staging lock, waiting for another run that holds it.
+    /// Checks the settings, creates BASE owner-only (or a directory of our own in it, when
+    /// others could change BASE), and takes the staging lock, waiting for another run that
+    /// holds it.
     pub fn open(mut settings: StageSettings) -> Result<Stager, StageError> {
         if settings.version.is_empty() {
             return Err(StageError::EmptyVersion);
@@ -237,7 +241,8 @@ impl Stager {
         {
             *url = None;
         }
-        settings.base_dir = dirs::ensure_private_dir(&settings.base_dir)?;
+        let staging_dir = dirs::open_staging_dir(&settings.base_dir)?;
+        settings.base_dir = staging_dir.path;
         let lock = dirs::lock(&settings.base_dir)?;
         let http = match settings.source {
             PackageSource::Download { .. } => Some(Http::new(
@@ -254,6 +259,7 @@ impl Stager {
             slots: Mutex::new(HashMap::new()),
             one_at_a_time: Mutex::new(()),
             _lock: lock,
+            _staging_dir: staging_dir.held,
         })
     }
 
@@ -319,7 +325,7 @@ impl Stager {
             .cloned()
     }
 
-    /// The settings in use, with BASE made absolute.
+    /// The settings in use, with BASE made absolute (or `/proc/self/fd/N`: see `dirs`).
     pub fn settings(&self) -> &StageSettings {
         &self.settings
     }

@@ -366,6 +366,19 @@ impl Node {
             .to_string()
     }
 
+    /// The node's line for a known-hosts file (`host key` on port 22, `[host]:port key`
+    /// elsewhere), for runs with `--host-key-policy strict`.
+    pub fn known_hosts_line(&self) -> String {
+        let public = fs::read_to_string(self.host_key_path().with_extension("pub")).unwrap();
+        let key: Vec<&str> = public.split_whitespace().take(2).collect();
+        let name = if self.port == 22 {
+            self.host.clone()
+        } else {
+            format!("[{}]:{}", self.host, self.port)
+        };
+        format!("{name} {}\n", key.join(" "))
+    }
+
     /// Runs `sh -c script` inside the node's namespaces (its /tmp, its uname), as root.
     pub fn shell(&self, script: &str) -> Output {
         Command::new("nsenter")

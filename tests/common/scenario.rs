@@ -101,10 +101,15 @@ impl<'f> Scenario<'f> {
     /// (`packages/<arch>/images`), where a test puts the archives it writes; the packages
     /// are written first.
     pub fn images_dir(&self) -> PathBuf {
-        self.ensure_packages();
-        self.path("packages")
+        self.packages_dir()
             .join(super::image_archive::host_arch())
             .join("images")
+    }
+
+    /// The offline directory (`keadm.offlinePackageDir`), its packages written.
+    pub fn packages_dir(&self) -> PathBuf {
+        self.ensure_packages();
+        self.path("packages")
     }
 
     pub fn preflight(mut self, mode: &str) -> Self {
