@@ -526,6 +526,7 @@ fn execute(
                 &summary.nodes,
                 &run_dir.path,
                 &log_path,
+                &options.config,
                 wall.elapsed().as_secs_f64()
             )
         );

@@ -109,7 +109,8 @@ fn wrong_password_fails_without_retry() {
     // keadm-batch's own class, with its own fix in the recap, not edgecore's journal.
     assert_eq!(out.summary()["nodes"][0]["failure_class"], "auth");
     out.stderr_has("SSH login rejected [auth]: 1 node(s): edge-00")
-        .stderr_has("--retry-failed --class auth")
+        // The config as given with -c, so the line can be pasted as it is.
+        .stderr_has("then: keadm-batch batch -c config.yaml --retry-failed --class auth")
         .stderr_lacks("journalctl");
     assert!(!remote_keadm(fleet.node(0)).exists());
 }

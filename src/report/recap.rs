@@ -6,6 +6,7 @@ use std::path::Path;
 use crate::diagnosis::FailureClass;
 use crate::options::Shard;
 use crate::outcome::{NodeOutcome, Phase, SiteTraffic};
+use crate::shell::shell_quote;
 
 use super::summary::Totals;
 
@@ -68,7 +69,6 @@ pub fn node_line(o: &NodeOutcome, done: usize, total: usize) -> String {
     line
 }
 
-/// The end-of-run recap: totals, failures with reasons, slowest nodes, where things are.
 /// One line per site that relayed: what crossed its uplink and what its nodes got from
 /// each other, e.g. `site s1: 20 nodes, 1 copy over the uplink (15.9 MB), 19 from peers`.
 pub fn sites(sites: &[SiteTraffic]) -> String {
@@ -89,7 +89,15 @@ pub fn sites(sites: &[SiteTraffic]) -> String {
     out
 }
 
-pub fn render(outcomes: &[NodeOutcome], run_dir: &Path, log_path: &Path, wall_secs: f64) -> String {
+/// The end-of-run recap: totals, failures with reasons, slowest nodes, where things are.
+/// `config` is the config file as given with `-c`, for the commands it suggests.
+pub fn render(
+    outcomes: &[NodeOutcome],
+    run_dir: &Path,
+    log_path: &Path,
+    config: &Path,
+    wall_secs: f64,
+) -> String {
     let totals = Totals::of(outcomes);
     let mut out = String::new();
     let _ = writeln!(
@@ -153,7 +161,8 @@ pub fn render(outcomes: &[NodeOutcome], run_dir: &Path, log_path: &Path, wall_se
             let _ = writeln!(out, "    fix: {}", class.suggested_fix());
             let _ = writeln!(
                 out,
-                "    then: keadm-batch batch -c <config> --retry-failed --class {}",
+                "    then: keadm-batch batch -c {} --retry-failed --class {}",
+                shell_quote(&config.display().to_string()),
                 class.as_str()
             );
         }
@@ -229,6 +238,7 @@ mod tests {
         );
         failed.steps.run = Some(1.5);
         failed.last_output = Some("Error: boom".into());
+        failed.failure_class = Some(FailureClass::Unknown);
         assert_eq!(
             node_line(&failed, 1, 2),
             "[1/2] FAILED  edge-0 (10.0.0.0:22) 1.5s: failed to execute keadm command x: Process exited with status 1 (last output: Error: boom)"
@@ -237,6 +247,7 @@ mod tests {
             &[failed, skipped],
             Path::new("run"),
             Path::new("batch_process_log.txt"),
+            Path::new("site a.yaml"),
             1.0,
         );
         assert!(
@@ -244,5 +255,12 @@ mod tests {
             "{recap}"
         );
         assert!(!recap.contains("-0.0s"), "{recap}");
+        // The config as given, quoted for the shell, so the line can be pasted.
+        assert!(
+            recap.contains(
+                "then: keadm-batch batch -c 'site a.yaml' --retry-failed --class unknown"
+            ),
+            "{recap}"
+        );
     }
 }
