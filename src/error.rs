@@ -251,6 +251,7 @@ mod tests {
             (UsageError::from(UnknownShell("tcsh".into())).into(), 2),
             (
                 UsageError::UnsafeDownload(StageError::PlainHttp {
+                    setting: crate::stage::CONFIG_DOWNLOAD_URL,
                     url: "http://mirror".into(),
                     arches: "amd64".into(),
                 })

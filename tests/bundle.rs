@@ -627,6 +627,23 @@ fn a_registry_with_token_auth_gets_a_bearer_token_from_the_realm_it_names() {
     }
 }
 
+/// A plain-HTTP release URL given with --download-url is refused naming that flag, not
+/// the config's keadm.download.url, which the operator did not set.
+#[test]
+fn a_plain_http_download_url_flag_is_named_in_the_refusal() {
+    let tmp = scratch();
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    Test::in_dir(tmp.path())
+        .env("HOME", tmp.path())
+        .args(["batch", "bundle", "-c", "config.yaml", "-o"])
+        .arg(tmp.path().join("kit"))
+        .args(["--download-url", "http://127.0.0.1:1/releases"])
+        .run()
+        .status(2)
+        .stderr_has("--download-url http://127.0.0.1:1/releases is plain HTTP")
+        .stderr_lacks("keadm.download.url http");
+}
+
 #[test]
 fn registry_mirrors_over_plain_http_need_insecure_http() {
     let tmp = scratch();

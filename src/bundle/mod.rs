@@ -129,7 +129,10 @@ impl BundleSettings {
             insecure_http: options.insecure_http,
             max_package_bytes,
         };
-        let stage = staging.stage_settings(&config.path, progress.clone());
+        let mut stage = staging.stage_settings(&config.path, progress.clone());
+        if options.download_url.is_some() {
+            stage.url_setting = "--download-url";
+        }
         stage
             .check_plain_http()
             .map_err(BundleError::UnsafeDownload)?;

@@ -94,12 +94,17 @@ pub enum StageError {
     },
 
     #[error(
-        "keadm.download.url {url} is plain HTTP, so anyone on the network path could swap the \
-         keadm package, and the checksum file beside it, that then runs as root on the nodes. \
-         Pin the tarballs' digests in keadm.download.sha512 (for {arches}), use an https:// \
+        "{setting} {url} is plain HTTP, so anyone on the network path could swap the keadm \
+         package, and the checksum file beside it, that then runs as root on the nodes. Pin \
+         the tarballs' digests in keadm.download.sha512 (for {arches}), use an https:// \
          mirror, or pass --insecure-http to accept the risk on a network you trust."
     )]
-    PlainHttp { url: String, arches: String },
+    PlainHttp {
+        /// Where the URL was given: `keadm.download.url` or `--download-url`.
+        setting: &'static str,
+        url: String,
+        arches: String,
+    },
 
     #[error(
         "Downloading {url} was redirected to {to}, which is plain HTTP, so anyone on the \

@@ -48,6 +48,9 @@ pub const DEFAULT_RETRIES: u32 = 2;
 /// package that would fill the disk.
 pub const DEFAULT_MAX_PACKAGE_BYTES: u64 = 512 << 20;
 
+/// The config setting that names the download URL, as messages name it.
+pub const CONFIG_DOWNLOAD_URL: &str = "keadm.download.url";
+
 /// Where release tarballs come from when the config sets no `download.url`.
 const GITHUB_RELEASES: &str = "https://github.com/kubeedge/kubeedge/releases/download";
 
@@ -91,6 +94,9 @@ pub struct StageSettings {
     /// The most bytes a download may have, and the most an unpacked package may hold
     /// (`--max-package-bytes`).
     pub max_package_bytes: u64,
+    /// Where the download URL was given, for messages: [`CONFIG_DOWNLOAD_URL`] unless a
+    /// command-line flag overrode it.
+    pub url_setting: &'static str,
     /// Where downloads and the xz copy say how far they are.
     pub progress: Meters,
     /// Extra attempts after a transient HTTP failure.
@@ -112,6 +118,7 @@ impl StageSettings {
             allow_unverified: false,
             insecure_http: false,
             max_package_bytes: DEFAULT_MAX_PACKAGE_BYTES,
+            url_setting: CONFIG_DOWNLOAD_URL,
             progress: Meters::Off,
             retries: DEFAULT_RETRIES,
             retry_base_delay: Duration::from_secs(1),
@@ -157,6 +164,7 @@ impl StageSettings {
             return Ok(());
         }
         Err(StageError::PlainHttp {
+            setting: self.url_setting,
             url: url.trim().to_string(),
             arches: unpinned.join(", "),
         })
