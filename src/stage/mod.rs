@@ -751,6 +751,22 @@ mod tests {
         }
     }
 
+    /// A staging dir with `..` is refused for that, with the fix, and not as if another
+    /// user owned it.
+    #[test]
+    fn a_staging_dir_with_dot_dot_is_refused_for_that_reason() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut settings = StageSettings::new("v1.21.0", PackageSource::Download { url: None });
+        settings.base_dir = tmp.path().join("a/../keadm");
+        let err = Stager::open(settings).err().unwrap().to_string();
+        assert!(err.contains("has '..' in its path"), "{err}");
+        assert!(
+            err.contains("Give --staging-dir a path without '..'."),
+            "{err}"
+        );
+        assert!(!err.contains("Another user could swap"), "{err}");
+    }
+
     #[test]
     fn checksum_files_are_parsed_leniently_but_must_hold_a_sha512() {
         let digest = "AB".repeat(64);
