@@ -83,11 +83,16 @@ fn init_logging(verbosity: Verbosity) {
 fn run(command: Command) -> Result<(), Error> {
     match command {
         Command::GenConfig(options) => Ok(gen_config::run(&options)?),
+        // Both are made in memory first: clap_complete panics on a failed write.
         Command::Completions(shell) => {
-            Ok(cli::write_completions(&shell, &mut std::io::stdout()).map_err(UsageError::from)?)
+            let mut script = Vec::new();
+            cli::write_completions(&shell, &mut script).map_err(UsageError::from)?;
+            print(script)
         }
         Command::Man => {
-            Ok(cli::write_man_page(&mut std::io::stdout()).map_err(OutputError::ManPage)?)
+            let mut page = Vec::new();
+            cli::write_man_page(&mut page).map_err(OutputError::Stdout)?;
+            print(page)
         }
         Command::Run(options) => run_batch(&options),
         Command::Merge(options) => run_merge(&options),
@@ -152,13 +157,10 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
             })
             .map_err(OutputError::file(OutputFile::MergedResults, into))?;
     }
-    match options.output {
-        OutputFormat::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&merged.summary).unwrap_or_default()
-        ),
-        OutputFormat::Text => print!("{}", report::merge::render(&merged)),
-    }
+    print(match options.output {
+        OutputFormat::Json => json(&merged.summary),
+        OutputFormat::Text => report::merge::render(&merged),
+    })?;
     let totals = &merged.summary.totals;
     if totals.not_succeeded() > 0 {
         return Err(Error::MergedNodesFailed {
@@ -191,6 +193,18 @@ fn config_nodes(path: &std::path::Path) -> Result<report::merge::ConfigNodes, Er
             })
             .collect(),
     })
+}
+
+/// Writes `text` on stdout; see [`report::stdout`] for a reader that stops early.
+fn print(text: impl AsRef<[u8]>) -> Result<(), Error> {
+    Ok(report::stdout::print(text).map_err(OutputError::Stdout)?)
+}
+
+/// A summary as `--output json` prints it: pretty, with a final newline.
+fn json(summary: &Summary) -> String {
+    let mut text = serde_json::to_string_pretty(summary).unwrap_or_default();
+    text.push('\n');
+    text
 }
 
 fn home() -> Option<PathBuf> {
@@ -250,8 +264,7 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
             dry_run::check_local_packages(staging, &plan.config_path)?;
         }
         let offline_images = list_offline_images(&plan)?;
-        print!("{}", dry_run::render(&plan, offline_images.as_ref()));
-        return Ok(());
+        return print(dry_run::render(&plan, offline_images.as_ref()));
     }
     execute(plan, &loaded.config, options, retry.map(|retry| retry.from))
 }
@@ -304,7 +317,7 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
             probe: probe.unwrap_or(Probe::NotStarted),
         })
         .collect();
-    print!("{}", findings::render(&rows));
+    print(findings::render(&rows))?;
     if cancel.stopping() {
         return Err(Interruption::Probes {
             probed: rows.iter().filter(|row| row.probe.started()).count(),
@@ -513,12 +526,6 @@ fn execute(
             summary_path.display()
         );
     }
-    if options.output == OutputFormat::Json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&summary).unwrap_or_default()
-        );
-    }
     if !quiet {
         eprint!(
             "{}",
@@ -531,6 +538,10 @@ fn execute(
             )
         );
         eprint!("{}", recap::sites(&summary.sites));
+    }
+    // After the recap, so a stdout that cannot be written still leaves the console whole.
+    if options.output == OutputFormat::Json {
+        print(json(&summary))?;
     }
     let totals = &summary.totals;
     if cancel.stopping() {

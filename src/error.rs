@@ -176,8 +176,10 @@ pub enum OutputError {
         "The current directory cannot be used: {0}. Run keadm-batch from a directory that exists and that you can write to."
     )]
     CurrentDir(#[source] io::Error),
-    #[error("Could not write the manual page to standard output: {0}.")]
-    ManPage(#[source] io::Error),
+    #[error(
+        "Could not write to standard output: {0}. Check where it is redirected to (a full disk, a closed file)."
+    )]
+    Stdout(#[source] io::Error),
 }
 
 impl OutputError {
@@ -342,7 +344,7 @@ mod tests {
                 1,
             ),
             (OutputError::CurrentDir(io_error()).into(), 1),
-            (OutputError::ManPage(io_error()).into(), 1),
+            (OutputError::Stdout(io_error()).into(), 1),
             (
                 Error::NodesFailed {
                     failed: 2,

@@ -785,3 +785,19 @@ fn an_image_repository_keadm_cannot_use_is_refused_as_bundle_refuses_it() {
         );
     }
 }
+
+/// `keadm-batch ... | head` where head has quit: output ends quietly, with the command's
+/// own exit status, no "Broken pipe" error and no panic.
+#[test]
+fn a_reader_that_quits_early_ends_the_output_quietly() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for args in [
+        &["man"][..],
+        &["completions", "bash"],
+        &["batch", "-c", "batch_config.example.yaml", "--dry-run"],
+    ] {
+        let out = Test::in_dir(repo).args(args).closed_stdout().run();
+        assert_eq!(out.code(), 0, "{args:?}: {}", out.stderr);
+        out.stderr_lacks("Broken pipe").stderr_lacks("panicked");
+    }
+}

@@ -30,6 +30,9 @@ pub struct Test {
     env: Vec<(OsString, OsString)>,
     /// Scratch dirs this launch owns; they go to its output and live as long as it.
     owned: Vec<TempDir>,
+    /// Stdout is a pipe nobody reads, closed before the binary starts (`| head` that has
+    /// already quit).
+    closed_stdout: bool,
 }
 
 impl Test {
@@ -53,7 +56,15 @@ impl Test {
             args: Vec::new(),
             env: Vec::new(),
             owned: Vec::new(),
+            closed_stdout: false,
         }
+    }
+
+    /// Gives the binary a stdout whose reader has gone away: every write fails with
+    /// EPIPE. The output's `stdout` is then empty.
+    pub fn closed_stdout(mut self) -> Test {
+        self.closed_stdout = true;
+        self
     }
 
     /// The directory the binary runs in.
@@ -111,6 +122,13 @@ impl Test {
         }
         let stdout = tempfile::tempfile().unwrap();
         let stderr = tempfile::tempfile().unwrap();
+        let child_stdout = if self.closed_stdout {
+            // The read end is dropped here, before the binary can write anything.
+            let (_reader, writer) = std::io::pipe().unwrap();
+            Stdio::from(writer)
+        } else {
+            Stdio::from(stdout.try_clone().unwrap())
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_keadm-batch"))
             .current_dir(&self.dir)
             .env_remove("RUST_LOG")
@@ -119,7 +137,7 @@ impl Test {
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(&self.args)
             .stdin(Stdio::null())
-            .stdout(stdout.try_clone().unwrap())
+            .stdout(child_stdout)
             .stderr(stderr.try_clone().unwrap())
             .spawn()
             .expect("start keadm-batch");
