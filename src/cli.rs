@@ -179,7 +179,7 @@ struct BatchArgs {
     #[arg(long, value_name = "FORMAT", help_heading = "Output")]
     output: Option<OutputArg>,
 
-    /// Print only errors and the final result.
+    /// Print only errors (a line for each node that did not succeed) and the final result.
     #[arg(short, long, conflicts_with = "verbose", help_heading = "Output")]
     quiet: bool,
 

@@ -174,3 +174,20 @@ fn the_man_page_and_the_readme_agree_on_exit_codes() {
     from_readme.sort();
     assert_eq!(from_man, from_readme);
 }
+
+/// README.md says what `-q` prints as the code prints it (tests/run.rs checks the code):
+/// a line per node that did not succeed, then the one-line result.
+#[test]
+fn the_readme_says_what_quiet_prints() {
+    let readme = read("README.md")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        readme.contains(
+            "`-q` prints only errors: a line for each node that did not succeed, as it \
+             finishes, and the final result, one line whether the run succeeded or not."
+        ),
+        "README.md's `-q` sentence is not what -q does"
+    );
+}

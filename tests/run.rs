@@ -115,6 +115,24 @@ fn wrong_password_fails_without_retry() {
     assert!(!remote_keadm(fleet.node(0)).exists());
 }
 
+/// `-q` prints the errors: one line per node that did not succeed, then the final
+/// result, and nothing else (no banner, no recap), as README.md and `--help` say.
+#[test]
+fn quiet_prints_a_line_per_failed_node_and_the_result() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet).login(Login::Password("not-the-password".into()));
+    let out = sc.run(&["-q"]);
+    out.status(1);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", out.stderr);
+    assert!(lines[0].contains("[1/1] FAILED  edge-00 ("), "{}", lines[0]);
+    assert!(
+        lines[1].starts_with("keadm-batch: error: 1 of 1 selected nodes did not succeed."),
+        "{}",
+        lines[1]
+    );
+}
+
 #[test]
 fn refused_port_is_retried_then_reported() {
     let fleet = Fleet::builder().nodes(1).start();
