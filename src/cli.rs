@@ -441,15 +441,15 @@ pub const EXIT_STATUS: [(i32, &str); 5] = [
     ),
     (
         1,
-        "At least one selected node did not succeed (failed, timed out or skipped); --preflight-only found something on some node; batch merge combined a node that did not succeed; or keadm-batch could not write its own files.",
+        "At least one selected node did not succeed (failed, timed out or skipped); --preflight-only found something on some node; batch merge combined a node that did not succeed; or keadm-batch could not write its own files (the run directory, the log, standard output, the kit of batch bundle).",
     ),
     (
         2,
-        "The config or the command line is invalid (for batch merge also: a shard's file it refuses), or the join batch as a whole would fail (an expired token, another cluster's CA, names taken); no node was touched.",
+        "The config or the command line is invalid (for batch merge also: a shard's file it refuses), or the join batch as a whole would fail (an expired token, another cluster's CA, names taken), or a keadm download would be plain HTTP without pins or --insecure-http, or a keadmCmd's --image-repository makes no valid image reference; batch bundle also refuses an invalid image name, a plain-HTTP registry mirror, an output directory that is not a kit and a docker config.json it cannot read. No node was touched.",
     ),
     (
         3,
-        "The keadm packages could not be staged (download, checksum or pin mismatch, offline package, unpacking); no node was touched.",
+        "The keadm packages or the offline images could not be staged (download, checksum or pin mismatch, offline package, a kit file that does not match its kit.json, an image archive that cannot be read or names no image, unpacking, a package over --max-package-bytes); no node was touched. batch bundle: a release or an image could not be fetched or verified.",
     ),
     (
         130,

@@ -6,8 +6,14 @@
 use std::path::Path;
 
 use crate::common::test::Test;
-use keadm_batch::diagnosis::FailureClass;
+use keadm_batch::bundle::BundleError;
+use keadm_batch::diagnosis::{FailureClass, FindingId};
+use keadm_batch::error::{Error, Interruption, OutputError, UsageError};
+use keadm_batch::kit::KitError;
+use keadm_batch::plan::SelectionError;
+use keadm_batch::report::merge::MergeError;
 use keadm_batch::report::summary::Summary;
+use keadm_batch::stage::StageError;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -173,6 +179,242 @@ fn the_man_page_and_the_readme_agree_on_exit_codes() {
     from_man.sort();
     from_readme.sort();
     assert_eq!(from_man, from_readme);
+}
+
+/// The backticked words in `text` that look like ids (`low_disk`), in order.
+fn ids_in(text: &str) -> Vec<&str> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|word| {
+            !word.is_empty() && word.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+        })
+        .collect()
+}
+
+/// The pre-flight finding ids docs/summary.md and docs/kubeedge.md list are the code's,
+/// all of them and nothing else.
+#[test]
+fn the_documented_finding_ids_are_the_codes() {
+    let code: Vec<&str> = FindingId::ALL.iter().map(|id| id.as_str()).collect();
+    let summary_md = read("docs/summary.md");
+    let row = summary_md
+        .lines()
+        .find(|l| l.starts_with("| `preflight` |"))
+        .expect("docs/summary.md has a `preflight` row");
+    let listed = row
+        .split_once("objects with `id` (")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .expect("the `preflight` row lists the ids in parentheses")
+        .0;
+    assert_eq!(ids_in(listed), code, "docs/summary.md's `preflight` row");
+    let kubeedge_md = read("docs/kubeedge.md");
+    let table: Vec<&str> = kubeedge_md
+        .split("| finding | why it fails the join |")
+        .nth(1)
+        .expect("docs/kubeedge.md has the findings table")
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| ids_in(l).first().copied())
+        .collect();
+    assert_eq!(table, code, "docs/kubeedge.md's findings table");
+}
+
+/// The man page's EXIT STATUS: each code with its text, roff escapes undone.
+fn man_exit_codes() -> Vec<(i32, String)> {
+    let man = Test::new().args(["man"]).run();
+    man.status(0);
+    let section = man
+        .stdout
+        .split(".SH \"EXIT STATUS\"")
+        .nth(1)
+        .expect("the man page has an EXIT STATUS section")
+        .split("\n.SH")
+        .next()
+        .unwrap()
+        .to_string();
+    section
+        .split(".TP\n")
+        .skip(1)
+        .map(|entry| {
+            let (head, text) = entry.split_once('\n').unwrap();
+            let code = head.trim_start_matches("\\fB").trim_end_matches("\\fR");
+            let text = text.replace("\\-", "-").replace("\\e", "\\");
+            (code.parse().unwrap(), text)
+        })
+        .collect()
+}
+
+/// README.md's exit-code table: each code with its text.
+fn readme_exit_codes() -> Vec<(i32, String)> {
+    let readme = read("README.md");
+    readme
+        .split("### Exit codes")
+        .nth(1)
+        .expect("README.md has an exit-code table")
+        .lines()
+        .take_while(|l| !l.starts_with("##"))
+        .filter_map(|l| l.strip_prefix("| "))
+        .filter_map(|l| {
+            let (code, text) = l.split_once(" | ")?;
+            Some((code.parse().ok()?, text.to_string()))
+        })
+        .collect()
+}
+
+/// For each kind of failure, the exit code the code gives it is documented, in the man page
+/// and in README.md, as covering that kind; and docs/summary.md's exit codes are the code's.
+#[test]
+fn each_failure_exits_with_the_code_the_docs_give_it() {
+    let path = std::path::PathBuf::from;
+    let io = || std::io::Error::from(std::io::ErrorKind::StorageFull);
+    let cases: Vec<(Error, &str)> = vec![
+        (
+            UsageError::from(SelectionError::OnlyMatchesNothing {
+                patterns: vec!["edge-9*".into()],
+            })
+            .into(),
+            "command line",
+        ),
+        (
+            UsageError::UnsafeDownload(StageError::PlainHttp {
+                setting: keadm_batch::stage::CONFIG_DOWNLOAD_URL,
+                url: "http://mirror".into(),
+                arches: "amd64".into(),
+            })
+            .into(),
+            "http",
+        ),
+        (
+            BundleError::NoVersion {
+                config: path("config.yaml"),
+            }
+            .into(),
+            "bundle",
+        ),
+        (StageError::EmptyVersion.into(), "stag"),
+        (
+            StageError::Kit(KitError::NotListed {
+                file: path("kit/amd64/x.tar"),
+                manifest: path("kit/kit.json"),
+            })
+            .into(),
+            "kit",
+        ),
+        (
+            StageError::ImageArchiveUnnamed {
+                path: path("kit/amd64/images/x.tar"),
+            }
+            .into(),
+            "image archive",
+        ),
+        (
+            BundleError::NotFound {
+                image: "kubeedge/installation-package:v1.23.1".into(),
+                registry: "docker.io".into(),
+                status: "404 Not Found".into(),
+            }
+            .into(),
+            "bundle",
+        ),
+        (
+            Error::NodesFailed {
+                failed: 1,
+                total: 2,
+                run_dir: "run".into(),
+            },
+            "did not succeed",
+        ),
+        (Error::Findings { nodes: 1, total: 2 }, "--preflight-only"),
+        (
+            Error::MergedNodesFailed {
+                failed: 1,
+                total: 2,
+                dirs: "s1, s2".into(),
+                log: None,
+            },
+            "merge",
+        ),
+        (OutputError::Stdout(io()).into(), "standard output"),
+        (
+            BundleError::Io {
+                action: "write",
+                path: path("kit/kit.json"),
+                error: "No space left on device".into(),
+            }
+            .into(),
+            "kit",
+        ),
+        (
+            Interruption::Probes {
+                probed: 1,
+                total: 2,
+            }
+            .into(),
+            "ctrl-c",
+        ),
+    ];
+    let man = man_exit_codes();
+    let readme = readme_exit_codes();
+    for (error, words) in &cases {
+        let code = error.exit_code();
+        for (doc, table) in [("the man page", &man), ("README.md", &readme)] {
+            let text = table
+                .iter()
+                .find(|(c, _)| *c == code)
+                .map(|(_, text)| text.to_lowercase())
+                .unwrap_or_else(|| panic!("{doc} has no exit status {code}"));
+            assert!(
+                text.contains(words),
+                "{error}\n  exits {code}, but {doc}'s text for {code} says nothing of {words:?}: {text}"
+            );
+        }
+    }
+
+    // docs/summary.md: every exit code it names is one the code has, and its two claims
+    // about `batch merge` are what merge's errors exit with.
+    let summary_md = read("docs/summary.md");
+    let documented: Vec<i32> = man.iter().map(|(code, _)| *code).collect();
+    // "(exit 2)", "exits 1", "exits with 0": keadm-batch's own codes ("exited with 0" is
+    // keadm's, "exit status" a field).
+    for pattern in ["(exit ", "exits with ", "exits "] {
+        for (at, _) in summary_md.match_indices(pattern) {
+            let digits: String = summary_md[at + pattern.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            if let Ok(code) = digits.parse::<i32>() {
+                assert!(
+                    documented.contains(&code),
+                    "docs/summary.md names exit code {code}, which the man page does not list"
+                );
+            }
+        }
+    }
+    let duplicate: Error = UsageError::from(MergeError::Duplicate {
+        node: "edge-1".into(),
+        first: "s1".into(),
+        second: "s2".into(),
+    })
+    .into();
+    let merged_failed = &cases
+        .iter()
+        .find(|(e, _)| matches!(e, Error::MergedNodesFailed { .. }))
+        .unwrap()
+        .0;
+    for claim in [
+        format!("both directories (exit {})", duplicate.exit_code()),
+        format!(
+            "the command exits {}\nwhen some node did not succeed",
+            merged_failed.exit_code()
+        ),
+    ] {
+        assert!(
+            summary_md.contains(&claim),
+            "docs/summary.md lacks {claim:?}"
+        );
+    }
 }
 
 /// README.md says what `-q` prints as the code prints it (tests/run.rs checks the code):
