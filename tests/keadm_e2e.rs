@@ -14,7 +14,8 @@
 //! it whether the node name is free), edgecore (the installation-package's
 //! `/usr/local/bin/edgecore` is a script that writes the certificate files keadm join
 //! waits for), and systemd (a `systemctl` that starts the unit keadm wrote by its
-//! `ExecStart=` line; the test nodes run no init).
+//! `ExecStart=` line and calls a unit active only once started; the test nodes run no
+//! init). Its script is tested on its own, without keadm.
 //!
 //! The harness keeps every path keadm join writes private to the node: tmpfs mounts in
 //! the node's mount namespace over /etc/kubeedge, /var/lib/kubeedge, /var/log/kubeedge,
@@ -47,16 +48,46 @@ const PRIVATE_DIRS: [&str; 5] = [
     "/run/systemd",
 ];
 
-/// The node's systemctl: `start UNIT` runs the unit's `ExecStart=` in the background, as
-/// systemd would; every call is logged to the node's /tmp/systemctl.log.
+/// The node's systemctl, answering as systemd would for what keadm and pre-flight ask:
+/// `start UNIT` runs the unit's `ExecStart=` in the background and marks it started,
+/// `stop` unmarks it, `is-active [--quiet] UNIT` says `active` (0) for a started unit and
+/// `inactive` (3) otherwise, so pre-flight sees no edgecore before the join; anything else
+/// (`daemon-reload`, `enable`) succeeds. A started unit stays active until stopped even
+/// when its process has exited: the real edgecore keeps running, its stand-in exits once
+/// it has written the certificates. Every call is logged to the node's /tmp/systemctl.log.
+/// The `KB_SYSTEMCTL_*` variables move its files, for the test of the script itself.
 const SYSTEMCTL: &str = r#"#!/bin/sh
 # systemctl (test stand-in): the test node runs no init.
-echo "systemctl $*" >> /tmp/systemctl.log
-if [ "$1" = start ]; then
-  exec_start=$(sed -n 's/^ExecStart=//p' "/etc/systemd/system/$2.service")
-  [ -n "$exec_start" ] || { echo "no ExecStart in /etc/systemd/system/$2.service" >&2; exit 5; }
-  $exec_start > "/var/log/kubeedge/$2.log" 2>&1 &
-fi
+units=${KB_SYSTEMCTL_UNITS:-/etc/systemd/system}
+run=${KB_SYSTEMCTL_RUN:-/run/systemd}
+logs=${KB_SYSTEMCTL_LOGS:-/var/log/kubeedge}
+echo "systemctl $*" >> "${KB_SYSTEMCTL_LOG:-/tmp/systemctl.log}"
+verb= unit= quiet=
+for a in "$@"; do
+  case $a in
+    -q|--quiet) quiet=1 ;;
+    -*) ;;
+    *) if [ -z "$verb" ]; then verb=$a; elif [ -z "$unit" ]; then unit=${a%.service}; fi ;;
+  esac
+done
+started="$run/$unit.started"
+case $verb in
+  start|restart)
+    exec_start=$(sed -n 's/^ExecStart=//p' "$units/$unit.service" 2>/dev/null)
+    [ -n "$exec_start" ] || { echo "no ExecStart in $units/$unit.service" >&2; exit 5; }
+    $exec_start > "$logs/$unit.log" 2>&1 &
+    echo $! > "$started"
+    ;;
+  stop)
+    [ -f "$started" ] && kill "$(cat "$started")" 2>/dev/null
+    rm -f "$started"
+    ;;
+  is-active)
+    if [ -n "$unit" ] && [ -f "$started" ]; then state=active code=0; else state=inactive code=3; fi
+    [ -n "$quiet" ] || echo "$state"
+    exit $code
+    ;;
+esac
 exit 0
 "#;
 
@@ -173,23 +204,42 @@ fn a_real_keadm_joins_with_images_only_from_the_offline_directory() {
     oci_archive(&images.join("pause_3.6.tar"), SANDBOX_IMAGE);
     // keadm up to 1.15 also asks for its own pause image (`EdgeSet`'s third-party set);
     // later ones never look at it. Pre-flight knows which this keadm asks for: without
-    // the archive, it names the image.
+    // the archive, it names the image, and that is its only finding (exit 1); a later
+    // keadm's node has none (exit 0). A probe that failed prints no table (exit 3, say),
+    // so the status is checked before what it printed.
     let probe = sc.run(&["--preflight-only"]);
-    let extra_missing = probe
-        .stdout
-        .contains("docker.io/kubeedge/pause:3.6 is not in containerd");
     let minor: u32 = version
         .split('.')
         .nth(1)
         .and_then(|m| m.parse().ok())
         .unwrap();
+    probe.status(if minor <= 15 { 1 } else { 0 });
+    let extra_missing = probe
+        .stdout
+        .contains("docker.io/kubeedge/pause:3.6 is not in containerd");
     assert_eq!(
         extra_missing,
         minor <= 15,
         "pre-flight on keadm's own images:\n{}",
         probe.stdout
     );
+    assert!(
+        !probe.stdout.contains("edgecore is already running"),
+        "{}",
+        probe.stdout
+    );
     docker_archive(&images.join("kubeedge-pause_3.6.tar"), KUBEEDGE_PAUSE);
+    // With every archive there, pre-flight finds nothing on the node.
+    let probe = sc.run(&["--preflight-only"]);
+    probe.status(0);
+    assert!(
+        probe
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("edge-00 ") && l.trim_end().ends_with(" none")),
+        "{}",
+        probe.stdout
+    );
 
     let out = sc.run(&[]);
     let transcript = out.transcript(0);
@@ -209,8 +259,10 @@ fn a_real_keadm_joins_with_images_only_from_the_offline_directory() {
     let package = format!("docker.io/kubeedge/installation-package:{version}");
     runtime.assert_has(&[&package, SANDBOX_IMAGE]);
     // keadm-batch's pre-flight knew which images this keadm asks for, and saw them all
-    // provided by the offline directory.
+    // provided by the offline directory; it found nothing else either (under warn a
+    // finding is a console warning: `edge-00: pre-flight: ...`).
     assert!(!transcript.contains("image_missing"), "{transcript}");
+    out.stderr_lacks(": pre-flight: ");
     assert!(
         !out.log_lines().iter().any(|l| l.contains("pre-flight")),
         "{:?}",
@@ -236,5 +288,83 @@ fn a_real_keadm_joins_with_images_only_from_the_offline_directory() {
     assert!(
         String::from_utf8_lossy(&certs.stdout).contains("edgecore stand-in"),
         "edgecore did not run: {certs:?}"
+    );
+}
+
+/// Runs the stand-in systemctl with `args`, its files under `dir`; returns the exit code
+/// and what it printed.
+fn stand_in_systemctl(dir: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let script = dir.join("systemctl");
+    if !script.exists() {
+        fs::write(&script, SYSTEMCTL).unwrap();
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = Command::new(&script)
+        .args(args)
+        .env("KB_SYSTEMCTL_UNITS", dir)
+        .env("KB_SYSTEMCTL_RUN", dir)
+        .env("KB_SYSTEMCTL_LOGS", dir)
+        .env("KB_SYSTEMCTL_LOG", dir.join("calls.log"))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The stand-in systemctl answers as systemd would, so pre-flight (which asks
+/// `systemctl is-active --quiet edgecore`) sees no edgecore before the join: inactive
+/// (3) until started, active (0) from `start` to `stop`. Runs without a real keadm.
+#[test]
+fn the_stand_in_systemctl_says_a_unit_is_active_only_once_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    assert_eq!(
+        stand_in_systemctl(dir, &["is-active", "--quiet", "edgecore"]),
+        (3, String::new()),
+        "before the join"
+    );
+    assert_eq!(
+        stand_in_systemctl(dir, &["is-active", "edgecore.service"]),
+        (3, "inactive\n".into())
+    );
+    fs::write(
+        dir.join("edgecore.service"),
+        format!(
+            "[Service]\nExecStart=/usr/bin/touch {}\n",
+            dir.join("started").display()
+        ),
+    )
+    .unwrap();
+    assert_eq!(stand_in_systemctl(dir, &["daemon-reload"]).0, 0);
+    assert_eq!(stand_in_systemctl(dir, &["enable", "edgecore"]).0, 0);
+    assert_eq!(
+        stand_in_systemctl(dir, &["is-active", "--quiet", "edgecore"]).0,
+        3,
+        "enabled is not started"
+    );
+    assert_eq!(stand_in_systemctl(dir, &["start", "edgecore"]).0, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !dir.join("started").exists() {
+        assert!(std::time::Instant::now() < deadline, "ExecStart never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        stand_in_systemctl(dir, &["is-active", "edgecore"]),
+        (0, "active\n".into())
+    );
+    assert_eq!(stand_in_systemctl(dir, &["stop", "edgecore"]).0, 0);
+    assert_eq!(
+        stand_in_systemctl(dir, &["is-active", "--quiet", "edgecore"]).0,
+        3
+    );
+    // A unit without ExecStart cannot start.
+    fs::write(dir.join("other.service"), "[Service]\n").unwrap();
+    assert_eq!(stand_in_systemctl(dir, &["start", "other"]).0, 5);
+    let calls = fs::read_to_string(dir.join("calls.log")).unwrap();
+    assert!(
+        calls.starts_with("systemctl is-active --quiet edgecore\n"),
+        "{calls}"
     );
 }
