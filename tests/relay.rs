@@ -351,3 +351,33 @@ fn the_dry_run_shows_the_sites_and_what_is_relayed() {
         off.stdout
     );
 }
+
+/// Without `site:`, the nodes behind one proxyJump host are one site; a node that names
+/// its own site leaves it.
+#[test]
+fn nodes_behind_one_bastion_are_one_site() {
+    let node = |name: &str, ip: &str, extra: &str| {
+        format!(
+            "  - nodeName: {name}\n    keadmCmd: join --cloudcore-ipport=192.0.2.10:10000 --edgenode-name={name}\n{extra}    ssh:\n      ip: {ip}\n      username: root\n      auth: {{type: agent}}\n      proxyJump: {{ip: 192.0.2.9, username: jump, auth: {{type: agent}}}}\n"
+        )
+    };
+    let config = format!(
+        "keadm:\n  keadmVersion: v1.23.1\n  archGroup: [amd64]\nnodes:\n{}{}{}",
+        node("edge-a", "10.1.0.1", ""),
+        node("edge-b", "10.1.0.2", ""),
+        node("edge-c", "10.1.0.3", "    site: elsewhere\n"),
+    );
+    let out = crate::common::test::Test::new()
+        .config(&config)
+        .args(["batch", "-c", "config.yaml", "--dry-run"])
+        .run();
+    out.status(0);
+    assert!(
+        out.stdout.contains(
+            "\n  site behind 192.0.2.9:22: 2 nodes, seed order edge-a, edge-b; keadm relayed among 2 nodes\n"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("elsewhere"), "{}", out.stdout);
+}

@@ -41,18 +41,19 @@ bench_cleanup() {
 }
 
 # start_fleet N: N `sshd -D` nodes on 127.252.x.y:22, each in its own mount and pid
-# namespace with a private tmpfs /tmp; root's key in $work/id_ed25519.
+# namespace with a private tmpfs /tmp and a home of its own for root (whose
+# .ssh/authorized_keys the site relay adds its run's line to); root's key in
+# $work/id_ed25519.
 start_fleet() {
   fleet_size=$1
   ssh-keygen -q -t ed25519 -N '' -C bench -f "$work/id_ed25519"
   cp "$work/id_ed25519.pub" "$work/authorized_keys"
   ssh-keygen -q -t ed25519 -N '' -C bench-host -f "$work/host_key"
-  mkdir -p "$work/home" && chmod 0700 "$work/home"
   echo "==> starting $fleet_size sshd nodes (tmpfs /tmp each)"
   local start i d h parent child
   start=$(date +%s.%N)
   for i in $(seq 0 $(( fleet_size - 1 ))); do
-    d="$work/node$i"; mkdir -p "$d"
+    d="$work/node$i"; mkdir -p "$d/home" && chmod 0700 "$d/home"
     cat > "$d/sshd_config" <<CFG
 ListenAddress $(host_of "$i"):22
 HostKey $work/host_key
@@ -62,7 +63,7 @@ StrictModes no
 PermitRootLogin prohibit-password
 PasswordAuthentication no
 KbdInteractiveAuthentication no
-AuthorizedKeysFile $work/authorized_keys
+AuthorizedKeysFile $work/authorized_keys .ssh/authorized_keys
 UseDNS no
 PrintMotd no
 PrintLastLog no
@@ -73,7 +74,7 @@ CFG
     [ -z "${node_sshd_extra[$i]:-}" ] || printf '%s\n' "${node_sshd_extra[$i]}" >> "$d/sshd_config"
     unshare --mount --pid --fork --kill-child --mount-proc --propagation private -- sh -c "
       mount -t tmpfs -o mode=1777 tmpfs /tmp &&
-      mount --bind '$work/home' /root &&
+      mount --bind '$d/home' /root &&
       exec /usr/sbin/sshd -D -f '$d/sshd_config' -E '$d/sshd.log'" </dev/null 2>"$d/start.log" &
     pids+=("$!")
   done
