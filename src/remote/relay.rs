@@ -148,6 +148,10 @@ pub struct Source {
 /// line, where other users could read it); it and the source's host key are written to
 /// 0600 files beside the copy and removed whatever happens. Any failure removes the
 /// temporary file, prints [`RELAY_FAILED_LINE`] and why, and exits 1.
+///
+/// A node whose CPU has AES instructions asks for AES-GCM first: it moves the copy at
+/// several times chacha20's speed there, and a site's fan-out is bound by the nodes' CPU,
+/// not by their LAN. Without them OpenSSH's own order (chacha20 first) is faster.
 pub fn fetch_script(
     dir: &str,
     tmp: &str,
@@ -166,7 +170,8 @@ pub fn fetch_script(
          command -v ssh >/dev/null 2>&1 || kb_fail the node has no ssh client\n\
          while IFS= read -r kb_l; do printf '%s\\n' \"$kb_l\"; [ \"$kb_l\" = {key_end} ] && break; done > \"$kb_k\" && \
          printf '%s\\n' {known} > \"$kb_h\" || kb_fail cannot write the relay key\n\
-         ssh -F /dev/null -n -i \"$kb_k\" -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes \
+         kb_c=; grep -qw aes /proc/cpuinfo 2>/dev/null && kb_c='-c aes128-gcm@openssh.com,chacha20-poly1305@openssh.com,aes128-ctr'\n\
+         ssh -F /dev/null -n $kb_c -i \"$kb_k\" -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes \
          -o UserKnownHostsFile=\"$kb_h\" -o GlobalKnownHostsFile=/dev/null -o HostKeyAlias={HOST_ALIAS} \
          -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o LogLevel=ERROR \
          -b {bind} -p {port} -l {user} {host} fetch > {t} 2> \"$kb_e\" || kb_fail \"$(head -c 300 \"$kb_e\" | tr '\\n' ' ')\"\n\
