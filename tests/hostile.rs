@@ -12,9 +12,7 @@ use crate::common::fleet::{Fleet, Node};
 use crate::common::hostile::{self, FORGED_NOTE, Hostile, HostileKeadm};
 use crate::common::scenario::Scenario;
 use keadm_batch::report::transcript::MAX_TRANSCRIPT;
-use keadm_batch::transport::{
-    Auth, ConnectSpec, Connection, HostKeyPolicy, SshConnection, TransportError,
-};
+use keadm_batch::transport::{Connection, SshConnection, TransportError};
 
 /// The prepare step's deadline (`DEFAULT_STEP_TIMEOUT`), which no config changes.
 const STEP_DEADLINE: f64 = 30.0;
@@ -24,17 +22,8 @@ const KEADM_DEADLINE: f64 = 5.0;
 const SLACK: f64 = 15.0;
 
 fn connect(fleet: &Fleet, node: &Node) -> SshConnection {
-    let spec = ConnectSpec {
-        endpoint: node.endpoint(),
-        username: "root".to_string(),
-        auth: Auth::Password(fleet.root_password()),
-        host_key_policy: HostKeyPolicy::AcceptNew,
-        known_hosts: fleet.known_hosts(),
-        connect_timeout: Duration::from_secs(10),
-        keepalive_secs: 15,
-        jump: None,
-    };
-    SshConnection::connect(&spec).unwrap_or_else(|e| panic!("connect to {}: {e}", node.host()))
+    SshConnection::connect(&fleet.root_password_spec(node))
+        .unwrap_or_else(|e| panic!("connect to {}: {e}", node.host()))
 }
 
 /// Runs `command` on a thread of its own with `deadline` after its start and `abort`

@@ -9,7 +9,7 @@ use crate::common::edge_state::{RuntimeSocket, start_edgecore};
 use crate::common::fleet::{Fleet, Node};
 use keadm_batch::kubeedge::preflight::{self, Finding, FindingId};
 use keadm_batch::remote::{Privilege, preflight_probe_script, wrap};
-use keadm_batch::transport::{Auth, ConnectSpec, Connection, HostKeyPolicy, SshConnection};
+use keadm_batch::transport::{Connection, SshConnection};
 
 const UPLOAD_DIR: &str = "/tmp/kubeedge/keadm";
 /// About the size of a keadm binary.
@@ -17,16 +17,7 @@ const KEADM_BYTES: u64 = 60 * 1024 * 1024;
 
 /// Runs the probe on `node` over SSH and returns what it found.
 fn probe(fleet: &Fleet, node: &Node, upload_dir: &str, socket: &str, needed: u64) -> Vec<Finding> {
-    let spec = ConnectSpec {
-        endpoint: node.endpoint(),
-        username: "root".to_string(),
-        auth: Auth::Password(fleet.root_password()),
-        host_key_policy: HostKeyPolicy::AcceptNew,
-        known_hosts: fleet.known_hosts(),
-        connect_timeout: Duration::from_secs(10),
-        keepalive_secs: 15,
-        jump: None,
-    };
+    let spec = fleet.root_password_spec(node);
     let mut conn = SshConnection::connect(&spec).unwrap_or_else(|e| panic!("connect: {e}"));
     let script = wrap(
         &preflight_probe_script(upload_dir, socket, needed),

@@ -26,6 +26,25 @@ fn relay_lines(path: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that no node of `fleet` serves any more: no relay line in root's
+/// authorized_keys, or with `user_home` the test user's (its home is the node's /tmp), and
+/// no relay file left in the upload dir.
+fn no_node_serves(fleet: &Fleet, user_home: bool, context: &str) {
+    for (i, node) in fleet.nodes().iter().enumerate() {
+        let keys = if user_home {
+            node.tmp_path(".ssh/authorized_keys")
+        } else {
+            node.root_home_path(".ssh/authorized_keys")
+        };
+        assert_eq!(
+            relay_lines(&keys),
+            Vec::<String>::new(),
+            "node {i} still serves\n{context}"
+        );
+        assert_eq!(relay_leftovers(node), Vec::<String>::new(), "node {i}");
+    }
+}
+
 /// Files the relay writes beside its copy (the key, the source's host key, ssh's
 /// errors), left in the upload dir.
 fn relay_leftovers(node: &Node) -> Vec<String> {
@@ -83,15 +102,7 @@ fn a_site_gets_keadm_over_its_uplink_once_and_the_rest_from_its_nodes() {
     assert_eq!(direct.len(), 1, "one copy over the uplink: {direct:?}");
     assert_eq!(from_peer.len(), 3, "three from peers: {from_peer:?}");
     same_keadm_everywhere(&fleet, 4);
-    for i in 0..4 {
-        let node = fleet.node(i);
-        assert_eq!(
-            relay_lines(&node.root_home_path(".ssh/authorized_keys")),
-            Vec::<String>::new(),
-            "node {i} still serves"
-        );
-        assert_eq!(relay_leftovers(node), Vec::<String>::new(), "node {i}");
-    }
+    no_node_serves(&fleet, false, "");
     let stdout_json = out.summary();
     let site = &stdout_json["sites"][0];
     assert_eq!(site["site"], "store-1", "{stdout_json}");
@@ -182,10 +193,7 @@ fn a_receiver_that_cannot_reach_the_source_falls_back() {
     let t1 = out.transcript(1);
     assert!(t1.contains("getting it from this machine instead"), "{t1}");
     same_keadm_everywhere(&fleet, 2);
-    assert_eq!(
-        relay_lines(&fleet.node(0).root_home_path(".ssh/authorized_keys")).len(),
-        0
-    );
+    no_node_serves(&fleet, false, "");
 }
 
 /// Under sudo the source serves from the login user's own authorized_keys, and the
@@ -215,12 +223,8 @@ fn sudo_nodes_relay_too() {
     );
     assert_eq!(from_peer.len(), 2, "{from_peer:?}");
     same_keadm_everywhere(&fleet, 3);
+    no_node_serves(&fleet, true, "");
     for i in 0..3 {
-        // The test user's home is the node's /tmp.
-        assert_eq!(
-            relay_lines(&fleet.node(i).tmp_path(".ssh/authorized_keys")),
-            Vec::<String>::new()
-        );
         let copies: Vec<String> = std::fs::read_dir(fleet.node(i).tmp_path(""))
             .unwrap()
             .flatten()
@@ -278,14 +282,7 @@ fn the_next_run_removes_what_a_killed_control_host_left() {
     // run, which clears every earlier run's line, can remove it.
     let out = sc.run(&[]);
     out.status(0);
-    for i in 0..2 {
-        assert_eq!(
-            relay_lines(&fleet.node(i).root_home_path(".ssh/authorized_keys")),
-            Vec::<String>::new(),
-            "node {i}"
-        );
-        assert_eq!(relay_leftovers(fleet.node(i)), Vec::<String>::new());
-    }
+    no_node_serves(&fleet, false, &out.stderr);
 }
 
 /// The operator's Ctrl-C (twice: the second kills what runs) mid-fan-out: the run ends,
@@ -303,14 +300,7 @@ fn ctrl_c_mid_fan_out_leaves_no_node_serving() {
     running.interrupt();
     let out = running.wait();
     out.status(130);
-    for i in 0..3 {
-        assert_eq!(
-            relay_lines(&fleet.node(i).root_home_path(".ssh/authorized_keys")),
-            Vec::<String>::new(),
-            "node {i}\n{}",
-            out.stderr
-        );
-    }
+    no_node_serves(&fleet, false, &out.stderr);
 }
 
 /// `--dry-run` shows the sites of two or more nodes, their seed order and what is

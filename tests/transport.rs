@@ -30,11 +30,7 @@ fn spec_for(endpoint: Endpoint, auth: Auth, known_hosts: PathBuf) -> ConnectSpec
 }
 
 fn password_spec(fleet: &Fleet, node: &Node) -> ConnectSpec {
-    spec_for(
-        node.endpoint(),
-        Auth::Password(fleet.root_password()),
-        fleet.known_hosts(),
-    )
+    fleet.root_password_spec(node)
 }
 
 fn connect(spec: &ConnectSpec) -> SshConnection {

@@ -14,12 +14,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use std::io::{Cursor, Write};
+use std::io::Cursor;
 
 use openssl::pkey::PKey;
 
-use super::privilege::{exec_as, password_of};
-use super::run::{WatchReceived, Watched, transcript_error};
+use super::run::WatchReceived;
 use super::upload::{Arrival, Move, Upload};
 use super::{Context, Run, StepError};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
@@ -526,21 +525,10 @@ impl Run<'_, '_> {
             let script = run.keadm_script(moves, Some(arrival));
             let deadline = Instant::now() + run.keadm_time(size);
             let mut key = Cursor::new(relay.key.private_openssh.clone().into_bytes());
-            let mut output = Watched {
-                watch: WatchReceived::new(true).announcing(announce),
-                inner: &mut run.transcript,
-            };
-            let result = exec_as(
-                conn,
-                &script,
-                privilege,
-                password_of(node),
-                Some(&mut key),
-                deadline,
-                &mut output,
-            );
-            output.flush().map_err(transcript_error)?;
-            Ok((result, output.watch.seen()))
+            let watch = WatchReceived::new(true).announcing(announce);
+            let (result, watch) =
+                run.exec_run_script(conn, &script, privilege, Some(&mut key), deadline, watch)?;
+            Ok((result, watch.seen()))
         })?;
         let (result, received) = outcome;
         if !received && matches!(result, Ok(RemoteExit::Code(RELAY_FAILED))) {

@@ -174,9 +174,9 @@ impl<R: Read> Read for Clocked<R> {
 }
 
 /// A writer through a [`WatchReceived`] into `inner`.
-pub(super) struct Watched<'w> {
-    pub(super) watch: WatchReceived,
-    pub(super) inner: &'w mut dyn Write,
+struct Watched<'w> {
+    watch: WatchReceived,
+    inner: &'w mut dyn Write,
 }
 
 impl Write for Watched<'_> {
@@ -222,24 +222,47 @@ impl Run<'_, '_> {
                 }),
                 None => None,
             };
-            let mut output = Watched {
-                watch: WatchReceived::new(deferred.is_some()).announcing(run.relay_announcer()),
-                inner: &mut run.transcript,
-            };
-            let result = exec_as(
+            let watch = WatchReceived::new(deferred.is_some()).announcing(run.relay_announcer());
+            let (result, watch) = run.exec_run_script(
                 conn,
                 &script,
                 privilege,
-                password_of(node),
                 file.as_mut().map(|f| f as &mut dyn Read),
                 deadline,
-                &mut output,
-            );
-            output.flush().map_err(transcript_error)?;
-            let watch = output.watch;
+                watch,
+            )?;
             run.relay_settle(watch.seen(), deferred.as_ref().map(|d| d.sent().1));
             run.keadm_result(conn, result, deferred, &watch, &times, privilege)
         })
+    }
+
+    /// Runs the run's `script` with `privilege`, `stdin` after sudo's password lines when
+    /// sudo wants it, its output through `watch` into the transcript; how it ended, and the
+    /// watch (whether the received line went by).
+    pub(super) fn exec_run_script(
+        &mut self,
+        conn: &mut dyn Connection,
+        script: &str,
+        privilege: Privilege,
+        stdin: Option<&mut dyn Read>,
+        deadline: Instant,
+        watch: WatchReceived,
+    ) -> Result<(Result<RemoteExit, TransportError>, WatchReceived), StepError> {
+        let mut output = Watched {
+            watch,
+            inner: &mut self.transcript,
+        };
+        let result = exec_as(
+            conn,
+            script,
+            privilege,
+            password_of(self.node),
+            stdin,
+            deadline,
+            &mut output,
+        );
+        output.flush().map_err(transcript_error)?;
+        Ok((result, output.watch))
     }
 
     /// The run's script: receive the deferred upload, move the uploads into place, run

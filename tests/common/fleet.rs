@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use keadm_batch::redact::Secret;
-use keadm_batch::transport::Endpoint;
+use keadm_batch::transport::{Auth, ConnectSpec, Endpoint, HostKeyPolicy};
 
 const SSHD: &str = "/usr/sbin/sshd";
 const SFTP_SERVER: &str = "/usr/lib/openssh/sftp-server";
@@ -214,6 +214,21 @@ impl Fleet {
     /// Root's password on every node.
     pub fn root_password(&self) -> Secret {
         Secret::new(ROOT_PASSWORD)
+    }
+
+    /// How the transport logs in to `node` as root with the root password: the known-hosts
+    /// file is the fleet's, new keys are recorded, no jump host.
+    pub fn root_password_spec(&self, node: &Node) -> ConnectSpec {
+        ConnectSpec {
+            endpoint: node.endpoint(),
+            username: "root".to_string(),
+            auth: Auth::Password(self.root_password()),
+            host_key_policy: HostKeyPolicy::AcceptNew,
+            known_hosts: self.known_hosts(),
+            connect_timeout: Duration::from_secs(10),
+            keepalive_secs: 15,
+            jump: None,
+        }
     }
 
     /// The passphrase of [`KeyKind::Ed25519Passphrase`].
