@@ -42,7 +42,7 @@ if tc qdisc show dev lo | grep -qv 'noqueue'; then
 fi
 
 # A range of its own, so this bench neither shares addresses nor shaping with another.
-node_net=127.251
+node_net=127.250
 # shellcheck source=bench/lib/fleet.sh
 . "$repo/bench/lib/fleet.sh"
 bench_on_exit() { tc qdisc del dev lo root 2>/dev/null || true; }
