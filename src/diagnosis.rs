@@ -171,10 +171,13 @@ impl FailureClass {
                  or preload the images on air-gapped nodes; then retry with --reset-first."
             }
             FailureClass::RuntimeMissing => {
-                "keadm could not use the container runtime. Install and start containerd (or pass \
+                "keadm could not use the container runtime, or keadm-batch could not import the \
+                 offline images into it (the node's error says which, and the command to run by \
+                 hand). Install and start containerd (or pass \
                  --remote-runtime-endpoint=unix://<socket>), make sure \"cri\" is not in \
                  disabled_plugins in /etc/containerd/config.toml, and pass --cgroupdriver=systemd \
-                 when containerd uses SystemdCgroup = true. Then retry with --reset-first."
+                 when containerd uses SystemdCgroup = true. Then retry, with --reset-first where \
+                 keadm ran."
             }
             FailureClass::Unreachable => {
                 "keadm-batch could not reach sshd on these nodes, or lost the connection before \

@@ -211,7 +211,7 @@ fn a_runtime_that_cannot_take_images_fails_alone_with_its_message() {
     assert!(
         unknown.contains(
             "keadm-batch cannot tell which container runtime serves /tmp/rt/frakti.sock ("
-        ) && unknown.contains("no process this probe can see holds the socket)")
+        ) && unknown.contains("nothing is at /tmp/rt/frakti.sock: no runtime listens there)")
             && unknown.contains("Import the archives on the node by hand"),
         "{unknown}"
     );
@@ -225,12 +225,16 @@ fn a_runtime_that_cannot_take_images_fails_alone_with_its_message() {
     let isulad = out.log_line_starting("Failed to process node edge-02: ");
     assert!(
         isulad.contains("keadm-batch cannot import the offline images into iSulad: isula is not installed on the node")
-            && isulad.contains("isula load -i /tmp/kubeedge/keadm/image-installation-package_v1.23.1.tar"),
+            // Nothing was sent: by hand names the operator's own archives.
+            && isulad.contains("isula load -i FILE, FILE being each of these copied to the node: ")
+            && isulad.contains("/packages/amd64/images/installation-package_v1.23.1.tar"),
         "{isulad}"
     );
     for i in [1, 2] {
         let node = out.node_summary(i);
         assert_eq!(node["failed_in"], "preparing");
+        // keadm never ran: keadm-batch's own class, not one read from keadm's output.
+        assert_eq!(node["failure_class"], "runtime_missing", "{node}");
         assert_eq!(node["bytes_uploaded"], 0, "nothing was sent: {node}");
         assert!(fake_keadm::calls(&remote_keadm(fleet.node(i))).is_empty());
     }

@@ -18,6 +18,7 @@ use super::privilege::{exec_as, password_of};
 use super::upload::{Move, Upload, finalize_line};
 use super::{Run, StepError};
 use crate::arch::Arch;
+use crate::diagnosis::FailureClass;
 use crate::kubeedge::preflight;
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
 use crate::outcome::Phase;
@@ -130,13 +131,17 @@ impl<'c> Run<'_, 'c> {
         hasher: Option<Sha256Tool>,
         needed: &[&ImageArchive],
     ) -> Result<Sha256Tool, StepError> {
-        let node = self.node;
+        // Nothing was sent yet: by hand means the operator's own copies of the archives.
         let by_hand = || {
-            needed
+            let sources: Vec<String> = needed
                 .iter()
-                .map(|a| runtime.manual_import(&format!("{}/{}", node.upload_dir, a.remote_name)))
-                .collect::<Vec<_>>()
-                .join("; ")
+                .map(|a| a.source.display().to_string())
+                .collect();
+            format!(
+                "{}, FILE being each of these copied to the node: {}",
+                runtime.manual_import("FILE"),
+                sources.join(", ")
+            )
         };
         let problem = if let Runtime::Unknown { socket, why } = runtime {
             format!(
@@ -158,12 +163,18 @@ impl<'c> Run<'_, 'c> {
         } else if let Some(hasher) = hasher {
             return Ok(hasher);
         } else {
-            format!(
-                "The node has neither a working sha256sum nor a working openssl, so it cannot check the offline image archives before they are imported. Install one of them (coreutils, BusyBox or OpenSSL), or import the archives by hand ({}), and run again",
-                by_hand()
+            return Err(StepError::new(
+                Phase::Preparing,
+                format!(
+                    "The node has neither a working sha256sum nor a working openssl, so it cannot check the offline image archives before they are imported. Install one of them (coreutils, BusyBox or OpenSSL), or import the archives by hand ({}), and run again.",
+                    by_hand()
+                ),
             )
+            .class(FailureClass::Upload));
         };
-        Err(StepError::new(Phase::Preparing, format!("{problem}.")))
+        // keadm never ran: the class is keadm-batch's own, not read from keadm's output.
+        Err(StepError::new(Phase::Preparing, format!("{problem}."))
+            .class(FailureClass::RuntimeMissing))
     }
 
     /// Moves the uploaded archives into place, imports them, and checks that the runtime
@@ -221,7 +232,8 @@ impl<'c> Run<'_, 'c> {
                         remote::cli_output(&text).trim_end_matches('.'),
                         runtime.manual_import(&file),
                     ),
-                ));
+                )
+                .class(FailureClass::RuntimeMissing));
             }
             if report.imported.len() < needed.len() {
                 return Err(StepError::new(

@@ -170,12 +170,15 @@ impl Runtime {
 /// holding a socket too). The first that answers decides. A runtime gets 5 s to answer on
 /// its own local socket; one that holds it without answering costs that once per CLI.
 /// Sets `kb_kind` to a word of [`KINDS`] or `unknown`, and `kb_told` to how it was told
-/// (or, when it could not be, what was asked).
+/// (or, when it could not be, what was asked). Where nothing is at the socket's path no
+/// CLI is asked: each would wait out its timeout on a socket that is not there.
 const IDENTIFY: &str = r#"kb_kind=
 kb_told=
 kb_tried=
 kb_try() { kb_tried="${kb_tried:+$kb_tried; }$1"; }
-if command -v crictl >/dev/null 2>&1; then
+if [ ! -e "$kb_sock" ]; then
+  kb_kind=unknown; kb_told="nothing is at $kb_sock: no runtime listens there"
+elif command -v crictl >/dev/null 2>&1; then
   if kb_o=$(crictl --runtime-endpoint "unix://$kb_sock" --timeout 5s version 2>&1); then
     kb_n=$(printf '%s\n' "$kb_o" | sed -n 's/^RuntimeName:[[:space:]]*//p' | head -n 1)
     [ -n "$kb_n" ] && kb_kind=$(kb_kind_of "$kb_n") && kb_told="crictl version says RuntimeName $kb_n"
@@ -225,7 +228,8 @@ fn kind_of_function() -> String {
 
 /// Lists the runtime's images as `KB_RT_IMAGE <ref>` lines and `KB_RT_LISTED`, or says
 /// why it could not (`KB_RT_LIST_FAILED <why>`, `KB_RT_UNLISTED`).
-const LIST: &str = r#"if kb_out=$(kb_list 2>&1); then
+const LIST: &str = r#"if [ -n "$kb_sock" ] && [ ! -e "$kb_sock" ]; then echo KB_RT_UNLISTED
+elif kb_out=$(kb_list 2>&1); then
   printf '%s\n' "$kb_out" | while IFS= read -r kb_l; do [ -n "$kb_l" ] && printf 'KB_RT_IMAGE %s\n' "$kb_l"; done
   echo KB_RT_LISTED
 else
@@ -262,7 +266,8 @@ pub fn runtime_probe_script(socket: &str) -> String {
         "if [ -n \"$kb_tool\" ]; then echo \"KB_RT_TOOL $kb_tool\"; else echo KB_RT_NO_TOOL; fi\n",
     );
     s.push_str(LIST);
-    s.push_str("kb_sb=$(kb_sandbox 2>/dev/null)\n[ -n \"$kb_sb\" ] && echo \"KB_RT_SANDBOX $kb_sb\"\necho KB_RT_DONE\n");
+    // Nothing at the socket: no CLI is asked (each would wait out its timeout).
+    s.push_str("kb_sb=\n[ -e \"$kb_sock\" ] && kb_sb=$(kb_sandbox 2>/dev/null)\n[ -n \"$kb_sb\" ] && echo \"KB_RT_SANDBOX $kb_sb\"\necho KB_RT_DONE\n");
     s
 }
 
@@ -536,21 +541,28 @@ mod tests {
 
     #[test]
     fn a_runtime_is_asked_what_it_is_by_cri_s_runtime_name_first() {
-        let (_dir, bin) = scratch_bin();
-        // Socket names that would mislead a guess: the runtime's own answer decides.
+        let (dir, bin) = scratch_bin();
+        // A socket there, under a name that would mislead a guess: the runtime's own
+        // answer decides.
+        let socket = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, "").unwrap();
+            path.to_str().unwrap().to_string()
+        };
+        let containerd = socket("isulad.sock");
         for (runtime_name, socket, expected) in [
             (
                 "containerd",
-                "/run/ctd/x.sock",
-                "containerd (/run/ctd/x.sock)",
+                containerd.clone(),
+                format!("containerd ({containerd})"),
             ),
             (
                 "docker",
-                "/run/containerd/containerd.sock",
-                "docker (through cri-dockerd)",
+                socket("containerd.sock"),
+                "docker (through cri-dockerd)".to_string(),
             ),
-            ("cri-o", "/run/isulad.sock", "CRI-O"),
-            ("iSulad", "/var/run/crio/crio.sock", "iSulad"),
+            ("cri-o", socket("isulad.sock"), "CRI-O".to_string()),
+            ("iSulad", socket("crio.sock"), "iSulad".to_string()),
         ] {
             fake_tool(
                 &bin,
@@ -559,11 +571,11 @@ mod tests {
                     "case \"$*\" in *' version') printf 'Version:  0.1.0\\nRuntimeName:  {runtime_name}\\nRuntimeVersion:  1.0\\n';; *) exit 1;; esac"
                 ),
             );
-            let facts = probe(&bin, socket);
+            let facts = probe(&bin, &socket);
             assert_eq!(
                 told(&facts),
                 (
-                    expected.to_string(),
+                    expected,
                     format!("crictl version says RuntimeName {runtime_name}")
                 )
             );
@@ -574,11 +586,12 @@ mod tests {
             "crictl",
             "case \"$*\" in *' version') echo 'RuntimeName: frakti';; *) exit 1;; esac",
         );
-        let facts = probe(&bin, "/run/containerd/containerd.sock");
+        let frakti = socket("containerd.sock");
+        let facts = probe(&bin, &frakti);
         assert_eq!(
             facts.runtime,
             Some(Runtime::Unknown {
-                socket: "/run/containerd/containerd.sock".into(),
+                socket: frakti,
                 why: "crictl version says RuntimeName frakti".into()
             })
         );
@@ -621,19 +634,30 @@ mod tests {
                 "ctr version answers on it".to_string()
             )
         );
-        // Nothing answers and nothing holds the socket: unknown, saying what was asked.
+        // Nothing is at the socket's path: unknown at once, no CLI asked (each would wait
+        // for its timeout on a socket that is not there).
         std::fs::remove_file(socket).unwrap();
+        let asked = dir.path().join("asked");
+        for cli in ["crictl", "ctr"] {
+            fake_tool(
+                &bin,
+                cli,
+                &format!("echo {cli} >> {}\nsleep 5", asked.display()),
+            );
+        }
         let facts = probe(&bin, socket);
         let Some(Runtime::Unknown { why, .. }) = &facts.runtime else {
             panic!("{facts:?}")
         };
         assert_eq!(
             why,
-            &format!(
-                "crictl is not installed; ctr version: ctr: failed to dial \"{socket}\": connection error; no process this probe can see holds the socket"
-            )
+            &format!("nothing is at {socket}: no runtime listens there")
         );
-        assert!(!facts.listed && facts.list_error.is_none(), "{facts:?}");
+        assert!(
+            !asked.exists(),
+            "a CLI was asked about a socket that is not there"
+        );
+        assert!(!facts.listed, "{facts:?}");
     }
 
     #[test]
@@ -756,10 +780,15 @@ mod tests {
             "case \"$*\" in *' version') echo 'RuntimeName: containerd';; *images*) printf 'IMAGE TAG IMAGE ID SIZE\\nregistry.k8s.io/pause 3.6 6270bb605e12e 302kB\\nx <none> 1 1\\n';; *info*) echo '  \"sandboxImage\": \"registry.k8s.io/pause:3.6\",';; esac",
         );
         fake_ctr(&bin, &dir.path().join("images.txt"));
-        let facts = probe(&bin, "/run/gone.sock");
+        // The socket is there (crictl answers on it); ctr's fake dials only a file it can
+        // see, and this one it cannot.
+        let gone = dir.path().join("gone.sock");
+        std::fs::create_dir(&gone).unwrap();
+        let gone = gone.to_str().unwrap();
+        let facts = probe(&bin, gone);
         assert_eq!(
             facts.runtime.as_ref().unwrap().name(),
-            "containerd (/run/gone.sock)"
+            format!("containerd ({gone})")
         );
         assert!(!facts.listed);
         assert!(
@@ -772,7 +801,7 @@ mod tests {
         );
         // Without ctr, crictl lists.
         std::fs::remove_file(bin.join("ctr")).unwrap();
-        let facts = probe(&bin, "/run/gone.sock");
+        let facts = probe(&bin, gone);
         assert_eq!(facts.tool, None);
         assert!(facts.listed, "{facts:?}");
         assert_eq!(

@@ -3,7 +3,7 @@
 //! stops the node before keadm, and the pre-flight image check.
 
 use super::*;
-use crate::diagnosis::FindingId;
+use crate::diagnosis::{FailureClass, FindingId};
 use crate::outcome::Phase;
 use crate::stage::ImageSources;
 
@@ -200,7 +200,7 @@ fn a_runtime_that_cannot_take_the_images_fails_the_node_before_anything_is_sent(
         (
             "join --cloudcore-ipport=10.0.0.1:10000",
             format!("{CONTAINERD}KB_RT_NO_TOOL\nKB_RT_DONE\n"),
-            "keadm-batch cannot import the offline images into containerd (/run/containerd/containerd.sock): ctr is not installed on the node. Install it, or import the archives by hand (ctr --address /run/containerd/containerd.sock -n k8s.io images import /tmp/kb/image-package.tar), and run again.",
+            "keadm-batch cannot import the offline images into containerd (/run/containerd/containerd.sock): ctr is not installed on the node. Install it, or import the archives by hand (ctr --address /run/containerd/containerd.sock -n k8s.io images import FILE, FILE being each of these copied to the node: ",
         ),
         (
             "join --cloudcore-ipport=10.0.0.1:10000 -p unix:///var/run/crio/crio.sock",
@@ -217,7 +217,7 @@ fn a_runtime_that_cannot_take_the_images_fails_the_node_before_anything_is_sent(
         (
             "join --cloudcore-ipport=10.0.0.1:10000",
             format!("KB_TOOLS gzip tar\n{CONTAINERD}KB_RT_TOOL ctr\nKB_RT_LISTED\nKB_RT_DONE\n"),
-            "The node has neither a working sha256sum nor a working openssl, so it cannot check the offline image archives before they are imported. Install one of them (coreutils, BusyBox or OpenSSL), or import the archives by hand (ctr --address /run/containerd/containerd.sock -n k8s.io images import /tmp/kb/image-package.tar), and run again.",
+            "The node has neither a working sha256sum nor a working openssl, so it cannot check the offline image archives before they are imported. Install one of them (coreutils, BusyBox or OpenSSL), or import the archives by hand (ctr --address /run/containerd/containerd.sock -n k8s.io images import FILE, FILE being each of these copied to the node: ",
         ),
     ] {
         let fake = FakeTransport::new()
@@ -230,8 +230,18 @@ fn a_runtime_that_cannot_take_the_images_fails_the_node_before_anything_is_sent(
         let outcome = h.process(&plan);
         assert_eq!(outcome.phase, Phase::Failed);
         assert_eq!(outcome.failed_in, Some(Phase::Preparing));
+        // keadm never ran: the class is keadm-batch's own, never read from keadm's
+        // output (whose advice would be edgecore's log).
+        let class = if expected.contains("sha256sum") {
+            FailureClass::Upload
+        } else {
+            FailureClass::RuntimeMissing
+        };
+        assert_eq!(outcome.failure_class, Some(class), "{expected}");
         let error = outcome.error.unwrap();
         assert!(error.contains(expected), "{error}");
+        // By hand means the operator's own copy: nothing was sent to the upload dir.
+        assert!(!error.contains("/tmp/kb/image-"), "{error}");
         assert_eq!(
             h.execs().len(),
             1,
