@@ -8,7 +8,12 @@ use sha2::{Digest, Sha256};
 
 /// Size and sha256 (lowercase hex) of the file at `path`.
 pub fn sha256_file(path: &Path) -> io::Result<(u64, String)> {
-    let mut file = File::open(path)?;
+    sha256_reader(File::open(path)?)
+}
+
+/// Size and sha256 (lowercase hex) of everything `file` yields, such as a file inside a
+/// tar archive.
+pub fn sha256_reader(mut file: impl Read) -> io::Result<(u64, String)> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut size = 0u64;

@@ -23,7 +23,7 @@ pub const KIT_FILE: &str = "kit.json";
 pub const FORMAT: &str = "keadm-batch-kit/1";
 
 /// A kit lists a few dozen files; anything this large is not a kit manifest.
-const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+pub const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 
 /// `kit.json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,23 +67,23 @@ impl Kit {
                 "it is not a regular file".into(),
             ));
         }
-        if meta.len() > MAX_MANIFEST_BYTES {
-            return Err(KitError::unreadable(
-                &manifest,
-                format!(
-                    "it holds {} bytes, far more than a kit manifest",
-                    meta.len()
-                ),
-            ));
-        }
+        // Refused before it is read: a manifest is small.
+        too_large(&manifest, meta.len())?;
         let text =
             std::fs::read(&manifest).map_err(|e| KitError::unreadable(&manifest, e.to_string()))?;
-        let kit: Kit = serde_json::from_slice(&text).map_err(|e| {
-            KitError::unreadable(&manifest, format!("it is not a kit manifest ({e})"))
+        Kit::parse(&text, &manifest).map(Some)
+    }
+
+    /// The manifest `text`, read from `manifest` (for messages): a directory's kit.json, or
+    /// the one inside a kit archive.
+    pub fn parse(text: &[u8], manifest: &Path) -> Result<Kit, KitError> {
+        too_large(manifest, text.len() as u64)?;
+        let kit: Kit = serde_json::from_slice(text).map_err(|e| {
+            KitError::unreadable(manifest, format!("it is not a kit manifest ({e})"))
         })?;
         if kit.format != FORMAT {
             return Err(KitError::unreadable(
-                &manifest,
+                manifest,
                 format!(
                     "its format is {:?}, and this keadm-batch reads {FORMAT:?}",
                     kit.format
@@ -96,14 +96,14 @@ impl Kit {
             .find(|f| relative_key(Path::new(&f.path)).is_none())
         {
             return Err(KitError::unreadable(
-                &manifest,
+                manifest,
                 format!(
                     "it lists {:?}, which is not a path inside the kit directory",
                     bad.path
                 ),
             ));
         }
-        Ok(Some(kit))
+        Ok(kit)
     }
 
     /// The entry for `rel` (a path relative to the kit directory), if listed.
@@ -111,6 +111,17 @@ impl Kit {
         let key = relative_key(rel)?;
         self.files.iter().find(|f| f.path == key)
     }
+}
+
+/// Refuses a manifest of `len` bytes when no kit's could be that large.
+fn too_large(manifest: &Path, len: u64) -> Result<(), KitError> {
+    if len > MAX_MANIFEST_BYTES {
+        return Err(KitError::unreadable(
+            manifest,
+            format!("it holds {len} bytes, far more than a kit manifest"),
+        ));
+    }
+    Ok(())
 }
 
 /// `rel` as the manifest spells it ('/'-separated normal components); `None` for an
@@ -195,6 +206,129 @@ impl Listed<'_> {
     }
 }
 
+/// One file found in a kit, in its directory or its archive: where it is, relative to the
+/// kit, and its size and sha256 as it was read, or why it could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub rel: String,
+    pub read: Result<(u64, String), String>,
+}
+
+/// A kit whose every file is the one its manifest lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Whole {
+    pub keadm_version: String,
+    /// The files the manifest lists (kit.json itself not counted), and their bytes.
+    pub files: usize,
+    pub bytes: u64,
+    /// kit.json's own sha256, lowercase hex: what `batch bundle` printed on the connected
+    /// machine, for the operator to compare.
+    pub manifest_sha256: String,
+}
+
+impl Kit {
+    /// Every way the files `found` in the kit at `root` (a directory or an archive, for
+    /// messages) differ from this manifest: a file it does not list or that does not match
+    /// its entry (the check a run makes before it uses a file), and a file it lists that is
+    /// not there. Empty when the kit is whole.
+    pub fn problems(&self, root: &Path, found: &[Found]) -> Vec<KitError> {
+        let mut problems = Vec::new();
+        for found in found.iter().filter(|f| f.rel != KIT_FILE) {
+            let listed = match self.listed(root, Path::new(&found.rel)) {
+                Ok(listed) => listed,
+                Err(not_listed) => {
+                    problems.push(not_listed);
+                    continue;
+                }
+            };
+            let checked = match &found.read {
+                Ok((size, sha256)) => listed.matches(*size, sha256.clone()),
+                Err(error) => Err(KitError::FileUnreadable {
+                    file: listed.file,
+                    manifest: listed.manifest,
+                    error: error.clone(),
+                }),
+            };
+            problems.extend(checked.err());
+        }
+        for entry in &self.files {
+            if !found.iter().any(|f| f.rel == entry.path) {
+                problems.push(KitError::Missing {
+                    file: root.join(&entry.path),
+                    manifest: root.join(KIT_FILE),
+                });
+            }
+        }
+        problems
+    }
+
+    /// This kit, found whole, with `manifest_sha256`.
+    fn whole(&self, manifest_sha256: String) -> Whole {
+        Whole {
+            keadm_version: self.keadm_version.clone(),
+            files: self.files.len(),
+            bytes: self.files.iter().map(|f| f.size).sum(),
+            manifest_sha256,
+        }
+    }
+}
+
+/// Checks the kit directory `dir` as a whole, as it arrived at the site and before any
+/// run: it must have a kit.json, and every file in it must be listed there and match, and
+/// every file listed must be in it. Every problem is returned, not only the first.
+pub fn check_dir(dir: &Path) -> Result<Whole, Vec<KitError>> {
+    let manifest = dir.join(KIT_FILE);
+    let kit = match Kit::read(dir) {
+        Ok(Some(kit)) => kit,
+        Ok(None) => {
+            return Err(vec![KitError::NoManifest {
+                dir: dir.to_path_buf(),
+                manifest,
+            }]);
+        }
+        Err(error) => return Err(vec![error]),
+    };
+    let unreadable = |e: std::io::Error| vec![KitError::unreadable(&manifest, e.to_string())];
+    let (_, manifest_sha256) = crate::digest::sha256_file(&manifest).map_err(unreadable)?;
+    // Each file is hashed as the run hashes it before use.
+    let found: Vec<Found> = files_in(dir)
+        .map_err(unreadable)?
+        .into_iter()
+        .map(|rel| Found {
+            read: crate::digest::sha256_file(&dir.join(&rel)).map_err(|e| e.to_string()),
+            rel,
+        })
+        .collect();
+    let problems = kit.problems(dir, &found);
+    if problems.is_empty() {
+        Ok(kit.whole(manifest_sha256))
+    } else {
+        Err(problems)
+    }
+}
+
+/// Every file under `dir` (symbolic links and other non-directories included), as the
+/// manifest spells paths ('/'-separated, relative to `dir`), sorted.
+pub fn files_in(dir: &Path) -> std::io::Result<Vec<String>> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                walk(root, &path, out)?;
+            } else {
+                let rel = path.strip_prefix(root).unwrap_or(&path);
+                out.push(relative_key(rel).unwrap_or_else(|| rel.display().to_string()));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out)?;
+    out.sort();
+    Ok(out)
+}
+
 /// The fix every kit error ends with.
 const FIX: &str = "Copy the kit again from the machine that ran `keadm-batch batch bundle`, or \
                    run bundle again there";
@@ -229,6 +363,23 @@ pub enum KitError {
         manifest: PathBuf,
         error: String,
     },
+
+    #[error(
+        "The kit file {} is listed in the kit manifest {}, but it is missing. {FIX}.",
+        file.display(),
+        manifest.display()
+    )]
+    Missing { file: PathBuf, manifest: PathBuf },
+
+    #[error(
+        "There is no kit manifest {}, so {} is not a kit `batch bundle` wrote, and there is \
+         nothing to check its files against. Give the directory `batch bundle -o` wrote, or its \
+         archive, or {}.",
+        manifest.display(),
+        dir.display(),
+        lower_first(FIX)
+    )]
+    NoManifest { dir: PathBuf, manifest: PathBuf },
 
     #[error(
         "The kit file {} does not match the kit manifest {}: its sha256 is {actual_sha256} \
@@ -344,6 +495,91 @@ mod tests {
         let escaping = kit_dir(&[("../etc/passwd", ABC_SHA256, 3)]);
         let err = Kit::read(escaping.path()).unwrap_err().to_string();
         assert!(err.contains("not a path inside the kit directory"), "{err}");
+    }
+
+    #[test]
+    fn a_whole_kit_passes_with_its_manifest_s_sha256() {
+        let dir = kit_dir(&[("amd64/f", ABC_SHA256, 3)]);
+        std::fs::write(dir.path().join("amd64/f"), b"abc").unwrap();
+        let whole = check_dir(dir.path()).unwrap();
+        assert_eq!((whole.files, whole.bytes), (1, 3));
+        assert_eq!(whole.keadm_version, "v1.23.1");
+        assert_eq!(
+            whole.manifest_sha256,
+            crate::digest::sha256_file(&dir.path().join(KIT_FILE))
+                .unwrap()
+                .1
+        );
+    }
+
+    #[test]
+    fn every_problem_of_a_kit_is_named_with_the_run_s_messages() {
+        let dir = kit_dir(&[
+            ("amd64/altered", ABC_SHA256, 3),
+            ("amd64/gone", ABC_SHA256, 3),
+            ("amd64/right", ABC_SHA256, 3),
+        ]);
+        std::fs::write(dir.path().join("amd64/altered"), b"abd").unwrap();
+        std::fs::write(dir.path().join("amd64/right"), b"abc").unwrap();
+        std::fs::write(dir.path().join("amd64/extra"), b"abc").unwrap();
+        let problems = check_dir(dir.path()).unwrap_err();
+        let kinds: Vec<(&str, String)> = problems
+            .iter()
+            .map(|p| match p {
+                KitError::Mismatch { file, .. } => ("mismatch", file.display().to_string()),
+                KitError::NotListed { file, .. } => ("not listed", file.display().to_string()),
+                KitError::Missing { file, .. } => ("missing", file.display().to_string()),
+                other => panic!("{other}"),
+            })
+            .collect();
+        let at = |rel: &str| dir.path().join(rel).display().to_string();
+        assert_eq!(
+            kinds,
+            [
+                ("mismatch", at("amd64/altered")),
+                ("not listed", at("amd64/extra")),
+                ("missing", at("amd64/gone")),
+            ]
+        );
+        // The same words as the run's check of one file.
+        assert_eq!(
+            problems[0],
+            check(dir.path(), Path::new("amd64/altered")).unwrap_err()
+        );
+        assert!(problems[2].to_string().ends_with("or run bundle again there."));
+
+        // Found in an archive: the same check over what was read, named inside it.
+        let kit = Kit::read(dir.path()).unwrap().unwrap();
+        let found = [Found {
+            rel: "amd64/right".into(),
+            read: Err("cut short".into()),
+        }];
+        let problems = kit.problems(Path::new("kit.tar"), &found);
+        assert!(
+            problems[0]
+                .to_string()
+                .starts_with("The kit file kit.tar/amd64/right cannot be read for its check against the kit manifest kit.tar/kit.json: cut short."),
+            "{}",
+            problems[0]
+        );
+        assert_eq!(problems.len(), 3, "and the two not found: {problems:?}");
+    }
+
+    #[test]
+    fn a_directory_without_a_manifest_is_no_kit_to_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let problems = check_dir(dir.path()).unwrap_err();
+        assert!(
+            matches!(problems[..], [KitError::NoManifest { .. }]),
+            "{problems:?}"
+        );
+        assert!(
+            problems[0]
+                .to_string()
+                .starts_with(&format!("There is no kit manifest {}/kit.json", dir.path().display())),
+            "{}",
+            problems[0]
+        );
     }
 
     #[test]

@@ -43,9 +43,8 @@ impl KitDir {
             dir: path.to_path_buf(),
             files: format!("{KIT_FILE}, which cannot be used ({e})"),
         })?;
-        let mut foreign = Vec::new();
-        list_files(path, path, &mut foreign)
-            .map_err(|e| BundleError::io("list the files of", path, e))?;
+        let mut foreign =
+            kit::files_in(path).map_err(|e| BundleError::io("list the files of", path, e))?;
         foreign.retain(|rel| {
             rel != KIT_FILE
                 && old
@@ -266,22 +265,6 @@ impl KitDir {
         }
         Ok((self.placed, removed))
     }
-}
-
-/// Every file under `dir` (symbolic links and other non-directories included), as
-/// '/'-separated paths relative to `root`.
-fn list_files(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        if entry.file_type()?.is_dir() {
-            list_files(root, &path, out)?;
-        } else {
-            let rel = path.strip_prefix(root).unwrap_or(&path);
-            out.push(kit::relative_key(rel).unwrap_or_else(|| rel.display().to_string()));
-        }
-    }
-    Ok(())
 }
 
 /// Removes `.bundle-*` files and directories anywhere under `dir`. Best effort.
