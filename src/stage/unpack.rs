@@ -1,4 +1,5 @@
-//! Safe unpacking of a keadm release tarball into `BASE/bin/<arch>`.
+//! Safe unpacking of a keadm release tarball into `BASE/bin/<arch>`, and of any tar under
+//! the same rules (`unpack_tar`, `admit`; the kit's archive is unpacked with no links).
 //!
 //! keadm shells out to `tar -xzvf`, which trusts the archive. We read it with flate2 + tar,
 //! hash the file in the same pass (so the bytes we check are the bytes we unpack, even for
@@ -66,20 +67,17 @@ pub(crate) fn unpack_package(
         .map_err(|e| StageError::io("create a temporary directory in", bin_dir, e))?;
 
     let reader = HashingReader::new(BufReader::with_capacity(256 * 1024, file));
-    let decompressed = Budget::new(limit);
-    let mut archive = tar::Archive::new(decompressed.wrap(GzDecoder::new(reader)));
-    // Modes are kept (masked to 0o777: no setuid from an archive); owners are not.
-    archive.set_preserve_permissions(false);
-    archive.set_unpack_xattrs(false);
-    let mut extracted = extract_entries(&mut archive, scratch.path(), name, &decompressed);
-    if decompressed.exceeded() {
-        // The archive's own error ("failed to read entire block") would hide the reason.
-        extracted = Err(decompressed.too_large(name, None));
-    }
+    let (decoder, extracted) = unpack_tar(
+        GzDecoder::new(reader),
+        scratch.path(),
+        Links::Inside,
+        limit,
+    );
+    let extracted = extracted.map_err(|refusal| refusal.of_package(name, limit));
 
     // Hash whatever the decoder did not need (trailer, padding) so the digest covers the
     // whole file, even when extraction stopped early on a bad entry.
-    let mut reader = archive.into_inner().inner.into_inner();
+    let mut reader = decoder.into_inner();
     io::copy(&mut reader, &mut io::sink()).map_err(|e| StageError::io("read", tarball, e))?;
     let actual = reader.finish_hex();
 
@@ -125,73 +123,172 @@ pub(crate) fn unpack_package(
     })
 }
 
+/// The links a tar may hold besides regular files and directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Links {
+    /// Symbolic and hard links whose targets stay inside, as keadm's release tarballs
+    /// may have.
+    Inside,
+    /// None: the kit's archive holds regular files only.
+    Refused,
+}
+
+/// Why a tar could not be unpacked (or read); each kind of archive words it for its
+/// operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// It cannot be read as a tar archive: why.
+    Unreadable(String),
+    /// Its entry `entry` (its name as written) `reason` ("is a device file").
+    Unsafe { entry: String, reason: String },
+    /// Unpacking it would go past the limit: at `entry`, or, without one, in all.
+    TooLarge { entry: Option<String> },
+}
+
+impl Refusal {
+    /// The staging error for the keadm package `package`, unpacked under `limit`.
+    fn of_package(self, package: &str, limit: u64) -> StageError {
+        match self {
+            Refusal::Unreadable(error) => StageError::BadArchive {
+                package: package.to_string(),
+                error,
+            },
+            Refusal::Unsafe { entry, reason } => StageError::UnsafeEntry {
+                package: package.to_string(),
+                entry,
+                reason,
+            },
+            Refusal::TooLarge { entry } => StageError::UnpackTooLarge {
+                package: package.to_string(),
+                reason: match entry {
+                    Some(entry) => {
+                        format!("unpacking its entry {entry:?} would go past the limit")
+                    }
+                    None => "decompressed, it holds more than the limit".to_string(),
+                },
+                limit,
+            },
+        }
+    }
+}
+
+/// What an entry that passed [`admit`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admitted {
+    /// Nothing to unpack: `./` (the directory itself), or a metadata record.
+    Nothing,
+    Directory,
+    File,
+    /// A link whose target stays inside (only with [`Links::Inside`]).
+    Link,
+}
+
+/// Checks `entry` before a byte of it is used: a path that stays inside, and a kind of
+/// entry `links` allows (regular files and directories always; never devices or FIFOs).
+pub(crate) fn admit<R: Read>(
+    entry: &mut tar::Entry<'_, R>,
+    links: Links,
+) -> Result<Admitted, Refusal> {
+    let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+    let unsafe_entry = |reason: &str| Refusal::Unsafe {
+        entry: name.clone(),
+        reason: reason.to_string(),
+    };
+    let unreadable = |e: io::Error| Refusal::Unreadable(e.to_string());
+    let path = entry.path().map_err(unreadable)?.into_owned();
+    if let Some(reason) = escape_reason(&path) {
+        return Err(unsafe_entry(reason));
+    }
+    if path.components().all(|c| c == Component::CurDir) {
+        return Ok(Admitted::Nothing);
+    }
+    match entry.header().entry_type() {
+        EntryType::Regular | EntryType::Continuous => Ok(Admitted::File),
+        EntryType::Directory => Ok(Admitted::Directory),
+        kind @ (EntryType::Symlink | EntryType::Link) => {
+            let what = if kind == EntryType::Symlink {
+                "is a symbolic link"
+            } else {
+                "is a hard link"
+            };
+            let target = entry
+                .link_name()
+                .map_err(unreadable)?
+                .ok_or_else(|| unsafe_entry("is a link without a target"))?;
+            let shown = format!("{:?}", target.display().to_string());
+            // Targets may only point down from where they are resolved: with no `..`
+            // and no root, even chains of links stay inside.
+            if escape_reason(&target).is_some() {
+                return Err(unsafe_entry(&format!("{what} to {shown}, outside the package")));
+            }
+            match links {
+                Links::Inside => Ok(Admitted::Link),
+                Links::Refused => Err(unsafe_entry(&format!("{what} to {shown}"))),
+            }
+        }
+        EntryType::Char | EntryType::Block => Err(unsafe_entry("is a device file")),
+        EntryType::Fifo => Err(unsafe_entry("is a FIFO")),
+        // PAX and GNU metadata records are folded into the next entry by `tar`.
+        EntryType::XGlobalHeader
+        | EntryType::XHeader
+        | EntryType::GNULongName
+        | EntryType::GNULongLink => Ok(Admitted::Nothing),
+        kind => Err(unsafe_entry(&format!(
+            "is a {kind:?} entry, which neither keadm's releases nor kits hold"
+        ))),
+    }
+}
+
+/// Unpacks the tar stream `reader` into the existing directory `dest`: the entries
+/// [`admit`] lets through under `links`, with at most `limit` bytes read from `reader`,
+/// so neither a huge file nor a flood of small ones can fill the disk. Stops at the
+/// first refusal. Gives `reader` back, so a caller hashing it can read it to its end.
+pub(crate) fn unpack_tar<R: Read>(
+    reader: R,
+    dest: &Path,
+    links: Links,
+    limit: u64,
+) -> (R, Result<(), Refusal>) {
+    let budget = Budget::new(limit);
+    let mut archive = tar::Archive::new(budget.wrap(reader));
+    // Modes are kept (masked to 0o777: no setuid from an archive); owners are not.
+    archive.set_preserve_permissions(false);
+    archive.set_unpack_xattrs(false);
+    let mut unpacked = extract_entries(&mut archive, dest, links, &budget);
+    if budget.exceeded() {
+        // The archive's own error ("failed to read entire block") would hide the reason.
+        unpacked = Err(Refusal::TooLarge { entry: None });
+    }
+    (archive.into_inner().inner, unpacked)
+}
+
 fn extract_entries<R: Read>(
     archive: &mut tar::Archive<R>,
     dest: &Path,
-    package: &str,
+    links: Links,
     budget: &Budget,
-) -> Result<(), StageError> {
-    let bad_archive = |e: io::Error| StageError::BadArchive {
-        package: package.to_string(),
-        error: e.to_string(),
-    };
-    for entry in archive.entries().map_err(bad_archive)? {
-        let mut entry = entry.map_err(bad_archive)?;
+) -> Result<(), Refusal> {
+    let unreadable = |e: io::Error| Refusal::Unreadable(e.to_string());
+    for entry in archive.entries().map_err(unreadable)? {
+        let mut entry = entry.map_err(unreadable)?;
+        if admit(&mut entry, links)? == Admitted::Nothing {
+            continue;
+        }
         let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        let unsafe_entry = |reason: &str| StageError::UnsafeEntry {
-            package: package.to_string(),
-            entry: name.clone(),
-            reason: reason.to_string(),
-        };
-        let path = entry.path().map_err(bad_archive)?.into_owned();
-        if let Some(reason) = escape_reason(&path) {
-            return Err(unsafe_entry(reason));
-        }
-        if path.components().all(|c| c == Component::CurDir) {
-            continue; // "./": the extraction dir itself
-        }
         // Refused before a byte of it is written, naming the entry; the reader's own limit
         // still catches what the header does not announce.
         if budget.used().saturating_add(entry.size()) > budget.limit {
-            return Err(budget.too_large(package, Some(&name)));
-        }
-        match entry.header().entry_type() {
-            EntryType::Regular | EntryType::Continuous | EntryType::Directory => {}
-            kind @ (EntryType::Symlink | EntryType::Link) => {
-                let target = entry
-                    .link_name()
-                    .map_err(bad_archive)?
-                    .ok_or_else(|| unsafe_entry("is a link without a target"))?;
-                // Targets may only point down from where they are resolved: with no `..`
-                // and no root, even chains of links stay inside.
-                if escape_reason(&target).is_some() {
-                    let what = if kind == EntryType::Symlink {
-                        "is a symbolic link"
-                    } else {
-                        "is a hard link"
-                    };
-                    return Err(unsafe_entry(&format!(
-                        "{what} to {:?}, outside the package",
-                        target.display().to_string()
-                    )));
-                }
-            }
-            EntryType::Char | EntryType::Block => return Err(unsafe_entry("is a device file")),
-            EntryType::Fifo => return Err(unsafe_entry("is a FIFO")),
-            // PAX and GNU metadata records are folded into the next entry by `tar`.
-            EntryType::XGlobalHeader
-            | EntryType::XHeader
-            | EntryType::GNULongName
-            | EntryType::GNULongLink => continue,
-            _ => return Err(unsafe_entry("has an entry type keadm packages never use")),
+            return Err(Refusal::TooLarge { entry: Some(name) });
         }
         // `unpack_in` repeats its own containment checks: a second line of defence.
-        let inside = entry.unpack_in(dest).map_err(|e| StageError::BadArchive {
-            package: package.to_string(),
-            error: format!("entry {name:?}: {e}"),
-        })?;
+        let inside = entry
+            .unpack_in(dest)
+            .map_err(|e| Refusal::Unreadable(format!("entry {name:?}: {e}")))?;
         if !inside {
-            return Err(unsafe_entry("points outside the extraction directory"));
+            return Err(Refusal::Unsafe {
+                entry: name,
+                reason: "points outside the extraction directory".into(),
+            });
         }
     }
     Ok(())
@@ -290,16 +387,6 @@ impl Budget {
         self.exceeded.get()
     }
 
-    fn too_large(&self, package: &str, entry: Option<&str>) -> StageError {
-        StageError::UnpackTooLarge {
-            package: package.to_string(),
-            reason: match entry {
-                Some(entry) => format!("unpacking its entry {entry:?} would go past the limit"),
-                None => "decompressed, it holds more than the limit".to_string(),
-            },
-            limit: self.limit,
-        }
-    }
 }
 
 /// A reader that fails once more than `limit` bytes would have come through it.
@@ -380,7 +467,16 @@ mod tests {
     }
 
     fn tarball(dir: &Path, items: &[Item]) -> PathBuf {
-        let mut builder = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
+        let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+        io::Write::write_all(&mut gz, &tar_bytes(items)).unwrap();
+        let path = dir.join(format!("{TOP}.tar.gz"));
+        fs::write(&path, gz.finish().unwrap()).unwrap();
+        path
+    }
+
+    /// `items` as a plain tar.
+    fn tar_bytes(items: &[Item]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
         for item in items {
             let (mut header, data): (tar::Header, &[u8]) = match *item {
                 Item::File(name, data, mode) => (
@@ -403,10 +499,7 @@ mod tests {
             header.set_cksum();
             builder.append(&header, data).unwrap();
         }
-        let bytes = builder.into_inner().unwrap().finish().unwrap();
-        let path = dir.join(format!("{TOP}.tar.gz"));
-        fs::write(&path, bytes).unwrap();
-        path
+        builder.into_inner().unwrap()
     }
 
     fn good_items() -> Vec<Item<'static>> {
@@ -513,6 +606,34 @@ mod tests {
         let mut items = good_items();
         items.push(Item::HardLink("keadm-v1.21.0-linux-amd64/h", "/etc/shadow"));
         assert!(refused(items).contains("is a hard link to \"/etc/shadow\""));
+    }
+
+    #[test]
+    fn without_links_even_a_link_that_stays_inside_is_refused() {
+        let file = || Item::File("kit.json", b"{}", 0o644);
+        let plain = tar_bytes(&[file()]);
+        let linked = tar_bytes(&[file(), Item::Symlink("amd64/x.tar", "kit.json")]);
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = |name: &str| {
+            let dir = tmp.path().join(name);
+            fs::create_dir(&dir).unwrap();
+            dir
+        };
+        let (_, refused) = unpack_tar(&linked[..], &dest("refused"), Links::Refused, NO_LIMIT);
+        assert_eq!(
+            refused,
+            Err(Refusal::Unsafe {
+                entry: "amd64/x.tar".into(),
+                reason: "is a symbolic link to \"kit.json\"".into()
+            })
+        );
+        let (_, inside) = unpack_tar(&linked[..], &dest("inside"), Links::Inside, NO_LIMIT);
+        assert_eq!(inside, Ok(()));
+        let files = dest("files");
+        let (rest, unpacked) = unpack_tar(&plain[..], &files, Links::Refused, NO_LIMIT);
+        assert_eq!(unpacked, Ok(()));
+        assert_eq!(fs::read(files.join("kit.json")).unwrap(), b"{}");
+        assert!(rest.is_empty() || rest.iter().all(|&b| b == 0), "the reader comes back");
     }
 
     #[test]
