@@ -97,6 +97,13 @@ fn run(command: Command) -> Result<(), Error> {
         Command::Run(options) => run_batch(&options),
         Command::Merge(options) => run_merge(&options),
         Command::Bundle(options) => run_bundle(&options),
+        // What was checked is the result, so it goes to stdout, as a dry run's plan does.
+        Command::VerifyKit(path) => print(bundle::verify(&path)?.summary()),
+        Command::ExtractKit(options) => {
+            let checked = bundle::extract(&options.archive, &options.into)?;
+            eprint!("{}", checked.summary());
+            Ok(())
+        }
     }
 }
 

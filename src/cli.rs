@@ -9,8 +9,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::config::HostKeyPolicy;
 use crate::diagnosis::FailureClass;
 use crate::options::{
-    BundleOptions, Command, GenConfigOptions, MergeOptions, OutputFormat, PreflightMode,
-    RegistryMirror, RelayMode, RunOptions, Shard, Verbosity,
+    BundleOptions, Command, ExtractOptions, GenConfigOptions, MergeOptions, OutputFormat,
+    PreflightMode, RegistryMirror, RelayMode, RunOptions, Shard, Verbosity,
 };
 
 #[derive(Parser, Debug)]
@@ -222,25 +222,73 @@ enum BatchSub {
         into: Option<PathBuf>,
     },
     /// Write the kit an air-gapped run needs (keadm releases, images, kit.json) into a
-    /// directory.
+    /// directory or one archive; at the site, verify or extract it.
     ///
     /// On a connected machine, write the kit an air-gapped run needs into DIR: keadm
     /// releases (verified as a run stages them), the installation-package and sandbox
     /// images for every archGroup arch, and kit.json listing every file's sha256. Use it
     /// with keadm.download.enable: false and keadm.offlinePackageDir: DIR. A rerun into the
-    /// same DIR updates it, keeping what is already right.
+    /// same DIR updates it, keeping what is already right. --archive FILE.tar also writes
+    /// the kit as one file, with its sha512 in FILE.tar.sha512. At the site, --verify
+    /// checks a copied kit (directory or archive) without a config, and --extract unpacks
+    /// an archive into a new directory.
     Bundle(Box<BundleArgs>),
 }
 
 #[derive(Args, Debug)]
+#[command(group(
+    clap::ArgGroup::new("fetching")
+        .multiple(true)
+        .args([
+            "config",
+            "archive",
+            "download_url",
+            "registry_mirror",
+            "sandbox_image",
+            "insecure_http",
+            "max_package_bytes",
+            "staging_dir",
+        ])
+))]
 struct BundleArgs {
     /// Path to the config file (keadm's format) of the air-gapped run.
-    #[arg(short = 'c', long = "config", value_name = "FILE")]
-    config: PathBuf,
+    #[arg(
+        short = 'c',
+        long = "config",
+        value_name = "FILE",
+        required_unless_present_any = ["verify", "extract"]
+    )]
+    config: Option<PathBuf>,
 
-    /// The kit directory: new, empty, or a kit an earlier bundle wrote.
-    #[arg(short = 'o', long = "output", value_name = "DIR")]
-    output: PathBuf,
+    /// The kit directory: new, empty, or a kit an earlier bundle wrote (with --extract: new
+    /// or empty).
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "DIR",
+        required_unless_present_any = ["archive", "verify"]
+    )]
+    output: Option<PathBuf>,
+
+    /// Also write the kit as one uncompressed tar, FILE, with its sha512 in FILE.sha512
+    /// (without -o, only these two).
+    #[arg(long, value_name = "FILE")]
+    archive: Option<PathBuf>,
+
+    /// At the site, with no config: check a copied kit, its directory or its archive (with
+    /// the archive's .sha512 file), against its kit.json, and print kit.json's sha256.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["fetching", "output", "extract"])]
+    verify: Option<PathBuf>,
+
+    /// At the site, with no config: verify the kit archive FILE, unpack it into the new or
+    /// empty directory -o DIR, and check it there.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "output",
+        conflicts_with = "fetching"
+    )]
+    extract: Option<PathBuf>,
 
     /// Download keadm releases from this directory URL instead of keadm.download.url
     /// (default: the config's download.url when downloads are enabled, else GitHub releases).
@@ -589,9 +637,27 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             }));
         }
         Some(BatchSub::Bundle(bundle)) => {
+            if let Some(path) = bundle.verify {
+                return Ok(Command::VerifyKit(path));
+            }
+            // clap has required what each of these needs.
+            let missing = |what: &str| {
+                command().error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    format!("batch bundle needs {what}"),
+                )
+            };
+            if let Some(archive) = bundle.extract {
+                let into = bundle
+                    .output
+                    .ok_or_else(|| missing("-o DIR with --extract"))?;
+                return Ok(Command::ExtractKit(ExtractOptions { archive, into }));
+            }
+            let config = bundle.config.ok_or_else(|| missing("-c FILE"))?;
             return Ok(Command::Bundle(Box::new(BundleOptions {
-                config: bundle.config,
+                config,
                 output: bundle.output,
+                archive: bundle.archive,
                 staging_dir: bundle.staging_dir,
                 download_url: bundle.download_url,
                 insecure_http: bundle.insecure_http,
@@ -808,7 +874,7 @@ mod tests {
             panic!()
         };
         assert_eq!(opts.config, PathBuf::from("c.yaml"));
-        assert_eq!(opts.output, PathBuf::from("kit"));
+        assert_eq!(opts.output, Some(PathBuf::from("kit")));
         assert_eq!(opts.registry_mirrors[0].registry, "docker.io");
         assert_eq!(opts.registry_mirrors[1].url, "https://mirror.example/");
         assert_eq!(opts.sandbox_images, ["registry.k8s.io/pause:3.6"]);
@@ -830,6 +896,64 @@ mod tests {
             run(&["k", "batch", "bundle", "-c", "c"]).is_err(),
             "-o is required"
         );
+    }
+
+    #[test]
+    fn bundle_verifies_and_extracts_without_a_config_and_archives_with_or_without_a_directory() {
+        assert_eq!(
+            run(&["k", "batch", "bundle", "--verify", "kit.tar"]).unwrap(),
+            Command::VerifyKit("kit.tar".into())
+        );
+        assert_eq!(
+            run(&["k", "batch", "bundle", "--extract", "kit.tar", "-o", "kit"]).unwrap(),
+            Command::ExtractKit(ExtractOptions {
+                archive: "kit.tar".into(),
+                into: "kit".into()
+            })
+        );
+        let Command::Bundle(opts) = run(&[
+            "k",
+            "batch",
+            "bundle",
+            "-c",
+            "c.yaml",
+            "--archive",
+            "kit.tar",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!((opts.output, opts.archive), (None, Some("kit.tar".into())));
+        for refused in [
+            &["k", "batch", "bundle", "--extract", "kit.tar"][..],
+            &["k", "batch", "bundle", "--verify", "kit", "-c", "c.yaml"],
+            &["k", "batch", "bundle", "--verify", "kit", "-o", "d"],
+            &[
+                "k",
+                "batch",
+                "bundle",
+                "--extract",
+                "kit.tar",
+                "-o",
+                "d",
+                "--archive",
+                "x.tar",
+            ],
+            &[
+                "k",
+                "batch",
+                "bundle",
+                "--extract",
+                "kit.tar",
+                "-o",
+                "d",
+                "-c",
+                "c.yaml",
+            ],
+        ] {
+            let err = run(refused).unwrap_err();
+            assert!(err.use_stderr(), "{refused:?} is a usage error");
+        }
     }
 
     #[test]

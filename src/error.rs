@@ -95,10 +95,11 @@ impl Error {
             Error::Retry(RerunError::NoEarlierRun { .. }) => 2,
             Error::Stage(_) => 3,
             // Like a run: refused before anything is fetched 2, a release or an image that
-            // cannot be fetched or verified 3 (a staging failure), the kit not written 1.
+            // cannot be fetched or verified 3 (a staging failure), as is a kit that fails its
+            // check (the run would refuse it alike), the kit not written 1.
             Error::Bundle(error) => match error.failure() {
                 Failure::Usage => 2,
-                Failure::Fetch => 3,
+                Failure::Fetch | Failure::Broken => 3,
                 Failure::Output => 1,
             },
             Error::Retry(RerunError::Journal { .. })

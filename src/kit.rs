@@ -262,8 +262,8 @@ impl Kit {
         problems
     }
 
-    /// This kit, found whole, with `manifest_sha256`.
-    fn whole(&self, manifest_sha256: String) -> Whole {
+    /// This kit, found whole, whose kit.json has `manifest_sha256`.
+    pub fn whole(&self, manifest_sha256: String) -> Whole {
         Whole {
             keadm_version: self.keadm_version.clone(),
             files: self.files.len(),
@@ -546,7 +546,11 @@ mod tests {
             problems[0],
             check(dir.path(), Path::new("amd64/altered")).unwrap_err()
         );
-        assert!(problems[2].to_string().ends_with("or run bundle again there."));
+        assert!(
+            problems[2]
+                .to_string()
+                .ends_with("or run bundle again there.")
+        );
 
         // Found in an archive: the same check over what was read, named inside it.
         let kit = Kit::read(dir.path()).unwrap().unwrap();
@@ -574,9 +578,10 @@ mod tests {
             "{problems:?}"
         );
         assert!(
-            problems[0]
-                .to_string()
-                .starts_with(&format!("There is no kit manifest {}/kit.json", dir.path().display())),
+            problems[0].to_string().starts_with(&format!(
+                "There is no kit manifest {}/kit.json",
+                dir.path().display()
+            )),
             "{}",
             problems[0]
         );

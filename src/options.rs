@@ -16,14 +16,21 @@ pub enum Command {
     Run(Box<RunOptions>),
     Merge(MergeOptions),
     Bundle(Box<BundleOptions>),
+    /// `batch bundle --verify PATH`: a copied kit, its directory or its archive, checked
+    /// where it arrived, without a config.
+    VerifyKit(PathBuf),
+    /// `batch bundle --extract FILE -o DIR`.
+    ExtractKit(ExtractOptions),
 }
 
 /// `batch bundle -c FILE -o DIR`: the air-gapped kit.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BundleOptions {
     pub config: PathBuf,
-    /// The kit directory.
-    pub output: PathBuf,
+    /// The kit directory; `None` with `archive` alone.
+    pub output: Option<PathBuf>,
+    /// `--archive FILE.tar`: the kit as one file, its sha512 beside it.
+    pub archive: Option<PathBuf>,
     /// Where keadm releases are staged on this machine (default keadm's BASE).
     pub staging_dir: Option<PathBuf>,
     /// Where keadm releases are downloaded from, over the config's download.url.
@@ -37,6 +44,15 @@ pub struct BundleOptions {
     /// `--sandbox-image REF`; empty means the default.
     pub sandbox_images: Vec<String>,
     pub verbosity: Verbosity,
+}
+
+/// `batch bundle --extract FILE -o DIR`: a kit archive unpacked at the site.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtractOptions {
+    /// The kit archive, with its `.sha512` file beside it.
+    pub archive: PathBuf,
+    /// The kit directory it becomes: new, or empty.
+    pub into: PathBuf,
 }
 
 /// Requests for images of `registry` go to `url` instead.

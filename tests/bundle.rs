@@ -84,9 +84,15 @@ fn bundle_command(dir: &Path, out: &str, releases: &HttpServer, registry: &Local
 /// `batch bundle` as [`bundle_command`] runs it, with docker.io's images from the
 /// registry at `docker_io` and registry.k8s.io's from the one at `k8s_io`.
 fn bundle_via(dir: &Path, out: &str, releases: &HttpServer, docker_io: &str, k8s_io: &str) -> Test {
+    fetching(dir, releases, docker_io, k8s_io).args(["-o", out])
+}
+
+/// `batch bundle -c config.yaml` in `dir` with its sources as [`bundle_via`] gives them,
+/// and no kit directory yet.
+fn fetching(dir: &Path, releases: &HttpServer, docker_io: &str, k8s_io: &str) -> Test {
     Test::in_dir(dir)
         .env("HOME", dir)
-        .args(["batch", "bundle", "-c", "config.yaml", "-o", out])
+        .args(["batch", "bundle", "-c", "config.yaml"])
         .arg("--download-url")
         .arg(releases.url("/releases"))
         .arg("--insecure-http")
@@ -853,4 +859,243 @@ fn a_slow_layer_pull_shows_progress_unless_quiet() {
     bundle("quiet", &["-q"])
         .status(0)
         .stderr_lacks("layer 1 for linux/amd64");
+}
+
+/// The hex sha256 of the file at `path`.
+fn sha256_of(path: &Path) -> String {
+    sha256(&std::fs::read(path).unwrap())[7..].to_string()
+}
+
+/// Flips one byte in the middle of `member`'s data inside the tar file `archive`; returns
+/// the byte's offset in the archive.
+fn flip_byte_inside(archive: &Path, member: &str) -> u64 {
+    let mut tar = tar::Archive::new(std::fs::File::open(archive).unwrap());
+    let (start, size) = tar
+        .entries()
+        .unwrap()
+        .map(Result::unwrap)
+        .find(|e| e.path().unwrap().to_str() == Some(member))
+        .map(|e| (e.raw_file_position(), e.size()))
+        .unwrap_or_else(|| panic!("{} holds no {member}", archive.display()));
+    let at = start + size / 2;
+    let mut bytes = std::fs::read(archive).unwrap();
+    bytes[at as usize] ^= 0x20;
+    std::fs::write(archive, bytes).unwrap();
+    at
+}
+
+/// `--archive FILE.tar` writes the kit as one plain tar with its sha512 beside it, in the
+/// bare-hex form of KubeEdge's checksum files: every kit file and kit.json, sorted,
+/// regular files only, relative paths, fixed times, owners and modes, so the same kit
+/// gives the same bytes. Without `-o` the kit goes only into the archive.
+#[test]
+fn an_archive_holds_the_kit_byte_for_byte_the_same_with_its_sha512_beside_it() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    offline_config(tmp.path(), "[amd64, arm64]", JOIN);
+    let out = sources.bundle(tmp.path(), "kit", &["--archive", "kit.tar"]);
+    out.status(0);
+    let kit = tmp.path().join("kit");
+    check_kit_manifest(&kit);
+    let manifest_sha256 = sha256_of(&kit.join("kit.json"));
+    out.stderr_has(&format!("kit.json sha256: {manifest_sha256}"))
+        .stderr_has("kit.tar.sha512")
+        .stderr_has("--verify kit.tar");
+
+    // The sidecar is the digest and a newline, and sha512sum agrees with it.
+    let archive = tmp.path().join("kit.tar");
+    let sidecar = std::fs::read_to_string(tmp.path().join("kit.tar.sha512")).unwrap();
+    let sum = std::process::Command::new("sha512sum")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(sum.status.success(), "{sum:?}");
+    let sum = String::from_utf8(sum.stdout).unwrap();
+    assert_eq!(
+        sidecar,
+        format!("{}\n", sum.split_whitespace().next().unwrap())
+    );
+
+    let mut names = Vec::new();
+    let mut tar = tar::Archive::new(std::fs::File::open(&archive).unwrap());
+    for entry in tar.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let header = entry.header();
+        assert_eq!(header.entry_type(), tar::EntryType::Regular);
+        assert_eq!(
+            (
+                header.mtime().unwrap(),
+                header.uid().unwrap(),
+                header.gid().unwrap()
+            ),
+            (0, 0, 0)
+        );
+        assert_eq!(header.mode().unwrap(), 0o644);
+        let name = entry.path().unwrap().to_str().unwrap().to_string();
+        assert!(!name.starts_with('/') && !name.split('/').any(|p| p == ".."));
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+        assert_eq!(bytes, std::fs::read(kit.join(&name)).unwrap(), "{name}");
+        names.push(name);
+    }
+    assert_eq!(names, files_under(&kit), "every kit file, sorted");
+
+    // The same kit again: the same bytes.
+    sources
+        .bundle(tmp.path(), "kit", &["--archive", "again.tar"])
+        .status(0);
+    assert!(
+        std::fs::read(&archive).unwrap() == std::fs::read(tmp.path().join("again.tar")).unwrap(),
+        "two archives of one kit differ"
+    );
+
+    // Without -o: only the archive and its sha512, no directory left beside them.
+    let alone = scratch();
+    offline_config(alone.path(), "[amd64]", JOIN);
+    let registry = sources.registry.url();
+    fetching(alone.path(), &sources.releases, &registry, &registry)
+        .args(["--archive", "site.tar"])
+        .run()
+        .status(0)
+        .stderr_has("site.tar");
+    let mut left: Vec<String> = std::fs::read_dir(alone.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "bundle-staging")
+        .collect();
+    left.sort();
+    assert_eq!(left, ["config.yaml", "site.tar", "site.tar.sha512"]);
+}
+
+/// At the site, `--verify` checks a copied kit, the directory or the archive, with no
+/// config and no node: every file against kit.json as the run checks it, and the
+/// archive against its sha512 first; it prints kit.json's sha256, which `bundle` printed
+/// on the connected machine. What is wrong is named with the run's own messages (exit 3).
+#[test]
+fn verify_checks_a_copied_kit_or_its_archive_without_a_config() {
+    let (tmp, sources, kit) = bundled_kit("[amd64]");
+    sources
+        .bundle(tmp.path(), "kit", &["--archive", "kit.tar"])
+        .status(0);
+    let manifest_sha256 = sha256_of(&kit.join("kit.json"));
+
+    // The site: a copy of both, and no config.
+    let site = scratch();
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .args([
+            &kit,
+            &tmp.path().join("kit.tar"),
+            &tmp.path().join("kit.tar.sha512"),
+        ])
+        .arg(site.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let verify = |what: &str| {
+        Test::in_dir(site.path())
+            .env("HOME", site.path())
+            .args(["batch", "bundle", "--verify", what])
+            .run()
+    };
+    let sum_line = format!("kit.json sha256: {manifest_sha256}");
+    verify("kit").status(0).stdout_has(&sum_line);
+    verify("kit.tar")
+        .status(0)
+        .stdout_has(&sum_line)
+        .stdout_has("kit.tar.sha512");
+
+    // A file damaged in the directory, and one the kit does not list.
+    let pause = site.path().join("kit/amd64/images/pause_3.9.tar");
+    let mut bytes = std::fs::read(&pause).unwrap();
+    bytes.push(b'\n');
+    std::fs::write(&pause, bytes).unwrap();
+    std::fs::write(site.path().join("kit/amd64/images/extra.tar"), b"x").unwrap();
+    verify("kit")
+        .status(3)
+        .stderr_has(
+            "The kit file kit/amd64/images/pause_3.9.tar does not match the kit manifest kit/kit.json: its sha256 is ",
+        )
+        .stderr_has(KIT_FIX)
+        .stderr_has("The kit file kit/amd64/images/extra.tar is not listed in the kit manifest kit/kit.json");
+
+    // A flipped byte in the archive: its sha512, and the kit file the byte is in.
+    flip_byte_inside(
+        &site.path().join("kit.tar"),
+        "amd64/images/installation-package_v1.23.1.tar",
+    );
+    verify("kit.tar")
+        .status(3)
+        .stderr_has("The sha512 of the kit archive kit.tar is ")
+        .stderr_has("but kit.tar.sha512 gives ")
+        .stderr_has("amd64/images/installation-package_v1.23.1.tar");
+
+    // Without its sha512 the archive cannot be verified.
+    std::fs::remove_file(site.path().join("kit.tar.sha512")).unwrap();
+    verify("kit.tar").status(3).stderr_has("kit.tar.sha512");
+}
+
+/// `--extract FILE.tar -o DIR` checks the archive, unpacks it into a new directory and
+/// checks that, after which an offline dry run with offlinePackageDir: DIR passes; it
+/// never extracts over a directory that holds anything, nor leaves anything behind from
+/// an archive that fails its check.
+#[test]
+fn extract_unpacks_a_checked_archive_that_an_offline_dry_run_then_uses() {
+    let (tmp, sources, kit) = bundled_kit("[amd64]");
+    sources
+        .bundle(tmp.path(), "kit", &["--archive", "kit.tar"])
+        .status(0);
+    let manifest_sha256 = sha256_of(&kit.join("kit.json"));
+    let site = scratch();
+    for name in ["kit.tar", "kit.tar.sha512"] {
+        std::fs::copy(tmp.path().join(name), site.path().join(name)).unwrap();
+    }
+    let extract = |into: &str| {
+        Test::in_dir(site.path())
+            .env("HOME", site.path())
+            .args(["batch", "bundle", "--extract", "kit.tar", "-o", into])
+            .run()
+    };
+    extract("kit")
+        .status(0)
+        .stderr_has(&format!("kit.json sha256: {manifest_sha256}"))
+        .stderr_has("keadm.offlinePackageDir: kit");
+    let extracted = site.path().join("kit");
+    assert_eq!(files_under(&extracted), files_under(&kit));
+    for file in files_under(&kit) {
+        assert!(
+            std::fs::read(kit.join(&file)).unwrap()
+                == std::fs::read(extracted.join(&file)).unwrap(),
+            "{file}"
+        );
+    }
+
+    // The offline run's dry run takes the extracted kit as it is.
+    offline_config(site.path(), "[amd64]", JOIN);
+    Test::in_dir(site.path())
+        .env("HOME", site.path())
+        .args(["batch", "-c", "config.yaml", "--dry-run", "--staging-dir"])
+        .arg(site.path().join("run-staging"))
+        .run()
+        .status(0)
+        .stdout_has("pause_3.9.tar");
+
+    // Not over a directory that holds anything.
+    let before = files_under(&extracted);
+    extract("kit")
+        .status(2)
+        .stderr_has("Refusing to extract the kit archive kit.tar into kit: ");
+    assert_eq!(files_under(&extracted), before);
+
+    // An archive that fails its check leaves nothing.
+    flip_byte_inside(&site.path().join("kit.tar"), "kit.json");
+    extract("other")
+        .status(3)
+        .stderr_has("The sha512 of the kit archive kit.tar is ");
+    let mut left: Vec<String> = std::fs::read_dir(site.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["config.yaml", "kit", "kit.tar", "kit.tar.sha512"]);
 }

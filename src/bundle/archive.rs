@@ -111,7 +111,9 @@ fn blob_path(digest: &str) -> io::Result<String> {
     Ok(format!("blobs/sha256/{hex}"))
 }
 
-fn file_header(size: u64) -> tar::Header {
+/// The header of a regular file of `size` bytes, the same whoever wrote it and when: mode
+/// 0644, owned by root, time 0.
+pub(crate) fn file_header(size: u64) -> tar::Header {
     let mut header = tar::Header::new_ustar();
     header.set_entry_type(tar::EntryType::Regular);
     header.set_size(size);

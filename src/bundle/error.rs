@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::arch::Arch;
+use crate::kit::KitError;
 use crate::stage::StageError;
 
 /// Whose move it is, for the exit code (`error::Error::exit_code`).
@@ -15,6 +16,9 @@ pub enum Failure {
     Fetch,
     /// The kit could not be written.
     Output,
+    /// A kit, directory or archive, is not what `batch bundle` wrote (`--verify`,
+    /// `--extract`).
+    Broken,
 }
 
 /// A failure of `batch bundle`. Every message names the file, image or registry and says
@@ -80,6 +84,84 @@ pub enum BundleError {
 
     #[error(transparent)]
     Stage(#[from] StageError),
+
+    #[error(
+        "There is no kit at {}. Give the kit directory `batch bundle -o` wrote, or the kit \
+         archive `batch bundle --archive` wrote (--extract takes only an archive), and check \
+         the path.",
+        path.display()
+    )]
+    NoKit { path: PathBuf },
+
+    #[error(
+        "Refusing to extract the kit archive {} into {}: {holds}. Extract into a new or empty \
+         directory, so that it holds the kit and nothing else, or remove what is there first.",
+        archive.display(),
+        dir.display()
+    )]
+    ExtractInto {
+        archive: PathBuf,
+        dir: PathBuf,
+        /// What is there: `it holds a, b`, `it is not a directory`.
+        holds: String,
+    },
+
+    /// Every problem the kit check found, one per line, in the run's words.
+    #[error("{}", lines(problems))]
+    KitBroken { problems: Vec<KitError> },
+
+    #[error(
+        "The sha512 file {} of the kit archive {} {reason}, so the archive cannot be verified. \
+         Copy it again from the machine that wrote the archive: `batch bundle --archive` writes \
+         it beside the archive.",
+        sidecar.display(),
+        archive.display()
+    )]
+    Sidecar {
+        archive: PathBuf,
+        sidecar: PathBuf,
+        /// `does not exist`, `does not hold a sha512 digest ...`.
+        reason: String,
+    },
+
+    #[error(
+        "The sha512 of the kit archive {} is {actual}, but {} gives {expected}, so the archive \
+         or its sha512 file was damaged or altered after `batch bundle` wrote them. Copy both \
+         again from the machine that ran `keadm-batch batch bundle --archive`, or write them \
+         again there.{}",
+        archive.display(),
+        sidecar.display(),
+        inside.as_ref().map(|e| format!("\n{e}")).unwrap_or_default()
+    )]
+    ArchiveMismatch {
+        archive: PathBuf,
+        sidecar: PathBuf,
+        expected: String,
+        actual: String,
+        /// What the check of the kit inside found, when it found something: which file
+        /// the damage is in.
+        inside: Option<Box<BundleError>>,
+    },
+
+    #[error(
+        "The kit archive {} cannot be read as a tar archive: {error}. It is damaged or cut \
+         short: copy it again with its sha512 file, or write it again with `batch bundle \
+         --archive` on the connected machine.",
+        archive.display()
+    )]
+    ArchiveUnreadable { archive: PathBuf, error: String },
+
+    #[error(
+        "Refusing the kit archive {}: its entry {entry:?} {reason}. A kit archive holds the \
+         kit's regular files only, at paths inside it; write it again with `batch bundle \
+         --archive` on the connected machine.",
+        archive.display()
+    )]
+    ArchiveUnsafe {
+        archive: PathBuf,
+        entry: String,
+        reason: String,
+    },
 
     #[error(
         "Cannot reach {registry} for the image {image} after {attempts} attempt(s): {error}. \
@@ -230,8 +312,19 @@ impl BundleError {
             | NoPlatform { .. }
             | DigestMismatch { .. }
             | TooLarge { .. } => Failure::Fetch,
+            NoKit { .. } | ExtractInto { .. } => Failure::Usage,
+            KitBroken { .. }
+            | Sidecar { .. }
+            | ArchiveMismatch { .. }
+            | ArchiveUnreadable { .. }
+            | ArchiveUnsafe { .. } => Failure::Broken,
             Io { .. } => Failure::Output,
         }
+    }
+
+    /// The error for the problems the kit check found (at least one).
+    pub(crate) fn broken(problems: Vec<KitError>) -> BundleError {
+        BundleError::KitBroken { problems }
     }
 
     pub(crate) fn io(
@@ -245,4 +338,13 @@ impl BundleError {
             error: error.to_string(),
         }
     }
+}
+
+/// Each of `problems` on a line of its own.
+fn lines(problems: &[KitError]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -9,6 +9,10 @@
 //!   registry (`registry`) into OCI archives (`archive`);
 //! - `kit.json`: every file with its sha256 (`crate::kit`), checked by runs before use.
 //!
+//! With `--archive FILE.tar` the kit is also written as one file, its sha512 beside it
+//! (`kit_tar`), and at the site `--verify` checks a copied kit, directory or archive, and
+//! `--extract` unpacks an archive into a new directory (`verify`, `extract`).
+//!
 //! Image manifests are resolved first, with the config of each image that is not
 //! multi-platform (only the config says its arch), so an image that is missing or lacks
 //! one of the arches fails the bundle before any release or layer is downloaded. Files
@@ -19,6 +23,7 @@ mod credentials;
 mod error;
 mod images;
 mod kit_dir;
+mod kit_tar;
 mod registry;
 
 use std::path::{Path, PathBuf};
@@ -28,6 +33,7 @@ use crate::arch::Arch;
 use crate::config::environment::StandIn;
 use crate::config::{Config, PackageMode};
 use crate::image_ref::ImageRef;
+use crate::kit::Whole;
 use crate::options::BundleOptions;
 use crate::plan::StagingPlan;
 use crate::stage::{Meters, StageSettings, Stager};
@@ -39,6 +45,7 @@ use tempfile::NamedTempFile;
 pub use error::{BundleError, Failure};
 pub(crate) use images::for_config as join_images;
 pub use kit_dir::Placed;
+pub use kit_tar::Packed;
 pub use registry::RegistrySettings;
 
 /// The host Docker Hub's registry API answers on, for images of `docker.io`.
@@ -60,8 +67,11 @@ pub fn docker_config_path(
 /// Everything `write_kit` needs, resolved from the config and the options.
 #[derive(Debug)]
 pub struct BundleSettings {
-    /// The kit directory.
-    pub output: PathBuf,
+    /// The kit directory; `None` when only `archive` is wanted (the kit is then made in a
+    /// temporary directory beside it).
+    pub output: Option<PathBuf>,
+    /// `--archive FILE.tar`: the kit as one file, with its sha512 beside it.
+    pub archive: Option<PathBuf>,
     /// How the keadm releases are staged: download mode, the config's archGroup and pins.
     pub stage: StageSettings,
     /// The images every arch gets, installation packages first.
@@ -150,11 +160,15 @@ impl BundleSettings {
                 })
                 .collect::<Result<Vec<_>, _>>()
         };
-        let (mut sandbox, sandbox_note) = images::choose_sandbox(
-            parse_sandbox(&options.sandbox_images)?,
-            recorded_sandbox(&options.output),
-            &options.output.join(crate::kit::KIT_FILE),
-        );
+        // Only a kit directory that stays can hold an earlier kit's choice.
+        let (mut sandbox, sandbox_note) = match &options.output {
+            Some(output) => images::choose_sandbox(
+                parse_sandbox(&options.sandbox_images)?,
+                recorded_sandbox(output),
+                &output.join(crate::kit::KIT_FILE),
+            ),
+            None => (parse_sandbox(&options.sandbox_images)?, None),
+        };
         if sandbox.is_empty() {
             sandbox = parse_sandbox(&[crate::kubeedge::images::DEFAULT_SANDBOX_IMAGE.into()])?;
         }
@@ -176,6 +190,7 @@ impl BundleSettings {
         registry.check_plain_http()?;
         Ok(BundleSettings {
             output: options.output.clone(),
+            archive: options.archive.clone(),
             stage,
             images,
             sandbox: sandbox.iter().map(ToString::to_string).collect(),
@@ -198,13 +213,18 @@ fn recorded_sandbox(dir: &Path) -> Vec<ImageRef> {
 /// What `write_kit` did.
 #[derive(Debug)]
 pub struct KitReport {
-    pub dir: PathBuf,
+    /// The kit directory; `None` when the kit was made only for its archive.
+    pub dir: Option<PathBuf>,
     pub keadm_version: String,
     pub arches: Vec<Arch>,
     /// Every file of the kit.
     pub files: Vec<Placed>,
     /// Files of an earlier kit in the directory that this one no longer has.
     pub removed: Vec<String>,
+    /// kit.json's sha256, lowercase hex: what `--verify` prints where the kit arrives.
+    pub manifest_sha256: String,
+    /// The kit as one file, when `--archive` asked for it.
+    pub archive: Option<Packed>,
 }
 
 impl KitReport {
@@ -214,58 +234,206 @@ impl KitReport {
         let size = human_size(bytes);
         let written = self.files.iter().filter(|p| p.written).count();
         let arches: Vec<&str> = self.arches.iter().map(|a| a.as_str()).collect();
+        let place = match (&self.dir, &self.archive) {
+            (Some(dir), _) => format!("to {}", dir.display()),
+            (None, Some(packed)) => format!("as {}", packed.path.display()),
+            (None, None) => String::new(),
+        };
         let mut text = format!(
-            "Wrote the air-gapped kit for keadm {} ({}) to {}: {} files, {size} ({written} \
-             written, {} already in place",
+            "Wrote the air-gapped kit for keadm {} ({}) {place}: {} files, {size}",
             self.keadm_version,
             arches.join(", "),
-            self.dir.display(),
             self.files.len(),
-            self.files.len() - written,
         );
-        if !self.removed.is_empty() {
+        if self.dir.is_some() {
             text.push_str(&format!(
-                "; {} outdated file(s) removed",
-                self.removed.len()
+                " ({written} written, {} already in place",
+                self.files.len() - written,
             ));
+            if !self.removed.is_empty() {
+                text.push_str(&format!(
+                    "; {} outdated file(s) removed",
+                    self.removed.len()
+                ));
+            }
+            text.push(')');
         }
-        text.push_str(&format!(
-            ").\nOn the air-gapped side, set keadm.download.enable: false and \
-             keadm.offlinePackageDir: {} in the config.\n",
-            self.dir.display()
-        ));
+        text.push_str(&format!(".\n{}", manifest_line(&self.manifest_sha256)));
+        match (&self.dir, &self.archive) {
+            (_, Some(packed)) => {
+                let archive = packed.path.display();
+                if self.dir.is_some() {
+                    text.push_str(&format!(
+                        "Wrote it as one file too: {archive} ({}), with its sha512 in {}.\n",
+                        human_size(packed.size),
+                        packed.sidecar.display()
+                    ));
+                } else {
+                    text.push_str(&format!("Its sha512 is in {}.\n", packed.sidecar.display()));
+                }
+                text.push_str(&format!(
+                    "Carry {archive} and {} to the air-gapped side. There, `keadm-batch batch \
+                     bundle --verify {archive}` checks them and prints the same kit.json \
+                     sha256, and `keadm-batch batch bundle --extract {archive} -o DIR` unpacks \
+                     the kit for keadm.download.enable: false and keadm.offlinePackageDir: DIR \
+                     in the config.\n",
+                    packed.sidecar.display()
+                ));
+            }
+            (Some(dir), None) => text.push_str(&format!(
+                "On the air-gapped side, `keadm-batch batch bundle --verify {dir}` checks the \
+                 copy and prints the same kit.json sha256; set keadm.download.enable: false \
+                 and keadm.offlinePackageDir: {dir} in the config.\n",
+                dir = dir.display()
+            )),
+            (None, None) => {}
+        }
         text
     }
 }
 
-/// Writes the kit `settings` describes. `note` receives what the operator is told: how
-/// the sandbox images were chosen, then, once the kit is complete, one line per kit file
-/// (a bundle that fails removes the files it wrote, so it names none).
+/// A kit that `--verify` or `--extract` found whole, and where.
+#[derive(Debug)]
+pub struct Checked {
+    pub whole: Whole,
+    pub place: Checking,
+}
+
+/// Where [`Checked`]'s kit was.
+#[derive(Debug)]
+pub enum Checking {
+    /// A kit directory.
+    Dir(PathBuf),
+    /// A kit archive, read without unpacking.
+    Archive(PathBuf),
+    /// A kit archive, unpacked into the directory.
+    Extracted { archive: PathBuf, into: PathBuf },
+}
+
+impl Checked {
+    /// The lines for the operator: what was checked, and kit.json's sha256 as `batch
+    /// bundle` printed it.
+    pub fn summary(&self) -> String {
+        let whole = &self.whole;
+        let files = format!(
+            "its {} files ({}, keadm {}) are the ones its kit.json lists",
+            whole.files,
+            human_size(whole.bytes),
+            whole.keadm_version
+        );
+        let sha256 = manifest_line(&whole.manifest_sha256);
+        match &self.place {
+            Checking::Dir(dir) => format!("The kit {} is whole: {files}.\n{sha256}", dir.display()),
+            Checking::Archive(archive) => format!(
+                "The kit archive {} is whole: its sha512 is the one {} gives, and {files}.\n\
+                 {sha256}",
+                archive.display(),
+                kit_tar::sidecar_of(archive).display()
+            ),
+            Checking::Extracted { archive, into } => format!(
+                "Extracted the kit archive {} into {} and checked it: {files}.\n{sha256}\
+                 Set keadm.download.enable: false and keadm.offlinePackageDir: {} in the \
+                 config of the air-gapped run.\n",
+                archive.display(),
+                into.display(),
+                into.display()
+            ),
+        }
+    }
+}
+
+/// `batch bundle --verify PATH`: the kit directory or kit archive at `path`, checked where
+/// it arrived, with the check a run makes of each file before it uses it.
+pub fn verify(path: &Path) -> Result<Checked, BundleError> {
+    let (whole, place) = if path.is_dir() {
+        let whole = crate::kit::check_dir(path).map_err(BundleError::broken)?;
+        (whole, Checking::Dir(path.to_path_buf()))
+    } else if path.is_file() {
+        (
+            kit_tar::verify(path)?,
+            Checking::Archive(path.to_path_buf()),
+        )
+    } else {
+        return Err(BundleError::NoKit {
+            path: path.to_path_buf(),
+        });
+    };
+    Ok(Checked { whole, place })
+}
+
+/// `batch bundle --extract FILE -o DIR`: the kit archive `archive` verified, unpacked into
+/// the new directory `into` and checked there.
+pub fn extract(archive: &Path, into: &Path) -> Result<Checked, BundleError> {
+    Ok(Checked {
+        whole: kit_tar::extract(archive, into)?,
+        place: Checking::Extracted {
+            archive: archive.to_path_buf(),
+            into: into.to_path_buf(),
+        },
+    })
+}
+
+/// The line that gives kit.json's sha256, the same wherever it is printed, so that the
+/// operator compares like with like.
+fn manifest_line(sha256: &str) -> String {
+    format!("kit.json sha256: {sha256}\n")
+}
+
+/// Writes the kit `settings` describes, then its archive when one is asked for. `note`
+/// receives what the operator is told: how the sandbox images were chosen, then, once the
+/// kit is complete, one line per kit file (a bundle that fails removes the files it wrote,
+/// so it names none).
 pub fn write_kit(
     settings: &BundleSettings,
     note: &mut dyn FnMut(String),
 ) -> Result<KitReport, BundleError> {
-    let mut kit = KitDir::open(&settings.output)?;
+    // With an archive alone, the kit is made beside it and goes once it is archived.
+    let scratch = match &settings.output {
+        Some(_) => None,
+        None => {
+            let parent = kit_tar::parent_of(settings.archive.as_deref().unwrap_or(Path::new("")));
+            let scratch = tempfile::Builder::new()
+                .prefix(TEMPORARY_PREFIX)
+                .tempdir_in(parent)
+                .map_err(|e| BundleError::io("create a temporary directory in", parent, e))?;
+            Some(scratch)
+        }
+    };
+    // Exactly one of the two is there.
+    let dir: PathBuf = match &scratch {
+        Some(scratch) => scratch.path().into(),
+        None => settings.output.clone().unwrap_or_default(),
+    };
+    let mut kit = KitDir::open(&dir)?;
     if let Some(line) = &settings.sandbox_note {
         note(line.clone());
     }
-    match fill(&mut kit, settings) {
-        Ok((arches, lines)) => {
-            let (files, removed) = kit.finish(&settings.stage.version, &settings.sandbox)?;
-            lines.into_iter().for_each(&mut *note);
-            Ok(KitReport {
-                dir: settings.output.clone(),
-                keadm_version: settings.stage.version.clone(),
-                arches,
-                files,
-                removed,
-            })
-        }
+    let (arches, lines) = match fill(&mut kit, settings) {
+        Ok(filled) => filled,
         Err(error) => {
             kit.abandon();
-            Err(error)
+            return Err(error);
         }
-    }
+    };
+    let (files, removed) = kit.finish(&settings.stage.version, &settings.sandbox)?;
+    lines.into_iter().for_each(&mut *note);
+    let manifest = dir.join(crate::kit::KIT_FILE);
+    let (_, manifest_sha256) =
+        crate::digest::sha256_file(&manifest).map_err(|e| BundleError::io("read", &manifest, e))?;
+    let archive = settings
+        .archive
+        .as_deref()
+        .map(|archive| kit_tar::write(&dir, archive))
+        .transpose()?;
+    Ok(KitReport {
+        dir: settings.output.clone(),
+        keadm_version: settings.stage.version.clone(),
+        arches,
+        files,
+        removed,
+        manifest_sha256,
+        archive,
+    })
 }
 
 /// One image archive the kit gets: what the registry resolved for the arch, and the
@@ -339,7 +507,10 @@ fn fill(
         // The digest staging verified the tarball with (the pin, or the release's checksum
         // file), in the release's format.
         let checksum = format!("{arch}/{}", stager.checksum_name(arch));
-        kit.put(&checksum, format!("{}\n", staged.tarball_sha512).as_bytes())?;
+        kit.put(
+            &checksum,
+            crate::stage::checksum_text(&staged.tarball_sha512).as_bytes(),
+        )?;
         lines.extend(placed_line(kit, "its sha512"));
     }
     drop(stager);

@@ -36,6 +36,8 @@ pub use images::{ArchivedImage, Gzipped, ImageArchive, ImageSources, OfflineImag
 pub(crate) use meter::Meter;
 pub use meter::{Lines, Meters};
 pub use recompress::XzCopy;
+/// Unpacking a tar safely, for the kit's archive (`bundle`).
+pub(crate) use unpack::{Admitted, HashingReader, Links, Refusal, admit, unpack_tar};
 
 /// keadm's BASE, the same on the control host and on the nodes.
 pub const DEFAULT_BASE_DIR: &str = "/tmp/kubeedge/keadm";
@@ -621,7 +623,7 @@ impl Stager {
 /// The digest in a checksum file: the first word, 128 hex characters (sha512), lowercased.
 /// KubeEdge writes the bare digest and a newline; `sha512sum` output (digest, spaces,
 /// file name) is accepted too.
-fn parse_checksum(text: &str) -> Option<String> {
+pub(crate) fn parse_checksum(text: &str) -> Option<String> {
     let digest = text.split_whitespace().next()?;
     (digest.len() == 128 && digest.bytes().all(|b| b.is_ascii_hexdigit()))
         .then(|| digest.to_ascii_lowercase())
@@ -645,7 +647,8 @@ fn read_cached_checksum(path: &Path) -> Option<String> {
     digest
 }
 
-fn shorten(text: &str) -> String {
+/// The first 80 characters of `text`, to quote in a message.
+pub(crate) fn shorten(text: &str) -> String {
     let mut short: String = text.chars().take(80).collect();
     if short.len() < text.len() {
         short.push('…');
@@ -660,7 +663,13 @@ fn sha256_file(path: &Path) -> Result<(u64, String), StageError> {
 
 /// Caches `digest` as the checksum file at `path`, in the release's format.
 fn write_checksum_file(path: &Path, digest: &str) -> Result<(), StageError> {
-    write_atomically(path, format!("{digest}\n").as_bytes())
+    write_atomically(path, checksum_text(digest).as_bytes())
+}
+
+/// A checksum file holding `digest` as KubeEdge's releases write theirs: the bare hex
+/// digest and a newline.
+pub(crate) fn checksum_text(digest: &str) -> String {
+    format!("{digest}\n")
 }
 
 /// Makes renames in `dir` durable. Best effort: a failure only weakens crash safety.

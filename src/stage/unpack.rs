@@ -67,12 +67,8 @@ pub(crate) fn unpack_package(
         .map_err(|e| StageError::io("create a temporary directory in", bin_dir, e))?;
 
     let reader = HashingReader::new(BufReader::with_capacity(256 * 1024, file));
-    let (decoder, extracted) = unpack_tar(
-        GzDecoder::new(reader),
-        scratch.path(),
-        Links::Inside,
-        limit,
-    );
+    let (decoder, extracted) =
+        unpack_tar(GzDecoder::new(reader), scratch.path(), Links::Inside, limit);
     let extracted = extracted.map_err(|refusal| refusal.of_package(name, limit));
 
     // Hash whatever the decoder did not need (trailer, padding) so the digest covers the
@@ -219,7 +215,9 @@ pub(crate) fn admit<R: Read>(
             // Targets may only point down from where they are resolved: with no `..`
             // and no root, even chains of links stay inside.
             if escape_reason(&target).is_some() {
-                return Err(unsafe_entry(&format!("{what} to {shown}, outside the package")));
+                return Err(unsafe_entry(&format!(
+                    "{what} to {shown}, outside the package"
+                )));
             }
             match links {
                 Links::Inside => Ok(Admitted::Link),
@@ -386,7 +384,6 @@ impl Budget {
     fn exceeded(&self) -> bool {
         self.exceeded.get()
     }
-
 }
 
 /// A reader that fails once more than `limit` bytes would have come through it.
@@ -633,7 +630,10 @@ mod tests {
         let (rest, unpacked) = unpack_tar(&plain[..], &files, Links::Refused, NO_LIMIT);
         assert_eq!(unpacked, Ok(()));
         assert_eq!(fs::read(files.join("kit.json")).unwrap(), b"{}");
-        assert!(rest.is_empty() || rest.iter().all(|&b| b == 0), "the reader comes back");
+        assert!(
+            rest.is_empty() || rest.iter().all(|&b| b == 0),
+            "the reader comes back"
+        );
     }
 
     #[test]
