@@ -493,11 +493,11 @@ pub const EXIT_STATUS: [(i32, &str); 5] = [
     ),
     (
         2,
-        "The config or the command line is invalid (for batch merge also: a shard's file it refuses), or the join batch as a whole would fail (an expired token, another cluster's CA, names taken), or a keadm download would be plain HTTP without pins or --insecure-http, or a keadmCmd's --image-repository makes no valid image reference; batch bundle also refuses an invalid image name, a plain-HTTP registry mirror, an output directory that is not a kit and a docker config.json it cannot read. No node was touched.",
+        "The config or the command line is invalid (for batch merge also: a shard's file it refuses), or the join batch as a whole would fail (an expired token, another cluster's CA, names taken), or a keadm download would be plain HTTP without pins or --insecure-http, or a keadmCmd's --image-repository makes no valid image reference; batch bundle also refuses an invalid image name, a plain-HTTP registry mirror, an output directory that is not a kit and a docker config.json it cannot read; batch bundle --verify a path where there is no kit, and --extract into a directory that is not empty. No node was touched.",
     ),
     (
         3,
-        "The keadm packages or the offline images could not be staged (download, checksum or pin mismatch, offline package, a kit file that does not match its kit.json, an image archive that cannot be read or names no image, unpacking, a package over --max-package-bytes); no node was touched. batch bundle: a release or an image could not be fetched or verified.",
+        "The keadm packages or the offline images could not be staged (download, checksum or pin mismatch, offline package, a kit file that does not match its kit.json, an image archive that cannot be read or names no image, unpacking, a package over --max-package-bytes); no node was touched. batch bundle: a release or an image could not be fetched or verified. batch bundle --verify or --extract: a kit file that does not match its kit.json, or a kit archive that does not match its .sha512 file or cannot be read (each named).",
     ),
     (
         130,
