@@ -310,36 +310,6 @@ fn each_failure_exits_with_the_code_the_docs_give_it() {
             "image archive",
         ),
         (
-            BundleError::ArchiveMismatch {
-                archive: path("kit.tar"),
-                sidecar: path("kit.tar.sha512"),
-                expected: "00".into(),
-                actual: "11".into(),
-                inside: None,
-            }
-            .into(),
-            "--verify",
-        ),
-        (
-            BundleError::KitBroken {
-                problems: vec![KitError::Missing {
-                    file: path("kit/amd64/x.tar"),
-                    manifest: path("kit/kit.json"),
-                }],
-            }
-            .into(),
-            "--extract",
-        ),
-        (
-            BundleError::ExtractInto {
-                archive: path("kit.tar"),
-                dir: path("kit"),
-                holds: "it holds notes.txt".into(),
-            }
-            .into(),
-            "--extract",
-        ),
-        (
             BundleError::NotFound {
                 image: "kubeedge/installation-package:v1.23.1".into(),
                 registry: "docker.io".into(),
