@@ -861,6 +861,17 @@ fn a_slow_layer_pull_shows_progress_unless_quiet() {
         .stderr_lacks("layer 1 for linux/amd64");
 }
 
+/// [`bundled_kit`] for amd64, with the kit's archive `kit.tar` beside it, and kit.json's
+/// sha256.
+fn archived_kit() -> (tempfile::TempDir, PathBuf, String) {
+    let (tmp, sources, kit) = bundled_kit("[amd64]");
+    sources
+        .bundle(tmp.path(), "kit", &["--archive", "kit.tar"])
+        .status(0);
+    let manifest_sha256 = sha256_of(&kit.join("kit.json"));
+    (tmp, kit, manifest_sha256)
+}
+
 /// The hex sha256 of the file at `path`.
 fn sha256_of(path: &Path) -> String {
     sha256(&std::fs::read(path).unwrap())[7..].to_string()
@@ -973,11 +984,7 @@ fn an_archive_holds_the_kit_byte_for_byte_the_same_with_its_sha512_beside_it() {
 /// on the connected machine. What is wrong is named with the run's own messages (exit 3).
 #[test]
 fn verify_checks_a_copied_kit_or_its_archive_without_a_config() {
-    let (tmp, sources, kit) = bundled_kit("[amd64]");
-    sources
-        .bundle(tmp.path(), "kit", &["--archive", "kit.tar"])
-        .status(0);
-    let manifest_sha256 = sha256_of(&kit.join("kit.json"));
+    let (tmp, kit, manifest_sha256) = archived_kit();
 
     // The site: a copy of both, and no config.
     let site = scratch();
@@ -1041,11 +1048,7 @@ fn verify_checks_a_copied_kit_or_its_archive_without_a_config() {
 /// an archive that fails its check.
 #[test]
 fn extract_unpacks_a_checked_archive_that_an_offline_dry_run_then_uses() {
-    let (tmp, sources, kit) = bundled_kit("[amd64]");
-    sources
-        .bundle(tmp.path(), "kit", &["--archive", "kit.tar"])
-        .status(0);
-    let manifest_sha256 = sha256_of(&kit.join("kit.json"));
+    let (tmp, kit, manifest_sha256) = archived_kit();
     let site = scratch();
     for name in ["kit.tar", "kit.tar.sha512"] {
         std::fs::copy(tmp.path().join(name), site.path().join(name)).unwrap();

@@ -418,13 +418,19 @@ mod tests {
         .unwrap();
     }
 
-    #[test]
-    fn an_archive_is_the_kit_in_order_with_its_sha512_beside_it() {
+    /// A scratch directory holding the kit `kit` wrote and its archive `kit.tar`.
+    fn archived() -> (tempfile::TempDir, PathBuf, PathBuf, Packed) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("kit");
         kit(&dir);
         let archive = tmp.path().join("kit.tar");
         let packed = write(&dir, &archive).unwrap();
+        (tmp, dir, archive, packed)
+    }
+
+    #[test]
+    fn an_archive_is_the_kit_in_order_with_its_sha512_beside_it() {
+        let (tmp, dir, archive, packed) = archived();
         let bytes = fs::read(&archive).unwrap();
         assert_eq!(packed.sha512, hex::encode(sha2::Sha512::digest(&bytes)));
         assert_eq!(packed.size, bytes.len() as u64);
@@ -450,11 +456,7 @@ mod tests {
 
     #[test]
     fn a_damaged_archive_names_its_sha512_and_the_file_inside() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("kit");
-        kit(&dir);
-        let archive = tmp.path().join("kit.tar");
-        write(&dir, &archive).unwrap();
+        let (tmp, _, archive, _) = archived();
         let mut bytes = fs::read(&archive).unwrap();
         // The first file's data starts after its 512-byte header.
         bytes[512] ^= 0x01;
@@ -490,11 +492,7 @@ mod tests {
 
     #[test]
     fn extract_fills_a_new_directory_and_refuses_one_that_holds_anything() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("kit");
-        kit(&dir);
-        let archive = tmp.path().join("kit.tar");
-        let packed = write(&dir, &archive).unwrap();
+        let (tmp, dir, archive, packed) = archived();
         let into = tmp.path().join("site/kit");
         assert_eq!(extract(&archive, &into).unwrap(), packed.whole);
         assert_eq!(kit::files_in(&into).unwrap(), kit::files_in(&dir).unwrap());
