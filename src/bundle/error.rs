@@ -106,6 +106,13 @@ pub enum BundleError {
         holds: String,
     },
 
+    #[error(
+        "Cannot write the kit archive {} there: {reason}. Give --archive the path of a file \
+         outside the kit directory.",
+        archive.display()
+    )]
+    ArchivePlace { archive: PathBuf, reason: String },
+
     /// Every problem the kit check found, one per line, in the run's words.
     #[error("{}", lines(problems))]
     KitBroken { problems: Vec<KitError> },
@@ -312,7 +319,7 @@ impl BundleError {
             | NoPlatform { .. }
             | DigestMismatch { .. }
             | TooLarge { .. } => Failure::Fetch,
-            NoKit { .. } | ExtractInto { .. } => Failure::Usage,
+            NoKit { .. } | ExtractInto { .. } | ArchivePlace { .. } => Failure::Usage,
             KitBroken { .. }
             | Sidecar { .. }
             | ArchiveMismatch { .. }

@@ -52,18 +52,9 @@ impl KitDir {
                     .is_none_or(|kit| kit.entry(Path::new(rel)).is_none())
         });
         if !foreign.is_empty() {
-            let mut files = foreign
-                .iter()
-                .take(5)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ");
-            if foreign.len() > 5 {
-                files.push_str(&format!(" and {} more", foreign.len() - 5));
-            }
             return Err(BundleError::NotAKit {
                 dir: path.to_path_buf(),
-                files,
+                files: some_of(&foreign),
             });
         }
         Ok(KitDir {
@@ -291,7 +282,17 @@ fn remove_temporaries(dir: &Path) {
     }
 }
 
-fn set_mode(path: &Path, mode: u32) {
+/// The first five of `names`, and how many more there are: enough to recognise what a
+/// directory holds.
+pub(crate) fn some_of(names: &[String]) -> String {
+    let mut text = names.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > 5 {
+        text.push_str(&format!(" and {} more", names.len() - 5));
+    }
+    text
+}
+
+pub(crate) fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     let _ = fs::set_permissions(path, fs::Permissions::from_mode(mode));
 }

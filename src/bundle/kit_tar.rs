@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 use super::TEMPORARY_PREFIX;
 use super::archive::file_header;
 use super::error::BundleError;
+use super::kit_dir::{set_mode, some_of};
 use crate::kit::{self, Found, KIT_FILE, Kit, Whole};
 use crate::stage::{Admitted, HashingReader, Links, Refusal};
 
@@ -105,12 +106,36 @@ pub(crate) fn write(dir: &Path, archive: &Path) -> Result<Packed, BundleError> {
 
 /// Moves `temporary` to `path`, readable by whoever copies it on.
 fn persist(temporary: tempfile::NamedTempFile, path: &Path) -> Result<(), BundleError> {
-    use std::os::unix::fs::PermissionsExt;
     temporary
         .persist(path)
         .map_err(|e| BundleError::io("move into place", path, e.error))?;
-    let _ = fs::set_permissions(path, fs::Permissions::from_mode(0o644));
+    set_mode(path, 0o644);
     Ok(())
+}
+
+/// Checks, before anything is fetched, that the archive can go to `archive` (its
+/// directory is created): not over a directory, and not inside the kit directory `dir`,
+/// where a run and `--verify` would find a file kit.json does not list.
+pub(crate) fn check_place(archive: &Path, dir: Option<&Path>) -> Result<(), BundleError> {
+    let refusal = |reason: String| BundleError::ArchivePlace {
+        archive: archive.to_path_buf(),
+        reason,
+    };
+    if archive.is_dir() {
+        return Err(refusal("it is a directory".into()));
+    }
+    if let Some(dir) = dir {
+        let absolute = |path: &Path| std::path::absolute(path).unwrap_or_else(|_| path.into());
+        if absolute(archive).starts_with(absolute(dir)) {
+            return Err(refusal(format!(
+                "it is inside the kit directory {}, where a run and --verify refuse files that \
+                 kit.json does not list",
+                dir.display()
+            )));
+        }
+    }
+    let parent = parent_of(archive);
+    fs::create_dir_all(parent).map_err(|e| BundleError::io("create", parent, e))
 }
 
 /// The directory `path` is in (`.` for a bare file name).
@@ -325,8 +350,9 @@ pub(crate) fn extract(archive: &Path, into: &Path) -> Result<Whole, BundleError>
     }
     unpacked.map_err(|refusal| refused(archive, refusal))?;
 
-    // Into place under its own name; an empty directory there gives way.
-    set_dir_mode(scratch.path());
+    // Into place under its own name; an empty directory there gives way. Readable by
+    // all, as `batch bundle` leaves a kit (the temporary directory is owner-only).
+    set_mode(scratch.path(), 0o755);
     if into.is_dir() {
         fs::remove_dir(into)
             .map_err(|e| BundleError::io("replace the empty directory", into, e))?;
@@ -366,20 +392,7 @@ fn refuse_occupied(archive: &Path, into: &Path) -> Result<(), BundleError> {
         return Ok(());
     }
     names.sort();
-    let more = names.len().saturating_sub(5);
-    names.truncate(5);
-    let mut holds = format!("it holds {}", names.join(", "));
-    if more > 0 {
-        holds.push_str(&format!(" and {more} more"));
-    }
-    Err(refusal(holds))
-}
-
-/// A kit directory is readable by all, as `batch bundle` leaves one (the temporary
-/// directory it was unpacked in is owner-only).
-fn set_dir_mode(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o755));
+    Err(refusal(format!("it holds {}", some_of(&names))))
 }
 
 #[cfg(test)]
@@ -506,6 +519,25 @@ mod tests {
         let empty = tmp.path().join("empty");
         fs::create_dir(&empty).unwrap();
         extract(&archive, &empty).unwrap();
+    }
+
+    #[test]
+    fn an_archive_goes_neither_over_a_directory_nor_inside_the_kit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("kit");
+        fs::create_dir(&dir).unwrap();
+        let inside = check_place(&dir.join("./kit.tar"), Some(&tmp.path().join("./kit")));
+        let err = inside.unwrap_err();
+        assert!(matches!(err, BundleError::ArchivePlace { .. }), "{err}");
+        assert!(
+            err.to_string().contains("it is inside the kit directory"),
+            "{err}"
+        );
+        let err = check_place(&dir, None).unwrap_err().to_string();
+        assert!(err.contains("there: it is a directory."), "{err}");
+        // Beside the kit, in a directory made for it.
+        check_place(&tmp.path().join("out/kit.tar"), Some(&dir)).unwrap();
+        assert!(tmp.path().join("out").is_dir());
     }
 
     #[test]

@@ -387,6 +387,9 @@ pub fn write_kit(
     settings: &BundleSettings,
     note: &mut dyn FnMut(String),
 ) -> Result<KitReport, BundleError> {
+    if let Some(archive) = &settings.archive {
+        kit_tar::check_place(archive, settings.output.as_deref())?;
+    }
     // With an archive alone, the kit is made beside it and goes once it is archived.
     let scratch = match &settings.output {
         Some(_) => None,
