@@ -390,24 +390,21 @@ pub fn write_kit(
     if let Some(archive) = &settings.archive {
         kit_tar::check_place(archive, settings.output.as_deref())?;
     }
-    // With an archive alone, the kit is made beside it and goes once it is archived.
-    let scratch = match &settings.output {
-        Some(_) => None,
+    // The kit directory; with an archive alone, a temporary one beside the archive, gone
+    // once the kit is archived.
+    let scratch;
+    let dir: &Path = match &settings.output {
+        Some(dir) => dir,
         None => {
             let parent = kit_tar::parent_of(settings.archive.as_deref().unwrap_or(Path::new("")));
-            let scratch = tempfile::Builder::new()
+            scratch = tempfile::Builder::new()
                 .prefix(TEMPORARY_PREFIX)
                 .tempdir_in(parent)
                 .map_err(|e| BundleError::io("create a temporary directory in", parent, e))?;
-            Some(scratch)
+            scratch.path()
         }
     };
-    // Exactly one of the two is there.
-    let dir: PathBuf = match &scratch {
-        Some(scratch) => scratch.path().into(),
-        None => settings.output.clone().unwrap_or_default(),
-    };
-    let mut kit = KitDir::open(&dir)?;
+    let mut kit = KitDir::open(dir)?;
     if let Some(line) = &settings.sandbox_note {
         note(line.clone());
     }
@@ -426,7 +423,7 @@ pub fn write_kit(
     let archive = settings
         .archive
         .as_deref()
-        .map(|archive| kit_tar::write(&dir, archive))
+        .map(|archive| kit_tar::write(dir, archive))
         .transpose()?;
     Ok(KitReport {
         dir: settings.output.clone(),
