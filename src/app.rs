@@ -122,11 +122,13 @@ fn run_bundle(options: &BundleOptions) -> Result<(), Error> {
         docker_config,
         meters(options.verbosity),
     )?;
-    let report = bundle::write_kit(&settings, &mut |line| {
+    let mut note = |line: String| {
         if !quiet {
             eprintln!("{line}");
         }
-    })?;
+    };
+    let report = bundle::write_kit(&settings, &mut note)?;
+    report.lines().into_iter().for_each(note);
     eprint!("{}", report.summary());
     Ok(())
 }

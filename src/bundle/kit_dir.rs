@@ -68,11 +68,6 @@ impl KitDir {
         &self.path
     }
 
-    /// The file placed last.
-    pub(crate) fn last(&self) -> Option<&Placed> {
-        self.placed.last()
-    }
-
     /// `rel`'s directory in the kit, created.
     pub(crate) fn dir_for(&self, rel: &str) -> Result<PathBuf, BundleError> {
         let dir = self

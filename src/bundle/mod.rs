@@ -13,6 +13,8 @@
 //! (`kit_tar`), and at the site `--verify` checks a copied kit, directory or archive, and
 //! `--extract` unpacks an archive into a new directory (`verify`, `extract`).
 //!
+//! What was written is reported (`report`) as a line per file and a summary.
+//!
 //! Image manifests are resolved first, with the config of each image that is not
 //! multi-platform (only the config says its arch), so an image that is missing or lacks
 //! one of the arches fails the bundle before any release or layer is downloaded. Files
@@ -25,6 +27,7 @@ mod images;
 mod kit_dir;
 mod kit_tar;
 mod registry;
+mod report;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -40,6 +43,7 @@ use crate::stage::{Meters, StageSettings, Stager};
 use archive::Blob;
 use kit_dir::KitDir;
 use registry::{Platform, Registry, Resolved};
+use report::{human_size, manifest_line};
 use tempfile::NamedTempFile;
 
 pub use error::{BundleError, Failure};
@@ -47,6 +51,7 @@ pub(crate) use images::for_config as join_images;
 pub use kit_dir::Placed;
 pub use kit_tar::Packed;
 pub use registry::RegistrySettings;
+pub use report::{Holds, KitEntry, KitReport};
 
 /// The host Docker Hub's registry API answers on, for images of `docker.io`.
 const DOCKER_HUB_API: &str = "registry-1.docker.io";
@@ -210,88 +215,6 @@ fn recorded_sandbox(dir: &Path) -> Vec<ImageRef> {
         .collect()
 }
 
-/// What `write_kit` did.
-#[derive(Debug)]
-pub struct KitReport {
-    /// The kit directory; `None` when the kit was made only for its archive.
-    pub dir: Option<PathBuf>,
-    pub keadm_version: String,
-    pub arches: Vec<Arch>,
-    /// Every file of the kit.
-    pub files: Vec<Placed>,
-    /// Files of an earlier kit in the directory that this one no longer has.
-    pub removed: Vec<String>,
-    /// kit.json's sha256, lowercase hex: what `--verify` prints where the kit arrives.
-    pub manifest_sha256: String,
-    /// The kit as one file, when `--archive` asked for it.
-    pub archive: Option<Packed>,
-}
-
-impl KitReport {
-    /// The closing lines for the operator.
-    pub fn summary(&self) -> String {
-        let bytes: u64 = self.files.iter().map(|p| p.file.size).sum();
-        let size = human_size(bytes);
-        let written = self.files.iter().filter(|p| p.written).count();
-        let arches: Vec<&str> = self.arches.iter().map(|a| a.as_str()).collect();
-        let place = match (&self.dir, &self.archive) {
-            (Some(dir), _) => format!("to {}", dir.display()),
-            (None, Some(packed)) => format!("as {}", packed.path.display()),
-            (None, None) => String::new(),
-        };
-        let mut text = format!(
-            "Wrote the air-gapped kit for keadm {} ({}) {place}: {} files, {size}",
-            self.keadm_version,
-            arches.join(", "),
-            self.files.len(),
-        );
-        if self.dir.is_some() {
-            text.push_str(&format!(
-                " ({written} written, {} already in place",
-                self.files.len() - written,
-            ));
-            if !self.removed.is_empty() {
-                text.push_str(&format!(
-                    "; {} outdated file(s) removed",
-                    self.removed.len()
-                ));
-            }
-            text.push(')');
-        }
-        text.push_str(&format!(".\n{}", manifest_line(&self.manifest_sha256)));
-        match (&self.dir, &self.archive) {
-            (_, Some(packed)) => {
-                let archive = packed.path.display();
-                if self.dir.is_some() {
-                    text.push_str(&format!(
-                        "Wrote it as one file too: {archive} ({}), with its sha512 in {}.\n",
-                        human_size(packed.size),
-                        packed.sidecar.display()
-                    ));
-                } else {
-                    text.push_str(&format!("Its sha512 is in {}.\n", packed.sidecar.display()));
-                }
-                text.push_str(&format!(
-                    "Carry {archive} and {} to the air-gapped side. There, `keadm-batch batch \
-                     bundle --verify {archive}` checks them and prints the same kit.json \
-                     sha256, and `keadm-batch batch bundle --extract {archive} -o DIR` unpacks \
-                     the kit for keadm.download.enable: false and keadm.offlinePackageDir: DIR \
-                     in the config.\n",
-                    packed.sidecar.display()
-                ));
-            }
-            (Some(dir), None) => text.push_str(&format!(
-                "On the air-gapped side, `keadm-batch batch bundle --verify {dir}` checks the \
-                 copy and prints the same kit.json sha256; set keadm.download.enable: false \
-                 and keadm.offlinePackageDir: {dir} in the config.\n",
-                dir = dir.display()
-            )),
-            (None, None) => {}
-        }
-        text
-    }
-}
-
 /// A kit that `--verify` or `--extract` found whole, and where.
 #[derive(Debug)]
 pub struct Checked {
@@ -373,16 +296,10 @@ pub fn extract(archive: &Path, into: &Path) -> Result<Checked, BundleError> {
     })
 }
 
-/// The line that gives kit.json's sha256, the same wherever it is printed, so that the
-/// operator compares like with like.
-fn manifest_line(sha256: &str) -> String {
-    format!("kit.json sha256: {sha256}\n")
-}
-
 /// Writes the kit `settings` describes, then its archive when one is asked for. `note`
-/// receives what the operator is told: how the sandbox images were chosen, then, once the
-/// kit is complete, one line per kit file (a bundle that fails removes the files it wrote,
-/// so it names none).
+/// receives how the sandbox images were chosen, first; the files are in the report, once
+/// the kit is complete (a bundle that fails removes the files it wrote, so it reports
+/// none).
 pub fn write_kit(
     settings: &BundleSettings,
     note: &mut dyn FnMut(String),
@@ -408,15 +325,21 @@ pub fn write_kit(
     if let Some(line) = &settings.sandbox_note {
         note(line.clone());
     }
-    let (arches, lines) = match fill(&mut kit, settings) {
-        Ok(filled) => filled,
+    let holdings = match fill(&mut kit, settings) {
+        Ok(holdings) => holdings,
         Err(error) => {
             kit.abandon();
             return Err(error);
         }
     };
-    let (files, removed) = kit.finish(&settings.stage.version, &settings.sandbox)?;
-    lines.into_iter().for_each(&mut *note);
+    let (placed, removed) = kit.finish(&settings.stage.version, &settings.sandbox)?;
+    let files = holdings
+        .into_iter()
+        .filter_map(|(rel, holds)| {
+            let placed = placed.iter().find(|p| p.file.path == rel)?.clone();
+            Some(KitEntry { holds, placed })
+        })
+        .collect();
     let manifest = dir.join(crate::kit::KIT_FILE);
     let (_, manifest_sha256) =
         crate::digest::sha256_file(&manifest).map_err(|e| BundleError::io("read", &manifest, e))?;
@@ -428,7 +351,7 @@ pub fn write_kit(
     Ok(KitReport {
         dir: settings.output.clone(),
         keadm_version: settings.stage.version.clone(),
-        arches,
+        arches: settings.stage.arch_group.clone(),
         files,
         removed,
         manifest_sha256,
@@ -448,13 +371,11 @@ struct Wanted<'a> {
     config: Option<NamedTempFile>,
 }
 
-/// Places every file of the kit; returns the arches it covers and a line per file placed.
-fn fill(
-    kit: &mut KitDir,
-    settings: &BundleSettings,
-) -> Result<(Vec<Arch>, Vec<String>), BundleError> {
-    let arches = settings.stage.arch_group.clone();
-    let mut lines = Vec::new();
+/// Places every file of the kit; returns, for each file placed, its path in the kit and
+/// what it holds.
+fn fill(kit: &mut KitDir, settings: &BundleSettings) -> Result<Vec<(String, Holds)>, BundleError> {
+    let arches = &settings.stage.arch_group;
+    let mut holdings = Vec::new();
     let mut registry = Registry::new(settings.registry.clone())?;
     let scratch = tempfile::Builder::new()
         .prefix(TEMPORARY_PREFIX)
@@ -465,7 +386,7 @@ fn fill(
     // build for one of the arches, fails the bundle before any release or layer is
     // downloaded.
     let mut wanted = Vec::new();
-    for &arch in &arches {
+    for &arch in arches {
         let names = archive_names(&settings.images);
         for (image, name) in settings.images.iter().zip(names) {
             let resolved = registry.resolve(image, arch)?;
@@ -502,8 +423,7 @@ fn fill(
         let arch = staged.arch;
         let tarball = format!("{arch}/{}", stager.tarball_name(arch));
         kit.copy(&tarball, &staged.tarball)?;
-        let release = format!("keadm {} for {arch}", settings.stage.version);
-        lines.extend(placed_line(kit, &release));
+        holdings.push((tarball, Holds::Release { arch }));
         // The digest staging verified the tarball with (the pin, or the release's checksum
         // file), in the release's format.
         let checksum = format!("{arch}/{}", stager.checksum_name(arch));
@@ -511,7 +431,7 @@ fn fill(
             &checksum,
             crate::stage::checksum_text(&staged.tarball_sha512).as_bytes(),
         )?;
-        lines.extend(placed_line(kit, "its sha512"));
+        holdings.push((checksum, Holds::Checksum { arch }));
     }
     drop(stager);
 
@@ -528,10 +448,13 @@ fn fill(
         } else {
             pull(kit, &mut registry, &wanted, scratch.path())?;
         }
-        let what = format!("{} for linux/{}", wanted.image, wanted.arch);
-        lines.extend(placed_line(kit, &what));
+        let holds = Holds::Image {
+            arch: wanted.arch,
+            image: wanted.image.to_string(),
+        };
+        holdings.push((wanted.rel, holds));
     }
-    Ok((arches, lines))
+    Ok(holdings)
 }
 
 /// Downloads the blobs of one wanted image (its config unless it is there already) and
@@ -601,42 +524,9 @@ fn archive_names(images: &[ImageRef]) -> Vec<String> {
         .collect()
 }
 
-/// The line for the file just placed, with `what` it holds.
-fn placed_line(kit: &KitDir, what: &str) -> Option<String> {
-    kit.last().map(|placed| {
-        format!(
-            "{}  {what}  {}  {}",
-            placed.file.path,
-            human_size(placed.file.size),
-            if placed.written {
-                "written"
-            } else {
-                "already in place"
-            }
-        )
-    })
-}
-
-/// `812 B`, `2.4 KiB`, `41.2 MiB`.
-fn human_size(bytes: u64) -> String {
-    const KIB: f64 = 1024.0;
-    match bytes {
-        0..1024 => format!("{bytes} B"),
-        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / KIB),
-        _ => format!("{:.1} MiB", bytes as f64 / (KIB * KIB)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_read_at_a_glance() {
-        assert_eq!(human_size(812), "812 B");
-        assert_eq!(human_size(2458), "2.4 KiB");
-        assert_eq!(human_size(43_200_000), "41.2 MiB");
-    }
 
     #[test]
     fn archive_names_are_spelled_out_only_when_they_would_collide() {
