@@ -100,6 +100,9 @@ fn run(command: Command) -> Result<(), Error> {
         // What was checked is the result, so it goes to stdout, as a dry run's plan does.
         Command::VerifyKit(path) => print(bundle::verify(&path)?.summary()),
         Command::ExtractKit(options) => {
+            for note in &options.deprecations {
+                log::warn!("{note}");
+            }
             let checked = bundle::extract(&options.archive, &options.into)?;
             eprint!("{}", checked.summary());
             Ok(())
@@ -107,8 +110,11 @@ fn run(command: Command) -> Result<(), Error> {
     }
 }
 
-/// `batch bundle -c FILE -o DIR`: the air-gapped kit, written by `bundle`.
+/// `batch bundle -c FILE --into DIR`: the air-gapped kit, written by `bundle`.
 fn run_bundle(options: &BundleOptions) -> Result<(), Error> {
+    for note in &options.deprecations {
+        log::warn!("{note}");
+    }
     // The connected machine need not have the site's secrets: bundling reads none.
     let env = config::environment::WithoutSecrets::new(&ProcessEnvironment);
     let loaded = load_config(&options.config, &env)?;
@@ -130,6 +136,10 @@ fn run_bundle(options: &BundleOptions) -> Result<(), Error> {
     let report = bundle::write_kit(&settings, &mut note)?;
     report.lines().into_iter().for_each(note);
     eprint!("{}", report.summary());
+    // After the console's lines, as a run prints its summary after the recap.
+    if options.output == OutputFormat::Json {
+        print(report.json())?;
+    }
     Ok(())
 }
 

@@ -224,14 +224,14 @@ enum BatchSub {
     /// Write the kit an air-gapped run needs (keadm releases, images, kit.json) into a
     /// directory or one archive; at the site, verify or extract it.
     ///
-    /// On a connected machine, write the kit an air-gapped run needs into DIR: keadm
-    /// releases (verified as a run stages them), the installation-package and sandbox
-    /// images for every archGroup arch, and kit.json listing every file's sha256. Use it
-    /// with keadm.download.enable: false and keadm.offlinePackageDir: DIR. A rerun into the
-    /// same DIR updates it, keeping what is already right. --archive FILE.tar also writes
-    /// the kit as one file, with its sha512 in FILE.tar.sha512. At the site, --verify
-    /// checks a copied kit (directory or archive) without a config, and --extract unpacks
-    /// an archive into a new directory.
+    /// On a connected machine, write the kit an air-gapped run needs into DIR (--into DIR,
+    /// or -o DIR): keadm releases (verified as a run stages them), the installation-package
+    /// and sandbox images for every archGroup arch, and kit.json listing every file's
+    /// sha256. Use it with keadm.download.enable: false and keadm.offlinePackageDir: DIR. A
+    /// rerun into the same DIR updates it, keeping what is already right. --archive
+    /// FILE.tar also writes the kit as one file, with its sha512 in FILE.tar.sha512. At the
+    /// site, --verify checks a copied kit (directory or archive) without a config, and
+    /// --extract unpacks an archive into a new directory (--into DIR, or -o DIR).
     Bundle(Box<BundleArgs>),
 }
 
@@ -260,34 +260,35 @@ struct BundleArgs {
     )]
     config: Option<PathBuf>,
 
-    /// The kit directory: new, empty, or a kit an earlier bundle wrote (with --extract: new
-    /// or empty).
-    #[arg(
-        short = 'o',
-        long = "output",
-        value_name = "DIR",
-        required_unless_present_any = ["archive", "verify"]
-    )]
+    /// The kit directory: new, empty, or a kit an earlier bundle wrote (with --extract: the
+    /// directory the archive is unpacked into, new or empty).
+    #[arg(short = 'o', long = "into", value_name = "DIR")]
+    into: Option<PathBuf>,
+
+    /// `json` also prints what was written (each file with its sha256, kit.json's, the
+    /// archive's) as one JSON document on stdout; `text`, the default, reports on stderr
+    /// only. Any other value is the kit directory, the old spelling of --into, with a
+    /// warning.
+    #[arg(long, value_name = "FORMAT")]
     output: Option<PathBuf>,
 
     /// Also write the kit as one uncompressed tar, FILE, with its sha512 in FILE.sha512
-    /// (without -o, only these two).
+    /// (without --into, only these two).
     #[arg(long, value_name = "FILE")]
     archive: Option<PathBuf>,
 
     /// At the site, with no config: check a copied kit, its directory or its archive (with
     /// the archive's .sha512 file), against its kit.json, and print kit.json's sha256.
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["fetching", "output", "extract"])]
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with_all = ["fetching", "into", "output", "extract"]
+    )]
     verify: Option<PathBuf>,
 
     /// At the site, with no config: verify the kit archive FILE, unpack it into the new or
-    /// empty directory -o DIR, and check it there.
-    #[arg(
-        long,
-        value_name = "FILE",
-        requires = "output",
-        conflicts_with = "fetching"
-    )]
+    /// empty directory --into DIR (or -o DIR), and check it there.
+    #[arg(long, value_name = "FILE", conflicts_with = "fetching")]
     extract: Option<PathBuf>,
 
     /// Download keadm releases from this directory URL instead of keadm.download.url
@@ -349,6 +350,62 @@ enum RelayArg {
 enum OutputArg {
     Text,
     Json,
+}
+
+/// `batch bundle`'s kit directory (the one `--extract` unpacks into, too) and output
+/// format from `--into`/`-o` and `--output`; no directory when neither names one.
+/// `--output` was the kit directory before it became the format, as it is for a run; the
+/// rule that keeps both working: its value is the format when it is one of the format
+/// words (`text`, `json`), and otherwise the kit directory, with a deprecation note (a
+/// directory named like a format word is written `--into json` or `--output ./json`).
+fn bundle_places(into: Option<PathBuf>, output: Option<PathBuf>) -> Result<Places, clap::Error> {
+    let format = output
+        .as_deref()
+        .and_then(|value| value.to_str())
+        .and_then(|value| OutputArg::from_str(value, false).ok());
+    let (into, deprecations) = match (into, format, output) {
+        (into, Some(_), _) | (into, None, None) => (into, Vec::new()),
+        (Some(into), None, Some(old)) => {
+            return Err(command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "--into {} and --output {} both name the kit directory. Give it once, with --into (--output takes the format, text or json).",
+                    into.display(),
+                    old.display()
+                ),
+            ));
+        }
+        (None, None, Some(old)) => {
+            let note = format!(
+                "--output {dir} names the kit directory, an old spelling that still works: write --into {dir} (or -o {dir}). --output now takes the format, text or json, as it does for a run.",
+                dir = old.display()
+            );
+            (Some(old), vec![note])
+        }
+    };
+    Ok(Places {
+        into,
+        format,
+        deprecations,
+    })
+}
+
+/// What [`bundle_places`] read from the command line.
+struct Places {
+    /// The kit directory, when one was named.
+    into: Option<PathBuf>,
+    /// The format, when `--output` named one.
+    format: Option<OutputArg>,
+    /// A sentence for each old spelling used.
+    deprecations: Vec<String>,
+}
+
+/// The format `--output` names; text when it names none.
+fn output_format(arg: Option<OutputArg>) -> OutputFormat {
+    match arg {
+        Some(OutputArg::Json) => OutputFormat::Json,
+        Some(OutputArg::Text) | None => OutputFormat::Text,
+    }
 }
 
 /// `--only`: one glob, checked here so a typo such as `edge-[1` is a usage error rather
@@ -629,10 +686,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             return Ok(Command::Merge(MergeOptions {
                 dirs,
                 config,
-                output: match output {
-                    Some(OutputArg::Json) => OutputFormat::Json,
-                    _ => OutputFormat::Text,
-                },
+                output: output_format(output),
                 into,
             }));
         }
@@ -640,24 +694,46 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             if let Some(path) = bundle.verify {
                 return Ok(Command::VerifyKit(path));
             }
-            // clap has required what each of these needs.
-            let missing = |what: &str| {
-                command().error(
-                    clap::error::ErrorKind::MissingRequiredArgument,
-                    format!("batch bundle needs {what}"),
-                )
-            };
+            let Places {
+                into,
+                format,
+                deprecations,
+            } = bundle_places(bundle.into, bundle.output)?;
+            let missing =
+                |what: &str| command().error(clap::error::ErrorKind::MissingRequiredArgument, what);
             if let Some(archive) = bundle.extract {
-                let into = bundle
-                    .output
-                    .ok_or_else(|| missing("-o DIR with --extract"))?;
-                return Ok(Command::ExtractKit(ExtractOptions { archive, into }));
+                if format == Some(OutputArg::Json) {
+                    return Err(command().error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        "--output json is for writing a kit: --extract reports what it checked as text on stderr. Name the directory to unpack into with --into DIR (or -o DIR).",
+                    ));
+                }
+                let into = into.ok_or_else(|| {
+                    missing(
+                        "the directory to unpack into is required: `keadm-batch batch bundle --extract FILE.tar --into DIR` (or -o DIR)",
+                    )
+                })?;
+                return Ok(Command::ExtractKit(ExtractOptions {
+                    archive,
+                    into,
+                    deprecations,
+                }));
             }
-            let config = bundle.config.ok_or_else(|| missing("-c FILE"))?;
+            if into.is_none() && bundle.archive.is_none() {
+                return Err(missing(
+                    "the kit directory is required: `keadm-batch batch bundle -c config.yaml --into DIR` (or -o DIR), or --archive FILE.tar for the kit as one file",
+                ));
+            }
+            // clap has required it without --verify or --extract.
+            let config = bundle
+                .config
+                .ok_or_else(|| missing("batch bundle needs -c FILE"))?;
             return Ok(Command::Bundle(Box::new(BundleOptions {
                 config,
-                output: bundle.output,
+                into,
                 archive: bundle.archive,
+                output: output_format(format),
+                deprecations,
                 staging_dir: bundle.staging_dir,
                 download_url: bundle.download_url,
                 insecure_http: bundle.insecure_http,
@@ -731,10 +807,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         verify_remote: batch.verify_remote,
         staging_dir: batch.staging_dir,
         run_dir: batch.run_dir,
-        output: match batch.output {
-            Some(OutputArg::Json) => OutputFormat::Json,
-            _ => OutputFormat::Text,
-        },
+        output: output_format(batch.output),
         verbosity: if batch.quiet {
             Verbosity::Quiet
         } else if batch.verbose {
@@ -874,7 +947,7 @@ mod tests {
             panic!()
         };
         assert_eq!(opts.config, PathBuf::from("c.yaml"));
-        assert_eq!(opts.output, Some(PathBuf::from("kit")));
+        assert_eq!(opts.into, Some(PathBuf::from("kit")));
         assert_eq!(opts.registry_mirrors[0].registry, "docker.io");
         assert_eq!(opts.registry_mirrors[1].url, "https://mirror.example/");
         assert_eq!(opts.sandbox_images, ["registry.k8s.io/pause:3.6"]);
@@ -908,7 +981,8 @@ mod tests {
             run(&["k", "batch", "bundle", "--extract", "kit.tar", "-o", "kit"]).unwrap(),
             Command::ExtractKit(ExtractOptions {
                 archive: "kit.tar".into(),
-                into: "kit".into()
+                into: "kit".into(),
+                deprecations: Vec::new(),
             })
         );
         let Command::Bundle(opts) = run(&[
@@ -923,7 +997,7 @@ mod tests {
         .unwrap() else {
             panic!()
         };
-        assert_eq!((opts.output, opts.archive), (None, Some("kit.tar".into())));
+        assert_eq!((opts.into, opts.archive), (None, Some("kit.tar".into())));
         for refused in [
             &["k", "batch", "bundle", "--extract", "kit.tar"][..],
             &["k", "batch", "bundle", "--verify", "kit", "-c", "c.yaml"],
@@ -953,6 +1027,63 @@ mod tests {
         ] {
             let err = run(refused).unwrap_err();
             assert!(err.use_stderr(), "{refused:?} is a usage error");
+        }
+    }
+
+    #[test]
+    fn extract_s_directory_is_into_or_o_as_the_kit_directory_is() {
+        let extract = |extra: &[&str]| {
+            let mut args = vec!["k", "batch", "bundle", "--extract", "kit.tar"];
+            args.extend_from_slice(extra);
+            run(&args)
+        };
+        let into = |into: &str, deprecations: &[&str]| {
+            Command::ExtractKit(ExtractOptions {
+                archive: "kit.tar".into(),
+                into: into.into(),
+                deprecations: deprecations.iter().map(ToString::to_string).collect(),
+            })
+        };
+        assert_eq!(extract(&["--into", "kit"]).unwrap(), into("kit", &[]));
+        assert_eq!(
+            extract(&["-o", "kit", "--output", "text"]).unwrap(),
+            into("kit", &[])
+        );
+        // --output DIR, the old long spelling of -o, still names it, with the warning.
+        assert_eq!(
+            extract(&["--output", "old-kit"]).unwrap(),
+            into(
+                "old-kit",
+                &[
+                    "--output old-kit names the kit directory, an old spelling that still works: write --into old-kit (or -o old-kit). --output now takes the format, text or json, as it does for a run."
+                ]
+            )
+        );
+        let err = extract(&[]).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "the directory to unpack into is required: `keadm-batch batch bundle --extract FILE.tar --into DIR`"
+            ),
+            "{err}"
+        );
+        let err = extract(&["--into", "kit", "--output", "json"]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--output json is for writing a kit: --extract reports"),
+            "{err}"
+        );
+        let err = extract(&["--into", "a", "--output", "b"]).unwrap_err();
+        assert!(
+            err.to_string().contains("both name the kit directory"),
+            "{err}"
+        );
+        for refused in [
+            &["--verify", "kit", "--into", "d"][..],
+            &["--verify", "kit", "--output", "json"],
+        ] {
+            let mut args = vec!["k", "batch", "bundle"];
+            args.extend_from_slice(refused);
+            assert!(run(&args).unwrap_err().use_stderr(), "{refused:?}");
         }
     }
 
@@ -1018,6 +1149,60 @@ mod tests {
                 "{err}"
             );
             assert!(run(&["k", "batch", "-c", "c", flag, "--output", "text"]).is_ok());
+        }
+    }
+
+    #[test]
+    fn bundle_s_kit_directory_is_into_or_o_and_output_is_its_format() {
+        let bundle = |extra: &[&str]| {
+            let mut args = vec!["k", "batch", "bundle", "-c", "c.yaml"];
+            args.extend_from_slice(extra);
+            run(&args)
+        };
+        for spelling in [&["--into", "kit"][..], &["-o", "kit"]] {
+            let Command::Bundle(opts) = bundle(spelling).unwrap() else {
+                panic!()
+            };
+            assert_eq!(opts.into, Some(PathBuf::from("kit")), "{spelling:?}");
+            assert_eq!(opts.output, OutputFormat::Text);
+            assert!(opts.deprecations.is_empty());
+        }
+        let Command::Bundle(opts) = bundle(&["-o", "kit", "--output", "json"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (opts.into, opts.output),
+            (Some(PathBuf::from("kit")), OutputFormat::Json)
+        );
+        // The old spelling: any other value of --output is the kit directory, with a
+        // warning that names the new one.
+        let Command::Bundle(opts) = bundle(&["--output", "old-kit"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(opts.into, Some(PathBuf::from("old-kit")));
+        assert_eq!(opts.output, OutputFormat::Text);
+        assert_eq!(
+            opts.deprecations,
+            [
+                "--output old-kit names the kit directory, an old spelling that still works: write --into old-kit (or -o old-kit). --output now takes the format, text or json, as it does for a run."
+            ]
+        );
+        let err = bundle(&["--into", "a", "--output", "b"]).unwrap_err();
+        assert!(err.use_stderr());
+        assert!(
+            err.to_string().contains(
+                "--into a and --output b both name the kit directory. Give it once, with --into"
+            ),
+            "{err}"
+        );
+        for missing in [&[][..], &["--output", "json"]] {
+            let err = bundle(missing).unwrap_err();
+            assert!(
+                err.to_string().contains(
+                    "the kit directory is required: `keadm-batch batch bundle -c config.yaml --into DIR`"
+                ),
+                "{missing:?}: {err}"
+            );
         }
     }
 

@@ -19,18 +19,23 @@ pub enum Command {
     /// `batch bundle --verify PATH`: a copied kit, its directory or its archive, checked
     /// where it arrived, without a config.
     VerifyKit(PathBuf),
-    /// `batch bundle --extract FILE -o DIR`.
+    /// `batch bundle --extract FILE --into DIR`.
     ExtractKit(ExtractOptions),
 }
 
-/// `batch bundle -c FILE -o DIR`: the air-gapped kit.
+/// `batch bundle -c FILE --into DIR`: the air-gapped kit.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BundleOptions {
     pub config: PathBuf,
-    /// The kit directory; `None` with `archive` alone.
-    pub output: Option<PathBuf>,
+    /// The kit directory (`--into`); `None` with `archive` alone.
+    pub into: Option<PathBuf>,
     /// `--archive FILE.tar`: the kit as one file, its sha512 beside it.
     pub archive: Option<PathBuf>,
+    /// How what was written is reported: text on stderr, or JSON on stdout besides.
+    pub output: OutputFormat,
+    /// Old spellings the command line used, each a sentence for the operator: they
+    /// still work, and say what to write instead.
+    pub deprecations: Vec<String>,
     /// Where keadm releases are staged on this machine (default keadm's BASE).
     pub staging_dir: Option<PathBuf>,
     /// Where keadm releases are downloaded from, over the config's download.url.
@@ -46,13 +51,16 @@ pub struct BundleOptions {
     pub verbosity: Verbosity,
 }
 
-/// `batch bundle --extract FILE -o DIR`: a kit archive unpacked at the site.
+/// `batch bundle --extract FILE --into DIR` (or `-o DIR`): a kit archive unpacked at the
+/// site.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExtractOptions {
     /// The kit archive, with its `.sha512` file beside it.
     pub archive: PathBuf,
     /// The kit directory it becomes: new, or empty.
     pub into: PathBuf,
+    /// Old spellings the command line used, as [`BundleOptions::deprecations`].
+    pub deprecations: Vec<String>,
 }
 
 /// Requests for images of `registry` go to `url` instead.

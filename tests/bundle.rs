@@ -55,6 +55,14 @@ impl Sources {
             .args(extra)
             .run()
     }
+
+    /// As [`Sources::bundle`], with the kit directory given by `kit` (`--into DIR`, say).
+    fn bundle_spelt(&self, dir: &Path, kit: &[&str]) -> Output {
+        let registry = self.registry.url();
+        fetching(dir, &self.releases, &registry, &registry)
+            .args(kit)
+            .run()
+    }
 }
 
 /// The release server, with keadm for amd64 and arm64 whose script is `keadm_script`
@@ -1101,4 +1109,210 @@ fn extract_unpacks_a_checked_archive_that_an_offline_dry_run_then_uses() {
         .collect();
     left.sort();
     assert_eq!(left, ["config.yaml", "kit", "kit.tar", "kit.tar.sha512"]);
+}
+
+/// `--output json`: what the bundle wrote, as one JSON document on stdout (the console's
+/// lines stay on stderr): each keadm release and image archive with its arch, file, size
+/// and sha256, the images each archive holds, and kit.json's path and sha256.
+#[test]
+fn bundle_output_json_lists_the_releases_the_image_archives_and_kit_json() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    offline_config(tmp.path(), "[amd64, arm64]", JOIN);
+    let out = sources.bundle(tmp.path(), "kit", &["--output", "json"]);
+    out.status(0)
+        .stderr_has("amd64/images/pause_3.9.tar  registry.k8s.io/pause:3.9 for linux/amd64")
+        .stderr_has("Wrote the air-gapped kit");
+    eprintln!("bundle --output json:\n{}", out.stdout);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{}", out.stdout));
+    let kit = tmp.path().join("kit");
+    assert_eq!(json["version"], 1);
+    assert_eq!(json["kit"], "kit");
+    assert_eq!(json["keadm_version"], VERSION);
+    assert_eq!(json["arches"], serde_json::json!(["amd64", "arm64"]));
+    assert_eq!(
+        json["sandbox_images"],
+        serde_json::json!(["registry.k8s.io/pause:3.9"])
+    );
+    let manifest = std::fs::read(kit.join("kit.json")).unwrap();
+    assert_eq!(json["kit_json"]["path"], "kit/kit.json");
+    assert_eq!(json["kit_json"]["sha256"], &sha256(&manifest)[7..]);
+    // Each file as it is on disk.
+    let on_disk = |entry: &serde_json::Value| {
+        let file = entry["file"].as_str().unwrap();
+        let bytes = std::fs::read(kit.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(entry["size"], bytes.len() as u64, "{file}");
+        assert_eq!(entry["sha256"], &sha256(&bytes)[7..], "{file}");
+        assert_eq!(entry["written"], true, "{file}");
+        (
+            entry["arch"].as_str().unwrap().to_string(),
+            file.to_string(),
+        )
+    };
+    let releases: Vec<(String, String)> = json["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|release| {
+            let arch = release["arch"].as_str().unwrap();
+            assert_eq!(
+                release["checksum_file"],
+                format!("{arch}/checksum_keadm-{VERSION}-linux-{arch}.tar.gz.txt").as_str()
+            );
+            on_disk(release)
+        })
+        .collect();
+    assert_eq!(
+        releases,
+        ["amd64", "arm64"].map(|arch| (
+            arch.to_string(),
+            format!("{arch}/keadm-{VERSION}-linux-{arch}.tar.gz")
+        ))
+    );
+    let archives: Vec<(String, String, serde_json::Value)> = json["image_archives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|archive| {
+            let (arch, file) = on_disk(archive);
+            (arch, file, archive["images"].clone())
+        })
+        .collect();
+    let mut expected = Vec::new();
+    for arch in ["amd64", "arm64"] {
+        expected.push((
+            arch.to_string(),
+            format!("{arch}/images/installation-package_{VERSION}.tar"),
+            serde_json::json!([PACKAGE]),
+        ));
+        expected.push((
+            arch.to_string(),
+            format!("{arch}/images/pause_3.9.tar"),
+            serde_json::json!(["registry.k8s.io/pause:3.9"]),
+        ));
+    }
+    assert_eq!(archives, expected);
+    crate::docs::documented_fields("docs/summary.md", "bundle-json", &json);
+
+    // A rerun writes nothing and says so, file by file.
+    let again = sources.bundle(tmp.path(), "kit", &["--output", "json"]);
+    again.status(0);
+    let json: serde_json::Value = serde_json::from_str(&again.stdout).unwrap();
+    for list in ["releases", "image_archives"] {
+        for entry in json[list].as_array().unwrap() {
+            assert_eq!(entry["written"], false, "{entry}");
+        }
+    }
+    assert_eq!(json["kit_json"]["sha256"], &sha256(&manifest)[7..]);
+}
+
+/// The kit directory is `--into DIR` or `-o DIR`; `--output DIR`, its old spelling, still
+/// writes the kit, with a warning that names `--into`. `--output json` is the format,
+/// never a directory called json.
+#[test]
+fn the_kit_directory_is_into_or_o_and_the_old_output_spelling_warns() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    for (flag, dir) in [("--into", "a"), ("-o", "b"), ("--output", "c")] {
+        let out = sources.bundle_spelt(tmp.path(), &[flag, dir]);
+        out.status(0).stderr_has(&format!(
+            "Wrote the air-gapped kit for keadm {VERSION} (amd64) to {dir}: 4 files"
+        ));
+        assert_eq!(out.stdout, "", "{flag}: text goes to stderr only");
+        check_kit_manifest(&tmp.path().join(dir));
+        let warning = format!(
+            "keadm-batch: warning: --output {dir} names the kit directory, an old spelling that still works: write --into {dir} (or -o {dir})."
+        );
+        if flag == "--output" {
+            out.stderr_has(&warning);
+        } else {
+            out.stderr_lacks("old spelling");
+        }
+    }
+    let out = sources.bundle_spelt(tmp.path(), &["--output", "json", "--into", "d"]);
+    out.status(0).stderr_lacks("old spelling");
+    serde_json::from_str::<serde_json::Value>(&out.stdout).expect("--output json is the format");
+    check_kit_manifest(&tmp.path().join("d"));
+    assert!(!tmp.path().join("json").exists());
+}
+
+/// `--output json` with `--archive`: the archive with its size, its sha512 and the file
+/// that holds it, beside the kit directory or alone (then no kit directory: kit.json is
+/// only in the archive, and its sha256 is the one the site's `--extract` prints). The
+/// directory `--extract` unpacks into is `--into DIR` as well, `--output DIR` its old
+/// spelling with the warning.
+#[test]
+fn bundle_output_json_names_the_archive_and_its_sha512_file() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    let out = sources.bundle(
+        tmp.path(),
+        "kit",
+        &["--archive", "kit.tar", "--output", "json"],
+    );
+    out.status(0)
+        .stderr_has("Wrote it as one file too: kit.tar (");
+    let json: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{}", out.stdout));
+    let manifest_sha256 = sha256_of(&tmp.path().join("kit/kit.json"));
+    out.stderr_has(&format!("kit.json sha256: {manifest_sha256}"));
+    assert_eq!(json["kit"], "kit");
+    assert_eq!(
+        json["kit_json"],
+        serde_json::json!({"path": "kit/kit.json", "sha256": manifest_sha256})
+    );
+    let archived = |tar: &str| {
+        let sidecar = std::fs::read_to_string(tmp.path().join(format!("{tar}.sha512"))).unwrap();
+        serde_json::json!({
+            "path": tar,
+            "size": std::fs::metadata(tmp.path().join(tar)).unwrap().len(),
+            "sha512": sidecar.trim_end(),
+            "sha512_file": format!("{tar}.sha512"),
+        })
+    };
+    assert_eq!(json["archive"], archived("kit.tar"));
+    crate::docs::documented_fields("docs/summary.md", "bundle-json", &json);
+
+    // The archive alone.
+    let out = sources.bundle_spelt(
+        tmp.path(),
+        &["--archive", "alone/site.tar", "--output", "json"],
+    );
+    out.status(0)
+        .stderr_has("Wrote the air-gapped kit for keadm ")
+        .stderr_has(" as alone/site.tar: 4 files, ")
+        .stderr_has("Its sha512 is in alone/site.tar.sha512.");
+    let json: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{}", out.stdout));
+    assert_eq!(json["kit"], serde_json::Value::Null);
+    assert_eq!(json["kit_json"]["path"], serde_json::Value::Null);
+    assert_eq!(json["archive"], archived("alone/site.tar"));
+    for list in ["releases", "image_archives"] {
+        assert!(!json[list].as_array().unwrap().is_empty(), "{list}");
+    }
+    let sha256 = json["kit_json"]["sha256"].as_str().unwrap().to_string();
+    let extract = |into: &[&str]| {
+        Test::in_dir(tmp.path())
+            .env("HOME", tmp.path())
+            .args(["batch", "bundle", "--extract", "alone/site.tar"])
+            .args(into)
+            .run()
+    };
+    extract(&["--into", "site"])
+        .status(0)
+        .stderr_has(&format!("kit.json sha256: {sha256}"))
+        .stderr_lacks("old spelling");
+    assert_eq!(sha256_of(&tmp.path().join("site/kit.json")), sha256);
+    extract(&["--output", "old-site"])
+        .status(0)
+        .stderr_has(
+            "keadm-batch: warning: --output old-site names the kit directory, an old spelling that still works: write --into old-site (or -o old-site).",
+        );
+    check_kit_manifest(&tmp.path().join("old-site"));
+    extract(&[])
+        .status(2)
+        .stderr_has("the directory to unpack into is required");
 }

@@ -60,6 +60,46 @@ pub(crate) fn one_block(doc: &str, name: &str) -> String {
     found.remove(0)
 }
 
+/// The fields of a JSON document as paths (`nodes[].findings[].id`), arrays' items
+/// merged: what a document's shape promises, whatever its values.
+fn json_fields(value: &serde_json::Value, at: &str, out: &mut std::collections::BTreeSet<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, inner) in map {
+                let path = if at.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{at}.{key}")
+                };
+                out.insert(path.clone());
+                json_fields(inner, &path, out);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                json_fields(item, &format!("{at}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every field of `real`, a JSON document keadm-batch printed, is in the example of
+/// `doc` marked `<!-- doc-check: name -->`: what the tool writes is documented. Other
+/// areas' tests call it with the output they got.
+pub(crate) fn documented_fields(doc: &str, name: &str, real: &serde_json::Value) {
+    let example: serde_json::Value = serde_json::from_str(&one_block(doc, name))
+        .unwrap_or_else(|e| panic!("{doc}'s example {name} does not parse: {e}"));
+    let (mut shown, mut written) = Default::default();
+    json_fields(&example, "", &mut shown);
+    json_fields(real, "", &mut written);
+    let undocumented: Vec<&String> = written.difference(&shown).collect();
+    assert!(
+        undocumented.is_empty(),
+        "{doc}'s example {name} lacks fields keadm-batch writes: {undocumented:?}"
+    );
+}
+
 /// README.md and docs/config.md show what a fresh gen-config file gets from a dry run.
 #[test]
 fn the_validation_example_is_a_fresh_gen_config_files_real_output() {

@@ -13,7 +13,8 @@
 //! (`kit_tar`), and at the site `--verify` checks a copied kit, directory or archive, and
 //! `--extract` unpacks an archive into a new directory (`verify`, `extract`).
 //!
-//! What was written is reported (`report`) as a line per file and a summary.
+//! What was written is reported (`report`) as a line per file and a summary, and with
+//! `--output json` as one JSON document.
 //!
 //! Image manifests are resolved first, with the config of each image that is not
 //! multi-platform (only the config says its arch), so an image that is missing or lacks
@@ -72,9 +73,9 @@ pub fn docker_config_path(
 /// Everything `write_kit` needs, resolved from the config and the options.
 #[derive(Debug)]
 pub struct BundleSettings {
-    /// The kit directory; `None` when only `archive` is wanted (the kit is then made in a
-    /// temporary directory beside it).
-    pub output: Option<PathBuf>,
+    /// The kit directory (`--into`); `None` when only `archive` is wanted (the kit is then
+    /// made in a temporary directory beside it).
+    pub into: Option<PathBuf>,
     /// `--archive FILE.tar`: the kit as one file, with its sha512 beside it.
     pub archive: Option<PathBuf>,
     /// How the keadm releases are staged: download mode, the config's archGroup and pins.
@@ -166,11 +167,11 @@ impl BundleSettings {
                 .collect::<Result<Vec<_>, _>>()
         };
         // Only a kit directory that stays can hold an earlier kit's choice.
-        let (mut sandbox, sandbox_note) = match &options.output {
-            Some(output) => images::choose_sandbox(
+        let (mut sandbox, sandbox_note) = match &options.into {
+            Some(into) => images::choose_sandbox(
                 parse_sandbox(&options.sandbox_images)?,
-                recorded_sandbox(output),
-                &output.join(crate::kit::KIT_FILE),
+                recorded_sandbox(into),
+                &into.join(crate::kit::KIT_FILE),
             ),
             None => (parse_sandbox(&options.sandbox_images)?, None),
         };
@@ -194,7 +195,7 @@ impl BundleSettings {
         };
         registry.check_plain_http()?;
         Ok(BundleSettings {
-            output: options.output.clone(),
+            into: options.into.clone(),
             archive: options.archive.clone(),
             stage,
             images,
@@ -284,8 +285,8 @@ pub fn verify(path: &Path) -> Result<Checked, BundleError> {
     Ok(Checked { whole, place })
 }
 
-/// `batch bundle --extract FILE -o DIR`: the kit archive `archive` verified, unpacked into
-/// the new directory `into` and checked there.
+/// `batch bundle --extract FILE --into DIR`: the kit archive `archive` verified, unpacked
+/// into the new directory `into` and checked there.
 pub fn extract(archive: &Path, into: &Path) -> Result<Checked, BundleError> {
     Ok(Checked {
         whole: kit_tar::extract(archive, into)?,
@@ -305,12 +306,12 @@ pub fn write_kit(
     note: &mut dyn FnMut(String),
 ) -> Result<KitReport, BundleError> {
     if let Some(archive) = &settings.archive {
-        kit_tar::check_place(archive, settings.output.as_deref())?;
+        kit_tar::check_place(archive, settings.into.as_deref())?;
     }
     // The kit directory; with an archive alone, a temporary one beside the archive, gone
     // once the kit is archived.
     let scratch;
-    let dir: &Path = match &settings.output {
+    let dir: &Path = match &settings.into {
         Some(dir) => dir,
         None => {
             let parent = kit_tar::parent_of(settings.archive.as_deref().unwrap_or(Path::new("")));
@@ -349,9 +350,10 @@ pub fn write_kit(
         .map(|archive| kit_tar::write(dir, archive))
         .transpose()?;
     Ok(KitReport {
-        dir: settings.output.clone(),
+        dir: settings.into.clone(),
         keadm_version: settings.stage.version.clone(),
         arches: settings.stage.arch_group.clone(),
+        sandbox_images: settings.sandbox.clone(),
         files,
         removed,
         manifest_sha256,

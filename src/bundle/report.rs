@@ -1,7 +1,11 @@
 //! What `batch bundle` wrote, for the operator: a line per kit file and the closing
-//! summary on stderr.
+//! summary (kit.json's sha256, the archive and how to carry it) on stderr, and with
+//! `--output json` one JSON document on stdout for scripts (its shape is in
+//! docs/summary.md, "batch bundle --output json").
 
 use std::path::PathBuf;
+
+use serde::Serialize;
 
 use super::kit_dir::Placed;
 use super::kit_tar::Packed;
@@ -32,6 +36,8 @@ pub struct KitReport {
     pub dir: Option<PathBuf>,
     pub keadm_version: String,
     pub arches: Vec<Arch>,
+    /// The sandbox images the kit carries, as kit.json records them.
+    pub sandbox_images: Vec<String>,
     /// Every file of the kit, in the order it was placed.
     pub files: Vec<KitEntry>,
     /// Files of an earlier kit in the directory that this one no longer has.
@@ -130,6 +136,127 @@ impl KitReport {
         }
         text
     }
+
+    /// `--output json`: the kit as one pretty JSON document with a final newline.
+    pub fn json(&self) -> String {
+        let checksum_of = |wanted: Arch| {
+            self.files.iter().find_map(|entry| match entry.holds {
+                Holds::Checksum { arch } if arch == wanted => Some(entry.placed.file.path.as_str()),
+                _ => None,
+            })
+        };
+        let mut releases = Vec::new();
+        let mut image_archives = Vec::new();
+        for entry in &self.files {
+            match &entry.holds {
+                Holds::Release { arch } => releases.push(JsonRelease {
+                    file: JsonFile::of(*arch, entry),
+                    checksum_file: checksum_of(*arch),
+                }),
+                Holds::Checksum { .. } => {}
+                Holds::Image { arch, image } => image_archives.push(JsonArchive {
+                    file: JsonFile::of(*arch, entry),
+                    images: vec![image],
+                }),
+            }
+        }
+        let document = JsonKit {
+            version: 1,
+            kit: self.dir.as_ref().map(|dir| dir.display().to_string()),
+            keadm_version: &self.keadm_version,
+            arches: &self.arches,
+            sandbox_images: &self.sandbox_images,
+            releases,
+            image_archives,
+            kit_json: JsonManifest {
+                path: self
+                    .dir
+                    .as_ref()
+                    .map(|dir| dir.join(crate::kit::KIT_FILE).display().to_string()),
+                sha256: &self.manifest_sha256,
+            },
+            archive: self.archive.as_ref().map(|packed| JsonPacked {
+                path: packed.path.display().to_string(),
+                size: packed.size,
+                sha512: &packed.sha512,
+                sha512_file: packed.sidecar.display().to_string(),
+            }),
+            removed: &self.removed,
+        };
+        let mut text = serde_json::to_string_pretty(&document).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+}
+
+#[derive(Serialize)]
+struct JsonKit<'a> {
+    /// The format version: it changes when a field changes meaning.
+    version: u32,
+    /// The kit directory; null when the kit was written only as an archive.
+    kit: Option<String>,
+    keadm_version: &'a str,
+    arches: &'a [Arch],
+    sandbox_images: &'a [String],
+    releases: Vec<JsonRelease<'a>>,
+    image_archives: Vec<JsonArchive<'a>>,
+    kit_json: JsonManifest<'a>,
+    /// `--archive`: the kit as one file; null without it.
+    archive: Option<JsonPacked<'a>>,
+    removed: &'a [String],
+}
+
+/// A kit file as the document lists it, its path relative to the kit directory.
+#[derive(Serialize)]
+struct JsonFile<'a> {
+    arch: Arch,
+    file: &'a str,
+    size: u64,
+    sha256: &'a str,
+    written: bool,
+}
+
+impl JsonFile<'_> {
+    fn of(arch: Arch, entry: &KitEntry) -> JsonFile<'_> {
+        JsonFile {
+            arch,
+            file: &entry.placed.file.path,
+            size: entry.placed.file.size,
+            sha256: &entry.placed.file.sha256,
+            written: entry.placed.written,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsonRelease<'a> {
+    #[serde(flatten)]
+    file: JsonFile<'a>,
+    checksum_file: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct JsonArchive<'a> {
+    #[serde(flatten)]
+    file: JsonFile<'a>,
+    images: Vec<&'a str>,
+}
+
+/// kit.json: its path in the kit directory (null when there is none: it is then only in
+/// the archive) and its sha256, the one `--verify` prints at the site.
+#[derive(Serialize)]
+struct JsonManifest<'a> {
+    path: Option<String>,
+    sha256: &'a str,
+}
+
+/// The kit archive and its sha512 file, beside it.
+#[derive(Serialize)]
+struct JsonPacked<'a> {
+    path: String,
+    size: u64,
+    sha512: &'a str,
+    sha512_file: String,
 }
 
 /// The line that gives kit.json's sha256, the same wherever it is printed (the bundle's
@@ -161,7 +288,7 @@ mod tests {
     }
 
     #[test]
-    fn a_line_per_file_says_what_it_holds_and_whether_it_was_written() {
+    fn each_release_names_its_checksum_file_and_each_archive_its_images() {
         let entry = |holds: Holds, path: &str, written: bool| KitEntry {
             holds,
             placed: Placed {
@@ -178,6 +305,7 @@ mod tests {
             dir: Some("kit".into()),
             keadm_version: "v1.23.1".into(),
             arches: vec![arch],
+            sandbox_images: vec!["registry.k8s.io/pause:3.9".into()],
             files: vec![
                 entry(Holds::Release { arch }, "arm64/keadm.tar.gz", true),
                 entry(Holds::Checksum { arch }, "arm64/checksum.txt", true),
@@ -201,6 +329,55 @@ mod tests {
                 "arm64/checksum.txt  its sha512  2.0 KiB  written",
                 "arm64/images/pause_3.9.tar  registry.k8s.io/pause:3.9 for linux/arm64  2.0 KiB  already in place",
             ]
+        );
+        let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+        assert_eq!(
+            json["releases"],
+            serde_json::json!([{"arch": "arm64", "file": "arm64/keadm.tar.gz", "size": 2048,
+                "sha256": "ab", "written": true, "checksum_file": "arm64/checksum.txt"}])
+        );
+        assert_eq!(
+            json["image_archives"][0]["images"],
+            serde_json::json!(["registry.k8s.io/pause:3.9"])
+        );
+        assert_eq!(json["kit_json"]["path"], "kit/kit.json");
+        assert_eq!(json["archive"], serde_json::Value::Null);
+
+        // --archive alone: no kit directory, kit.json only inside the archive.
+        let report = KitReport {
+            dir: None,
+            archive: Some(Packed {
+                path: "out/kit.tar".into(),
+                sidecar: "out/kit.tar.sha512".into(),
+                size: 10_240,
+                sha512: "ef".into(),
+                whole: crate::kit::Whole {
+                    keadm_version: "v1.23.1".into(),
+                    files: 3,
+                    bytes: 6144,
+                    manifest_sha256: "cd".into(),
+                },
+            }),
+            ..report
+        };
+        let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+        assert_eq!(json["kit"], serde_json::Value::Null);
+        assert_eq!(
+            json["kit_json"],
+            serde_json::json!({"path": null, "sha256": "cd"})
+        );
+        assert_eq!(
+            json["archive"],
+            serde_json::json!({"path": "out/kit.tar", "size": 10240, "sha512": "ef",
+                "sha512_file": "out/kit.tar.sha512"})
+        );
+        assert!(
+            report.summary().starts_with(
+                "Wrote the air-gapped kit for keadm v1.23.1 (arm64) as out/kit.tar: 3 files, \
+                 6.0 KiB.\nkit.json sha256: cd\nIts sha512 is in out/kit.tar.sha512.\n"
+            ),
+            "{}",
+            report.summary()
         );
     }
 }
