@@ -16,7 +16,7 @@ use crate::kubeedge::before_run::{self, Refused};
 use crate::options::{
     BundleOptions, Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, Verbosity,
 };
-use crate::report::findings::{self, Probe, Row};
+use crate::report::findings::{Probe, Report, Row};
 use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
@@ -267,7 +267,7 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     check_join_images(&loaded.config)?;
     kubeedge_checks(&plan, options)?;
     if options.preflight_only {
-        return preflight_only(&plan);
+        return preflight_only(&plan, options.output);
     }
     // Staging rules that need no download are checked here, so a dry run reports them too.
     if let Some(staging) = &plan.staging {
@@ -290,8 +290,9 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
 
 /// `--preflight-only`: connects to every selected node through the same pool as a run
 /// (so the first Ctrl-C stops further probes), runs the read-only probes, and prints the
-/// table of findings on stdout. Exit 1 when any node has a finding or could not be probed.
-fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
+/// table of findings (then each site's sandbox images) on stdout, or with `output` JSON
+/// the same as one document. Exit 1 when any node has a finding or could not be probed.
+fn preflight_only(plan: &plan::Plan, output: OutputFormat) -> Result<(), Error> {
     let cancel = Cancel::new();
     install_signal_handler(&cancel);
     let progress = Progress::new(plan.nodes.len(), plan.total_in_config, false);
@@ -333,10 +334,19 @@ fn preflight_only(plan: &plan::Plan) -> Result<(), Error> {
         .map(|(node, probe)| Row {
             name: node.name.clone(),
             address: node.address(),
+            site: node.site.as_ref().map(ToString::to_string),
             probe: probe.unwrap_or(Probe::NotStarted),
         })
         .collect();
-    print(findings::render(&rows))?;
+    let report = Report {
+        rows,
+        image_check: offline_images.is_some(),
+    };
+    print(match output {
+        OutputFormat::Json => report.json(),
+        OutputFormat::Text => report.text(),
+    })?;
+    let rows = &report.rows;
     if cancel.stopping() {
         return Err(Interruption::Probes {
             probed: rows.iter().filter(|row| row.probe.started()).count(),

@@ -126,6 +126,15 @@ pub struct NodeOutcome {
     pub preflight: Vec<PreflightFinding>,
 }
 
+/// What `--preflight-only`'s probe of one node found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Probed {
+    pub findings: Vec<PreflightFinding>,
+    /// The sandbox image the runtime keadm join will use is configured with, when the
+    /// image check ran (offline images in play) and could read it.
+    pub sandbox_image: Option<String>,
+}
+
 /// Why `--preflight-only` could not probe a node.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}")]

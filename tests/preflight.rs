@@ -2,11 +2,17 @@
 //! `SshConnection` exactly as the pipeline would. Every change a test makes to a node
 //! (a fake edgecore, /etc/kubeedge leftovers, noexec and tiny mounts) lives in that node's
 //! own pid and mount namespaces: the host's /etc and processes are never touched.
+//! `--preflight-only`'s JSON document and its sandbox images per site run the binary
+//! against such nodes.
 
 use std::time::{Duration, Instant};
 
+use crate::common::cloudcore::{now, token};
+use crate::common::containerd::{Containerd, ENDPOINT};
 use crate::common::edge_state::{RuntimeSocket, start_edgecore};
-use crate::common::fleet::{Fleet, Node};
+use crate::common::fleet::{Fleet, Node, refused_endpoint};
+use crate::common::image_archive::docker_archive;
+use crate::common::scenario::Scenario;
 use keadm_batch::kubeedge::preflight::{self, Finding, FindingId};
 use keadm_batch::remote::{Privilege, preflight_probe_script, wrap};
 use keadm_batch::transport::{Connection, SshConnection};
@@ -257,4 +263,142 @@ fn everything_at_once_in_one_round_trip() {
     for f in &findings {
         assert!(!f.message().is_empty() && !f.suggested_action().is_empty());
     }
+}
+
+/// A join through the runtime at `endpoint`, with a token that has a day to live and a
+/// cloudcore whose certificate port refuses, so the checks before the run ask nothing.
+fn join_through(endpoint: &str) -> String {
+    format!(
+        "join --cloudcore-ipport=127.0.0.1:10000 --certport={} --edgenode-name={{name}} --token={} --remote-runtime-endpoint={endpoint}",
+        refused_endpoint().port,
+        token(
+            "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
+            now() + 86_400
+        )
+    )
+}
+
+/// `--preflight-only --output json` prints one JSON document on stdout: every node with
+/// its address and its findings (id and detail), or why it could not be probed. The
+/// exit status and stderr are the table's.
+#[test]
+fn preflight_only_prints_one_json_document_with_each_node_s_findings() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let _socket = RuntimeSocket::create(fleet.node(0));
+    start_edgecore(fleet.node(1));
+    let sc = Scenario::new(&fleet)
+        .cmd(&join_through("unix:///tmp/containerd.sock"))
+        .preflight("warn")
+        .endpoint_for(2, refused_endpoint())
+        .node_yaml_for(2, "retries: 0");
+    let out = sc.run(&["--preflight-only", "--output", "json"]);
+    out.status(1)
+        .stderr_has("2 of 3 nodes have pre-flight findings or could not be probed");
+    let json: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{}", out.stdout));
+    eprintln!("--preflight-only --output json:\n{}", out.stdout);
+    let nodes = json["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3);
+    for (i, node) in nodes.iter().enumerate() {
+        assert_eq!(node["name"], Scenario::name(i).as_str());
+    }
+    assert_eq!(
+        nodes[0]["address"],
+        format!("{}:{}", fleet.node(0).host(), fleet.node(0).port()).as_str()
+    );
+    assert_eq!(nodes[0]["probe"], "ran");
+    assert_eq!(nodes[0]["findings"], serde_json::json!([]));
+    assert_eq!(nodes[1]["probe"], "ran");
+    let found: Vec<&str> = nodes[1]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(found, ["edgecore_running", "runtime_socket_missing"]);
+    assert!(
+        nodes[1]["findings"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("pid "),
+        "{}",
+        nodes[1]
+    );
+    assert_eq!(nodes[2]["probe"], "failed");
+    assert_eq!(nodes[2]["error"]["phase"], "connecting");
+    assert!(
+        nodes[2]["error"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("refused the connection"),
+        "{}",
+        nodes[2]
+    );
+    crate::docs::documented_fields("docs/summary.md", "preflight-json", &json);
+    assert!(!sc.path("batch_process_log.txt").exists());
+}
+
+/// After the findings, `--preflight-only` gives each site the sandbox images its nodes'
+/// runtimes are configured with, as the `--sandbox-image` flags of the next bundle; the
+/// nodes of one site whose containerds want different pause images get both.
+#[test]
+fn preflight_only_lists_each_site_s_sandbox_images_as_bundle_flags() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let pause = |tag: &str| format!("registry.k8s.io/pause:{tag}");
+    let _runtimes = [
+        Containerd::start_with_sandbox_image(fleet.node(0), &pause("3.9")),
+        Containerd::start_with_sandbox_image(fleet.node(1), &pause("3.6")),
+        Containerd::start_with_sandbox_image(fleet.node(2), &pause("3.6")),
+    ];
+    let sc = Scenario::new(&fleet)
+        .cmd(&join_through(ENDPOINT))
+        .preflight("warn")
+        .node_yaml_for(0, "site: store-1")
+        .node_yaml_for(1, "site: store-1");
+    // A kit with keadm's image only: the image check runs, and reads each runtime's
+    // sandbox image, which the kit lacks.
+    docker_archive(
+        &sc.images_dir().join("installation-package_v1.23.1.tar"),
+        "kubeedge/installation-package:v1.23.1",
+    );
+    let out = sc.run(&["--preflight-only"]);
+    eprintln!("--preflight-only:\n{}", out.stdout);
+    out.status(1)
+        .stdout_has(&format!(
+            "\nsite store-1: --sandbox-image {} --sandbox-image {}\n",
+            pause("3.9"),
+            pause("3.6")
+        ))
+        .stdout_has(&format!("\nno site: --sandbox-image {}\n", pause("3.6")));
+    let table_end = out.stdout.find("\n\n").expect("a section after the table");
+    assert!(
+        out.stdout[..table_end].contains("The container runtime lacks an image keadm join needs"),
+        "the table comes first: {}",
+        out.stdout
+    );
+
+    let out = sc.run(&["--preflight-only", "--output", "json"]);
+    out.status(1);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(
+        json["sites"],
+        serde_json::json!([
+            {
+                "site": "store-1",
+                "sandbox_images": [pause("3.9"), pause("3.6")],
+                "flags": format!("--sandbox-image {} --sandbox-image {}", pause("3.9"), pause("3.6")),
+                "not_read": []
+            },
+            {
+                "site": null,
+                "sandbox_images": [pause("3.6")],
+                "flags": format!("--sandbox-image {}", pause("3.6")),
+                "not_read": []
+            }
+        ])
+    );
+    assert_eq!(json["nodes"][0]["site"], "store-1");
+    assert_eq!(json["nodes"][0]["sandbox_image"], pause("3.9").as_str());
+    assert_eq!(json["nodes"][2]["sandbox_image"], pause("3.6").as_str());
+    crate::docs::documented_fields("docs/summary.md", "preflight-json", &json);
 }

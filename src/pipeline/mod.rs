@@ -29,7 +29,7 @@ use crate::cancel::Cancel;
 use crate::diagnosis::FailureClass;
 use crate::kubeedge::classify;
 use crate::options::PreflightMode;
-use crate::outcome::{NodeOutcome, Phase, PreflightFinding, ProbeError, StepTimes, now};
+use crate::outcome::{NodeOutcome, Phase, PreflightFinding, ProbeError, Probed, StepTimes, now};
 use crate::plan::NodePlan;
 use crate::remote::{NodeFacts, Privilege};
 use crate::report::RunDir;
@@ -173,6 +173,8 @@ struct Run<'a, 'c> {
     uploads_skipped: u32,
     connect_attempts: u32,
     findings: Vec<PreflightFinding>,
+    /// The runtime's sandbox image, as the pre-flight image check read it.
+    sandbox_image: Option<String>,
     /// With `--reset-first`, how `keadm reset edge --force` ended.
     reset_exit_status: Option<i32>,
     /// The node's part in its site's relay, once claimed.
@@ -183,7 +185,7 @@ struct Run<'a, 'c> {
 
 /// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
 /// The operator's second Ctrl-C aborts a probe under way, as it aborts a run.
-pub fn preflight_only(node: &NodePlan, ctx: &Context) -> Result<Vec<PreflightFinding>, ProbeError> {
+pub fn preflight_only(node: &NodePlan, ctx: &Context) -> Result<Probed, ProbeError> {
     let mut run = Run::new(node, ctx, Transcript::in_memory(node.redactor.clone()));
     let result = run.connect().and_then(|mut conn| {
         let conn = conn.as_mut();
@@ -191,7 +193,10 @@ pub fn preflight_only(node: &NodePlan, ctx: &Context) -> Result<Vec<PreflightFin
         run.preflight(conn)
     });
     match result {
-        Ok(()) => Ok(run.findings),
+        Ok(()) => Ok(Probed {
+            findings: run.findings,
+            sandbox_image: run.sandbox_image,
+        }),
         Err(e) => Err(ProbeError {
             phase: e.phase,
             reason: node.redactor.redact(&e.message),
@@ -283,6 +288,7 @@ impl<'a, 'c> Run<'a, 'c> {
             uploads_skipped: 0,
             connect_attempts: 0,
             findings: Vec::new(),
+            sandbox_image: None,
             reset_exit_status: None,
             relay: None,
             host_key: None,

@@ -142,7 +142,13 @@ impl<'a> Run<'a, '_> {
             id: FindingId::ProbeIncomplete,
             detail,
         };
-        let facts = match remote::parse_runtime_facts(output) {
+        let facts = remote::parse_runtime_facts(output);
+        // For --preflight-only's list of the sandbox images each site's kit needs.
+        self.sandbox_image = facts
+            .as_ref()
+            .and_then(|f| f.sandbox.as_ref())
+            .map(ToString::to_string);
+        let facts = match facts {
             Some(facts) if facts.done => facts,
             _ => {
                 return vec![not_checked(format!(

@@ -104,6 +104,12 @@ impl Containerd {
         Containerd::start_sharing(node, &[])
     }
 
+    /// As [`Containerd::start`], configured with `sandbox_image` instead of
+    /// [`SANDBOX_IMAGE`]: nodes whose runtimes want different pause images.
+    pub fn start_with_sandbox_image(node: &Node, sandbox_image: &str) -> Containerd {
+        Containerd::launch(node, &[], None, sandbox_image)
+    }
+
     /// As [`Containerd::start`], listening on `socket` (a path under the node's /tmp, as
     /// the node sees it) instead of [`ENDPOINT`]'s: a containerd whose socket's name says
     /// nothing about what it is, as `grpc.address` in its config allows.
@@ -111,7 +117,7 @@ impl Containerd {
         let rel = socket
             .strip_prefix("/tmp/")
             .unwrap_or_else(|| panic!("{socket} is not under the node's /tmp"));
-        Containerd::launch(node, &[], Some(node.tmp_path(rel)))
+        Containerd::launch(node, &[], Some(node.tmp_path(rel)), SANDBOX_IMAGE)
     }
 
     /// As [`Containerd::start`], with `shared`, `(host directory, path)` pairs, bound at
@@ -120,12 +126,17 @@ impl Containerd {
     /// through a host-path mount there (keadm's copy of edgecore into /usr/local/bin),
     /// while neither touches the host's `path`.
     pub fn start_sharing(node: &Node, shared: &[(&Path, &str)]) -> Containerd {
-        Containerd::launch(node, shared, None)
+        Containerd::launch(node, shared, None, SANDBOX_IMAGE)
     }
 
     /// Starts it with `shared` binds (see [`Containerd::start_sharing`]), its socket at
-    /// `socket` (a host path) or the usual one.
-    fn launch(node: &Node, shared: &[(&Path, &str)], socket: Option<PathBuf>) -> Containerd {
+    /// `socket` (a host path) or the usual one, and `sandbox_image` as its pause image.
+    fn launch(
+        node: &Node,
+        shared: &[(&Path, &str)],
+        socket: Option<PathBuf>,
+        sandbox_image: &str,
+    ) -> Containerd {
         assert_installed();
         let base = node.tmp_path("containerd");
         let certs = base.join("certs.d");
@@ -149,7 +160,7 @@ impl Containerd {
                  disabled_plugins = [\"io.containerd.snapshotter.v1.btrfs\", \"io.containerd.snapshotter.v1.aufs\", \"io.containerd.snapshotter.v1.zfs\", \"io.containerd.snapshotter.v1.devmapper\", \"io.containerd.tracing.processor.v1.otlp\"]\n\
                  [grpc]\n  address = \"{socket}\"\n\
                  [ttrpc]\n  address = \"{socket}.ttrpc\"\n\
-                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{SANDBOX_IMAGE}\"\n  restrict_oom_score_adj = true\n\
+                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{sandbox_image}\"\n  restrict_oom_score_adj = true\n\
                  [plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"{certs}\"\n",
                 root = base.join("root").display(),
                 state = base.join("state").display(),
