@@ -551,7 +551,7 @@ pub const EXIT_STATUS: [(i32, &str); 5] = [
     ),
     (
         2,
-        "The config or the command line is invalid (for batch merge also: a shard's file it refuses), or the join batch as a whole would fail (an expired token, another cluster's CA, names taken), or a keadm download would be plain HTTP without pins or --insecure-http, or a keadmCmd's --image-repository makes no valid image reference; batch bundle also refuses an invalid image name, a plain-HTTP registry mirror, an output directory that is not a kit, an --archive path that is a directory or inside the kit directory, and a docker config.json it cannot read; batch bundle --verify a path that is neither a directory nor a file, and --extract into a directory that is not empty. No node was touched.",
+        "The config or the command line is invalid (for batch merge also: a shard's file it refuses), or the join batch as a whole would fail (an expired token, another cluster's CA, names taken), or a keadm download would be plain HTTP without pins or --insecure-http, or a keadmCmd's --image-repository makes no valid image reference; batch bundle also refuses an invalid image name, a plain-HTTP registry mirror, a kit directory (--into) that is not a kit, an --archive path that is a directory or inside the kit directory, and a docker config.json it cannot read; batch bundle --verify a path that is neither a directory nor a file, and --extract into a directory that is not empty. No node was touched.",
     ),
     (
         3,

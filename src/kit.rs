@@ -373,8 +373,8 @@ pub enum KitError {
 
     #[error(
         "There is no kit manifest {}, so {} is not a kit `batch bundle` wrote, and there is \
-         nothing to check its files against. Give the directory `batch bundle -o` wrote, or its \
-         archive, or {}.",
+         nothing to check its files against. Give the directory `batch bundle --into` wrote, or \
+         its archive, or {}.",
         manifest.display(),
         dir.display(),
         lower_first(FIX)

@@ -9,7 +9,7 @@ use crate::stage::StageError;
 /// Whose move it is, for the exit code (`error::Error::exit_code`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// The config, the command line or the output directory asks for something that
+    /// The config, the command line or the kit directory asks for something that
     /// cannot be done; nothing was fetched.
     Usage,
     /// A keadm release or an image could not be fetched or verified.
@@ -86,7 +86,7 @@ pub enum BundleError {
     Stage(#[from] StageError),
 
     #[error(
-        "There is no kit at {}. Give the kit directory `batch bundle -o` wrote, or the kit \
+        "There is no kit at {}. Give the kit directory `batch bundle --into` wrote, or the kit \
          archive `batch bundle --archive` wrote (--extract takes only an archive), and check \
          the path.",
         path.display()
