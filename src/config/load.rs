@@ -29,6 +29,7 @@ const KEADM_KEYS: &[&str] = &[
     "cmdTplArgs",
     "keadmBinDir",
     "offlineImages",
+    "extraImages",
 ];
 const DOWNLOAD_KEYS: &[&str] = &["enable", "url", "sha512"];
 const NODE_KEYS: &[&str] = &[
@@ -309,33 +310,16 @@ impl Reader<'_> {
         section.offline_package_dir = self.string(&fields, "offlinePackageDir");
         section.keadm_bin_dir = self.string(&fields, "keadmBinDir");
         if let Some(group) = fields.get("archGroup") {
-            match group {
-                Node::Seq { items, .. } => {
-                    for item in items {
-                        match item {
-                            Node::Scalar { value, pos, .. } => {
-                                section.arch_group.push(Spanned::new(value.clone(), *pos))
-                            }
-                            other => self.error(
-                                other.pos(),
-                                format!(
-                                    "keadm.archGroup entries must be arch names, but one is {}",
-                                    other.kind()
-                                ),
-                                None,
-                            ),
-                        }
-                    }
-                }
-                other => self.error(
-                    other.pos(),
-                    format!(
-                        "keadm.archGroup must be a list such as [amd64, arm64], but it is {}",
-                        other.kind()
-                    ),
-                    None,
-                ),
-            }
+            section.arch_group =
+                self.text_list(group, "keadm.archGroup", "arch names", "[amd64, arm64]");
+        }
+        if let Some(images) = fields.get("extraImages") {
+            section.extra_images = self.text_list(
+                images,
+                "keadm.extraImages",
+                "image references",
+                "[docker.io/kubeedge/edgemesh-agent:v1.15.0]",
+            );
         }
         if let Some(args) = fields.get("cmdTplArgs") {
             section.cmd_tpl_args = self.string_map(args, "keadm.cmdTplArgs");
@@ -344,6 +328,46 @@ impl Reader<'_> {
             section.offline_images = self.offline_images(images);
         }
         section
+    }
+
+    /// A list of scalars, each as its literal text; `entries` names what they are and
+    /// `example` shows a valid list, in the error messages.
+    fn text_list(
+        &mut self,
+        node: &Node,
+        path: &str,
+        entries: &str,
+        example: &str,
+    ) -> Vec<Spanned<String>> {
+        let mut list = Vec::new();
+        match node {
+            Node::Seq { items, .. } => {
+                for item in items {
+                    match item {
+                        Node::Scalar { value, pos, .. } => {
+                            list.push(Spanned::new(value.clone(), *pos))
+                        }
+                        other => self.error(
+                            other.pos(),
+                            format!(
+                                "{path} entries must be {entries}, but one is {}",
+                                other.kind()
+                            ),
+                            None,
+                        ),
+                    }
+                }
+            }
+            other => self.error(
+                other.pos(),
+                format!(
+                    "{path} must be a list such as {example}, but it is {}",
+                    other.kind()
+                ),
+                None,
+            ),
+        }
+        list
     }
 
     /// `keadm.offlineImages`: a mapping of arch names to one path or a list of paths.
@@ -591,7 +615,7 @@ fn elsewhere(key: &str) -> Option<&'static str> {
         "nodeName" | "keadmCmd" | "copyFrom" => "a `nodes` item",
         "ip" | "username" | "port" | "auth" => "a node's `ssh`",
         "keadmVersion" | "archGroup" | "download" | "offlinePackageDir" | "cmdTplArgs"
-        | "offlineImages" => "`keadm`",
+        | "offlineImages" | "extraImages" => "`keadm`",
         "sha512" => "`keadm.download`",
         "password" | "passwordEnv" => "`passwordAuth`",
         "privateKeyPath" => "`privateKeyAuth`",

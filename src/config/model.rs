@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use super::yaml::Pos;
 use crate::arch::Arch;
+use crate::image_ref::ImageRef;
 use crate::keadm_cmd::KeadmCommand;
 use crate::redact::Secret;
 
@@ -81,6 +82,10 @@ pub struct Config {
     /// archives, resolved. `None` when the key is absent: the offline directory's
     /// `<arch>/images` then serve in offline mode. `Some` of an empty map: no images.
     pub offline_images: Option<BTreeMap<Arch, Vec<PathBuf>>>,
+    /// `keadm.extraImages`: the site's own images (CNI, edgemesh, workloads), in full and
+    /// each once, that `batch bundle` carries and the pre-flight image check expects
+    /// besides keadm's own.
+    pub extra_images: Vec<ImageRef>,
     pub max_run_num: usize,
     pub nodes: Vec<NodeSpec>,
     // Run-wide defaults; `None` means the built-in default applies.

@@ -60,6 +60,9 @@ pub struct KeadmSection {
     /// `offlineImages` (extension): arch name -> archive files and directories, in file
     /// order; `None` when absent or null.
     pub offline_images: Option<Spanned<Vec<RawArchImages>>>,
+    /// `extraImages` (extension): the site's own images a kit carries besides keadm's,
+    /// as written.
+    pub extra_images: Vec<Spanned<String>>,
 }
 
 /// One arch's entry of `keadm.offlineImages`: one path, or a list of paths.

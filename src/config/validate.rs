@@ -57,6 +57,7 @@ pub fn validate(
     let staging = staging::staging(&mut v, &raw.keadm, needs_staging(&raw, &defaults));
     let sha512_pins = staging::sha512_pins(&mut v, &raw.keadm);
     let offline_images = staging::offline_images(&mut v, &raw.keadm);
+    let extra_images = staging::extra_images(&mut v, &raw.keadm);
     if v.has_errors() {
         return None;
     }
@@ -67,6 +68,7 @@ pub fn validate(
         arch_group: staging.arch_group,
         sha512_pins,
         offline_images,
+        extra_images,
         max_run_num,
         nodes,
         remote_dir: defaults.remote_dir,

@@ -1,6 +1,6 @@
 //! The `keadm` section's staging settings: the release to stage, where packages come
-//! from (download or offline directory), the arches staged up front, the sha512 pins, and
-//! the offline image archives.
+//! from (download or offline directory), the arches staged up front, the sha512 pins, the
+//! offline image archives, and the extra images a kit carries.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +9,7 @@ use super::validator::Validator;
 use crate::arch::Arch;
 use crate::config::model::{KNOWN_ARCHES, PackageMode, PinnedDigest};
 use crate::config::schema::{KeadmSection, non_empty};
+use crate::image_ref::ImageRef;
 
 /// What the keadm section says about staging.
 pub(super) struct Staging {
@@ -214,6 +215,32 @@ pub(super) fn offline_images(
     Some(images)
 }
 
+/// `keadm.extraImages`: each entry read as `batch bundle` reads every image it pulls
+/// (`ImageRef`), so one it could not pull is refused here at its line; an image listed
+/// twice, in any spelling, is kept once.
+pub(super) fn extra_images(v: &mut Validator, keadm: &KeadmSection) -> Vec<ImageRef> {
+    let mut images: Vec<ImageRef> = Vec::new();
+    for entry in &keadm.extra_images {
+        match ImageRef::parse(&entry.value) {
+            Ok(image) => {
+                if !images.contains(&image) {
+                    images.push(image);
+                }
+            }
+            Err(reason) => v.error(
+                Some(entry.pos),
+                None,
+                format!(
+                    "keadm.extraImages lists `{}`, which is not an image reference: {reason}",
+                    entry.value
+                ),
+                "write the image as you would pull it, such as docker.io/kubeedge/edgemesh-agent:v1.15.0 or registry.example:5000/site/app:1.2",
+            ),
+        }
+    }
+    images
+}
+
 /// Why `path` cannot name image archives, if it cannot.
 fn image_path_problem(path: &Path) -> Option<String> {
     match std::fs::metadata(path) {
@@ -277,6 +304,56 @@ mod tests {
         ] {
             assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
         }
+    }
+
+    #[test]
+    fn extra_images_are_read_in_full_once_and_bad_ones_refused_at_their_lines() {
+        let text = GOOD.replace(
+            "  archGroup: [amd64]\n",
+            "  archGroup: [amd64]\n  extraImages:\n    - kubeedge/edgemesh-agent:v1.15.0\n    - registry.example:5000/site/app:1.2\n    - docker.io/kubeedge/edgemesh-agent:v1.15.0\n",
+        );
+        let (config, diags) = check(&text);
+        assert!(diags.is_empty(), "{}", rendered(&diags));
+        let images: Vec<String> = config
+            .unwrap()
+            .extra_images
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            images,
+            [
+                "docker.io/kubeedge/edgemesh-agent:v1.15.0",
+                "registry.example:5000/site/app:1.2"
+            ]
+        );
+        let (config, _) = check(GOOD);
+        assert!(config.unwrap().extra_images.is_empty());
+
+        let text = GOOD.replace(
+            "  archGroup: [amd64]\n",
+            "  archGroup: [amd64]\n  extraImages:\n    - ''\n    - site/app:1.2+3\n    - [a]\n",
+        );
+        let (config, diags) = check(&text);
+        assert!(config.is_none());
+        let all = rendered(&diags);
+        for needle in [
+            "c.yaml:5:7: keadm.extraImages lists ``, which is not an image reference: an image reference is empty; write the image as you would pull it, such as docker.io/kubeedge/edgemesh-agent:v1.15.0",
+            "c.yaml:6:7: keadm.extraImages lists `site/app:1.2+3`, which is not an image reference: the tag \"1.2+3\"",
+            "c.yaml:7:7: keadm.extraImages entries must be image references, but one is a list",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+        let (config, diags) = check(&GOOD.replace(
+            "  archGroup: [amd64]\n",
+            "  archGroup: [amd64]\n  extraImages: docker.io/kubeedge/edgemesh-agent:v1.15.0\n",
+        ));
+        assert!(config.is_none());
+        assert!(
+            rendered(&diags).starts_with("c.yaml:4:16: keadm.extraImages must be a list such as [docker.io/kubeedge/edgemesh-agent:v1.15.0], but it is "),
+            "{}",
+            rendered(&diags)
+        );
     }
 
     #[test]
