@@ -227,12 +227,13 @@ enum BatchSub {
     ///
     /// On a connected machine, write the kit an air-gapped run needs into DIR (--into DIR,
     /// or -o DIR): keadm releases (verified as a run stages them), the installation-package
-    /// and sandbox images for every archGroup arch, and kit.json listing every file's
-    /// sha256. Use it with keadm.download.enable: false and keadm.offlinePackageDir: DIR. A
-    /// rerun into the same DIR updates it, keeping what is already right. --archive
-    /// FILE.tar also writes the kit as one file, with its sha512 in FILE.tar.sha512. At the
-    /// site, --verify checks a copied kit (directory or archive) without a config, and
-    /// --extract unpacks an archive into a new directory (--into DIR, or -o DIR).
+    /// and sandbox images and the site's own (keadm.extraImages, --image) for every
+    /// archGroup arch, and kit.json listing every file's sha256. Use it with
+    /// keadm.download.enable: false and keadm.offlinePackageDir: DIR. A rerun into the same
+    /// DIR updates it, keeping what is already right. --archive FILE.tar also writes the
+    /// kit as one file, with its sha512 in FILE.tar.sha512. At the site, --verify checks a
+    /// copied kit (directory or archive) without a config, and --extract unpacks an
+    /// archive into a new directory (--into DIR, or -o DIR).
     Bundle(Box<BundleArgs>),
 }
 
@@ -246,6 +247,7 @@ enum BatchSub {
             "download_url",
             "registry_mirror",
             "sandbox_image",
+            "image",
             "insecure_http",
             "max_package_bytes",
             "staging_dir",
@@ -307,6 +309,12 @@ struct BundleArgs {
     /// setting (containerd's sandbox_image; see `crictl info`).
     #[arg(long, value_name = "IMAGE")]
     sandbox_image: Vec<String>,
+
+    /// An image of the site's own (CNI, edgemesh, a workload) to bundle for every arch
+    /// besides those keadm.extraImages lists; repeatable. It is for this bundle only: list
+    /// the images the site always needs in keadm.extraImages.
+    #[arg(long, value_name = "IMAGE")]
+    image: Vec<String>,
 
     /// Accept a plain http:// download URL for arches without a keadm.download.sha512 pin,
     /// and plain http:// registry mirrors.
@@ -741,6 +749,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
                 max_package_bytes: bundle.max_package_bytes,
                 registry_mirrors: bundle.registry_mirror,
                 sandbox_images: bundle.sandbox_image,
+                extra_images: bundle.image,
                 verbosity: if bundle.quiet {
                     Verbosity::Quiet
                 } else {
@@ -919,6 +928,36 @@ mod tests {
         };
         assert_eq!(options.config, Some(PathBuf::from("c.yaml")));
         assert!(run(&["k", "batch", "merge"]).is_err());
+    }
+
+    #[test]
+    fn bundle_takes_extra_images_which_verify_has_no_use_for() {
+        let bundle = |extra: &[&str]| {
+            let mut args = vec!["k", "batch", "bundle"];
+            args.extend(extra);
+            run(&args)
+        };
+        let Command::Bundle(opts) = bundle(&[
+            "-c",
+            "c.yaml",
+            "-o",
+            "kit",
+            "--image",
+            "docker.io/kubeedge/edgemesh-agent:v1.15.0",
+            "--image",
+            "registry.example:5000/site/app:1.2",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            opts.extra_images,
+            [
+                "docker.io/kubeedge/edgemesh-agent:v1.15.0",
+                "registry.example:5000/site/app:1.2"
+            ]
+        );
+        assert!(bundle(&["--verify", "kit", "--image", "a:1"]).is_err());
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct BundleOptions {
     pub registry_mirrors: Vec<RegistryMirror>,
     /// `--sandbox-image REF`; empty means the default.
     pub sandbox_images: Vec<String>,
+    /// `--image REF`: images of the site's own for this bundle, besides keadm.extraImages.
+    pub extra_images: Vec<String>,
     pub verbosity: Verbosity,
 }
 

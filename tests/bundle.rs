@@ -114,10 +114,16 @@ fn fetching(dir: &Path, releases: &HttpServer, docker_io: &str, k8s_io: &str) ->
 
 /// A config for the air-gapped side whose one node is never reached: staging comes first.
 fn offline_config(dir: &Path, arch_group: &str, keadm_cmd: &str) {
+    offline_config_with(dir, arch_group, keadm_cmd, "");
+}
+
+/// [`offline_config`] with `keadm_lines` (each indented two spaces, ending in a newline)
+/// at the end of its `keadm` section, from line 7 on.
+fn offline_config_with(dir: &Path, arch_group: &str, keadm_cmd: &str, keadm_lines: &str) {
     std::fs::write(
         dir.join("config.yaml"),
         format!(
-            "keadm:\n  download:\n    enable: false\n  keadmVersion: {VERSION}\n  archGroup: {arch_group}\n  offlinePackageDir: {}\nmaxRunNum: 1\nnodes:\n  - nodeName: edge-0\n    keadmCmd: '{keadm_cmd}'\n    ssh:\n      ip: 127.0.0.1\n      port: 1\n      username: root\n      auth:\n        type: password\n        passwordAuth:\n          password: x\n",
+            "keadm:\n  download:\n    enable: false\n  keadmVersion: {VERSION}\n  archGroup: {arch_group}\n  offlinePackageDir: {}\n{keadm_lines}maxRunNum: 1\nnodes:\n  - nodeName: edge-0\n    keadmCmd: '{keadm_cmd}'\n    ssh:\n      ip: 127.0.0.1\n      port: 1\n      username: root\n      auth:\n        type: password\n        passwordAuth:\n          password: x\n",
             dir.join("kit").display()
         ),
     )
@@ -777,6 +783,136 @@ fn a_kit_remembers_its_sandbox_image() {
         serde_json::json!(["registry.k8s.io/pause:3.9"])
     );
     assert_eq!(pause(&kit), ["pause_3.9.tar"]);
+}
+
+/// The site's own images (`keadm.extraImages`, and `--image` for one bundle) are pulled
+/// as keadm's are: for every archGroup arch, through the registry mirrors, each checked
+/// for every arch before anything large is downloaded, one archive per image and arch,
+/// each listed in kit.json; a rerun keeps them as it keeps the others.
+#[test]
+fn extra_images_are_bundled_for_every_arch_like_keadm_s_own() {
+    const EDGEMESH: &str = "docker.io/kubeedge/edgemesh-agent:v1.15.0";
+    const APP: &str = "registry.example:5000/site/app:1.2";
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    sources.registry.push_index(
+        "kubeedge/edgemesh-agent",
+        "v1.15.0",
+        Format::Oci,
+        &["amd64", "arm64"],
+    );
+    // The site's own image has an amd64 build only, at first.
+    sources
+        .registry
+        .push_image("site/app", "1.2", "amd64", Format::Docker);
+    offline_config_with(
+        tmp.path(),
+        "[amd64, arm64]",
+        JOIN,
+        &format!("  extraImages:\n    - {EDGEMESH}\n"),
+    );
+    let mirror = format!("registry.example:5000={}", sources.registry.url());
+    let flags = ["--image", APP, "--registry-mirror", &mirror];
+    let kit = tmp.path().join("kit");
+
+    sources
+        .bundle(tmp.path(), "kit", &flags)
+        .status(3)
+        .stderr_has(&format!("The image {APP} at "))
+        .stderr_has("has no linux/arm64 build (it has only linux/amd64)")
+        .stderr_lacks("written");
+    assert_eq!(files_under(&kit), Vec::<String>::new());
+    assert_eq!(
+        sources.releases.total_hits(),
+        0,
+        "no release was downloaded"
+    );
+
+    sources
+        .registry
+        .push_index("site/app", "1.2", Format::Docker, &["amd64", "arm64"]);
+    let out = sources.bundle(tmp.path(), "kit", &flags);
+    out.status(0).stderr_has("(12 written, 0 already in place)");
+    for arch in ["amd64", "arm64"] {
+        out.stderr_has(&format!(
+            "{arch}/images/edgemesh-agent_v1.15.0.tar  {EDGEMESH} for linux/{arch}"
+        ))
+        .stderr_has(&format!(
+            "{arch}/images/app_1.2.tar  {APP} for linux/{arch}"
+        ));
+        for (file, name, repository) in [
+            (
+                "edgemesh-agent_v1.15.0.tar",
+                EDGEMESH,
+                "kubeedge/edgemesh-agent",
+            ),
+            ("app_1.2.tar", APP, "site/app"),
+        ] {
+            let archive = check_archive(&kit.join(format!("{arch}/images/{file}")));
+            assert_eq!(archive.name, name);
+            assert_eq!(archive.architecture, arch);
+            assert_eq!(archive.layer_file, format!("{repository} for {arch}\n"));
+        }
+    }
+    let manifest = check_kit_manifest(&kit);
+    let listed: Vec<&str> = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .filter(|path| path.contains("/images/"))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "amd64/images/app_1.2.tar",
+            "amd64/images/edgemesh-agent_v1.15.0.tar",
+            "amd64/images/installation-package_v1.23.1.tar",
+            "amd64/images/pause_3.9.tar",
+            "arm64/images/app_1.2.tar",
+            "arm64/images/edgemesh-agent_v1.15.0.tar",
+            "arm64/images/installation-package_v1.23.1.tar",
+            "arm64/images/pause_3.9.tar",
+        ]
+    );
+
+    let before = std::fs::read(kit.join("kit.json")).unwrap();
+    sources
+        .bundle(tmp.path(), "kit", &flags)
+        .status(0)
+        .stderr_has("(0 written, 12 already in place)");
+    assert_eq!(std::fs::read(kit.join("kit.json")).unwrap(), before);
+}
+
+/// An extra image that is no image reference is refused before anything is fetched: in
+/// the config at its line and column, and from `--image` by the flag's name (exit 2).
+#[test]
+fn an_invalid_extra_image_is_refused_at_its_line_before_anything_is_fetched() {
+    let tmp = scratch();
+    let sources = Sources::new("#!/bin/sh\n", true);
+    offline_config_with(
+        tmp.path(),
+        "[amd64]",
+        JOIN,
+        "  extraImages:\n    - docker.io/kubeedge/edgemesh-agent:v1.15.0\n    - kubeedge/EdgeMesh-agent:v1.15.0\n",
+    );
+    sources
+        .bundle(tmp.path(), "kit", &[])
+        .status(2)
+        .stderr_has(
+            "config.yaml:9:7: keadm.extraImages lists `kubeedge/EdgeMesh-agent:v1.15.0`, which is not an image reference: the repository \"kubeedge/EdgeMesh-agent\" in \"kubeedge/EdgeMesh-agent:v1.15.0\" is not a valid name",
+        );
+
+    offline_config(tmp.path(), "[amd64]", JOIN);
+    sources
+        .bundle(tmp.path(), "kit", &["--image", "site/app:1.2+3"])
+        .status(2)
+        .stderr_has(
+            "The image \"site/app:1.2+3\" is not a valid image reference: the tag \"1.2+3\"",
+        )
+        .stderr_has("Fix the image reference in --image.");
+    assert_eq!(sources.releases.total_hits(), 0);
+    assert!(!tmp.path().join("kit").exists());
 }
 
 /// A bundle that fails after it placed files reports none of them: the files it wrote

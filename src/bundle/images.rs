@@ -2,7 +2,9 @@
 //! `kubeedge::images::required` (the rules of keadm's join, docs/kubeedge.md), with the
 //! sandbox images the operator named (`--sandbox-image`) or
 //! `kubeedge::images::DEFAULT_SANDBOX_IMAGE`: the connected machine cannot see the
-//! nodes' runtimes, whose setting the sandbox image is.
+//! nodes' runtimes, whose setting the sandbox image is. Then the site's own images
+//! (`keadm.extraImages`, `--image`), which are pulled and archived as keadm's are: the
+//! run imports every archive of a node's arch alike.
 
 use super::error::BundleError;
 use std::path::Path;
@@ -60,6 +62,21 @@ pub(crate) fn for_config(
         }
     }
     Ok(images)
+}
+
+/// `own` (keadm's images, from [`for_config`]) followed by the site's own images: those
+/// the config lists (`keadm.extraImages`), then `added` (`--image`), each image once.
+pub(crate) fn with_extras(
+    mut own: Vec<ImageRef>,
+    config: &Config,
+    added: &[ImageRef],
+) -> Vec<ImageRef> {
+    for image in config.extra_images.iter().chain(added) {
+        if !own.contains(image) {
+            own.push(image.clone());
+        }
+    }
+    own
 }
 
 /// The sandbox images the kit carries, and what to tell the operator about the choice.
@@ -192,6 +209,31 @@ mod tests {
             err.starts_with("keadm would ask for an image that is not a valid image reference: ")
                 && err.contains("\"Bad//installation-package:v1.23.1\""),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn the_site_s_own_images_follow_keadm_s_each_once() {
+        let image = |text| ImageRef::parse(text).unwrap();
+        let pause = [image("registry.k8s.io/pause:3.9")];
+        let mut config = config(&["join --cloudcore-ipport=10.0.0.1:10000 --token=abc.def"]);
+        config.extra_images = vec![
+            image("kubeedge/edgemesh-agent:v1.15.0"),
+            image("registry.k8s.io/pause:3.9"),
+        ];
+        let own = for_config(&config, "v1.23.1", &pause).unwrap();
+        let added = [
+            image("registry.example:5000/site/app:1.2"),
+            image("docker.io/kubeedge/edgemesh-agent:v1.15.0"),
+        ];
+        assert_eq!(
+            names(with_extras(own, &config, &added)),
+            [
+                "docker.io/kubeedge/installation-package:v1.23.1",
+                "registry.k8s.io/pause:3.9",
+                "docker.io/kubeedge/edgemesh-agent:v1.15.0",
+                "registry.example:5000/site/app:1.2",
+            ]
         );
     }
 

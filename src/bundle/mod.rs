@@ -5,8 +5,8 @@
 //! - `<arch>/keadm-<ver>-linux-<arch>.tar.gz` and its checksum file, for every archGroup
 //!   arch, staged (downloaded, verified against the pin or the release's checksum file,
 //!   unpacked) exactly as a run stages them;
-//! - `<arch>/images/*.tar`: the images a join needs (`images`), pulled for the arch from a
-//!   registry (`registry`) into OCI archives (`archive`);
+//! - `<arch>/images/*.tar`: the images a join needs and the site's own (`images`), pulled
+//!   for the arch from a registry (`registry`) into OCI archives (`archive`);
 //! - `kit.json`: every file with its sha256 (`crate::kit`), checked by runs before use.
 //!
 //! With `--archive FILE.tar` the kit is also written as one file, its sha512 beside it
@@ -80,7 +80,8 @@ pub struct BundleSettings {
     pub archive: Option<PathBuf>,
     /// How the keadm releases are staged: download mode, the config's archGroup and pins.
     pub stage: StageSettings,
-    /// The images every arch gets, installation packages first.
+    /// The images every arch gets: keadm's, installation packages first, then the site's
+    /// own (`keadm.extraImages`, `--image`).
     pub images: Vec<ImageRef>,
     /// The sandbox images among them, in full, recorded in kit.json.
     pub sandbox: Vec<String>,
@@ -153,19 +154,22 @@ impl BundleSettings {
             .check_plain_http()
             .map_err(BundleError::UnsafeDownload)?;
 
-        let parse_sandbox = |texts: &[String]| {
+        // `what` the images are, as the message names them, and the flag they came from.
+        let parse_images = |texts: &[String], what: &str, flag: &str| {
             texts
                 .iter()
                 .map(|text| {
                     ImageRef::parse(text).map_err(|reason| BundleError::BadImage {
-                        reason: format!(
-                            "The sandbox image {text:?} is not a valid image reference: {reason}"
-                        ),
-                        source_name: "--sandbox-image".into(),
+                        reason: format!("{what} {text:?} is not a valid image reference: {reason}"),
+                        source_name: flag.into(),
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()
         };
+        let parse_sandbox =
+            |texts: &[String]| parse_images(texts, "The sandbox image", "--sandbox-image");
+        // Refused before anything is fetched, as the config's own list is when it loads.
+        let added = parse_images(&options.extra_images, "The image", "--image")?;
         // Only a kit directory that stays can hold an earlier kit's choice.
         let (mut sandbox, sandbox_note) = match &options.into {
             Some(into) => images::choose_sandbox(
@@ -179,7 +183,11 @@ impl BundleSettings {
             sandbox = parse_sandbox(&[crate::kubeedge::images::DEFAULT_SANDBOX_IMAGE.into()])?;
         }
         images::check_stand_ins(config, stand_ins)?;
-        let images = images::for_config(config, &version, &sandbox)?;
+        let images = images::with_extras(
+            images::for_config(config, &version, &sandbox)?,
+            config,
+            &added,
+        );
         let registry = RegistrySettings {
             mirrors: options
                 .registry_mirrors
