@@ -317,6 +317,7 @@ fn preflight_only(plan: &plan::Plan, output: OutputFormat) -> Result<(), Error> 
         binary_size_hint: 0,
         offline_images: offline_images.as_ref(),
         keadm_version: plan.staging.as_ref().map(|s| s.version.as_str()),
+        extra_images: &plan.extra_images,
         relay: None,
     };
     let probes = pool::probe_all(&plan.nodes, plan.max_run_num, &cancel, |node| {
@@ -517,6 +518,7 @@ fn execute(
             .unwrap_or(0),
         offline_images: offline_images.as_ref(),
         keadm_version: plan.staging.as_ref().map(|s| s.version.as_str()),
+        extra_images: &plan.extra_images,
         relay: site_relay(&plan, &run_dir.id),
     };
     let policy = pool::Policy {

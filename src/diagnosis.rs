@@ -270,8 +270,9 @@ pub enum FindingId {
     LowDisk,
     /// No `bash`: keadm runs its checks through `bash -c` and misreports without it.
     BashMissing,
-    /// An image keadm join needs (installation-package, the runtime's sandbox image) is
-    /// neither in the node's runtime nor in an offline image archive for the node's arch.
+    /// An image keadm join needs (installation-package, the runtime's sandbox image) or
+    /// keadm.extraImages lists is neither in the node's runtime nor in an offline image
+    /// archive for the node's arch.
     ImageMissing,
     /// The probe did not print its last line, or one of its checks could not run (the
     /// image check without the runtime's answer), so any of the above may be missing.
@@ -348,7 +349,7 @@ impl Finding {
                 "bash is not installed; keadm runs its checks through bash and without it always reports that edgecore is already running."
             }
             FindingId::ImageMissing => {
-                "The container runtime lacks an image keadm join needs and no offline image archive provides it, so keadm would have to pull it from a registry."
+                "The container runtime lacks an image keadm join needs or keadm.extraImages lists, and no offline image archive provides it, so it would have to be pulled from a registry."
             }
             FindingId::ProbeIncomplete => {
                 "The pre-flight probe did not finish, or one of its checks could not run, so its findings are incomplete."
@@ -378,7 +379,7 @@ impl Finding {
                 "Install bash on the node (for example `apk add bash` on Alpine, `opkg install bash` on OpenWrt)."
             }
             FindingId::ImageMissing => {
-                "Put an archive of each missing image in the offline directory's <arch>/images (keadm-batch batch bundle writes them) or list one in keadm.offlineImages, or make sure the node can reach a registry that has the image (--image-repository names a mirror)."
+                "Put an archive of each missing image in the offline directory's <arch>/images (keadm-batch batch bundle writes them) or list one in keadm.offlineImages, or make sure the node can reach a registry that has the image (for keadm's own, --image-repository in keadmCmd names a mirror)."
             }
             FindingId::ProbeIncomplete => {
                 "Fix what the detail says was not checked and why (the node's shell must be a POSIX sh, sudo must work without a terminal, the container runtime must answer on its socket), then run --preflight-only again."

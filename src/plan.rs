@@ -13,6 +13,7 @@ use crate::arch::Arch;
 use crate::config::{
     Config, CopyFile, HostKeyPolicy, NodeSpec, PackageMode, PinnedDigest, SshSpec,
 };
+use crate::image_ref::ImageRef;
 use crate::keadm_cmd::KeadmCommand;
 use crate::options::{RelayMode, RunOptions, Shard};
 use crate::redact::Redactor;
@@ -164,6 +165,9 @@ pub struct Plan {
     /// Where the offline image archives come from, when some selected node joins:
     /// `keadm.offlineImages`, else in offline mode the offline directory's layout.
     pub offline_images: Option<ImageSources>,
+    /// `keadm.extraImages`: the site's own images, which the pre-flight image check
+    /// expects on join nodes besides keadm's when offline images are in play.
+    pub extra_images: Vec<ImageRef>,
     /// `--relay`.
     pub relay: RelayMode,
 }
@@ -284,6 +288,7 @@ pub fn build(
         shard: options.shard,
         staging,
         offline_images,
+        extra_images: config.extra_images.clone(),
         relay: options.relay,
     })
 }

@@ -261,7 +261,7 @@ fn pre_flight_reports_a_missing_image_and_nothing_once_it_is_provided() {
     eprintln!("--preflight-only table:\n{}", out.stdout);
     assert!(
         out.stdout.contains(&format!(
-            "The container runtime lacks an image keadm join needs and no offline image archive provides it, so keadm would have to pull it from a registry ({PACKAGE} is not in containerd (/tmp/containerd/containerd.sock), and no offline image archive for {} provides it; `keadm-batch batch bundle` writes it into the kit when run again with this keadmCmd and keadmVersion (keadm's own images))",
+            "The container runtime lacks an image keadm join needs or keadm.extraImages lists, and no offline image archive provides it, so it would have to be pulled from a registry ({PACKAGE} is not in containerd (/tmp/containerd/containerd.sock), and no offline image archive for {} provides it; `keadm-batch batch bundle` writes it into the kit when run again with this keadmCmd and keadmVersion (keadm's own images))",
             host_arch()
         )),
         "{}",
@@ -294,6 +294,79 @@ fn pre_flight_reports_a_missing_image_and_nothing_once_it_is_provided() {
     let out = sc.run(&["--preflight-only"]);
     out.status(0);
     assert!(!sc.path("batch_process_log.txt").exists());
+}
+
+/// The site's own images (`keadm.extraImages`) go the way keadm's own do: pre-flight
+/// reports one that neither the runtime nor an archive of the kit has, saying how the kit
+/// gets it; once the kit has it, the dry run lists its archive for the node, the run
+/// imports it into the node's runtime before keadm runs, and a rerun imports nothing.
+#[test]
+fn extra_images_are_checked_by_pre_flight_imported_and_not_imported_again() {
+    const EDGEMESH: &str = "docker.io/kubeedge/edgemesh-agent:v1.15.0";
+    let fleet = Fleet::builder().nodes(1).start();
+    let runtime = Containerd::start(fleet.node(0));
+    let token = token(
+        "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
+        now() + 86_400,
+    );
+    let cmd = format!(
+        "join --cloudcore-ipport=127.0.0.1:10000 --certport={} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint={ENDPOINT}",
+        crate::common::fleet::refused_endpoint().port
+    );
+    let sc = Scenario::new(&fleet)
+        .cmd(&cmd)
+        .preflight("warn")
+        .keadm(keadm_listing_images())
+        .keadm_yaml("extraImages:")
+        .keadm_yaml(&format!("  - {EDGEMESH}"));
+    // The kit has keadm's images only.
+    let images = sc.images_dir();
+    write_images(&images);
+    let out = sc.run(&["--preflight-only"]);
+    eprintln!("--preflight-only table:\n{}", out.stdout);
+    out.status(1).stdout_has(&format!(
+        "({EDGEMESH} is not in containerd (/tmp/containerd/containerd.sock), and no offline image archive for {} provides it; `keadm-batch batch bundle` writes it into the kit when run again with keadm.extraImages as this config lists them)",
+        host_arch()
+    ));
+
+    oci_archive(&images.join("edgemesh-agent_v1.15.0.tar"), EDGEMESH);
+    sc.run(&["--preflight-only"])
+        .status(0)
+        .preflight_found_nothing();
+    sc.run(&["--dry-run"])
+        .status(0)
+        .stdout_has(&format!(
+            "  images:    if {}: image-edgemesh-agent_v1.15.0.tar, image-installation-package_v1.23.1.tar, image-pause_3.6.tar;",
+            host_arch()
+        ));
+
+    let out = sc.run(&[]);
+    out.status(0);
+    runtime.assert_has(&[PACKAGE, SANDBOX_IMAGE, EDGEMESH]);
+    let seen = images_seen_by_keadm(fleet.node(0));
+    assert!(seen.contains(EDGEMESH), "imported before keadm ran: {seen}");
+    let transcript = out.transcript(0);
+    assert!(
+        transcript.contains(&format!(
+            "imported image-edgemesh-agent_v1.15.0.tar into containerd (/tmp/containerd/containerd.sock): {EDGEMESH}"
+        )),
+        "{transcript}"
+    );
+    let before = runtime.images();
+
+    let again = sc.run(&[]);
+    again.status(0);
+    let node = again.node_summary(0);
+    assert_eq!(node["bytes_uploaded"], 0, "{node}");
+    // keadm, and the three archives, whose images the runtime lists.
+    assert_eq!(node["uploads_skipped"], 4, "{node}");
+    let transcript = again.transcript(0);
+    assert!(
+        transcript.contains(&format!("already has {EDGEMESH}, so the image archive"))
+            && !transcript.contains("imported image-"),
+        "{transcript}"
+    );
+    assert_eq!(runtime.images(), before);
 }
 
 #[test]

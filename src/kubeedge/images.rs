@@ -214,23 +214,28 @@ pub fn needed_by_join(
     (needed, unknown)
 }
 
-/// The pre-flight finding for the images of `needed` that the runtime (`runtime`, which
-/// listed `in_runtime` and is configured with the sandbox image `sandbox`) lacks and no
-/// offline archive for `arch` provides; `None` when every one is there or on its way.
-/// The detail says how `batch bundle` puts each in a kit: the runtime's sandbox image
-/// only when named with `--sandbox-image`, keadm's own images from the keadmCmd.
+/// The pre-flight finding for the images of `needed` (keadm's own) and `extra` (the
+/// site's own, `keadm.extraImages`) that the runtime (`runtime`, which listed `in_runtime`
+/// and is configured with the sandbox image `sandbox`) lacks and no offline archive for
+/// `arch` provides; `None` when every one is there or on its way. The detail says how
+/// `batch bundle` puts each in a kit: the runtime's sandbox image only when named with
+/// `--sandbox-image`, keadm's own images from the keadmCmd, the site's own from the
+/// config's keadm.extraImages.
 pub fn missing_finding(
     needed: &[ImageRef],
+    extra: &[ImageRef],
     in_runtime: &[ImageRef],
     provided: &[&ImageRef],
     runtime: &str,
     arch: Option<Arch>,
     sandbox: Option<&ImageRef>,
 ) -> Option<Finding> {
-    let missing: Vec<&ImageRef> = needed
-        .iter()
-        .filter(|image| !in_runtime.contains(image) && !provided.contains(image))
-        .collect();
+    let mut missing: Vec<&ImageRef> = Vec::new();
+    for image in needed.iter().chain(extra) {
+        if !in_runtime.contains(image) && !provided.contains(&image) && !missing.contains(&image) {
+            missing.push(image);
+        }
+    }
     if missing.is_empty() {
         return None;
     }
@@ -244,8 +249,16 @@ pub fn missing_finding(
             "adding --sandbox-image {sandbox} (the runtime's sandbox image)"
         ));
     }
-    if missing.iter().any(|m| Some(*m) != sandbox) {
+    // An image both keadm and the config want is keadm's: the keadmCmd brings it.
+    let (keadm_s, site_s): (Vec<&ImageRef>, Vec<&ImageRef>) = missing
+        .iter()
+        .filter(|m| Some(**m) != sandbox)
+        .partition(|m| needed.contains(m));
+    if !keadm_s.is_empty() {
         bundle.push("with this keadmCmd and keadmVersion (keadm's own images)".to_string());
+    }
+    if !site_s.is_empty() {
+        bundle.push("with keadm.extraImages as this config lists them".to_string());
     }
     let names: Vec<String> = missing.iter().map(ToString::to_string).collect();
     Some(Finding {
@@ -478,6 +491,7 @@ mod tests {
             &needed,
             &[],
             &[],
+            &[],
             "containerd (/run/containerd/containerd.sock)",
             Some(Arch::Amd64),
             Some(&pause),
@@ -490,6 +504,7 @@ mod tests {
         );
         let f = missing_finding(
             &needed,
+            &[],
             std::slice::from_ref(&pause),
             &[],
             "containerd",
@@ -501,7 +516,7 @@ mod tests {
             f.detail,
             "docker.io/kubeedge/installation-package:v1.23.1 is not in containerd, and no offline image archive provides it; `keadm-batch batch bundle` writes it into the kit when run again with this keadmCmd and keadmVersion (keadm's own images)"
         );
-        let f = missing_finding(&needed, &[], &[&ip], "CRI-O", None, Some(&pause)).unwrap();
+        let f = missing_finding(&needed, &[], &[], &[&ip], "CRI-O", None, Some(&pause)).unwrap();
         assert!(
             f.detail.ends_with(
                 "; `keadm-batch batch bundle` writes it into the kit when run again adding --sandbox-image registry.k8s.io/pause:3.6 (the runtime's sandbox image)"
@@ -509,9 +524,34 @@ mod tests {
             "{}",
             f.detail
         );
+        // The site's own images are expected too, and come from the config's list.
+        let edgemesh = image("kubeedge/edgemesh-agent:v1.15.0");
+        let extra = [edgemesh.clone(), pause.clone()];
+        let f = missing_finding(
+            &needed,
+            &extra,
+            std::slice::from_ref(&pause),
+            &[&ip],
+            "containerd",
+            Some(Arch::Arm64),
+            Some(&pause),
+        )
+        .unwrap();
+        assert_eq!(
+            f.detail,
+            "docker.io/kubeedge/edgemesh-agent:v1.15.0 is not in containerd, and no offline image archive for arm64 provides it; `keadm-batch batch bundle` writes it into the kit when run again with keadm.extraImages as this config lists them"
+        );
+        let f = missing_finding(&needed, &extra, &[], &[], "CRI-O", None, Some(&pause)).unwrap();
+        assert!(
+            f.detail.starts_with("docker.io/kubeedge/installation-package:v1.23.1 and registry.k8s.io/pause:3.6 and docker.io/kubeedge/edgemesh-agent:v1.15.0 are not in CRI-O")
+                && f.detail.ends_with("adding --sandbox-image registry.k8s.io/pause:3.6 (the runtime's sandbox image) and with this keadmCmd and keadmVersion (keadm's own images) and with keadm.extraImages as this config lists them"),
+            "{}",
+            f.detail
+        );
         assert_eq!(
             missing_finding(
                 &needed,
+                &[],
                 std::slice::from_ref(&pause),
                 &[&ip],
                 "containerd",

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use crate::arch::Arch;
 use crate::cancel::Cancel;
 use crate::diagnosis::FailureClass;
+use crate::image_ref::ImageRef;
 use crate::kubeedge::classify;
 use crate::options::PreflightMode;
 use crate::outcome::{NodeOutcome, Phase, PreflightFinding, ProbeError, Probed, StepTimes, now};
@@ -66,6 +67,8 @@ pub struct Context<'a> {
     pub offline_images: Option<&'a OfflineImages>,
     /// keadm.keadmVersion: the version keadm join asks for without --kubeedge-version.
     pub keadm_version: Option<&'a str>,
+    /// keadm.extraImages: checked by the pre-flight image check as keadm's own are.
+    pub extra_images: &'a [ImageRef],
     /// The sites' relay, when `--relay auto` and some site has two or more nodes.
     pub relay: Option<std::sync::Arc<relay::Relay>>,
 }

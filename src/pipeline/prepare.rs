@@ -133,8 +133,9 @@ impl<'a> Run<'a, '_> {
         Ok(())
     }
 
-    /// The pre-flight image check: the images this join needs that the runtime does not
-    /// list and no offline archive for the node's arch provides (`image_missing`), and
+    /// The pre-flight image check: the images this join needs (keadm's own and those
+    /// keadm.extraImages lists) that the runtime does not list and no offline archive for
+    /// the node's arch provides (`image_missing`), and
     /// what could not be checked, and why (`probe_incomplete`): a check that could not run
     /// is a finding, never "nothing found".
     fn image_findings(&mut self, output: &str) -> Vec<Finding> {
@@ -183,16 +184,13 @@ impl<'a> Run<'a, '_> {
             .machine
             .as_deref()
             .and_then(|m| Arch::from_uname(m).ok());
-        let provided: Vec<_> = match (self.images_in_play(), arch) {
-            (Some(images), Some(arch)) => images
-                .for_arch(arch)
-                .iter()
-                .flat_map(|a| a.images.iter().map(|i| &i.reference))
-                .collect(),
+        let provided = match (self.images_in_play(), arch) {
+            (Some(images), Some(arch)) => images.provided(arch),
             _ => Vec::new(),
         };
         let mut findings: Vec<Finding> = images::missing_finding(
             &needed,
+            self.ctx.extra_images,
             &facts.images,
             &provided,
             &runtime.name(),

@@ -208,6 +208,14 @@ impl OfflineImages {
         self.by_arch.get(&arch).map_or(&[], Vec::as_slice)
     }
 
+    /// The images the archives for `arch` provide, each as often as an archive names it.
+    pub fn provided(&self, arch: Arch) -> Vec<&ImageRef> {
+        self.for_arch(arch)
+            .iter()
+            .flat_map(|a| a.images.iter().map(|i| &i.reference))
+            .collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_arch.is_empty()
     }

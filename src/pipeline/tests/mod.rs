@@ -47,6 +47,8 @@ struct Harness {
     verify_remote: bool,
     preflight: PreflightMode,
     offline_images: Option<OfflineImages>,
+    /// keadm.extraImages.
+    extra_images: Vec<crate::image_ref::ImageRef>,
 }
 
 impl Harness {
@@ -63,6 +65,7 @@ impl Harness {
             verify_remote: false,
             preflight: PreflightMode::Off,
             offline_images: None,
+            extra_images: Vec::new(),
         }
     }
 
@@ -124,6 +127,7 @@ impl Harness {
             binary_size_hint: 0,
             offline_images: self.offline_images.as_ref(),
             keadm_version: Some("v1.23.1"),
+            extra_images: &self.extra_images,
             relay: None,
         };
         process(node, &ctx)
