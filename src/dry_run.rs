@@ -86,6 +86,7 @@ pub fn render(plan: &Plan, images: Option<&OfflineImages>) -> String {
     render_sites(&mut out, plan);
     if let (Some(images), Some(sources)) = (images, &plan.offline_images) {
         render_images(&mut out, images, sources);
+        render_extras(&mut out, plan, images);
     }
     for node in &plan.nodes {
         out.push('\n');
@@ -172,6 +173,54 @@ fn render_images(out: &mut String, images: &OfflineImages, sources: &ImageSource
     } else {
         writeln!(out, "  images:      {}", arches.join("; "))
     };
+}
+
+/// The site's own images (keadm.extraImages) and, for each arch the run stages or has
+/// archives for, those no archive provides: the pre-flight image check expects those in
+/// the nodes' runtimes, so the operator learns of a kit bundled without them before any
+/// node is touched.
+fn render_extras(out: &mut String, plan: &Plan, images: &OfflineImages) {
+    if plan.extra_images.is_empty() {
+        return;
+    }
+    let mut arches: Vec<Arch> = plan
+        .staging
+        .as_ref()
+        .map(|s| s.arch_group.clone())
+        .unwrap_or_default();
+    for (arch, _) in by_arch(images) {
+        if !arches.contains(&arch) {
+            arches.push(arch);
+        }
+    }
+    let gaps: Vec<String> = arches
+        .iter()
+        .filter_map(|&arch| {
+            let provided = images.provided(arch);
+            let missing: Vec<String> = plan
+                .extra_images
+                .iter()
+                .filter(|image| !provided.contains(image))
+                .map(ToString::to_string)
+                .collect();
+            (!missing.is_empty())
+                .then(|| format!("no archive for {arch} provides {}", missing.join(", ")))
+        })
+        .collect();
+    let listed: Vec<String> = plan.extra_images.iter().map(ToString::to_string).collect();
+    let _ = writeln!(
+        out,
+        "  extras:      {} (keadm.extraImages); {}",
+        listed.join(", "),
+        if gaps.is_empty() {
+            "the archives provide them".to_string()
+        } else {
+            format!(
+                "{}; pre-flight expects those in the nodes' runtimes",
+                gaps.join("; ")
+            )
+        }
+    );
 }
 
 /// The arches that have archives, with them.

@@ -329,12 +329,20 @@ fn extra_images_are_checked_by_pre_flight_imported_and_not_imported_again() {
         host_arch()
     ));
 
+    sc.run(&["--dry-run"]).status(0).stdout_has(&format!(
+        "  extras:      {EDGEMESH} (keadm.extraImages); no archive for {arch} provides {EDGEMESH}; pre-flight expects those in the nodes' runtimes\n",
+        arch = host_arch()
+    ));
+
     oci_archive(&images.join("edgemesh-agent_v1.15.0.tar"), EDGEMESH);
     sc.run(&["--preflight-only"])
         .status(0)
         .preflight_found_nothing();
     sc.run(&["--dry-run"])
         .status(0)
+        .stdout_has(&format!(
+            "  extras:      {EDGEMESH} (keadm.extraImages); the archives provide them\n"
+        ))
         .stdout_has(&format!(
             "  images:    if {}: image-edgemesh-agent_v1.15.0.tar, image-installation-package_v1.23.1.tar, image-pause_3.6.tar;",
             host_arch()
