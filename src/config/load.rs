@@ -339,33 +339,38 @@ impl Reader<'_> {
         entries: &str,
         example: &str,
     ) -> Vec<Spanned<String>> {
-        let mut list = Vec::new();
         match node {
-            Node::Seq { items, .. } => {
-                for item in items {
-                    match item {
-                        Node::Scalar { value, pos, .. } => {
-                            list.push(Spanned::new(value.clone(), *pos))
-                        }
-                        other => self.error(
-                            other.pos(),
-                            format!(
-                                "{path} entries must be {entries}, but one is {}",
-                                other.kind()
-                            ),
-                            None,
-                        ),
-                    }
-                }
+            Node::Seq { items, .. } => self.scalar_items(items, path, entries),
+            other => {
+                self.error(
+                    other.pos(),
+                    format!(
+                        "{path} must be a list such as {example}, but it is {}",
+                        other.kind()
+                    ),
+                    None,
+                );
+                Vec::new()
             }
-            other => self.error(
-                other.pos(),
-                format!(
-                    "{path} must be a list such as {example}, but it is {}",
-                    other.kind()
+        }
+    }
+
+    /// The `items` of the list at `path`, each a scalar read as its literal text; an item
+    /// that is not is an error saying what the `entries` must be.
+    fn scalar_items(&mut self, items: &[Node], path: &str, entries: &str) -> Vec<Spanned<String>> {
+        let mut list = Vec::new();
+        for item in items {
+            match item {
+                Node::Scalar { value, pos, .. } => list.push(Spanned::new(value.clone(), *pos)),
+                other => self.error(
+                    other.pos(),
+                    format!(
+                        "{path} entries must be {entries}, but one is {}",
+                        other.kind()
+                    ),
+                    None,
                 ),
-                None,
-            ),
+            }
         }
         list
     }
@@ -393,22 +398,8 @@ impl Reader<'_> {
                 v if v.is_null() => {}
                 Node::Scalar { value, pos, .. } => paths.push(Spanned::new(value.clone(), *pos)),
                 Node::Seq { items, .. } => {
-                    for item in items {
-                        match item {
-                            Node::Scalar { value, pos, .. } => {
-                                paths.push(Spanned::new(value.clone(), *pos))
-                            }
-                            other => self.error(
-                                other.pos(),
-                                format!(
-                                    "{PATH}.{} entries must be paths, but one is {}",
-                                    arch.value,
-                                    other.kind()
-                                ),
-                                None,
-                            ),
-                        }
-                    }
+                    let path = format!("{PATH}.{}", arch.value);
+                    paths.extend(self.scalar_items(items, &path, "paths"));
                 }
                 other => self.error(
                     other.pos(),
