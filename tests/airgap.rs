@@ -30,6 +30,19 @@ fn join() -> String {
     )
 }
 
+/// A join of `{name}` through the runtime at `endpoint` that pre-flight can check: its
+/// token is well-formed and valid for a day, and its cloudcore refuses at once.
+fn checked_join(endpoint: &str) -> String {
+    let token = token(
+        "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
+        now() + 86_400,
+    );
+    format!(
+        "join --cloudcore-ipport=127.0.0.1:10000 --certport={} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint={endpoint}",
+        crate::common::fleet::refused_endpoint().port
+    )
+}
+
 /// Writes both images a join needs into `dir` and returns their sizes: the
 /// installation-package as `docker save` writes it (its layer uncompressed), the sandbox
 /// image as `ctr export` does (its layer gzip-compressed).
@@ -244,15 +257,9 @@ fn a_runtime_that_cannot_take_images_fails_alone_with_its_message() {
 fn pre_flight_reports_a_missing_image_and_nothing_once_it_is_provided() {
     let fleet = Fleet::builder().nodes(1).start();
     let runtime = Containerd::start(fleet.node(0));
-    let refused = crate::common::fleet::refused_endpoint().port;
-    let token = token(
-        "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
-        now() + 86_400,
-    );
-    let cmd = format!(
-        "join --cloudcore-ipport=127.0.0.1:10000 --certport={refused} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint={ENDPOINT}"
-    );
-    let sc = Scenario::new(&fleet).cmd(&cmd).preflight("warn");
+    let sc = Scenario::new(&fleet)
+        .cmd(&checked_join(ENDPOINT))
+        .preflight("warn");
     // The kit has the sandbox image only.
     let images = sc.images_dir();
     oci_archive(&images.join("pause_3.6.tar"), SANDBOX_IMAGE);
@@ -305,16 +312,8 @@ fn extra_images_are_checked_by_pre_flight_imported_and_not_imported_again() {
     const EDGEMESH: &str = "docker.io/kubeedge/edgemesh-agent:v1.15.0";
     let fleet = Fleet::builder().nodes(1).start();
     let runtime = Containerd::start(fleet.node(0));
-    let token = token(
-        "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
-        now() + 86_400,
-    );
-    let cmd = format!(
-        "join --cloudcore-ipport=127.0.0.1:10000 --certport={} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint={ENDPOINT}",
-        crate::common::fleet::refused_endpoint().port
-    );
     let sc = Scenario::new(&fleet)
-        .cmd(&cmd)
+        .cmd(&checked_join(ENDPOINT))
         .preflight("warn")
         .keadm(keadm_listing_images())
         .keadm_yaml("extraImages:")
@@ -589,15 +588,9 @@ fn a_containerd_on_a_socket_named_for_nothing_is_asked_what_it_is() {
     const SOCKET: &str = "/tmp/ctd/ctd.sock";
     let fleet = Fleet::builder().nodes(1).start();
     let runtime = Containerd::start_at(fleet.node(0), SOCKET);
-    let token = token(
-        "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
-        now() + 86_400,
-    );
-    let cmd = format!(
-        "join --cloudcore-ipport=127.0.0.1:10000 --certport={} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint=unix://{SOCKET}",
-        crate::common::fleet::refused_endpoint().port
-    );
-    let sc = Scenario::new(&fleet).cmd(&cmd).preflight("warn");
+    let sc = Scenario::new(&fleet)
+        .cmd(&checked_join(&format!("unix://{SOCKET}")))
+        .preflight("warn");
     let images = sc.images_dir();
     oci_archive(&images.join("pause_3.6.tar"), SANDBOX_IMAGE);
     let out = sc.run(&["--preflight-only"]);
