@@ -10,10 +10,11 @@
 //! [`remote::with_sudo_probe`]), so the answer runs as root too; when the node says sudo
 //! wants the password, the password lines go first on stdin, and only then (after the
 //! facts) the answer. It fits any node without offline image archives (their import is
-//! a step of its own) and copyFrom files (keadm is then the only upload). When the answer
-//! would need a channel of its own (the release tarball, for a node without xz), the node
-//! is told to stop after its facts and the separate steps go on with the facts already
-//! learnt.
+//! a step of its own) and copyFrom files (keadm is then the only upload). keadm comes in
+//! the answer as its xz copy, the release tarball or itself, whichever the node can
+//! unpack; when it would come in channels of its own (a node that reads it from a node of
+//! its site), the node is told to stop after its facts and the separate steps go on with
+//! the facts already learnt.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -39,8 +40,8 @@ use crate::transport::{Connection, RemoteExit};
 pub(super) enum Exchanged {
     /// keadm ran in the channel; the node's result is decided.
     Done,
-    /// The node could not unpack the binary's xz copy, so keadm did not run: the upload
-    /// goes the next way, then the run, each in a channel of its own.
+    /// The node could not unpack the binary's xz copy or the release tarball, so keadm
+    /// did not run: the upload goes the next way with the run, in a channel of its own.
     Refused(NodeFacts, Privilege, Upload),
     /// Nothing ran after the facts: the separate steps go on with them.
     Separate(NodeFacts, Privilege),
@@ -68,7 +69,7 @@ enum Decision {
 enum Carried {
     Nothing,
     Upload(Deferred),
-    /// It needs a channel of its own (the release tarball).
+    /// It comes in channels of its own: the node reads keadm from a node of its site.
     OwnChannel,
 }
 
@@ -356,10 +357,6 @@ impl<'a> Run<'a, '_> {
         ) {
             return Ok(Carried::OwnChannel);
         }
-        if !upload.has_xz() && upload.has_tarball() {
-            return Ok(Carried::OwnChannel);
-        }
-        let tmp = self.temp_name(&upload.name);
-        Ok(Carried::Upload(Deferred { upload, tmp }))
+        Ok(Carried::Upload(self.defer(upload)))
     }
 }

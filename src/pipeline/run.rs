@@ -332,18 +332,17 @@ impl Run<'_, '_> {
         };
         if let (Some(d), Ok(RemoteExit::Code(code))) = (deferred, &result) {
             let sent = d.sent().1;
-            if *code == RECEIVE_FAILED && d.xz().is_some() {
+            if *code == RECEIVE_FAILED
+                && let Some(form) = d.packed_as()
+            {
                 // Its bytes crossed the wire all the same.
                 self.bytes_uploaded += sent;
+                let next = d.upload.next_form();
                 self.transcript.note(&format!(
-                    "the node could not unpack the xz copy of the binary in the run's channel, so keadm did not run; {}",
-                    if d.upload.has_tarball() {
-                        "sending the release tarball instead"
-                    } else {
-                        "sending the binary instead"
-                    }
+                    "the node could not unpack {form} in the run's channel, so keadm did not run; sending {} instead",
+                    next.sent_as_without_xz()
                 ));
-                return Ok(Some(d.upload.without_xz()));
+                return Ok(Some(next));
             }
             if *code == RECEIVE_FAILED {
                 let err = StepError::new(
@@ -356,11 +355,8 @@ impl Run<'_, '_> {
                 return Err(self.explain_upload_failure(conn, err, &d.upload, &d.tmp, privilege));
             }
             self.bytes_uploaded += sent;
-            if let Some(xz) = d.xz() {
-                self.transcript.note(&format!(
-                    "sent the xz copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 before moving it into place",
-                    xz.size, d.upload.size
-                ));
+            if let Some(note) = d.sent_note() {
+                self.transcript.note(&note);
             }
             self.transcript.note(&format!(
                 "uploaded {} ({sent} bytes, mode {:04o}) in the run's channel",

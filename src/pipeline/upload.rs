@@ -1,7 +1,8 @@
 //! Uploads: which files the node needs, which it has already (sidecar match, or its own
-//! sha256 under `--verify-remote`), the binary's xz copy or the release tarball instead of
-//! the binary when that saves bytes (xz first, then the tarball, then the binary itself), the last upload deferred into the run's own channel, and what to say when
-//! an upload fails (including a full disk).
+//! sha256 under `--verify-remote`), the binary's xz copy or the release
+//! tarball instead of the binary when that saves bytes (xz first, then the tarball, then
+//! the binary itself), the last upload deferred into the run's own channel, and what to
+//! say when an upload fails (including a full disk).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -48,36 +49,44 @@ pub(super) struct Arrival {
     pub(super) to_move: Move,
 }
 
-/// The last upload, sent on the run's stdin instead of its own channel: as the binary's
-/// xz copy when the upload has one (the node unpacks it to `tmp`), else as it is.
+/// The last upload, sent on the run's stdin instead of its own channel, in the smallest
+/// form the node can unpack: the binary's xz copy (unpacked to `tmp`), else the release
+/// tarball (checked, then the binary unpacked from it to `tmp`), else as it is.
 pub(super) struct Deferred {
     pub(super) upload: Upload,
     pub(super) tmp: String,
+    /// Where the release tarball lands on the node until the binary is unpacked from it.
+    tar_tmp: String,
 }
 
 impl Deferred {
     /// What goes on the run's stdin: the local file and its size.
     pub(super) fn sent(&self) -> (&Path, u64) {
-        match &self.upload.xz {
-            Some((xz, _)) => (&xz.path, xz.size),
-            None => (&self.upload.local, self.upload.size),
+        let upload = &self.upload;
+        match (&upload.xz, &upload.tarball) {
+            (Some((xz, _)), _) => (&xz.path, xz.size),
+            (None, Some(tarball)) => (&tarball.path, tarball.size),
+            (None, None) => (&upload.local, upload.size),
         }
     }
 
-    /// The xz copy it is sent as, if any.
-    pub(super) fn xz(&self) -> Option<&XzCopy> {
-        self.upload.xz.as_ref().map(|(xz, _)| xz)
-    }
-
-    /// The script that receives it into `tmp` in `dir`, failing (exit 3 for the xz
-    /// copy) when it cannot.
+    /// The script that receives it into `tmp` in `dir`, failing (exit 3 for the xz copy
+    /// and the tarball) when it cannot.
     pub(super) fn receive_script(&self, dir: &str) -> String {
         let upload = &self.upload;
-        match &upload.xz {
-            Some((_, hasher)) => {
+        match (&upload.xz, &upload.tarball) {
+            (Some((_, hasher)), _) => {
                 remote::receive_xz_script(dir, &self.tmp, &upload.sha256, upload.size, *hasher)
             }
-            None => remote::receive_script(
+            (None, Some(tarball)) => remote::receive_tarball_script(
+                dir,
+                &self.tar_tmp,
+                &self.tmp,
+                &tarball.sha512,
+                &tarball.entry,
+                upload.size,
+            ),
+            (None, None) => remote::receive_script(
                 dir,
                 &self.tmp,
                 upload.mode,
@@ -85,6 +94,33 @@ impl Deferred {
                 upload.check(),
                 Encoding::Plain,
             ),
+        }
+    }
+
+    /// For the transcript, once the node has it: what it was sent as, when that was not
+    /// the file itself.
+    pub(super) fn sent_note(&self) -> Option<String> {
+        let upload = &self.upload;
+        match (&upload.xz, &upload.tarball) {
+            (Some((xz, _)), _) => Some(format!(
+                "sent the xz copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 before moving it into place",
+                xz.size, upload.size
+            )),
+            (None, Some(tarball)) => Some(format!(
+                "sent the release tarball ({} bytes for a {}-byte binary) in the run's channel; the node checked its sha512 and unpacked {}",
+                tarball.size, upload.size, tarball.entry
+            )),
+            (None, None) => None,
+        }
+    }
+
+    /// The smaller form it is sent as, for messages: the xz copy or the release tarball;
+    /// none when it is sent as it is.
+    pub(super) fn packed_as(&self) -> Option<&'static str> {
+        match (&self.upload.xz, &self.upload.tarball) {
+            (Some(_), _) => Some("the xz copy of the binary"),
+            (None, Some(_)) => Some("the release tarball"),
+            (None, None) => None,
         }
     }
 
@@ -188,27 +224,28 @@ impl Upload {
         ))
     }
 
-    /// Whether the binary's xz copy may go in its place.
-    pub(super) fn has_xz(&self) -> bool {
-        self.xz.is_some()
+    /// For messages: what it goes as when not as the binary's xz copy.
+    pub(super) fn sent_as_without_xz(&self) -> &'static str {
+        if self.tarball.is_some() {
+            "the release tarball"
+        } else {
+            "the binary"
+        }
     }
 
-    /// Whether the release tarball may go in its place.
-    pub(super) fn has_tarball(&self) -> bool {
-        self.tarball.is_some()
-    }
-
-    /// The same upload without its xz copy, once the node could not unpack that: the
-    /// release tarball goes next, then the file itself.
-    pub(super) fn without_xz(mut self) -> Upload {
-        self.xz = None;
+    /// The same upload without the form it was just sent as (its xz copy, else the
+    /// release tarball), once the node could not unpack that: the next form goes next.
+    pub(super) fn next_form(mut self) -> Upload {
+        if self.xz.take().is_none() {
+            self.tarball = None;
+        }
         self
     }
 }
 
-/// A smaller form of a file on its way to the node (the binary's xz copy, the release
-/// tarball, a gzipped image archive): what to send, and the script that unpacks it to the
-/// temporary name (exit 3 when it cannot).
+/// A smaller form of a file on its way to the node in a channel of its own (a gzipped
+/// image archive; keadm's forms ride in the run's channel): what to send, and the script
+/// that unpacks it to the temporary name (exit 3 when it cannot).
 struct Packed<'a> {
     path: &'a Path,
     size: u64,
@@ -351,6 +388,15 @@ impl Run<'_, '_> {
         remote::temp_name(name, &self.ctx.run_token, self.node.index)
     }
 
+    /// `upload`, to ride in the run's channel.
+    pub(super) fn defer(&self, upload: Upload) -> Deferred {
+        Deferred {
+            tmp: self.temp_name(&upload.name),
+            tar_tmp: self.temp_name(&format!("{}.tar.gz", upload.name)),
+            upload,
+        }
+    }
+
     /// Uploads each file that the node lacks to a temporary name. Returns the renames
     /// (temporary name, final name, sha256) to perform before the files are used, and,
     /// with `defer_last`, the last upload when it is left for the run's own channel (its
@@ -378,28 +424,24 @@ impl Run<'_, '_> {
                 }
                 let tmp = run.temp_name(&upload.name);
                 let last = defer_last && position + 1 == count;
-                // The last upload rides in the run's own channel, as the binary's xz copy
-                // when it has one (only keadm has one, and keadm comes last): one exec
-                // (two or three round trips) less per node, which is what a fleet of many
-                // small nodes (the benchmark's W3) and every node behind a long round trip
-                // pays for. Should the node fail to unpack the xz copy there, keadm does
-                // not run and the caller sends the next form.
-                if last && upload.xz.is_some() {
-                    return Ok((moves, Some(Deferred { upload, tmp })));
+                // The last upload rides in the run's own channel, as the binary's xz copy or
+                // else the release tarball when it has one (only keadm has either, and keadm
+                // comes last): one exec (two or three round trips) less per node, which is
+                // what a fleet of many small nodes (the benchmark's W3) and every node
+                // behind a long round trip pays for, and a node that serves its site (the
+                // relay) serves what arrives there. Should the node fail to unpack it
+                // there, keadm does not run and the caller sends the next form.
+                if last && (upload.xz.is_some() || upload.tarball.is_some()) {
+                    return Ok((moves, Some(run.defer(upload))));
                 }
                 let deadline = Instant::now() + node.deadlines.upload(upload.size);
                 let start = Instant::now();
                 let mut sent = None;
-                if let Some(tarball) = &upload.tarball {
-                    sent = run.upload_tarball(conn, &upload, tarball, &tmp, privilege)?;
-                }
-                if sent.is_none()
-                    && let Some(gzipped) = &upload.gzipped
-                {
+                if let Some(gzipped) = &upload.gzipped {
                     sent = run.upload_gzipped(conn, &upload, gzipped, &tmp, privilege)?;
                 }
                 if sent.is_none() && last {
-                    return Ok((moves, Some(Deferred { upload, tmp })));
+                    return Ok((moves, Some(run.defer(upload))));
                 }
                 if sent.is_none() {
                     let script = remote::receive_script(
@@ -452,42 +494,6 @@ impl Run<'_, '_> {
             }
             Ok((moves, None))
         })
-    }
-
-    /// Sends the release tarball over exec stdin; the node checks its sha512 and unpacks
-    /// the binary to `tmp`. Returns the bytes sent, or `None` when the node could not
-    /// unpack it (the caller then sends the binary itself).
-    fn upload_tarball(
-        &mut self,
-        conn: &mut dyn Connection,
-        upload: &Upload,
-        tarball: &TarballSource,
-        tmp: &str,
-        privilege: Privilege,
-    ) -> Result<Option<u64>, StepError> {
-        let node = self.node;
-        let tar_tmp = self.temp_name(&format!("{}.tar.gz", upload.name));
-        let script = remote::receive_tarball_script(
-            &node.upload_dir,
-            &tar_tmp,
-            tmp,
-            &tarball.sha512,
-            &tarball.entry,
-            upload.size,
-        );
-        let packed = Packed {
-            path: &tarball.path,
-            size: tarball.size,
-            deadline_bytes: tarball.size,
-            script,
-            sent: format!(
-                "sent the release tarball ({} bytes for a {}-byte binary); the node checked its sha512 and unpacked {}",
-                tarball.size, upload.size, tarball.entry
-            ),
-            failed: "the node could not unpack the release tarball".into(),
-            instead: "sending the binary instead",
-        };
-        self.upload_packed(conn, upload, packed, privilege)
     }
 
     /// Sends the gzip-compressed copy over exec stdin; the node decompresses it to `tmp`

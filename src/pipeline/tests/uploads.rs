@@ -185,39 +185,47 @@ fn the_release_tarball_goes_instead_of_the_binary_when_the_node_can_unpack_it() 
     assert_eq!(outcome.arch, Some(Arch::Amd64));
     assert_eq!(outcome.bytes_uploaded, tarball.len() as u64);
     assert!(h.exec_with(sent::PREPARE).command.contains("KB_TOOLS"));
-    let sent_tarball = h.exec_with(sent::TARBALL);
-    assert_eq!(sent_tarball.stdin, Some(tarball));
+    // The tarball rides behind the answer, in the prepare step's channel, and is
+    // unpacked and checked before keadm runs: one channel, as for the xz copy.
+    let run = h.exec_with(sent::TARBALL);
+    assert_eq!(run.stdin, Some(tarball));
+    let (receive, rest) = run.command.split_once("./keadm").unwrap();
     assert!(
-        sent_tarball
-            .command
-            .contains("keadm-v1.0.0-linux-amd64/keadm/keadm"),
+        receive.contains("keadm-v1.0.0-linux-amd64/keadm/keadm") && receive.contains("sha512sum"),
         "{}",
-        sent_tarball.command
-    );
-    let run = h.exec_with(sent::RUN);
-    assert_eq!(run.stdin, None, "nothing left to send with the run");
-    assert!(
         run.command
-            .contains(&format!("mv -f -- {} keadm", tmp("keadm")))
     );
-    // The tarball needs a channel of its own, so the one-channel exchange told the node
-    // to stop after its facts, and the run has its own channel too.
+    assert!(
+        rest.contains("join") && receive.contains(&format!("mv -f -- {} keadm", tmp("keadm"))),
+        "{}",
+        run.command
+    );
     let execs = h.execs();
-    assert_eq!(execs.len(), 3, "prepare, tarball, run: {execs:#?}");
+    assert_eq!(
+        execs.len(),
+        2,
+        "prepare, then the run on its channel: {execs:#?}"
+    );
     assert!(execs[0].command.contains(crate::remote::FACTS_END));
-    assert!(execs.iter().all(|e| !e.same_channel), "{execs:#?}");
+    assert!(execs[1].same_channel, "{execs:#?}");
     let text = transcript(&outcome);
     assert_eq!(text.matches("prepared /tmp/kb").count(), 1, "{text}");
+    assert!(
+        text.contains("sent the release tarball (") && text.contains("in the run's channel"),
+        "{text}"
+    );
 }
 
 #[test]
 fn a_node_that_cannot_unpack_the_tarball_gets_the_binary() {
+    // The tarball fails in the run's channel (its script exits 201 before keadm); the
+    // binary goes in the next run's channel.
     let fake = FakeTransport::new()
-        .on(sent::RUN, Reply::ok())
-        .on(
+        .once(
             sent::TARBALL,
-            Reply::exit(3).printing("KB_TARBALL_FAILED\n"),
+            Reply::exit(201).printing("KB_TARBALL_FAILED\n"),
         )
+        .on(sent::RUN, Reply::ok())
         .on(sent::PREPARE, prepared("KB_TOOLS sha512sum gzip tar\n"));
     let mut h = Harness::new(fake);
     let binary = compressible_binary();
@@ -229,9 +237,11 @@ fn a_node_that_cannot_unpack_the_tarball_gets_the_binary() {
         outcome.bytes_uploaded,
         (tarball.len() + binary.len()) as u64
     );
-    assert_eq!(h.exec_with(sent::RUN).stdin, Some(binary));
+    let runs = h.fake.execs_with(sent::RUN);
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(runs[1].stdin, Some(binary));
     assert!(
-        transcript(&outcome).contains("the node could not unpack the release tarball (exit status 3: KB_TARBALL_FAILED); sending the binary instead")
+        transcript(&outcome).contains("the node could not unpack the release tarball in the run's channel, so keadm did not run; sending the binary instead")
     );
 }
 
@@ -316,8 +326,8 @@ fn the_xz_copy_goes_first_to_a_node_with_xz_and_is_checked_by_the_binarys_sha256
 
 #[test]
 fn a_node_that_cannot_unpack_the_xz_copy_gets_the_tarball_then_the_binary() {
-    // xz fails in the run's channel (its script exits 201 before keadm), the tarball
-    // works in a channel of its own, then the run again.
+    // xz fails in the run's channel (its script exits 201 before keadm), then the
+    // tarball works in the next run's channel.
     let fake = FakeTransport::new()
         .once(sent::XZ, Reply::exit(201).printing("KB_XZ_FAILED\n"))
         .on(sent::RUN, Reply::ok())
@@ -330,25 +340,29 @@ fn a_node_that_cannot_unpack_the_xz_copy_gets_the_tarball_then_the_binary() {
     let outcome = h.process(&staged_node(vec![]));
     assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
     assert_eq!(outcome.bytes_uploaded, (xz.len() + tarball.len()) as u64);
-    assert_eq!(h.exec_with(sent::TARBALL).stdin, Some(tarball.clone()));
     let runs = h.fake.execs_with(sent::RUN);
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].stdin, Some(xz.clone()));
     assert!(runs[0].same_channel && !runs[1].same_channel, "{runs:#?}");
-    assert_eq!(runs[1].stdin, None, "the tarball was unpacked already");
+    assert_eq!(runs[1].stdin, Some(tarball.clone()));
+    assert!(
+        runs[1].command.contains(sent::TARBALL),
+        "{}",
+        runs[1].command
+    );
     assert!(!runs[1].command.contains("xz -dc"), "{}", runs[1].command);
     assert!(transcript(&outcome).contains(
         "the node could not unpack the xz copy of the binary in the run's channel, so keadm did not run; sending the release tarball instead"
     ));
 
-    // Both fail: the binary rides in the run's channel.
+    // Both fail: the binary rides in the third run's channel.
     let fake = FakeTransport::new()
         .once(sent::XZ, Reply::exit(201).printing("KB_XZ_FAILED\n"))
-        .on(sent::RUN, Reply::ok())
-        .on(
+        .once(
             sent::TARBALL,
-            Reply::exit(3).printing("KB_TARBALL_FAILED\n"),
+            Reply::exit(201).printing("KB_TARBALL_FAILED\n"),
         )
+        .on(sent::RUN, Reply::ok())
         .on(sent::PREPARE, prepared(ALL_TOOLS));
     let mut h = Harness::new(fake);
     h.stage(&binary);
@@ -359,8 +373,8 @@ fn a_node_that_cannot_unpack_the_xz_copy_gets_the_tarball_then_the_binary() {
         (xz.len() + tarball.len() + binary.len()) as u64
     );
     let runs = h.fake.execs_with(sent::RUN);
-    assert_eq!(runs.len(), 2, "{runs:?}");
-    assert_eq!(runs[1].stdin, Some(binary));
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert_eq!(runs[2].stdin, Some(binary));
 }
 
 #[test]
