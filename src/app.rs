@@ -21,7 +21,7 @@ use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
-use crate::stage::{Meters, OfflineImages, StageError, StageSettings, Stager};
+use crate::stage::{Meters, OfflineImages, StageError, StageSettings, Stager, XzCopies};
 use crate::{bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
@@ -106,6 +106,9 @@ fn run(command: Command) -> Result<(), Error> {
             let checked = bundle::extract(&options.archive, &options.into)?;
             eprint!("{}", checked.summary());
             Ok(())
+        }
+        Command::XzCopy { binary, sha256 } => {
+            Ok(crate::stage::make_xz_copy_here(&binary, &sha256)?)
         }
     }
 }
@@ -232,7 +235,7 @@ fn home() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// Where downloads, image pulls and the xz copy say how far they are: the console's
+/// Where downloads and image pulls say how far they are: the console's
 /// shared bars on a terminal (below the live status line), plain lines every few seconds
 /// elsewhere, nothing when the operator asked for quiet.
 fn meters(verbosity: Verbosity) -> Meters {
@@ -449,9 +452,12 @@ fn execute(
     let quiet = options.verbosity == Verbosity::Quiet;
     // Staging comes first: if it fails, no node and no previous result file is touched.
     let stager = match &plan.staging {
-        Some(staging) => Some(stage_packages(
-            staging.stage_settings(&plan.config_path, meters(options.verbosity)),
-        )?),
+        Some(staging) => {
+            let mut settings = staging.stage_settings(&plan.config_path, meters(options.verbosity));
+            // The run sends keadm, so its xz copy is worth making; nothing waits for it.
+            settings.xz_copies = XzCopies::Process;
+            Some(stage_packages(settings)?)
+        }
         None => None,
     };
     let mut offline_images = list_offline_images(&plan)?;
@@ -569,6 +575,15 @@ fn execute(
             )
         );
         eprint!("{}", recap::sites(&summary.sites));
+        if let Some(stager) = &stager {
+            // The process goes on after the run: say so, or it looks left behind.
+            for (arch, pid) in stager.copies_being_made() {
+                eprintln!(
+                    "The xz copy of keadm {} for {arch} is still being made (process {pid}, at the lowest CPU priority); runs that start once it is done send it instead of the release tarball.",
+                    stager.settings().version
+                );
+            }
+        }
     }
     // After the recap, so a stdout that cannot be written still leaves the console whole.
     if options.output == OutputFormat::Json {

@@ -38,6 +38,17 @@ enum TopCommand {
     },
     /// Print the manual page (roff), e.g. `keadm-batch man > keadm-batch.1`.
     Man,
+    /// Make a staged keadm's xz copy, at the lowest CPU priority. A run starts it, with
+    /// the staging directory on its standard input, and does not wait for it (see
+    /// src/stage/recompress.rs, whose `XZ_COPY_COMMAND` is this name); hidden, since it
+    /// is not for operators.
+    #[command(name = "xz-copy", hide = true)]
+    XzCopy {
+        /// The binary, as a path inside the directory on standard input.
+        binary: PathBuf,
+        /// The binary's sha256, which names the copy; a binary without it gets none.
+        sha256: String,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -681,6 +692,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         TopCommand::Batch(batch) => batch,
         TopCommand::Completions { shell } => return Ok(Command::Completions(shell.to_string())),
         TopCommand::Man => return Ok(Command::Man),
+        TopCommand::XzCopy { binary, sha256 } => return Ok(Command::XzCopy { binary, sha256 }),
     };
     match batch.sub {
         Some(BatchSub::GenConfig { output, force }) => {

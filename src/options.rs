@@ -21,6 +21,11 @@ pub enum Command {
     VerifyKit(PathBuf),
     /// `batch bundle --extract FILE --into DIR`.
     ExtractKit(ExtractOptions),
+    /// A staged keadm's xz copy, made for a run in a process of its own.
+    XzCopy {
+        binary: PathBuf,
+        sha256: String,
+    },
 }
 
 /// `batch bundle -c FILE --into DIR`: the air-gapped kit.

@@ -192,7 +192,7 @@ pub struct StagingPlan {
 impl StagingPlan {
     /// The stager's settings for this plan: the one conversion, used for the checks before
     /// the run and for the run itself. `config_path` names the file the pins came from;
-    /// `progress` is where downloads and the xz copy say how far they are.
+    /// `progress` is where downloads say how far they are.
     pub fn stage_settings(&self, config_path: &Path, progress: Meters) -> StageSettings {
         let source = match &self.mode {
             PackageMode::Download { url } => PackageSource::Download { url: url.clone() },

@@ -5,7 +5,7 @@
 
 use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fake_release::{ChecksumFile, FakeRelease};
-use crate::common::fleet::{Fleet, Sudo, TEST_USER_PASSWORD};
+use crate::common::fleet::{Fleet, Node, Sudo, TEST_USER_PASSWORD};
 use crate::common::scenario::{Login, Scenario, VERSION, remote_keadm};
 
 /// A fake keadm padded with 2 MiB of repetitive comment lines: it gzips to a few KiB.
@@ -132,6 +132,11 @@ fn a_node_with_xz_gets_the_xz_copy_and_keeps_the_binary_only_with_its_sha256() {
     )
     .unwrap()
     .len();
+    // The first run of a version makes the copy while it sends the tarball; the next one
+    // sends the copy.
+    sc.run(&[]).status(0);
+    wait_for_xz_copy(&sc, &binary);
+    forget_keadm(fleet.node(0));
     let out = sc.run(&[]);
     out.status(0);
     let node = node_summary(&out.summary(), &Scenario::name(0));
@@ -155,4 +160,140 @@ fn a_node_with_xz_gets_the_xz_copy_and_keeps_the_binary_only_with_its_sha256() {
     };
     assert_eq!(sidecar.trim(), sha256);
     assert_eq!(fake_keadm::calls(&remote_keadm(fleet.node(0))).len(), 1);
+}
+
+/// A keadm that gzip packs to about half and xz takes seconds to pack, so the first
+/// uploads of a cold run start long before its xz copy can be done: 8 MiB of lines of
+/// words drawn from a small vocabulary by a fixed-seed generator.
+fn slow_to_pack_keadm() -> Vec<u8> {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as usize
+    };
+    let words: Vec<String> = (0..512)
+        .map(|_| {
+            let len = 3 + next() % 7;
+            (0..len)
+                .map(|_| (b'a' + (next() % 26) as u8) as char)
+                .collect()
+        })
+        .collect();
+    let mut script = FakeKeadm::new().prints("joined").script();
+    script.push('#');
+    while script.len() < 8 << 20 {
+        script.push(' ');
+        script.push_str(&words[next() % words.len()]);
+        if next() % 12 == 0 {
+            script.push_str("\n#");
+        }
+    }
+    script.push('\n');
+    script.into_bytes()
+}
+
+/// The staged binary's xz copy in the scenario's staging dir, once a process of its own
+/// has made it (it may outlive the run that started it).
+fn wait_for_xz_copy(sc: &Scenario, binary: &[u8]) -> std::path::PathBuf {
+    let sha256 = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(binary))
+    };
+    let dir = sc.staging_dir().join("bin/amd64");
+    let copy = dir.join(format!("keadm-{sha256}.xz"));
+    let start = std::time::Instant::now();
+    while !copy.exists() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(180),
+            "no xz copy at {} after 180 s",
+            copy.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    copy
+}
+
+/// Removes keadm, its sidecar and its record of calls from the node, so a run sends it
+/// again.
+fn forget_keadm(node: &Node) {
+    for name in ["keadm", "keadm.sha256", "keadm.calls"] {
+        let path = node.tmp_path(&format!("kubeedge/keadm/{name}"));
+        std::fs::remove_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+}
+
+#[test]
+fn a_cold_run_sends_the_tarball_while_the_xz_copy_is_made_and_the_next_run_sends_the_copy() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let binary = slow_to_pack_keadm();
+    let sc = Scenario::new(&fleet);
+    let (built, _) = FakeRelease::new(VERSION, "amd64")
+        .with_binary(&binary)
+        .write_offline(&sc.path("packages"), ChecksumFile::Matching);
+    assert!(
+        (built.bytes.len() as f64) < 0.8 * binary.len() as f64,
+        "the test package should gzip well enough for an xz copy: {} bytes for {}",
+        built.bytes.len(),
+        binary.len()
+    );
+
+    // Nothing staged, no xz copy cached: the nodes get the verified release tarball at
+    // once instead of waiting for the copy.
+    let cold = sc.run(&[]);
+    cold.status(0);
+    // The run did not wait for the copy, and says what goes on after it.
+    assert!(
+        cold.stderr.contains(&format!(
+            "The xz copy of keadm {VERSION} for amd64 is still being made (process "
+        )),
+        "{}",
+        cold.stderr
+    );
+    for i in 0..2 {
+        let transcript = cold.transcript(i);
+        assert!(
+            transcript.contains("sent the release tarball")
+                && transcript.contains("the xz copy of keadm is still being made"),
+            "{transcript}"
+        );
+        assert!(!transcript.contains("sent the xz copy"), "{transcript}");
+        let node = cold.node_summary(i);
+        assert_eq!(node["bytes_uploaded"], built.bytes.len() as u64, "{node}");
+        assert_eq!(std::fs::read(remote_keadm(fleet.node(i))).unwrap(), binary);
+    }
+
+    // The copy lands in the staging dir under its final name only once it is whole.
+    let copy = wait_for_xz_copy(&sc, &binary);
+    let mut unpacked = Vec::new();
+    std::io::Read::read_to_end(
+        &mut liblzma::read::XzDecoder::new(std::fs::File::open(&copy).unwrap()),
+        &mut unpacked,
+    )
+    .unwrap();
+    assert!(unpacked == binary, "the xz copy unpacks to the binary");
+    let temporaries: Vec<String> = std::fs::read_dir(copy.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(temporaries.is_empty(), "{temporaries:?}");
+
+    // The next run, with keadm gone from the nodes, sends the cached copy.
+    for i in 0..2 {
+        forget_keadm(fleet.node(i));
+    }
+    let warm = sc.run(&[]);
+    warm.status(0);
+    let copy_size = std::fs::metadata(&copy).unwrap().len();
+    for i in 0..2 {
+        let transcript = warm.transcript(i);
+        assert!(
+            transcript.contains("sent the xz copy of the binary"),
+            "{transcript}"
+        );
+        assert_eq!(warm.node_summary(i)["bytes_uploaded"], copy_size);
+        assert_eq!(std::fs::read(remote_keadm(fleet.node(i))).unwrap(), binary);
+    }
 }

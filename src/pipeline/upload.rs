@@ -1,5 +1,5 @@
 //! Uploads: which files the node needs, which it has already (sidecar match, or its own
-//! sha256 under `--verify-remote`), the binary's xz copy or the release
+//! sha256 under `--verify-remote`), the binary's xz copy (once it is made) or the release
 //! tarball instead of the binary when that saves bytes (xz first, then the tarball, then
 //! the binary itself), the last upload deferred into the run's own channel, and what to
 //! say when an upload fails (including a full disk).
@@ -151,6 +151,9 @@ pub(super) struct Upload {
     /// The binary's xz copy to send instead, and what the node checks the binary in it
     /// with, when the node can unpack it.
     xz: Option<(XzCopy, Sha256Tool)>,
+    /// The node could unpack the xz copy, but it was still being made when the upload was
+    /// planned (a cold run), so it goes as the next form.
+    xz_pending: bool,
     /// The release tarball to send instead, when it is much smaller than the file.
     tarball: Option<TarballSource>,
     /// A gzip-compressed copy to send instead (image archives), when the node has gzip.
@@ -176,6 +179,7 @@ impl Upload {
             size,
             sha256,
             xz: None,
+            xz_pending: false,
             tarball: None,
             gzipped: None,
             checked: None,
@@ -334,13 +338,17 @@ impl Run<'_, '_> {
             let staged = stager.for_node(arch).map_err(|e| {
                 StepError::new(Phase::Preparing, e.to_string()).class(FailureClass::Arch)
             })?;
+            // What is ready when this node's upload is planned: on a cold run the xz copy
+            // is still being made, and the node gets the next form rather than wait.
+            let xz = staged.xz.ready().zip(facts.xz_hasher());
             uploads.push(Upload {
                 local: staged.binary.clone(),
                 name: "keadm".into(),
                 mode: 0o755,
                 size: staged.binary_size,
                 sha256: staged.binary_sha256.clone(),
-                xz: staged.xz.clone().zip(facts.xz_hasher()),
+                xz_pending: xz.is_none() && facts.xz_hasher().is_some() && staged.xz.being_made(),
+                xz,
                 tarball: tarball_source(&staged).filter(|_| facts.can_unpack_tarball()),
                 gzipped: None,
                 checked: None,
@@ -389,7 +397,13 @@ impl Run<'_, '_> {
     }
 
     /// `upload`, to ride in the run's channel.
-    pub(super) fn defer(&self, upload: Upload) -> Deferred {
+    pub(super) fn defer(&mut self, upload: Upload) -> Deferred {
+        if upload.xz_pending {
+            self.transcript.note(&format!(
+                "the xz copy of keadm is still being made on this machine, so the node gets {} instead of waiting for it",
+                upload.sent_as_without_xz()
+            ));
+        }
         Deferred {
             tmp: self.temp_name(&upload.name),
             tar_tmp: self.temp_name(&format!("{}.tar.gz", upload.name)),

@@ -289,6 +289,11 @@ pub enum StageError {
         second: PathBuf,
     },
 
+    /// Only the `xz-copy` process's own error; a run that started it goes on without the
+    /// copy.
+    #[error("Could not make the xz copy of {}: {error}.", binary.display())]
+    XzCopy { binary: PathBuf, error: String },
+
     #[error(
         "Could not {action} {}: {error}. Check that this user can read and write there and \
          that the disk has space, or choose another staging directory with --staging-dir.",

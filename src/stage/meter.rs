@@ -1,5 +1,5 @@
 //! How far a long step over many bytes has got: a release download, an image layer
-//! `bundle` pulls, the xz copy of a binary. On a terminal it is a bar among the console's
+//! `bundle` pulls. On a terminal it is a bar among the console's
 //! bars (`label  ███▌  12.3 MiB/45.6 MiB  7.8 MiB/s`), redrawn by indicatif; elsewhere a
 //! plain line on stderr every few seconds (`label  12.3/45.6 MiB  7.8 MiB/s`), so a log
 //! shows the step is moving, but a step that ends sooner prints nothing; with `-q`
@@ -164,22 +164,6 @@ fn progress_line(label: &str, done: u64, total: Option<u64>, elapsed: Duration) 
             total as f64 / MIB
         ),
         None => format!("{label}  {:.1} MiB  {rate:.1} MiB/s", done as f64 / MIB),
-    }
-}
-
-/// Counts what is read through it into a [`Meter`].
-pub(crate) struct Metered<'m, R> {
-    pub inner: R,
-    pub meter: &'m mut Meter,
-    pub done: u64,
-}
-
-impl<R: std::io::Read> std::io::Read for Metered<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.done += n as u64;
-        self.meter.advance(self.done);
-        Ok(n)
     }
 }
 

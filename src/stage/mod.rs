@@ -35,7 +35,7 @@ pub use error::StageError;
 pub use images::{ArchivedImage, Gzipped, ImageArchive, ImageSources, OfflineImages, Selector};
 pub(crate) use meter::Meter;
 pub use meter::{Lines, Meters};
-pub use recompress::XzCopy;
+pub use recompress::{Gate, XZ_COPY_COMMAND, XzCopies, XzCopy, XzSlot, make_xz_copy_here};
 /// Unpacking a tar safely, for the kit's archive (`bundle`).
 pub(crate) use unpack::{Admitted, HashingReader, Links, Refusal, admit, unpack_tar};
 
@@ -99,8 +99,11 @@ pub struct StageSettings {
     /// Where the download URL was given, for messages: [`CONFIG_DOWNLOAD_URL`] unless a
     /// command-line flag overrode it.
     pub url_setting: &'static str,
-    /// Where downloads and the xz copy say how far they are.
+    /// Where downloads say how far they are.
     pub progress: Meters,
+    /// How each binary's xz copy is made when no earlier run made it: not at all unless
+    /// asked (a run asks for [`XzCopies::Process`]).
+    pub xz_copies: XzCopies,
     /// Extra attempts after a transient HTTP failure.
     pub retries: u32,
     /// First backoff delay; it doubles on each retry.
@@ -109,7 +112,8 @@ pub struct StageSettings {
 
 impl StageSettings {
     /// Settings with the defaults: keadm's BASE, no arch group, no pins, every package
-    /// verified, https only, 512 MiB packages, no progress shown, 2 retries starting at 1 s.
+    /// verified, https only, 512 MiB packages, no progress shown, no xz copy made, 2
+    /// retries starting at 1 s.
     pub fn new(version: impl Into<String>, source: PackageSource) -> StageSettings {
         StageSettings {
             base_dir: PathBuf::from(DEFAULT_BASE_DIR),
@@ -122,6 +126,7 @@ impl StageSettings {
             max_package_bytes: DEFAULT_MAX_PACKAGE_BYTES,
             url_setting: CONFIG_DOWNLOAD_URL,
             progress: Meters::Off,
+            xz_copies: XzCopies::Off,
             retries: DEFAULT_RETRIES,
             retry_base_delay: Duration::from_secs(1),
         }
@@ -196,9 +201,10 @@ pub struct StagedBinary {
     pub tarball_sha512: String,
     /// Where the binary sits inside the tarball: `keadm-<ver>-linux-<arch>/keadm/keadm`.
     pub tarball_entry: String,
-    /// The binary's xz copy, made at staging when gzip already shrinks the binary well
-    /// (see `recompress`); `None` for an incompressible binary or when it could not be made.
-    pub xz: Option<XzCopy>,
+    /// The binary's xz copy, when gzip already shrinks the binary well (see `recompress`):
+    /// cached by an earlier run, or being made while nodes get the tarball; none for an
+    /// incompressible binary, or when it cannot be made.
+    pub xz: XzSlot,
     /// False only under `allow_unverified`, when there was neither a pin nor a checksum
     /// file (warned, marked "unverified").
     pub verified: bool,
@@ -335,6 +341,16 @@ impl Stager {
             .cloned()
     }
 
+    /// The xz copies that processes this run started are still making, by arch, with the
+    /// process's id: they go on after the run.
+    pub fn copies_being_made(&self) -> Vec<(Arch, u32)> {
+        Arch::ALL
+            .iter()
+            .filter_map(|arch| self.staged(*arch))
+            .filter_map(|staged| Some((staged.arch, staged.xz.process_id()?)))
+            .collect()
+    }
+
     /// The settings in use, with BASE made absolute (or `/proc/self/fd/N`: see `dirs`).
     pub fn settings(&self) -> &StageSettings {
         &self.settings
@@ -390,18 +406,17 @@ impl Stager {
             extracted.binary.display(),
             if verified { "" } else { ", unverified" }
         );
-        let xz = ((tarball_size as f64) < recompress::WORTH_IT_BELOW * binary_size as f64)
-            .then(|| {
-                let label = format!("xz copy of keadm {} for {arch}", self.settings.version);
-                recompress::xz_copy(
-                    &bin_dir,
-                    &extracted.binary,
-                    &binary_sha256,
-                    &self.settings.progress,
-                    &label,
-                )
-            })
-            .flatten();
+        // Started, not waited for: nodes get the tarball until it is whole.
+        let xz = if (tarball_size as f64) < recompress::WORTH_IT_BELOW * binary_size as f64 {
+            XzSlot::start(
+                &bin_dir,
+                &extracted.binary,
+                &binary_sha256,
+                &self.settings.xz_copies,
+            )
+        } else {
+            XzSlot::none()
+        };
         Ok(StagedBinary {
             arch,
             binary: extracted.binary,
@@ -680,7 +695,7 @@ fn sync_dir(dir: &Path) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn stager(source: PackageSource, version: &str) -> (tempfile::TempDir, Stager) {
@@ -795,6 +810,80 @@ mod tests {
         );
         assert_eq!(parse_checksum(&"zz".repeat(64)), None);
         assert_eq!(parse_checksum("<html>404</html>"), None);
+    }
+
+    /// An offline amd64 package in `dir` whose keadm is `binary`, with its checksum file.
+    /// Returns the tarball's path.
+    pub(crate) fn offline_package(dir: &Path, version: &str, binary: &[u8]) -> PathBuf {
+        use sha2::Digest;
+        let top = format!("keadm-{version}-linux-amd64");
+        let arch_dir = dir.join("amd64");
+        fs::create_dir_all(&arch_dir).unwrap();
+        let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::best(),
+        ));
+        let mut header = tar::Header::new_gnu();
+        header.set_size(binary.len() as u64);
+        header.set_mode(0o755);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, format!("{top}/keadm/keadm"), binary)
+            .unwrap();
+        let bytes = builder.into_inner().unwrap().finish().unwrap();
+        let digest = hex::encode(sha2::Sha512::digest(&bytes));
+        let tarball = arch_dir.join(format!("{top}.tar.gz"));
+        fs::write(&tarball, bytes).unwrap();
+        let checksum = format!("checksum_{top}.tar.gz.txt");
+        fs::write(arch_dir.join(checksum), format!("{digest}\n")).unwrap();
+        tarball
+    }
+
+    /// A cold stager (nothing staged, no copy cached) hands out the binary at once, its
+    /// xz copy still being made (so uploads send the tarball), and the copy once it is
+    /// whole; the next run finds it in place.
+    #[test]
+    fn a_cold_stager_hands_out_the_binary_before_its_xz_copy_and_the_copy_once_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        let binary = {
+            let mut binary = b"#!/bin/sh\necho keadm\n".to_vec();
+            binary.resize(256 << 10, b'#');
+            binary
+        };
+        offline_package(&tmp.path().join("offline"), "v1.21.0", &binary);
+        let source = PackageSource::Offline {
+            dir: tmp.path().join("offline"),
+        };
+        let mut settings = StageSettings::new("v1.21.0", source);
+        settings.base_dir = tmp.path().join("keadm");
+        settings.arch_group = vec![Arch::Amd64];
+        let gate = Gate::closed();
+        settings.xz_copies = XzCopies::Thread(gate.clone());
+        let stager = Stager::open(settings.clone()).unwrap();
+
+        let staged = stager.for_node(Arch::Amd64).unwrap();
+        assert!(staged.xz.being_made(), "{:?}", staged.xz);
+        assert_eq!(staged.xz.ready(), None);
+        assert!(staged.tarball_size < staged.binary_size / 4);
+
+        gate.open();
+        let copy = staged.xz.wait().expect("the copy, once made");
+        assert_eq!(
+            copy.path,
+            tmp.path()
+                .join("keadm/bin/amd64")
+                .join(recompress::copy_name(&staged.binary_sha256))
+        );
+        assert!(copy.size < staged.tarball_size, "{copy:?}");
+        // Every holder of the staged binary sees it: later uploads send it.
+        let again = stager.for_node(Arch::Amd64).unwrap();
+        assert_eq!(again.xz.ready(), Some(copy.clone()));
+        drop((again, staged, stager));
+
+        // The next run, even one that would make no copy, finds it ready at once.
+        settings.xz_copies = XzCopies::Off;
+        let next = Stager::open(settings).unwrap();
+        assert_eq!(next.for_node(Arch::Amd64).unwrap().xz.ready(), Some(copy));
     }
 
     #[test]

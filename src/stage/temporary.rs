@@ -3,11 +3,13 @@
 //! exclusively created under a random name (so nothing planted there is followed or
 //! reused), removed when dropped, and renamed into place only once complete. Their names
 //! start with `.<kind>-`: a dot so they never look like a package or a binary, and the
-//! kind so the next run can remove what a crashed one left.
+//! kind so the next run can remove what a crashed one left. The xz copy's temporary is
+//! locked while it is written, since the process writing it may outlive its run (see
+//! `recompress`): the next run leaves a locked one alone.
 
-use std::fs::{self, Permissions};
+use std::fs::{self, File, OpenOptions, Permissions, TryLockError};
 use std::io::{self, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use tempfile::{NamedTempFile, TempDir};
@@ -27,15 +29,18 @@ pub(crate) enum Temporary {
     Write,
     /// A run's checked copies of its image archives (`images`), removed when the run ends.
     Images,
+    /// A binary's xz copy being made (`recompress`), locked by its maker until renamed.
+    Xz,
 }
 
 impl Temporary {
-    const ALL: [Temporary; 5] = [
+    const ALL: [Temporary; 6] = [
         Temporary::Download,
         Temporary::Unpack,
         Temporary::Old,
         Temporary::Write,
         Temporary::Images,
+        Temporary::Xz,
     ];
 
     /// How names of this kind start.
@@ -46,13 +51,34 @@ impl Temporary {
             Temporary::Old => ".old-",
             Temporary::Write => ".write-",
             Temporary::Images => ".keadm-batch-images-",
+            Temporary::Xz => ".xz-",
         }
+    }
+
+    /// How names of this kind for `tag` start: `.xz-<sha256>-` for the copy of the binary
+    /// with that digest, so a run can tell which copy is being made.
+    pub(crate) fn tagged_prefix(self, tag: &str) -> String {
+        format!("{}{tag}-", self.prefix())
     }
 
     /// A new, empty file in `dir` with `mode` (the umask applies, as for any new file).
     pub(crate) fn file_in(self, dir: &Path, mode: u32) -> io::Result<NamedTempFile> {
+        self.new_file_in(dir, self.prefix(), mode)
+    }
+
+    /// As [`Temporary::file_in`], its name starting with [`Temporary::tagged_prefix`].
+    pub(crate) fn tagged_file_in(
+        self,
+        dir: &Path,
+        tag: &str,
+        mode: u32,
+    ) -> io::Result<NamedTempFile> {
+        self.new_file_in(dir, &self.tagged_prefix(tag), mode)
+    }
+
+    fn new_file_in(self, dir: &Path, prefix: &str, mode: u32) -> io::Result<NamedTempFile> {
         tempfile::Builder::new()
-            .prefix(self.prefix())
+            .prefix(prefix)
             .permissions(Permissions::from_mode(mode))
             .tempfile_in(dir)
     }
@@ -75,10 +101,14 @@ pub(crate) fn remove_stale(dir: &Path) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if !Temporary::ALL.iter().any(|t| name.starts_with(t.prefix())) {
+        let Some(kind) = Temporary::ALL.iter().find(|t| name.starts_with(t.prefix())) else {
+            continue;
+        };
+        let path = entry.path();
+        if *kind == Temporary::Xz && in_use(&path) {
+            log::debug!("{} is an xz copy still being made", path.display());
             continue;
         }
-        let path = entry.path();
         let removed = match entry.file_type() {
             Ok(kind) if kind.is_dir() => fs::remove_dir_all(&path),
             _ => fs::remove_file(&path),
@@ -91,6 +121,23 @@ pub(crate) fn remove_stale(dir: &Path) {
             ),
         }
     }
+}
+
+/// Whether a process holds the lock on the temporary at `path` (its maker, at work).
+pub(crate) fn in_use(path: &Path) -> bool {
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+    else {
+        return false;
+    };
+    matches!(file.try_lock(), Err(TryLockError::WouldBlock))
+}
+
+/// Locks a temporary just made, for as long as `file` is open, so [`in_use`] sees it.
+pub(crate) fn hold(file: &File) -> io::Result<()> {
+    file.try_lock().map_err(io::Error::from)
 }
 
 /// Writes `path` via a temporary file in the same directory, fsync and rename, so a
@@ -110,10 +157,11 @@ pub(crate) fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), Stage
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn names(dir: &Path) -> Vec<String> {
+    /// The names in `dir`, hidden ones too, sorted.
+    pub(crate) fn names(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -153,6 +201,36 @@ mod tests {
         }
         remove_stale(tmp.path());
         assert_eq!(names(tmp.path()), [".other", "bin", "keadm.tar.gz"]);
+    }
+
+    /// The process making an xz copy may outlive its run: the next run must not pull the
+    /// file from under it, but removes what a process that died left.
+    #[test]
+    fn an_xz_copy_being_made_is_left_alone_and_an_abandoned_one_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let busy = Temporary::Xz
+            .tagged_file_in(tmp.path(), "ab12", 0o600)
+            .unwrap();
+        hold(busy.as_file()).unwrap();
+        let busy_name = busy
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(busy_name.starts_with(".xz-ab12-"), "{busy_name}");
+        fs::write(tmp.path().join(".xz-cd34-abandoned"), "x").unwrap();
+        assert!(in_use(busy.path()));
+        assert!(!in_use(&tmp.path().join(".xz-cd34-abandoned")));
+        remove_stale(tmp.path());
+        assert_eq!(names(tmp.path()), [busy_name]);
+        // Once its maker lets go, it is abandoned too.
+        let path = busy.path().to_path_buf();
+        let file = busy.keep().unwrap().0;
+        drop(file);
+        assert!(!in_use(&path));
+        remove_stale(tmp.path());
+        assert!(names(tmp.path()).is_empty());
     }
 
     #[test]

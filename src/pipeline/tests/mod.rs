@@ -24,7 +24,7 @@ use crate::plan::{KeadmSource, NodePlan};
 use crate::redact::Secret;
 use crate::report::RunDir;
 use crate::report::progress::Progress;
-use crate::stage::{OfflineImages, PackageSource, StageSettings, Stager};
+use crate::stage::{Gate, OfflineImages, PackageSource, StageSettings, Stager, XzCopies};
 use crate::transport::fake::{Exec, FakeTransport, Reply};
 
 /// The run token, so tests can spell the temporary upload names.
@@ -84,28 +84,30 @@ impl Harness {
     }
 
     /// Stages an amd64 keadm `binary` from an offline package, as a run would before
-    /// its nodes start. Returns the tarball's path.
+    /// its nodes start, and waits for its xz copy (a warm run). Returns the tarball's path.
     fn stage(&mut self, binary: &[u8]) -> PathBuf {
+        let tarball = self.stage_cold(binary, Gate::opened());
+        self.stager
+            .as_ref()
+            .unwrap()
+            .staged(Arch::Amd64)
+            .unwrap()
+            .xz
+            .wait();
+        tarball
+    }
+
+    /// As [`Harness::stage`], on a cold run: the xz copy is made by a thread once `gate`
+    /// opens, and not waited for.
+    fn stage_cold(&mut self, binary: &[u8], gate: Gate) -> PathBuf {
         let version = "v1.0.0";
-        let top = format!("keadm-{version}-linux-amd64");
         let packages = self.dir.path().join("packages");
-        let tarball = packages.join("amd64").join(format!("{top}.tar.gz"));
-        std::fs::create_dir_all(tarball.parent().unwrap()).unwrap();
-        let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-        let mut builder = tar::Builder::new(gz);
-        let mut header = tar::Header::new_gnu();
-        header.set_size(binary.len() as u64);
-        header.set_mode(0o755);
-        header.set_cksum();
-        builder
-            .append_data(&mut header, format!("{top}/keadm/keadm"), binary)
-            .unwrap();
-        let bytes = builder.into_inner().unwrap().finish().unwrap();
-        std::fs::write(&tarball, bytes).unwrap();
+        let tarball = crate::stage::tests::offline_package(&packages, version, binary);
         let mut settings = StageSettings::new(version, PackageSource::Offline { dir: packages });
         settings.base_dir = self.dir.path().join("base");
         settings.arch_group = vec![Arch::Amd64];
         settings.allow_unverified = true;
+        settings.xz_copies = XzCopies::Thread(gate);
         let stager = Stager::open(settings).unwrap();
         stager.stage_all().unwrap();
         self.stager = Some(stager);

@@ -265,7 +265,7 @@ fn staged_xz(h: &Harness, binary: &[u8]) -> Vec<u8> {
     let staged = h.stager.as_ref().unwrap().staged(Arch::Amd64).unwrap();
     let copy = staged
         .xz
-        .clone()
+        .ready()
         .expect("a compressible binary gets an xz copy");
     let bytes = std::fs::read(&copy.path).unwrap();
     assert_eq!(bytes.len() as u64, copy.size);
@@ -322,6 +322,60 @@ fn the_xz_copy_goes_first_to_a_node_with_xz_and_is_checked_by_the_binarys_sha256
         run.command
     );
     assert!(transcript(&outcome).contains("sent the xz copy of the binary"));
+}
+
+/// A cold run: a node whose upload starts while the xz copy is still being made gets the
+/// release tarball at once, and says why; one that starts once the copy is whole gets the
+/// copy.
+#[test]
+fn uploads_that_start_before_the_xz_copy_is_done_send_the_tarball_and_later_ones_the_copy() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::TARBALL, Reply::ok())
+        .on(sent::PREPARE, prepared(ALL_TOOLS));
+    let mut h = Harness::new(fake);
+    let binary = compressible_binary();
+    let gate = Gate::closed();
+    let tarball = std::fs::read(h.stage_cold(&binary, gate.clone())).unwrap();
+    let staged = h.stager.as_ref().unwrap().staged(Arch::Amd64).unwrap();
+    assert!(staged.xz.being_made());
+
+    let first = h.process(&staged_node(vec![]));
+    assert_eq!(first.phase, Phase::Succeeded, "{:?}", first.error);
+    assert_eq!(first.bytes_uploaded, tarball.len() as u64);
+    let run = h.exec_with(sent::TARBALL);
+    assert!(
+        run.same_channel && run.command.contains("./keadm join"),
+        "{run:#?}"
+    );
+    assert_eq!(run.stdin, Some(tarball));
+    let text = transcript(&first);
+    assert!(
+        text.contains(
+            "the xz copy of keadm is still being made on this machine, so the node gets the release tarball instead of waiting for it"
+        ),
+        "{text}"
+    );
+
+    gate.open();
+    let xz = std::fs::read(staged.xz.wait().unwrap().path).unwrap();
+    let mut later = staged_node(vec![]);
+    later.index = 1;
+    later.name = "edge-1".into();
+    let second = h.process(&later);
+    assert_eq!(second.phase, Phase::Succeeded, "{:?}", second.error);
+    assert_eq!(second.bytes_uploaded, xz.len() as u64);
+    assert_eq!(
+        h.fake.execs_with(sent::TARBALL).len(),
+        1,
+        "{:#?}",
+        h.execs()
+    );
+    let run = h.fake.execs_with(sent::RUN).pop().unwrap();
+    assert_eq!(run.stdin, Some(xz));
+    let text = transcript(&second);
+    assert!(text.contains("sent the xz copy of the binary"), "{text}");
+    assert!(!text.contains("still being made"), "{text}");
 }
 
 #[test]
