@@ -227,6 +227,11 @@ impl XzSlot {
             return state;
         };
         if let Some(copy) = whole_copy(&slot.path) {
+            if let Maker::Process(child) = maker {
+                // Reaped if it has ended, so it does not linger as a zombie until the run
+                // ends (one still ending after its rename does, harmlessly).
+                let _ = child.try_wait();
+            }
             log::info!(
                 "the xz copy of {} is ready ({} bytes); uploads that start from now send it",
                 slot.binary.display(),
