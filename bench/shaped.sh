@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Shaped-link benchmark: every node behind its own rate-limited link, a real Go binary of
-# keadm's size class as the payload, and three contenders measured alternately in one run:
-#   ours    keadm-batch (offline release, maxRunNum C)
+# keadm's size class as the payload, and five contenders measured alternately in one run:
+#   ours    keadm-batch (offline release, maxRunNum C), warm: the release staged and its
+#           xz copy made by an earlier run
 #   raw     OpenSSH, the binary on stdin: `cat > keadm && ./keadm join ...`, xargs -P C
 #   floor   OpenSSH, the xz-compressed binary on stdin: `xz -dc > keadm && ./keadm join ...`
 #           (the hand-made floor: the fewest bytes a one-line pipe sends)
+#   cold    keadm-batch with nothing staged and no xz copy cached (a staging dir of its
+#           own per rep): the first run of a keadm version
+#   tgz     OpenSSH, the release tarball as it is on stdin: `tar -xzOf - .../keadm/keadm >
+#           keadm && ./keadm join ...` (what a cold run must not be slower than)
 # Each node's 127.x address gets two htb classes on `lo` (to the node, from the node), each
 # RATE, matched by u32 filters; traffic of every other address takes htb's direct path,
 # unshaped, so other users of loopback are not slowed. The shaping is removed on exit,
@@ -91,20 +96,24 @@ export BENCH_NET=$entry_net
 make_release shaped 0 0 "$BENCH_KEADM"
 keadm="$work/shaped/keadm"
 size=$(stat -c %s "$keadm")
-tgz=$(stat -c %s "$work/shaped/packages/amd64/keadm-$VERSION-linux-amd64.tar.gz")
+tgz_path="$work/shaped/packages/amd64/keadm-$VERSION-linux-amd64.tar.gz"
+tgz=$(stat -c %s "$tgz_path")
 echo "==> payload: $BENCH_KEADM behind a shell header, $size bytes (gzip tarball $tgz)"
 make_config shaped "$NODES" "$C"
 make_config shaped 1 1 warm.yaml
 
 # ---------------------------------------------------------------- contenders
 join='./keadm join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge'
-# openssh MODE(raw|floor) TIMES: one ssh per node, C at a time; prints seconds, and
+# openssh MODE(raw|floor|tgz) TIMES: one ssh per node, C at a time; prints seconds, and
 # appends each ssh's start and end to TIMES.
 openssh() {
   local mode=$1 times=$2 remote input t0
   if [ "$mode" = raw ]; then
     remote="mkdir -p /tmp/kb-base && cd /tmp/kb-base && cat > keadm && chmod 0755 keadm && $join"
     input=$keadm
+  elif [ "$mode" = tgz ]; then
+    remote="mkdir -p /tmp/kb-base && cd /tmp/kb-base && tar -xzOf - keadm-$VERSION-linux-amd64/keadm/keadm > keadm && chmod 0755 keadm && $join"
+    input=$tgz_path
   else
     remote="mkdir -p /tmp/kb-base && cd /tmp/kb-base && xz -dc > keadm && chmod 0755 keadm && $join"
     input=$work/keadm.xz
@@ -119,22 +128,36 @@ openssh() {
   echo "$(date +%s.%N) - $t0" | bc -l
 }
 
-# ours RUNDIR [CONFIG]: keadm-batch; prints seconds; fails on failure.
+# ours RUNDIR [CONFIG] [STAGING]: keadm-batch; prints seconds; fails on failure.
 ours() {
-  local rd=$1 config=${2:-config.yaml} t0
+  local rd=$1 config=${2:-config.yaml} staging=${3:-$work/shaped/staging} t0
   t0=$(date +%s.%N)
   ( cd "$work/shaped" && "$bin" batch -c "$config" --known-hosts "$work/known_hosts" \
-      --host-key-policy off --preflight off --staging-dir "$work/shaped/staging" --run-dir "$rd" -q ) \
+      --host-key-policy off --preflight off --staging-dir "$staging" --run-dir "$rd" -q ) \
     >"$work/shaped/out.log" 2>&1 \
     || { echo "bench: keadm-batch failed, see $work/shaped/out.log:" >&2; tail -5 "$work/shaped/out.log" >&2; KEEP=1; exit 1; }
   echo "$(date +%s.%N) - $t0" | bc -l
 }
 
-# The first run stages the release (and recompresses it, once per binary): timed apart,
-# on one node, so the contest below compares transfers.
+# wait_copy STAGING: waits for the xz copy a keadm-batch run started in STAGING (its
+# process outlives a run that ends first) and prints how long that took; the next
+# contender should not share the cores with it.
+wait_copy() {
+  local t0 i
+  t0=$(date +%s.%N)
+  for i in $(seq 6000); do
+    ls "$1"/bin/amd64/keadm-*.xz >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  ls "$1"/bin/amd64/keadm-*.xz >/dev/null 2>&1 || { echo "bench: no xz copy in $1 after 600 s" >&2; exit 1; }
+  echo "$(date +%s.%N) - $t0" | bc -l
+}
+
+# The first run stages the release and starts its xz copy (once per binary), timed apart,
+# on one node, then waits for the copy, so the warm contest below compares transfers.
 clear_nodes
-cold=$(ours run-warm warm.yaml)
-printf '    first run (staging and the xz copy, 1 node): %.2f s\n' "$cold"
+first=$(ours run-warm warm.yaml)
+printf '    first run (staging, 1 node): %.2f s; its xz copy landed %.2f s after it\n' "$first" "$(wait_copy "$work/shaped/staging")"
 
 # The floor sends the same bytes as keadm-batch: its xz copy from the staging dir, when
 # the warm-up made one; else `xz -XZ_LEVEL` of the binary (kept across runs: compressing
@@ -152,14 +175,20 @@ echo "    floor's xz stream ($floor_xz): $xzsize bytes ($(printf '%.3f' "$(ratio
 # Exec channels (sessions) the nodes' sshd opened so far, all nodes together.
 sessions() { cat "$work"/node*/sshd.log | grep -c 'Starting session' || true; }
 
-o=(); r=(); f=(); ours_sessions=0; floor_sessions=0
+o=(); r=(); f=(); c=(); t=(); ours_sessions=0; floor_sessions=0; cold_sent=0
 for rep in $(seq "$REPS"); do
   clear_nodes; s0=$(sessions); f+=("$(openssh floor "$work/times-floor")")
   floor_sessions=$(( floor_sessions + $(sessions) - s0 ))
   clear_nodes; s0=$(sessions); o+=("$(ours "run-$rep")")
   ours_sessions=$(( ours_sessions + $(sessions) - s0 ))
   clear_nodes; r+=("$(openssh raw "$work/times-raw")")
-  printf '    rep %s: keadm-batch %.2f s, floor %.2f s, raw %.2f s\n' "$rep" "${o[-1]}" "${f[-1]}" "${r[-1]}"
+  clear_nodes; t+=("$(openssh tgz "$work/times-tgz")")
+  # Cold: a staging dir no run has used, so nothing is staged and no xz copy is cached.
+  clear_nodes; c+=("$(ours "cold-$rep" config.yaml "$work/shaped/staging-cold-$rep")")
+  landed=$(wait_copy "$work/shaped/staging-cold-$rep")
+  cold_sent=$(grep -o '"bytes_uploaded": [0-9]*' "$work/shaped/cold-$rep/summary.json" | awk '{s+=$2} END {printf "%d\n", s}')
+  printf '    rep %s: keadm-batch %.2f s, floor %.2f s, raw %.2f s, tarball pipe %.2f s, keadm-batch cold %.2f s (its xz copy landed %.2f s after it)\n' \
+    "$rep" "${o[-1]}" "${f[-1]}" "${r[-1]}" "${t[-1]}" "${c[-1]}" "$landed"
 done
 # The last keadm-batch run's binaries, checked on every node. This untimed run also times
 # the node's work after the last byte on the node's own clock (the nodes share the host's):
@@ -214,11 +243,15 @@ per_node=$(( sent / NODES ))
 clear_nodes
 
 O=$(printf '%s\n' "${o[@]}" | median); F=$(printf '%s\n' "${f[@]}" | median); R=$(printf '%s\n' "${r[@]}" | median)
+CO=$(printf '%s\n' "${c[@]}" | median); T=$(printf '%s\n' "${t[@]}" | median)
 echo
 echo "==> results ($(nproc) cores; $NODES nodes at $RATE, maxRunNum $C; median of $REPS)"
 printf 'keadm-batch %7.2f s   floor (xz on stdin) %7.2f s   raw OpenSSH %7.2f s\n' "$O" "$F" "$R"
 printf 'keadm-batch / floor %.2fx (target <= 1.05x)   keadm-batch / raw %.2fx (target <= 0.25x)\n' \
   "$(ratio "$O" "$F")" "$(ratio "$O" "$R")"
+printf 'cold: keadm-batch %7.2f s   tarball pipe %7.2f s   cold / tarball pipe %.2fx (target <= 1.10x)   cold / warm %.2fx\n' \
+  "$CO" "$T" "$(ratio "$CO" "$T")" "$(ratio "$CO" "$O")"
+printf 'cold: bytes per node %d (tarball %d, xz copy %d)\n' "$(( cold_sent / NODES ))" "$tgz" "$xzsize"
 printf 'bytes per node %d for a %d-byte keadm: %.3fx (target <= 0.20x; floor %.3fx, tarball %.3fx); %d/%d nodes byte-identical\n' \
   "$per_node" "$size" "$(ratio "$per_node" "$size")" "$(ratio "$xzsize" "$size")" "$(ratio "$tgz" "$size")" "$same" "$NODES"
 echo "$node_side"
