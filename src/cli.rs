@@ -38,18 +38,13 @@ enum TopCommand {
     },
     /// Print the manual page (roff), e.g. `keadm-batch man > keadm-batch.1`.
     Man,
-    /// Make a staged keadm's xz copy, at the lowest CPU priority. A run starts it, with
-    /// the staging directory on its standard input, and does not wait for it (see
-    /// src/stage/recompress.rs, whose `XZ_COPY_COMMAND` is this name); hidden, since it
-    /// is not for operators.
-    #[command(name = "xz-copy", hide = true)]
-    XzCopy {
-        /// The binary, as a path inside the directory on standard input.
-        binary: PathBuf,
-        /// The binary's sha256, which names the copy; a binary without it gets none.
-        sha256: String,
-    },
 }
+
+/// The process that makes a staged keadm's xz copy (src/stage/recompress.rs, whose
+/// `XZ_COPY_COMMAND` this is): `keadm-batch xz-copy BINARY SHA256`, started by a run with
+/// the staging directory on its standard input. Never typed by an operator, so it is kept
+/// out of clap, and so out of --help, the man page and the shell completions.
+const XZ_COPY: &str = "xz-copy";
 
 #[derive(Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -687,12 +682,19 @@ pub fn command() -> clap::Command {
 /// know how to print themselves and which exit code they deserve.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::Error> {
     let args: Vec<OsString> = args.into_iter().collect();
+    if let [_, command, binary, sha256] = &args[..]
+        && command == XZ_COPY
+    {
+        return Ok(Command::XzCopy {
+            binary: PathBuf::from(binary),
+            sha256: sha256.to_string_lossy().into_owned(),
+        });
+    }
     let cli = Cli::try_parse_from(&args).map_err(|err| explain_verbosity_level(err, &args))?;
     let batch = match cli.command {
         TopCommand::Batch(batch) => batch,
         TopCommand::Completions { shell } => return Ok(Command::Completions(shell.to_string())),
         TopCommand::Man => return Ok(Command::Man),
-        TopCommand::XzCopy { binary, sha256 } => return Ok(Command::XzCopy { binary, sha256 }),
     };
     match batch.sub {
         Some(BatchSub::GenConfig { output, force }) => {

@@ -52,8 +52,9 @@ const MAX_THREADS: usize = 2;
 /// The nice value the copy runs at: the lowest priority there is.
 const NICE: i32 = 19;
 
-/// The hidden subcommand that makes a copy in a process of its own
-/// (`keadm-batch xz-copy BINARY SHA256`, the staging dir on its standard input).
+/// What makes keadm-batch the process that makes a copy: `keadm-batch xz-copy BINARY
+/// SHA256`, the staging dir on its standard input. src/cli.rs reads it before clap, so it
+/// is in no help, man page or completion.
 pub const XZ_COPY_COMMAND: &str = "xz-copy";
 
 /// Recompress only a binary that gzip already shrinks to this share of its size: an
