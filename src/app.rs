@@ -538,9 +538,7 @@ fn execute(
     // Sites the run did not finish (the operator's Ctrl-C, --max-fail) still had
     // sources: they serve no more.
     if let Some(relay) = &ctx.relay {
-        for source in relay.remaining_sources() {
-            pipeline::relay::unserve(&source, &ctx);
-        }
+        pipeline::relay::unserve_all(&relay.remaining_sources(), &ctx);
     }
 
     progress.finish();

@@ -139,6 +139,9 @@ struct Payload {
 struct SiteState {
     /// Nodes not done yet.
     left: usize,
+    /// Nodes that have no role yet: a node becomes a source only while they outnumber the
+    /// free places at the sources there are.
+    unclaimed: usize,
     /// The site's node addresses: what a source's `from=` admits.
     addresses: Vec<String>,
     payloads: HashMap<String, Payload>,
@@ -162,6 +165,7 @@ impl Relay {
             .map(|(site, members)| {
                 let state = SiteState {
                     left: members.len(),
+                    unclaimed: members.len(),
                     addresses: members.iter().map(|&i| nodes[i].ssh.host.clone()).collect(),
                     payloads: HashMap::new(),
                     sources: Vec::new(),
@@ -235,6 +239,23 @@ impl Relay {
             });
         }
         self.changed.notify_all();
+    }
+
+    /// Whether a node that has just claimed `sha256` of `site` should serve it too: only
+    /// while the site's nodes still to claim outnumber the free places at its sources, so
+    /// the last waves of a site serve nobody (each source costs a connection to clear it).
+    pub fn worth_serving(&self, site: &Site, sha256: &str) -> bool {
+        let sites = self.sites.lock().unwrap();
+        let Some(state) = sites.get(site) else {
+            return false;
+        };
+        let free: usize = state.payloads.get(sha256).map_or(0, |p| {
+            p.holders
+                .iter()
+                .map(|h| READERS_PER_SOURCE.saturating_sub(h.readers))
+                .sum()
+        });
+        state.unclaimed > free
     }
 
     /// `node`'s authorized_keys has (or may have) this run's line.
@@ -336,6 +357,8 @@ pub(super) struct NodeRelay {
     role: Role,
     /// What the node checks a copy with.
     hasher: Sha256Tool,
+    /// Whether the node serves its copy to the site once it has it.
+    serve: bool,
 }
 
 /// How long the run's line on a source may serve should nobody remove it: long past any
@@ -369,7 +392,9 @@ impl Run<'_, '_> {
         let (relay, site) = self.relay_site()?;
         let (relay, site) = (relay.clone(), site.clone());
         let role = relay.claim(&site, upload.sha256());
-        if matches!(role, Role::Seed | Role::From { .. }) {
+        let serve = matches!(role, Role::Seed | Role::From { .. })
+            && relay.worth_serving(&site, upload.sha256());
+        if serve {
             relay.serves(&site, self.node);
         }
         self.relay = Some(NodeRelay {
@@ -379,6 +404,7 @@ impl Run<'_, '_> {
             size: upload.size,
             role: role.clone(),
             hasher,
+            serve,
         });
         Some(role)
     }
@@ -389,7 +415,7 @@ impl Run<'_, '_> {
         let Some(claimed) = &self.relay else {
             return String::new();
         };
-        if !matches!(claimed.role, Role::Seed | Role::From { .. }) || self.host_key.is_none() {
+        if !claimed.serve || self.host_key.is_none() {
             return String::new();
         }
         let from = claimed.relay.addresses(&claimed.site).unwrap_or_default();
@@ -407,7 +433,7 @@ impl Run<'_, '_> {
     /// Tells the relay, when the node's copy is in, that the node holds it.
     pub(super) fn relay_announcer(&self) -> Option<Box<dyn FnOnce()>> {
         let claimed = self.relay.as_ref()?;
-        if !matches!(claimed.role, Role::Seed | Role::From { .. }) {
+        if !claimed.serve {
             return None;
         }
         let node = self.node;
@@ -460,14 +486,22 @@ impl Run<'_, '_> {
                 .note("waiting for a node of the site to have keadm");
             let limit = self.node.deadlines.upload(claimed.size);
             let cancel = self.ctx.cancel;
+            let since = Instant::now();
             role = claimed
                 .relay
                 .wait(&claimed.site, &claimed.sha256, limit, || cancel.stopping());
-            if matches!(role, Role::Seed | Role::From { .. }) {
+            self.transcript.note(&format!(
+                "waited {:.2} s for a node of the site",
+                since.elapsed().as_secs_f64()
+            ));
+            let serve = matches!(role, Role::Seed | Role::From { .. })
+                && claimed.relay.worth_serving(&claimed.site, &claimed.sha256);
+            if serve {
                 claimed.relay.serves(&claimed.site, self.node);
             }
             if let Some(claimed) = &mut self.relay {
                 claimed.role = role.clone();
+                claimed.serve = serve;
             }
             if role == Role::Direct {
                 self.transcript
@@ -568,16 +602,30 @@ impl Run<'_, '_> {
         let (Some(relay), Some(site)) = (self.ctx.relay.as_ref(), self.node.site.as_ref()) else {
             return;
         };
-        for source in relay.node_done(site) {
-            unserve(&source, self.ctx);
-        }
+        unserve_all(&relay.node_done(site), self.ctx);
+    }
+}
+
+/// How many sources are cleared at once: each is a connection of its own.
+const CLEARED_AT_ONCE: usize = 16;
+
+/// Removes this run's relay line from every node of `sources`, [`CLEARED_AT_ONCE`] at a
+/// time: one after another, a site's sources would hold its last node (and the run's end)
+/// for a connection each.
+pub fn unserve_all(sources: &[NodePlan], ctx: &Context) {
+    for batch in sources.chunks(CLEARED_AT_ONCE) {
+        std::thread::scope(|scope| {
+            for source in batch {
+                scope.spawn(move || unserve(source, ctx));
+            }
+        });
     }
 }
 
 /// Removes this run's relay line from `node`'s authorized_keys: a connection of its own,
 /// as the login user (whose file it is), within the node's step deadline. Best effort:
 /// the line expires by itself, and the next run removes it too.
-pub fn unserve(node: &NodePlan, ctx: &Context) {
+fn unserve(node: &NodePlan, ctx: &Context) {
     let mut run = Run::new(node, ctx, Transcript::in_memory(node.redactor.clone()));
     let Ok(mut conn) = run.connect() else {
         log::debug!("{}: cannot connect to remove the relay key", node.name);
@@ -595,6 +643,7 @@ fn claim(sites: &mut HashMap<Site, SiteState>, site: &Site, sha256: &str) -> Rol
     let Some(state) = sites.get_mut(site) else {
         return Role::Direct;
     };
+    let unclaimed = &mut state.unclaimed;
     let payload = state.payloads.entry(sha256.to_string()).or_default();
     // The least busy source with room.
     if let Some(holder) = payload
@@ -604,6 +653,7 @@ fn claim(sites: &mut HashMap<Site, SiteState>, site: &Site, sha256: &str) -> Rol
         .min_by_key(|h| h.readers)
     {
         holder.readers += 1;
+        *unclaimed = unclaimed.saturating_sub(1);
         return Role::From {
             node: holder.node,
             source: holder.source.clone(),
@@ -611,6 +661,7 @@ fn claim(sites: &mut HashMap<Site, SiteState>, site: &Site, sha256: &str) -> Rol
     }
     if payload.holders.is_empty() && !payload.seeding {
         payload.seeding = true;
+        *unclaimed = unclaimed.saturating_sub(1);
         return Role::Seed;
     }
     Role::Wait
@@ -689,6 +740,36 @@ mod tests {
         let cleaned: Vec<usize> = relay.node_done(&site).iter().map(|n| n.index).collect();
         assert_eq!(cleaned, vec![1, 2]);
         assert!(relay.remaining_sources().is_empty());
+    }
+
+    /// A node serves only while the site's nodes still to claim outnumber the free places
+    /// at the sources: the last wave serves nobody, so it is not cleared either.
+    #[test]
+    fn only_nodes_the_site_still_needs_become_sources() {
+        let nodes = site_of(6);
+        let relay = Relay::for_nodes(&nodes, key()).unwrap();
+        let site = Site::Named("s1".into());
+        assert_eq!(relay.claim(&site, "a"), Role::Seed);
+        assert!(
+            relay.worth_serving(&site, "a"),
+            "five nodes wait for the seed"
+        );
+        relay.holds(&site, "a", 0, source(0));
+        for _ in 0..READERS_PER_SOURCE {
+            assert!(matches!(
+                relay.claim(&site, "a"),
+                Role::From { node: 0, .. }
+            ));
+        }
+        assert!(
+            relay.worth_serving(&site, "a"),
+            "one node left, and the seed has no free place"
+        );
+        relay.holds(&site, "a", 1, source(1));
+        assert!(
+            !relay.worth_serving(&site, "a"),
+            "one node left, and four free places at node 1"
+        );
     }
 
     /// A key OpenSSH itself reads: ssh-keygen derives the same public key from it.
