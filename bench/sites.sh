@@ -45,7 +45,8 @@ fi
 node_net=127.250
 # shellcheck source=bench/lib/fleet.sh
 . "$repo/bench/lib/fleet.sh"
-bench_on_exit() { tc qdisc del dev lo root 2>/dev/null || true; }
+# A failure inside a command substitution cannot set KEEP: it leaves a mark instead.
+bench_on_exit() { tc qdisc del dev lo root 2>/dev/null || true; [ ! -e "$work/failed" ] || KEEP=1; }
 bench_start keadm-sites
 start_fleet "$NODES"
 ssh_opts
@@ -94,7 +95,7 @@ ours() {
   ( cd "$work/sites" && "$bin" batch -c config.yaml --known-hosts "$work/known_hosts" \
       --host-key-policy accept-new --preflight off --staging-dir "$work/sites/staging" \
       --run-dir "$rd" --relay "$relay" -q ) >"$work/sites/out-$rd.log" 2>&1 \
-    || { echo "bench: keadm-batch failed, see $work/sites/out-$rd.log:" >&2; tail -5 "$work/sites/out-$rd.log" >&2; KEEP=1; exit 1; }
+    || { echo "bench: keadm-batch failed, see $work/sites/out-$rd.log:" >&2; tail -5 "$work/sites/out-$rd.log" >&2; touch "$work/failed"; exit 1; }
   echo "$(date +%s.%N) - $t0" | bc -l
 }
 

@@ -606,19 +606,11 @@ impl Run<'_, '_> {
     }
 }
 
-/// How many sources are cleared at once: each is a connection of its own.
-const CLEARED_AT_ONCE: usize = 16;
-
-/// Removes this run's relay line from every node of `sources`, [`CLEARED_AT_ONCE`] at a
-/// time: one after another, a site's sources would hold its last node (and the run's end)
-/// for a connection each.
+/// Removes this run's relay line from every node of `sources`, one after another. Few
+/// nodes serve (see [`Relay::worth_serving`]), so this costs a site a few connections.
 pub fn unserve_all(sources: &[NodePlan], ctx: &Context) {
-    for batch in sources.chunks(CLEARED_AT_ONCE) {
-        std::thread::scope(|scope| {
-            for source in batch {
-                scope.spawn(move || unserve(source, ctx));
-            }
-        });
+    for source in sources {
+        unserve(source, ctx);
     }
 }
 
