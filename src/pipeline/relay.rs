@@ -142,8 +142,6 @@ struct SiteState {
     /// Nodes that have no role yet: a node becomes a source only while they outnumber the
     /// free places at the sources there are.
     unclaimed: usize,
-    /// The site's node addresses: what a source's `from=` admits.
-    addresses: Vec<String>,
     payloads: HashMap<String, Payload>,
     /// Nodes whose authorized_keys have this run's line, to be removed.
     sources: Vec<NodePlan>,
@@ -153,6 +151,9 @@ struct SiteState {
 /// The sites of one run and who holds what.
 pub struct Relay {
     pub key: RelayKey,
+    /// Each relaying site's node addresses, what a source's `from=` admits: fixed for the
+    /// run, so read without the lock.
+    addresses: HashMap<Site, Vec<String>>,
     sites: Mutex<HashMap<Site, SiteState>>,
     changed: Condvar,
 }
@@ -160,13 +161,20 @@ pub struct Relay {
 impl Relay {
     /// The relay for `nodes`, or `None` when no site has two or more of them.
     pub fn for_nodes(nodes: &[NodePlan], key: RelayKey) -> Option<Arc<Relay>> {
-        let sites: HashMap<Site, SiteState> = sites(nodes)
+        let grouped = sites(nodes);
+        let addresses = grouped
+            .iter()
+            .map(|(site, members)| {
+                let hosts = members.iter().map(|&i| nodes[i].ssh.host.clone()).collect();
+                ((*site).clone(), hosts)
+            })
+            .collect();
+        let sites: HashMap<Site, SiteState> = grouped
             .into_iter()
             .map(|(site, members)| {
                 let state = SiteState {
                     left: members.len(),
                     unclaimed: members.len(),
-                    addresses: members.iter().map(|&i| nodes[i].ssh.host.clone()).collect(),
                     payloads: HashMap::new(),
                     sources: Vec::new(),
                     traffic: SiteTraffic {
@@ -181,6 +189,7 @@ impl Relay {
         (!sites.is_empty()).then(|| {
             Arc::new(Relay {
                 key,
+                addresses,
                 sites: Mutex::new(sites),
                 changed: Condvar::new(),
             })
@@ -188,9 +197,8 @@ impl Relay {
     }
 
     /// The addresses a source of `site` admits; `None` when `site` relays nothing.
-    pub fn addresses(&self, site: &Site) -> Option<Vec<String>> {
-        let sites = self.sites.lock().unwrap();
-        sites.get(site).map(|s| s.addresses.clone())
+    pub fn addresses(&self, site: &Site) -> Option<&[String]> {
+        self.addresses.get(site).map(Vec::as_slice)
     }
 
     /// `node`'s role for the payload `sha256` of `site`, now.
@@ -424,7 +432,7 @@ impl Run<'_, '_> {
             tmp,
             "keadm",
             &claimed.relay.key.public_line,
-            &from,
+            from,
             &self.ctx.run_token,
             SERVE_LIFETIME.as_secs(),
         )
@@ -474,9 +482,7 @@ impl Run<'_, '_> {
         facts: &NodeFacts,
     ) -> Option<Upload> {
         let keadm = uploads.last().filter(|u| u.name == "keadm")?;
-        if self.already_there(facts, keadm) {
-            // Counted as skipped by the upload step, which asks again.
-            self.uploads_skipped -= 1;
+        if self.node_has(facts, keadm) {
             return None;
         }
         let mut role = self.relay_claim(keadm, facts)?;

@@ -370,16 +370,7 @@ impl Run<'_, '_> {
     /// Whether `upload` is on the node already (its sidecar matches, or under
     /// `--verify-remote` its own sha256 does); if so, says so and counts it as skipped.
     pub(super) fn already_there(&mut self, facts: &NodeFacts, upload: &Upload) -> bool {
-        let already = if self.ctx.verify_remote {
-            facts
-                .computed_sha256
-                .iter()
-                .any(|(name, sha)| *name == upload.name && *sha == upload.sha256)
-        } else {
-            facts.existing.iter().any(|f| {
-                f.name == upload.name && f.size == upload.size && f.sidecar == upload.sha256
-            })
-        };
+        let already = self.node_has(facts, upload);
         if already {
             self.uploads_skipped += 1;
             self.transcript.note(&format!(
@@ -389,6 +380,21 @@ impl Run<'_, '_> {
             ));
         }
         already
+    }
+
+    /// Whether `upload` is on the node already, as [`Run::already_there`] judges it, without
+    /// saying so or counting it.
+    pub(super) fn node_has(&self, facts: &NodeFacts, upload: &Upload) -> bool {
+        if self.ctx.verify_remote {
+            facts
+                .computed_sha256
+                .iter()
+                .any(|(name, sha)| *name == upload.name && *sha == upload.sha256)
+        } else {
+            facts.existing.iter().any(|f| {
+                f.name == upload.name && f.size == upload.size && f.sidecar == upload.sha256
+            })
+        }
     }
 
     /// The temporary name this run uploads `name` to.
