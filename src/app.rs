@@ -649,25 +649,14 @@ fn install_signal_handler(cancel: &Cancel) {
     }
 }
 
-/// The sites' relay for this run: with `--relay auto` and a site of two or more nodes,
-/// and a key made for this run. A key that cannot be made turns the relay off, with a
-/// warning: every node then gets keadm from this machine, as with `--relay off`.
+/// The sites' relay for this run: with `--relay auto` and a site of two or more nodes.
+/// Its keys, one per payload, are made for this run as payloads are first claimed.
 fn site_relay(
     plan: &crate::plan::Plan,
     run_id: &str,
 ) -> Option<std::sync::Arc<pipeline::relay::Relay>> {
-    use pipeline::relay::{Relay, RelayKey};
     if plan.relay == crate::options::RelayMode::Off {
         return None;
     }
-    crate::plan::sites(&plan.nodes).first()?;
-    match RelayKey::generate(&crate::remote::relay::tag(run_id)) {
-        Ok(key) => Relay::for_nodes(&plan.nodes, key),
-        Err(e) => {
-            log::warn!(
-                "Cannot make this run's relay key ({e}), so every node gets keadm from this machine, as with --relay off."
-            );
-            None
-        }
-    }
+    pipeline::relay::Relay::for_nodes(&plan.nodes, &crate::remote::relay::tag(run_id))
 }

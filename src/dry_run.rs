@@ -83,7 +83,7 @@ pub fn render(plan: &Plan, images: Option<&OfflineImages>) -> String {
             );
         }
     }
-    render_sites(&mut out, plan);
+    render_sites(&mut out, plan, images.is_some());
     if let (Some(images), Some(sources)) = (images, &plan.offline_images) {
         render_images(&mut out, images, sources);
         render_extras(&mut out, plan, images);
@@ -95,8 +95,9 @@ pub fn render(plan: &Plan, images: Option<&OfflineImages>) -> String {
     out
 }
 
-/// The sites, their seed order and what is relayed among their nodes.
-fn render_sites(out: &mut String, plan: &Plan) {
+/// The sites, their seed order and what is relayed among their nodes (keadm, and the
+/// offline image archives when the run has some).
+fn render_sites(out: &mut String, plan: &Plan, archives: bool) {
     let sites = crate::plan::sites(&plan.nodes);
     // A config without sites plans as it always did.
     if sites.is_empty() {
@@ -105,7 +106,7 @@ fn render_sites(out: &mut String, plan: &Plan) {
     let relay = match plan.relay {
         RelayMode::Off => "off: every node gets keadm from this machine",
         RelayMode::Auto => {
-            "auto: in each site the first node to need keadm gets it from this machine, the others from a node of the site that has it (copyFrom files and image archives always come from this machine)"
+            "auto: in each site the first node to need keadm or an image archive gets it from this machine, the others from a node of the site that has it (copyFrom files always come from this machine)"
         }
     };
     let _ = writeln!(out, "  relay:       {relay}");
@@ -126,10 +127,17 @@ fn render_sites(out: &mut String, plan: &Plan) {
         } else {
             String::new()
         };
-        let what = if plan.relay == RelayMode::Auto && relayed > 1 {
-            format!("keadm relayed among {relayed} nodes")
-        } else {
-            "nothing relayed".to_string()
+        let joining = members
+            .iter()
+            .filter(|&&i| plan.nodes[i].keadm_args.is_join())
+            .count();
+        let what = match (plan.relay, relayed > 1, archives && joining > 1) {
+            (RelayMode::Off, _, _) | (_, false, false) => "nothing relayed".to_string(),
+            (_, true, false) => format!("keadm relayed among {relayed} nodes"),
+            (_, false, true) => format!("the image archives relayed among {joining} nodes"),
+            (_, true, true) => {
+                format!("keadm relayed among {relayed} nodes, the image archives among {joining}")
+            }
         };
         let _ = writeln!(
             out,

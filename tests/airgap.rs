@@ -12,7 +12,7 @@ use crate::common::containerd::{
     Containerd, ENDPOINT, SANDBOX_IMAGE, images_seen_by_keadm, keadm_listing_images,
 };
 use crate::common::fake_keadm;
-use crate::common::fleet::{Fleet, Sudo, TEST_USER_PASSWORD};
+use crate::common::fleet::{Fleet, NodeOpt, Sudo, TEST_USER_PASSWORD};
 use crate::common::image_archive::{docker_archive, host_arch, oci_archive, tar_of};
 use crate::common::scenario::{Login, Scenario, remote_keadm};
 
@@ -614,4 +614,141 @@ fn a_containerd_on_a_socket_named_for_nothing_is_asked_what_it_is() {
         )) && transcript.contains("imported image-installation-package_v1.23.1.tar"),
         "{transcript}"
     );
+}
+
+/// The relay's lines left in a login's authorized_keys file.
+fn relay_lines(authorized_keys: &std::path::Path) -> Vec<String> {
+    fs::read_to_string(authorized_keys)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("keadm-batch-relay-"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A site's nodes get each image archive over the uplink once: the first node to need
+/// an archive gets it from the control host and serves it, the others read it from a node
+/// of the site, check its sha256 and import it; every runtime ends with the images, and
+/// no node serves anything after the run. With sudo, as root imports them.
+#[test]
+fn a_site_gets_each_image_archive_over_its_uplink_once() {
+    for sudo in [false, true] {
+        let mut builder = Fleet::builder().nodes(3);
+        if sudo {
+            builder = builder.all_nodes(NodeOpt::Sudo(Sudo::WithPassword));
+        }
+        let fleet = builder.start();
+        let runtimes: Vec<Containerd> = fleet.nodes().iter().map(Containerd::start).collect();
+        let mut sc = Scenario::new(&fleet)
+            .cmd(&join())
+            .keadm(keadm_listing_images())
+            .max_run_num(3)
+            .top_yaml("site: store-1");
+        if sudo {
+            sc = sc.login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()));
+        }
+        let (docker_bytes, oci_bytes) = write_images(&sc.images_dir());
+        let planned = sc.run(&["--dry-run"]);
+        planned.status(0);
+        assert!(
+            planned.stdout.contains(
+                "\n  site store-1: 3 nodes, seed order edge-00, edge-01, edge-02; keadm relayed among 3 nodes, the image archives among 3\n"
+            ),
+            "{}",
+            planned.stdout
+        );
+        let out = sc.run(&[]);
+        out.status(0);
+        let archives = [
+            "image-installation-package_v1.23.1.tar",
+            "image-pause_3.6.tar",
+        ];
+        for archive in archives {
+            let from_peer: Vec<usize> = (0..3)
+                .filter(|&i| out.transcript(i).contains(&format!("{archive} came from ")))
+                .collect();
+            assert_eq!(
+                from_peer.len(),
+                2,
+                "sudo {sudo}: {archive} came from a peer on {from_peer:?}\n{}",
+                out.transcript(0)
+            );
+        }
+        let sent: u64 = (0..3)
+            .map(|i| out.node_summary(i)["bytes_uploaded"].as_u64().unwrap())
+            .sum();
+        // One gzip-compressed docker archive, one OCI archive as it is, and keadm once.
+        assert!(
+            sent < oci_bytes + docker_bytes,
+            "sudo {sudo}: {sent} bytes sent in all for {docker_bytes} + {oci_bytes} bytes of archives"
+        );
+        for (i, runtime) in runtimes.iter().enumerate() {
+            runtime.assert_has(&[PACKAGE, SANDBOX_IMAGE]);
+            let seen = images_seen_by_keadm(fleet.node(i));
+            assert!(seen.contains(PACKAGE), "node {i}: {seen}");
+            let home = if sudo {
+                fleet.node(i).tmp_path(".ssh/authorized_keys")
+            } else {
+                fleet.node(i).root_home_path(".ssh/authorized_keys")
+            };
+            assert_eq!(relay_lines(&home), Vec::<String>::new(), "node {i} serves");
+            let served: Vec<String> = fs::read_dir(fleet.node(i).tmp_path(""))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(".keadm-batch-relay-"))
+                .collect();
+            assert_eq!(served, Vec::<String>::new(), "node {i} keeps a served copy");
+        }
+        let summary = out.summary();
+        let site = &summary["sites"][0];
+        // keadm and the two archives, once each over the uplink; twice each from peers.
+        assert_eq!(site["uplink_copies"], 3, "sudo {sudo}: {site}");
+        assert_eq!(site["peer_copies"], 6, "sudo {sudo}: {site}");
+    }
+}
+
+/// A source whose sshd answers the relay's reads with other bytes: each receiver's hash
+/// check refuses every archive, and the receiver gets them from the control host instead,
+/// imports them and joins; nothing the source sent is imported.
+#[test]
+fn an_archive_a_source_serves_altered_is_refused_and_sent_directly() {
+    // Node 0 seeds (one node at a time, in config order).
+    let tamper = "ForceCommand if [ \"$SSH_ORIGINAL_COMMAND\" = fetch ]; then head -c 65536 /dev/zero; else exec sh -c \"$SSH_ORIGINAL_COMMAND\"; fi";
+    let fleet = Fleet::builder()
+        .nodes(2)
+        .node_option(0, NodeOpt::SshdConfig(tamper.to_string()))
+        .start();
+    let runtimes: Vec<Containerd> = fleet.nodes().iter().map(Containerd::start).collect();
+    let sc = Scenario::new(&fleet)
+        .cmd(&join())
+        .keadm(keadm_listing_images())
+        .max_run_num(1)
+        .top_yaml("site: store-1");
+    write_images(&sc.images_dir());
+    let out = sc.run(&[]);
+    out.status(0);
+    let t1 = out.transcript(1);
+    for archive in [
+        "image-installation-package_v1.23.1.tar",
+        "image-pause_3.6.tar",
+    ] {
+        assert!(
+            t1.contains(&format!(
+                "reading {archive} from {} failed (",
+                fleet.node(0).host()
+            )) && t1.contains(&format!("imported {archive} into containerd")),
+            "{t1}"
+        );
+    }
+    assert!(
+        t1.contains("getting it from this machine instead") && !t1.contains(" came from "),
+        "{t1}"
+    );
+    for runtime in &runtimes {
+        runtime.assert_has(&[PACKAGE, SANDBOX_IMAGE]);
+    }
+    let site = &out.summary()["sites"][0];
+    assert_eq!(site["uplink_copies"], 6, "{site}");
+    assert_eq!(site["peer_copies"], 0, "{site}");
 }

@@ -316,7 +316,7 @@ fn the_dry_run_shows_the_sites_and_what_is_relayed() {
     out.status(0);
     assert!(
         out.stdout.contains(
-            "\n  relay:       auto: in each site the first node to need keadm gets it from this machine"
+            "\n  relay:       auto: in each site the first node to need keadm or an image archive gets it from this machine"
         ),
         "{}",
         out.stdout

@@ -117,7 +117,7 @@ impl<'c> Run<'_, 'c> {
                 .checked_with(hasher)
             })
             .collect();
-        let (moves, _) = self.upload(conn, uploads, facts, privilege, false)?;
+        let moves = self.upload_relaying(conn, uploads, facts, privilege, hasher)?;
         self.import(conn, &runtime, arch, &needed, &moves, privilege)
     }
 

@@ -18,6 +18,7 @@ use std::io::Cursor;
 
 use openssl::pkey::PKey;
 
+use super::privilege::{exec_as, password_of};
 use super::run::WatchReceived;
 use super::upload::{Arrival, Move, Upload};
 use super::{Context, Run, StepError};
@@ -130,27 +131,31 @@ struct Holder {
     failures: u32,
 }
 
-#[derive(Default)]
 struct Payload {
+    /// The key that reads this payload and nothing else: each source's line for it runs
+    /// `cat` of one file, so a payload needs a key of its own.
+    key: Arc<RelayKey>,
     seeding: bool,
     holders: Vec<Holder>,
+    /// The site's nodes that have not claimed this payload yet: a node becomes a source
+    /// only while they outnumber the free places at the sources there are.
+    unclaimed: usize,
 }
 
 struct SiteState {
     /// Nodes not done yet.
     left: usize,
-    /// Nodes that have no role yet: a node becomes a source only while they outnumber the
-    /// free places at the sources there are.
-    unclaimed: usize,
+    /// The site's payloads by sha256.
     payloads: HashMap<String, Payload>,
-    /// Nodes whose authorized_keys have this run's line, to be removed.
+    /// Nodes whose authorized_keys have this run's lines, to be removed.
     sources: Vec<NodePlan>,
     traffic: SiteTraffic,
 }
 
 /// The sites of one run and who holds what.
 pub struct Relay {
-    pub key: RelayKey,
+    /// What each payload's key says it is: the run's tag.
+    key_comment: String,
     /// Each relaying site's node addresses, what a source's `from=` admits: fixed for the
     /// run, so read without the lock.
     addresses: HashMap<Site, Vec<String>>,
@@ -159,8 +164,9 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// The relay for `nodes`, or `None` when no site has two or more of them.
-    pub fn for_nodes(nodes: &[NodePlan], key: RelayKey) -> Option<Arc<Relay>> {
+    /// The relay for `nodes`, or `None` when no site has two or more of them. Its keys,
+    /// one per payload, are made as the payloads are first claimed, with `key_comment`.
+    pub fn for_nodes(nodes: &[NodePlan], key_comment: &str) -> Option<Arc<Relay>> {
         let grouped = sites(nodes);
         let addresses = grouped
             .iter()
@@ -174,7 +180,6 @@ impl Relay {
             .map(|(site, members)| {
                 let state = SiteState {
                     left: members.len(),
-                    unclaimed: members.len(),
                     payloads: HashMap::new(),
                     sources: Vec::new(),
                     traffic: SiteTraffic {
@@ -188,7 +193,7 @@ impl Relay {
             .collect();
         (!sites.is_empty()).then(|| {
             Arc::new(Relay {
-                key,
+                key_comment: key_comment.to_string(),
                 addresses,
                 sites: Mutex::new(sites),
                 changed: Condvar::new(),
@@ -204,7 +209,47 @@ impl Relay {
     /// `node`'s role for the payload `sha256` of `site`, now.
     pub fn claim(&self, site: &Site, sha256: &str) -> Role {
         let mut sites = self.sites.lock().unwrap();
-        claim(&mut sites, site, sha256)
+        self.claim_locked(&mut sites, site, sha256)
+    }
+
+    /// The key that reads the payload `sha256` of `site` from its sources, once a node
+    /// has claimed it.
+    pub fn key(&self, site: &Site, sha256: &str) -> Option<Arc<RelayKey>> {
+        let sites = self.sites.lock().unwrap();
+        let payload = sites.get(site)?.payloads.get(sha256)?;
+        Some(payload.key.clone())
+    }
+
+    fn claim_locked(
+        &self,
+        sites: &mut HashMap<Site, SiteState>,
+        site: &Site,
+        sha256: &str,
+    ) -> Role {
+        let Some(state) = sites.get_mut(site) else {
+            return Role::Direct;
+        };
+        if !state.payloads.contains_key(sha256) {
+            match RelayKey::generate(&self.key_comment) {
+                Ok(key) => {
+                    let payload = Payload {
+                        key: Arc::new(key),
+                        seeding: false,
+                        holders: Vec::new(),
+                        unclaimed: state.traffic.nodes,
+                    };
+                    state.payloads.insert(sha256.to_string(), payload);
+                }
+                Err(e) => {
+                    log::warn!(
+                        "Cannot make a relay key ({e}), so the site {site} gets this payload from this machine, node by node."
+                    );
+                    return Role::Direct;
+                }
+            }
+        }
+        let payload = state.payloads.get_mut(sha256).expect("inserted above");
+        claim(payload)
     }
 
     /// Waits until `node` has a role other than [`Role::Wait`]: a free source, or the
@@ -220,7 +265,7 @@ impl Relay {
         let until = Instant::now() + limit;
         let mut sites = self.sites.lock().unwrap();
         loop {
-            match claim(&mut sites, site, sha256) {
+            match self.claim_locked(&mut sites, site, sha256) {
                 Role::Wait => {}
                 role => return role,
             }
@@ -237,7 +282,9 @@ impl Relay {
     pub fn holds(&self, site: &Site, sha256: &str, node: usize, source: Source) {
         let mut sites = self.sites.lock().unwrap();
         if let Some(state) = sites.get_mut(site) {
-            let payload = state.payloads.entry(sha256.to_string()).or_default();
+            let Some(payload) = state.payloads.get_mut(sha256) else {
+                return;
+            };
             payload.seeding = false;
             payload.holders.push(Holder {
                 node,
@@ -254,16 +301,15 @@ impl Relay {
     /// the last waves of a site serve nobody (each source costs a connection to clear it).
     pub fn worth_serving(&self, site: &Site, sha256: &str) -> bool {
         let sites = self.sites.lock().unwrap();
-        let Some(state) = sites.get(site) else {
+        let Some(payload) = sites.get(site).and_then(|s| s.payloads.get(sha256)) else {
             return false;
         };
-        let free: usize = state.payloads.get(sha256).map_or(0, |p| {
-            p.holders
-                .iter()
-                .map(|h| READERS_PER_SOURCE.saturating_sub(h.readers))
-                .sum()
-        });
-        state.unclaimed > free
+        let free: usize = payload
+            .holders
+            .iter()
+            .map(|h| READERS_PER_SOURCE.saturating_sub(h.readers))
+            .sum();
+        payload.unclaimed > free
     }
 
     /// `node`'s authorized_keys has (or may have) this run's line.
@@ -356,12 +402,17 @@ impl Relay {
     }
 }
 
-/// A node's part in its site's relay, for one payload (keadm for its arch).
+/// A node's part in its site's relay, for one payload (keadm for its arch, or an offline
+/// image archive).
 pub(super) struct NodeRelay {
     relay: Arc<Relay>,
     site: Site,
+    /// The payload's name in the upload dir.
+    name: String,
     sha256: String,
     size: u64,
+    /// The key that reads this payload from its sources.
+    key: Arc<RelayKey>,
     role: Role,
     /// What the node checks a copy with.
     hasher: Sha256Tool,
@@ -369,9 +420,33 @@ pub(super) struct NodeRelay {
     serve: bool,
 }
 
+impl NodeRelay {
+    /// Takes `role` (after a wait), serving when the site still needs sources.
+    fn take_role(&mut self, role: Role, node: &NodePlan) {
+        self.serve = matches!(role, Role::Seed | Role::From { .. })
+            && self.relay.worth_serving(&self.site, &self.sha256);
+        if self.serve {
+            self.relay.serves(&self.site, node);
+        }
+        self.role = role;
+    }
+}
+
 /// How long the run's line on a source may serve should nobody remove it: long past any
 /// site's work in one run, short enough that a crashed run leaves no lasting key.
 const SERVE_LIFETIME: Duration = Duration::from_secs(6 * 3600);
+
+/// Why a fetch from a peer failed, from what its script printed.
+fn fetch_failure(output: &str) -> String {
+    output
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.strip_prefix(RELAY_FAILED_LINE)
+                .map(|why| why.trim().to_string())
+        })
+        .unwrap_or_default()
+}
 
 impl Run<'_, '_> {
     /// The relay and the node's site, when the node's site relays.
@@ -382,9 +457,31 @@ impl Run<'_, '_> {
     }
 
     /// Whether the node's prepare step asks for its tools and clears earlier runs'
-    /// relay lines: when its site relays.
+    /// relay lines: when its site relays and it gets keadm or image archives from here.
     pub(super) fn relay_active(&self) -> bool {
-        self.relay_site().is_some() && self.node.keadm == KeadmSource::Staged
+        self.relay_site().is_some()
+            && (self.node.keadm == KeadmSource::Staged || self.images_in_play().is_some())
+    }
+
+    /// The node's part in its site's relay for `upload`, claimed now: `None` when its
+    /// site relays nothing.
+    fn claim_payload(&self, upload: &Upload, hasher: Sha256Tool) -> Option<NodeRelay> {
+        let (relay, site) = self.relay_site()?;
+        let role = relay.claim(site, upload.sha256());
+        let key = relay.key(site, upload.sha256())?;
+        let mut claimed = NodeRelay {
+            relay: relay.clone(),
+            site: site.clone(),
+            name: upload.name.clone(),
+            sha256: upload.sha256().to_string(),
+            size: upload.size,
+            key,
+            role: Role::Direct,
+            hasher,
+            serve: false,
+        };
+        claimed.take_role(role, self.node);
+        Some(claimed)
     }
 
     /// The node's role for `upload` (keadm), claimed once: `None` when its site relays
@@ -397,32 +494,24 @@ impl Run<'_, '_> {
         if upload.name != "keadm" || !self.relay_active() {
             return None;
         }
-        let (relay, site) = self.relay_site()?;
-        let (relay, site) = (relay.clone(), site.clone());
-        let role = relay.claim(&site, upload.sha256());
-        let serve = matches!(role, Role::Seed | Role::From { .. })
-            && relay.worth_serving(&site, upload.sha256());
-        if serve {
-            relay.serves(&site, self.node);
-        }
-        self.relay = Some(NodeRelay {
-            relay,
-            site,
-            sha256: upload.sha256().to_string(),
-            size: upload.size,
-            role: role.clone(),
-            hasher,
-            serve,
-        });
+        let claimed = self.claim_payload(upload, hasher)?;
+        let role = claimed.role.clone();
+        self.relay = Some(claimed);
         Some(role)
     }
 
-    /// The line that makes the node a source of its copy at the temporary name `tmp`
-    /// (or at keadm's final name): for the seed and for nodes that read from a peer.
+    /// The line that makes the node a source of its copy of keadm at the temporary name
+    /// `tmp` (or at keadm's final name): for the seed and for nodes that read from a peer.
     pub(super) fn serve_line(&self, tmp: &str) -> String {
-        let Some(claimed) = &self.relay else {
-            return String::new();
-        };
+        self.relay
+            .as_ref()
+            .map(|claimed| self.serve_line_of(claimed, tmp))
+            .unwrap_or_default()
+    }
+
+    /// The line that makes the node a source of `claimed`'s payload at `tmp` (or at its
+    /// final name); empty when the node does not serve it.
+    fn serve_line_of(&self, claimed: &NodeRelay, tmp: &str) -> String {
         if !claimed.serve || self.host_key.is_none() {
             return String::new();
         }
@@ -430,17 +519,23 @@ impl Run<'_, '_> {
         remote::relay::serve_script(
             &self.node.upload_dir,
             tmp,
-            "keadm",
-            &claimed.relay.key.public_line,
+            &claimed.name,
+            &claimed.sha256,
+            &claimed.key.public_line,
             from,
             &self.ctx.run_token,
             SERVE_LIFETIME.as_secs(),
         )
     }
 
-    /// Tells the relay, when the node's copy is in, that the node holds it.
+    /// Tells the relay, when the node's copy of keadm is in, that the node holds it.
     pub(super) fn relay_announcer(&self) -> Option<Box<dyn FnOnce()>> {
-        let claimed = self.relay.as_ref()?;
+        self.announcer_of(self.relay.as_ref()?)
+    }
+
+    /// Tells the relay, once called, that the node holds `claimed`'s payload: `None` when
+    /// the node does not serve it.
+    fn announcer_of(&self, claimed: &NodeRelay) -> Option<Box<dyn FnOnce()>> {
         if !claimed.serve {
             return None;
         }
@@ -463,19 +558,39 @@ impl Run<'_, '_> {
     /// After a run that carried keadm from this machine: a seed that did not get it
     /// hands its role on; a copy that arrived is counted as crossing the uplink.
     pub(super) fn relay_settle(&mut self, received: bool, sent: Option<u64>) {
-        let Some(claimed) = &self.relay else { return };
-        if claimed.role == Role::Seed && !received {
-            claimed.relay.seed_failed(&claimed.site, &claimed.sha256);
-        }
-        if let (true, Some(bytes)) = (received, sent) {
-            claimed.relay.count(&claimed.site, bytes, false);
+        let Some(claimed) = &mut self.relay else {
+            return;
+        };
+        settle(claimed, received, sent);
+    }
+
+    /// Waits, abortably, for a source of `claimed`'s payload while a seed is on its way;
+    /// a node whose wait runs out, or that becomes the seed, gets it the direct way.
+    fn wait_for_source(&mut self, claimed: &mut NodeRelay) {
+        let name = claimed.name.clone();
+        self.transcript
+            .note(&format!("waiting for a node of the site to have {name}"));
+        let limit = self.node.deadlines.upload(claimed.size);
+        let cancel = self.ctx.cancel;
+        let since = Instant::now();
+        let role = claimed
+            .relay
+            .wait(&claimed.site, &claimed.sha256, limit, || cancel.stopping());
+        self.transcript.note(&format!(
+            "waited {:.2} s for a node of the site",
+            since.elapsed().as_secs_f64()
+        ));
+        claimed.take_role(role, self.node);
+        if claimed.role == Role::Direct {
+            self.transcript.note(&format!(
+                "no node of the site had {name} in time: getting it from this machine"
+            ));
         }
     }
 
     /// When the node reads keadm from a node of its site: takes keadm out of `uploads`
-    /// and returns it (it goes the direct way should the read fail). Waits, abortably,
-    /// for a source while a seed is on its way; a node whose wait runs out, or that
-    /// becomes the seed, gets keadm the direct way.
+    /// and returns it (it goes the direct way should the read fail). Waits for a source
+    /// while a seed is on its way.
     pub(super) fn relay_from_peer(
         &mut self,
         uploads: &mut Vec<Upload>,
@@ -485,36 +600,61 @@ impl Run<'_, '_> {
         if self.node_has(facts, keadm) {
             return None;
         }
-        let mut role = self.relay_claim(keadm, facts)?;
-        if role == Role::Wait {
-            let claimed = self.relay.as_ref()?;
-            self.transcript
-                .note("waiting for a node of the site to have keadm");
-            let limit = self.node.deadlines.upload(claimed.size);
-            let cancel = self.ctx.cancel;
-            let since = Instant::now();
-            role = claimed
-                .relay
-                .wait(&claimed.site, &claimed.sha256, limit, || cancel.stopping());
-            self.transcript.note(&format!(
-                "waited {:.2} s for a node of the site",
-                since.elapsed().as_secs_f64()
-            ));
-            let serve = matches!(role, Role::Seed | Role::From { .. })
-                && claimed.relay.worth_serving(&claimed.site, &claimed.sha256);
-            if serve {
-                claimed.relay.serves(&claimed.site, self.node);
-            }
-            if let Some(claimed) = &mut self.relay {
-                claimed.role = role.clone();
-                claimed.serve = serve;
-            }
-            if role == Role::Direct {
-                self.transcript
-                    .note("no node of the site had keadm in time: getting it from this machine");
-            }
+        if self.relay_claim(keadm, facts)? == Role::Wait {
+            let mut claimed = self.relay.take()?;
+            self.wait_for_source(&mut claimed);
+            self.relay = Some(claimed);
         }
+        let role = &self.relay.as_ref()?.role;
         matches!(role, Role::From { .. }).then(|| uploads.pop().expect("keadm is last"))
+    }
+
+    /// The script that reads `claimed`'s payload from its source into `tmp` with `mode`
+    /// and checks it; `None` when the node reads from no peer.
+    fn fetch_script_of(&mut self, claimed: &NodeRelay, tmp: &str, mode: u32) -> Option<String> {
+        let Role::From { source, .. } = &claimed.role else {
+            return None;
+        };
+        self.transcript.note(&format!(
+            "reading {} from {} of the site {}, not from this machine",
+            claimed.name, source.host, claimed.site
+        ));
+        Some(remote::relay::fetch_script(
+            &self.node.upload_dir,
+            tmp,
+            source,
+            &self.node.ssh.host,
+            &claimed.sha256,
+            claimed.size,
+            mode,
+            claimed.hasher,
+        ))
+    }
+
+    /// Tells the relay how a read of `claimed`'s payload from a peer ended, and says so in
+    /// the transcript: when it failed (`why`), the node gets the payload from this machine.
+    fn fetch_ended(&mut self, claimed: &NodeRelay, received: bool, failed: Option<String>) {
+        let Role::From {
+            node: source_node,
+            source,
+        } = &claimed.role
+        else {
+            return;
+        };
+        let (relay, site) = (&claimed.relay, &claimed.site);
+        relay.read_done(site, &claimed.sha256, *source_node, received);
+        if let Some(why) = failed {
+            self.transcript.note(&format!(
+                "reading {} from {} failed ({why}); getting it from this machine instead",
+                claimed.name, source.host
+            ));
+        } else if received {
+            relay.count(site, claimed.size, true);
+            self.transcript.note(&format!(
+                "{} came from {} of the site ({} bytes), checked against the sha256 this machine verified",
+                claimed.name, source.host, claimed.size
+            ));
+        }
     }
 
     /// Reads keadm from the site's source into place and runs it, in one channel. `true`
@@ -526,81 +666,163 @@ impl Run<'_, '_> {
         moves: &[Move],
         privilege: Privilege,
     ) -> Result<bool, StepError> {
-        let claimed = self.relay.as_ref().expect("claimed before");
-        let Role::From {
-            node: source_node,
-            source,
-        } = claimed.role.clone()
-        else {
+        let claimed = self.relay.take().expect("claimed before");
+        let tmp = self.temp_name("keadm");
+        let Some(script) = self.fetch_script_of(&claimed, &tmp, 0o755) else {
+            self.relay = Some(claimed);
             return Ok(true);
         };
-        let (relay, site, sha256, size, hasher) = (
-            claimed.relay.clone(),
-            claimed.site.clone(),
-            claimed.sha256.clone(),
-            claimed.size,
-            claimed.hasher,
-        );
-        let node = self.node;
-        let tmp = self.temp_name("keadm");
         let arrival = Arrival {
-            script: remote::relay::fetch_script(
-                &node.upload_dir,
-                &tmp,
-                &source,
-                &node.ssh.host,
-                &sha256,
-                size,
-                hasher,
-            ),
+            script,
             failed: RELAY_FAILED,
-            to_move: (tmp, "keadm".to_string(), sha256.clone()),
+            to_move: (tmp, "keadm".to_string(), claimed.sha256.clone()),
         };
-        self.transcript.note(&format!(
-            "reading keadm from {} of the site {site}, not from this machine",
-            source.host
-        ));
-        let announce = self.relay_announcer();
+        let size = claimed.size;
+        let key = claimed.key.clone();
+        let announce = self.announcer_of(&claimed);
+        self.relay = Some(claimed);
         let outcome = self.timed(Phase::Running, |run| {
             let script = run.keadm_script(moves, Some(arrival));
             let deadline = Instant::now() + run.keadm_time(size);
-            let mut key = Cursor::new(relay.key.private_openssh.clone().into_bytes());
+            let mut key = Cursor::new(key.private_openssh.clone().into_bytes());
             let watch = WatchReceived::new(true).announcing(announce);
             let (result, watch) =
                 run.exec_run_script(conn, &script, privilege, Some(&mut key), deadline, watch)?;
             Ok((result, watch.seen()))
         })?;
         let (result, received) = outcome;
-        if !received && matches!(result, Ok(RemoteExit::Code(RELAY_FAILED))) {
-            relay.read_done(&site, &sha256, source_node, false);
-            let why = self
-                .transcript
-                .tail(usize::MAX)
-                .into_iter()
-                .rev()
-                .find_map(|l| {
-                    l.strip_prefix(RELAY_FAILED_LINE)
-                        .map(|why| why.trim().to_string())
-                })
-                .unwrap_or_default();
-            self.transcript.note(&format!(
-                "reading keadm from {} failed ({why}); getting it from this machine instead",
-                source.host
-            ));
+        let claimed = self.relay.take().expect("claimed before");
+        let failed = (!received && matches!(result, Ok(RemoteExit::Code(RELAY_FAILED))))
+            .then(|| fetch_failure(&self.transcript.tail(usize::MAX).join("\n")));
+        self.fetch_ended(&claimed, received, failed.clone());
+        self.relay = Some(claimed);
+        if failed.is_some() {
             return Ok(true);
-        }
-        relay.read_done(&site, &sha256, source_node, received);
-        if received {
-            relay.count(&site, size, true);
-            self.transcript.note(&format!(
-                "keadm came from {} of the site ({size} bytes), checked against the verified release's sha256",
-                source.host
-            ));
         }
         self.timed(Phase::Running, |run| {
             run.keadm_ended(conn, result, privilege)
         })?;
         Ok(false)
+    }
+
+    /// Uploads image archives (`uploads`, each checked by its sha256) the way the node's
+    /// site relays them: the first node of the site to need one gets it from this machine
+    /// and serves it; the others read it from a node that has it, and get it from this
+    /// machine should that fail. Returns the renames into place, as [`Run::upload`] does.
+    /// A node whose site relays nothing gets them all from this machine.
+    pub(super) fn upload_relaying(
+        &mut self,
+        conn: &mut dyn Connection,
+        uploads: Vec<Upload>,
+        facts: &NodeFacts,
+        privilege: Privilege,
+        hasher: Sha256Tool,
+    ) -> Result<Vec<Move>, StepError> {
+        if self.relay_site().is_none() {
+            return Ok(self.upload(conn, uploads, facts, privilege, false)?.0);
+        }
+        let mut moves = Vec::new();
+        // Archives a seed is on its way for come last: the node seeds or reads the others
+        // meanwhile, so a site's archives cross its uplink side by side.
+        let mut waiting = Vec::new();
+        for upload in uploads {
+            let Some(claimed) = self.claim_payload(&upload, hasher) else {
+                moves.extend(self.upload(conn, vec![upload], facts, privilege, false)?.0);
+                continue;
+            };
+            if claimed.role == Role::Wait {
+                waiting.push((upload, claimed));
+            } else {
+                moves.extend(self.relay_or_upload(conn, upload, claimed, facts, privilege)?);
+            }
+        }
+        for (upload, mut claimed) in waiting {
+            self.wait_for_source(&mut claimed);
+            moves.extend(self.relay_or_upload(conn, upload, claimed, facts, privilege)?);
+        }
+        Ok(moves)
+    }
+
+    /// Gets one archive as `claimed` says: from a peer (falling back to this machine), or
+    /// from this machine, serving it afterwards when the site needs sources.
+    fn relay_or_upload(
+        &mut self,
+        conn: &mut dyn Connection,
+        upload: Upload,
+        mut claimed: NodeRelay,
+        facts: &NodeFacts,
+        privilege: Privilege,
+    ) -> Result<Vec<Move>, StepError> {
+        if let Some(received) = self.fetch_from_peer(conn, &upload, &claimed, privilege)? {
+            return Ok(vec![received]);
+        }
+        if matches!(claimed.role, Role::From { .. }) {
+            // The read failed: this node gets it directly and serves nobody.
+            claimed.role = Role::Direct;
+            claimed.serve = false;
+        }
+        let tmp = self.temp_name(&upload.name);
+        let upload = upload.then(self.serve_line_of(&claimed, &tmp));
+        let announce = self.announcer_of(&claimed);
+        let before = self.bytes_uploaded;
+        let result = self.upload(conn, vec![upload], facts, privilege, false);
+        let received = matches!(&result, Ok((moves, _)) if !moves.is_empty());
+        settle(&mut claimed, received, Some(self.bytes_uploaded - before));
+        if let (true, Some(announce)) = (received, announce) {
+            announce();
+        }
+        Ok(result?.0)
+    }
+
+    /// Reads one archive from the peer `claimed` names into its temporary name, checked
+    /// by size and sha256, in a channel of its own (the run's key on stdin). `None`, with
+    /// the reason in the transcript, when the node reads from no peer or the read failed.
+    fn fetch_from_peer(
+        &mut self,
+        conn: &mut dyn Connection,
+        upload: &Upload,
+        claimed: &NodeRelay,
+        privilege: Privilege,
+    ) -> Result<Option<Move>, StepError> {
+        let tmp = self.temp_name(&upload.name);
+        let Some(fetch) = self.fetch_script_of(claimed, &tmp, upload.mode) else {
+            return Ok(None);
+        };
+        let script = format!("{fetch}{}", self.serve_line_of(claimed, &tmp));
+        let deadline = Instant::now() + self.node.deadlines.upload(upload.size);
+        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
+        let mut key = Cursor::new(claimed.key.private_openssh.clone().into_bytes());
+        let result = self.timed(Phase::Uploading, |run| {
+            Ok(exec_as(
+                conn,
+                &script,
+                privilege,
+                password_of(run.node),
+                Some(&mut key),
+                deadline,
+                &mut output,
+            ))
+        })?;
+        let exit = result.map_err(|e| {
+            StepError::transport(
+                Phase::Uploading,
+                format!("Cannot read {} from a node of the site.", upload.name),
+                e,
+            )
+        })?;
+        if !exit.success() {
+            let why = match fetch_failure(&output.text()) {
+                why if why.is_empty() => exit.to_string(),
+                why => why,
+            };
+            self.fetch_ended(claimed, false, Some(why));
+            return Ok(None);
+        }
+        self.fetch_ended(claimed, true, None);
+        if let Some(announce) = self.announcer_of(claimed) {
+            announce();
+        }
+        Ok(Some((tmp, upload.name.clone(), claimed.sha256.clone())))
     }
 
     /// The node is done: when it was its site's last, the site's sources serve no more.
@@ -609,6 +831,21 @@ impl Run<'_, '_> {
             return;
         };
         unserve_all(&relay.node_done(site), self.ctx);
+    }
+}
+
+/// After a copy of `claimed`'s payload was sent from this machine (`sent` bytes): a seed
+/// that did not get it hands its role on; a copy that arrived is counted as crossing the
+/// uplink.
+fn settle(claimed: &mut NodeRelay, received: bool, sent: Option<u64>) {
+    if claimed.role == Role::Seed && !received {
+        claimed.relay.seed_failed(&claimed.site, &claimed.sha256);
+        // Handed on once: should this node's next form fail too, another node may be
+        // seeding by then, and its slot is not this node's to give away.
+        claimed.role = Role::Direct;
+    }
+    if let (true, Some(bytes)) = (received, sent) {
+        claimed.relay.count(&claimed.site, bytes, false);
     }
 }
 
@@ -637,12 +874,7 @@ fn unserve(node: &NodePlan, ctx: &Context) {
     }
 }
 
-fn claim(sites: &mut HashMap<Site, SiteState>, site: &Site, sha256: &str) -> Role {
-    let Some(state) = sites.get_mut(site) else {
-        return Role::Direct;
-    };
-    let unclaimed = &mut state.unclaimed;
-    let payload = state.payloads.entry(sha256.to_string()).or_default();
+fn claim(payload: &mut Payload) -> Role {
     // The least busy source with room.
     if let Some(holder) = payload
         .holders
@@ -651,7 +883,7 @@ fn claim(sites: &mut HashMap<Site, SiteState>, site: &Site, sha256: &str) -> Rol
         .min_by_key(|h| h.readers)
     {
         holder.readers += 1;
-        *unclaimed = unclaimed.saturating_sub(1);
+        payload.unclaimed = payload.unclaimed.saturating_sub(1);
         return Role::From {
             node: holder.node,
             source: holder.source.clone(),
@@ -659,7 +891,7 @@ fn claim(sites: &mut HashMap<Site, SiteState>, site: &Site, sha256: &str) -> Rol
     }
     if payload.holders.is_empty() && !payload.seeding {
         payload.seeding = true;
-        *unclaimed = unclaimed.saturating_sub(1);
+        payload.unclaimed = payload.unclaimed.saturating_sub(1);
         return Role::Seed;
     }
     Role::Wait
@@ -690,19 +922,12 @@ mod tests {
         }
     }
 
-    fn key() -> RelayKey {
-        RelayKey {
-            private_openssh: String::new(),
-            public_line: String::new(),
-        }
-    }
-
     /// The first node seeds, the others wait for it, then read at most four at a time
     /// from each holder; a failed seed hands the role on; the sources come back once.
     #[test]
     fn one_seed_then_a_widening_fan_out_then_the_sources_to_clean() {
         let nodes = site_of(7);
-        let relay = Relay::for_nodes(&nodes, key()).unwrap();
+        let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
         let site = Site::Named("s1".into());
         assert_eq!(relay.claim(&site, "a"), Role::Seed);
         assert_eq!(relay.claim(&site, "a"), Role::Wait);
@@ -745,7 +970,7 @@ mod tests {
     #[test]
     fn only_nodes_the_site_still_needs_become_sources() {
         let nodes = site_of(6);
-        let relay = Relay::for_nodes(&nodes, key()).unwrap();
+        let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
         let site = Site::Named("s1".into());
         assert_eq!(relay.claim(&site, "a"), Role::Seed);
         assert!(

@@ -161,6 +161,9 @@ pub(super) struct Upload {
     /// What the node checks the file's sha256 with once it has it, before anything moves
     /// it into place (image archives, which a runtime imports as they are).
     checked: Option<Sha256Tool>,
+    /// Shell to run in the same channel once the file is in (the site relay's line that
+    /// serves it); it runs only when the file arrived whole and checked.
+    then: String,
 }
 
 impl Upload {
@@ -183,7 +186,27 @@ impl Upload {
             tarball: None,
             gzipped: None,
             checked: None,
+            then: String::new(),
         }
+    }
+
+    /// With `script` run once the file is in, in the same channel.
+    pub(super) fn then(mut self, script: String) -> Upload {
+        self.then = script;
+        self
+    }
+
+    /// `receive` (a script that receives this file), then what runs once it is in.
+    fn and_then(&self, receive: String) -> String {
+        if self.then.is_empty() {
+            return receive;
+        }
+        format!(
+            "{{ {receive}
+}} || exit $?
+{}",
+            self.then
+        )
     }
 
     /// Sent as `gzipped` where the node can decompress it.
@@ -352,6 +375,7 @@ impl Run<'_, '_> {
                 tarball: tarball_source(&staged).filter(|_| facts.can_unpack_tarball()),
                 gzipped: None,
                 checked: None,
+                then: String::new(),
             });
         }
         Ok(uploads)
@@ -464,14 +488,14 @@ impl Run<'_, '_> {
                     return Ok((moves, Some(run.defer(upload))));
                 }
                 if sent.is_none() {
-                    let script = remote::receive_script(
+                    let script = upload.and_then(remote::receive_script(
                         &node.upload_dir,
                         &tmp,
                         upload.mode,
                         upload.size,
                         upload.check(),
                         Encoding::Plain,
-                    );
+                    ));
                     let (result, output) =
                         run.send_file(conn, &script, &upload.local, privilege, deadline)?;
                     // The node removed it already; its bytes crossed the wire.
@@ -527,14 +551,14 @@ impl Run<'_, '_> {
         tmp: &str,
         privilege: Privilege,
     ) -> Result<Option<u64>, StepError> {
-        let script = remote::receive_script(
+        let script = upload.and_then(remote::receive_script(
             &self.node.upload_dir,
             tmp,
             upload.mode,
             upload.size,
             upload.check(),
             Encoding::Gzip,
-        );
+        ));
         let packed = Packed {
             path: &gzipped.path,
             size: gzipped.size,

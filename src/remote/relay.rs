@@ -44,10 +44,12 @@ if [ -n \"$SUDO_USER\" ]; then kb_home=$(getent passwd \"$SUDO_USER\" 2>/dev/nul
 /// `expiry-time` ends it `lifetime` seconds from now by the node's own clock, should
 /// nobody remove it. A node whose `date` cannot compute that time serves nothing.
 /// Quiet: a node that cannot serve is simply no source.
+#[allow(clippy::too_many_arguments)]
 pub fn serve_script(
     dir: &str,
     tmp: &str,
     name: &str,
+    sha256: &str,
     public_key: &str,
     from: &[String],
     run_token: &str,
@@ -57,7 +59,7 @@ pub fn serve_script(
     // Inside the command="..." option: double quotes are its delimiters, so the paths
     // are single-quoted (shell_quote never writes a double quote).
     let direct = format!("cat -- {} 2>/dev/null || cat -- {}", path(tmp), path(name));
-    let copy = copy_name(run_token);
+    let copy = copy_name(run_token, sha256);
     // The line is put together on the node, where its clock (the expiry) and the login
     // user's home (the copy under sudo) are known.
     let format = format!(
@@ -81,9 +83,12 @@ pub fn serve_script(
     )
 }
 
-/// The name of a sudo node's served copy in the login user's home.
-fn copy_name(run_token: &str) -> String {
-    format!(".{}", tag(run_token))
+/// The name of a sudo node's served copy of the payload `sha256` in the login user's
+/// home: the run's tag, then the start of the payload's hash (a run may serve several
+/// payloads; hex needs no quoting, where an archive's name might).
+fn copy_name(run_token: &str, sha256: &str) -> String {
+    let short = sha256.get(..16).unwrap_or(sha256);
+    format!(".{}.{short}", tag(run_token))
 }
 
 /// Removes the relay's lines from the login user's authorized_keys: this run's (`Some`)
@@ -109,11 +114,10 @@ pub fn unserve_script(run_token: &str, keep: bool) -> String {
     // The copies a sudo node served: this run's, or every other run's.
     let copies = if keep {
         format!(
-            "for kb_f in \"$kb_home\"/.{TAG}*; do [ \"$kb_f\" = \"$kb_home/{}\" ] || rm -f -- \"$kb_f\"; done",
-            copy_name(run_token)
+            "for kb_f in \"$kb_home\"/.{TAG}*; do case \"$kb_f\" in \"$kb_home/.{tag}.\"*) ;; *) rm -f -- \"$kb_f\";; esac; done"
         )
     } else {
-        format!("rm -f -- \"$kb_home/{}\"", copy_name(run_token))
+        format!("rm -f -- \"$kb_home/.{tag}.\"*")
     };
     format!(
         "( {FIND_AUTHORIZED_KEYS}; {copies}; [ -f \"$kb_ak\" ] && grep -q -- {tag_any} \"$kb_ak\" || exit 0; \
@@ -142,7 +146,7 @@ pub struct Source {
     pub host_key: String,
 }
 
-/// Fetches `name` from `source` into `dir/tmp` with the node's ssh client, bound to the
+/// Fetches a payload from `source` into `dir/tmp` (then `mode`) with the node's ssh client, bound to the
 /// node's own address `bind` (what the source's `from=` admits), and checks its sha256
 /// and size before anything moves. The run's key comes on stdin (never on a command
 /// line, where other users could read it); it and the source's host key are written to
@@ -152,6 +156,7 @@ pub struct Source {
 /// A node whose CPU has AES instructions asks for AES-GCM first: it moves the copy at
 /// several times chacha20's speed there, and a site's fan-out is bound by the nodes' CPU,
 /// not by their LAN. Without them OpenSSH's own order (chacha20 first) is faster.
+#[allow(clippy::too_many_arguments)]
 pub fn fetch_script(
     dir: &str,
     tmp: &str,
@@ -159,6 +164,7 @@ pub fn fetch_script(
     bind: &str,
     sha256: &str,
     size: u64,
+    mode: u32,
     hasher: Sha256Tool,
 ) -> String {
     let t = shell_quote(tmp);
@@ -176,8 +182,8 @@ pub fn fetch_script(
          -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o LogLevel=ERROR \
          -b {bind} -p {port} -l {user} {host} fetch > {t} 2> \"$kb_e\" || kb_fail \"$(head -c 300 \"$kb_e\" | tr '\\n' ' ')\"\n\
          {check} || kb_fail the copy from {from} has $(( $(wc -c < {t}) )) bytes, not {size}\n\
-         kb_s=$({hash} < {t}) && [ \"${{kb_s%% *}}\" = {sha} ] || kb_fail the copy from {from} does not have the sha256 of the verified release\n\
-         chmod 755 -- {t}\n",
+         kb_s=$({hash} < {t}) && [ \"${{kb_s%% *}}\" = {sha} ] || kb_fail the copy from {from} does not have the sha256 this machine verified\n\
+         chmod {mode:o} -- {t}\n",
         dir = shell_quote(dir),
         key_end = shell_quote(KEY_END),
         known = shell_quote(&format!("{HOST_ALIAS} {}", source.host_key)),
@@ -207,6 +213,7 @@ mod tests {
             "/tmp/kubeedge/keadm",
             ".keadm.t-1.tmp",
             "keadm",
+            "0123456789abcdef0123",
             "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOnly",
             &["10.0.0.1".into(), "10.0.0.2".into()],
             "t",

@@ -621,8 +621,15 @@ impl Node {
         }) {
             let sudoers = self.dir.join("sudoers");
             write_sudoers_copy(&sudoers, rules);
+            // sudo's credential cache (keyed by the parent's pid and start time) is the
+            // node's own, as on a real machine: shared, one node's sudo could find the
+            // record of another node's shell with the same pid in its own pid namespace,
+            // started in the same clock tick, and skip the password that the next channel
+            // then lacks.
             s.push_str(&format!(
-                "mount --bind '{}' /etc/sudoers\n",
+                "mount --bind '{}' /etc/sudoers\n\
+                 mkdir -p /run/sudo\n\
+                 mount -t tmpfs -o mode=0711 keadm-batch-test-sudo /run/sudo\n",
                 sudoers.display()
             ));
         }
