@@ -23,6 +23,20 @@
 //! node is retried on the next address. Port 22 keeps configs realistic ("host only").
 //! `NodeOpt::Ipv6` nodes listen on `[::1]:<free port>` instead.
 //!
+//! Site LANs (`Fleet::builder().nodes(4).site_lans(&[0, 0, 0, 1])`, the relay tests):
+//! each node's sshd also runs in a network namespace of its own (`nsenter --net` before
+//! the `unshare` above), whose `eth0` is a veth to its LAN's bridge; each LAN's bridge is
+//! in a namespace the fixture made, and the test process (the control host, in the root
+//! namespace) reaches each LAN through one veth pair, whose root end holds `.1` of the
+//! LAN's subnet. Rules (tests/common/lan.rs): addresses only from 198.18.0.0/15, one
+//! /24 per LAN picked under a lock among those the root namespace does not use; a node
+//! listens on `.(10 + i):22` and its only route is its LAN's /24 (no default route, so
+//! nodes of two LANs cannot reach each other); nothing is bridged or routed to the
+//! machine's interfaces; every namespace and root-side interface is named
+//! `kbf<pid>-<fleet>...`, removed when the fleet drops, and what a crashed test process
+//! left is removed by the next one. A machine that cannot make them fails the test,
+//! saying what it needs (root, iproute2, veth and bridge support).
+//!
 //! State lives in a temp dir under `/var/tmp` (never under `/tmp`, which each node
 //! replaces with its own). Dropping the fleet kills exactly the processes it started,
 //! by pid, and removes the dir.
@@ -38,6 +52,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use super::lan::SiteLans;
 use keadm_batch::redact::Secret;
 use keadm_batch::transport::{Auth, ConnectSpec, Endpoint, HostKeyPolicy};
 
@@ -107,6 +122,7 @@ pub struct FleetBuilder {
     nodes: usize,
     all: Vec<NodeOpt>,
     per_node: HashMap<usize, Vec<NodeOpt>>,
+    lans: Option<Vec<usize>>,
 }
 
 impl FleetBuilder {
@@ -124,6 +140,13 @@ impl FleetBuilder {
     /// An option for every node.
     pub fn all_nodes(mut self, opt: NodeOpt) -> Self {
         self.all.push(opt);
+        self
+    }
+
+    /// Puts node `i` on site LAN `lans[i]` (numbered from 0), in network namespaces the
+    /// fleet makes, instead of on loopback: see the module doc. One entry per node.
+    pub fn site_lans(mut self, lans: &[usize]) -> Self {
+        self.lans = Some(lans.to_vec());
         self
     }
 
@@ -150,11 +173,23 @@ impl FleetBuilder {
             authorized_keys,
             shadow,
         };
+        // Made before the nodes, so that it drops after them should a node fail to start.
+        let lans = self.lans.as_ref().map(|lans| {
+            assert_eq!(
+                lans.len(),
+                self.nodes,
+                "fleet: site_lans needs one LAN number per node"
+            );
+            SiteLans::create(lans)
+        });
         let mut nodes = Vec::with_capacity(self.nodes);
         for i in 0..self.nodes {
             let mut opts = self.all.clone();
             opts.extend(self.per_node.get(&i).cloned().unwrap_or_default());
-            nodes.push(Node::create(&shared, i, opts));
+            let lan = lans
+                .as_ref()
+                .map(|l| (l.netns_path(i), l.address(i).to_string()));
+            nodes.push(Node::create(&shared, i, opts, lan));
         }
         // Spawn all, then wait for all, so 20 nodes start in about the time of one.
         for node in &mut nodes {
@@ -166,6 +201,7 @@ impl FleetBuilder {
         Fleet {
             shared,
             nodes,
+            lans,
             keys: Default::default(),
             _dir: dir,
         }
@@ -181,6 +217,8 @@ struct Shared {
 pub struct Fleet {
     shared: Shared,
     nodes: Vec<Node>,
+    /// After `nodes`: a namespace goes once no node runs in it.
+    lans: Option<SiteLans>,
     keys: [OnceLock<PathBuf>; 3],
     // Dropped last (fields drop in order): the nodes are killed before their dirs go.
     _dir: tempfile::TempDir,
@@ -209,6 +247,11 @@ impl Fleet {
 
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
+    }
+
+    /// The fleet's site LANs, when it was built with [`FleetBuilder::site_lans`].
+    pub fn lans(&self) -> Option<&SiteLans> {
+        self.lans.as_ref()
     }
 
     /// Root's password on every node.
@@ -301,10 +344,18 @@ pub struct Node {
     child: Option<Child>,
     sshd_pid: Option<i32>,
     spawned_at: Instant,
+    /// The node's network namespace (a path for `nsenter --net=`) on a site LAN; `None`
+    /// on loopback.
+    netns: Option<String>,
 }
 
 impl Node {
-    fn create(shared: &Shared, index: usize, opts: Vec<NodeOpt>) -> Node {
+    fn create(
+        shared: &Shared,
+        index: usize,
+        opts: Vec<NodeOpt>,
+        lan: Option<(String, String)>,
+    ) -> Node {
         let dir = shared.root.join(format!("node{index}"));
         let tmp = dir.join("tmp");
         fs::create_dir_all(&tmp).unwrap();
@@ -324,10 +375,22 @@ impl Node {
             child: None,
             sshd_pid: None,
             spawned_at: Instant::now(),
+            netns: None,
         };
         node.new_host_key();
         node.write_uname_wrappers();
-        let (host, port) = allocate_address(node.opts.contains(&NodeOpt::Ipv6));
+        let (host, port) = match lan {
+            Some((netns, address)) => {
+                assert!(
+                    !node.opts.contains(&NodeOpt::Ipv6),
+                    "fleet: a node on a site LAN has an IPv4 address"
+                );
+                // The LAN's address is the node's alone: nothing else can take it.
+                node.netns = Some(netns);
+                (address, 22)
+            }
+            None => allocate_address(node.opts.contains(&NodeOpt::Ipv6)),
+        };
         node.host = host;
         node.port = port;
         node
@@ -394,7 +457,8 @@ impl Node {
         format!("{name} {}\n", key.join(" "))
     }
 
-    /// Runs `sh -c script` inside the node's namespaces (its /tmp, its uname), as root.
+    /// Runs `sh -c script` inside the node's namespaces (its /tmp, its uname, its network
+    /// on a site LAN), as root.
     pub fn shell(&self, script: &str) -> Output {
         Command::new("nsenter")
             .args([
@@ -402,6 +466,7 @@ impl Node {
                 &self.sshd_pid().to_string(),
                 "-m",
                 "-p",
+                "-n",
                 "--",
                 "sh",
                 "-c",
@@ -651,7 +716,17 @@ impl Node {
         let config = self.write_config();
         let script = self.script(&config);
         let stderr = fs::File::create(self.dir.join("start.log")).unwrap();
-        let child = Command::new("unshare")
+        // On a site LAN, nsenter joins the node's network namespace and execs unshare,
+        // which stays the child this fixture waits for and kills.
+        let mut command = match &self.netns {
+            Some(netns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={netns}")).args(["--", "unshare"]);
+                c
+            }
+            None => Command::new("unshare"),
+        };
+        let child = command
             .args([
                 "--mount",
                 "--pid",
@@ -684,7 +759,8 @@ impl Node {
                     self.sshd_pid = Some(self.find_sshd_pid());
                     return;
                 }
-                Err(why) if attempt < 2 => {
+                // A site LAN's address is the node's alone: nobody can have taken it.
+                Err(why) if attempt < 2 && self.netns.is_none() => {
                     eprintln!(
                         "fleet: node {} on {}:{} did not start ({why}); retrying on a new address",
                         self.index, self.host, self.port

@@ -9,6 +9,7 @@ pub mod fleet;
 pub mod hostile;
 pub mod http_server;
 pub mod image_archive;
+pub mod lan;
 pub mod pod;
 pub mod registry;
 pub mod scenario;
