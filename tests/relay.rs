@@ -1,7 +1,8 @@
-//! One copy per site on real sshd nodes (loopback is the site's network here): the
-//! first node to need keadm gets it from the control host, the others read it from a
-//! node of the site with their own ssh client, checked by sha256; any failure of that
-//! sends the node keadm directly; no key is left on any node.
+//! One copy per site on real sshd nodes, a site's nodes on a LAN of their own (network
+//! namespaces joined by a bridge; the test process is the control host, with one link to
+//! each LAN): the first node to need keadm gets it from the control host, the others read
+//! it from a node of the site with their own ssh client, checked by sha256; any failure
+//! of that sends the node keadm directly; no key is left on any node.
 
 use crate::common::fake_keadm::FakeKeadm;
 use crate::common::fleet::{Fleet, Node, NodeOpt, Sudo};
@@ -91,7 +92,7 @@ fn same_keadm_everywhere(fleet: &Fleet, nodes: usize) {
 
 #[test]
 fn a_site_gets_keadm_over_its_uplink_once_and_the_rest_from_its_nodes() {
-    let fleet = Fleet::builder().nodes(4).start();
+    let fleet = Fleet::builder().nodes(4).site_lans(&[0, 0, 0, 0]).start();
     let sc = Scenario::new(&fleet)
         .keadm(keadm())
         .max_run_num(4)
@@ -118,7 +119,7 @@ fn a_site_gets_keadm_over_its_uplink_once_and_the_rest_from_its_nodes() {
 
 #[test]
 fn relay_off_sends_every_node_its_own_copy() {
-    let fleet = Fleet::builder().nodes(3).start();
+    let fleet = Fleet::builder().nodes(3).site_lans(&[0, 0, 0]).start();
     let sc = Scenario::new(&fleet)
         .keadm(keadm())
         .max_run_num(3)
@@ -148,6 +149,7 @@ fn a_source_that_serves_wrong_bytes_cannot_get_them_installed() {
     );
     let fleet = Fleet::builder()
         .nodes(3)
+        .site_lans(&[0, 0, 0])
         .node_option(0, NodeOpt::SshdConfig(tamper))
         .start();
     let sc = Scenario::new(&fleet)
@@ -177,23 +179,82 @@ fn a_source_that_serves_wrong_bytes_cannot_get_them_installed() {
     }
 }
 
-/// A receiver without an ssh client (it cannot reach the source) falls back, with one
-/// line saying why, and joins.
+/// A receiver on another LAN than its source (one `site:` in the config, but no route
+/// between the two LANs): its `ssh -b` to the source fails, and it falls back to this
+/// machine, with one line saying why, and joins.
 #[test]
 fn a_receiver_that_cannot_reach_the_source_falls_back() {
-    let fleet = Fleet::builder().nodes(2).start();
-    let hide = fleet.node(1).shell("mount --bind /bin/false /usr/bin/ssh");
-    assert!(hide.status.success(), "{hide:?}");
+    let fleet = Fleet::builder().nodes(2).site_lans(&[0, 1]).start();
     let sc = Scenario::new(&fleet)
         .keadm(keadm())
         .max_run_num(1)
         .top_yaml("site: store-1");
     let out = sc.run(&[]);
     out.status(0);
+    let source = fleet.node(0).host();
     let t1 = out.transcript(1);
-    assert!(t1.contains("getting it from this machine instead"), "{t1}");
+    assert!(
+        t1.contains(&format!("reading keadm from {source} of the site store-1")),
+        "node 1 did not try node 0:\n{t1}"
+    );
+    let fell_back: Vec<&str> = t1
+        .lines()
+        .filter(|l| l.contains("getting it from this machine instead"))
+        .collect();
+    assert_eq!(
+        fell_back.len(),
+        1,
+        "node 1 says once why it fell back:\n{t1}"
+    );
+    assert!(
+        fell_back[0].contains(&format!("reading keadm from {source} failed"))
+            && fell_back[0].contains("Network is unreachable"),
+        "node 1's line names the source and the unreachable network: {}",
+        fell_back[0]
+    );
+    let (direct, from_peer) = sources_of_keadm(&out, 2);
+    assert_eq!(direct, vec![0, 1], "both copies crossed the uplink");
+    assert!(from_peer.is_empty(), "{from_peer:?}");
     same_keadm_everywhere(&fleet, 2);
-    no_node_serves(&fleet, false, "");
+    no_node_serves(&fleet, false, &out.stderr);
+    let summary = out.summary();
+    let site = &summary["sites"][0];
+    assert_eq!(site["uplink_copies"], 2, "{site}");
+    assert_eq!(site["peer_copies"], 0, "{site}");
+}
+
+/// The LANs are what the tests above claim: a node's one route is its LAN, so it reaches
+/// a node of its LAN and not one of another.
+#[test]
+fn a_node_of_a_site_lan_routes_to_its_lan_only() {
+    let fleet = Fleet::builder().nodes(3).site_lans(&[0, 0, 1]).start();
+    let lans = fleet.lans().unwrap();
+    let routes = fleet
+        .node(0)
+        .shell("ip -4 route show table all | grep -v '^local\\|^broadcast'");
+    assert!(routes.status.success(), "{routes:?}");
+    let routes = String::from_utf8_lossy(&routes.stdout);
+    let (subnet, _) = lans.subnet(0);
+    assert_eq!(
+        routes.lines().map(str::trim_end).collect::<Vec<_>>(),
+        vec![format!(
+            "{subnet} dev eth0 proto kernel scope link src {}",
+            fleet.node(0).host()
+        )],
+        "node 0 has its LAN's route and no other"
+    );
+    let same = fleet
+        .node(0)
+        .shell(&format!("ip route get {}", fleet.node(1).host()));
+    assert!(same.status.success(), "node 0 routes to node 1: {same:?}");
+    let other = fleet
+        .node(0)
+        .shell(&format!("ip route get {}", fleet.node(2).host()));
+    assert!(
+        !other.status.success()
+            && String::from_utf8_lossy(&other.stderr).contains("Network is unreachable"),
+        "node 0 has no route to node 2 on the other LAN: {other:?}"
+    );
 }
 
 /// Under sudo the source serves from the login user's own authorized_keys, and the
@@ -202,6 +263,7 @@ fn a_receiver_that_cannot_reach_the_source_falls_back() {
 fn sudo_nodes_relay_too() {
     let fleet = Fleet::builder()
         .nodes(3)
+        .site_lans(&[0, 0, 0])
         .all_nodes(NodeOpt::Sudo(Sudo::Passwordless))
         .start();
     let sc = Scenario::new(&fleet)
@@ -264,7 +326,7 @@ fn holding_keadm() -> FakeKeadm {
 /// next run removes it (found by its tag), and leaves nothing of its own.
 #[test]
 fn the_next_run_removes_what_a_killed_control_host_left() {
-    let fleet = Fleet::builder().nodes(2).start();
+    let fleet = Fleet::builder().nodes(2).site_lans(&[0, 0]).start();
     let sc = Scenario::new(&fleet)
         .keadm(holding_keadm())
         .max_run_num(1)
@@ -289,7 +351,7 @@ fn the_next_run_removes_what_a_killed_control_host_left() {
 /// and no node still serves.
 #[test]
 fn ctrl_c_mid_fan_out_leaves_no_node_serving() {
-    let fleet = Fleet::builder().nodes(3).start();
+    let fleet = Fleet::builder().nodes(3).site_lans(&[0, 0, 0]).start();
     let sc = Scenario::new(&fleet)
         .keadm(holding_keadm())
         .max_run_num(1)
