@@ -223,6 +223,76 @@ fn a_receiver_that_cannot_reach_the_source_falls_back() {
     assert_eq!(site["peer_copies"], 0, "{site}");
 }
 
+/// A seed that cannot get keadm (its disk is full) hands its role to the next node of
+/// the site: that node gets keadm over the uplink and serves it, the others read it from
+/// that node, and every node but the failed seed joins.
+#[test]
+fn a_seed_that_fails_hands_its_role_to_the_next_node() {
+    let fleet = Fleet::builder().nodes(4).site_lans(&[0, 0, 0, 0]).start();
+    // Node 0 seeds (one node at a time, in config order). Its upload dir is a 1 MiB
+    // tmpfs in its own mount namespace: keadm, twice that, cannot be written there.
+    let full = fleet.node(0).shell(
+        "mkdir -p /tmp/kubeedge/keadm && mount -t tmpfs -o size=1m,mode=700 tmpfs /tmp/kubeedge/keadm",
+    );
+    assert!(full.status.success(), "{full:?}");
+    let sc = Scenario::new(&fleet)
+        .keadm(keadm())
+        .max_run_num(1)
+        .top_yaml("site: store-1");
+    let out = sc.run(&[]);
+    out.status(1);
+    let seed = out.node_summary(0);
+    assert_eq!(
+        seed["phase"], "failed",
+        "the seed whose disk is full fails: {seed}"
+    );
+    assert!(
+        seed["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no space left on device")),
+        "the seed failed for its full disk, not for another reason: {seed}"
+    );
+    for i in 1..4 {
+        assert_eq!(
+            out.node_summary(i)["phase"],
+            "succeeded",
+            "node {i} joins:\n{}",
+            out.transcript(i)
+        );
+    }
+    // Node 1 took the seed's role: it got keadm from this machine, 2 and 3 from it.
+    let (direct, from_peer) = sources_of_keadm(&out, 4);
+    assert!(
+        direct.contains(&1) && !direct.contains(&2) && !direct.contains(&3),
+        "only node 1 got keadm over the uplink (the failed seed's bytes may count too): {direct:?}"
+    );
+    assert_eq!(from_peer, vec![2, 3], "nodes 2 and 3 read from a peer");
+    let source = fleet.node(1).host();
+    for i in [2, 3] {
+        let t = out.transcript(i);
+        assert!(
+            t.contains(&format!("keadm came from {source} of the site")),
+            "node {i} read from node 1, the new seed:\n{t}"
+        );
+    }
+    let summary = out.summary();
+    let site = &summary["sites"][0];
+    assert_eq!(
+        site["uplink_copies"], 1,
+        "one copy arrived over the uplink: {site}"
+    );
+    assert_eq!(site["peer_copies"], 2, "{site}");
+    let first = std::fs::read(remote_keadm(fleet.node(1))).unwrap();
+    for i in [2, 3] {
+        assert_eq!(
+            std::fs::read(remote_keadm(fleet.node(i))).unwrap(),
+            first,
+            "node {i}'s keadm differs"
+        );
+    }
+    no_node_serves(&fleet, false, &out.stderr);
+}
+
 /// The LANs are what the tests above claim: a node's one route is its LAN, so it reaches
 /// a node of its LAN and not one of another.
 #[test]
