@@ -626,14 +626,14 @@ fn relay_lines(authorized_keys: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
-/// A site's nodes get each image archive over the uplink once: the first node to need
+/// A site's nodes (one LAN) get each image archive over the uplink once: the first node to need
 /// an archive gets it from the control host and serves it, the others read it from a node
 /// of the site, check its sha256 and import it; every runtime ends with the images, and
 /// no node serves anything after the run. With sudo, as root imports them.
 #[test]
 fn a_site_gets_each_image_archive_over_its_uplink_once() {
     for sudo in [false, true] {
-        let mut builder = Fleet::builder().nodes(3);
+        let mut builder = Fleet::builder().nodes(3).site_lans(&[0, 0, 0]);
         if sudo {
             builder = builder.all_nodes(NodeOpt::Sudo(Sudo::WithPassword));
         }
@@ -717,6 +717,7 @@ fn an_archive_a_source_serves_altered_is_refused_and_sent_directly() {
     let tamper = "ForceCommand if [ \"$SSH_ORIGINAL_COMMAND\" = fetch ]; then head -c 65536 /dev/zero; else exec sh -c \"$SSH_ORIGINAL_COMMAND\"; fi";
     let fleet = Fleet::builder()
         .nodes(2)
+        .site_lans(&[0, 0])
         .node_option(0, NodeOpt::SshdConfig(tamper.to_string()))
         .start();
     let runtimes: Vec<Containerd> = fleet.nodes().iter().map(Containerd::start).collect();
