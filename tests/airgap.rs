@@ -15,6 +15,7 @@ use crate::common::fake_keadm;
 use crate::common::fleet::{Fleet, NodeOpt, Sudo, TEST_USER_PASSWORD};
 use crate::common::image_archive::{docker_archive, host_arch, oci_archive, tar_of};
 use crate::common::scenario::{Login, Scenario, remote_keadm};
+use crate::relay::no_node_serves;
 
 /// What keadm join v1.23.1 asks the runtime for, as containerd names it.
 const PACKAGE: &str = "docker.io/kubeedge/installation-package:v1.23.1";
@@ -616,16 +617,6 @@ fn a_containerd_on_a_socket_named_for_nothing_is_asked_what_it_is() {
     );
 }
 
-/// The relay's lines left in a login's authorized_keys file.
-fn relay_lines(authorized_keys: &std::path::Path) -> Vec<String> {
-    fs::read_to_string(authorized_keys)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains("keadm-batch-relay-"))
-        .map(str::to_string)
-        .collect()
-}
-
 /// A site's nodes (one LAN) get each image archive over the uplink once: the first node to need
 /// an archive gets it from the control host and serves it, the others read it from a node
 /// of the site, check its sha256 and import it; every runtime ends with the images, and
@@ -686,20 +677,8 @@ fn a_site_gets_each_image_archive_over_its_uplink_once() {
             runtime.assert_has(&[PACKAGE, SANDBOX_IMAGE]);
             let seen = images_seen_by_keadm(fleet.node(i));
             assert!(seen.contains(PACKAGE), "node {i}: {seen}");
-            let home = if sudo {
-                fleet.node(i).tmp_path(".ssh/authorized_keys")
-            } else {
-                fleet.node(i).root_home_path(".ssh/authorized_keys")
-            };
-            assert_eq!(relay_lines(&home), Vec::<String>::new(), "node {i} serves");
-            let served: Vec<String> = fs::read_dir(fleet.node(i).tmp_path(""))
-                .unwrap()
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(".keadm-batch-relay-"))
-                .collect();
-            assert_eq!(served, Vec::<String>::new(), "node {i} keeps a served copy");
         }
+        no_node_serves(&fleet, sudo, &out.stderr);
         let summary = out.summary();
         let site = &summary["sites"][0];
         // keadm and the two archives, once each over the uplink; twice each from peers.
@@ -749,6 +728,7 @@ fn an_archive_a_source_serves_altered_is_refused_and_sent_directly() {
     for runtime in &runtimes {
         runtime.assert_has(&[PACKAGE, SANDBOX_IMAGE]);
     }
+    no_node_serves(&fleet, false, &out.stderr);
     let site = &out.summary()["sites"][0];
     assert_eq!(site["uplink_copies"], 6, "{site}");
     assert_eq!(site["peer_copies"], 0, "{site}");

@@ -28,9 +28,9 @@ fn relay_lines(path: &std::path::Path) -> Vec<String> {
 }
 
 /// Asserts that no node of `fleet` serves any more: no relay line in root's
-/// authorized_keys, or with `user_home` the test user's (its home is the node's /tmp), and
-/// no relay file left in the upload dir.
-fn no_node_serves(fleet: &Fleet, user_home: bool, context: &str) {
+/// authorized_keys, or with `user_home` the test user's (its home is the node's /tmp) and
+/// no copy a sudo node served there, and no relay file left in the upload dir.
+pub(crate) fn no_node_serves(fleet: &Fleet, user_home: bool, context: &str) {
     for (i, node) in fleet.nodes().iter().enumerate() {
         let keys = if user_home {
             node.tmp_path(".ssh/authorized_keys")
@@ -43,6 +43,19 @@ fn no_node_serves(fleet: &Fleet, user_home: bool, context: &str) {
             "node {i} still serves\n{context}"
         );
         assert_eq!(relay_leftovers(node), Vec::<String>::new(), "node {i}");
+        if user_home {
+            let copies: Vec<String> = std::fs::read_dir(node.tmp_path(""))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(".keadm-batch-relay-"))
+                .collect();
+            assert_eq!(
+                copies,
+                Vec::<String>::new(),
+                "node {i} keeps its served copy"
+            );
+        }
     }
 }
 
@@ -356,19 +369,6 @@ fn sudo_nodes_relay_too() {
     assert_eq!(from_peer.len(), 2, "{from_peer:?}");
     same_keadm_everywhere(&fleet, 3);
     no_node_serves(&fleet, true, "");
-    for i in 0..3 {
-        let copies: Vec<String> = std::fs::read_dir(fleet.node(i).tmp_path(""))
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(".keadm-batch-relay-"))
-            .collect();
-        assert_eq!(
-            copies,
-            Vec::<String>::new(),
-            "node {i} keeps its served copy"
-        );
-    }
 }
 
 /// The seed's keadm holds on while the seed serves; returns the run once the seed's
