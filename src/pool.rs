@@ -148,36 +148,82 @@ fn work_through(
     let workers = max_run_num.clamp(1, nodes.len());
     // A dedicated pool sized to maxRunNum: rayon's global pool is sized to the CPUs.
     // Worker threads mostly wait on the network, so a small stack is plenty.
-    let pool = match rayon::ThreadPoolBuilder::new()
+    let builder = rayon::ThreadPoolBuilder::new()
         .num_threads(workers)
         .stack_size(512 * 1024)
-        .thread_name(|i| format!("keadm-batch-worker-{i}"))
-        .build()
-    {
-        Ok(pool) => pool,
-        Err(err) => {
-            log::error!(
-                "Could not start {workers} worker threads: {err}. No node was started; lower maxRunNum (--max-run-num) or the system's load."
-            );
-            return;
-        }
-    };
+        .thread_name(|i| format!("keadm-batch-worker-{i}"));
     let next = AtomicUsize::new(0);
-    pool.scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|_| {
-                loop {
-                    if cancel.stopping() || stop_starting() {
-                        break;
+    let ran = joined(builder, |pool| {
+        pool.scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|_| {
+                    loop {
+                        if cancel.stopping() || stop_starting() {
+                            break;
+                        }
+                        // Taking indices in order starts nodes in config order.
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        let Some(node) = nodes.get(i) else { break };
+                        work(i, node);
                     }
-                    // Taking indices in order starts nodes in config order.
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(node) = nodes.get(i) else { break };
-                    work(i, node);
-                }
-            });
-        }
+                });
+            }
+        });
     });
+    if let Err(err) = ran {
+        log::error!(
+            "Could not start {workers} worker threads: {err}. No node was started; lower maxRunNum (--max-run-num) or the system's load."
+        );
+    }
+}
+
+/// Builds the pool `builder` describes, calls `with_pool` with it, and returns only once
+/// every thread of the pool has exited, thread-local destructors and all.
+///
+/// A rayon `ThreadPool` that is dropped tells its threads to stop but does not wait for
+/// them, and `std::thread::scope` (so rayon's `build_scoped`) waits for its threads'
+/// closures, not for the threads' ends (rust-lang/rust#116237). Our workers use libssh2
+/// and OpenSSL, whose per-thread state OpenSSL frees in a pthread key destructor when a
+/// thread exits; a worker still exiting while the process exits raced OpenSSL's `atexit`
+/// cleanup, which frees the same state without its lock (openssl/openssl#6214): a
+/// "double free" abort after a run that succeeded. So the pool's threads are ours
+/// (`spawn_handler`), and each is joined (`pthread_join`, which returns after the
+/// thread's destructors have run) before this returns: also when the pool could not be
+/// built (rayon stops the threads it had started) or `with_pool` panics.
+pub fn joined<R>(
+    builder: rayon::ThreadPoolBuilder,
+    with_pool: impl FnOnce(&rayon::ThreadPool) -> R,
+) -> Result<R, rayon::ThreadPoolBuildError> {
+    let mut threads = JoinOnDrop(Vec::new());
+    let pool = builder
+        .spawn_handler(|thread| {
+            let mut os_thread = std::thread::Builder::new();
+            if let Some(name) = thread.name() {
+                os_thread = os_thread.name(name.to_string());
+            }
+            if let Some(size) = thread.stack_size() {
+                os_thread = os_thread.stack_size(size);
+            }
+            threads.0.push(os_thread.spawn(move || thread.run())?);
+            Ok(())
+        })
+        .build();
+    // The pool is dropped at the end of the closure, which tells its threads to stop;
+    // `threads`, dropped after it, joins them.
+    pool.map(|pool| with_pool(&pool))
+}
+
+/// Joins its threads when dropped.
+struct JoinOnDrop(Vec<std::thread::JoinHandle<()>>);
+
+impl Drop for JoinOnDrop {
+    fn drop(&mut self) {
+        for thread in self.0.drain(..) {
+            // A worker thread's own panic is rayon's abort; jobs' panics reach the caller
+            // of `joined` through its `scope`.
+            let _ = thread.join();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +285,49 @@ mod tests {
         assert_eq!(rec.outcomes().len(), 20);
         let log = std::fs::read_to_string(dir.path().join("log.txt")).unwrap();
         assert_eq!(log.lines().count(), 20);
+    }
+
+    /// When `run_all` returns, every worker thread has exited and its thread-local
+    /// destructors have run: OpenSSL frees a thread's state in such a destructor, and a
+    /// worker still in it as the process exits races OpenSSL's cleanup at exit (see
+    /// [`joined`]). The destructor here takes its time, as a slow exit would.
+    #[test]
+    fn every_worker_has_exited_when_run_all_returns() {
+        use std::cell::RefCell;
+        use std::sync::Arc;
+        struct OnExit(Arc<AtomicUsize>);
+        impl Drop for OnExit {
+            fn drop(&mut self) {
+                std::thread::sleep(Duration::from_millis(50));
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        thread_local! {
+            static ON_EXIT: RefCell<Option<OnExit>> = const { RefCell::new(None) };
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<NodePlan> = (0..8).map(plan).collect();
+        let rec = recorder(dir.path(), nodes.len());
+        let exited = Arc::new(AtomicUsize::new(0));
+        let workers = Mutex::new(std::collections::BTreeSet::new());
+        let policy = Policy {
+            max_run_num: 4,
+            ..Policy::default()
+        };
+        run_all(&nodes, policy, &Cancel::new(), &rec, |n| {
+            workers.lock().unwrap().insert(unsafe { libc::gettid() });
+            ON_EXIT.with(|e| {
+                e.borrow_mut().get_or_insert_with(|| OnExit(exited.clone()));
+            });
+            std::thread::sleep(Duration::from_millis(10));
+            outcome(n, true)
+        });
+        let workers = workers.into_inner().unwrap();
+        assert_eq!(exited.load(Ordering::SeqCst), workers.len());
+        for tid in workers {
+            let task = format!("/proc/self/task/{tid}");
+            assert!(!std::path::Path::new(&task).exists(), "{task} still exists");
+        }
     }
 
     #[test]

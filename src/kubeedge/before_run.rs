@@ -246,16 +246,18 @@ fn names_taken(client: &Cloudcore, names: &[String]) -> Result<Vec<String>, Clou
             .node_registered(name)
             .map(|taken| taken.then(|| name.to_string()))
     };
-    let results: Vec<Result<Option<String>, CloudcoreError>> = match rayon::ThreadPoolBuilder::new()
-        .num_threads(8.min(names.len().max(1)))
-        .build()
-    {
-        Ok(pool) => pool.install(|| {
-            use rayon::prelude::*;
-            names.par_iter().map(ask).collect()
-        }),
-        Err(_) => names.iter().map(ask).collect(),
-    };
+    // Joined before it returns: the threads used OpenSSL (see `pool::joined`).
+    let builder = rayon::ThreadPoolBuilder::new().num_threads(8.min(names.len().max(1)));
+    let results: Vec<Result<Option<String>, CloudcoreError>> =
+        match crate::pool::joined(builder, |pool| {
+            pool.install(|| {
+                use rayon::prelude::*;
+                names.par_iter().map(ask).collect()
+            })
+        }) {
+            Ok(results) => results,
+            Err(_) => names.iter().map(ask).collect(),
+        };
     let mut taken = Vec::new();
     for result in results {
         if let Some(name) = result? {
