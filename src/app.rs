@@ -26,6 +26,15 @@ use crate::{bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rer
 
 /// Runs keadm-batch with `args` and returns the process exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
+    // OpenSSL first, as rust-openssl initialises it: with OPENSSL_INIT_NO_ATEXIT. Whoever
+    // calls OpenSSL first decides, and some of the openssl crate's calls do not initialise
+    // it (the relay key's PKey::generate_ed25519, made on this thread before any SSH
+    // session): OpenSSL then initialised itself and registered OPENSSL_cleanup with
+    // atexit. At exit that frees every thread's OpenSSL state without a lock, racing any
+    // thread still exiting (openssl/openssl#6214; a "double free" abort after a run). The
+    // pools join their threads too (pool::joined); this keeps exit clear of OpenSSL
+    // whatever thread is still around (a jump-host bridge left to time out, say).
+    openssl::init();
     let command = match cli::parse(args) {
         Ok(command) => command,
         Err(err) => {
