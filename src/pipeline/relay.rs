@@ -28,7 +28,7 @@ use crate::plan::{KeadmSource, NodePlan, Site, sites};
 use crate::remote::relay::{RELAY_FAILED, RELAY_FAILED_LINE, Source};
 use crate::remote::{self, NodeFacts, Privilege, Sha256Tool};
 use crate::report::transcript::Transcript;
-use crate::transport::{Connection, RemoteExit};
+use crate::transport::{Connection, RemoteExit, TransportError};
 
 /// How many nodes read from one source at a time: the source's disk and link are shared
 /// by its own join too.
@@ -803,13 +803,23 @@ impl Run<'_, '_> {
                 &mut output,
             ))
         })?;
-        let exit = result.map_err(|e| {
-            StepError::transport(
-                Phase::Uploading,
-                format!("Cannot read {} from a node of the site.", upload.name),
-                e,
-            )
-        })?;
+        let exit = match result {
+            Ok(exit) => exit,
+            // A source that trickles must not fail the node: the read was stopped at its
+            // deadline, and the direct upload gets a deadline of its own.
+            Err(TransportError::Timeout { .. }) => {
+                let why = "it did not end within the upload's deadline".to_string();
+                self.fetch_ended(claimed, false, Some(why));
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(StepError::transport(
+                    Phase::Uploading,
+                    format!("Cannot read {} from a node of the site.", upload.name),
+                    e,
+                ));
+            }
+        };
         if !exit.success() {
             let why = match fetch_failure(&output.text()) {
                 why if why.is_empty() => exit.to_string(),
