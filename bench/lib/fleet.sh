@@ -1,9 +1,13 @@
+# shellcheck shell=bash
 # Shared by the benches in bench/ (sourced, not run): their start (bench_start), the sshd
 # fleet on loopback, the fake offline keadm releases, keadm-batch's configs and the ssh
 # options of the OpenSSH baselines. Expects `work` (the bench's work dir), `pids` (an array
 # the caller's EXIT trap kills; bench_start sets both) and `VERSION`; sets `node_pid` (each
 # node's sshd, pid 1 of its namespace) and `fleet_size`. A caller may set `node_sshd_extra[i]` to lines appended to
-# node i's sshd_config (bench/ciphers.sh restricts each node to one cipher this way).
+# node i's sshd_config (bench/ciphers.sh restricts each node to one cipher this way), and
+# `node_netns[i]` to a network namespace of its own making (`ip netns add`, with node i's
+# address on an interface and up), in which node i's sshd then runs: bench/sites.sh puts
+# each node in one this way and redefines host_of to give the addresses it chose.
 
 # host_of I [NET]: node I's address, 127.252.x.y unless the caller sets `node_net` (other
 # first two octets, so that two benches on one machine neither share ports nor each
@@ -11,6 +15,15 @@
 # the shaped range, and forwards to the node).
 host_of() { echo "${2:-${node_net:-127.252}}.$(( $1 / 250 )).$(( $1 % 250 + 2 ))"; }
 node_pid=()
+node_netns=()
+
+# node_net_enter I: sets `net_enter` to the words that run a command in node I's network
+# namespace (node_netns[I]; nsenter execs the command, so a background job's $! stays the
+# command's pid), or to none when the node has no namespace of its own.
+node_net_enter() {
+  net_enter=()
+  [ -z "${node_netns[$1]:-}" ] || net_enter=(nsenter --net="/run/netns/${node_netns[$1]}" --)
+}
 
 # bench_start PREFIX: what every bench does first, from the repository's root: refuse to
 # run but as root, install sshd (scripts/setup.sh), build the release binary (`bin`), make
@@ -40,17 +53,17 @@ bench_cleanup() {
   if [ "${KEEP:-}" = 1 ]; then echo "bench: work dir kept: $work"; else rm -rf "$work"; fi
 }
 
-# start_fleet N: N `sshd -D` nodes on 127.252.x.y:22, each in its own mount and pid
-# namespace with a private tmpfs /tmp and a home of its own for root (whose
-# .ssh/authorized_keys the site relay adds its run's line to); root's key in
-# $work/id_ed25519.
+# start_fleet N: N `sshd -D` nodes on 127.252.x.y:22 (host_of), each in its own mount and
+# pid namespace (and network namespace, where node_netns says) with a private tmpfs /tmp
+# and a home of its own for root (whose .ssh/authorized_keys the site relay adds its run's
+# line to); root's key in $work/id_ed25519.
 start_fleet() {
   fleet_size=$1
   ssh-keygen -q -t ed25519 -N '' -C bench -f "$work/id_ed25519"
   cp "$work/id_ed25519.pub" "$work/authorized_keys"
   ssh-keygen -q -t ed25519 -N '' -C bench-host -f "$work/host_key"
   echo "==> starting $fleet_size sshd nodes (tmpfs /tmp each)"
-  local start i d h parent child
+  local start i d h parent child net_enter
   start=$(date +%s.%N)
   for i in $(seq 0 $(( fleet_size - 1 ))); do
     d="$work/node$i"; mkdir -p "$d/home" && chmod 0700 "$d/home"
@@ -72,7 +85,8 @@ LogLevel VERBOSE
 Subsystem sftp /usr/lib/openssh/sftp-server
 CFG
     [ -z "${node_sshd_extra[$i]:-}" ] || printf '%s\n' "${node_sshd_extra[$i]}" >> "$d/sshd_config"
-    unshare --mount --pid --fork --kill-child --mount-proc --propagation private -- sh -c "
+    node_net_enter "$i"
+    "${net_enter[@]}" unshare --mount --pid --fork --kill-child --mount-proc --propagation private -- sh -c "
       mount -t tmpfs -o mode=1777 tmpfs /tmp &&
       mount --bind '$d/home' /root &&
       exec /usr/sbin/sshd -D -f '$d/sshd_config' -E '$d/sshd.log'" </dev/null 2>"$d/start.log" &
@@ -80,10 +94,12 @@ CFG
   done
   for i in $(seq 0 $(( fleet_size - 1 ))); do
     h=$(host_of "$i")
-    for _ in $(seq 400); do
-      if (exec 3<>"/dev/tcp/$h/22") 2>/dev/null; then break; fi
-      sleep 0.025
-    done
+    node_net_enter "$i"
+    # shellcheck disable=SC2016 # $1 is the inner bash's
+    "${net_enter[@]}" bash -c 'for _ in $(seq 400); do
+        if (exec 3<>"/dev/tcp/$1/22") 2>/dev/null; then break; fi
+        sleep 0.025
+      done' probe "$h"
     parent=${pids[$i]}
     child=$(cat "/proc/$parent/task/$parent/children" 2>/dev/null | awk '{print $1}')
     [ -n "$child" ] || { echo "bench: node $i did not start: $(cat "$work/node$i/start.log")" >&2; exit 1; }
