@@ -6,19 +6,27 @@
 #   auto    keadm-batch --relay auto: one copy over each uplink, the rest from peers
 #   floor   by hand: one xz copy over the uplink to the site's first node, then plain
 #           copies from that node to the others over the site's own network, all at once
-# The links: on `lo`, each site gets two htb classes (to the site, from the site), RATE
-# each, matched by u32 filters on the pair (this machine's 127.0.0.1, a node of the site):
-# what the control host sends to or gets from a site's nodes shares that site's classes,
-# while node-to-node traffic (the relay's `ssh -b <own address>`, the floor's fan-out
-# from the first node's address) has neither end at 127.0.0.1 and stays unshaped, as a
-# site's LAN. Traffic of every other address takes htb's direct path. The shaping is
-# removed on exit, also on failure or Ctrl-C.
+# The network, all in namespaces of the script's own making (the machine's root namespace
+# gets no interface, nothing is routed or bridged to the machine's own interfaces):
+#   kbs-ctl     the control host: keadm-batch, the floor's ssh; uplink k is its veth upK,
+#               198.19.K.1/30, with a route to site K's LAN through the site's end
+#   kbs-siteK   site K's switch and router: bridge br0 (198.18.K.1/24, the site's LAN) with
+#               one veth port per node, and the uplink's other end (uplink), 198.19.K.2/30
+#   kbs-nodeI   node I: its sshd (in its own mount and pid namespace too, bench/lib/fleet.sh)
+#               on eth0, 198.18.K.(J+2)/24 for the site's J-th node; no default route, only
+#               the LAN and the control host's 198.19.K.1 through 198.18.K.1
+# Each uplink is shaped with htb on both ends, RATE each way: egress of kbs-ctl's upK
+# carries what goes to the site, egress of the site's end what comes from it. Node-to-node
+# traffic (the relay's reads, the floor's fan-out) stays on the bridge, unshaped. All of
+# it (processes in those namespaces, the namespaces, and with them their links and qdiscs)
+# is removed on exit, also on failure or Ctrl-C; the script refuses to start if one of its
+# namespaces' names exists already.
 #
 # The uplink's bytes come from the htb classes' own counters. The last line is
 # machine-readable:
 #   sites: uplink_copies=U relay_vs_off=R relay_vs_floor=F
-# U: bytes the busiest site's downlink class carried in the auto run, over one xz copy of
-# keadm; R and F: the auto run's time over the off run's and over the floor's.
+# U: bytes the busiest site's uplink carried to the site in the auto run, over one xz copy
+# of keadm; R and F: the auto run's time over the off run's and over the floor's.
 #
 #   bench/sites.sh                         # 2 sites x 20 nodes, 20 Mbit/s, maxRunNum 40
 #   S=2 N=5 RATE=50mbit bench/sites.sh     # a quick look
@@ -32,47 +40,105 @@ S="${S:-2}"; N="${N:-20}"; C="${C:-40}"; RATE="${RATE:-20mbit}"
 BENCH_KEADM="${BENCH_KEADM:-/usr/bin/containerd}"
 VERSION=v1.23.1
 NODES=$(( S * N ))
-for tool in tc xz bc ssh; do
-  command -v "$tool" >/dev/null || { echo "bench: needs $tool (iproute2, xz-utils, bc, openssh-client)" >&2; exit 1; }
+for tool in ip tc nsenter xz bc ssh; do
+  command -v "$tool" >/dev/null || { echo "bench: needs $tool (iproute2, util-linux, xz-utils, bc, openssh-client)" >&2; exit 1; }
 done
 [ -f "$BENCH_KEADM" ] || { echo "bench: no payload at $BENCH_KEADM; set BENCH_KEADM" >&2; exit 1; }
-if tc qdisc show dev lo | grep -qv 'noqueue'; then
-  echo "bench: lo already has a qdisc ($(tc qdisc show dev lo | head -1)); not touching it" >&2
-  exit 1
+# A site's LAN is one /24 (.1 its router, .2 on its nodes), a site's number an octet.
+if [ "$S" -lt 1 ] || [ "$S" -gt 256 ] || [ "$N" -lt 2 ] || [ "$N" -gt 253 ]; then
+  echo "bench: S must be 1-256 and N 2-253" >&2; exit 1
 fi
 
-# A range of its own, so this bench neither shares addresses nor shaping with another.
-node_net=127.250
+# The namespaces, by name; none may exist before the run (another run's, or someone
+# else's of the same name: the exit would remove them).
+ctl_ns=kbs-ctl
+site_ns() { echo "kbs-site$1"; }
+node_ns() { echo "kbs-node$1"; }
+existing=" $(ip netns list | awk '{ print $1 }' | tr '\n' ' ') "
+for ns in "$ctl_ns" $(for k in $(seq 0 $(( S - 1 ))); do site_ns "$k"; done) \
+    $(for i in $(seq 0 $(( NODES - 1 ))); do node_ns "$i"; done); do
+  case "$existing" in *" $ns "*)
+    echo "bench: network namespace $ns exists already (another run's?); not touching it" >&2
+    exit 1;;
+  esac
+done
+
 # shellcheck source=bench/lib/fleet.sh
 . "$repo/bench/lib/fleet.sh"
-# A failure inside a command substitution cannot set KEEP: it leaves a mark instead.
-bench_on_exit() { tc qdisc del dev lo root 2>/dev/null || true; [ ! -e "$work/failed" ] || KEEP=1; }
-bench_start keadm-sites
-start_fleet "$NODES"
-ssh_opts
 site_of() { echo $(( $1 / N )); }
+# Node I's address on its site's LAN (fleet.sh's host_of, redefined: its sshd listens
+# there, the config names it, the relay's readers bind to it).
+host_of() { echo "198.18.$(( $1 / N )).$(( $1 % N + 2 ))"; }
+ctl_addr() { echo "198.19.$1.1"; }
 
-# ---------------------------------------------------------------- the uplinks
-# Site k: class 1:(0x100+2k) to the site, 1:(0x101+2k) from it.
-echo "==> shaping lo: $S sites of $N nodes, one $RATE uplink each way per site"
-tc qdisc add dev lo root handle 1: htb default 0 direct_qlen 10000
-down_class() { printf '1:%x' $(( 0x100 + 2 * $1 )); }
-up_class() { printf '1:%x' $(( 0x101 + 2 * $1 )); }
+# The namespaces this run made, removed on exit with whatever still runs in them (the
+# nodes' sshd and their sessions, a keadm-batch or ssh that Ctrl-C or a failure left).
+made_ns=()
+bench_on_exit() {
+  local ns pid
+  # The nodes first, as bench_cleanup would (waited for, so bash reports no killed job).
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for ns in "${made_ns[@]}"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+  done
+  for ns in "${made_ns[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  [ ! -e "$work/failed" ] || KEEP=1
+}
+bench_start keadm-sites
+
+# ns_add NAME: a namespace with lo up and no IPv6 (nothing but the bench's own packets
+# crosses a shaped link).
+ns_add() {
+  ip netns add "$1"
+  made_ns+=("$1")
+  ip -n "$1" link set dev lo up
+  if [ -d /proc/sys/net/ipv6 ]; then
+    nsenter --net="/run/netns/$1" -- sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+  fi
+}
+# shape NS DEV: DEV's egress through one htb class of RATE (1:10, all of its traffic).
+shape() {
+  tc -n "$1" qdisc add dev "$2" root handle 1: htb default 10
+  tc -n "$1" class add dev "$2" parent 1: classid 1:10 htb rate "$RATE" ceil "$RATE" quantum 65536
+  tc -n "$1" qdisc add dev "$2" parent 1:10 handle 10: pfifo limit 1000
+}
+# Bytes the uplink of site K has carried to the site so far.
+down_bytes() { tc -n "$ctl_ns" -s class show dev "up$1" classid 1:10 | awk '/Sent/ { print $2; exit }'; }
+in_ctl() { ip netns exec "$ctl_ns" "$@"; }
+
+# ---------------------------------------------------------------- the network
+echo "==> network: $S sites of $N nodes, each site a bridge behind one $RATE uplink each way"
+ns_add "$ctl_ns"
 for k in $(seq 0 $(( S - 1 ))); do
-  for class in "$(down_class "$k")" "$(up_class "$k")"; do
-    tc class add dev lo parent 1: classid "$class" htb rate "$RATE" ceil "$RATE" quantum 65536
-    tc qdisc add dev lo parent "$class" handle "${class#1:}:" pfifo limit 1000
+  sns=$(site_ns "$k")
+  ns_add "$sns"
+  nsenter --net="/run/netns/$sns" -- sysctl -qw net.ipv4.ip_forward=1
+  ip -n "$sns" link add br0 type bridge
+  ip -n "$sns" addr add "198.18.$k.1/24" dev br0
+  ip -n "$sns" link set dev br0 up
+  ip -n "$ctl_ns" link add "up$k" type veth peer name uplink netns "$sns"
+  ip -n "$ctl_ns" addr add "$(ctl_addr "$k")/30" dev "up$k"
+  ip -n "$sns" addr add "198.19.$k.2/30" dev uplink
+  ip -n "$ctl_ns" link set dev "up$k" up
+  ip -n "$sns" link set dev uplink up
+  ip -n "$ctl_ns" route add "198.18.$k.0/24" via "198.19.$k.2"
+  shape "$ctl_ns" "up$k"   # to the site
+  shape "$sns" uplink      # from the site
+  for j in $(seq 0 $(( N - 1 ))); do
+    i=$(( k * N + j )); nns=$(node_ns "$i")
+    ns_add "$nns"
+    ip -n "$sns" link add "n$j" type veth peer name eth0 netns "$nns"
+    ip -n "$sns" link set dev "n$j" master br0 up
+    ip -n "$nns" addr add "$(host_of "$i")/24" dev eth0
+    ip -n "$nns" link set dev eth0 up
+    ip -n "$nns" route add "$(ctl_addr "$k")/32" via "198.18.$k.1"
+    node_netns[i]=$nns
   done
 done
-for i in $(seq 0 $(( NODES - 1 ))); do
-  h=$(host_of "$i"); k=$(site_of "$i")
-  tc filter add dev lo parent 1: protocol ip prio 1 u32 \
-    match ip src 127.0.0.1/32 match ip dst "$h/32" flowid "$(down_class "$k")"
-  tc filter add dev lo parent 1: protocol ip prio 1 u32 \
-    match ip src "$h/32" match ip dst 127.0.0.1/32 flowid "$(up_class "$k")"
-done
-# Bytes a class has carried so far.
-class_bytes() { tc -s class show dev lo classid "$1" | awk '/Sent/ { print $2; exit }'; }
+
+start_fleet "$NODES"
+ssh_opts
 
 # ---------------------------------------------------------------- the payload
 make_release sites 0 0 "$BENCH_KEADM"
@@ -92,7 +158,7 @@ echo "==> payload: $BENCH_KEADM behind a shell header, $size bytes"
 ours() {
   local rd=$1 relay=$2 t0
   t0=$(date +%s.%N)
-  ( cd "$work/sites" && "$bin" batch -c config.yaml --known-hosts "$work/known_hosts" \
+  ( cd "$work/sites" && in_ctl "$bin" batch -c config.yaml --known-hosts "$work/known_hosts" \
       --host-key-policy accept-new --preflight off --staging-dir "$work/sites/staging" \
       --run-dir "$rd" --relay "$relay" -q ) >"$work/sites/out-$rd.log" 2>&1 \
     || { echo "bench: keadm-batch failed, see $work/sites/out-$rd.log:" >&2; tail -5 "$work/sites/out-$rd.log" >&2; touch "$work/failed"; exit 1; }
@@ -102,7 +168,7 @@ ours() {
 # Staging and the xz copy happen once, untimed: the contest compares transfers.
 echo "==> staging (the xz copy, once)"
 clear_nodes
-( cd "$work/sites" && "$bin" batch -c config.yaml --only edge-0000 --known-hosts "$work/known_hosts" \
+( cd "$work/sites" && in_ctl "$bin" batch -c config.yaml --only edge-0000 --known-hosts "$work/known_hosts" \
     --host-key-policy accept-new --preflight off --staging-dir "$work/sites/staging" \
     --run-dir warm -q ) >"$work/sites/out-warm.log" 2>&1 \
   || { echo "bench: the warm-up run failed:" >&2; tail -5 "$work/sites/out-warm.log" >&2; KEEP=1; exit 1; }
@@ -117,19 +183,21 @@ xzsize=$(stat -c %s "$xz_copy")
 echo "    xz copy: $xzsize bytes ($(printf '%.3f' "$(ratio "$xzsize" "$size")")x)"
 
 join='./keadm join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge'
-# floor: per site at once, the xz copy over the uplink to its first node, then the
-# binary from that node's address to every other node of the site, all at once.
+# floor: per site at once, the xz copy over the uplink to its first node, then from that
+# node (an ssh client in its network namespace, reading the copy it has just unpacked) to
+# every other node of the site over the bridge, all at once.
 floor() {
   local t0 k
   t0=$(date +%s.%N)
   for k in $(seq 0 $(( S - 1 ))); do
     (
       first=$(( k * N ))
-      ssh "${ssh_opts[@]}" "root@$(host_of "$first")" \
+      in_ctl ssh "${ssh_opts[@]}" "root@$(host_of "$first")" \
         "mkdir -p /tmp/kb-base && cd /tmp/kb-base && xz -dc > keadm && chmod 0755 keadm && $join" < "$xz_copy"
       for i in $(seq $(( first + 1 )) $(( first + N - 1 ))); do
-        ssh "${ssh_opts[@]}" -b "$(host_of "$first")" "root@$(host_of "$i")" \
-          "mkdir -p /tmp/kb-base && cd /tmp/kb-base && cat > keadm && chmod 0755 keadm && $join" < "$keadm" &
+        nsenter --net="/run/netns/$(node_ns "$first")" -- ssh "${ssh_opts[@]}" "root@$(host_of "$i")" \
+          "mkdir -p /tmp/kb-base && cd /tmp/kb-base && cat > keadm && chmod 0755 keadm && $join" \
+          < "/proc/${node_pid[$first]}/root/tmp/kb-base/keadm" &
       done
       wait
     ) &
@@ -146,12 +214,12 @@ clear_nodes
 t_off=$(ours run-off off)
 echo "==> keadm-batch --relay auto"
 clear_nodes
-before=(); for k in $(seq 0 $(( S - 1 ))); do before[k]=$(class_bytes "$(down_class "$k")"); done
+before=(); for k in $(seq 0 $(( S - 1 ))); do before[k]=$(down_bytes "$k"); done
 t_auto=$(ours run-auto auto)
 busiest=0
 for k in $(seq 0 $(( S - 1 ))); do
-  b=$(( $(class_bytes "$(down_class "$k")") - before[k] ))
-  printf '    site %s: %s bytes over its downlink with --relay auto (%.2f xz copies)\n' "$k" "$b" "$(ratio "$b" "$xzsize")"
+  b=$(( $(down_bytes "$k") - before[k] ))
+  printf '    site %s: %s bytes over its uplink to the site with --relay auto (%.2f xz copies)\n' "$k" "$b" "$(ratio "$b" "$xzsize")"
   [ "$b" -gt "$busiest" ] && busiest=$b
 done
 
