@@ -161,7 +161,8 @@ ours() {
   ( cd "$work/sites" && in_ctl "$bin" batch -c config.yaml --known-hosts "$work/known_hosts" \
       --host-key-policy accept-new --preflight off --staging-dir "$work/sites/staging" \
       --run-dir "$rd" --relay "$relay" -q ) >"$work/sites/out-$rd.log" 2>&1 \
-    || { echo "bench: keadm-batch failed, see $work/sites/out-$rd.log:" >&2; tail -5 "$work/sites/out-$rd.log" >&2; touch "$work/failed"; exit 1; }
+    || { printf 'bench: keadm-batch failed after %.2f s, see %s:\n' "$(echo "$(date +%s.%N) - $t0" | bc -l)" "$work/sites/out-$rd.log" >&2
+         tail -5 "$work/sites/out-$rd.log" >&2; touch "$work/failed"; exit 1; }
   echo "$(date +%s.%N) - $t0" | bc -l
 }
 
@@ -209,9 +210,11 @@ floor() {
 echo "==> floor"
 clear_nodes
 t_floor=$(floor)
+printf '    %.2f s\n' "$t_floor"
 echo "==> keadm-batch --relay off"
 clear_nodes
 t_off=$(ours run-off off)
+printf '    %.2f s\n' "$t_off"
 echo "==> keadm-batch --relay auto"
 clear_nodes
 before=(); for k in $(seq 0 $(( S - 1 ))); do before[k]=$(down_bytes "$k"); done
