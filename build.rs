@@ -105,9 +105,13 @@ fn git_commit() -> Option<String> {
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
     };
     let hash = git(&["rev-parse", "--short=12", "HEAD"])?;
-    // In a worktree .git is a file; --git-path names the files that really move.
+    // In a worktree .git is a file; --git-path names the files that really move. A file
+    // that does not exist (packed-refs before the first `git gc`) is not named: cargo
+    // would run this script, and so build the crate again, on every build.
     for path in ["HEAD", "packed-refs"] {
-        if let Some(file) = git(&["rev-parse", "--git-path", path]) {
+        if let Some(file) = git(&["rev-parse", "--git-path", path])
+            && PathBuf::from(&file).exists()
+        {
             println!("cargo:rerun-if-changed={}", PathBuf::from(file).display());
         }
     }
