@@ -306,6 +306,7 @@ impl<'a, 'c> Run<'a, 'c> {
     }
 
     fn all_steps(&mut self) -> Result<(), StepError> {
+        self.relay_head_start();
         let mut conn = self.connect()?;
         let conn = conn.as_mut();
         self.abort_on_second_interrupt(conn);

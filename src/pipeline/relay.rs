@@ -10,7 +10,7 @@
 //! that fails hands the role to the next node. Any failure of a fetch sends that node the
 //! direct way; a relay never fails a node.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -149,7 +149,47 @@ struct SiteState {
     payloads: HashMap<String, Payload>,
     /// Nodes whose authorized_keys have this run's lines, to be removed.
     sources: Vec<NodePlan>,
+    /// Nodes whose own work is done: they add no line any more.
+    done: HashSet<usize>,
+    /// The first node of the site to start, while the others let it go first.
+    head_start: HeadStart,
     traffic: SiteTraffic,
+}
+
+/// The site's first node connects and prepares before the others start to: it is likely
+/// the seed, and its copy's way over the uplink is what every other node of the site waits
+/// for, while their own connections and prepare steps (which all share the control host's
+/// CPU with it) fit in the time that copy takes.
+#[derive(Default)]
+struct HeadStart {
+    first: Option<usize>,
+    over: bool,
+}
+
+impl SiteState {
+    /// Takes out the sources nobody will read from again: done themselves (so they add
+    /// no line any more), no reader now, and every node of the site has claimed each
+    /// payload they hold (so no reader comes).
+    fn idle_sources(&mut self) -> Vec<NodePlan> {
+        let payloads = &self.payloads;
+        let busy = |node: usize| {
+            payloads.values().any(|p| {
+                p.holders
+                    .iter()
+                    .any(|h| h.node == node && (h.readers > 0 || p.unclaimed > 0))
+            })
+        };
+        let (idle, serving): (Vec<NodePlan>, Vec<NodePlan>) = std::mem::take(&mut self.sources)
+            .into_iter()
+            .partition(|n| self.done.contains(&n.index) && !busy(n.index));
+        self.sources = serving;
+        for payload in self.payloads.values_mut() {
+            payload
+                .holders
+                .retain(|h| !idle.iter().any(|n| n.index == h.node));
+        }
+        idle
+    }
 }
 
 /// The sites of one run and who holds what.
@@ -182,6 +222,8 @@ impl Relay {
                     left: members.len(),
                     payloads: HashMap::new(),
                     sources: Vec::new(),
+                    done: HashSet::new(),
+                    head_start: HeadStart::default(),
                     traffic: SiteTraffic {
                         site: site.to_string(),
                         nodes: members.len(),
@@ -204,6 +246,51 @@ impl Relay {
     /// The addresses a source of `site` admits; `None` when `site` relays nothing.
     pub fn addresses(&self, site: &Site) -> Option<&[String]> {
         self.addresses.get(site).map(Vec::as_slice)
+    }
+
+    /// Before `node` of `site` connects: the site's first node to start goes at once;
+    /// any other waits until that one has claimed its first payload (or learned it needs
+    /// none), is done, or `limit` has passed. Returns how long it waited.
+    pub fn head_start(
+        &self,
+        site: &Site,
+        node: usize,
+        limit: Duration,
+        stopping: impl Fn() -> bool,
+    ) -> Duration {
+        let since = Instant::now();
+        let mut sites = self.sites.lock().unwrap();
+        loop {
+            let Some(state) = sites.get_mut(site) else {
+                return Duration::ZERO;
+            };
+            let head = &mut state.head_start;
+            match head.first {
+                None => {
+                    head.first = Some(node);
+                    return Duration::ZERO;
+                }
+                Some(first) if first == node || head.over => return since.elapsed(),
+                Some(_) => {}
+            }
+            let waited = since.elapsed();
+            if waited >= limit || stopping() {
+                return waited;
+            }
+            let step = (limit - waited).min(Duration::from_millis(250));
+            sites = self.changed.wait_timeout(sites, step).unwrap().0;
+        }
+    }
+
+    /// The site's first node knows what it needs (or is done): the others may start.
+    pub fn head_start_over(&self, site: &Site) {
+        let mut sites = self.sites.lock().unwrap();
+        if let Some(state) = sites.get_mut(site)
+            && !state.head_start.over
+        {
+            state.head_start.over = true;
+            self.changed.notify_all();
+        }
     }
 
     /// `node`'s role for the payload `sha256` of `site`, now.
@@ -229,6 +316,10 @@ impl Relay {
         let Some(state) = sites.get_mut(site) else {
             return Role::Direct;
         };
+        if !state.head_start.over {
+            state.head_start.over = true;
+            self.changed.notify_all();
+        }
         if !state.payloads.contains_key(sha256) {
             match RelayKey::generate(&self.key_comment) {
                 Ok(key) => {
@@ -365,16 +456,23 @@ impl Relay {
         }
     }
 
-    /// `node` of `site` is done. When it was the site's last, the site's sources are
-    /// returned: their lines are to be removed now.
-    pub fn node_done(&self, site: &Site) -> Vec<NodePlan> {
+    /// `node` of `site` is done. Returns the sources whose lines are to be removed now:
+    /// every one left when it was the site's last node, else those nobody will read from
+    /// again (see [`SiteState::idle_sources`]), so the site's last node does not clear
+    /// them all, one connection each, after everyone else is done.
+    pub fn node_done(&self, site: &Site, node: usize) -> Vec<NodePlan> {
         let mut sites = self.sites.lock().unwrap();
         let Some(state) = sites.get_mut(site) else {
             return Vec::new();
         };
         state.left = state.left.saturating_sub(1);
+        state.done.insert(node);
+        if !state.head_start.over {
+            state.head_start.over = true;
+            self.changed.notify_all();
+        }
         if state.left > 0 {
-            return Vec::new();
+            return state.idle_sources();
         }
         // Nobody reads any more: nothing may be served.
         state.payloads.clear();
@@ -431,6 +529,9 @@ impl NodeRelay {
         self.role = role;
     }
 }
+
+/// The longest a node waits for its site's first node to connect and prepare.
+const HEAD_START: Duration = Duration::from_secs(3);
 
 /// How long the run's line on a source may serve should nobody remove it: long past any
 /// site's work in one run, short enough that a crashed run leaves no lasting key.
@@ -835,12 +936,39 @@ impl Run<'_, '_> {
         Ok(Some((tmp, upload.name.clone(), claimed.sha256.clone())))
     }
 
-    /// The node is done: when it was its site's last, the site's sources serve no more.
+    /// Before the node connects: lets its site's first node go first (see
+    /// [`Relay::head_start`]), at most [`HEAD_START`].
+    pub(super) fn relay_head_start(&mut self) {
+        if !self.relay_active() {
+            return;
+        }
+        let Some((relay, site)) = self.relay_site() else {
+            return;
+        };
+        let cancel = self.ctx.cancel;
+        let waited = relay.head_start(site, self.node.index, HEAD_START, || cancel.stopping());
+        if !waited.is_zero() {
+            self.transcript.note(&format!(
+                "waited {:.2} s for the site's first node to connect and prepare",
+                waited.as_secs_f64()
+            ));
+        }
+    }
+
+    /// The node knows what it needs: its site's other nodes need not wait for it.
+    pub(super) fn relay_knows_its_needs(&self) {
+        if let Some((relay, site)) = self.relay_site() {
+            relay.head_start_over(site);
+        }
+    }
+
+    /// The node is done: the site's sources nobody reads from any more serve no more
+    /// (all of them when it was the site's last).
     pub(super) fn relay_done(&mut self) {
         let (Some(relay), Some(site)) = (self.ctx.relay.as_ref(), self.node.site.as_ref()) else {
             return;
         };
-        unserve_all(&relay.node_done(site), self.ctx);
+        unserve_all(&relay.node_done(site, self.node.index), self.ctx);
     }
 }
 
@@ -998,12 +1126,57 @@ mod tests {
             relay.wait(&site, "a", Duration::from_millis(10), || false),
             Role::Direct
         );
-        for _ in 0..6 {
-            assert!(relay.node_done(&site).is_empty());
+        // Node 1 still has its readers, node 2 is not done: neither is cleared early.
+        for node in [0, 3, 4, 5, 6, 1] {
+            assert!(relay.node_done(&site, node).is_empty());
         }
-        let cleaned: Vec<usize> = relay.node_done(&site).iter().map(|n| n.index).collect();
+        let cleaned: Vec<usize> = relay.node_done(&site, 2).iter().map(|n| n.index).collect();
         assert_eq!(cleaned, vec![1, 2]);
         assert!(relay.remaining_sources().is_empty());
+    }
+
+    /// A source is cleared as soon as nobody will read from it again (it is done, has no
+    /// reader, and every node has claimed), not when the whole site is done; a source that
+    /// is not done yet is cleared when it is.
+    #[test]
+    fn a_source_nobody_reads_from_any_more_is_cleared_before_the_site_is_done() {
+        let nodes = site_of(4);
+        let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
+        let site = Site::Named("s1".into());
+        assert_eq!(relay.claim(&site, "a"), Role::Seed);
+        relay.serves(&site, &nodes[0]);
+        relay.holds(&site, "a", 0, source(0));
+        for _ in 1..4 {
+            assert!(matches!(
+                relay.claim(&site, "a"),
+                Role::From { node: 0, .. }
+            ));
+        }
+        assert!(
+            relay.node_done(&site, 0).is_empty(),
+            "three nodes read from it"
+        );
+        relay.read_done(&site, "a", 0, true);
+        relay.read_done(&site, "a", 0, true);
+        assert!(relay.node_done(&site, 1).is_empty(), "node 3 still reads");
+        relay.read_done(&site, "a", 0, true);
+        let cleaned: Vec<usize> = relay.node_done(&site, 3).iter().map(|n| n.index).collect();
+        assert_eq!(cleaned, vec![0], "its last reader is done");
+        assert!(relay.node_done(&site, 2).is_empty(), "cleared once");
+        assert!(relay.remaining_sources().is_empty());
+
+        // A source still at its own work when its last reader is done: cleared when it is.
+        let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
+        assert_eq!(relay.claim(&site, "a"), Role::Seed);
+        relay.serves(&site, &nodes[0]);
+        relay.holds(&site, "a", 0, source(0));
+        for _ in 1..4 {
+            assert!(matches!(relay.claim(&site, "a"), Role::From { .. }));
+            relay.read_done(&site, "a", 0, true);
+        }
+        assert!(relay.node_done(&site, 1).is_empty());
+        let cleaned: Vec<usize> = relay.node_done(&site, 0).iter().map(|n| n.index).collect();
+        assert_eq!(cleaned, vec![0]);
     }
 
     /// A node serves only while the site's nodes still to claim outnumber the free places
@@ -1033,6 +1206,40 @@ mod tests {
         assert!(
             !relay.worth_serving(&site, "a"),
             "one node left, and four free places at node 1"
+        );
+    }
+
+    /// The site's first node to start goes at once; the others wait until it has claimed
+    /// (or is done), and no longer than their limit.
+    #[test]
+    fn the_first_node_of_a_site_goes_first() {
+        let nodes = site_of(3);
+        let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
+        let site = Site::Named("s1".into());
+        let limit = Duration::from_millis(300);
+        assert_eq!(relay.head_start(&site, 0, limit, || false), Duration::ZERO);
+        let waited = relay.head_start(&site, 1, limit, || false);
+        assert!(
+            waited >= limit,
+            "no claim yet, so it waits out its limit: {waited:?}"
+        );
+        let claimer = {
+            let relay = relay.clone();
+            let site = site.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                relay.claim(&site, "a")
+            })
+        };
+        let waited = relay.head_start(&site, 2, Duration::from_secs(10), || false);
+        assert_eq!(claimer.join().unwrap(), Role::Seed);
+        assert!(
+            waited < Duration::from_secs(5),
+            "the first node's claim lets it go: {waited:?}"
+        );
+        assert!(
+            relay.head_start(&site, 1, limit, || false) < limit,
+            "once over, nobody waits"
         );
     }
 

@@ -341,6 +341,8 @@ impl Run<'_, '_> {
     /// The files to upload: copyFrom files and, unless keadmBinDir says keadm is there
     /// already, the staged keadm for the node's arch.
     pub(super) fn wanted_uploads(&mut self, facts: &NodeFacts) -> Result<Vec<Upload>, StepError> {
+        // The node's facts are in: its site's other nodes need not wait for it any more.
+        self.relay_knows_its_needs();
         let node = self.node;
         let mut uploads = Vec::new();
         for file in &node.copy_files {
