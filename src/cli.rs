@@ -129,9 +129,9 @@ struct BatchArgs {
     )]
     preflight: PreflightArg,
 
-    /// Nodes of one site (`site:`, else one proxyJump host) fetch keadm from a node of the
-    /// site that has it, over the site's own network, verified by sha256: auto, or off
-    /// (every node gets it from this machine).
+    /// Nodes of one site (`site:`, else one proxyJump host) fetch keadm and the offline
+    /// image archives from a node of the site that has them, over the site's own network,
+    /// verified by sha256: auto, or off (every node gets them from this machine).
     #[arg(
         long,
         value_name = "MODE",
