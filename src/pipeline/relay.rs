@@ -28,7 +28,7 @@ use crate::plan::{KeadmSource, NodePlan, Site, sites};
 use crate::remote::relay::{RELAY_FAILED, RELAY_FAILED_LINE, Source};
 use crate::remote::{self, NodeFacts, Privilege, Sha256Tool};
 use crate::report::transcript::Transcript;
-use crate::transport::{Connection, RemoteExit, TransportError};
+use crate::transport::{Connection, RemoteExit};
 
 /// How many nodes read from one source at a time: the source's disk and link are shared
 /// by its own join too.
@@ -729,7 +729,14 @@ impl Run<'_, '_> {
             claimed.size,
             mode,
             claimed.hasher,
+            self.fetch_limit(claimed).as_secs(),
         ))
+    }
+
+    /// How long a read from a peer may take before the node gives up on it: what a direct
+    /// upload of the payload may take.
+    fn fetch_limit(&self, claimed: &NodeRelay) -> Duration {
+        self.node.deadlines.upload(claimed.size)
     }
 
     /// Tells the relay how a read of `claimed`'s payload from a peer ended, and says so in
@@ -778,13 +785,14 @@ impl Run<'_, '_> {
             failed: RELAY_FAILED,
             to_move: (tmp, "keadm".to_string(), claimed.sha256.clone()),
         };
-        let size = claimed.size;
+        // The read has its own limit on the node; keadm keeps its whole deadline after it.
+        let time = self.node.deadlines.command + self.fetch_limit(&claimed);
         let key = claimed.key.clone();
         let announce = self.announcer_of(&claimed);
         self.relay = Some(claimed);
         let outcome = self.timed(Phase::Running, |run| {
             let script = run.keadm_script(moves, Some(arrival));
-            let deadline = Instant::now() + run.keadm_time(size);
+            let deadline = Instant::now() + time;
             let mut key = Cursor::new(key.private_openssh.clone().into_bytes());
             let watch = WatchReceived::new(true).announcing(announce);
             let (result, watch) =
@@ -890,7 +898,8 @@ impl Run<'_, '_> {
             return Ok(None);
         };
         let script = format!("{fetch}{}", self.serve_line_of(claimed, &tmp));
-        let deadline = Instant::now() + self.node.deadlines.upload(upload.size);
+        // The read stops itself at its limit; the check and the serve line get a step.
+        let deadline = Instant::now() + self.fetch_limit(claimed) + self.node.deadlines.step;
         let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
         let mut key = Cursor::new(claimed.key.private_openssh.clone().into_bytes());
         let result = self.timed(Phase::Uploading, |run| {
@@ -904,23 +913,13 @@ impl Run<'_, '_> {
                 &mut output,
             ))
         })?;
-        let exit = match result {
-            Ok(exit) => exit,
-            // A source that trickles must not fail the node: the read was stopped at its
-            // deadline, and the direct upload gets a deadline of its own.
-            Err(TransportError::Timeout { .. }) => {
-                let why = "it did not end within the upload's deadline".to_string();
-                self.fetch_ended(claimed, false, Some(why));
-                return Ok(None);
-            }
-            Err(e) => {
-                return Err(StepError::transport(
-                    Phase::Uploading,
-                    format!("Cannot read {} from a node of the site.", upload.name),
-                    e,
-                ));
-            }
-        };
+        let exit = result.map_err(|e| {
+            StepError::transport(
+                Phase::Uploading,
+                format!("Cannot read {} from a node of the site.", upload.name),
+                e,
+            )
+        })?;
         if !exit.success() {
             let why = match fetch_failure(&output.text()) {
                 why if why.is_empty() => exit.to_string(),

@@ -151,7 +151,10 @@ pub struct Source {
 /// and size before anything moves. The run's key comes on stdin (never on a command
 /// line, where other users could read it); it and the source's host key are written to
 /// 0600 files beside the copy and removed whatever happens. Any failure removes the
-/// temporary file, prints [`RELAY_FAILED_LINE`] and why, and exits 1.
+/// temporary file, prints [`RELAY_FAILED_LINE`] and why, and exits 1. A read that has
+/// not ended after `limit_secs` (a source that trickles: ssh's keepalives see it alive)
+/// is stopped by the node's `timeout` and fails the same way, so the node gets the file
+/// the direct way rather than running into its channel's deadline.
 ///
 /// A node whose CPU has AES instructions asks for AES-GCM first: it moves the copy at
 /// several times chacha20's speed there, and a site's fan-out is bound by the nodes' CPU,
@@ -166,6 +169,7 @@ pub fn fetch_script(
     size: u64,
     mode: u32,
     hasher: Sha256Tool,
+    limit_secs: u64,
 ) -> String {
     let t = shell_quote(tmp);
     format!(
@@ -177,10 +181,11 @@ pub fn fetch_script(
          while IFS= read -r kb_l; do printf '%s\\n' \"$kb_l\"; [ \"$kb_l\" = {key_end} ] && break; done > \"$kb_k\" && \
          printf '%s\\n' {known} > \"$kb_h\" || kb_fail cannot write the relay key\n\
          kb_c=; grep -qw aes /proc/cpuinfo 2>/dev/null && kb_c='-c aes128-gcm@openssh.com,chacha20-poly1305@openssh.com,aes128-ctr'\n\
-         ssh -F /dev/null -n $kb_c -i \"$kb_k\" -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes \
+         kb_to=; command -v timeout >/dev/null 2>&1 && kb_to='timeout {limit_secs}'\n\
+         $kb_to ssh -F /dev/null -n $kb_c -i \"$kb_k\" -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes \
          -o UserKnownHostsFile=\"$kb_h\" -o GlobalKnownHostsFile=/dev/null -o HostKeyAlias={HOST_ALIAS} \
          -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o LogLevel=ERROR \
-         -b {bind} -p {port} -l {user} {host} fetch > {t} 2> \"$kb_e\" || kb_fail \"$(head -c 300 \"$kb_e\" | tr '\\n' ' ')\"\n\
+         -b {bind} -p {port} -l {user} {host} fetch > {t} 2> \"$kb_e\" || {{ [ $? = 124 ] && kb_fail the read did not end within {limit_secs} s; kb_fail \"$(head -c 300 \"$kb_e\" | tr '\\n' ' ')\"; }}\n\
          {check} || kb_fail the copy from {from} has $(( $(wc -c < {t}) )) bytes, not {size}\n\
          kb_s=$({hash} < {t}) && [ \"${{kb_s%% *}}\" = {sha} ] || kb_fail the copy from {from} does not have the sha256 this machine verified\n\
          chmod {mode:o} -- {t}\n",
@@ -201,6 +206,66 @@ pub fn fetch_script(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A source that trickles (here an `ssh` that never ends) is given up at the read's
+    /// limit: the script says so on its failure line, exits 1, and leaves neither the
+    /// partial copy nor the key files behind.
+    #[test]
+    fn a_read_that_does_not_end_in_time_fails_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let ssh = bin.join("ssh");
+        std::fs::write(&ssh, "#!/bin/sh\nprintf partial\nexec sleep 30\n").unwrap();
+        std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let source = Source {
+            host: "10.0.0.1".into(),
+            port: 22,
+            user: "root".into(),
+            host_key: "ssh-ed25519 AAAA".into(),
+        };
+        let script = fetch_script(
+            &dir.path().display().to_string(),
+            ".keadm.t-1.tmp",
+            &source,
+            "10.0.0.2",
+            "00",
+            7,
+            0o755,
+            Sha256Tool::Sha256sum,
+            1,
+        );
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+        let started = std::time::Instant::now();
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .env("PATH", path)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        writeln!(child.stdin.take().unwrap(), "key line\n{KEY_END}").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(
+            text.contains(&format!(
+                "{RELAY_FAILED_LINE} the read did not end within 1 s"
+            )),
+            "{text}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "bin")
+            .collect();
+        assert_eq!(left, Vec::<String>::new());
+    }
 
     /// The serve line is one authorized_keys line whose options sshd reads: restricted,
     /// limited to the site's addresses, one command, an expiry filled in on the node.
