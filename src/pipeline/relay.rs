@@ -142,6 +142,18 @@ struct Payload {
     unclaimed: usize,
 }
 
+impl Payload {
+    /// While the site's nodes still to claim outnumber the free places at its sources.
+    fn worth_serving(&self) -> bool {
+        let free: usize = self
+            .holders
+            .iter()
+            .map(|h| READERS_PER_SOURCE.saturating_sub(h.readers))
+            .sum();
+        self.unclaimed > free
+    }
+}
+
 struct SiteState {
     /// Nodes not done yet.
     left: usize,
@@ -167,6 +179,12 @@ struct HeadStart {
 }
 
 impl SiteState {
+    /// The site's first node knows what it needs, or is done: the head start is over.
+    /// Whether this call ended it (the waiting nodes are to be woken).
+    fn end_head_start(&mut self) -> bool {
+        !std::mem::replace(&mut self.head_start.over, true)
+    }
+
     /// Takes out the sources nobody will read from again: done themselves (so they add
     /// no line any more), no reader now, and every node of the site has claimed each
     /// payload they hold (so no reader comes).
@@ -286,9 +304,8 @@ impl Relay {
     pub fn head_start_over(&self, site: &Site) {
         let mut sites = self.sites.lock().unwrap();
         if let Some(state) = sites.get_mut(site)
-            && !state.head_start.over
+            && state.end_head_start()
         {
-            state.head_start.over = true;
             self.changed.notify_all();
         }
     }
@@ -299,12 +316,16 @@ impl Relay {
         self.claim_locked(&mut sites, site, sha256)
     }
 
-    /// The key that reads the payload `sha256` of `site` from its sources, once a node
-    /// has claimed it.
-    pub fn key(&self, site: &Site, sha256: &str) -> Option<Arc<RelayKey>> {
-        let sites = self.sites.lock().unwrap();
-        let payload = sites.get(site)?.payloads.get(sha256)?;
-        Some(payload.key.clone())
+    /// [`Relay::claim`], with the key that reads the payload from its sources (`None`
+    /// when none could be made: the role is then `Direct`).
+    pub fn claim_keyed(&self, site: &Site, sha256: &str) -> (Role, Option<Arc<RelayKey>>) {
+        let mut sites = self.sites.lock().unwrap();
+        let role = self.claim_locked(&mut sites, site, sha256);
+        let key = sites
+            .get(site)
+            .and_then(|s| s.payloads.get(sha256))
+            .map(|p| p.key.clone());
+        (role, key)
     }
 
     fn claim_locked(
@@ -316,8 +337,7 @@ impl Relay {
         let Some(state) = sites.get_mut(site) else {
             return Role::Direct;
         };
-        if !state.head_start.over {
-            state.head_start.over = true;
+        if state.end_head_start() {
             self.changed.notify_all();
         }
         if !state.payloads.contains_key(sha256) {
@@ -392,25 +412,31 @@ impl Relay {
     /// the last waves of a site serve nobody (each source costs a connection to clear it).
     pub fn worth_serving(&self, site: &Site, sha256: &str) -> bool {
         let sites = self.sites.lock().unwrap();
-        let Some(payload) = sites.get(site).and_then(|s| s.payloads.get(sha256)) else {
-            return false;
-        };
-        let free: usize = payload
-            .holders
-            .iter()
-            .map(|h| READERS_PER_SOURCE.saturating_sub(h.readers))
-            .sum();
-        payload.unclaimed > free
+        sites
+            .get(site)
+            .and_then(|s| s.payloads.get(sha256))
+            .is_some_and(Payload::worth_serving)
     }
 
-    /// `node`'s authorized_keys has (or may have) this run's line.
-    pub fn serves(&self, site: &Site, node: &NodePlan) {
+    /// Whether `node`, which has just got its role for `sha256`, serves it (see
+    /// [`Relay::worth_serving`]); when it does, its authorized_keys will have this run's
+    /// line, so it is counted among the sources to clear.
+    pub fn serves_if_worth(&self, site: &Site, sha256: &str, node: &NodePlan) -> bool {
         let mut sites = self.sites.lock().unwrap();
-        if let Some(state) = sites.get_mut(site)
-            && !state.sources.iter().any(|s| s.index == node.index)
+        let Some(state) = sites.get_mut(site) else {
+            return false;
+        };
+        if !state
+            .payloads
+            .get(sha256)
+            .is_some_and(Payload::worth_serving)
         {
+            return false;
+        }
+        if !state.sources.iter().any(|s| s.index == node.index) {
             state.sources.push(node.clone());
         }
+        true
     }
 
     /// The seed did not get the payload: the next node may seed.
@@ -467,8 +493,7 @@ impl Relay {
         };
         state.left = state.left.saturating_sub(1);
         state.done.insert(node);
-        if !state.head_start.over {
-            state.head_start.over = true;
+        if state.end_head_start() {
             self.changed.notify_all();
         }
         if state.left > 0 {
@@ -522,10 +547,7 @@ impl NodeRelay {
     /// Takes `role` (after a wait), serving when the site still needs sources.
     fn take_role(&mut self, role: Role, node: &NodePlan) {
         self.serve = matches!(role, Role::Seed | Role::From { .. })
-            && self.relay.worth_serving(&self.site, &self.sha256);
-        if self.serve {
-            self.relay.serves(&self.site, node);
-        }
+            && self.relay.serves_if_worth(&self.site, &self.sha256, node);
         self.role = role;
     }
 }
@@ -568,8 +590,8 @@ impl Run<'_, '_> {
     /// site relays nothing.
     fn claim_payload(&self, upload: &Upload, hasher: Sha256Tool) -> Option<NodeRelay> {
         let (relay, site) = self.relay_site()?;
-        let role = relay.claim(site, upload.sha256());
-        let key = relay.key(site, upload.sha256())?;
+        let (role, key) = relay.claim_keyed(site, upload.sha256());
+        let key = key?;
         let mut claimed = NodeRelay {
             relay: relay.clone(),
             site: site.clone(),
@@ -1101,7 +1123,7 @@ mod tests {
         assert_eq!(relay.claim(&site, "a"), Role::Wait);
         relay.seed_failed(&site, "a");
         assert_eq!(relay.claim(&site, "a"), Role::Seed);
-        relay.serves(&site, &nodes[1]);
+        assert!(relay.serves_if_worth(&site, "a", &nodes[1]));
         relay.holds(&site, "a", 1, source(1));
         for _ in 0..READERS_PER_SOURCE {
             assert!(matches!(
@@ -1110,7 +1132,7 @@ mod tests {
             ));
         }
         assert_eq!(relay.claim(&site, "a"), Role::Wait);
-        relay.serves(&site, &nodes[2]);
+        assert!(relay.serves_if_worth(&site, "a", &nodes[2]));
         relay.holds(&site, "a", 2, source(2));
         assert!(matches!(
             relay.claim(&site, "a"),
@@ -1143,7 +1165,7 @@ mod tests {
         let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
         let site = Site::Named("s1".into());
         assert_eq!(relay.claim(&site, "a"), Role::Seed);
-        relay.serves(&site, &nodes[0]);
+        assert!(relay.serves_if_worth(&site, "a", &nodes[0]));
         relay.holds(&site, "a", 0, source(0));
         for _ in 1..4 {
             assert!(matches!(
@@ -1167,7 +1189,7 @@ mod tests {
         // A source still at its own work when its last reader is done: cleared when it is.
         let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
         assert_eq!(relay.claim(&site, "a"), Role::Seed);
-        relay.serves(&site, &nodes[0]);
+        assert!(relay.serves_if_worth(&site, "a", &nodes[0]));
         relay.holds(&site, "a", 0, source(0));
         for _ in 1..4 {
             assert!(matches!(relay.claim(&site, "a"), Role::From { .. }));
