@@ -1013,37 +1013,31 @@ const CLEARED_AT_ONCE: usize = 16;
 
 /// Removes this run's relay line from every node of `sources`, [`CLEARED_AT_ONCE`] at a
 /// time: one after another, a site's sources held its last node (and the run's end) for
-/// a connection each, 1.5 s in bench/sites.sh.
-///
-/// Each thread is joined explicitly: `std::thread::scope`'s own wait returns once the
-/// closures are done, before the threads have exited (rust-lang/rust#116237), and these
-/// threads used libssh2 and OpenSSL, whose per-thread state is freed as a thread exits.
-/// No thread that used them may be exiting when the process does (see `pool::joined`).
-/// A thread that cannot be started clears its source on this one.
+/// a connection each, 1.5 s in bench/sites.sh. The threads are the node pool's kind
+/// ([`crate::pool::joined`]): they use libssh2 and OpenSSL, so each has exited before
+/// this returns. Should no thread start, the sources are cleared on this one.
 pub fn unserve_all(sources: &[NodePlan], ctx: &Context) {
-    for batch in sources.chunks(CLEARED_AT_ONCE) {
-        std::thread::scope(|scope| {
-            let mut threads = Vec::with_capacity(batch.len());
-            for source in batch {
-                match std::thread::Builder::new()
-                    .name("keadm-batch-unserve".into())
-                    .spawn_scoped(scope, move || unserve(source, ctx))
-                {
-                    Ok(thread) => threads.push(thread),
-                    Err(_) => unserve(source, ctx),
-                }
+    if let [source] = sources {
+        unserve(source, ctx);
+        return;
+    }
+    if sources.is_empty() {
+        return;
+    }
+    let threads = rayon::ThreadPoolBuilder::new()
+        .num_threads(sources.len().min(CLEARED_AT_ONCE))
+        .thread_name(|i| format!("keadm-batch-unserve-{i}"));
+    let cleared = crate::pool::joined(threads, |pool| {
+        pool.scope(|scope| {
+            for source in sources {
+                scope.spawn(move |_| unserve(source, ctx));
             }
-            // Every thread is joined before a panic of one (a bug) goes on up.
-            let mut panicked = None;
-            for thread in threads {
-                if let Err(panic) = thread.join() {
-                    panicked = Some(panic);
-                }
-            }
-            if let Some(panic) = panicked {
-                std::panic::resume_unwind(panic);
-            }
-        });
+        })
+    });
+    if cleared.is_err() {
+        for source in sources {
+            unserve(source, ctx);
+        }
     }
 }
 
