@@ -6,7 +6,8 @@
 # loopback), htpasswd (its basic-auth test), and containerd, runc and busybox-static (a
 # real container runtime per test node, and the shell inside the tests' own tiny images)
 # and xz (the nodes unpack the xz copy of keadm with it), and iproute2 (the relay tests
-# put nodes on site LANs: network namespaces, veth pairs and bridges made with `ip`).
+# put nodes on site LANs: network namespaces, veth pairs and bridges made with `ip`), and
+# shellcheck (every script sent to a node passes it for POSIX sh, in the unit tests).
 # The packages' own services are kept from starting: the simulated nodes listen on
 # loopback addresses, and a system sshd on 0.0.0.0:22 would collide with them; the tests
 # start every containerd and registry they use themselves, each with its own state.
@@ -31,6 +32,7 @@ command -v runc >/dev/null 2>&1 || need+=(runc)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
 
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

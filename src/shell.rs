@@ -13,3 +13,6 @@ pub fn shell_quote(s: &str) -> String {
         format!("'{}'", s.replace('\'', r"'\''"))
     }
 }
+
+#[cfg(test)]
+pub mod shellcheck;
