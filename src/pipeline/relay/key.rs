@@ -3,6 +3,8 @@
 //! receiver's `ssh -i` reads, the public line a source's authorized_keys takes).
 
 use openssl::pkey::PKey;
+use ssh_key::private::{Ed25519Keypair, KeypairData};
+use ssh_key::{LineEnding, PrivateKey, PublicKey};
 
 /// The run's relay key: an ed25519 key made for this run only, held in memory. The
 /// private half goes to receivers in their script (deleted there after the fetch); the
@@ -12,98 +14,104 @@ pub struct RelayKey {
     pub public_line: String,
 }
 
+/// Why a relay key could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayKeyError {
+    #[error("OpenSSL cannot make an ed25519 key: {0}")]
+    Generate(#[from] openssl::error::ErrorStack),
+    #[error("the ed25519 key cannot be written in OpenSSH's format: {0}")]
+    Encode(#[from] ssh_key::Error),
+}
+
 impl RelayKey {
-    /// A fresh key.
-    pub fn generate(comment: &str) -> Result<RelayKey, openssl::error::ErrorStack> {
+    /// A fresh key, made by OpenSSL (already linked for libssh2 and TLS, so no second
+    /// curve or RNG stack) and written by `ssh-key` in OpenSSH's own formats: the private
+    /// key file (`openssh-key-v1`, unencrypted) with `comment`, and the public line
+    /// without one (the serve line appends the run's tag itself).
+    pub fn generate(comment: &str) -> Result<RelayKey, RelayKeyError> {
         let key = PKey::generate_ed25519()?;
-        let public = key.raw_public_key()?;
-        let seed = key.raw_private_key()?;
+        let pair = Ed25519Keypair {
+            public: key.raw_public_key()?.as_slice().try_into()?,
+            private: key.raw_private_key()?.as_slice().try_into()?,
+        };
+        let public_line = PublicKey::from(pair.public).to_openssh()?;
+        let private = PrivateKey::new(KeypairData::Ed25519(pair), comment)?;
         Ok(RelayKey {
-            private_openssh: openssh_private_key(&seed, &public, comment),
-            public_line: format!("ssh-ed25519 {}", base64_of(&public_blob(&public))),
+            private_openssh: private.to_openssh(LineEnding::LF)?.to_string(),
+            public_line,
         })
     }
-}
-
-fn base64_of(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// SSH wire format: a string is its length (u32, big-endian) and its bytes.
-fn put_string(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    out.extend_from_slice(bytes);
-}
-
-fn public_blob(public: &[u8]) -> Vec<u8> {
-    let mut blob = Vec::new();
-    put_string(&mut blob, b"ssh-ed25519");
-    put_string(&mut blob, public);
-    blob
-}
-
-/// OpenSSH's own private key format (`openssh-key-v1`, unencrypted), which every OpenSSH
-/// client reads: the public blob, then a private section of two equal check words, the
-/// key (its private half is seed then public key) and the comment, padded 1, 2, 3... to
-/// a multiple of 8.
-fn openssh_private_key(seed: &[u8], public: &[u8], comment: &str) -> String {
-    let check = fastrand::u32(..).to_be_bytes();
-    let mut private = Vec::new();
-    private.extend_from_slice(&check);
-    private.extend_from_slice(&check);
-    put_string(&mut private, b"ssh-ed25519");
-    put_string(&mut private, public);
-    put_string(&mut private, &[seed, public].concat());
-    put_string(&mut private, comment.as_bytes());
-    let mut pad = 1u8;
-    while !private.len().is_multiple_of(8) {
-        private.push(pad);
-        pad += 1;
-    }
-    let mut body = b"openssh-key-v1\0".to_vec();
-    put_string(&mut body, b"none");
-    put_string(&mut body, b"none");
-    put_string(&mut body, b"");
-    body.extend_from_slice(&1u32.to_be_bytes());
-    put_string(&mut body, &public_blob(public));
-    put_string(&mut body, &private);
-    let text = base64_of(&body);
-    let mut out = String::from("-----BEGIN OPENSSH PRIVATE KEY-----\n");
-    for chunk in text.as_bytes().chunks(70) {
-        out.push_str(std::str::from_utf8(chunk).expect("base64 is ASCII"));
-        out.push('\n');
-    }
-    out.push_str("-----END OPENSSH PRIVATE KEY-----\n");
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+    use std::process::{Command, Output, Stdio};
 
-    /// A key OpenSSH itself reads: ssh-keygen derives the same public key from it.
-    #[test]
-    fn the_relay_key_is_one_openssh_reads() {
-        let key = RelayKey::generate("keadm-batch-relay-test").unwrap();
+    /// Runs ssh-keygen with `args` in `dir`, `stdin` on its standard input.
+    fn ssh_keygen(dir: &Path, args: &[&str], stdin: &[u8]) -> Output {
+        use std::io::Write;
+        let Ok(mut child) = Command::new("ssh-keygen")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        else {
+            panic!("ssh-keygen is needed for this test (openssh-client)");
+        };
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// `key`'s private half in the file `k` of a new directory, as `ssh -i` wants it.
+    fn key_file(key: &RelayKey) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k");
         std::fs::write(&path, &key.private_openssh).unwrap();
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
             .unwrap();
-        let Ok(out) = std::process::Command::new("ssh-keygen")
-            .args(["-y", "-f"])
-            .arg(&path)
-            .output()
-        else {
-            panic!("ssh-keygen is needed for this test (openssh-client)");
-        };
+        dir
+    }
+
+    /// A key OpenSSH itself reads: ssh-keygen derives the same public key from it, with
+    /// the comment the key was made with.
+    #[test]
+    fn the_relay_key_is_one_openssh_reads() {
+        let key = RelayKey::generate("keadm-batch-relay-test").unwrap();
+        let dir = key_file(&key);
+        let out = ssh_keygen(dir.path(), &["-y", "-f", "k"], b"");
         assert!(out.status.success(), "{out:?}");
-        let derived = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            derived.starts_with(&format!("{} ", key.public_line)),
-            "{derived} against {}",
-            key.public_line
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{} keadm-batch-relay-test\n", key.public_line)
         );
+    }
+
+    /// The private half is the public line's own key, not only a file that carries that
+    /// line (ssh-keygen -y reads an ed25519 file's public key without the secret): what
+    /// it signs, the public line verifies.
+    #[test]
+    fn the_relay_key_signs_what_its_public_line_verifies() {
+        let key = RelayKey::generate("keadm-batch-relay-test").unwrap();
+        let dir = key_file(&key);
+        let signed = ssh_keygen(
+            dir.path(),
+            &["-Y", "sign", "-f", "k", "-n", "file"],
+            b"data",
+        );
+        assert!(signed.status.success(), "{signed:?}");
+        let signers = format!("relay {}\n", key.public_line);
+        std::fs::write(dir.path().join("signers"), signers).unwrap();
+        std::fs::write(dir.path().join("data.sig"), &signed.stdout).unwrap();
+        let verify = ["-Y", "verify", "-f", "signers", "-I", "relay", "-n", "file"];
+        let verified = ssh_keygen(
+            dir.path(),
+            &[&verify[..], &["-s", "data.sig"]].concat(),
+            b"data",
+        );
+        assert!(verified.status.success(), "{verified:?}");
     }
 }
