@@ -534,7 +534,7 @@ fn execute(
         offline_images: offline_images.as_ref(),
         keadm_version: plan.staging.as_ref().map(|s| s.version.as_str()),
         extra_images: &plan.extra_images,
-        relay: site_relay(&plan, &run_dir.id),
+        relay: site_relay(&plan),
     };
     let policy = pool::Policy {
         max_run_num: plan.max_run_num,
@@ -658,14 +658,12 @@ fn install_signal_handler(cancel: &Cancel) {
     }
 }
 
-/// The sites' relay for this run: with `--relay auto` and a site of two or more nodes.
-/// Its keys, one per payload, are made for this run as payloads are first claimed.
-fn site_relay(
-    plan: &crate::plan::Plan,
-    run_id: &str,
-) -> Option<std::sync::Arc<pipeline::relay::Relay>> {
+/// The sites' relay for this run: with `--relay auto` and a site of two or more nodes
+/// whose addresses this machine knows. Its tag is its own 64 random bits, and its keys,
+/// one per payload, are made for this run as payloads are first claimed.
+fn site_relay(plan: &crate::plan::Plan) -> Option<std::sync::Arc<pipeline::relay::Relay>> {
     if plan.relay == crate::options::RelayMode::Off {
         return None;
     }
-    pipeline::relay::Relay::for_nodes(&plan.nodes, &crate::remote::relay::tag(run_id))
+    pipeline::relay::Relay::for_nodes(&plan.nodes, &pipeline::relay::resolve_here)
 }

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use crate::arch::Arch;
 use crate::config::{AuthSpec, PackageMode, SshSpec};
+use crate::node_text::escape_controls;
 use crate::options::RelayMode;
 use crate::plan::{KeadmSource, NodePlan, Plan, StagingPlan, display_address};
 use crate::stage::{ImageArchive, ImageSources, OfflineImages, StageError, Stager, is_plain_http};
@@ -110,42 +111,72 @@ fn render_sites(out: &mut String, plan: &Plan, archives: bool) {
         }
     };
     let _ = writeln!(out, "  relay:       {relay}");
-    const SHOWN: usize = 5;
     for (site, members) in sites {
-        let relayed = members
-            .iter()
-            .filter(|&&i| plan.nodes[i].keadm == KeadmSource::Staged)
-            .count();
-        let order: Vec<&str> = members
-            .iter()
-            .take(SHOWN)
-            .map(|&i| plan.nodes[i].name.as_str())
-            .collect();
-        let more = members.len().saturating_sub(SHOWN);
-        let more = if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        };
-        let joining = members
-            .iter()
-            .filter(|&&i| plan.nodes[i].keadm_args.is_join())
-            .count();
-        let what = match (plan.relay, relayed > 1, archives && joining > 1) {
-            (RelayMode::Off, _, _) | (_, false, false) => "nothing relayed".to_string(),
-            (_, true, false) => format!("keadm relayed among {relayed} nodes"),
-            (_, false, true) => format!("the image archives relayed among {joining} nodes"),
-            (_, true, true) => {
-                format!("keadm relayed among {relayed} nodes, the image archives among {joining}")
-            }
-        };
-        let _ = writeln!(
-            out,
-            "  site {site}: {} nodes, seed order {}{more}; {what}",
-            members.len(),
-            order.join(", ")
+        let line = site_line(
+            plan.relay,
+            &plan.nodes,
+            site,
+            &members,
+            archives,
+            &crate::pipeline::relay::resolve_here,
         );
+        let _ = writeln!(out, "{line}");
     }
+}
+
+/// One site's line: its nodes, seed order and what is relayed among them, or why
+/// nothing is when a node's address does not resolve here (see
+/// [`crate::pipeline::relay::site_addresses`]).
+fn site_line(
+    relay: RelayMode,
+    nodes: &[NodePlan],
+    site: &crate::plan::Site,
+    members: &[usize],
+    archives: bool,
+    resolve: &dyn Fn(&str) -> std::io::Result<Vec<std::net::IpAddr>>,
+) -> String {
+    const SHOWN: usize = 5;
+    let relayed = members
+        .iter()
+        .filter(|&&i| nodes[i].keadm == KeadmSource::Staged)
+        .count();
+    let order: Vec<&str> = members
+        .iter()
+        .take(SHOWN)
+        .map(|&i| nodes[i].name.as_str())
+        .collect();
+    let more = members.len().saturating_sub(SHOWN);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    let joining = members
+        .iter()
+        .filter(|&&i| nodes[i].keadm_args.is_join())
+        .count();
+    let unresolved = || {
+        let plans: Vec<&NodePlan> = members.iter().map(|&i| &nodes[i]).collect();
+        crate::pipeline::relay::site_addresses(&plans, resolve).err()
+    };
+    let what = match (relay, relayed > 1, archives && joining > 1) {
+        (RelayMode::Off, _, _) | (_, false, false) => None,
+        (_, true, false) => Some(format!("keadm relayed among {relayed} nodes")),
+        (_, false, true) => Some(format!("the image archives relayed among {joining} nodes")),
+        (_, true, true) => Some(format!(
+            "keadm relayed among {relayed} nodes, the image archives among {joining}"
+        )),
+    };
+    let what = match what.map(|what| (what, unresolved())) {
+        None => "nothing relayed".to_string(),
+        Some((_, Some(why))) => format!("nothing relayed: {}", escape_controls(&why)),
+        Some((what, None)) => what,
+    };
+    format!(
+        "  site {site}: {} nodes, seed order {}{more}; {what}",
+        members.len(),
+        order.join(", ")
+    )
 }
 
 /// Each arch's image archives: the file, its size and the images it provides, one line
@@ -376,4 +407,41 @@ fn render_node(out: &mut String, node: &NodePlan, images: Option<&OfflineImages>
         );
     }
     let _ = writeln!(out, "  command:   {}", r.redact(&node.command));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Site;
+
+    /// A site one of whose nodes is a host name that does not resolve here relays
+    /// nothing, and its line says why; resolved, it relays.
+    #[test]
+    fn a_site_whose_name_does_not_resolve_says_why_it_relays_nothing() {
+        let nodes: Vec<NodePlan> = (0..2)
+            .map(|i| {
+                let mut node = NodePlan::sample(i);
+                node.ssh.host = if i == 0 {
+                    "10.0.0.1".into()
+                } else {
+                    "edge-b.lan".into()
+                };
+                node
+            })
+            .collect();
+        let site = Site::Named("store-1".into());
+        let fails = |_: &str| -> std::io::Result<Vec<std::net::IpAddr>> {
+            Err(std::io::Error::other("Name or service not known"))
+        };
+        let line = site_line(RelayMode::Auto, &nodes, &site, &[0, 1], false, &fails);
+        assert_eq!(
+            line,
+            "  site store-1: 2 nodes, seed order n0, n1; nothing relayed: the ssh.ip edge-b.lan of n1 does not resolve on this machine (Name or service not known), and a source admits its readers by address"
+        );
+        let resolves = |_: &str| -> std::io::Result<Vec<std::net::IpAddr>> {
+            Ok(vec!["10.0.0.2".parse().unwrap()])
+        };
+        let line = site_line(RelayMode::Auto, &nodes, &site, &[0, 1], false, &resolves);
+        assert!(line.ends_with("; keadm relayed among 2 nodes"), "{line}");
+    }
 }

@@ -5,7 +5,11 @@
 //! of that sends the node keadm directly; no key is left on any node.
 
 use crate::common::fake_keadm::FakeKeadm;
-use crate::common::fleet::{Fleet, Node, NodeOpt, Sudo};
+use std::os::unix::fs::MetadataExt;
+
+use crate::common::fleet::{
+    Fleet, Node, NodeOpt, Sudo, TEST_USER, TEST_USER_ID, TEST_USER_PASSWORD,
+};
 use crate::common::scenario::{Login, Scenario, remote_keadm};
 use crate::common::test::Output;
 
@@ -392,10 +396,11 @@ fn holding_keadm() -> FakeKeadm {
     keadm().runs("if [ -e /tmp/hold ]; then sleep 60; fi")
 }
 
-/// A control host killed while a seed serves leaves a line that expires by itself; the
-/// next run removes it (found by its tag), and leaves nothing of its own.
+/// A control host killed while a seed serves leaves a line that expires by itself. A
+/// later run leaves it while it may still serve (it may be another run's, going on at
+/// the same time), and removes it once it has expired, leaving nothing of its own.
 #[test]
-fn the_next_run_removes_what_a_killed_control_host_left() {
+fn a_later_run_removes_what_a_killed_control_host_left_once_it_has_expired() {
     let fleet = Fleet::builder().nodes(2).site_lans(&[0, 0]).start();
     let sc = Scenario::new(&fleet)
         .keadm(holding_keadm())
@@ -411,7 +416,16 @@ fn the_next_run_removes_what_a_killed_control_host_left() {
 
     std::fs::remove_file(fleet.node(0).tmp_path("hold")).unwrap();
     // Node 0 already has keadm, so it claims no role this time: only the start of the
-    // run, which clears every earlier run's line, can remove it.
+    // run, which clears expired lines, can remove it.
+    let out = sc.run(&[]);
+    out.status(0);
+    assert_eq!(relay_lines(&ak), left, "a line that may still serve stays");
+
+    // Its expiry, as sshd reads it (the node's local time), is past.
+    let text = std::fs::read_to_string(&ak).unwrap();
+    let at = text.find("expiry-time=\"").unwrap() + "expiry-time=\"".len();
+    let expired = format!("{}20000101000000{}", &text[..at], &text[at + 14..]);
+    std::fs::write(&ak, expired).unwrap();
     let out = sc.run(&[]);
     out.status(0);
     no_node_serves(&fleet, false, &out.stderr);
@@ -502,4 +516,218 @@ fn nodes_behind_one_bastion_are_one_site() {
         out.stdout
     );
     assert!(!out.stdout.contains("elsewhere"), "{}", out.stdout);
+}
+
+/// The login user of three sudo-login nodes made its `~/.ssh/authorized_keys` a dangling
+/// symlink into a directory only root may change (on a real node: `/etc/ld.so.preload`).
+/// The run succeeds, and root neither created the link's target nor changed the
+/// directory or the link: every step in the login user's home runs as that user, who
+/// cannot write there, so the node serves nothing and says once why.
+#[test]
+fn a_login_users_symlink_cannot_make_root_write_for_it() {
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .site_lans(&[0, 0, 0])
+        .all_nodes(NodeOpt::Sudo(Sudo::Passwordless))
+        .start();
+    for node in fleet.nodes() {
+        // The test user's home is the node's /tmp.
+        let planted = node.shell(&format!(
+            "mkdir -m 700 /tmp/vault && mkdir -m 700 /tmp/.ssh && \
+             ln -s /tmp/vault/authorized_keys /tmp/.ssh/authorized_keys && \
+             chown -h {TEST_USER}: /tmp/.ssh /tmp/.ssh/authorized_keys"
+        ));
+        assert!(planted.status.success(), "{planted:?}");
+    }
+    let sc = Scenario::new(&fleet)
+        .keadm(keadm())
+        .max_run_num(3)
+        .top_yaml("site: store-1")
+        .login_as_test_user(Login::Password(TEST_USER_PASSWORD.to_string()));
+    let out = sc.run(&[]);
+    out.status(0);
+    same_keadm_everywhere(&fleet, 3);
+    for (i, node) in fleet.nodes().iter().enumerate() {
+        let vault = node.tmp_path("vault");
+        let inside: Vec<String> = std::fs::read_dir(&vault)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            inside,
+            Vec::<String>::new(),
+            "node {i}: root wrote into the root-only directory\n{}",
+            out.transcript(i)
+        );
+        let meta = std::fs::metadata(&vault).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o700), "node {i}");
+        let link = node.tmp_path(".ssh/authorized_keys");
+        assert_eq!(
+            std::fs::read_link(&link).unwrap(),
+            std::path::PathBuf::from("/tmp/vault/authorized_keys"),
+            "node {i}: the login user's symlink was replaced"
+        );
+        // What the relay made in the home (its served copies) is the login user's own.
+        for entry in std::fs::read_dir(node.tmp_path("")).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".keadm-batch-relay-") {
+                let owner = entry.metadata().unwrap().uid();
+                assert_eq!(
+                    owner, TEST_USER_ID,
+                    "node {i}: {name} is not the login user's"
+                );
+            }
+        }
+        let t = out.transcript(i);
+        let why: Vec<&str> = t.lines().filter(|l| l.contains("serves no copy")).collect();
+        assert_eq!(
+            why.len(),
+            1,
+            "node {i} says once why it serves nothing:\n{t}"
+        );
+        assert!(
+            why[0].contains("the login user's .ssh/authorized_keys is a symbolic link"),
+            "{}",
+            why[0]
+        );
+    }
+    no_node_serves(&fleet, true, &out.stderr);
+}
+
+/// Operator keys whose comments hold Latin-1 bytes, in the login user's authorized_keys
+/// on three sudo-login nodes whose exec channels run in a UTF-8 locale (what pam_env
+/// gives them on Debian and Ubuntu): after a run that relayed, every operator line is
+/// there byte for byte and no relay line is left.
+#[test]
+fn operator_keys_with_latin1_comments_survive_a_relayed_run_byte_for_byte() {
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .site_lans(&[0, 0, 0])
+        .all_nodes(NodeOpt::Sudo(Sudo::Passwordless))
+        .all_nodes(NodeOpt::SshdConfig(
+            "SetEnv LANG=C.UTF-8 LC_ALL=C.UTF-8".to_string(),
+        ))
+        .start();
+    let operator: &[u8] =
+        b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDm8f2cQ0b0ZC5yq8Gm5n1op op\xe9rateur@r\xe9gie\n\
+        # cl\xe9 de secours, \xa9 l'\xe9quipe\n\
+        ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHc1ZxQm9lTzF6a2pQ2secours secours\n";
+    for node in fleet.nodes() {
+        let ssh = node.tmp_path(".ssh");
+        std::fs::create_dir(&ssh).unwrap();
+        std::fs::write(ssh.join("authorized_keys"), operator).unwrap();
+        let owned = node.shell(&format!(
+            "chown -R {TEST_USER}: /tmp/.ssh && chmod 700 /tmp/.ssh && chmod 600 /tmp/.ssh/authorized_keys"
+        ));
+        assert!(owned.status.success(), "{owned:?}");
+    }
+    let sc = Scenario::new(&fleet)
+        .keadm(keadm())
+        .max_run_num(3)
+        .top_yaml("site: store-1")
+        .login_as_test_user(Login::Password(TEST_USER_PASSWORD.to_string()));
+    let out = sc.run(&[]);
+    out.status(0);
+    let (direct, from_peer) = sources_of_keadm(&out, 3);
+    assert_eq!(direct.len(), 1, "{direct:?}");
+    assert_eq!(from_peer.len(), 2, "the run relayed: {from_peer:?}");
+    for (i, node) in fleet.nodes().iter().enumerate() {
+        let now = std::fs::read(node.tmp_path(".ssh/authorized_keys")).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&now),
+            String::from_utf8_lossy(operator),
+            "node {i}'s authorized_keys is not what the operator wrote"
+        );
+        assert_eq!(now, operator, "node {i}");
+    }
+    no_node_serves(&fleet, true, &out.stderr);
+}
+
+/// A source that answers the fetch with endless bytes: each reader stops reading at
+/// keadm's size plus one byte (its copy never grows past that on its disk), says why,
+/// and joins with keadm from this machine.
+#[test]
+fn a_source_that_sends_endless_bytes_costs_a_reader_at_most_one_byte_more() {
+    let endless = "ForceCommand if [ \"$SSH_ORIGINAL_COMMAND\" = fetch ]; then exec cat /dev/zero; else exec sh -c \"$SSH_ORIGINAL_COMMAND\"; fi";
+    let fleet = Fleet::builder()
+        .nodes(3)
+        .site_lans(&[0, 0, 0])
+        .node_option(0, NodeOpt::SshdConfig(endless.to_string()))
+        .start();
+    // The readers' upload dirs are small tmpfs of their own, so a read that does not stop
+    // fills them and not this machine's disk.
+    for i in [1, 2] {
+        let mounted = fleet.node(i).shell(&format!(
+            "mkdir -p /tmp/kubeedge/keadm && mount -t tmpfs -o size={},mode=700 tmpfs /tmp/kubeedge/keadm",
+            4 * PADDED
+        ));
+        assert!(mounted.status.success(), "{mounted:?}");
+    }
+    // The largest file seen in each reader's upload dir while the run goes, through the
+    // node's own view of its mounts.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dirs: Vec<std::path::PathBuf> = [1, 2]
+        .iter()
+        .map(|&i| {
+            std::path::PathBuf::from(format!(
+                "/proc/{}/root/tmp/kubeedge/keadm",
+                fleet.node(i).sshd_pid()
+            ))
+        })
+        .collect();
+    let dirs_seen = dirs.clone();
+    let watcher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut largest = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for dir in &dirs {
+                    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                        if let Ok(meta) = entry.metadata() {
+                            largest = largest.max(meta.len());
+                        }
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
+            largest
+        })
+    };
+    let sc = Scenario::new(&fleet)
+        .keadm(keadm())
+        .max_run_num(1)
+        .top_yaml("site: store-1");
+    let out = sc.run(&[]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let largest = watcher.join().unwrap();
+    out.status(0);
+    let size = std::fs::metadata(remote_keadm(fleet.node(0)))
+        .unwrap()
+        .len();
+    assert!(
+        largest <= size + 1,
+        "a reader held {largest} bytes of a {size}-byte payload"
+    );
+    let source = fleet.node(0).host();
+    for i in [1, 2] {
+        let t = out.transcript(i);
+        assert!(
+            t.contains(&format!(
+                "reading keadm from {source} failed (the source sent more than {size} bytes); getting it from this machine instead"
+            )),
+            "node {i}:\n{t}"
+        );
+    }
+    // The readers' keadm is in their tmpfs, seen through the node's own mounts.
+    let first = std::fs::read(remote_keadm(fleet.node(0))).unwrap();
+    for dir in &dirs_seen {
+        assert_eq!(
+            std::fs::read(dir.join("keadm")).unwrap(),
+            first,
+            "{}",
+            dir.display()
+        );
+    }
+    no_node_serves(&fleet, false, &out.stderr);
 }

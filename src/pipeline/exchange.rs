@@ -236,6 +236,8 @@ impl<'a> Run<'a, '_> {
         if node.sudo {
             script = remote::with_sudo_probe(&script);
         }
+        // The relay's steps in the login user's home run as the login user, first.
+        let script = format!("{}{script}", self.relay_prepare_as_login());
         // The prepare step's deadline until the facts are in, then the run's.
         let deadline = Cell::new(started + node.deadlines.step);
         let slot: StdinSlot = RefCell::default();

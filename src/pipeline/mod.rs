@@ -184,6 +184,8 @@ struct Run<'a, 'c> {
     relay: Option<relay::NodeRelay>,
     /// The node's host key as verified at connect, for the site's nodes that read from it.
     host_key: Option<String>,
+    /// Why the node cannot serve its site, as the prepare step found.
+    relay_no_serve: Option<String>,
 }
 
 /// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
@@ -295,6 +297,7 @@ impl<'a, 'c> Run<'a, 'c> {
             reset_exit_status: None,
             relay: None,
             host_key: None,
+            relay_no_serve: None,
         }
     }
 

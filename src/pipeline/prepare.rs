@@ -238,12 +238,21 @@ impl<'a> Run<'a, '_> {
         self.timed(Phase::Preparing, |run| {
             let node = run.node;
             let (script, names) = run.prepare_script(with_preflight);
+            // The relay's steps in the login user's home run as the login user.
+            let as_login = run.relay_prepare_as_login();
             let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
             let deadline = Instant::now() + node.deadlines.step;
             let result = if node.sudo {
-                exec_probing_sudo(conn, "", &script, password_of(node), deadline, &mut output)
+                exec_probing_sudo(
+                    conn,
+                    &as_login,
+                    &script,
+                    password_of(node),
+                    deadline,
+                    &mut output,
+                )
             } else {
-                conn.exec(&script, None, deadline, &mut output)
+                conn.exec(&format!("{as_login}{script}"), None, deadline, &mut output)
             };
             let exit = result.map_err(|e| run.prepare_failed(e))?;
             run.learn_prepared(&output.text(), with_preflight, &names, &exit)
@@ -280,13 +289,9 @@ impl<'a> Run<'a, '_> {
         if tarball || relay || images.is_some() {
             script.push_str(remote::TOOLS_PROBE);
         }
-        if relay {
-            // What an earlier run left when its control host died.
-            script.push_str(&remote::relay::stale_script(
-                &node.upload_dir,
-                &self.ctx.run_token,
-            ));
-        }
+        // What an earlier run's fetch left in the upload dir, and whether root can
+        // serve as the login user (the rest is the login user's, before sudo).
+        script.push_str(&self.relay_prepare_privileged());
         (script, names)
     }
 
@@ -317,6 +322,7 @@ impl<'a> Run<'a, '_> {
         if with_preflight {
             self.preflight_findings(text)?;
         }
+        self.learn_relay_prepared(text);
         let facts = remote::parse_facts(text, names);
         let privilege = match (node.sudo, facts.sudo_needs_password) {
             (false, _) => Privilege::Login,

@@ -15,6 +15,7 @@ use super::upload::{
 use super::{Run, StepError};
 use crate::node_text::{CappedBuffer, EndlessLine, MAX_PENDING_LINE, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
+use crate::remote::relay::NOT_SERVING_LINE;
 use crate::remote::{self, Privilege};
 use crate::transport::{Connection, RemoteExit, TransportError};
 
@@ -39,7 +40,8 @@ pub(super) struct WatchReceived {
     /// When the line went by.
     seen_at: Option<Instant>,
     line: LineScan,
-    /// Called once when the line goes by (the site relay learns a node holds its copy).
+    /// Called once when the line goes by (the site relay learns a node holds its copy),
+    /// unless the node said before it that it does not serve.
     on_seen: Option<Box<dyn FnOnce()>>,
 }
 
@@ -71,10 +73,15 @@ impl WatchReceived {
         if self.seen() {
             return inner.write_all(buf);
         }
-        match self
-            .line
-            .until(buf, RECEIVED, |line| inner.write_all(line))?
-        {
+        let on_seen = &mut self.on_seen;
+        let each = |line: &[u8]| {
+            // A node whose serve line says it does not serve is no source to announce.
+            if line.starts_with(NOT_SERVING_LINE.as_bytes()) {
+                *on_seen = None;
+            }
+            inner.write_all(line)
+        };
+        match self.line.until(buf, RECEIVED, each)? {
             Some(rest) => {
                 self.seen_at = Some(Instant::now());
                 if let Some(on_seen) = self.on_seen.take() {
@@ -617,5 +624,32 @@ mod tests {
             watched(text, 5),
             (String::from_utf8(text.to_vec()).unwrap(), false)
         );
+    }
+
+    /// A node whose serve line printed that it does not serve is not announced as a
+    /// source when its copy is in; one that served is.
+    #[test]
+    fn a_node_that_says_it_does_not_serve_is_not_announced() {
+        for (said, announced) in [
+            (
+                "KB_RELAY_NOT_SERVING the login user's .ssh/authorized_keys is a symbolic link\n",
+                false,
+            ),
+            ("", true),
+        ] {
+            let called = std::rc::Rc::new(Cell::new(false));
+            let flag = called.clone();
+            let mut out = Vec::new();
+            let mut watch =
+                WatchReceived::new(true).announcing(Some(Box::new(move || flag.set(true))));
+            let text = format!("receiving\n{said}{RECEIVED}\nkeadm says hello\n");
+            watch.pass(text.as_bytes(), &mut out).unwrap();
+            assert!(watch.seen());
+            assert_eq!(called.get(), announced, "{said}");
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                format!("receiving\n{said}keadm says hello\n")
+            );
+        }
     }
 }

@@ -3,13 +3,20 @@
 //! key that can do nothing but read that file, only from the site's addresses and only
 //! until it expires; a receiving node fetches it with its ssh client, checks its sha256
 //! as it would check a direct upload, and the source's line is removed once the site is
-//! done (or, should the control host die, by the next run and its expiry).
+//! done (or, should the control host die, by a later run once it has expired).
+//!
+//! Everything the relay does in the login user's home (its `~/.ssh`, its
+//! authorized_keys, the copy a sudo node serves from there) runs as the login user: a
+//! home is the login user's to change, so a step there as root could be turned, by a
+//! symlink, into root writing anywhere. Under sudo the serve script drops to the login
+//! user for that part ([`serve_script`]); the clearings run as the login user anyway.
 
-use super::{Sha256Tool, size_is};
+use super::Sha256Tool;
+use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
-/// Ends every authorized_keys line the relay writes: the run's tag follows it.
-const TAG: &str = "keadm-batch-relay-";
+/// Starts the last field of every authorized_keys line the relay writes: the run's tag.
+pub const TAG_PREFIX: &str = "keadm-batch-relay-";
 
 /// The exit status of the run's script when the relay fetch failed, so keadm did not
 /// run: the control host sends the file directly instead.
@@ -18,120 +25,351 @@ pub const RELAY_FAILED: i32 = 204;
 /// The line that says why the relay fetch failed.
 pub const RELAY_FAILED_LINE: &str = "KB_RELAY_FAILED";
 
+/// The line a node prints, with why after it, when it cannot serve (the prepare step's
+/// probe) or did not (the serve script).
+pub const NOT_SERVING_LINE: &str = "KB_RELAY_NOT_SERVING";
+
+/// The line a clearing prints, with why after it, when it left the login user's
+/// authorized_keys as it was although relay lines were to go.
+pub const KEPT_LINE: &str = "KB_RELAY_KEPT";
+
+/// The first reason a node's output gives, after [`NOT_SERVING_LINE`], for not serving:
+/// one short line, its control characters escaped.
+pub fn not_serving_reason(output: &str) -> Option<String> {
+    reason_after(output, NOT_SERVING_LINE)
+}
+
+/// The first reason a node's output gives, after [`KEPT_LINE`], for leaving the login
+/// user's authorized_keys as it was: one short line, its control characters escaped.
+pub fn kept_reason(output: &str) -> Option<String> {
+    reason_after(output, KEPT_LINE)
+}
+
+fn reason_after(output: &str, marker: &str) -> Option<String> {
+    output.lines().find_map(|l| {
+        l.strip_prefix(marker)
+            .filter(|why| why.is_empty() || why.starts_with(' '))
+            .map(|why| one_line(why, MESSAGE_CHARS))
+    })
+}
+
 /// The last line of the run's private key, which ends the key on the fetch's stdin.
 const KEY_END: &str = "-----END OPENSSH PRIVATE KEY-----";
 
 /// The alias the receiver knows the source's host key by, whatever its address.
 const HOST_ALIAS: &str = "keadm-batch-relay-source";
 
-/// The tag of this run's lines.
-pub fn tag(run_token: &str) -> String {
-    format!("{TAG}{run_token}")
+/// A run's tag from 64 random bits: unguessable, and unique among the runs and shards
+/// that serve from one node at a time (the run token, the UTC second and 16 bits, is
+/// neither).
+pub fn tag_from(random: [u8; 8]) -> String {
+    format!("{TAG_PREFIX}{}", hex::encode(random))
 }
 
-/// Shell that sets `kb_ak` to the login user's authorized_keys file and `kb_user` to
-/// that user: sshd's own `$HOME` for a direct login, and under sudo the home of the user
-/// sudo was run by (that is whose login the receivers make).
-const FIND_AUTHORIZED_KEYS: &str = "kb_user=${SUDO_USER:-$(id -un)}; \
-if [ -n \"$SUDO_USER\" ]; then kb_home=$(getent passwd \"$SUDO_USER\" 2>/dev/null | cut -d: -f6); else kb_home=$HOME; fi; \
-[ -n \"$kb_home\" ] || exit 0; kb_ak=$kb_home/.ssh/authorized_keys";
+/// Who runs a relay script on the node, and whose home it works in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Login<'a> {
+    /// The login user itself (root, or `sudo: false`): its own home, `$HOME`.
+    Own,
+    /// Root under sudo for this login user: the steps in its home run as it.
+    Sudo(&'a str),
+}
 
-/// Appends the line that lets the site's nodes read this node's copy of a file: the
-/// temporary name while it is there, else the final one (a rename is atomic, so one of
-/// the two always exists). Under sudo the upload dir is root's alone, so the login user
-/// serves a copy of its own in its home instead (removed with the line). `restrict`
-/// turns off forwarding, ptys and user rc; `from=` admits only the site's addresses;
-/// `expiry-time` ends it `lifetime` seconds from now by the node's own clock, should
-/// nobody remove it. A node whose `date` cannot compute that time serves nothing.
-/// Quiet: a node that cannot serve is simply no source.
-#[allow(clippy::too_many_arguments)]
-pub fn serve_script(
-    dir: &str,
-    tmp: &str,
-    name: &str,
-    sha256: &str,
-    public_key: &str,
-    from: &[String],
-    run_token: &str,
-    lifetime_secs: u64,
-) -> String {
+/// What one serve line admits: the payload, the key that reads it, and from where.
+#[derive(Debug, Clone)]
+pub struct Serve<'a> {
+    /// The upload dir, where the node's copy is.
+    pub dir: &'a str,
+    /// The copy's temporary name there (it is served from there until it is renamed).
+    pub tmp: &'a str,
+    /// Its final name.
+    pub name: &'a str,
+    pub sha256: &'a str,
+    pub size: u64,
+    /// The relay key's public half, `ssh-ed25519 <base64>`.
+    pub public_key: &'a str,
+    /// The site's addresses, what `from=` admits.
+    pub from: &'a [String],
+    pub tag: &'a str,
+    pub lifetime_secs: u64,
+    pub login: Login<'a>,
+}
+
+/// Shell that ends the script with [`NOT_SERVING_LINE`] and why (`kb_no`), and checks
+/// that `kb_home` is an absolute path that can stand inside the forced command's quotes.
+const HOME_CHECK: &str = r#"kb_no() { echo "KB_RELAY_NOT_SERVING $*"; exit 0; }
+case $kb_home in /*) ;; *) kb_no the login user has no home;; esac
+case $kb_home in *\"*|*\\*|*"'"*|*[[:cntrl:]]*) kb_no "the login user's home has a quote, a backslash or a control character in its name";; esac
+"#;
+
+/// Shell, as the login user, that prints why its authorized_keys cannot take a line
+/// (and succeeds), or fails when it can. A symlink is refused even where the login user
+/// could write through it: the clearing replaces the file by a rename, which would
+/// replace the link.
+const AUTHORIZED_KEYS_CHECK: &str = r#"kb_ak=$kb_home/.ssh/authorized_keys
+kb_ak_refused() {
+  if [ -L "$kb_ak" ]; then echo "the login user's .ssh/authorized_keys is a symbolic link"
+  elif [ -e "$kb_ak" ] && { [ ! -f "$kb_ak" ] || [ ! -w "$kb_ak" ]; }; then echo "the login user's .ssh/authorized_keys is not a file it can write"
+  elif [ -e "$kb_home/.ssh" ] && { [ ! -d "$kb_home/.ssh" ] || [ ! -w "$kb_home/.ssh" ]; }; then echo "the login user's .ssh is not a directory it can write"
+  elif [ ! -e "$kb_home/.ssh" ] && [ ! -w "$kb_home" ]; then echo "the login user cannot write its home"
+  else return 1; fi
+}
+kb_why=$(kb_ak_refused) && kb_no "$kb_why"
+"#;
+
+/// Shell, as root under sudo, that finds the login user `$kb_user` (`kb_pw`, `kb_uid`,
+/// `kb_gid`, or ends the script with `kb_no`) and defines `kb_drop_tool`, which prints
+/// the way this node runs a command as it (util-linux's `setpriv` or `runuser`, else
+/// `su`, each tried with `id -u`) or fails when there is none.
+const FIND_LOGIN_USER: &str = r#"kb_pw=$(getent passwd "$kb_user" 2>/dev/null | head -n 1)
+kb_uid=$(printf '%s\n' "$kb_pw" | cut -d: -f3)
+kb_gid=$(printf '%s\n' "$kb_pw" | cut -d: -f4)
+case $kb_uid:$kb_gid in :*|*:|*[!0-9:]*) kb_no "getent passwd does not know the login user $kb_user";; esac
+kb_drop_tool() {
+  if [ "$(setpriv --reuid="$kb_uid" --regid="$kb_gid" --init-groups -- id -u 2>/dev/null </dev/null)" = "$kb_uid" ]; then echo setpriv
+  elif [ "$(runuser -u "$kb_user" -- id -u 2>/dev/null </dev/null)" = "$kb_uid" ]; then echo runuser
+  elif [ "$(su -s /bin/sh "$kb_user" -c 'id -u' 2>/dev/null </dev/null)" = "$kb_uid" ]; then echo su
+  else return 1; fi
+}
+"#;
+
+/// Why a sudo node whose [`FIND_LOGIN_USER`] finds no way to run as the login user does
+/// not serve.
+const NO_DROP: &str = "none of setpriv, runuser and su runs a command as $kb_user here, and root does not work in its home";
+
+/// Shell after [`FIND_LOGIN_USER`]: `kb_home`, the login user's home, and
+/// `kb_as SCRIPT ARG0 ARGS...`, which runs `sh -c SCRIPT` as the login user (with
+/// `setpriv` its real, effective and saved ids all become the user's, and its groups).
+const DROP_TO_LOGIN: &str = r#"kb_home=$(printf '%s\n' "$kb_pw" | cut -d: -f6)
+kb_how=$(kb_drop_tool) || kb_no "$kb_no_drop"
+kb_as() {
+  case $kb_how in
+    setpriv) setpriv --reuid="$kb_uid" --regid="$kb_gid" --init-groups -- sh -c "$@" ;;
+    runuser) runuser -u "$kb_user" -- sh -c "$@" ;;
+    *) su -s /bin/sh "$kb_user" -c "$@" ;;
+  esac
+}
+"#;
+
+/// Why `command` cannot be a forced command: sshd reads `command="..."` up to the next
+/// unescaped double quote and takes a backslash as an escape, and a line break would end
+/// the authorized_keys line; `None` when it can.
+pub fn forced_command_refusal(command: &str) -> Option<String> {
+    command
+        .chars()
+        .find(|&c| c == '"' || c == '\\' || c.is_control())
+        .map(|c| {
+            format!(
+                "its forced command would hold {}, which authorized_keys cannot carry: {}",
+                match c {
+                    '"' => "a double quote".to_string(),
+                    '\\' => "a backslash".to_string(),
+                    c => format!("the control character {}", c.escape_default()),
+                },
+                crate::node_text::escape_controls(command)
+            )
+        })
+}
+
+/// The forced command that serves the node's copy from the upload dir `dir`: the
+/// temporary name `tmp` while it is there, else the final one `name` (a rename is
+/// atomic, so one of the two always exists).
+pub fn direct_command(dir: &str, tmp: &str, name: &str) -> String {
     let path = |file: &str| shell_quote(&format!("{}/{file}", dir.trim_end_matches('/')));
-    // Inside the command="..." option: double quotes are its delimiters, so the paths
-    // are single-quoted (shell_quote never writes a double quote).
-    let direct = format!("cat -- {} 2>/dev/null || cat -- {}", path(tmp), path(name));
-    let copy = copy_name(run_token, sha256);
+    format!("cat -- {} 2>/dev/null || cat -- {}", path(tmp), path(name))
+}
+
+/// Appends the line that lets the site's nodes read this node's copy of a file to the
+/// login user's authorized_keys, as the login user. Under sudo the upload dir is root's
+/// alone, so root hands the copy on stdin to the login user, who writes it into a new
+/// file in its home and renames it over the served name (removed with the line); the
+/// login user runs every step there ([`Login::Sudo`]). `restrict` turns off forwarding,
+/// ptys and user rc; `from=` admits only the site's addresses; `expiry-time` ends it
+/// `lifetime` seconds from now by the node's own clock (its local time, as sshd reads
+/// it), should nobody remove it. The line starts a line of its own even when the file's
+/// last line has no line break.
+///
+/// A node that cannot serve prints [`NOT_SERVING_LINE`] and why, and the script goes on.
+/// `Err` (why, for the transcript) when the forced command cannot be written at all: the
+/// direct one, for a login's own home, is checked here; the copy's, under sudo, names
+/// the login user's home, which the node checks.
+pub fn serve_script(serve: &Serve) -> Result<String, String> {
+    let copied = matches!(serve.login, Login::Sudo(_));
+    if !copied
+        && let Some(why) = forced_command_refusal(&direct_command(serve.dir, serve.tmp, serve.name))
+    {
+        return Err(why);
+    }
+    let as_login = serve_as_login(serve, copied);
+    Ok(match serve.login {
+        Login::Own => format!("( kb_home=$HOME\n{as_login}) </dev/null 2>/dev/null\n"),
+        Login::Sudo(user) => format!(
+            "( kb_user={user}\nkb_no() {{ echo \"{NOT_SERVING_LINE} $*\"; exit 0; }}\nkb_no_drop=\"{NO_DROP}\"\n{FIND_LOGIN_USER}{DROP_TO_LOGIN}\
+             kb_as {script} kb \"$kb_home\" < {tmp} ) 2>/dev/null\n",
+            user = shell_quote(user),
+            script = shell_quote(&format!("kb_home=$1\n{as_login}")),
+            tmp = shell_quote(&format!(
+                "{}/{}",
+                serve.dir.trim_end_matches('/'),
+                serve.tmp
+            )),
+        ),
+    })
+}
+
+/// The part of [`serve_script`] that runs as the login user in its home `kb_home`: with
+/// `copy` (under sudo) it first writes the copy root sends on stdin, and serves that.
+fn serve_as_login(serve: &Serve, copy: bool) -> String {
+    let lifetime = serve.lifetime_secs;
+    let command = if copy {
+        {
+            let copy = copy_name(serve.tag, serve.sha256);
+            format!(
+                "kb_copy=$kb_home/{copy}\n\
+                 if ! {{ rm -f -- \"$kb_copy.new\" && ( set -C && cat > \"$kb_copy.new\" ) && \
+                 [ $(( $(wc -c < \"$kb_copy.new\") )) = {size} ] && chmod 400 -- \"$kb_copy.new\" && \
+                 rm -f -- \"$kb_copy\" && mv -f -- \"$kb_copy.new\" \"$kb_copy\"; }}; then \
+                 rm -f -- \"$kb_copy.new\"; kb_no \"cannot write its copy in the login user's home\"; fi\n\
+                 kb_cmd=\"cat -- '$kb_copy'\"\n",
+                size = serve.size
+            )
+        }
+    } else {
+        format!(
+            "kb_cmd={}\n",
+            shell_quote(&direct_command(serve.dir, serve.tmp, serve.name))
+        )
+    };
     // The line is put together on the node, where its clock (the expiry) and the login
-    // user's home (the copy under sudo) are known.
+    // user's home (the copy under sudo) are known; `%%` keeps a `%` of the text itself.
+    let text = |s: &str| s.replace('%', "%%");
     let format = format!(
-        "restrict,from=\"{}\",command=\"%s\",expiry-time=\"%s\" {public_key} {}\\n",
-        from.join(","),
-        tag(run_token)
+        "%srestrict,from=\"{}\",command=\"%s\",expiry-time=\"%s\" {} {}\\n",
+        text(&serve.from.join(",")),
+        text(serve.public_key),
+        text(serve.tag)
     );
     format!(
-        "( {FIND_AUTHORIZED_KEYS}; \
-         kb_exp=$(date -d \"@$(( $(date +%s) + {lifetime_secs} ))\" +%Y%m%d%H%M%S 2>/dev/null) && [ -n \"$kb_exp\" ] || exit 0; \
-         kb_cmd={direct}; \
-         if [ -n \"$SUDO_USER\" ]; then kb_copy=$kb_home/{copy}; \
-         cp -- {tmp_path} \"$kb_copy\" && chown \"$kb_user\" \"$kb_copy\" && chmod 400 \"$kb_copy\" || exit 0; \
-         kb_cmd=\"cat -- '$kb_copy'\"; fi; \
-         [ -d \"$kb_home/.ssh\" ] || {{ mkdir -m 700 \"$kb_home/.ssh\" || exit 0; chown \"$kb_user\" \"$kb_home/.ssh\"; }}; \
-         [ -e \"$kb_ak\" ] || {{ ( umask 077; : > \"$kb_ak\" ) || exit 0; chown \"$kb_user\" \"$kb_ak\"; }}; \
-         printf {format} \"$kb_cmd\" \"$kb_exp\" >> \"$kb_ak\" ) 2>/dev/null\n",
-        direct = shell_quote(&direct),
-        tmp_path = path(tmp),
+        "{HOME_CHECK}umask 077\n{AUTHORIZED_KEYS_CHECK}\
+         kb_exp=$(date -d \"@$(( $(date +%s) + {lifetime} ))\" +%Y%m%d%H%M%S 2>/dev/null)\n\
+         case $kb_exp in {digits}) ;; *) kb_no \"the node's date cannot tell the time {lifetime} s from now\";; esac\n\
+         {command}\
+         [ -d \"$kb_home/.ssh\" ] || mkdir -m 700 -- \"$kb_home/.ssh\" || kb_no \"cannot make the login user's .ssh\"\n\
+         kb_pre=\n\
+         [ -s \"$kb_ak\" ] && [ $(( $(tail -c 1 -- \"$kb_ak\" | wc -l) )) = 0 ] && kb_pre='\n'\n\
+         printf {format} \"$kb_pre\" \"$kb_cmd\" \"$kb_exp\" >> \"$kb_ak\" || kb_no \"cannot add its line to the login user's authorized_keys\"\n",
+        digits = "[0-9]".repeat(14),
         format = shell_quote(&format),
+    )
+}
+
+/// The prepare step's check, as the login user in its home `$HOME`, that the node can
+/// serve: it prints [`NOT_SERVING_LINE`] and why when it cannot.
+pub fn serve_probe_as_login() -> String {
+    format!(
+        "( kb_home=$HOME\n{HOME_CHECK}{AUTHORIZED_KEYS_CHECK}\
+         kb_exp=$(date -d \"@$(( $(date +%s) + 60 ))\" +%Y%m%d%H%M%S 2>/dev/null)\n\
+         case $kb_exp in {digits}) ;; *) kb_no \"the node's date cannot tell the time of a line's expiry\";; esac\n\
+         ) </dev/null 2>/dev/null\n",
+        digits = "[0-9]".repeat(14),
+    )
+}
+
+/// The prepare step's check, as root under sudo, that root can run the serve's steps in
+/// the home of `user` (the login user) as that user: [`NOT_SERVING_LINE`] and why when
+/// it cannot.
+pub fn serve_probe_as_root(user: &str) -> String {
+    format!(
+        "( kb_user={}\nkb_no() {{ echo \"{NOT_SERVING_LINE} $*\"; exit 0; }}\n{FIND_LOGIN_USER}kb_drop_tool >/dev/null || kb_no \"{NO_DROP}\"\n) </dev/null 2>/dev/null\n",
+        shell_quote(user)
     )
 }
 
 /// The name of a sudo node's served copy of the payload `sha256` in the login user's
 /// home: the run's tag, then the start of the payload's hash (a run may serve several
 /// payloads; hex needs no quoting, where an archive's name might).
-fn copy_name(run_token: &str, sha256: &str) -> String {
+fn copy_name(tag: &str, sha256: &str) -> String {
     let short = sha256.get(..16).unwrap_or(sha256);
-    format!(".{}.{short}", tag(run_token))
+    format!(".{tag}.{short}")
 }
 
-/// Removes the relay's lines from the login user's authorized_keys: this run's (`Some`)
-/// or every run's but this one (`None` with `keep`), rewriting the file in place so its
-/// owner and mode stay.
-pub fn unserve_script(run_token: &str, keep: bool) -> String {
-    let tag = tag(run_token);
-    let pattern = if keep {
-        // Stale lines of earlier runs: the tag, then anything but this run's token.
-        format!(" {TAG}")
-    } else {
-        format!(" {tag}$")
-    };
-    let filter = if keep {
-        format!(
-            "awk -v t={} -v mine={} 'index($0, t) == 0 || $NF == mine'",
-            shell_quote(&pattern),
-            shell_quote(&tag)
-        )
-    } else {
-        format!("grep -v -- {}", shell_quote(&pattern))
-    };
-    // The copies a sudo node served: this run's, or every other run's.
-    let copies = if keep {
-        format!(
-            "for kb_f in \"$kb_home\"/.{TAG}*; do case \"$kb_f\" in \"$kb_home/.{tag}.\"*) ;; *) rm -f -- \"$kb_f\";; esac; done"
-        )
-    } else {
-        format!("rm -f -- \"$kb_home/.{tag}.\"*")
-    };
+/// The shape of every line the relay writes, up to its tag's random part (an ERE).
+const LINE_SHAPE: &str = r#"^restrict,from="[^"]*",command="[^"]*",expiry-time="[0-9]{14}" ssh-ed25519 [A-Za-z0-9+/=]+ keadm-batch-relay-"#;
+
+/// Removes relay lines from the login user's authorized_keys, as the login user in its
+/// home `$HOME`: the lines tagged `tag` (this run's; `None` at the start of a run), and
+/// every relay line whose expiry has passed by the node's clock, with the copies those
+/// lines served. Lines of another run or shard still serving stay.
+///
+/// Byte-exact under `LC_ALL=C` (a UTF-8 locale makes grep call a file with a Latin-1
+/// byte binary), the tag matched as the line's last field: grep writes the kept lines
+/// to a new file beside the old one (keeping its mode), the removed lines are counted,
+/// and only when the two add up to the old file (and it did not change meanwhile) is the
+/// new one renamed into place. Anything else leaves the file as it was and prints
+/// [`KEPT_LINE`] and why.
+pub fn clear_script(tag: Option<&str>) -> String {
+    let mine = tag
+        .map(|t| t.strip_prefix(TAG_PREFIX).unwrap_or(t))
+        .unwrap_or_default();
     format!(
-        "( {FIND_AUTHORIZED_KEYS}; {copies}; [ -f \"$kb_ak\" ] && grep -q -- {tag_any} \"$kb_ak\" || exit 0; \
-         kb_new=$({filter} \"$kb_ak\"; echo x) && printf '%s' \"${{kb_new%x}}\" > \"$kb_ak\" ) 2>/dev/null\n",
-        tag_any = shell_quote(TAG),
+        r#"( kb_kept() {{ echo "{KEPT_LINE} $*"; exit 0; }}
+LC_ALL=C; export LC_ALL
+umask 077
+case $HOME in /*) ;; *) exit 0;; esac
+kb_ak=$HOME/.ssh/authorized_keys
+kb_new=$HOME/.ssh/.authorized_keys.keadm-batch.$$
+kb_shape={shape}
+kb_tags={mine}
+kb_now=$(date +%Y%m%d%H%M%S 2>/dev/null)
+case $kb_now in {digits}) ;; *) kb_now=;; esac
+if [ -f "$kb_ak" ] && [ -n "$kb_now" ]; then
+  kb_seen=$(grep -a -E -- "${{kb_shape}}[0-9A-Za-z_-]+\$" "$kb_ak" 2>/dev/null | sed -n 's/^.*,expiry-time="\([0-9]*\)" .* keadm-batch-relay-\([0-9A-Za-z_-]*\)$/\1 \2/p')
+  while read -r kb_e kb_t; do
+    [ -n "$kb_t" ] || continue
+    case "|$kb_tags|" in *"|$kb_t|"*) continue;; esac
+    if [ "1${{kb_e%??????}}" -lt "1${{kb_now%??????}}" ] || {{ [ "${{kb_e%??????}}" = "${{kb_now%??????}}" ] && [ "1${{kb_e#????????}}" -lt "1${{kb_now#????????}}" ]; }}; then
+      kb_tags=$kb_tags${{kb_tags:+|}}$kb_t
+    fi
+  done <<KB_SEEN
+$kb_seen
+KB_SEEN
+fi
+[ -n "$kb_tags" ] || exit 0
+kb_ifs=$IFS; IFS='|'
+for kb_t in $kb_tags; do rm -f -- "$HOME/.keadm-batch-relay-$kb_t."*; done
+IFS=$kb_ifs
+kb_drop="${{kb_shape}}($kb_tags)\$"
+[ -e "$kb_ak" ] || exit 0
+grep -a -q -E -- "$kb_drop" "$kb_ak"; kb_st=$?
+[ "$kb_st" = 1 ] && exit 0
+[ "$kb_st" = 0 ] || kb_kept "grep cannot read the login user's authorized_keys (exit $kb_st)"
+[ ! -L "$kb_ak" ] || kb_kept "the login user's .ssh/authorized_keys is a symbolic link"
+if [ ! -f "$kb_ak" ] || [ ! -w "$kb_ak" ]; then kb_kept "the login user's .ssh/authorized_keys is not a file it can write"; fi
+if ! {{ rm -f -- "$kb_new" && cp -p -- "$kb_ak" "$kb_new"; }}; then rm -f -- "$kb_new"; kb_kept "cannot make a new authorized_keys beside the old one"; fi
+kb_old=$(( $(wc -c < "$kb_ak") ))
+grep -a -v -E -- "$kb_drop" "$kb_ak" > "$kb_new"; kb_st=$?
+[ "$kb_st" -le 1 ] || {{ rm -f -- "$kb_new"; kb_kept "grep cannot filter the login user's authorized_keys (exit $kb_st)"; }}
+kb_gone=$(( $(grep -a -E -- "$kb_drop" "$kb_ak" | wc -c) ))
+kb_left=$(( $(wc -c < "$kb_new") ))
+kb_end=0; [ $(( $(tail -c 1 -- "$kb_ak" | wc -l) )) = 1 ] || kb_end=1
+if [ $(( kb_left + kb_gone )) != $(( kb_old + kb_end )) ] || [ "$kb_gone" = 0 ]; then rm -f -- "$kb_new"; kb_kept "the filter's output does not add up to the file ($kb_left bytes kept and $kb_gone removed of $kb_old)"; fi
+[ $(( $(wc -c < "$kb_ak") )) = "$kb_old" ] || {{ rm -f -- "$kb_new"; kb_kept "it changed while it was being cleared"; }}
+mv -f -- "$kb_new" "$kb_ak" || {{ rm -f -- "$kb_new"; kb_kept "cannot rename the new authorized_keys into place"; }}
+) </dev/null 2>/dev/null
+"#,
+        shape = shell_quote(LINE_SHAPE),
+        mine = shell_quote(mine),
+        digits = "[0-9]".repeat(14),
     )
 }
 
-/// At the start of a run on a node of a relaying site: what an earlier run left when its
-/// control host died mid-way (its line and served copy, a fetch's key files in `dir`).
-pub fn stale_script(dir: &str, run_token: &str) -> String {
+/// At the start of a run on a node of a relaying site, with the run's privilege: the key
+/// files a fetch of an earlier run left in `dir` when its node died mid-way (a fetch
+/// removes its own whatever else happens), once a day old, so a concurrent run's fetch
+/// keeps its own.
+pub fn stale_fetch_files_script(dir: &str) -> String {
     format!(
-        "{}( cd {} 2>/dev/null && rm -f -- .*.tmp.key .*.tmp.hosts .*.tmp.err )\n",
-        unserve_script(run_token, true),
+        "( cd {} 2>/dev/null && find . ! -name . -prune \\( -name '.*.tmp.key' -o -name '.*.tmp.hosts' -o -name '.*.tmp.err' \\) -type f -mtime +0 -exec rm -f -- {{}} + ) 2>/dev/null\n",
         shell_quote(dir)
     )
 }
@@ -146,187 +384,84 @@ pub struct Source {
     pub host_key: String,
 }
 
-/// Fetches a payload from `source` into `dir/tmp` (then `mode`) with the node's ssh client, bound to the
-/// node's own address `bind` (what the source's `from=` admits), and checks its sha256
-/// and size before anything moves. The run's key comes on stdin (never on a command
-/// line, where other users could read it); it and the source's host key are written to
-/// 0600 files beside the copy and removed whatever happens. Any failure removes the
-/// temporary file, prints [`RELAY_FAILED_LINE`] and why, and exits 1. A read that has
-/// not ended after `limit_secs` (a source that trickles: ssh's keepalives see it alive)
-/// is stopped by the node's `timeout` and fails the same way, so the node gets the file
-/// the direct way rather than running into its channel's deadline.
+/// What a fetch reads and checks.
+#[derive(Debug, Clone)]
+pub struct Fetch<'a> {
+    /// The upload dir, and the temporary name the copy is written to there.
+    pub dir: &'a str,
+    pub tmp: &'a str,
+    pub source: &'a Source,
+    /// The node's own address, what the source's `from=` admits.
+    pub bind: &'a str,
+    pub sha256: &'a str,
+    pub size: u64,
+    pub mode: u32,
+    pub hasher: Sha256Tool,
+    pub limit_secs: u64,
+}
+
+/// How much of what ssh prints on its stderr a fetch keeps, for its failure line.
+const FETCH_ERR_CAP: u64 = 4096;
+
+/// Fetches a payload from its source into `dir/tmp` (then `mode`) with the node's ssh
+/// client, bound to the node's own address, and checks its sha256 and size before
+/// anything moves. The read stops at the payload's size plus one byte (a source that
+/// sends more costs the node no more disk than that) and ssh's stderr at
+/// [`FETCH_ERR_CAP`] bytes; ssh's own exit status is kept through the pipe. The run's
+/// key comes on stdin (never on a command line, where other users could read it); it and
+/// the source's host key are written to 0600 files beside the copy and removed whatever
+/// happens. Any failure removes the temporary file, prints [`RELAY_FAILED_LINE`] and
+/// why, and exits 1. A read that has not ended after `limit_secs` (a source that
+/// trickles: ssh's keepalives see it alive) is stopped by the node's `timeout` and fails
+/// the same way, so the node gets the file the direct way rather than running into its
+/// channel's deadline.
 ///
 /// A node whose CPU has AES instructions asks for AES-GCM first: it moves the copy at
 /// several times chacha20's speed there, and a site's fan-out is bound by the nodes' CPU,
 /// not by their LAN. Without them OpenSSH's own order (chacha20 first) is faster.
-#[allow(clippy::too_many_arguments)]
-pub fn fetch_script(
-    dir: &str,
-    tmp: &str,
-    source: &Source,
-    bind: &str,
-    sha256: &str,
-    size: u64,
-    mode: u32,
-    hasher: Sha256Tool,
-    limit_secs: u64,
-) -> String {
-    let t = shell_quote(tmp);
+pub fn fetch_script(fetch: &Fetch) -> String {
+    let t = shell_quote(fetch.tmp);
+    let source = fetch.source;
+    let size = fetch.size;
+    let limit = fetch.limit_secs;
     format!(
         "umask 077 && cd {dir} || exit 1\n\
          kb_k={t}.key; kb_h={t}.hosts; kb_e={t}.err\n\
          trap 'rm -f -- \"$kb_k\" \"$kb_h\" \"$kb_e\"' EXIT; trap 'exit 1' HUP INT TERM\n\
          kb_fail() {{ rm -f -- {t}; echo \"{RELAY_FAILED_LINE} $*\"; exit 1; }}\n\
          command -v ssh >/dev/null 2>&1 || kb_fail the node has no ssh client\n\
-         while IFS= read -r kb_l; do printf '%s\\n' \"$kb_l\"; [ \"$kb_l\" = {key_end} ] && break; done > \"$kb_k\" && \
-         printf '%s\\n' {known} > \"$kb_h\" || kb_fail cannot write the relay key\n\
-         kb_c=; grep -qw aes /proc/cpuinfo 2>/dev/null && kb_c='-c aes128-gcm@openssh.com,chacha20-poly1305@openssh.com,aes128-ctr'\n\
-         kb_to=; command -v timeout >/dev/null 2>&1 && kb_to='timeout {limit_secs}'\n\
-         $kb_to ssh -F /dev/null -n $kb_c -i \"$kb_k\" -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes \
+         if ! {{ while IFS= read -r kb_l; do printf '%s\\n' \"$kb_l\"; [ \"$kb_l\" = {key_end} ] && break; done > \"$kb_k\" && \
+         printf '%s\\n' {known} > \"$kb_h\"; }}; then kb_fail cannot write the relay key; fi\n\
+         set -- ssh -F /dev/null -n -i \"$kb_k\" -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes \
          -o UserKnownHostsFile=\"$kb_h\" -o GlobalKnownHostsFile=/dev/null -o HostKeyAlias={HOST_ALIAS} \
          -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o LogLevel=ERROR \
-         -b {bind} -p {port} -l {user} {host} fetch > {t} 2> \"$kb_e\" || {{ [ $? = 124 ] && kb_fail the read did not end within {limit_secs} s; kb_fail \"$(head -c 300 \"$kb_e\" | tr '\\n' ' ')\"; }}\n\
-         {check} || kb_fail the copy from {from} has $(( $(wc -c < {t}) )) bytes, not {size}\n\
-         kb_s=$({hash} < {t}) && [ \"${{kb_s%% *}}\" = {sha} ] || kb_fail the copy from {from} does not have the sha256 this machine verified\n\
+         -b {bind} -p {port} -l {user}\n\
+         grep -qw aes /proc/cpuinfo 2>/dev/null && set -- \"$@\" -c aes128-gcm@openssh.com,chacha20-poly1305@openssh.com,aes128-ctr\n\
+         command -v timeout >/dev/null 2>&1 && set -- timeout {limit} \"$@\"\n\
+         kb_st=$( {{ {{ {{ \"$@\" {host} fetch 2>&4 3>&- 4>&-; echo \"$?\" >&3; }} | head -c {over} > {t} 3>&- 4>&-; }} 4>&1 | head -c {FETCH_ERR_CAP} > \"$kb_e\" 3>&-; }} 3>&1 )\n\
+         [ -f {t} ] || kb_fail cannot write the copy\n\
+         kb_got=$(( $(wc -c < {t}) ))\n\
+         [ \"$kb_got\" -le {size} ] || kb_fail the source sent more than {size} bytes\n\
+         [ \"$kb_st\" != 124 ] || kb_fail the read did not end within {limit} s\n\
+         [ \"$kb_st\" = 0 ] || kb_fail \"$(head -c 300 \"$kb_e\" | tr '\\n' ' ')\"\n\
+         [ \"$kb_got\" = {size} ] || kb_fail the copy from {from} has \"$kb_got\" bytes, not {size}\n\
+         kb_s=$({hash} < {t}) || kb_s=\n\
+         [ \"${{kb_s%% *}}\" = {sha} ] || kb_fail the copy from {from} does not have the sha256 this machine verified\n\
          chmod {mode:o} -- {t}\n",
-        dir = shell_quote(dir),
+        dir = shell_quote(fetch.dir),
         key_end = shell_quote(KEY_END),
         known = shell_quote(&format!("{HOST_ALIAS} {}", source.host_key)),
-        bind = shell_quote(bind),
+        bind = shell_quote(fetch.bind),
         port = source.port,
         user = shell_quote(&source.user),
         host = shell_quote(&source.host),
+        over = size + 1,
         from = shell_quote(&source.host),
-        check = size_is(&t, size),
-        hash = hasher.command(),
-        sha = shell_quote(sha256),
+        hash = fetch.hasher.command(),
+        sha = shell_quote(fetch.sha256),
+        mode = fetch.mode,
     )
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A source that trickles (here an `ssh` that never ends) is given up at the read's
-    /// limit: the script says so on its failure line, exits 1, and leaves neither the
-    /// partial copy nor the key files behind.
-    #[test]
-    fn a_read_that_does_not_end_in_time_fails_and_leaves_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        let ssh = bin.join("ssh");
-        std::fs::write(&ssh, "#!/bin/sh\nprintf partial\nexec sleep 30\n").unwrap();
-        std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let source = Source {
-            host: "10.0.0.1".into(),
-            port: 22,
-            user: "root".into(),
-            host_key: "ssh-ed25519 AAAA".into(),
-        };
-        let script = fetch_script(
-            &dir.path().display().to_string(),
-            ".keadm.t-1.tmp",
-            &source,
-            "10.0.0.2",
-            "00",
-            7,
-            0o755,
-            Sha256Tool::Sha256sum,
-            1,
-        );
-        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
-        let started = std::time::Instant::now();
-        let mut child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(&script)
-            .env("PATH", path)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        writeln!(child.stdin.take().unwrap(), "key line\n{KEY_END}").unwrap();
-        let out = child.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(1), "{text}");
-        assert!(
-            text.contains(&format!(
-                "{RELAY_FAILED_LINE} the read did not end within 1 s"
-            )),
-            "{text}"
-        );
-        assert!(started.elapsed() < std::time::Duration::from_secs(20));
-        let left: Vec<_> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n != "bin")
-            .collect();
-        assert_eq!(left, Vec::<String>::new());
-    }
-
-    /// The serve line is one authorized_keys line whose options sshd reads: restricted,
-    /// limited to the site's addresses, one command, an expiry filled in on the node.
-    #[test]
-    fn the_serve_line_restricts_the_key_to_one_file_and_the_site() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        std::fs::create_dir(&home).unwrap();
-        let script = serve_script(
-            "/tmp/kubeedge/keadm",
-            ".keadm.t-1.tmp",
-            "keadm",
-            "0123456789abcdef0123",
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOnly",
-            &["10.0.0.1".into(), "10.0.0.2".into()],
-            "t",
-            600,
-        );
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("{script}cat \"$HOME/.ssh/authorized_keys\""))
-            .env("HOME", &home)
-            .env_remove("SUDO_USER")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().next().unwrap_or_default();
-        assert!(
-            line.starts_with(
-                "restrict,from=\"10.0.0.1,10.0.0.2\",command=\"cat -- /tmp/kubeedge/keadm/.keadm.t-1.tmp 2>/dev/null || cat -- /tmp/kubeedge/keadm/keadm\",expiry-time=\"2"
-            ),
-            "{line}"
-        );
-        assert!(
-            line.ends_with("\" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOnly keadm-batch-relay-t"),
-            "{line}"
-        );
-
-        // Removing this run's lines keeps the others, and keeping this run's removes
-        // the stale ones of an earlier run.
-        let ak = home.join(".ssh/authorized_keys");
-        std::fs::write(
-            &ak,
-            format!("ssh-ed25519 A operator\n{line}\nrestrict x keadm-batch-relay-old\n"),
-        )
-        .unwrap();
-        let run = |script: String| {
-            let out = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(script)
-                .env("HOME", &home)
-                .env_remove("SUDO_USER")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{out:?}");
-            std::fs::read_to_string(&ak).unwrap()
-        };
-        assert_eq!(
-            run(unserve_script("t", true)),
-            format!("ssh-ed25519 A operator\n{line}\n")
-        );
-        assert_eq!(run(unserve_script("t", false)), "ssh-ed25519 A operator\n");
-    }
-}
+mod tests;

@@ -104,7 +104,7 @@ impl Sudo {
 /// machine's own user database is never touched). Password [`TEST_USER_PASSWORD`].
 pub const TEST_USER: &str = "kbuser";
 pub const TEST_USER_PASSWORD: &str = "edge-user-pw-1";
-const TEST_USER_ID: u32 = 1500;
+pub const TEST_USER_ID: u32 = 1500;
 
 /// The client keys a fleet authorizes for root (generated on first use).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

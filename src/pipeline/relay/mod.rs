@@ -11,13 +11,17 @@
 //! node the direct way; a relay never fails a node.
 //!
 //! `site` is the coordinator (pure state: who seeds, reads, serves; no I/O), `node` the
-//! node's steps on the pipeline's `Run` that act on what it decides, and `key` the run's
-//! relay keys.
+//! node's steps on the pipeline's `Run` that act on what it decides, `serving` the node as
+//! a source (whether it can serve, its line, clearing it), `addresses` what each node is
+//! known by in its site, and `key` the run's relay keys.
 
+mod addresses;
 mod key;
 mod node;
+mod serving;
 mod site;
 
+pub use addresses::{resolve_here, site_addresses};
 pub(super) use node::NodeRelay;
-pub use node::unserve_all;
+pub use serving::unserve_all;
 pub use site::{Relay, Role};

@@ -9,40 +9,42 @@ use std::time::{Duration, Instant};
 
 use super::key::RelayKey;
 use super::site::{Relay, Role};
-use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
+use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
 use crate::pipeline::privilege::{exec_as, password_of};
 use crate::pipeline::run::WatchReceived;
 use crate::pipeline::upload::{Arrival, Move, Upload};
-use crate::pipeline::{Context, Run, StepError};
+use crate::pipeline::{Run, StepError};
 use crate::plan::{KeadmSource, NodePlan, Site};
-use crate::remote::relay::{RELAY_FAILED, RELAY_FAILED_LINE, Source};
+use crate::remote::relay::{Fetch, RELAY_FAILED, RELAY_FAILED_LINE, Source, not_serving_reason};
 use crate::remote::{self, NodeFacts, Privilege, Sha256Tool};
-use crate::report::transcript::Transcript;
 use crate::transport::{Connection, RemoteExit};
 
 /// A node's part in its site's relay, for one payload (keadm for its arch, or an offline
 /// image archive).
 pub(in crate::pipeline) struct NodeRelay {
-    relay: Arc<Relay>,
-    site: Site,
+    pub(super) relay: Arc<Relay>,
+    pub(super) site: Site,
     /// The payload's name in the upload dir.
-    name: String,
-    sha256: String,
-    size: u64,
+    pub(super) name: String,
+    pub(super) sha256: String,
+    pub(super) size: u64,
     /// The key that reads this payload from its sources.
-    key: Arc<RelayKey>,
+    pub(super) key: Arc<RelayKey>,
     role: Role,
     /// What the node checks a copy with.
     hasher: Sha256Tool,
+    /// Whether the node can serve this payload at all (see [`Run::serve_refusal`]).
+    can_serve: bool,
     /// Whether the node serves its copy to the site once it has it.
-    serve: bool,
+    pub(super) serve: bool,
 }
 
 impl NodeRelay {
-    /// Takes `role` (after a wait), serving when the site still needs sources.
+    /// Takes `role` (after a wait), serving when it can and the site still needs sources.
     fn take_role(&mut self, role: Role, node: &NodePlan) {
-        self.serve = matches!(role, Role::Seed | Role::From { .. })
+        self.serve = self.can_serve
+            && matches!(role, Role::Seed | Role::From { .. })
             && self.relay.serves_if_worth(&self.site, &self.sha256, node);
         self.role = role;
     }
@@ -51,25 +53,23 @@ impl NodeRelay {
 /// The longest a node waits for its site's first node to connect and prepare.
 const HEAD_START: Duration = Duration::from_secs(3);
 
-/// How long the run's line on a source may serve should nobody remove it: long past any
-/// site's work in one run, short enough that a crashed run leaves no lasting key.
-const SERVE_LIFETIME: Duration = Duration::from_secs(6 * 3600);
-
-/// Why a fetch from a peer failed, from what its script printed.
+/// Why a fetch from a peer failed, from what its script printed: node text, so one
+/// short line with its control characters escaped, as every node text reaches the
+/// console (`-v` prints the transcript's notes).
 fn fetch_failure(output: &str) -> String {
     output
         .lines()
         .rev()
         .find_map(|l| {
             l.strip_prefix(RELAY_FAILED_LINE)
-                .map(|why| why.trim().to_string())
+                .map(|why| one_line(why, MESSAGE_CHARS))
         })
         .unwrap_or_default()
 }
 
 impl Run<'_, '_> {
     /// The relay and the node's site, when the node's site relays.
-    fn relay_site(&self) -> Option<(&Arc<Relay>, &Site)> {
+    pub(super) fn relay_site(&self) -> Option<(&Arc<Relay>, &Site)> {
         let relay = self.ctx.relay.as_ref()?;
         let site = self.node.site.as_ref()?;
         relay.addresses(site).map(|_| (relay, site))
@@ -84,9 +84,11 @@ impl Run<'_, '_> {
 
     /// The node's part in its site's relay for `upload`, claimed now: `None` when its
     /// site relays nothing.
-    fn claim_payload(&self, upload: &Upload, hasher: Sha256Tool) -> Option<NodeRelay> {
+    fn claim_payload(&mut self, upload: &Upload, hasher: Sha256Tool) -> Option<NodeRelay> {
+        self.relay_site()?;
+        let can_serve = self.serve_refusal(&upload.name).is_none();
         let (relay, site) = self.relay_site()?;
-        let (role, key) = relay.claim_keyed(site, upload.sha256());
+        let (role, key) = relay.claim_keyed(site, upload.sha256(), can_serve);
         let key = key?;
         let mut claimed = NodeRelay {
             relay: relay.clone(),
@@ -97,6 +99,7 @@ impl Run<'_, '_> {
             key,
             role: Role::Direct,
             hasher,
+            can_serve,
             serve: false,
         };
         claimed.take_role(role, self.node);
@@ -123,34 +126,6 @@ impl Run<'_, '_> {
         Some(role)
     }
 
-    /// The line that makes the node a source of its copy of keadm at the temporary name
-    /// `tmp` (or at keadm's final name): for the seed and for nodes that read from a peer.
-    pub(in crate::pipeline) fn serve_line(&self, tmp: &str) -> String {
-        self.relay
-            .as_ref()
-            .map(|claimed| self.serve_line_of(claimed, tmp))
-            .unwrap_or_default()
-    }
-
-    /// The line that makes the node a source of `claimed`'s payload at `tmp` (or at its
-    /// final name); empty when the node does not serve it.
-    fn serve_line_of(&self, claimed: &NodeRelay, tmp: &str) -> String {
-        if !claimed.serve || self.host_key.is_none() {
-            return String::new();
-        }
-        let from = claimed.relay.addresses(&claimed.site).unwrap_or_default();
-        remote::relay::serve_script(
-            &self.node.upload_dir,
-            tmp,
-            &claimed.name,
-            &claimed.sha256,
-            &claimed.key.public_line,
-            from,
-            &self.ctx.run_token,
-            SERVE_LIFETIME.as_secs(),
-        )
-    }
-
     /// Tells the relay, when the node's copy of keadm is in, that the node holds it.
     pub(in crate::pipeline) fn relay_announcer(&self) -> Option<Box<dyn FnOnce()>> {
         self.announcer_of(self.relay.as_ref()?)
@@ -164,7 +139,11 @@ impl Run<'_, '_> {
         }
         let node = self.node;
         let source = Source {
-            host: node.ssh.host.clone(),
+            host: claimed
+                .relay
+                .address_of(node.index)
+                .unwrap_or(&node.ssh.host)
+                .to_string(),
             port: node.ssh.port,
             user: node.ssh.username.clone(),
             host_key: self.host_key.clone()?,
@@ -196,9 +175,13 @@ impl Run<'_, '_> {
         let limit = self.node.deadlines.upload(claimed.size);
         let cancel = self.ctx.cancel;
         let since = Instant::now();
-        let role = claimed
-            .relay
-            .wait(&claimed.site, &claimed.sha256, limit, || cancel.stopping());
+        let role = claimed.relay.wait(
+            &claimed.site,
+            &claimed.sha256,
+            claimed.can_serve,
+            limit,
+            || cancel.stopping(),
+        );
         self.transcript.note(&format!(
             "waited {:.2} s for a node of the site",
             since.elapsed().as_secs_f64()
@@ -242,17 +225,21 @@ impl Run<'_, '_> {
             "reading {} from {} of the site {}, not from this machine",
             claimed.name, source.host, claimed.site
         ));
-        Some(remote::relay::fetch_script(
-            &self.node.upload_dir,
+        let bind = claimed
+            .relay
+            .address_of(self.node.index)
+            .unwrap_or(&self.node.ssh.host);
+        Some(remote::relay::fetch_script(&Fetch {
+            dir: &self.node.upload_dir,
             tmp,
             source,
-            &self.node.ssh.host,
-            &claimed.sha256,
-            claimed.size,
+            bind,
+            sha256: &claimed.sha256,
+            size: claimed.size,
             mode,
-            claimed.hasher,
-            self.fetch_limit(claimed).as_secs(),
-        ))
+            hasher: claimed.hasher,
+            limit_secs: self.fetch_limit(claimed).as_secs(),
+        }))
     }
 
     /// How long a read from a peer may take before the node gives up on it: what a direct
@@ -451,7 +438,12 @@ impl Run<'_, '_> {
             return Ok(None);
         }
         self.fetch_ended(claimed, true, None);
-        if let Some(announce) = self.announcer_of(claimed) {
+        if let Some(why) = not_serving_reason(&output.text()) {
+            self.transcript.note(&format!(
+                "this node serves no copy of {} to its site: {why}",
+                upload.name
+            ));
+        } else if let Some(announce) = self.announcer_of(claimed) {
             announce();
         }
         Ok(Some((tmp, upload.name.clone(), claimed.sha256.clone())))
@@ -482,15 +474,6 @@ impl Run<'_, '_> {
             relay.head_start_over(site);
         }
     }
-
-    /// The node is done: the site's sources nobody reads from any more serve no more
-    /// (all of them when it was the site's last).
-    pub(in crate::pipeline) fn relay_done(&mut self) {
-        let (Some(relay), Some(site)) = (self.ctx.relay.as_ref(), self.node.site.as_ref()) else {
-            return;
-        };
-        unserve_all(&relay.node_done(site, self.node.index), self.ctx);
-    }
 }
 
 /// After a copy of `claimed`'s payload was sent from this machine (`sent` bytes): a seed
@@ -508,52 +491,21 @@ fn settle(claimed: &mut NodeRelay, received: bool, sent: Option<u64>) {
     }
 }
 
-/// How many sources are cleared at once: each is a connection of its own.
-const CLEARED_AT_ONCE: usize = 16;
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Removes this run's relay line from every node of `sources`, [`CLEARED_AT_ONCE`] at a
-/// time: one after another, a site's sources held its last node (and the run's end) for
-/// a connection each, 1.5 s in bench/sites.sh. The threads are the node pool's kind
-/// ([`crate::pool::joined`]): they use libssh2 and OpenSSL, so each has exited before
-/// this returns. Should no thread start, the sources are cleared on this one.
-pub fn unserve_all(sources: &[NodePlan], ctx: &Context) {
-    if let [source] = sources {
-        unserve(source, ctx);
-        return;
-    }
-    if sources.is_empty() {
-        return;
-    }
-    let threads = rayon::ThreadPoolBuilder::new()
-        .num_threads(sources.len().min(CLEARED_AT_ONCE))
-        .thread_name(|i| format!("keadm-batch-unserve-{i}"));
-    let cleared = crate::pool::joined(threads, |pool| {
-        pool.scope(|scope| {
-            for source in sources {
-                scope.spawn(move |_| unserve(source, ctx));
-            }
-        })
-    });
-    if cleared.is_err() {
-        for source in sources {
-            unserve(source, ctx);
-        }
-    }
-}
-
-/// Removes this run's relay line from `node`'s authorized_keys: a connection of its own,
-/// as the login user (whose file it is), within the node's step deadline. Best effort:
-/// the line expires by itself, and the next run removes it too.
-fn unserve(node: &NodePlan, ctx: &Context) {
-    let mut run = Run::new(node, ctx, Transcript::in_memory(node.redactor.clone()));
-    let Ok(mut conn) = run.connect() else {
-        log::debug!("{}: cannot connect to remove the relay key", node.name);
-        return;
-    };
-    let mut out = CappedBuffer::new(STEP_OUTPUT_CAP);
-    let deadline = Instant::now() + node.deadlines.step;
-    let script = remote::relay::unserve_script(&ctx.run_token, false);
-    if let Err(e) = conn.exec(&script, None, deadline, &mut out) {
-        log::debug!("{}: cannot remove the relay key: {e}", node.name);
+    /// A fetch's failure line is node text: under `-v` it reaches the console, so it
+    /// comes as one short line with its control characters escaped.
+    #[test]
+    fn a_fetch_failure_is_one_escaped_line() {
+        let output = format!(
+            "noise\n{RELAY_FAILED_LINE} \u{1b}]0;owned\u{7}\u{1b}[2J Permission denied\r\n"
+        );
+        assert_eq!(
+            fetch_failure(&output),
+            "\\x1b]0;owned\\x07\\x1b[2J Permission denied"
+        );
+        assert_eq!(fetch_failure("no line of ours\n"), "");
     }
 }

@@ -6,10 +6,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::addresses::site_addresses;
 use super::key::RelayKey;
 use crate::outcome::SiteTraffic;
-use crate::plan::{NodePlan, Site, sites};
-use crate::remote::relay::Source;
+use crate::plan::{NodePlan, Site, sites as sites_of};
+use crate::remote::relay::{Source, tag_from};
 
 /// How many nodes read from one source at a time: the source's disk and link are shared
 /// by its own join too.
@@ -119,53 +120,88 @@ impl SiteState {
 
 /// The sites of one run and who holds what.
 pub struct Relay {
-    /// What each payload's key says it is: the run's tag.
-    key_comment: String,
+    /// The run's relay tag ([`crate::remote::relay::tag_from`]): the last field of every
+    /// line the run serves with, and its keys' comment.
+    tag: String,
     /// Each relaying site's node addresses, what a source's `from=` admits: fixed for the
     /// run, so read without the lock.
     addresses: HashMap<Site, Vec<String>>,
+    /// Each node's address in its site (by its index), what it serves from and binds
+    /// its fetches to.
+    node_addresses: HashMap<usize, String>,
     sites: Mutex<HashMap<Site, SiteState>>,
     changed: Condvar,
 }
 
 impl Relay {
-    /// The relay for `nodes`, or `None` when no site has two or more of them. Its keys,
-    /// one per payload, are made as the payloads are first claimed, with `key_comment`.
-    pub fn for_nodes(nodes: &[NodePlan], key_comment: &str) -> Option<Arc<Relay>> {
-        let grouped = sites(nodes);
-        let addresses = grouped
-            .iter()
-            .map(|(site, members)| {
-                let hosts = members.iter().map(|&i| nodes[i].ssh.host.clone()).collect();
-                ((*site).clone(), hosts)
-            })
-            .collect();
-        let sites: HashMap<Site, SiteState> = grouped
-            .into_iter()
-            .map(|(site, members)| {
-                let state = SiteState {
-                    left: members.len(),
-                    payloads: HashMap::new(),
-                    sources: Vec::new(),
-                    done: HashSet::new(),
-                    head_start: HeadStart::default(),
-                    traffic: SiteTraffic {
-                        site: site.to_string(),
-                        nodes: members.len(),
-                        ..SiteTraffic::default()
-                    },
-                };
-                (site.clone(), state)
-            })
-            .collect();
-        (!sites.is_empty()).then(|| {
-            Arc::new(Relay {
-                key_comment: key_comment.to_string(),
-                addresses,
-                sites: Mutex::new(sites),
-                changed: Condvar::new(),
-            })
-        })
+    /// The relay for `nodes`, or `None` when no site has two or more of them whose
+    /// addresses `resolve` knows (see [`site_addresses`]; a site that cannot relay says
+    /// why on the console), or no tag can be made. Its keys, one per payload, are made as
+    /// the payloads are first claimed.
+    pub fn for_nodes(
+        nodes: &[NodePlan],
+        resolve: &dyn Fn(&str) -> std::io::Result<Vec<std::net::IpAddr>>,
+    ) -> Option<Arc<Relay>> {
+        let mut addresses = HashMap::new();
+        let mut node_addresses = HashMap::new();
+        let mut sites = HashMap::new();
+        for (site, members) in sites_of(nodes) {
+            let plans: Vec<&NodePlan> = members.iter().map(|&i| &nodes[i]).collect();
+            let found = match site_addresses(&plans, resolve) {
+                Ok(found) => found,
+                Err(why) => {
+                    log::warn!(
+                        "The site {site} does not relay: {why}. Each of its nodes gets its files from this machine."
+                    );
+                    continue;
+                }
+            };
+            addresses.insert(
+                site.clone(),
+                found.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>(),
+            );
+            node_addresses.extend(found);
+            let state = SiteState {
+                left: members.len(),
+                payloads: HashMap::new(),
+                sources: Vec::new(),
+                done: HashSet::new(),
+                head_start: HeadStart::default(),
+                traffic: SiteTraffic {
+                    site: site.to_string(),
+                    nodes: members.len(),
+                    ..SiteTraffic::default()
+                },
+            };
+            sites.insert(site.clone(), state);
+        }
+        if sites.is_empty() {
+            return None;
+        }
+        let mut random = [0u8; 8];
+        if let Err(e) = openssl::rand::rand_bytes(&mut random) {
+            log::warn!(
+                "Cannot make the relay's tag ({e}), so every node gets its files from this machine."
+            );
+            return None;
+        }
+        Some(Arc::new(Relay {
+            tag: tag_from(random),
+            addresses,
+            node_addresses,
+            sites: Mutex::new(sites),
+            changed: Condvar::new(),
+        }))
+    }
+
+    /// The run's relay tag.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The address of the node with `index` in its relaying site.
+    pub fn address_of(&self, index: usize) -> Option<&str> {
+        self.node_addresses.get(&index).map(String::as_str)
     }
 
     /// The addresses a source of `site` admits; `None` when `site` relays nothing.
@@ -217,17 +253,25 @@ impl Relay {
         }
     }
 
-    /// `node`'s role for the payload `sha256` of `site`, now.
-    pub fn claim(&self, site: &Site, sha256: &str) -> Role {
+    /// A node's role for the payload `sha256` of `site`, now. A node that cannot serve
+    /// (`serves` false) never seeds: the site's other nodes would wait for a copy it will
+    /// not serve, so it reads from a source or waits for one, or else gets the payload
+    /// directly.
+    pub fn claim(&self, site: &Site, sha256: &str, serves: bool) -> Role {
         let mut sites = self.sites.lock().unwrap();
-        self.claim_locked(&mut sites, site, sha256)
+        self.claim_locked(&mut sites, site, sha256, serves)
     }
 
     /// [`Relay::claim`], with the key that reads the payload from its sources (`None`
     /// when none could be made: the role is then `Direct`).
-    pub fn claim_keyed(&self, site: &Site, sha256: &str) -> (Role, Option<Arc<RelayKey>>) {
+    pub fn claim_keyed(
+        &self,
+        site: &Site,
+        sha256: &str,
+        serves: bool,
+    ) -> (Role, Option<Arc<RelayKey>>) {
         let mut sites = self.sites.lock().unwrap();
-        let role = self.claim_locked(&mut sites, site, sha256);
+        let role = self.claim_locked(&mut sites, site, sha256, serves);
         let key = sites
             .get(site)
             .and_then(|s| s.payloads.get(sha256))
@@ -240,6 +284,7 @@ impl Relay {
         sites: &mut HashMap<Site, SiteState>,
         site: &Site,
         sha256: &str,
+        serves: bool,
     ) -> Role {
         let Some(state) = sites.get_mut(site) else {
             return Role::Direct;
@@ -248,7 +293,7 @@ impl Relay {
             self.changed.notify_all();
         }
         if !state.payloads.contains_key(sha256) {
-            match RelayKey::generate(&self.key_comment) {
+            match RelayKey::generate(&self.tag) {
                 Ok(key) => {
                     let payload = Payload {
                         key: Arc::new(key),
@@ -267,7 +312,7 @@ impl Relay {
             }
         }
         let payload = state.payloads.get_mut(sha256).expect("inserted above");
-        claim(payload)
+        claim(payload, serves)
     }
 
     /// Waits until `node` has a role other than [`Role::Wait`]: a free source, or the
@@ -277,13 +322,14 @@ impl Relay {
         &self,
         site: &Site,
         sha256: &str,
+        serves: bool,
         limit: Duration,
         stopping: impl Fn() -> bool,
     ) -> Role {
         let until = Instant::now() + limit;
         let mut sites = self.sites.lock().unwrap();
         loop {
-            match self.claim_locked(&mut sites, site, sha256) {
+            match self.claim_locked(&mut sites, site, sha256, serves) {
                 Role::Wait => {}
                 role => return role,
             }
@@ -432,7 +478,7 @@ impl Relay {
     }
 }
 
-fn claim(payload: &mut Payload) -> Role {
+fn claim(payload: &mut Payload, serves: bool) -> Role {
     // The least busy source with room.
     if let Some(holder) = payload
         .holders
@@ -448,8 +494,11 @@ fn claim(payload: &mut Payload) -> Role {
         };
     }
     if payload.holders.is_empty() && !payload.seeding {
-        payload.seeding = true;
         payload.unclaimed = payload.unclaimed.saturating_sub(1);
+        if !serves {
+            return Role::Direct;
+        }
+        payload.seeding = true;
         return Role::Seed;
     }
     Role::Wait
@@ -471,6 +520,10 @@ mod tests {
             .collect()
     }
 
+    fn relay_of(nodes: &[NodePlan]) -> Arc<Relay> {
+        Relay::for_nodes(nodes, &crate::pipeline::relay::addresses::resolve_here).unwrap()
+    }
+
     fn source(i: usize) -> Source {
         Source {
             host: format!("10.0.0.{i}"),
@@ -485,34 +538,34 @@ mod tests {
     #[test]
     fn one_seed_then_a_widening_fan_out_then_the_sources_to_clean() {
         let nodes = site_of(7);
-        let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
+        let relay = relay_of(&nodes);
         let site = Site::Named("s1".into());
-        assert_eq!(relay.claim(&site, "a"), Role::Seed);
-        assert_eq!(relay.claim(&site, "a"), Role::Wait);
+        assert_eq!(relay.claim(&site, "a", true), Role::Seed);
+        assert_eq!(relay.claim(&site, "a", true), Role::Wait);
         relay.seed_failed(&site, "a");
-        assert_eq!(relay.claim(&site, "a"), Role::Seed);
+        assert_eq!(relay.claim(&site, "a", true), Role::Seed);
         assert!(relay.serves_if_worth(&site, "a", &nodes[1]));
         relay.holds(&site, "a", 1, source(1));
         for _ in 0..READERS_PER_SOURCE {
             assert!(matches!(
-                relay.claim(&site, "a"),
+                relay.claim(&site, "a", true),
                 Role::From { node: 1, .. }
             ));
         }
-        assert_eq!(relay.claim(&site, "a"), Role::Wait);
+        assert_eq!(relay.claim(&site, "a", true), Role::Wait);
         assert!(relay.serves_if_worth(&site, "a", &nodes[2]));
         relay.holds(&site, "a", 2, source(2));
         assert!(matches!(
-            relay.claim(&site, "a"),
+            relay.claim(&site, "a", true),
             Role::From { node: 2, .. }
         ));
         // Another payload (another arch) has its own seed.
-        assert_eq!(relay.claim(&site, "b"), Role::Seed);
+        assert_eq!(relay.claim(&site, "b", true), Role::Seed);
         // A source that keeps failing is dropped.
         relay.read_done(&site, "a", 2, false);
         relay.read_done(&site, "a", 2, false);
         assert_eq!(
-            relay.wait(&site, "a", Duration::from_millis(10), || false),
+            relay.wait(&site, "a", true, Duration::from_millis(10), || false),
             Role::Direct
         );
         // Node 1 still has its readers, node 2 is not done: neither is cleared early.
@@ -530,14 +583,14 @@ mod tests {
     #[test]
     fn a_source_nobody_reads_from_any_more_is_cleared_before_the_site_is_done() {
         let nodes = site_of(4);
-        let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
+        let relay = relay_of(&nodes);
         let site = Site::Named("s1".into());
-        assert_eq!(relay.claim(&site, "a"), Role::Seed);
+        assert_eq!(relay.claim(&site, "a", true), Role::Seed);
         assert!(relay.serves_if_worth(&site, "a", &nodes[0]));
         relay.holds(&site, "a", 0, source(0));
         for _ in 1..4 {
             assert!(matches!(
-                relay.claim(&site, "a"),
+                relay.claim(&site, "a", true),
                 Role::From { node: 0, .. }
             ));
         }
@@ -555,12 +608,12 @@ mod tests {
         assert!(relay.remaining_sources().is_empty());
 
         // A source still at its own work when its last reader is done: cleared when it is.
-        let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
-        assert_eq!(relay.claim(&site, "a"), Role::Seed);
+        let relay = relay_of(&nodes);
+        assert_eq!(relay.claim(&site, "a", true), Role::Seed);
         assert!(relay.serves_if_worth(&site, "a", &nodes[0]));
         relay.holds(&site, "a", 0, source(0));
         for _ in 1..4 {
-            assert!(matches!(relay.claim(&site, "a"), Role::From { .. }));
+            assert!(matches!(relay.claim(&site, "a", true), Role::From { .. }));
             relay.read_done(&site, "a", 0, true);
         }
         assert!(relay.node_done(&site, 1).is_empty());
@@ -573,9 +626,9 @@ mod tests {
     #[test]
     fn only_nodes_the_site_still_needs_become_sources() {
         let nodes = site_of(6);
-        let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
+        let relay = relay_of(&nodes);
         let site = Site::Named("s1".into());
-        assert_eq!(relay.claim(&site, "a"), Role::Seed);
+        assert_eq!(relay.claim(&site, "a", true), Role::Seed);
         assert!(
             relay.worth_serving(&site, "a"),
             "five nodes wait for the seed"
@@ -583,7 +636,7 @@ mod tests {
         relay.holds(&site, "a", 0, source(0));
         for _ in 0..READERS_PER_SOURCE {
             assert!(matches!(
-                relay.claim(&site, "a"),
+                relay.claim(&site, "a", true),
                 Role::From { node: 0, .. }
             ));
         }
@@ -603,7 +656,7 @@ mod tests {
     #[test]
     fn the_first_node_of_a_site_goes_first() {
         let nodes = site_of(3);
-        let relay = Relay::for_nodes(&nodes, "keadm-batch-relay-test").unwrap();
+        let relay = relay_of(&nodes);
         let site = Site::Named("s1".into());
         let limit = Duration::from_millis(300);
         assert_eq!(relay.head_start(&site, 0, limit, || false), Duration::ZERO);
@@ -617,7 +670,7 @@ mod tests {
             let site = site.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(50));
-                relay.claim(&site, "a")
+                relay.claim(&site, "a", true)
             })
         };
         let waited = relay.head_start(&site, 2, Duration::from_secs(10), || false);
@@ -630,5 +683,37 @@ mod tests {
             relay.head_start(&site, 1, limit, || false) < limit,
             "once over, nobody waits"
         );
+    }
+
+    /// A node that cannot serve never seeds (the site would wait for a copy it does not
+    /// serve): it gets the payload directly, reads from a source there is, or waits for
+    /// a seed on its way; the next node that can serve seeds.
+    #[test]
+    fn a_node_that_cannot_serve_never_seeds() {
+        let nodes = site_of(4);
+        let relay = relay_of(&nodes);
+        let site = Site::Named("s1".into());
+        assert_eq!(relay.claim(&site, "a", false), Role::Direct);
+        assert_eq!(relay.claim(&site, "a", true), Role::Seed);
+        assert_eq!(relay.claim(&site, "a", false), Role::Wait);
+        relay.holds(&site, "a", 1, source(1));
+        assert!(matches!(
+            relay.claim(&site, "a", false),
+            Role::From { node: 1, .. }
+        ));
+    }
+
+    /// Each run's tag is its own 64 random bits; the nodes' addresses are kept by index.
+    #[test]
+    fn a_relay_has_a_random_tag_and_each_nodes_address() {
+        let nodes = site_of(2);
+        let (a, b) = (relay_of(&nodes), relay_of(&nodes));
+        for relay in [&a, &b] {
+            let random = relay.tag().strip_prefix("keadm-batch-relay-").unwrap();
+            assert_eq!(random.len(), 16, "{}", relay.tag());
+            assert!(random.bytes().all(|c| c.is_ascii_hexdigit()));
+        }
+        assert_ne!(a.tag(), b.tag());
+        assert_eq!(a.address_of(nodes[1].index), Some("10.0.0.1"));
     }
 }
