@@ -16,6 +16,7 @@ mod operator;
 mod perf_modes;
 mod preflight;
 mod relay;
+mod relay_home;
 mod run;
 mod shards;
 mod stage;
