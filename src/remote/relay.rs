@@ -222,18 +222,16 @@ pub fn serve_script(serve: &Serve) -> Result<String, String> {
 fn serve_as_login(serve: &Serve, copy: bool) -> String {
     let lifetime = serve.lifetime_secs;
     let command = if copy {
-        {
-            let copy = copy_name(serve.tag, serve.sha256);
-            format!(
-                "kb_copy=$kb_home/{copy}\n\
+        let copy = copy_name(serve.tag, serve.sha256);
+        format!(
+            "kb_copy=$kb_home/{copy}\n\
                  if ! {{ rm -f -- \"$kb_copy.new\" && ( set -C && cat > \"$kb_copy.new\" ) && \
                  [ $(( $(wc -c < \"$kb_copy.new\") )) = {size} ] && chmod 400 -- \"$kb_copy.new\" && \
                  rm -f -- \"$kb_copy\" && mv -f -- \"$kb_copy.new\" \"$kb_copy\"; }}; then \
                  rm -f -- \"$kb_copy.new\"; kb_no \"cannot write its copy in the login user's home\"; fi\n\
                  kb_cmd=\"cat -- '$kb_copy'\"\n",
-                size = serve.size
-            )
-        }
+            size = serve.size
+        )
     } else {
         format!(
             "kb_cmd={}\n",
