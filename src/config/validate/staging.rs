@@ -126,24 +126,7 @@ pub(super) fn sha512_pins(v: &mut Validator, keadm: &KeadmSection) -> BTreeMap<A
             continue;
         };
         let text = digest.value.trim();
-        let problem = if text.is_empty() {
-            Some("is empty".to_string())
-        } else if let Some(bad) = text.chars().find(|c| !c.is_ascii_hexdigit()) {
-            Some(format!("contains `{bad}`, which is not a hex digit"))
-        } else if text.len() != 128 {
-            Some(format!(
-                "is {} hex characters long, but a sha512 digest has 128{}",
-                text.len(),
-                if text.len() == 64 {
-                    " (64 is the length of a sha256)"
-                } else {
-                    ""
-                }
-            ))
-        } else {
-            None
-        };
-        match problem {
+        match crate::digest::sha512_hex_problem(text) {
             Some(problem) => v.error(
                 Some(digest.pos),
                 None,
