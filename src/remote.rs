@@ -13,6 +13,8 @@
 
 pub mod relay;
 mod runtime;
+#[cfg(test)]
+pub(crate) mod sent_forms;
 
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
@@ -585,11 +587,19 @@ pub fn finalize_script(dir: &str, moves: &[(String, String, String)]) -> String 
 pub fn run_script(upload_dir: &str, index: usize, keadm_command: &str) -> String {
     let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
     format!(
-        "{{ rm -f -- {file}; read kb_pid kb_comm kb_state kb_ppid kb_pgid kb_rest < /proc/$$/stat && \
-         read -r kb_st < /proc/\"$kb_pgid\"/stat && set -- $kb_st && echo \"$kb_pgid ${{22}}\" > {file}; }} 2>/dev/null\n\
+        "{{ rm -f -- {file}; read -r _ _ _ _ kb_pgid _ < /proc/$$/stat && \
+         {} < /proc/\"$kb_pgid\"/stat && echo \"$kb_pgid $kb_start\" > {file}; }} 2>/dev/null\n\
          exec < /dev/null\n\
-         {keadm_command}"
+         {keadm_command}",
+        read_start_time()
     )
+}
+
+/// The `read` that leaves field 22 of a `/proc/<pid>/stat` line on its stdin (the
+/// process's start time) in `$kb_start`, split as the shell splits words; one spelling
+/// for [`run_script`], which records it, and [`kill_script`], which compares it.
+fn read_start_time() -> String {
+    format!("read -r {}kb_start _", "_ ".repeat(21))
 }
 
 /// The line [`reset_then`] prints after `--reset-first`'s reset, before its status.
@@ -616,11 +626,12 @@ pub fn reset_exit(line: &str) -> Option<i32> {
 pub fn kill_script(upload_dir: &str, index: usize) -> String {
     let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
     format!(
-        "read g st < {file} || exit 1\n\
+        "read -r g st < {file} || exit 1\n\
          case \"$g\" in ''|*[!0-9]*) exit 1 ;; esac\n\
          [ \"$g\" -gt 1 ] && [ -n \"$st\" ] || exit 1\n\
-         if [ -r /proc/\"$g\"/stat ]; then set -- $(cat /proc/\"$g\"/stat); [ \"${{22}}\" = \"$st\" ] || exit 1; fi\n\
-         kill -s KILL -- -\"$g\""
+         if [ -r /proc/\"$g\"/stat ]; then {} < /proc/\"$g\"/stat; [ \"$kb_start\" = \"$st\" ] || exit 1; fi\n\
+         kill -s KILL -- -\"$g\"",
+        read_start_time()
     )
 }
 
@@ -1325,6 +1336,159 @@ mod tests {
             !dir.path().join(".tmp1").exists(),
             "nothing moved out of the dir"
         );
+    }
+
+    /// Issue 29, finding 8: every script this module writes, in every form it is sent in,
+    /// passes Debian's shellcheck for POSIX sh, built from inputs as odd as a config may
+    /// hold (spaces and quotes in the upload dir, the file names and the socket).
+    #[test]
+    fn every_script_passes_shellcheck_in_every_form() {
+        use sent_forms::{Forms, assert_forms_posix_sh};
+        let dir = "/srv/edge nodes/it's \"kb\"";
+        // No `$` in them: single-quoted data, which shellcheck would take for an
+        // expansion meant (SC2016); prepare_script_keeps_hostile_names_as_data runs those.
+        let files = ["keadm", "ca it's.crt", "image-\"x\" y.tar"];
+        let tmp = temp_name("keadm", "20260101T000000Z-ab12", 3);
+        let (sha256, sha512) = ("ab".repeat(32), "cd".repeat(64));
+        let join = crate::plan::keadm_command(dir, "join --cloudcore-ipport=10.0.0.1:10000");
+        let reset = crate::plan::keadm_command(dir, "reset edge --force");
+        let moves: Vec<(String, String, String)> = files
+            .iter()
+            .map(|name| (temp_name(name, "t", 0), name.to_string(), sha256.clone()))
+            .collect();
+        let mut table: Vec<(String, String, Forms, Vec<(&str, &str)>)> = Vec::new();
+        let mut add =
+            |what: &str, script: String, forms, allowed: &[(&'static str, &'static str)]| {
+                table.push((what.to_string(), script, forms, allowed.to_vec()));
+            };
+        // The receiving scripts chain their steps with `&&` and end in `|| { clean up;
+        // exit 3; }`, which is meant to run when any step fails.
+        let cleans_up = [(
+            "SC2015",
+            "the `|| { ...; exit 3; }` after the `&&` chain is the clean-up after any failed step",
+        )];
+        for verify in [false, true] {
+            let prepare = prepare_script(dir, &files, verify);
+            add(
+                &format!("prepare (verify {verify})"),
+                prepare.clone(),
+                Forms::Every,
+                &[],
+            );
+            add(
+                &format!("prepare with the tools probe and the answer awaited (verify {verify})"),
+                format!("{prepare}{TOOLS_PROBE}{}", await_answer()),
+                Forms::Every,
+                &[],
+            );
+        }
+        add(
+            "prepare of no files",
+            prepare_script("/tmp/kb", &[], false),
+            Forms::Every,
+            &[],
+        );
+        add(
+            "the tools probe",
+            TOOLS_PROBE.to_string(),
+            Forms::Every,
+            &[],
+        );
+        add("the answer awaited", await_answer(), Forms::Every, &[]);
+        // What the node evals: the answer's lines after their count.
+        let framed = answer(&run_script(dir, 0, &join));
+        add(
+            "the answer, as the node runs it",
+            framed.split_once('\n').unwrap().1.to_string(),
+            Forms::Every,
+            &[],
+        );
+        add(
+            "upload failed",
+            upload_failed_script(dir, &tmp),
+            Forms::Every,
+            &[],
+        );
+        for hasher in [Sha256Tool::Openssl, Sha256Tool::Sha256sum] {
+            for encoding in [Encoding::Plain, Encoding::Gzip] {
+                add(
+                    &format!("receive {encoding:?} checked by {hasher:?}"),
+                    receive_script(dir, &tmp, 0o644, 123, Some((&sha256, hasher)), encoding),
+                    Forms::Every,
+                    &cleans_up,
+                );
+            }
+            add(
+                &format!("receive xz by {hasher:?}"),
+                receive_xz_script(dir, &tmp, &sha256, 123, hasher),
+                Forms::Every,
+                &cleans_up,
+            );
+        }
+        // A plain file unchecked is left for the caller to clean up: no `||` in it.
+        for (encoding, allowed) in [(Encoding::Plain, &[][..]), (Encoding::Gzip, &cleans_up)] {
+            add(
+                &format!("receive {encoding:?} unchecked"),
+                receive_script(dir, &tmp, 0o755, 0, None, encoding),
+                Forms::Every,
+                allowed,
+            );
+        }
+        add(
+            "receive the tarball",
+            receive_tarball_script(
+                dir,
+                &temp_name("keadm.tar.gz", "t", 0),
+                &tmp,
+                &sha512,
+                "keadm-v1.23.1-linux-amd64/keadm/keadm",
+                123,
+            ),
+            Forms::Every,
+            &cleans_up,
+        );
+        add("finalize", finalize_script(dir, &moves), Forms::Every, &[]);
+        add("run a join", run_script(dir, 3, &join), Forms::Every, &[]);
+        add("run a reset", run_script(dir, 0, &reset), Forms::Every, &[]);
+        add(
+            "run a join after --reset-first's reset",
+            run_script(dir, 0, &reset_then(&reset, &join, 202)),
+            Forms::Every,
+            &[],
+        );
+        add("kill", kill_script(dir, 3), Forms::Every, &[]);
+        add(
+            "the edgecore log",
+            EDGECORE_LOG.to_string(),
+            Forms::Every,
+            &[],
+        );
+        add(
+            "kill the siblings",
+            KILL_SIBLINGS.to_string(),
+            Forms::Login,
+            &[(
+                "SC2086",
+                "after the command's name a stat line is a state letter and numbers: splitting them is the point, and none can glob",
+            )],
+        );
+        for socket in [
+            "unix:///run/it's here/containerd.sock",
+            "/run/containerd/containerd.sock",
+            "tcp://10.0.0.1:5000",
+        ] {
+            for needed in [0, 5000] {
+                add(
+                    &format!("the pre-flight probe of {socket} for {needed} bytes"),
+                    preflight_probe_script(dir, socket, needed),
+                    Forms::Every,
+                    &[],
+                );
+            }
+        }
+        for (what, script, forms, allowed) in table {
+            assert_forms_posix_sh(&what, &script, forms, &allowed);
+        }
     }
 
     /// `--reset-first`: the join runs only after a reset that exited with 0, and the
