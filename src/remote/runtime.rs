@@ -117,8 +117,14 @@ impl Runtime {
         };
         let crictl_list = |socket: &str| {
             format!(
-                "command -v crictl >/dev/null 2>&1 || return 3; crictl --runtime-endpoint {} images | awk 'NR > 1 && $2 != \"<none>\" {{ print $1 \":\" $2 }}'",
-                shell_quote(&format!("unix://{socket}"))
+                "command -v crictl >/dev/null 2>&1 || return 3; {}",
+                listed_by(
+                    &format!(
+                        "crictl --runtime-endpoint {} images",
+                        shell_quote(&format!("unix://{socket}"))
+                    ),
+                    "NR > 1 && $2 != \"<none>\" { print $1 \":\" $2 }"
+                )
             )
         };
         let (list, sandbox) = match self {
@@ -142,7 +148,10 @@ impl Runtime {
                 "crio config 2>/dev/null | sed -n 's/^[[:space:]]*pause_image[[:space:]]*=[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' | head -n 1".to_string(),
             ),
             Runtime::Isulad => (
-                "[ -n \"$kb_tool\" ] || return 3\n  isula images | awk 'NR > 1 { print $1 \":\" $2 }'".to_string(),
+                format!(
+                    "[ -n \"$kb_tool\" ] || return 3\n  {}",
+                    listed_by("isula images", "NR > 1 { print $1 \":\" $2 }")
+                ),
                 "sed -n 's/.*\"pod-sandbox-image\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' /etc/isulad/daemon.json 2>/dev/null | head -n 1".to_string(),
             ),
             Runtime::Unknown { socket, .. } => (crictl_list(socket), crictl(socket)),
@@ -166,6 +175,14 @@ impl Runtime {
         }
         s
     }
+}
+
+/// The image references in what `cli` prints as a table, picked out by the awk `program`.
+/// The table is read whole before awk sees it: in a pipe the CLI's failure would be lost,
+/// and an empty list said instead. A failing CLI returns 1, never the 3 that says there
+/// is none.
+fn listed_by(cli: &str, program: &str) -> String {
+    format!("kb_table=$({cli}) || return 1; printf '%s\\n' \"$kb_table\" | awk '{program}'")
 }
 
 /// Asks the runtime at `$kb_sock` what it is, in this order: CRI's `RuntimeName`
@@ -794,6 +811,44 @@ mod tests {
             "{facts:?}"
         );
         assert!(facts.machine.is_some());
+    }
+
+    /// Issue 29, finding 8: a CLI that fails to list (crictl for a containerd without
+    /// ctr, isula) is a list that failed, in the CLI's words, never an empty list: its
+    /// status was lost in the pipe to awk, and the image check then said every image
+    /// was missing.
+    #[test]
+    fn a_list_whose_cli_fails_is_not_an_empty_list() {
+        for (runtime_name, cli, words) in [
+            (
+                "containerd",
+                "crictl",
+                "rpc error: code = Unavailable desc = connection refused",
+            ),
+            ("iSulad", "isula", "Cannot connect to the iSulad daemon"),
+        ] {
+            let (dir, bin) = scratch_bin();
+            let socket = dir.path().join("rt.sock");
+            std::fs::write(&socket, "").unwrap();
+            // crictl tells the runtime; the listing CLI then fails.
+            let fails = format!("echo '{words}' >&2; exit 1");
+            fake_tool(
+                &bin,
+                "crictl",
+                &format!(
+                    "case \"$*\" in *' version') echo 'RuntimeName: {runtime_name}';; *) {fails};; esac"
+                ),
+            );
+            if cli != "crictl" {
+                fake_tool(&bin, cli, &fails);
+            }
+            let facts = probe(&bin, socket.to_str().unwrap());
+            assert!(!facts.listed, "{runtime_name}: {facts:?}");
+            assert!(
+                facts.list_error.as_deref().unwrap_or("").contains(words),
+                "{runtime_name}: {facts:?}"
+            );
+        }
     }
 
     #[test]
