@@ -1361,12 +1361,7 @@ mod tests {
             |what: &str, script: String, forms, allowed: &[(&'static str, &'static str)]| {
                 table.push((what.to_string(), script, forms, allowed.to_vec()));
             };
-        // The receiving scripts chain their steps with `&&` and end in `|| { clean up;
-        // exit 3; }`, which is meant to run when any step fails.
-        let cleans_up = [(
-            "SC2015",
-            "the `|| { ...; exit 3; }` after the `&&` chain is the clean-up after any failed step",
-        )];
+        let cleans_up = [sent_forms::CLEAN_UP_AFTER_ANY_STEP];
         for verify in [false, true] {
             let prepare = prepare_script(dir, &files, verify);
             add(

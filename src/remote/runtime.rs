@@ -711,7 +711,7 @@ mod tests {
     /// for POSIX sh in every form they are sent in.
     #[test]
     fn every_script_passes_shellcheck_for_every_runtime() {
-        use crate::remote::sent_forms::{Forms, assert_forms_posix_sh};
+        use crate::remote::sent_forms::{Forms, LS_OF_PROC_FDS, assert_forms_posix_sh};
         let archive = |file: &str, images| ArchiveImport {
             file: file.into(),
             images,
@@ -733,16 +733,11 @@ mod tests {
             ),
         ];
         let socket = "/run/it's here/containerd.sock";
-        // What finds the socket's holder reads `ls -l` on purpose (see IDENTIFY).
-        let ls_of_fds = [(
-            "SC2012",
-            "ls -l names each /proc/<pid>/fd entry's target, socket:[inode], which is what the awk after it reads; the names are digits",
-        )];
         assert_forms_posix_sh(
             "the runtime probe",
             &runtime_probe_script(socket),
             Forms::Every,
-            &ls_of_fds,
+            &[LS_OF_PROC_FDS],
         );
         let unknown = Runtime::of_kind("unknown", socket, "");
         for runtime in Runtime::known(socket).map(|(_, r)| r).chain([unknown]) {

@@ -6,6 +6,20 @@
 use super::{Privilege, SKIP_TO_MARK, with_sudo_probe, wrap};
 use crate::shell::shellcheck::assert_posix_sh;
 
+/// What shellcheck finds in the receiving scripts, and why it is right there: they chain
+/// their steps with `&&` and end in `|| { clean up; exit 3; }`, meant for any failed step.
+pub(crate) const CLEAN_UP_AFTER_ANY_STEP: (&str, &str) = (
+    "SC2015",
+    "the `|| { ...; exit 3; }` after the `&&` chain is the clean-up after any failed step",
+);
+
+/// What shellcheck finds in the runtime probe, and why it is right there: it reads
+/// `ls -l` of `/proc/<pid>/fd` for the `socket:[inode]` targets.
+pub(crate) const LS_OF_PROC_FDS: (&str, &str) = (
+    "SC2012",
+    "ls -l names each /proc/<pid>/fd entry's target, socket:[inode], which is what the awk after it reads; the names are digits",
+);
+
 /// The forms a script is sent in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Forms {
