@@ -1274,49 +1274,47 @@ mod tests {
             .iter()
             .map(|name| (temp_name(name, "t", 0), name.to_string(), sha256.clone()))
             .collect();
-        let mut table: Vec<(String, String, Forms, Vec<(&str, &str)>)> = Vec::new();
-        let mut add =
-            |what: &str, script: String, forms, allowed: &[(&'static str, &'static str)]| {
-                table.push((what.to_string(), script, forms, allowed.to_vec()));
-            };
+        let check = |what: &str, script: String, forms, allowed: &[(&str, &str)]| {
+            assert_forms_posix_sh(what, &script, forms, allowed);
+        };
         let cleans_up = [sent_forms::CLEAN_UP_AFTER_ANY_STEP];
         for verify in [false, true] {
             let prepare = prepare_script(dir, &files, verify);
-            add(
+            check(
                 &format!("prepare (verify {verify})"),
                 prepare.clone(),
                 Forms::Every,
                 &[],
             );
-            add(
+            check(
                 &format!("prepare with the tools probe and the answer awaited (verify {verify})"),
                 format!("{prepare}{TOOLS_PROBE}{}", await_answer()),
                 Forms::Every,
                 &[],
             );
         }
-        add(
+        check(
             "prepare of no files",
             prepare_script("/tmp/kb", &[], false),
             Forms::Every,
             &[],
         );
-        add(
+        check(
             "the tools probe",
             TOOLS_PROBE.to_string(),
             Forms::Every,
             &[],
         );
-        add("the answer awaited", await_answer(), Forms::Every, &[]);
+        check("the answer awaited", await_answer(), Forms::Every, &[]);
         // What the node evals: the answer's lines after their count.
         let framed = answer(&run_script(dir, 0, &join));
-        add(
+        check(
             "the answer, as the node runs it",
             framed.split_once('\n').unwrap().1.to_string(),
             Forms::Every,
             &[],
         );
-        add(
+        check(
             "upload failed",
             upload_failed_script(dir, &tmp),
             Forms::Every,
@@ -1324,14 +1322,14 @@ mod tests {
         );
         for hasher in [Sha256Tool::Openssl, Sha256Tool::Sha256sum] {
             for encoding in [Encoding::Plain, Encoding::Gzip] {
-                add(
+                check(
                     &format!("receive {encoding:?} checked by {hasher:?}"),
                     receive_script(dir, &tmp, 0o644, 123, Some((&sha256, hasher)), encoding),
                     Forms::Every,
                     &cleans_up,
                 );
             }
-            add(
+            check(
                 &format!("receive xz by {hasher:?}"),
                 receive_xz_script(dir, &tmp, &sha256, 123, hasher),
                 Forms::Every,
@@ -1340,14 +1338,14 @@ mod tests {
         }
         // A plain file unchecked is left for the caller to clean up: no `||` in it.
         for (encoding, allowed) in [(Encoding::Plain, &[][..]), (Encoding::Gzip, &cleans_up)] {
-            add(
+            check(
                 &format!("receive {encoding:?} unchecked"),
                 receive_script(dir, &tmp, 0o755, 0, None, encoding),
                 Forms::Every,
                 allowed,
             );
         }
-        add(
+        check(
             "receive the tarball",
             receive_tarball_script(
                 dir,
@@ -1360,23 +1358,23 @@ mod tests {
             Forms::Every,
             &cleans_up,
         );
-        add("finalize", finalize_script(dir, &moves), Forms::Every, &[]);
-        add("run a join", run_script(dir, 3, &join), Forms::Every, &[]);
-        add("run a reset", run_script(dir, 0, &reset), Forms::Every, &[]);
-        add(
+        check("finalize", finalize_script(dir, &moves), Forms::Every, &[]);
+        check("run a join", run_script(dir, 3, &join), Forms::Every, &[]);
+        check("run a reset", run_script(dir, 0, &reset), Forms::Every, &[]);
+        check(
             "run a join after --reset-first's reset",
             run_script(dir, 0, &reset_then(&reset, &join, 202)),
             Forms::Every,
             &[],
         );
-        add("kill", kill_script(dir, 3), Forms::Every, &[]);
-        add(
+        check("kill", kill_script(dir, 3), Forms::Every, &[]);
+        check(
             "the edgecore log",
             EDGECORE_LOG.to_string(),
             Forms::Every,
             &[],
         );
-        add(
+        check(
             "kill the siblings",
             KILL_SIBLINGS.to_string(),
             Forms::Login,
@@ -1391,16 +1389,13 @@ mod tests {
             "tcp://10.0.0.1:5000",
         ] {
             for needed in [0, 5000] {
-                add(
+                check(
                     &format!("the pre-flight probe of {socket} for {needed} bytes"),
                     preflight_probe_script(dir, socket, needed),
                     Forms::Every,
                     &[],
                 );
             }
-        }
-        for (what, script, forms, allowed) in table {
-            assert_forms_posix_sh(&what, &script, forms, &allowed);
         }
     }
 

@@ -184,6 +184,9 @@ fn a_join_past_its_deadline_under_sudo() -> Sent {
     }
 }
 
+/// A scenario's name, and what sets it up.
+type Scenario = (&'static str, fn() -> Sent);
+
 /// What shellcheck may find in `command`, for the parts of `remote` it holds, each for
 /// the reason given there.
 fn allowed_in(command: &str) -> Vec<(&'static str, &'static str)> {
@@ -199,7 +202,7 @@ fn allowed_in(command: &str) -> Vec<(&'static str, &'static str)> {
 
 #[test]
 fn every_command_the_pipeline_sends_passes_shellcheck() {
-    let scenarios: [(&str, fn() -> Sent); 7] = [
+    let scenarios: [Scenario; 7] = [
         ("the xz copy in one channel", xz_in_one_channel),
         (
             "the xz copy under sudo with a password",
