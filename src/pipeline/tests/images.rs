@@ -7,15 +7,15 @@ use crate::diagnosis::{FailureClass, FindingId};
 use crate::outcome::Phase;
 use crate::stage::ImageSources;
 
-const PACKAGE: &str = "docker.io/kubeedge/installation-package:v1.23.1";
-const PAUSE: &str = "registry.k8s.io/pause:3.6";
+pub(super) const PACKAGE: &str = "docker.io/kubeedge/installation-package:v1.23.1";
+pub(super) const PAUSE: &str = "registry.k8s.io/pause:3.6";
 /// The import of the offline images.
-const IMPORT: &str = "images import";
+pub(super) const IMPORT: &str = "images import";
 
 impl Harness {
     /// Offline images in the offline-directory layout: for amd64, one docker-archive per
     /// entry, named `file` and holding the image `tag`. Returns each archive's size.
-    fn images(&mut self, archives: &[(&str, &str)]) -> Vec<u64> {
+    pub(super) fn images(&mut self, archives: &[(&str, &str)]) -> Vec<u64> {
         let root = self.dir.path().join("kit");
         let images_dir = root.join("amd64/images");
         std::fs::create_dir_all(&images_dir).unwrap();
@@ -53,7 +53,7 @@ fn package() -> String {
 }
 
 /// The runtime probe's lines that tell containerd at keadm's default socket.
-const CONTAINERD: &str = "KB_RT_SOCKET /run/containerd/containerd.sock\nKB_RT_KIND containerd\nKB_RT_TOLD ctr version answers on it\n";
+pub(super) const CONTAINERD: &str = "KB_RT_SOCKET /run/containerd/containerd.sock\nKB_RT_KIND containerd\nKB_RT_TOLD ctr version answers on it\n";
 
 /// The prepare step's answer with the runtime probe's lines: containerd's CLI there, and
 /// these images listed; the node hashes with OpenSSL.
@@ -63,7 +63,7 @@ fn prepared_with_runtime(images: &[&str]) -> Reply {
 
 /// The same, after the prepare step's `extra` lines (sidecars, tools: a `KB_TOOLS` line
 /// there replaces the OpenSSL one).
-fn prepared_with_runtime_and(extra: &str, images: &[&str]) -> Reply {
+pub(super) fn prepared_with_runtime_and(extra: &str, images: &[&str]) -> Reply {
     let listed: String = images
         .iter()
         .map(|i| format!("KB_RT_IMAGE {i}\n"))
@@ -74,7 +74,7 @@ fn prepared_with_runtime_and(extra: &str, images: &[&str]) -> Reply {
 }
 
 /// The import script's answer: each archive imported, then these images listed.
-fn imported(count: usize, images: &[&str]) -> Reply {
+pub(super) fn imported(count: usize, images: &[&str]) -> Reply {
     let mut text = String::new();
     for i in 0..count {
         text.push_str(&format!("unpacking image {i}...done\nKB_IMPORTED {i}\n"));
