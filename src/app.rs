@@ -107,12 +107,18 @@ fn run(command: Command) -> Result<(), Error> {
         Command::Merge(options) => run_merge(&options),
         Command::Bundle(options) => run_bundle(&options),
         // What was checked is the result, so it goes to stdout, as a dry run's plan does.
-        Command::VerifyKit(path) => print(bundle::verify(&path)?.summary()),
+        Command::VerifyKit(options) => {
+            print(bundle::verify(&options.path, options.expect_sha512.as_deref())?.summary())
+        }
         Command::ExtractKit(options) => {
             for note in &options.deprecations {
                 log::warn!("{note}");
             }
-            let checked = bundle::extract(&options.archive, &options.into)?;
+            let checked = bundle::extract(
+                &options.archive,
+                &options.into,
+                options.expect_sha512.as_deref(),
+            )?;
             eprint!("{}", checked.summary());
             Ok(())
         }

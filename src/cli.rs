@@ -10,7 +10,7 @@ use crate::config::HostKeyPolicy;
 use crate::diagnosis::FailureClass;
 use crate::options::{
     BundleOptions, Command, ExtractOptions, GenConfigOptions, MergeOptions, OutputFormat,
-    PreflightMode, RegistryMirror, RelayMode, RunOptions, Shard, Verbosity,
+    PreflightMode, RegistryMirror, RelayMode, RunOptions, Shard, Verbosity, VerifyOptions,
 };
 
 #[derive(Parser, Debug)]
@@ -259,6 +259,7 @@ enum BatchSub {
             "staging_dir",
         ])
 ))]
+#[command(group(clap::ArgGroup::new("site").args(["verify", "extract"])))]
 struct BundleArgs {
     /// Path to the config file (keadm's format) of the air-gapped run.
     #[arg(
@@ -299,6 +300,13 @@ struct BundleArgs {
     /// empty directory --into DIR (or -o DIR), and check it there.
     #[arg(long, value_name = "FILE", conflicts_with = "fetching")]
     extract: Option<PathBuf>,
+
+    /// With --verify or --extract of a kit archive: the sha512 (128 hex characters) it must
+    /// have, as given to you by whoever wrote it, by another way than the archive came. Its
+    /// FILE.tar.sha512, which anyone who can replace the archive can replace too, is then
+    /// not read.
+    #[arg(long, value_name = "HEX", value_parser = parse_sha512, requires = "site")]
+    expect_sha512: Option<String>,
 
     /// Download keadm releases from this directory URL instead of keadm.download.url
     /// (default: the config's download.url when downloads are enabled, else GitHub releases).
@@ -484,6 +492,17 @@ fn parse_mirror(text: &str) -> Result<RegistryMirror, String> {
     })
 }
 
+/// `--expect-sha512 HEX`: a sha512 in hex, lowercased.
+fn parse_sha512(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    match crate::digest::sha512_hex_problem(text) {
+        Some(problem) => Err(format!(
+            "{text:?} is not a sha512 digest (128 hex characters): it {problem}. Give the digest of the kit archive as `sha512sum FILE.tar` prints it"
+        )),
+        None => Ok(text.to_ascii_lowercase()),
+    }
+}
+
 /// `--max-package-bytes`: `536870912`, `512MiB`, `1GiB`, `64KiB`.
 fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
@@ -565,11 +584,11 @@ pub const EXIT_STATUS: [(i32, &str); 5] = [
     ),
     (
         2,
-        "The config or the command line is invalid (for batch merge also: a shard's file it refuses), or the join batch as a whole would fail (an expired token, another cluster's CA, names taken), or a keadm download would be plain HTTP without pins or --insecure-http, or a keadmCmd's --image-repository makes no valid image reference; batch bundle also refuses an invalid image name, a plain-HTTP registry mirror, a kit directory (--into) that is not a kit, an --archive path that is a directory or inside the kit directory, and a docker config.json it cannot read; batch bundle --verify a path that is neither a directory nor a file, and --extract into a directory that is not empty. No node was touched.",
+        "The config or the command line is invalid (for batch merge also: a shard's file it refuses), or the join batch as a whole would fail (an expired token, another cluster's CA, names taken), or a keadm download would be plain HTTP without pins or --insecure-http, or a keadmCmd's --image-repository makes no valid image reference; batch bundle also refuses an invalid image name, a plain-HTTP registry mirror, a kit directory (--into) that is not a kit, an --archive path that is a directory or inside the kit directory, and a docker config.json it cannot read; batch bundle --verify a path that is neither a directory nor a file, and --extract into a directory that is not empty; an --expect-sha512 that is no sha512, or given for a directory; an image archive that keadm.offlineImages names whose file name is outside the accepted names. No node was touched.",
     ),
     (
         3,
-        "The keadm packages or the offline images could not be staged (download, checksum or pin mismatch, offline package, a kit file that does not match its kit.json, an image archive that cannot be read or names no image, unpacking, a package over --max-package-bytes); no node was touched. batch bundle: a release or an image could not be fetched or verified. batch bundle --verify or --extract: a kit file that does not match its kit.json, or a kit archive that does not match its .sha512 file or cannot be read (each named).",
+        "The keadm packages or the offline images could not be staged (download, checksum or pin mismatch, offline package, a kit file that does not match its kit.json, an image archive that cannot be read or names no image or has a file name outside the accepted names, unpacking, a package over --max-package-bytes); no node was touched. batch bundle: a release or an image could not be fetched or verified. batch bundle --verify or --extract: a kit file that does not match its kit.json or has a name outside the accepted ones, or a kit archive that does not match its .sha512 file (or --expect-sha512) or cannot be read (each named).",
     ),
     (
         130,
@@ -715,7 +734,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         }
         Some(BatchSub::Bundle(bundle)) => {
             if let Some(path) = bundle.verify {
-                return Ok(Command::VerifyKit(path));
+                return Ok(Command::VerifyKit(VerifyOptions {
+                    path,
+                    expect_sha512: bundle.expect_sha512,
+                }));
             }
             let Places {
                 into,
@@ -739,6 +761,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
                 return Ok(Command::ExtractKit(ExtractOptions {
                     archive,
                     into,
+                    expect_sha512: bundle.expect_sha512,
                     deprecations,
                 }));
             }
@@ -1023,13 +1046,17 @@ mod tests {
     fn bundle_verifies_and_extracts_without_a_config_and_archives_with_or_without_a_directory() {
         assert_eq!(
             run(&["k", "batch", "bundle", "--verify", "kit.tar"]).unwrap(),
-            Command::VerifyKit("kit.tar".into())
+            Command::VerifyKit(VerifyOptions {
+                path: "kit.tar".into(),
+                expect_sha512: None,
+            })
         );
         assert_eq!(
             run(&["k", "batch", "bundle", "--extract", "kit.tar", "-o", "kit"]).unwrap(),
             Command::ExtractKit(ExtractOptions {
                 archive: "kit.tar".into(),
                 into: "kit".into(),
+                expect_sha512: None,
                 deprecations: Vec::new(),
             })
         );
@@ -1078,6 +1105,73 @@ mod tests {
         }
     }
 
+    /// `--expect-sha512 HEX` goes with --verify and --extract only, and takes a sha512 in
+    /// hex in any case, lowercased.
+    #[test]
+    fn expect_sha512_takes_a_sha512_for_verify_and_extract_only() {
+        let digest = "Ab".repeat(64);
+        let pinned = Some("ab".repeat(64));
+        assert_eq!(
+            run(&[
+                "k",
+                "batch",
+                "bundle",
+                "--verify",
+                "k.tar",
+                "--expect-sha512",
+                &digest
+            ])
+            .unwrap(),
+            Command::VerifyKit(VerifyOptions {
+                path: "k.tar".into(),
+                expect_sha512: pinned.clone(),
+            })
+        );
+        let args = [
+            "--extract",
+            "k.tar",
+            "-o",
+            "kit",
+            "--expect-sha512",
+            &digest,
+        ];
+        let Command::ExtractKit(options) =
+            run(&[&["k", "batch", "bundle"][..], &args].concat()).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(options.expect_sha512, pinned);
+        let err = run(&[
+            "k",
+            "batch",
+            "bundle",
+            "--verify",
+            "k.tar",
+            "--expect-sha512",
+            "a1",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains(
+                "\"a1\" is not a sha512 digest (128 hex characters): it is 2 hex characters long"
+            ),
+            "{err}"
+        );
+        let without_site = run(&[
+            "k",
+            "batch",
+            "bundle",
+            "-c",
+            "c.yaml",
+            "-o",
+            "kit",
+            "--expect-sha512",
+            &digest,
+        ]);
+        assert!(without_site.unwrap_err().use_stderr());
+    }
+
     #[test]
     fn extract_s_directory_is_into_or_o_as_the_kit_directory_is() {
         let extract = |extra: &[&str]| {
@@ -1089,6 +1183,7 @@ mod tests {
             Command::ExtractKit(ExtractOptions {
                 archive: "kit.tar".into(),
                 into: into.into(),
+                expect_sha512: None,
                 deprecations: deprecations.iter().map(ToString::to_string).collect(),
             })
         };

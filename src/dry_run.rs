@@ -11,6 +11,7 @@ use crate::config::{AuthSpec, PackageMode, SshSpec};
 use crate::node_text::escape_controls;
 use crate::options::RelayMode;
 use crate::plan::{KeadmSource, NodePlan, Plan, StagingPlan, display_address};
+use crate::safe_name::shown_path;
 use crate::stage::{ImageArchive, ImageSources, OfflineImages, StageError, Stager, is_plain_http};
 
 /// Offline mode: stages every `archGroup` package exactly as the run will (the package
@@ -191,7 +192,7 @@ fn render_images(out: &mut String, images: &OfflineImages, sources: &ImageSource
                         a.images.iter().map(|i| i.reference.to_string()).collect();
                     format!(
                         "{} ({}: {})",
-                        a.source.display(),
+                        shown_path(&a.source),
                         size(a.size),
                         provides.join(", ")
                     )
@@ -202,7 +203,7 @@ fn render_images(out: &mut String, images: &OfflineImages, sources: &ImageSource
         .collect();
     let _ = if arches.is_empty() {
         let source = match sources {
-            ImageSources::Layout { dir } => format!("{}/<arch>/images", dir.display()),
+            ImageSources::Layout { dir } => format!("{}/<arch>/images", shown_path(dir)),
             ImageSources::Listed { .. } => "keadm.offlineImages".to_string(),
         };
         writeln!(
@@ -270,11 +271,12 @@ fn by_arch(images: &OfflineImages) -> impl Iterator<Item = (Arch, &[ImageArchive
         .filter(|(_, archives)| !archives.is_empty())
 }
 
-/// What a join node gets of `images`: its arch's archives, by their names on the node.
+/// What a join node gets of `images`: its arch's archives, by their file names (on the
+/// node, each is named by its sha256).
 fn node_images(node: &NodePlan, images: &OfflineImages) -> String {
     let per_arch: Vec<String> = by_arch(images)
         .map(|(arch, archives)| {
-            let names: Vec<&str> = archives.iter().map(|a| a.remote_name.as_str()).collect();
+            let names: Vec<String> = archives.iter().map(ImageArchive::file_name).collect();
             format!("if {arch}: {}", names.join(", "))
         })
         .collect();
@@ -282,7 +284,7 @@ fn node_images(node: &NodePlan, images: &OfflineImages) -> String {
         return "none; pre-flight checks that the runtime has what keadm join asks for".to_string();
     }
     format!(
-        "{}; those whose images the runtime lacks are sent to {} and imported before keadm runs",
+        "{}; those whose images the runtime lacks are sent to {} as image-<sha256>.tar and imported before keadm runs",
         per_arch.join("; "),
         node.upload_dir
     )

@@ -10,11 +10,14 @@
 //! ["registry.k8s.io/pause:3.9"], "created": "<rfc3339>", "files": [{"path":
 //! "amd64/images/pause_3.9.tar", "sha256": "<hex>", "size": 123}]}`, paths relative to the
 //! directory and '/'-separated. `sandboxImages` is absent from kits written before it was
-//! recorded.
+//! recorded. Every name a kit lists or holds is one `crate::safe_name` accepts, as every
+//! name `batch bundle` writes is.
 
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::safe_name;
 
 /// The manifest's name inside the offline directory.
 pub const KIT_FILE: &str = "kit.json";
@@ -102,6 +105,19 @@ impl Kit {
                     bad.path
                 ),
             ));
+        }
+        // A name `batch bundle` never writes: the run would refuse the file anyway.
+        for file in &kit.files {
+            if let Some(refused) = safe_name::refusal_in(Path::new(&file.path)) {
+                return Err(KitError::unreadable(
+                    manifest,
+                    format!(
+                        "it lists `{}`: {}",
+                        safe_name::shown(&file.path),
+                        refused.why
+                    ),
+                ));
+            }
         }
         Ok(kit)
     }
@@ -234,6 +250,13 @@ impl Kit {
     pub fn problems(&self, root: &Path, found: &[Found]) -> Vec<KitError> {
         let mut problems = Vec::new();
         for found in found.iter().filter(|f| f.rel != KIT_FILE) {
+            if let Some(refused) = safe_name::refusal_in(Path::new(&found.rel)) {
+                problems.push(KitError::BadName {
+                    file: root.join(&found.rel),
+                    why: refused.why,
+                });
+                continue;
+            }
             let listed = match self.listed(root, Path::new(&found.rel)) {
                 Ok(listed) => listed,
                 Err(not_listed) => {
@@ -351,6 +374,14 @@ pub enum KitError {
         lower_first(FIX)
     )]
     NotListed { file: PathBuf, manifest: PathBuf },
+
+    #[error(
+        "The kit file `{}` is not part of the kit: {why}. `batch bundle` writes no such name, \
+         so it was not used. Remove it, or {}.",
+        safe_name::shown_path(file),
+        lower_first(FIX)
+    )]
+    BadName { file: PathBuf, why: String },
 
     #[error(
         "The kit file {} cannot be read for its check against the kit manifest {}: {error}. \
@@ -567,6 +598,51 @@ mod tests {
             problems[0]
         );
         assert_eq!(problems.len(), 3, "and the two not found: {problems:?}");
+    }
+
+    /// Security (review finding 2): a kit holds only the names `batch bundle` writes; a
+    /// kit.json that lists another, and a file with another, are refused, shown escaped.
+    #[test]
+    fn names_outside_the_accepted_set_are_refused_in_a_kit_shown_escaped() {
+        for listed in [
+            "amd64/images/a\nb.tar",
+            "amd64/-x/ok.tar",
+            "amd64/images/a\"b.tar",
+        ] {
+            let dir = kit_dir(&[(listed, ABC_SHA256, 3)]);
+            let err = Kit::read(dir.path()).unwrap_err();
+            assert!(matches!(err, KitError::Unreadable { .. }), "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!(
+                    "cannot be read: it lists `{}`: its ",
+                    safe_name::shown(listed)
+                )) && !text.contains('\n'),
+                "{text}"
+            );
+        }
+        let dir = kit_dir(&[("amd64/images/a+b-1.2_x.tar", ABC_SHA256, 3)]);
+        let kit = Kit::read(dir.path()).unwrap().unwrap();
+        let found = [
+            Found {
+                rel: "amd64/images/a+b-1.2_x.tar".into(),
+                read: Ok((3, ABC_SHA256.into())),
+            },
+            Found {
+                rel: "amd64/images/x\u{1b}[2J.tar".into(),
+                read: Ok((3, ABC_SHA256.into())),
+            },
+        ];
+        let problems = kit.problems(Path::new("kit.tar"), &found);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(matches!(problems[0], KitError::BadName { .. }));
+        assert!(
+            problems[0].to_string().starts_with(
+                "The kit file `kit.tar/amd64/images/x\\u{1b}[2J.tar` is not part of the kit: its file name `x\\u{1b}[2J.tar` holds `\\u{1b}`, `[`, and an accepted name has "
+            ),
+            "{}",
+            problems[0]
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub mod redact;
 pub mod remote;
 pub mod report;
 pub mod rerun;
+pub mod safe_name;
 pub mod shell;
 pub mod stage;
 pub mod transport;

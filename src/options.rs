@@ -18,7 +18,7 @@ pub enum Command {
     Bundle(Box<BundleOptions>),
     /// `batch bundle --verify PATH`: a copied kit, its directory or its archive, checked
     /// where it arrived, without a config.
-    VerifyKit(PathBuf),
+    VerifyKit(VerifyOptions),
     /// `batch bundle --extract FILE --into DIR`.
     ExtractKit(ExtractOptions),
     /// A staged keadm's xz copy, made for a run in a process of its own.
@@ -58,14 +58,24 @@ pub struct BundleOptions {
     pub verbosity: Verbosity,
 }
 
+/// `batch bundle --verify PATH`: the kit directory or archive to check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyOptions {
+    pub path: PathBuf,
+    /// `--expect-sha512 HEX`: the archive's sha512 as given out of band, lowercase hex.
+    pub expect_sha512: Option<String>,
+}
+
 /// `batch bundle --extract FILE --into DIR` (or `-o DIR`): a kit archive unpacked at the
 /// site.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExtractOptions {
-    /// The kit archive, with its `.sha512` file beside it.
+    /// The kit archive, with its `.sha512` file beside it (unless `expect_sha512`).
     pub archive: PathBuf,
     /// The kit directory it becomes: new, or empty.
     pub into: PathBuf,
+    /// `--expect-sha512 HEX`: the archive's sha512 as given out of band, lowercase hex.
+    pub expect_sha512: Option<String>,
     /// Old spellings the command line used, as [`BundleOptions::deprecations`].
     pub deprecations: Vec<String>,
 }

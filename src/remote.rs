@@ -1,7 +1,7 @@
 //! The shell text we send to nodes. Kept in one place, pure and unit-tested, so the
 //! pipeline reads as steps and every remote command can be reviewed side by side: the
-//! prepare, upload, run and kill scripts, the pre-flight probe (whose output
-//! `kubeedge::preflight` reads), the edgecore log reader, and the kill script the SSH
+//! prepare, upload, run and kill scripts, the pre-flight probe (in [`preflight_probe`];
+//! `kubeedge::preflight` reads its output), the edgecore log reader, and the kill script the SSH
 //! engine runs after a deadline. One piece lives elsewhere on purpose: keadm's own
 //! command line (`cd <dir> && ./keadm <cmd>`, `plan::keadm_command`), which the plan
 //! builds as keadm does because the run log and the dry run show it; [`run_script`]
@@ -11,12 +11,16 @@
 //! The container runtime's part (its probe and the import of offline images) is in
 //! [`runtime`].
 
+mod preflight_probe;
 pub mod relay;
 mod runtime;
+#[cfg(test)]
+pub(crate) mod sent_forms;
 
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
+pub use preflight_probe::preflight_probe_script;
 pub use runtime::{
     ArchiveImport, ImportReport, InArchive, Runtime, RuntimeFacts, cli_output, import_script,
     parse_import, parse_runtime_facts, runtime_probe_script,
@@ -585,11 +589,19 @@ pub fn finalize_script(dir: &str, moves: &[(String, String, String)]) -> String 
 pub fn run_script(upload_dir: &str, index: usize, keadm_command: &str) -> String {
     let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
     format!(
-        "{{ rm -f -- {file}; read kb_pid kb_comm kb_state kb_ppid kb_pgid kb_rest < /proc/$$/stat && \
-         read -r kb_st < /proc/\"$kb_pgid\"/stat && set -- $kb_st && echo \"$kb_pgid ${{22}}\" > {file}; }} 2>/dev/null\n\
+        "{{ rm -f -- {file}; read -r _ _ _ _ kb_pgid _ < /proc/$$/stat && \
+         {} < /proc/\"$kb_pgid\"/stat && echo \"$kb_pgid $kb_start\" > {file}; }} 2>/dev/null\n\
          exec < /dev/null\n\
-         {keadm_command}"
+         {keadm_command}",
+        read_start_time()
     )
+}
+
+/// The `read` that leaves field 22 of a `/proc/<pid>/stat` line on its stdin (the
+/// process's start time) in `$kb_start`, split as the shell splits words; one spelling
+/// for [`run_script`], which records it, and [`kill_script`], which compares it.
+fn read_start_time() -> String {
+    format!("read -r {}kb_start _", "_ ".repeat(21))
 }
 
 /// The line [`reset_then`] prints after `--reset-first`'s reset, before its status.
@@ -616,11 +628,12 @@ pub fn reset_exit(line: &str) -> Option<i32> {
 pub fn kill_script(upload_dir: &str, index: usize) -> String {
     let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
     format!(
-        "read g st < {file} || exit 1\n\
+        "read -r g st < {file} || exit 1\n\
          case \"$g\" in ''|*[!0-9]*) exit 1 ;; esac\n\
          [ \"$g\" -gt 1 ] && [ -n \"$st\" ] || exit 1\n\
-         if [ -r /proc/\"$g\"/stat ]; then set -- $(cat /proc/\"$g\"/stat); [ \"${{22}}\" = \"$st\" ] || exit 1; fi\n\
-         kill -s KILL -- -\"$g\""
+         if [ -r /proc/\"$g\"/stat ]; then {} < /proc/\"$g\"/stat; [ \"$kb_start\" = \"$st\" ] || exit 1; fi\n\
+         kill -s KILL -- -\"$g\"",
+        read_start_time()
     )
 }
 
@@ -642,90 +655,6 @@ for d in /proc/[0-9]*; do
   [ "$2" = "$parent" ] && [ "$3" != "$me" ] && kill -s KILL -- "-$3" 2>/dev/null
 done
 exit 0"#;
-
-/// The pre-flight probe for `keadm join`: POSIX sh, read-only, one round trip. Run it with
-/// the privileges keadm will have (as root, or inside [`wrap`]), then give its output to
-/// `kubeedge::preflight::parse`, which knows the finding ids it prints.
-/// `needed_bytes` is the size of the files still to upload; 0 skips the disk check.
-pub fn preflight_probe_script(upload_dir: &str, runtime_socket: &str, needed_bytes: u64) -> String {
-    let mut s = String::new();
-    s.push_str(&format!("UP={}\n", shell_quote(upload_dir)));
-    s.push_str(&format!("SOCK={}\n", shell_quote(runtime_socket)));
-    s.push_str(&format!("NEED_KIB={}\n", needed_bytes.div_ceil(1024)));
-    s.push_str(PREFLIGHT_PROBE_BODY);
-    s
-}
-
-/// The part of [`preflight_probe_script`] that does not depend on its arguments. `MOUNTS` is a variable so
-/// the unit tests can feed it a mount table of their own.
-const PREFLIGHT_PROBE_BODY: &str = r#"MOUNTS=/proc/mounts
-pf() { printf 'KB_PF %s %s\n' "$1" "$2"; }
-has() { command -v "$1" >/dev/null 2>&1; }
-# 1. edgecore: /proc/*/comm needs no tool at all; pidof (what keadm itself runs) also
-# matches an argv[0] of edgecore. Each node has its own pid namespace, so this sees
-# only the node's processes.
-ec=
-for p in /proc/[0-9]*; do
-  read -r c 2>/dev/null < "$p/comm" || continue
-  [ "$c" = edgecore ] && ec="$ec ${p#/proc/}"
-done
-if has pidof; then
-  for p in $(pidof edgecore 2>/dev/null); do
-    case "$ec " in *" $p "*) ;; *) ec="$ec $p";; esac
-  done
-fi
-if [ -n "$ec" ]; then pf edgecore_running "pid$ec"
-elif has systemctl && [ -d /run/systemd/system ] && systemctl is-active --quiet edgecore 2>/dev/null; then
-  pf edgecore_running "edgecore.service is active"
-fi
-# 2. /etc/kubeedge must be absent or empty: keadm refuses any entry in it.
-if [ -d /etc/kubeedge ]; then
-  if ! l=$(ls -A /etc/kubeedge 2>&1); then pf management_dir_not_clean "cannot read /etc/kubeedge: $l"
-  elif [ -n "$l" ]; then
-    pf management_dir_not_clean "$(printf '%s\n' "$l" | wc -l | tr -d ' ') entries: $(printf '%s\n' "$l" | head -n 6 | tr '\n' ' ')"
-  fi
-elif [ -e /etc/kubeedge ] || [ -L /etc/kubeedge ]; then
-  pf management_dir_not_clean "/etc/kubeedge is not a directory"
-fi
-# 3. The runtime socket keadm will dial; name other well-known sockets that do exist.
-case $SOCK in
-  unix://*) s=${SOCK#unix://} ;;
-  *://*) s=; pf runtime_socket_missing "$SOCK is not a unix:// endpoint; keadm supports only unix sockets" ;;
-  *) s=$SOCK ;;
-esac
-if [ -n "$s" ] && [ ! -S "$s" ]; then
-  if [ -e "$s" ]; then d="$s is not a socket"; else d="$s does not exist"; fi
-  alt=
-  for a in /run/containerd/containerd.sock /run/k3s/containerd/containerd.sock \
-           /var/run/crio/crio.sock /var/run/cri-dockerd.sock /run/isulad.sock; do
-    [ "$a" != "$s" ] && [ -S "$a" ] && alt="$alt unix://$a"
-  done
-  [ -n "$alt" ] && d="$d; found$alt"
-  pf runtime_socket_missing "$d"
-fi
-# 4 and 5 look at the upload dir or, before its first upload, its nearest existing parent.
-e=$UP
-while [ ! -d "$e" ]; do e=$(dirname "$e"); done
-e=$(cd "$e" 2>/dev/null && pwd -P) || e=/
-# The mount that holds it is the longest mount point that prefixes it; of equals, the
-# last one listed is on top. Mount points are octal-escaped in the table.
-r=$(awk -v p="$e" '{ m = $2; gsub(/\\040/, " ", m); gsub(/\\011/, "\t", m)
-  if ((m == "/" || p == m || index(p, m "/") == 1) && length(m) >= best) { best = length(m); o = $4; mp = m } }
-  END { if (mp != "") print o " " mp }' "$MOUNTS" 2>/dev/null)
-case ",${r%% *}," in
-  *,noexec,*) pf upload_dir_noexec "$e is on ${r#* }, mounted noexec" ;;
-esac
-if [ "$NEED_KIB" -gt 0 ]; then
-  free=$(df -Pk "$e" 2>/dev/null | awk 'NR == 2 { print $4 }')
-  case $free in
-    ''|*[!0-9]*) ;;
-    *) [ "$free" -lt "$NEED_KIB" ] && pf low_disk "$free $NEED_KIB $e" ;;
-  esac
-fi
-# 6. keadm runs `bash -c "pidof edgecore"`, `/bin/bash <pre-run>` and its service start.
-has bash || pf bash_missing "no bash on PATH ($PATH)"
-echo KB_PF_DONE
-"#;
 
 #[cfg(test)]
 mod tests {
@@ -1325,6 +1254,149 @@ mod tests {
             !dir.path().join(".tmp1").exists(),
             "nothing moved out of the dir"
         );
+    }
+
+    /// Issue 29, finding 8: every script this module writes, in every form it is sent in,
+    /// passes Debian's shellcheck for POSIX sh, built from inputs as odd as a config may
+    /// hold (spaces and quotes in the upload dir, the file names and the socket).
+    #[test]
+    fn every_script_passes_shellcheck_in_every_form() {
+        use sent_forms::{Forms, assert_forms_posix_sh};
+        let dir = "/srv/edge nodes/it's \"kb\"";
+        // No `$` in them: single-quoted data, which shellcheck would take for an
+        // expansion meant (SC2016); prepare_script_keeps_hostile_names_as_data runs those.
+        let files = ["keadm", "ca it's.crt", "image-\"x\" y.tar"];
+        let tmp = temp_name("keadm", "20260101T000000Z-ab12", 3);
+        let (sha256, sha512) = ("ab".repeat(32), "cd".repeat(64));
+        let join = crate::plan::keadm_command(dir, "join --cloudcore-ipport=10.0.0.1:10000");
+        let reset = crate::plan::keadm_command(dir, "reset edge --force");
+        let moves: Vec<(String, String, String)> = files
+            .iter()
+            .map(|name| (temp_name(name, "t", 0), name.to_string(), sha256.clone()))
+            .collect();
+        let check = |what: &str, script: String, forms, allowed: &[(&str, &str)]| {
+            assert_forms_posix_sh(what, &script, forms, allowed);
+        };
+        let cleans_up = [sent_forms::CLEAN_UP_AFTER_ANY_STEP];
+        for verify in [false, true] {
+            let prepare = prepare_script(dir, &files, verify);
+            check(
+                &format!("prepare (verify {verify})"),
+                prepare.clone(),
+                Forms::Every,
+                &[],
+            );
+            check(
+                &format!("prepare with the tools probe and the answer awaited (verify {verify})"),
+                format!("{prepare}{TOOLS_PROBE}{}", await_answer()),
+                Forms::Every,
+                &[],
+            );
+        }
+        check(
+            "prepare of no files",
+            prepare_script("/tmp/kb", &[], false),
+            Forms::Every,
+            &[],
+        );
+        check(
+            "the tools probe",
+            TOOLS_PROBE.to_string(),
+            Forms::Every,
+            &[],
+        );
+        check("the answer awaited", await_answer(), Forms::Every, &[]);
+        // What the node evals: the answer's lines after their count.
+        let framed = answer(&run_script(dir, 0, &join));
+        check(
+            "the answer, as the node runs it",
+            framed.split_once('\n').unwrap().1.to_string(),
+            Forms::Every,
+            &[],
+        );
+        check(
+            "upload failed",
+            upload_failed_script(dir, &tmp),
+            Forms::Every,
+            &[],
+        );
+        for hasher in [Sha256Tool::Openssl, Sha256Tool::Sha256sum] {
+            for encoding in [Encoding::Plain, Encoding::Gzip] {
+                check(
+                    &format!("receive {encoding:?} checked by {hasher:?}"),
+                    receive_script(dir, &tmp, 0o644, 123, Some((&sha256, hasher)), encoding),
+                    Forms::Every,
+                    &cleans_up,
+                );
+            }
+            check(
+                &format!("receive xz by {hasher:?}"),
+                receive_xz_script(dir, &tmp, &sha256, 123, hasher),
+                Forms::Every,
+                &cleans_up,
+            );
+        }
+        // A plain file unchecked is left for the caller to clean up: no `||` in it.
+        for (encoding, allowed) in [(Encoding::Plain, &[][..]), (Encoding::Gzip, &cleans_up)] {
+            check(
+                &format!("receive {encoding:?} unchecked"),
+                receive_script(dir, &tmp, 0o755, 0, None, encoding),
+                Forms::Every,
+                allowed,
+            );
+        }
+        check(
+            "receive the tarball",
+            receive_tarball_script(
+                dir,
+                &temp_name("keadm.tar.gz", "t", 0),
+                &tmp,
+                &sha512,
+                "keadm-v1.23.1-linux-amd64/keadm/keadm",
+                123,
+            ),
+            Forms::Every,
+            &cleans_up,
+        );
+        check("finalize", finalize_script(dir, &moves), Forms::Every, &[]);
+        check("run a join", run_script(dir, 3, &join), Forms::Every, &[]);
+        check("run a reset", run_script(dir, 0, &reset), Forms::Every, &[]);
+        check(
+            "run a join after --reset-first's reset",
+            run_script(dir, 0, &reset_then(&reset, &join, 202)),
+            Forms::Every,
+            &[],
+        );
+        check("kill", kill_script(dir, 3), Forms::Every, &[]);
+        check(
+            "the edgecore log",
+            EDGECORE_LOG.to_string(),
+            Forms::Every,
+            &[],
+        );
+        check(
+            "kill the siblings",
+            KILL_SIBLINGS.to_string(),
+            Forms::Login,
+            &[(
+                "SC2086",
+                "after the command's name a stat line is a state letter and numbers: splitting them is the point, and none can glob",
+            )],
+        );
+        for socket in [
+            "unix:///run/it's here/containerd.sock",
+            "/run/containerd/containerd.sock",
+            "tcp://10.0.0.1:5000",
+        ] {
+            for needed in [0, 5000] {
+                check(
+                    &format!("the pre-flight probe of {socket} for {needed} bytes"),
+                    preflight_probe_script(dir, socket, needed),
+                    Forms::Every,
+                    &[],
+                );
+            }
+        }
     }
 
     /// `--reset-first`: the join runs only after a reset that exited with 0, and the

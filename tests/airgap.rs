@@ -13,7 +13,7 @@ use crate::common::containerd::{
 };
 use crate::common::fake_keadm;
 use crate::common::fleet::{Fleet, NodeOpt, Sudo, TEST_USER_PASSWORD};
-use crate::common::image_archive::{docker_archive, host_arch, oci_archive, tar_of};
+use crate::common::image_archive::{docker_archive, host_arch, oci_archive, tar_of, upload_name};
 use crate::common::scenario::{Login, Scenario, remote_keadm};
 use crate::relay::no_node_serves;
 
@@ -90,14 +90,19 @@ fn images_are_imported_before_keadm_runs_and_a_rerun_sends_and_imports_nothing()
         );
         assert_eq!(node["uploads_skipped"], 0);
         let transcript = out.transcript(i);
+        let (package, pause) = (
+            upload_name(&sc.images_dir().join("installation-package_v1.23.1.tar")),
+            upload_name(&sc.images_dir().join("pause_3.6.tar")),
+        );
         assert!(
-            transcript.contains("sent image-installation-package_v1.23.1.tar gzip-compressed")
-                && !transcript.contains("sent image-pause_3.6.tar gzip-compressed"),
+            transcript.contains(&format!("sent {package} gzip-compressed"))
+                && transcript.contains(&format!("uploaded {pause} ("))
+                && !transcript.contains(&format!("sent {pause} gzip-compressed")),
             "{transcript}"
         );
         assert!(
             transcript.contains(&format!(
-                "imported image-installation-package_v1.23.1.tar into containerd (/tmp/containerd/containerd.sock): {PACKAGE}"
+                "imported installation-package_v1.23.1.tar ({package}) into containerd (/tmp/containerd/containerd.sock): {PACKAGE}"
             )),
             "{transcript}"
         );
@@ -124,7 +129,7 @@ fn images_are_imported_before_keadm_runs_and_a_rerun_sends_and_imports_nothing()
                 && transcript.contains("neither uploaded nor imported"),
             "{transcript}"
         );
-        assert!(!transcript.contains("imported image-"), "{transcript}");
+        assert!(!transcript.contains(" into containerd ("), "{transcript}");
         assert!(!transcript.contains("unpacking"), "{transcript}");
         assert_eq!(runtime.images(), before[i]);
         assert_eq!(fake_keadm::calls(&remote_keadm(fleet.node(i))).len(), 2);
@@ -172,7 +177,7 @@ fn an_archive_that_does_not_hash_to_what_was_sent_is_not_imported() {
     eprintln!("{failed}");
     assert!(
         failed.contains(&format!(
-            "The file image-installation-package_v1.23.1.tar arrived on the node with sha256 {zeros}, but what was sent has sha256 {sha256}"
+            "The file image-{sha256}.tar arrived on the node with sha256 {zeros}, but what was sent has sha256 {sha256}"
         )),
         "{failed}"
     );
@@ -344,7 +349,7 @@ fn extra_images_are_checked_by_pre_flight_imported_and_not_imported_again() {
             "  extras:      {EDGEMESH} (keadm.extraImages); the archives provide them\n"
         ))
         .stdout_has(&format!(
-            "  images:    if {}: image-edgemesh-agent_v1.15.0.tar, image-installation-package_v1.23.1.tar, image-pause_3.6.tar;",
+            "  images:    if {}: edgemesh-agent_v1.15.0.tar, installation-package_v1.23.1.tar, pause_3.6.tar;",
             host_arch()
         ));
 
@@ -356,7 +361,8 @@ fn extra_images_are_checked_by_pre_flight_imported_and_not_imported_again() {
     let transcript = out.transcript(0);
     assert!(
         transcript.contains(&format!(
-            "imported image-edgemesh-agent_v1.15.0.tar into containerd (/tmp/containerd/containerd.sock): {EDGEMESH}"
+            "imported edgemesh-agent_v1.15.0.tar ({}) into containerd (/tmp/containerd/containerd.sock): {EDGEMESH}",
+            upload_name(&images.join("edgemesh-agent_v1.15.0.tar"))
         )),
         "{transcript}"
     );
@@ -371,7 +377,7 @@ fn extra_images_are_checked_by_pre_flight_imported_and_not_imported_again() {
     let transcript = again.transcript(0);
     assert!(
         transcript.contains(&format!("already has {EDGEMESH}, so the image archive"))
-            && !transcript.contains("imported image-"),
+            && !transcript.contains(" into containerd ("),
         "{transcript}"
     );
     assert_eq!(runtime.images(), before);
@@ -396,7 +402,7 @@ fn archives_listed_in_offline_images_are_imported() {
     out.status(0);
     runtime.assert_has(&[PACKAGE, SANDBOX_IMAGE]);
     assert!(
-        out.transcript(0).contains("imported image-pause.tar"),
+        out.transcript(0).contains("imported pause.tar (image-"),
         "{}",
         out.transcript(0)
     );
@@ -416,14 +422,15 @@ fn a_non_root_login_imports_under_sudo_with_its_password() {
     let transcript = out.transcript(0);
     assert!(
         transcript.contains("under sudo with the login password")
-            && transcript.contains("imported image-pause_3.6.tar"),
+            && transcript.contains("imported pause_3.6.tar (image-"),
         "{transcript}"
     );
     assert!(!transcript.contains(TEST_USER_PASSWORD));
     use std::os::unix::fs::MetadataExt;
-    let archive = fleet
-        .node(0)
-        .tmp_path("kubeedge/keadm/image-installation-package_v1.23.1.tar");
+    let archive = fleet.node(0).tmp_path(&format!(
+        "kubeedge/keadm/{}",
+        upload_name(&sc.images_dir().join("installation-package_v1.23.1.tar"))
+    ));
     let meta = fs::metadata(&archive).unwrap();
     assert_eq!(
         (meta.uid(), meta.mode() & 0o777),
@@ -522,7 +529,7 @@ fn a_dry_run_checks_the_kit_s_image_archives_as_the_run_does_and_lists_them() {
         images.join("pause_3.6.tar").display()
     ))
     .stdout_has(&format!(
-        "  images:    if {arch}: image-installation-package_v1.23.1.tar, image-pause_3.6.tar; those whose images the runtime lacks are sent to /tmp/kubeedge/keadm and imported before keadm runs\n"
+        "  images:    if {arch}: installation-package_v1.23.1.tar, pause_3.6.tar; those whose images the runtime lacks are sent to /tmp/kubeedge/keadm as image-<sha256>.tar and imported before keadm runs\n"
     ));
     assert!(
         !sc.path("batch_process_log.txt").exists() && !sc.staging_dir().exists(),
@@ -612,7 +619,7 @@ fn a_containerd_on_a_socket_named_for_nothing_is_asked_what_it_is() {
     assert!(
         transcript.contains(&format!(
             "the runtime keadm join will use is containerd ({SOCKET}) (ctr version answers on it)"
-        )) && transcript.contains("imported image-installation-package_v1.23.1.tar"),
+        )) && transcript.contains("imported installation-package_v1.23.1.tar (image-"),
         "{transcript}"
     );
 }
@@ -650,10 +657,8 @@ fn a_site_gets_each_image_archive_over_its_uplink_once() {
         );
         let out = sc.run(&[]);
         out.status(0);
-        let archives = [
-            "image-installation-package_v1.23.1.tar",
-            "image-pause_3.6.tar",
-        ];
+        let archives = ["installation-package_v1.23.1.tar", "pause_3.6.tar"]
+            .map(|file| upload_name(&sc.images_dir().join(file)));
         for archive in archives {
             let from_peer: Vec<usize> = (0..3)
                 .filter(|&i| out.transcript(i).contains(&format!("{archive} came from ")))
@@ -709,15 +714,13 @@ fn an_archive_a_source_serves_altered_is_refused_and_sent_directly() {
     let out = sc.run(&[]);
     out.status(0);
     let t1 = out.transcript(1);
-    for archive in [
-        "image-installation-package_v1.23.1.tar",
-        "image-pause_3.6.tar",
-    ] {
+    for file in ["installation-package_v1.23.1.tar", "pause_3.6.tar"] {
+        let archive = upload_name(&sc.images_dir().join(file));
         assert!(
             t1.contains(&format!(
                 "reading {archive} from {} failed (",
                 fleet.node(0).host()
-            )) && t1.contains(&format!("imported {archive} into containerd")),
+            )) && t1.contains(&format!("imported {file} ({archive}) into containerd")),
             "{t1}"
         );
     }

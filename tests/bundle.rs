@@ -324,7 +324,7 @@ fn bundle_writes_a_kit_that_an_offline_run_on_a_fresh_fleet_consumes() {
         let transcript = run.transcript(i);
         for archive in ["installation-package_v1.23.1.tar", "pause_3.6.tar"] {
             assert!(
-                transcript.contains(&format!("imported image-{archive} into containerd")),
+                transcript.contains(&format!("imported {archive} (image-")),
                 "{transcript}"
             );
         }
@@ -353,7 +353,7 @@ fn bundle_writes_a_kit_that_an_offline_run_on_a_fresh_fleet_consumes() {
             "keadm and both archives: {node}"
         );
         let transcript = again.transcript(i);
-        assert!(!transcript.contains("imported image-"), "{transcript}");
+        assert!(!transcript.contains(" into containerd ("), "{transcript}");
         assert_eq!(image_bytes_sent(&transcript), 0);
         assert_eq!(runtimes[i].images(), first[i]);
         eprintln!(
@@ -1245,6 +1245,114 @@ fn extract_unpacks_a_checked_archive_that_an_offline_dry_run_then_uses() {
         .collect();
     left.sort();
     assert_eq!(left, ["config.yaml", "kit", "kit.tar", "kit.tar.sha512"]);
+}
+
+/// The sha512 of the file at `path`, hex.
+fn sha512_of(path: &Path) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha512::digest(std::fs::read(path).unwrap()))
+}
+
+/// The tar `archive` written again to `to` with every entry's mtime changed: the same
+/// kit, whole, in other bytes, as anyone who can replace an archive can make one; its
+/// sha512 file written beside it to match.
+fn forge_with_its_sidecar(archive: &Path, to: &Path) {
+    let mut source = tar::Archive::new(std::fs::File::open(archive).unwrap());
+    let mut forged = tar::Builder::new(std::fs::File::create(to).unwrap());
+    for entry in source.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let mut header = entry.header().clone();
+        header.set_mtime(1);
+        header.set_cksum();
+        let path = entry.path().unwrap().into_owned();
+        forged.append_data(&mut header, path, &mut entry).unwrap();
+    }
+    forged.into_inner().unwrap();
+    let mut sidecar = to.as_os_str().to_owned();
+    sidecar.push(".sha512");
+    std::fs::write(sidecar, format!("{}\n", sha512_of(to))).unwrap();
+}
+
+/// The `.tar.sha512` beside a kit archive checks integrity, not origin: an archive
+/// replaced together with its sha512 file passes `--verify` alone. `--expect-sha512 HEX`
+/// pins the digest the operator was given out of band, for `--verify` and `--extract`
+/// (the sha512 file then is not needed): the right one passes, any other is refused (exit
+/// 3) with both digests and nothing extracted, and a HEX that is no sha512 is a usage
+/// error (exit 2).
+#[test]
+fn expect_sha512_pins_the_kit_archive_s_digest_for_verify_and_extract() {
+    let (tmp, _kit, manifest_sha256) = archived_kit();
+    let original = tmp.path().join("kit.tar");
+    let pinned = sha512_of(&original);
+    let site = scratch();
+    // The site got the archive alone; its digest came another way.
+    std::fs::copy(&original, site.path().join("kit.tar")).unwrap();
+    let bundle = |args: &[&str]| {
+        Test::in_dir(site.path())
+            .env("HOME", site.path())
+            .args(["batch", "bundle"])
+            .args(args)
+            .run()
+    };
+    let sum_line = format!("kit.json sha256: {manifest_sha256}");
+    bundle(&["--verify", "kit.tar", "--expect-sha512", &pinned])
+        .status(0)
+        .stdout_has(&sum_line)
+        .stdout_has("--expect-sha512");
+    bundle(&[
+        "--extract",
+        "kit.tar",
+        "-o",
+        "kit",
+        "--expect-sha512",
+        &pinned.to_uppercase(),
+    ])
+    .status(0)
+    .stderr_has(&sum_line);
+    assert!(site.path().join("kit/kit.json").is_file());
+
+    // Replaced with its sha512 file: whole, so --verify alone cannot tell.
+    forge_with_its_sidecar(&original, &site.path().join("forged.tar"));
+    let forged = sha512_of(&site.path().join("forged.tar"));
+    assert_ne!(forged, pinned);
+    bundle(&["--verify", "forged.tar"]).status(0);
+    let refusal = format!(
+        "The sha512 of the kit archive forged.tar is {forged}, but --expect-sha512 gives {pinned}"
+    );
+    bundle(&["--verify", "forged.tar", "--expect-sha512", &pinned])
+        .status(3)
+        .stderr_has(&refusal);
+    bundle(&[
+        "--extract",
+        "forged.tar",
+        "-o",
+        "other",
+        "--expect-sha512",
+        &pinned,
+    ])
+    .status(3)
+    .stderr_has(&refusal)
+    .stderr_has("nothing was extracted");
+    let mut left: Vec<String> = std::fs::read_dir(site.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["forged.tar", "forged.tar.sha512", "kit", "kit.tar"],
+        "nothing extracted"
+    );
+
+    // Not a sha512, or no archive to pin: usage errors.
+    for bad in ["abc", &format!("{}x", &pinned[1..]), &format!("{pinned}00")] {
+        bundle(&["--verify", "kit.tar", "--expect-sha512", bad])
+            .status(2)
+            .stderr_has("is not a sha512 digest (128 hex characters)");
+    }
+    bundle(&["--verify", "kit", "--expect-sha512", &pinned])
+        .status(2)
+        .stderr_has("--expect-sha512 pins a kit archive's sha512, and kit is a directory");
 }
 
 /// `--output json`: what the bundle wrote, as one JSON document on stdout (the console's

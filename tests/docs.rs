@@ -350,6 +350,29 @@ fn each_failure_exits_with_the_code_the_docs_give_it() {
             "image archive",
         ),
         (
+            StageError::ImageArchiveName {
+                path: path("kit/amd64/images/a b.tar"),
+                why: "its file name `a b.tar` holds ` `".into(),
+                instead: "a_b.tar".into(),
+            }
+            .into(),
+            "file name",
+        ),
+        (
+            BundleError::PinnedMismatch {
+                archive: path("kit.tar"),
+                expected: "ab".repeat(64),
+                actual: "cd".repeat(64),
+                inside: None,
+            }
+            .into(),
+            "--expect-sha512",
+        ),
+        (
+            BundleError::PinForDirectory { path: path("kit") }.into(),
+            "--expect-sha512",
+        ),
+        (
             BundleError::NotFound {
                 image: "kubeedge/installation-package:v1.23.1".into(),
                 registry: "docker.io".into(),

@@ -268,7 +268,7 @@ fn a_real_keadm_joins_with_images_only_from_the_offline_directory() {
         "{:?}",
         out.log_lines()
     );
-    let imported = transcript.find("imported image-installation-package");
+    let imported = transcript.find("imported installation-package_");
     let pulled = transcript.find("Pull Images");
     let copied = transcript.find("Copy resources from the image to the management directory");
     assert!(

@@ -4,6 +4,7 @@
 mod common;
 
 mod airgap;
+mod archive_names;
 mod bundle;
 mod cli;
 mod docs;

@@ -151,6 +151,30 @@ pub enum BundleError {
     },
 
     #[error(
+        "The sha512 of the kit archive {} is {actual}, but --expect-sha512 gives {expected}, so \
+         nothing was extracted: it is not the archive that digest was given for (it was damaged \
+         or replaced on the way). Get the archive again from the machine that ran `keadm-batch \
+         batch bundle --archive`, and check the digest with whoever gave it to you.{}",
+        archive.display(),
+        inside.as_ref().map(|e| format!("\n{e}")).unwrap_or_default()
+    )]
+    PinnedMismatch {
+        archive: PathBuf,
+        expected: String,
+        actual: String,
+        /// As [`BundleError::ArchiveMismatch`]'s.
+        inside: Option<Box<BundleError>>,
+    },
+
+    #[error(
+        "--expect-sha512 pins a kit archive's sha512, and {} is a directory. Verify the archive \
+         with it before it is extracted, or verify the directory without it and compare the \
+         kit.json sha256 it prints with the one `batch bundle` printed.",
+        path.display()
+    )]
+    PinForDirectory { path: PathBuf },
+
+    #[error(
         "The kit archive {} cannot be read as a tar archive: {error}. It is damaged or cut \
          short: copy it again with its sha512 file, or write it again with `batch bundle \
          --archive` on the connected machine.",
@@ -319,10 +343,13 @@ impl BundleError {
             | NoPlatform { .. }
             | DigestMismatch { .. }
             | TooLarge { .. } => Failure::Fetch,
-            NoKit { .. } | ExtractInto { .. } | ArchivePlace { .. } => Failure::Usage,
+            NoKit { .. } | ExtractInto { .. } | ArchivePlace { .. } | PinForDirectory { .. } => {
+                Failure::Usage
+            }
             KitBroken { .. }
             | Sidecar { .. }
             | ArchiveMismatch { .. }
+            | PinnedMismatch { .. }
             | ArchiveUnreadable { .. }
             | ArchiveUnsafe { .. } => Failure::Broken,
             Io { .. } => Failure::Output,

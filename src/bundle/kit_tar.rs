@@ -6,7 +6,9 @@
 //! relative paths, fixed times, owners and modes), so the same kit gives the same bytes.
 //!
 //! At the site, [`verify`] reads the archive once without unpacking it: its sha512 against
-//! the sidecar, then every file inside against its kit.json, by the kit check a run makes.
+//! the sidecar, or against the digest the operator was given out of band
+//! (`--expect-sha512`: the sidecar checks integrity, not origin, see [`Expected`]), then
+//! every file inside against its kit.json, by the kit check a run makes.
 //! [`extract`] verifies it, unpacks it with staging's safe unpacker (no links, nothing
 //! outside, no more than the archive holds) into a new directory, and checks that
 //! directory as `--verify DIR` does.
@@ -146,47 +148,91 @@ pub(crate) fn parent_of(path: &Path) -> &Path {
     }
 }
 
-/// Verifies the kit archive `archive` where it arrived: its sha512 against its sha512 file,
-/// and every file inside against the kit.json inside. Nothing is written.
-pub(crate) fn verify(archive: &Path) -> Result<Whole, BundleError> {
-    verified(archive).map(|(whole, _)| whole)
+/// Verifies the kit archive `archive` where it arrived: its sha512 against `pinned`
+/// (`--expect-sha512`) or else its sha512 file, and every file inside against the kit.json
+/// inside. Nothing is written.
+pub(crate) fn verify(archive: &Path, pinned: Option<&str>) -> Result<Whole, BundleError> {
+    verified(archive, pinned).map(|(whole, _)| whole)
+}
+
+/// The sha512 a kit archive must have, and who says so. The sha512 file travels with the
+/// archive, so it tells a damaged archive, not a replaced one: whoever can replace the one
+/// can replace the other. A digest the operator was given another way tells both.
+enum Expected {
+    /// Its `FILE.tar.sha512`.
+    Sidecar { sidecar: PathBuf, sha512: String },
+    /// `--expect-sha512 HEX`, lowercase.
+    Pinned(String),
+}
+
+impl Expected {
+    /// The sha512 of `archive` that `pinned` gives, else its sha512 file.
+    fn of(archive: &Path, pinned: Option<&str>) -> Result<Expected, BundleError> {
+        if let Some(pinned) = pinned {
+            return Ok(Expected::Pinned(pinned.to_ascii_lowercase()));
+        }
+        let sidecar = sidecar_of(archive);
+        let refused = |reason: String| BundleError::Sidecar {
+            archive: archive.to_path_buf(),
+            sidecar: sidecar.clone(),
+            reason,
+        };
+        match fs::read_to_string(&sidecar) {
+            Ok(text) => match crate::stage::parse_checksum(&text) {
+                Some(sha512) => Ok(Expected::Sidecar {
+                    sidecar: sidecar.clone(),
+                    sha512,
+                }),
+                None => Err(refused(format!(
+                    "does not hold a sha512 digest (128 hex characters); it reads {:?}",
+                    crate::stage::shorten(&text)
+                ))),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(refused("does not exist".into())),
+            Err(e) => Err(refused(format!("cannot be read ({e})"))),
+        }
+    }
+
+    fn sha512(&self) -> &str {
+        match self {
+            Expected::Sidecar { sha512, .. } | Expected::Pinned(sha512) => sha512,
+        }
+    }
+
+    /// The error for `archive`, read with the sha512 `actual`, when that is not this one.
+    fn mismatch(
+        &self,
+        archive: &Path,
+        actual: String,
+        inside: Option<Box<BundleError>>,
+    ) -> BundleError {
+        let archive = archive.to_path_buf();
+        match self {
+            Expected::Sidecar { sidecar, sha512 } => BundleError::ArchiveMismatch {
+                archive,
+                sidecar: sidecar.clone(),
+                expected: sha512.clone(),
+                actual,
+                inside,
+            },
+            Expected::Pinned(sha512) => BundleError::PinnedMismatch {
+                archive,
+                expected: sha512.clone(),
+                actual,
+                inside,
+            },
+        }
+    }
 }
 
 /// [`verify`], with the sha512 the archive was verified with.
-fn verified(archive: &Path) -> Result<(Whole, String), BundleError> {
-    let sidecar = sidecar_of(archive);
-    let expected = match fs::read_to_string(&sidecar) {
-        Ok(text) => crate::stage::parse_checksum(&text).ok_or_else(|| BundleError::Sidecar {
-            archive: archive.to_path_buf(),
-            sidecar: sidecar.clone(),
-            reason: format!(
-                "does not hold a sha512 digest (128 hex characters); it reads {:?}",
-                crate::stage::shorten(&text)
-            ),
-        })?,
-        Err(e) => {
-            return Err(BundleError::Sidecar {
-                archive: archive.to_path_buf(),
-                sidecar,
-                reason: if e.kind() == io::ErrorKind::NotFound {
-                    "does not exist".into()
-                } else {
-                    format!("cannot be read ({e})")
-                },
-            });
-        }
-    };
+fn verified(archive: &Path, pinned: Option<&str>) -> Result<(Whole, Expected), BundleError> {
+    let expected = Expected::of(archive, pinned)?;
     let reading = read(archive)?;
     // The check inside comes first, so that a damaged archive says which file is damaged.
     let checked = reading.check(archive);
-    if reading.sha512 != expected {
-        return Err(BundleError::ArchiveMismatch {
-            archive: archive.to_path_buf(),
-            sidecar,
-            expected,
-            actual: reading.sha512,
-            inside: checked.err().map(Box::new),
-        });
+    if reading.sha512 != expected.sha512() {
+        return Err(expected.mismatch(archive, reading.sha512, checked.err().map(Box::new)));
     }
     Ok((checked?, expected))
 }
@@ -310,16 +356,21 @@ fn refused(archive: &Path, refusal: Refusal) -> BundleError {
     }
 }
 
-/// Verifies the kit archive `archive`, then unpacks it into `into` (new, or an empty
-/// directory) and checks the kit there. Nothing is left in `into` unless the kit is whole.
-pub(crate) fn extract(archive: &Path, into: &Path) -> Result<Whole, BundleError> {
+/// Verifies the kit archive `archive` (against `pinned`, else its sha512 file), then
+/// unpacks it into `into` (new, or an empty directory) and checks the kit there. Nothing
+/// is left in `into` unless the kit is whole.
+pub(crate) fn extract(
+    archive: &Path,
+    into: &Path,
+    pinned: Option<&str>,
+) -> Result<Whole, BundleError> {
     if !archive.is_file() {
         return Err(BundleError::NoKit {
             path: archive.to_path_buf(),
         });
     }
     refuse_occupied(archive, into)?;
-    let (_, expected) = verified(archive)?;
+    let (_, expected) = verified(archive, pinned)?;
 
     let parent = parent_of(into);
     fs::create_dir_all(parent).map_err(|e| BundleError::io("create", parent, e))?;
@@ -339,14 +390,8 @@ pub(crate) fn extract(archive: &Path, into: &Path) -> Result<Whole, BundleError>
     io::copy(&mut reader, &mut io::sink()).map_err(|e| BundleError::io("read", archive, e))?;
     let actual = reader.finish_hex();
     // Read a second time: what is unpacked must be what was verified.
-    if actual != expected {
-        return Err(BundleError::ArchiveMismatch {
-            archive: archive.to_path_buf(),
-            sidecar: sidecar_of(archive),
-            expected,
-            actual,
-            inside: None,
-        });
+    if actual != expected.sha512() {
+        return Err(expected.mismatch(archive, actual, None));
     }
     unpacked.map_err(|refusal| refused(archive, refusal))?;
 
@@ -464,7 +509,7 @@ mod tests {
         // Again: the same bytes.
         write(&dir, &tmp.path().join("again.tar")).unwrap();
         assert_eq!(fs::read(tmp.path().join("again.tar")).unwrap(), bytes);
-        assert_eq!(verify(&archive).unwrap(), packed.whole);
+        assert_eq!(verify(&archive, None).unwrap(), packed.whole);
     }
 
     #[test]
@@ -474,7 +519,7 @@ mod tests {
         // The first file's data starts after its 512-byte header.
         bytes[512] ^= 0x01;
         fs::write(&archive, &bytes).unwrap();
-        let err = verify(&archive).unwrap_err();
+        let err = verify(&archive, None).unwrap_err();
         assert!(matches!(err, BundleError::ArchiveMismatch { .. }), "{err}");
         let text = err.to_string();
         assert!(
@@ -489,7 +534,7 @@ mod tests {
 
         // Nothing is extracted from it.
         let into = tmp.path().join("site");
-        assert!(extract(&archive, &into).is_err());
+        assert!(extract(&archive, &into, None).is_err());
         let left: Vec<_> = fs::read_dir(tmp.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())
@@ -498,7 +543,7 @@ mod tests {
 
         // Without its sha512 file it cannot be verified.
         fs::remove_file(sidecar_of(&archive)).unwrap();
-        let err = verify(&archive).unwrap_err().to_string();
+        let err = verify(&archive, None).unwrap_err().to_string();
         assert!(err.contains("kit.tar.sha512 of the kit archive"), "{err}");
         assert!(err.contains("does not exist"), "{err}");
     }
@@ -507,9 +552,9 @@ mod tests {
     fn extract_fills_a_new_directory_and_refuses_one_that_holds_anything() {
         let (tmp, dir, archive, packed) = archived();
         let into = tmp.path().join("site/kit");
-        assert_eq!(extract(&archive, &into).unwrap(), packed.whole);
+        assert_eq!(extract(&archive, &into, None).unwrap(), packed.whole);
         assert_eq!(kit::files_in(&into).unwrap(), kit::files_in(&dir).unwrap());
-        let err = extract(&archive, &into).unwrap_err();
+        let err = extract(&archive, &into, None).unwrap_err();
         assert!(matches!(err, BundleError::ExtractInto { .. }), "{err}");
         assert!(
             err.to_string().contains("it holds amd64, kit.json"),
@@ -518,7 +563,7 @@ mod tests {
         // An empty directory is taken.
         let empty = tmp.path().join("empty");
         fs::create_dir(&empty).unwrap();
-        extract(&archive, &empty).unwrap();
+        extract(&archive, &empty, None).unwrap();
     }
 
     #[test]
@@ -557,12 +602,12 @@ mod tests {
             format!("{}\n", hex::encode(sha2::Sha512::digest(&bytes))),
         )
         .unwrap();
-        let err = verify(&archive).unwrap_err().to_string();
+        let err = verify(&archive, None).unwrap_err().to_string();
         assert!(
             err.contains("its entry \"kit.json\" is a symbolic link to \"/etc/passwd\""),
             "{err}"
         );
-        assert!(extract(&archive, &tmp.path().join("site")).is_err());
+        assert!(extract(&archive, &tmp.path().join("site"), None).is_err());
         assert!(!tmp.path().join("site").exists());
     }
 }

@@ -236,8 +236,9 @@ pub struct Checked {
 pub enum Checking {
     /// A kit directory.
     Dir(PathBuf),
-    /// A kit archive, read without unpacking.
-    Archive(PathBuf),
+    /// A kit archive, read without unpacking; `pinned` when its sha512 was the one
+    /// `--expect-sha512` gave, else its sha512 file's.
+    Archive { archive: PathBuf, pinned: bool },
     /// A kit archive, unpacked into the directory.
     Extracted { archive: PathBuf, into: PathBuf },
 }
@@ -256,11 +257,15 @@ impl Checked {
         let sha256 = manifest_line(&whole.manifest_sha256);
         match &self.place {
             Checking::Dir(dir) => format!("The kit {} is whole: {files}.\n{sha256}", dir.display()),
-            Checking::Archive(archive) => format!(
+            Checking::Archive { archive, pinned } => format!(
                 "The kit archive {} is whole: its sha512 is the one {} gives, and {files}.\n\
                  {sha256}",
                 archive.display(),
-                kit_tar::sidecar_of(archive).display()
+                if *pinned {
+                    "--expect-sha512".to_string()
+                } else {
+                    kit_tar::sidecar_of(archive).display().to_string()
+                }
             ),
             Checking::Extracted { archive, into } => format!(
                 "Extracted the kit archive {} into {} and checked it: {files}.\n{sha256}\
@@ -275,15 +280,24 @@ impl Checked {
 }
 
 /// `batch bundle --verify PATH`: the kit directory or kit archive at `path`, checked where
-/// it arrived, with the check a run makes of each file before it uses it.
-pub fn verify(path: &Path) -> Result<Checked, BundleError> {
+/// it arrived, with the check a run makes of each file before it uses it; an archive's
+/// sha512 against `expect_sha512` when given (`--expect-sha512`), else its sha512 file.
+pub fn verify(path: &Path, expect_sha512: Option<&str>) -> Result<Checked, BundleError> {
     let (whole, place) = if path.is_dir() {
+        if expect_sha512.is_some() {
+            return Err(BundleError::PinForDirectory {
+                path: path.to_path_buf(),
+            });
+        }
         let whole = crate::kit::check_dir(path).map_err(BundleError::broken)?;
         (whole, Checking::Dir(path.to_path_buf()))
     } else if path.is_file() {
         (
-            kit_tar::verify(path)?,
-            Checking::Archive(path.to_path_buf()),
+            kit_tar::verify(path, expect_sha512)?,
+            Checking::Archive {
+                archive: path.to_path_buf(),
+                pinned: expect_sha512.is_some(),
+            },
         )
     } else {
         return Err(BundleError::NoKit {
@@ -293,11 +307,16 @@ pub fn verify(path: &Path) -> Result<Checked, BundleError> {
     Ok(Checked { whole, place })
 }
 
-/// `batch bundle --extract FILE --into DIR`: the kit archive `archive` verified, unpacked
-/// into the new directory `into` and checked there.
-pub fn extract(archive: &Path, into: &Path) -> Result<Checked, BundleError> {
+/// `batch bundle --extract FILE --into DIR`: the kit archive `archive` verified (against
+/// `expect_sha512` when given, else its sha512 file), unpacked into the new directory
+/// `into` and checked there.
+pub fn extract(
+    archive: &Path,
+    into: &Path,
+    expect_sha512: Option<&str>,
+) -> Result<Checked, BundleError> {
     Ok(Checked {
-        whole: kit_tar::extract(archive, into)?,
+        whole: kit_tar::extract(archive, into, expect_sha512)?,
         place: Checking::Extracted {
             archive: archive.to_path_buf(),
             into: into.to_path_buf(),

@@ -25,6 +25,7 @@ use crate::outcome::Phase;
 use crate::remote::{
     self, ArchiveImport, InArchive, NodeFacts, Privilege, Runtime, RuntimeFacts, Sha256Tool,
 };
+use crate::safe_name::shown_path;
 use crate::stage::{ImageArchive, OfflineImages, Selector};
 use crate::transport::Connection;
 
@@ -89,7 +90,7 @@ impl<'c> Run<'_, 'c> {
                     "{} already has {}, so the image archive {} was neither uploaded nor imported",
                     runtime.name(),
                     references(archive),
-                    archive.source.display()
+                    shown_path(&archive.source)
                 ));
             } else {
                 needed.push(archive);
@@ -133,10 +134,7 @@ impl<'c> Run<'_, 'c> {
     ) -> Result<Sha256Tool, StepError> {
         // Nothing was sent yet: by hand means the operator's own copies of the archives.
         let by_hand = || {
-            let sources: Vec<String> = needed
-                .iter()
-                .map(|a| a.source.display().to_string())
-                .collect();
+            let sources: Vec<String> = needed.iter().map(|a| shown_path(&a.source)).collect();
             format!(
                 "{}, FILE being each of these copied to the node: {}",
                 runtime.manual_import("FILE"),
@@ -227,7 +225,8 @@ impl<'c> Run<'_, 'c> {
                 return Err(StepError::new(
                     Phase::Preparing,
                     format!(
-                        "Importing the image archive {file} into {} failed with status {status}: {}. Check the archive (it must hold images for {arch}) and the runtime, or import it by hand ({}), and run again.",
+                        "Importing the image archive {file} ({}) into {} failed with status {status}: {}. Check the archive (it must hold images for {arch}) and the runtime, or import it by hand ({}), and run again.",
+                        archive.file_name(),
                         runtime.name(),
                         remote::cli_output(&text).trim_end_matches('.'),
                         runtime.manual_import(&file),
@@ -247,7 +246,8 @@ impl<'c> Run<'_, 'c> {
             }
             for archive in needed {
                 run.transcript.note(&format!(
-                    "imported {} into {}: {}",
+                    "imported {} ({}) into {}: {}",
+                    archive.file_name(),
                     archive.remote_name,
                     runtime.name(),
                     references(archive)

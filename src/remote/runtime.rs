@@ -117,8 +117,14 @@ impl Runtime {
         };
         let crictl_list = |socket: &str| {
             format!(
-                "command -v crictl >/dev/null 2>&1 || return 3; crictl --runtime-endpoint {} images | awk 'NR > 1 && $2 != \"<none>\" {{ print $1 \":\" $2 }}'",
-                shell_quote(&format!("unix://{socket}"))
+                "command -v crictl >/dev/null 2>&1 || return 3; {}",
+                listed_by(
+                    &format!(
+                        "crictl --runtime-endpoint {} images",
+                        shell_quote(&format!("unix://{socket}"))
+                    ),
+                    "NR > 1 && $2 != \"<none>\" { print $1 \":\" $2 }"
+                )
             )
         };
         let (list, sandbox) = match self {
@@ -142,18 +148,26 @@ impl Runtime {
                 "crio config 2>/dev/null | sed -n 's/^[[:space:]]*pause_image[[:space:]]*=[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' | head -n 1".to_string(),
             ),
             Runtime::Isulad => (
-                "[ -n \"$kb_tool\" ] || return 3\n  isula images | awk 'NR > 1 { print $1 \":\" $2 }'".to_string(),
+                format!(
+                    "[ -n \"$kb_tool\" ] || return 3\n  {}",
+                    listed_by("isula images", "NR > 1 { print $1 \":\" $2 }")
+                ),
                 "sed -n 's/.*\"pod-sandbox-image\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' /etc/isulad/daemon.json 2>/dev/null | head -n 1".to_string(),
             ),
             Runtime::Unknown { socket, .. } => (crictl_list(socket), crictl(socket)),
         };
-        let mut s = format!(
-            "kb_list() {{\n  {list}\n}}\nkb_sandbox() {{\n  {sandbox}\n}}\nkb_tool=\nfor kb_t in {}; do command -v \"$kb_t\" >/dev/null 2>&1 && {{ kb_tool=$kb_t; break; }}; done\n",
-            match self.tools() {
-                [] => "''".to_string(),
-                tools => tools.join(" "),
-            }
-        );
+        // The first of the runtime's CLIs on the node, in `$kb_tool`; a loop only where
+        // there is a choice.
+        let find_tool = match self.tools() {
+            [] => String::new(),
+            [tool] => format!("kb_tool=\ncommand -v {tool} >/dev/null 2>&1 && kb_tool={tool}\n"),
+            tools => format!(
+                "kb_tool=\nfor kb_t in {}; do command -v \"$kb_t\" >/dev/null 2>&1 && {{ kb_tool=$kb_t; break; }}; done\n",
+                tools.join(" ")
+            ),
+        };
+        let mut s =
+            format!("kb_list() {{\n  {list}\n}}\nkb_sandbox() {{\n  {sandbox}\n}}\n{find_tool}");
         if let Runtime::Containerd { .. } = self {
             // containerd keeps a name as the archive wrote it, and CRI looks images up by
             // their full name: a short name (`kubeedge/x:1`) is not the image keadm asks for.
@@ -161,6 +175,14 @@ impl Runtime {
         }
         s
     }
+}
+
+/// The image references in what `cli` prints as a table, picked out by the awk `program`.
+/// The table is read whole before awk sees it: in a pipe the CLI's failure would be lost,
+/// and an empty list said instead. A failing CLI returns 1, never the 3 that says there
+/// is none.
+fn listed_by(cli: &str, program: &str) -> String {
+    format!("kb_table=$({cli}) || return 1; printf '%s\\n' \"$kb_table\" | awk '{program}'")
 }
 
 /// Asks the runtime at `$kb_sock` what it is, in this order: CRI's `RuntimeName`
@@ -252,7 +274,9 @@ pub fn runtime_probe_script(socket: &str) -> String {
     let mut s = format!("kb_sock={}\n", shell_quote(socket));
     s.push_str(&kind_of_function());
     s.push_str(IDENTIFY);
-    s.push_str("case $kb_kind in\n");
+    // A runtime without a CLI to find leaves it empty, never what the node's environment
+    // held.
+    s.push_str("kb_tool=\ncase $kb_kind in\n");
     for (kind, runtime) in Runtime::known(socket) {
         s.push_str(&format!("{kind})\n{};;\n", runtime.functions()));
     }
@@ -681,34 +705,48 @@ mod tests {
         );
     }
 
+    /// Issue 29, finding 8: the probe and every runtime's import, as odd as a config and
+    /// a kit may make them (quotes and spaces in the socket, the dir and the archive
+    /// names; images picked by tag, by OCI name and not at all), pass Debian's shellcheck
+    /// for POSIX sh in every form they are sent in.
     #[test]
-    fn the_scripts_are_valid_sh_for_every_runtime() {
-        let archive = ArchiveImport {
-            file: "image-it's.tar".into(),
-            images: vec![
-                (
-                    "docker.io/a/b:1".into(),
-                    InArchive::DockerTag("a/b:1".into()),
-                ),
-                ("docker.io/a/c:1".into(), InArchive::OciRefName("c".into())),
-            ],
+    fn every_script_passes_shellcheck_for_every_runtime() {
+        use crate::remote::sent_forms::{Forms, LS_OF_PROC_FDS, assert_forms_posix_sh};
+        let archive = |file: &str, images| ArchiveImport {
+            file: file.into(),
+            images,
         };
-        let socket = "/run/it's.sock";
-        let mut scripts = vec![runtime_probe_script(socket)];
+        let archives = [
+            archive(
+                "image-it's \"a\".tar",
+                vec![
+                    (
+                        "docker.io/a/b:1".into(),
+                        InArchive::DockerTag("a/b:1".into()),
+                    ),
+                    ("docker.io/a/c:1".into(), InArchive::OciRefName("c".into())),
+                ],
+            ),
+            archive(
+                "image-b.tar",
+                vec![("docker.io/a/d:1".into(), InArchive::Unnamed)],
+            ),
+        ];
+        let socket = "/run/it's here/containerd.sock";
+        assert_forms_posix_sh(
+            "the runtime probe",
+            &runtime_probe_script(socket),
+            Forms::Every,
+            &[LS_OF_PROC_FDS],
+        );
         let unknown = Runtime::of_kind("unknown", socket, "");
         for runtime in Runtime::known(socket).map(|(_, r)| r).chain([unknown]) {
-            scripts.push(import_script(
-                "/tmp/it's",
-                &runtime,
-                std::slice::from_ref(&archive),
-            ));
-        }
-        for script in scripts {
-            let status = Command::new("sh")
-                .args(["-n", "-c", &script])
-                .status()
-                .unwrap();
-            assert!(status.success(), "{script}");
+            assert_forms_posix_sh(
+                &format!("the import into {}", runtime.name()),
+                &import_script("/srv/edge nodes/it's", &runtime, &archives),
+                Forms::Every,
+                &[],
+            );
         }
         assert_eq!(
             Runtime::of_kind("containerd", "/run/containerd/containerd.sock", "")
@@ -768,6 +806,44 @@ mod tests {
             "{facts:?}"
         );
         assert!(facts.machine.is_some());
+    }
+
+    /// Issue 29, finding 8: a CLI that fails to list (crictl for a containerd without
+    /// ctr, isula) is a list that failed, in the CLI's words, never an empty list: its
+    /// status was lost in the pipe to awk, and the image check then said every image
+    /// was missing.
+    #[test]
+    fn a_list_whose_cli_fails_is_not_an_empty_list() {
+        for (runtime_name, cli, words) in [
+            (
+                "containerd",
+                "crictl",
+                "rpc error: code = Unavailable desc = connection refused",
+            ),
+            ("iSulad", "isula", "Cannot connect to the iSulad daemon"),
+        ] {
+            let (dir, bin) = scratch_bin();
+            let socket = dir.path().join("rt.sock");
+            std::fs::write(&socket, "").unwrap();
+            // crictl tells the runtime; the listing CLI then fails.
+            let fails = format!("echo '{words}' >&2; exit 1");
+            fake_tool(
+                &bin,
+                "crictl",
+                &format!(
+                    "case \"$*\" in *' version') echo 'RuntimeName: {runtime_name}';; *) {fails};; esac"
+                ),
+            );
+            if cli != "crictl" {
+                fake_tool(&bin, cli, &fails);
+            }
+            let facts = probe(&bin, socket.to_str().unwrap());
+            assert!(!facts.listed, "{runtime_name}: {facts:?}");
+            assert!(
+                facts.list_error.as_deref().unwrap_or("").contains(words),
+                "{runtime_name}: {facts:?}"
+            );
+        }
     }
 
     #[test]

@@ -276,17 +276,16 @@ pub enum StageError {
     },
 
     #[error(
-        "The image archives {} and {} for {arch} have the same file name, so the second \
-         would replace the first on the nodes ({name}). Rename one of them, or list only one \
-         in keadm.offlineImages.{arch}.",
-        first.display(),
-        second.display()
+        "The image archive `{}` was not used: {why}. No node was touched. Rename the file \
+         (to `{instead}`, say) and run again. `batch bundle` names every file that way, so in \
+         a kit such a name means the kit was changed after it was written: bundle it again.",
+        crate::safe_name::shown_path(path)
     )]
-    ImageNameClash {
-        arch: Arch,
-        name: String,
-        first: PathBuf,
-        second: PathBuf,
+    ImageArchiveName {
+        path: PathBuf,
+        /// [`crate::safe_name::Refusal`]'s.
+        why: String,
+        instead: String,
     },
 
     /// Only the `xz-copy` process's own error; a run that started it goes on without the

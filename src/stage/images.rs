@@ -42,6 +42,7 @@ use super::temporary::Temporary;
 use crate::arch::Arch;
 use crate::image_ref::ImageRef;
 use crate::kit::{Kit, Listed};
+use crate::safe_name::shown_path;
 
 /// The largest manifest (`manifest.json`, `index.json`) read from an archive: real ones
 /// are a few KiB; anything near this is not a manifest.
@@ -86,7 +87,7 @@ pub struct ImageArchive {
     /// The copy that was hashed and read, in the run's private directory: what is
     /// compressed and sent.
     pub staged: PathBuf,
-    /// Its name in the node's upload directory.
+    /// Its name in the node's upload directory: `image-<sha256>.tar`, made by the tool.
     pub remote_name: String,
     pub size: u64,
     /// Lowercase hex; recorded in the sidecar on the node.
@@ -95,6 +96,13 @@ pub struct ImageArchive {
     pub images: Vec<ArchivedImage>,
     /// A gzip-compressed copy to send instead, when compressing pays.
     pub gzipped: Option<Gzipped>,
+}
+
+impl ImageArchive {
+    /// The operator's file name, for messages and transcripts (shown escaped).
+    pub fn file_name(&self) -> String {
+        crate::safe_name::shown_file_name(&self.source)
+    }
 }
 
 /// An archive's gzip-compressed copy on the control host.
@@ -142,21 +150,21 @@ impl OfflineImages {
         // parents cannot let another user swap it either.
         ensure_private_dir(private.path())?;
         let mut by_arch = BTreeMap::new();
+        let mut found = |arch: Arch, archives: Vec<ImageArchive>| {
+            let archives = once_each(archives);
+            if !archives.is_empty() {
+                by_arch.insert(arch, archives);
+            }
+        };
         match sources {
             ImageSources::Layout { dir } => {
                 for arch in Arch::ALL {
-                    let archives = offline_images(dir, arch, private.path())?;
-                    if !archives.is_empty() {
-                        by_arch.insert(arch, archives);
-                    }
+                    found(arch, offline_images(dir, arch, private.path())?);
                 }
             }
             ImageSources::Listed { paths } => {
                 for (arch, paths) in paths {
-                    let archives = listed_images(*arch, paths, private.path())?;
-                    if !archives.is_empty() {
-                        by_arch.insert(*arch, archives);
-                    }
+                    found(*arch, listed_images(paths, private.path())?);
                 }
             }
         }
@@ -166,7 +174,7 @@ impl OfflineImages {
                 "offline images for {arch}: {}",
                 archives
                     .iter()
-                    .map(|a| format!("{} ({} bytes)", a.source.display(), a.size))
+                    .map(|a| format!("{} ({} bytes)", shown_path(&a.source), a.size))
                     .collect::<Vec<_>>()
                     .join(", ")
             );
@@ -192,7 +200,7 @@ impl OfflineImages {
             if let Some(copy) = &copy {
                 log::info!(
                     "{} goes compressed: {} bytes for its {}",
-                    archive.source.display(),
+                    shown_path(&archive.source),
                     copy.size,
                     archive.size
                 );
@@ -220,8 +228,9 @@ impl OfflineImages {
         self.by_arch.is_empty()
     }
 
-    /// The upload names of every arch's archives, each once: the prepare step asks the
-    /// node for their sidecars before it knows the node's arch.
+    /// The upload names of every arch's archives, each once (an archive for several
+    /// arches has one name): the prepare step asks the node for their sidecars before it
+    /// knows the node's arch.
     pub fn remote_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();
         for archive in self.by_arch.values().flatten() {
@@ -318,6 +327,8 @@ fn offline_images(dir: &Path, arch: Arch, private: &Path) -> Result<Vec<ImageArc
     let kit = Kit::read(dir)?;
     let mut archives = Vec::new();
     for path in tar_files_in(&images_dir)? {
+        // Before the kit check, which would call it only unlisted.
+        refuse_unsafe_name(&path)?;
         let listed = match &kit {
             Some(kit) => Some(kit.listed(dir, path.strip_prefix(dir).unwrap_or(&path))?),
             None => None,
@@ -329,11 +340,7 @@ fn offline_images(dir: &Path, arch: Arch, private: &Path) -> Result<Vec<ImageArc
 
 /// `keadm.offlineImages` for one arch, copied into `private`: each path is an archive, or
 /// a directory whose `*.tar` files are archives.
-fn listed_images(
-    arch: Arch,
-    paths: &[PathBuf],
-    private: &Path,
-) -> Result<Vec<ImageArchive>, StageError> {
+fn listed_images(paths: &[PathBuf], private: &Path) -> Result<Vec<ImageArchive>, StageError> {
     let mut archives: Vec<ImageArchive> = Vec::new();
     for path in paths {
         let files = if path.is_dir() {
@@ -342,22 +349,41 @@ fn listed_images(
             vec![path.clone()]
         };
         for file in files {
-            let archive = stage_archive(&file, private, None)?;
-            if let Some(other) = archives
-                .iter()
-                .find(|a| a.remote_name == archive.remote_name)
-            {
-                return Err(StageError::ImageNameClash {
-                    arch,
-                    name: archive.remote_name.clone(),
-                    first: other.source.clone(),
-                    second: archive.source,
-                });
-            }
-            archives.push(archive);
+            refuse_unsafe_name(&file)?;
+            archives.push(stage_archive(&file, private, None)?);
         }
     }
     Ok(archives)
+}
+
+/// Refuses an archive whose file name is outside the names keadm-batch accepts
+/// (`crate::safe_name`), before it is read.
+fn refuse_unsafe_name(path: &Path) -> Result<(), StageError> {
+    match crate::safe_name::refusal(path) {
+        Some(refused) => Err(StageError::ImageArchiveName {
+            path: path.to_path_buf(),
+            why: refused.why,
+            instead: refused.instead,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// `archives` with each one's bytes once: an archive listed twice, or copied under two
+/// names, has one upload name (its sha256) and is sent and imported once.
+fn once_each(archives: Vec<ImageArchive>) -> Vec<ImageArchive> {
+    let mut kept: Vec<ImageArchive> = Vec::new();
+    for archive in archives {
+        match kept.iter().find(|k| k.sha256 == archive.sha256) {
+            Some(first) => log::info!(
+                "{} holds the same bytes as {}, so it is sent once",
+                shown_path(&archive.source),
+                shown_path(&first.source)
+            ),
+            None => kept.push(archive),
+        }
+    }
+    kept
 }
 
 /// The `*.tar` files directly in `dir`, in name order (hidden files left out).
@@ -382,10 +408,13 @@ fn tar_files_in(dir: &Path) -> Result<Vec<PathBuf>, StageError> {
     Ok(files)
 }
 
-/// The upload name of an archive: its file name behind a prefix, so it cannot take the
-/// name of keadm or of a copyFrom file beside it in the upload directory.
-pub fn remote_name(file_name: &str) -> String {
-    format!("image-{file_name}")
+/// The upload name of an archive: made by keadm-batch from its sha256, so that nothing
+/// the operator or a kit's author named reaches a node's command line or a relay's
+/// `authorized_keys` line, and behind a prefix, so it cannot take the name of keadm or of
+/// a copyFrom file beside it in the upload directory. `.tar` stays for whoever reads the
+/// upload directory by hand; the runtimes read the format from the bytes.
+fn remote_name(sha256: &str) -> String {
+    format!("image-{sha256}.tar")
 }
 
 /// Copies the archive at `source` into `private` in one pass that hashes the bytes copied
@@ -439,14 +468,10 @@ fn stage_archive(
         .map_err(|e| e.into_error())
         .and_then(|copy| copy.persist(&staged).map_err(|e| e.error))
         .map_err(copy_failed)?;
-    let file_name = source
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     Ok(ImageArchive {
         source: source.to_path_buf(),
         staged,
-        remote_name: remote_name(&file_name),
+        remote_name: remote_name(&sha256),
         size,
         sha256,
         images,
@@ -734,7 +759,9 @@ mod tests {
         );
         assert_eq!(archive.size, bytes.len() as u64);
         assert_eq!(archive.sha256, crate::digest::sha256_file(&path).unwrap().1);
-        assert_eq!(archive.remote_name, "image-ip.tar");
+        // On the node it is named by its sha256, whatever the operator named it.
+        assert_eq!(archive.remote_name, format!("image-{}.tar", archive.sha256));
+        assert_eq!(archive.file_name(), "ip.tar");
     }
 
     #[test]
@@ -1044,8 +1071,12 @@ mod tests {
     fn the_layout_and_the_listing_find_each_arch_s_archives() {
         let dir = tempfile::tempdir().unwrap();
         let archive = tar_of(&[("manifest.json", DOCKER_MANIFEST.as_bytes())]);
+        let other = tar_of(&[
+            ("c.json", b"{}"),
+            ("manifest.json", DOCKER_MANIFEST.as_bytes()),
+        ]);
         write(dir.path(), "amd64/images/b.tar", &archive);
-        write(dir.path(), "amd64/images/a.tar", &archive);
+        write(dir.path(), "amd64/images/a.tar", &other);
         write(dir.path(), "amd64/images/.hidden.tar", &archive);
         write(dir.path(), "amd64/images/notes.txt", b"x");
         write(dir.path(), "arm64/keadm.tar.gz", b"x");
@@ -1053,34 +1084,43 @@ mod tests {
             dir: dir.path().to_path_buf(),
         };
         let images = OfflineImages::list(&layout).unwrap().unwrap();
-        let amd64: Vec<&str> = images
+        let amd64: Vec<String> = images
             .for_arch(Arch::Amd64)
             .iter()
-            .map(|a| a.remote_name.as_str())
+            .map(ImageArchive::file_name)
             .collect();
-        assert_eq!(amd64, ["image-a.tar", "image-b.tar"]);
+        assert_eq!(amd64, ["a.tar", "b.tar"]);
+        let by_sha256 = |bytes: &[u8]| format!("image-{}.tar", hex::encode(Sha256::digest(bytes)));
         assert!(images.for_arch(Arch::Arm64).is_empty());
-        assert_eq!(images.largest_arch_bytes(), 2 * archive.len() as u64);
-        assert_eq!(images.remote_names(), ["image-a.tar", "image-b.tar"]);
+        assert_eq!(
+            images.largest_arch_bytes(),
+            (archive.len() + other.len()) as u64
+        );
+        assert_eq!(
+            images.remote_names(),
+            [by_sha256(&other), by_sha256(&archive)]
+        );
 
+        // b.tar twice, and a copy of it under another name: the same bytes, sent once.
+        write(dir.path(), "copies/b-again.tar", &archive);
         let listed = OfflineImages::list(&ImageSources::Listed {
             paths: BTreeMap::from([(
                 Arch::Arm,
                 vec![
                     dir.path().join("amd64/images/b.tar"),
                     dir.path().join("amd64/images"),
+                    dir.path().join("copies"),
                 ],
             )]),
-        });
-        // b.tar twice: the second one would overwrite the first on the node.
-        let err = listed.unwrap_err().to_string();
-        assert!(err.contains("image-b.tar"), "{err}");
-        let listed = OfflineImages::list(&ImageSources::Listed {
-            paths: BTreeMap::from([(Arch::Arm, vec![dir.path().join("amd64/images")])]),
         })
         .unwrap()
         .unwrap();
-        assert_eq!(listed.for_arch(Arch::Arm).len(), 2);
+        let arm: Vec<String> = listed
+            .for_arch(Arch::Arm)
+            .iter()
+            .map(ImageArchive::file_name)
+            .collect();
+        assert_eq!(arm, ["b.tar", "a.tar"]);
         assert!(!listed.is_empty());
         // An offline directory in keadm's own layout is not set up for images.
         let keadm_only = tempfile::tempdir().unwrap();
@@ -1097,5 +1137,62 @@ mod tests {
         fs::create_dir_all(keadm_only.path().join("arm64/images")).unwrap();
         let images = OfflineImages::list(&layout).unwrap().unwrap();
         assert!(images.is_empty());
+    }
+
+    /// Security (review finding 2): an archive name outside the accepted set is refused
+    /// before the archive is read, in the layout (before the kit check, which would only
+    /// call it unlisted) and in a directory keadm.offlineImages lists, naming the file
+    /// escaped and a name that would do; an odd name inside the set is used.
+    #[test]
+    fn an_archive_named_outside_the_set_is_refused_before_it_is_read() {
+        let archive = tar_of(&[("manifest.json", DOCKER_MANIFEST.as_bytes())]);
+        for name in ["a\nb.tar", "a\"b.tar", "-x.tar", "a b.tar"] {
+            let dir = tempfile::tempdir().unwrap();
+            let images = dir.path().join("amd64/images");
+            write(&images, name, &archive);
+            // A kit that lists nothing: the name is refused before the kit check.
+            let kit = crate::kit::Kit {
+                format: crate::kit::FORMAT.into(),
+                keadm_version: "v1.23.1".into(),
+                sandbox_images: Vec::new(),
+                created: "2026-01-01T00:00:00Z".into(),
+                files: Vec::new(),
+            };
+            write(
+                dir.path(),
+                crate::kit::KIT_FILE,
+                &serde_json::to_vec(&kit).unwrap(),
+            );
+            let layout = ImageSources::Layout {
+                dir: dir.path().to_path_buf(),
+            };
+            let listed = ImageSources::Listed {
+                paths: BTreeMap::from([(Arch::Amd64, vec![images.clone()])]),
+            };
+            for sources in [layout, listed] {
+                let err = OfflineImages::list(&sources).unwrap_err();
+                assert!(
+                    matches!(err, StageError::ImageArchiveName { .. }),
+                    "{name:?}: {err}"
+                );
+                let text = err.to_string();
+                let shown = crate::safe_name::shown(name);
+                assert!(
+                    text.starts_with(&format!(
+                        "The image archive `{}/{shown}` was not used: its file name `{shown}` ",
+                        images.display()
+                    )) && text.contains("No node was touched. Rename the file (to `")
+                        && !text.contains('\n'),
+                    "{text}"
+                );
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "amd64/images/a+b-1.2_x.tar", &archive);
+        let layout = ImageSources::Layout {
+            dir: dir.path().to_path_buf(),
+        };
+        let images = OfflineImages::list(&layout).unwrap().unwrap();
+        assert_eq!(images.for_arch(Arch::Amd64)[0].file_name(), "a+b-1.2_x.tar");
     }
 }

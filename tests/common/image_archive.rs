@@ -43,6 +43,11 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// The name the archive at `path` has on a node: `image-<sha256>.tar`, made by the tool.
+pub fn upload_name(path: &Path) -> String {
+    format!("image-{}.tar", sha256_hex(&std::fs::read(path).unwrap()))
+}
+
 /// Docker's media types (schema 2, manifest lists) or OCI's (manifests, indexes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {

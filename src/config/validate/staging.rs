@@ -10,6 +10,7 @@ use crate::arch::Arch;
 use crate::config::model::{KNOWN_ARCHES, PackageMode, PinnedDigest};
 use crate::config::schema::{KeadmSection, non_empty};
 use crate::image_ref::ImageRef;
+use crate::safe_name;
 
 /// What the keadm section says about staging.
 pub(super) struct Staging {
@@ -125,24 +126,7 @@ pub(super) fn sha512_pins(v: &mut Validator, keadm: &KeadmSection) -> BTreeMap<A
             continue;
         };
         let text = digest.value.trim();
-        let problem = if text.is_empty() {
-            Some("is empty".to_string())
-        } else if let Some(bad) = text.chars().find(|c| !c.is_ascii_hexdigit()) {
-            Some(format!("contains `{bad}`, which is not a hex digit"))
-        } else if text.len() != 128 {
-            Some(format!(
-                "is {} hex characters long, but a sha512 digest has 128{}",
-                text.len(),
-                if text.len() == 64 {
-                    " (64 is the length of a sha256)"
-                } else {
-                    ""
-                }
-            ))
-        } else {
-            None
-        };
-        match problem {
+        match crate::digest::sha512_hex_problem(text) {
             Some(problem) => v.error(
                 Some(digest.pos),
                 None,
@@ -202,8 +186,29 @@ pub(super) fn offline_images(
                 v.error(
                     Some(raw.pos),
                     None,
-                    format!("keadm.offlineImages.{arch}: {} {problem}", path.display()),
+                    format!(
+                        "keadm.offlineImages.{arch}: {} {problem}",
+                        safe_name::shown_path(&path)
+                    ),
                     "point it at an image archive (.tar, as `docker save` or `ctr export` write it) or a directory of them",
+                );
+                continue;
+            }
+            // Staging refuses it too (exit 3), as it refuses such a name in a directory
+            // listed here; named here, it is this line's error.
+            if let Some(refused) = safe_name::refusal(&path).filter(|_| path.is_file()) {
+                v.error(
+                    Some(raw.pos),
+                    None,
+                    format!(
+                        "keadm.offlineImages.{arch}: the image archive `{}` cannot be used: {}",
+                        safe_name::shown_path(&path),
+                        refused.why
+                    ),
+                    format!(
+                        "rename the file (to `{}`, say) and list it by that name",
+                        refused.instead
+                    ),
                 );
                 continue;
             }
@@ -304,6 +309,33 @@ mod tests {
         ] {
             assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
         }
+    }
+
+    /// Security (review finding 2): an archive named here whose file name is outside the
+    /// accepted set is this line's error, shown escaped with a name that would do; a
+    /// directory is listed later, where its archives' names are checked (staging).
+    #[test]
+    fn an_offline_image_named_outside_the_accepted_set_is_refused_at_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::write(dir.path().join("a\nb.tar"), "x").unwrap();
+        std::fs::write(dir.path().join("a+b-1.2_x.tar"), "x").unwrap();
+        let text = GOOD.replace(
+            "  archGroup: [amd64]\n",
+            &format!(
+                "  archGroup: [amd64]\n  offlineImages:\n    amd64:\n      - \"{d}/a\\nb.tar\"\n      - {d}/a+b-1.2_x.tar\n      - {d}\n"
+            ),
+        );
+        let (config, diags) = check(&text);
+        assert!(config.is_none());
+        let all = rendered(&diags);
+        assert_eq!(diags.len(), 1, "{all}");
+        assert!(
+            all.contains(&format!(
+                "c.yaml:6:9: keadm.offlineImages.amd64: the image archive `{d}/a\\nb.tar` cannot be used: its file name `a\\nb.tar` holds `\\n`, and an accepted name has "
+            )) && all.contains("rename the file (to `a_b.tar`, say)"),
+            "{all}"
+        );
     }
 
     #[test]

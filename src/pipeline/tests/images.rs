@@ -7,30 +7,21 @@ use crate::diagnosis::{FailureClass, FindingId};
 use crate::outcome::Phase;
 use crate::stage::ImageSources;
 
-const PACKAGE: &str = "docker.io/kubeedge/installation-package:v1.23.1";
-const PAUSE: &str = "registry.k8s.io/pause:3.6";
+pub(super) const PACKAGE: &str = "docker.io/kubeedge/installation-package:v1.23.1";
+pub(super) const PAUSE: &str = "registry.k8s.io/pause:3.6";
 /// The import of the offline images.
-const IMPORT: &str = "images import";
+pub(super) const IMPORT: &str = "images import";
 
 impl Harness {
     /// Offline images in the offline-directory layout: for amd64, one docker-archive per
     /// entry, named `file` and holding the image `tag`. Returns each archive's size.
-    fn images(&mut self, archives: &[(&str, &str)]) -> Vec<u64> {
+    pub(super) fn images(&mut self, archives: &[(&str, &str)]) -> Vec<u64> {
         let root = self.dir.path().join("kit");
         let images_dir = root.join("amd64/images");
         std::fs::create_dir_all(&images_dir).unwrap();
         let mut sizes = Vec::new();
         for (file, tag) in archives {
-            let manifest = format!(r#"[{{"Config":"c.json","RepoTags":["{tag}"],"Layers":[]}}]"#);
-            let mut builder = tar::Builder::new(Vec::new());
-            let mut header = tar::Header::new_ustar();
-            header.set_size(manifest.len() as u64);
-            header.set_mode(0o644);
-            header.set_cksum();
-            builder
-                .append_data(&mut header, "manifest.json", manifest.as_bytes())
-                .unwrap();
-            let bytes = builder.into_inner().unwrap();
+            let bytes = docker_archive(tag);
             sizes.push(bytes.len() as u64);
             std::fs::write(images_dir.join(file), bytes).unwrap();
         }
@@ -39,8 +30,30 @@ impl Harness {
     }
 }
 
+/// A docker-archive that holds only the manifest naming `tag`.
+fn docker_archive(tag: &str) -> Vec<u8> {
+    let manifest = format!(r#"[{{"Config":"c.json","RepoTags":["{tag}"],"Layers":[]}}]"#);
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_ustar();
+    header.set_size(manifest.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    builder
+        .append_data(&mut header, "manifest.json", manifest.as_bytes())
+        .unwrap();
+    builder.into_inner().unwrap()
+}
+
+/// The name the installation-package's archive (`package.tar`) has on the node: the one
+/// keadm-batch makes from its sha256.
+fn package() -> String {
+    use sha2::Digest;
+    let bytes = docker_archive("kubeedge/installation-package:v1.23.1");
+    format!("image-{}.tar", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
 /// The runtime probe's lines that tell containerd at keadm's default socket.
-const CONTAINERD: &str = "KB_RT_SOCKET /run/containerd/containerd.sock\nKB_RT_KIND containerd\nKB_RT_TOLD ctr version answers on it\n";
+pub(super) const CONTAINERD: &str = "KB_RT_SOCKET /run/containerd/containerd.sock\nKB_RT_KIND containerd\nKB_RT_TOLD ctr version answers on it\n";
 
 /// The prepare step's answer with the runtime probe's lines: containerd's CLI there, and
 /// these images listed; the node hashes with OpenSSL.
@@ -50,7 +63,7 @@ fn prepared_with_runtime(images: &[&str]) -> Reply {
 
 /// The same, after the prepare step's `extra` lines (sidecars, tools: a `KB_TOOLS` line
 /// there replaces the OpenSSL one).
-fn prepared_with_runtime_and(extra: &str, images: &[&str]) -> Reply {
+pub(super) fn prepared_with_runtime_and(extra: &str, images: &[&str]) -> Reply {
     let listed: String = images
         .iter()
         .map(|i| format!("KB_RT_IMAGE {i}\n"))
@@ -61,7 +74,7 @@ fn prepared_with_runtime_and(extra: &str, images: &[&str]) -> Reply {
 }
 
 /// The import script's answer: each archive imported, then these images listed.
-fn imported(count: usize, images: &[&str]) -> Reply {
+pub(super) fn imported(count: usize, images: &[&str]) -> Reply {
     let mut text = String::new();
     for i in 0..count {
         text.push_str(&format!("unpacking image {i}...done\nKB_IMPORTED {i}\n"));
@@ -79,7 +92,7 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
         .on(sent::RUN, Reply::ok())
         .on(IMPORT, imported(1, &[PACKAGE, PAUSE]))
         .on(sent::PREPARE, prepared_with_runtime(&[PAUSE]))
-        .on(&tmp("image-package.tar"), Reply::ok());
+        .on(&tmp(&package()), Reply::ok());
     let mut h = Harness::new(fake);
     let sizes = h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
     let outcome = h.process(&node(vec![]));
@@ -94,7 +107,7 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
     assert_eq!(execs.len(), 4, "prepare, archive, import, run: {execs:#?}");
     // The prepare step asks for the archive's sidecar and the runtime's images at once.
     assert!(
-        execs[0].command.contains("/image-package.tar.sha256"),
+        execs[0].command.contains(&format!("/{}.sha256", package())),
         "{}",
         execs[0].command
     );
@@ -108,7 +121,7 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
     assert!(
         execs[1]
             .command
-            .contains(&format!("cat > {}", tmp("image-package.tar")))
+            .contains(&format!("cat > {}", tmp(&package())))
     );
     assert!(
         execs[1].command.contains("chmod 600"),
@@ -117,14 +130,11 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
     );
     let import = &execs[2].command;
     assert!(
-        import.contains(&format!(
-            "mv -f -- {} image-package.tar",
-            tmp("image-package.tar")
-        )),
+        import.contains(&format!("mv -f -- {} {}", tmp(&package()), package())),
         "{import}"
     );
     assert!(
-        import.contains("ctr --connect-timeout 10s --address /run/containerd/containerd.sock -n k8s.io images import image-package.tar"),
+        import.contains(&format!("ctr --connect-timeout 10s --address /run/containerd/containerd.sock -n k8s.io images import {}", package())),
         "{import}"
     );
     assert_eq!(execs[2].stdin, None);
@@ -133,7 +143,8 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
     assert!(text.contains("unpacking image 0...done"), "{text}");
     assert!(
         text.contains(&format!(
-            "imported image-package.tar into containerd (/run/containerd/containerd.sock): {PACKAGE}"
+            "imported package.tar ({}) into containerd (/run/containerd/containerd.sock): {PACKAGE}",
+            package()
         )),
         "{text}"
     );
@@ -258,7 +269,7 @@ fn run_importing(import: Reply) -> (Harness, NodeOutcome) {
         .on(sent::RUN, Reply::ok())
         .on(IMPORT, import)
         .on(sent::PREPARE, prepared_with_runtime(&[]))
-        .on(&tmp("image-package.tar"), Reply::ok());
+        .on(&tmp(&package()), Reply::ok());
     let mut h = Harness::new(fake);
     h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
     let outcome = h.process(&node(vec![]));
@@ -274,7 +285,7 @@ fn a_failed_import_stops_the_node_before_keadm_with_the_cli_s_words() {
     assert_eq!(outcome.failed_in, Some(Phase::Preparing));
     let error = outcome.error.unwrap();
     assert!(
-        error.starts_with("Importing the image archive /tmp/kb/image-package.tar into containerd (/run/containerd/containerd.sock) failed with status 1: ctr: content digest sha256:ab: not found."),
+        error.starts_with(&format!("Importing the image archive /tmp/kb/{} (package.tar) into containerd (/run/containerd/containerd.sock) failed with status 1: ctr: content digest sha256:ab: not found.", package())),
         "{error}"
     );
     assert!(h.fake.execs_with(sent::RUN).is_empty(), "keadm did not run");
@@ -305,7 +316,7 @@ fn only_joins_get_offline_images() {
     assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
     let prepare = h.exec_with(sent::PREPARE).command;
     assert!(
-        !prepare.contains("image-package.tar") && !prepare.contains("ctr "),
+        !prepare.contains(&package()) && !prepare.contains("ctr "),
         "{prepare}"
     );
     assert_eq!(h.execs().len(), 2);
@@ -447,7 +458,7 @@ fn importing_with(tools: &str) -> FakeTransport {
         .on(sent::RUN, Reply::ok())
         .on(IMPORT, imported(1, &[PACKAGE]))
         .on(sent::PREPARE, prepared_with_runtime_and(tools, &[]))
-        .on(&tmp("image-package.tar"), Reply::ok())
+        .on(&tmp(&package()), Reply::ok())
 }
 
 #[test]
@@ -471,9 +482,7 @@ fn a_compressible_archive_goes_gzipped_to_a_node_with_gzip_and_as_it_is_elsewher
             prepare.contains("KB_TOOLS"),
             "the node is asked for gzip: {prepare}"
         );
-        let upload = h
-            .fake
-            .execs_with(&format!("> {}", tmp("image-package.tar")));
+        let upload = h.fake.execs_with(&format!("> {}", tmp(&package())));
         assert_eq!(upload.len(), 1, "{:#?}", h.execs());
         if gzipped {
             assert!(
@@ -502,7 +511,7 @@ fn under_sudo_the_archive_and_its_import_get_the_password_first_and_run_as_root(
             sent::PREPARE,
             prepared_with_runtime_and("KB_SUDO password\n", &[]),
         )
-        .on(&tmp("image-package.tar"), Reply::ok());
+        .on(&tmp(&package()), Reply::ok());
     let mut h = Harness::new(fake);
     h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
     let mut plan = node(vec![]);
@@ -515,7 +524,7 @@ fn under_sudo_the_archive_and_its_import_get_the_password_first_and_run_as_root(
     // The runtime is asked under the same sudo as the prepare step.
     assert!(prepare.starts_with("if sudo -n true"), "{prepare}");
     for exec in [
-        h.exec_with(&format!("cat > {}", tmp("image-package.tar"))),
+        h.exec_with(&format!("cat > {}", tmp(&package()))),
         h.exec_with(IMPORT),
     ] {
         assert!(
@@ -548,7 +557,7 @@ fn hashed(h: &Harness, index: usize) -> String {
 /// The execs that sent the archive `package.tar` (in any form).
 fn archive_sent(h: &Harness) -> Vec<Exec> {
     h.fake
-        .execs_with(&tmp("image-package.tar"))
+        .execs_with(&tmp(&package()))
         .into_iter()
         .filter(|e| e.stdin.is_some())
         .collect()
@@ -604,7 +613,7 @@ fn an_archive_that_does_not_hash_on_the_node_to_what_was_sent_is_not_imported() 
             .on(IMPORT, imported(1, &[PACKAGE]))
             .on(sent::PREPARE, prepared_with_runtime_and(tools, &[]))
             .on(
-                &tmp("image-package.tar"),
+                &tmp(&package()),
                 Reply::exit(3).printing(&format!("KB_SHA256_GOT {got}\n")),
             );
         let mut h = Harness::new(fake);
@@ -620,7 +629,8 @@ fn an_archive_that_does_not_hash_on_the_node_to_what_was_sent_is_not_imported() 
         let error = outcome.error.unwrap();
         assert!(
             error.starts_with(&format!(
-                "The file image-package.tar arrived on the node with sha256 {got}, but what was sent has sha256 {expected}, so the node removed it"
+                "The file {} arrived on the node with sha256 {got}, but what was sent has sha256 {expected}, so the node removed it",
+                package()
             )),
             "{error}"
         );
@@ -636,7 +646,7 @@ fn an_archive_that_does_not_hash_on_the_node_to_what_was_sent_is_not_imported() 
         assert!(
             receive
                 .command
-                .contains(&format!("rm -f -- {}", tmp("image-package.tar"))),
+                .contains(&format!("rm -f -- {}", tmp(&package()))),
             "{}",
             receive.command
         );

@@ -7,6 +7,7 @@ mod connect;
 mod exchange;
 mod failures;
 mod images;
+mod shellcheck;
 mod uploads;
 
 use std::path::{Path, PathBuf};
