@@ -671,5 +671,5 @@ fn site_relay(plan: &crate::plan::Plan) -> Option<std::sync::Arc<pipeline::relay
     if plan.relay == crate::options::RelayMode::Off {
         return None;
     }
-    pipeline::relay::Relay::for_nodes(&plan.nodes, &pipeline::relay::resolve_here)
+    pipeline::relay::Relay::for_nodes(&plan.nodes, &crate::plan::site_addresses::resolve_here)
 }

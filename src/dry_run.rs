@@ -119,7 +119,7 @@ fn render_sites(out: &mut String, plan: &Plan, archives: bool) {
             site,
             &members,
             archives,
-            &crate::pipeline::relay::resolve_here,
+            &crate::plan::site_addresses::resolve_here,
         );
         let _ = writeln!(out, "{line}");
     }
@@ -127,7 +127,7 @@ fn render_sites(out: &mut String, plan: &Plan, archives: bool) {
 
 /// One site's line: its nodes, seed order and what is relayed among them, or why
 /// nothing is when a node's address does not resolve here (see
-/// [`crate::pipeline::relay::site_addresses`]).
+/// [`crate::plan::site_addresses::site_addresses`]).
 fn site_line(
     relay: RelayMode,
     nodes: &[NodePlan],
@@ -158,7 +158,7 @@ fn site_line(
         .count();
     let unresolved = || {
         let plans: Vec<&NodePlan> = members.iter().map(|&i| &nodes[i]).collect();
-        crate::pipeline::relay::site_addresses(&plans, resolve).err()
+        crate::plan::site_addresses::site_addresses(&plans, resolve).err()
     };
     let what = match (relay, relayed > 1, archives && joining > 1) {
         (RelayMode::Off, _, _) | (_, false, false) => None,

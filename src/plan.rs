@@ -2,6 +2,8 @@
 //! directories, the exact remote command, deadlines and the secrets to mask. This is what
 //! `--dry-run` prints and what the pool executes.
 
+pub mod site_addresses;
+
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -12,16 +12,15 @@
 //!
 //! `site` is the coordinator (pure state: who seeds, reads, serves; no I/O), `node` the
 //! node's steps on the pipeline's `Run` that act on what it decides, `serving` the node as
-//! a source (whether it can serve, its line, clearing it), `addresses` what each node is
-//! known by in its site, and `key` the run's relay keys.
+//! a source (whether it can serve, its line, clearing it), and `key` the run's
+//! relay keys. What each node is known by in its site is the plan's
+//! (`plan::site_addresses`), since the dry run says it too.
 
-mod addresses;
 mod key;
 mod node;
 mod serving;
 mod site;
 
-pub use addresses::{resolve_here, site_addresses};
 pub(super) use node::NodeRelay;
 pub use serving::unserve_all;
 pub use site::{Relay, Role};

@@ -6,9 +6,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::addresses::site_addresses;
 use super::key::RelayKey;
 use crate::outcome::SiteTraffic;
+use crate::plan::site_addresses::site_addresses;
 use crate::plan::{NodePlan, Site, sites as sites_of};
 use crate::remote::relay::{Source, tag_from};
 
@@ -521,7 +521,7 @@ mod tests {
     }
 
     fn relay_of(nodes: &[NodePlan]) -> Arc<Relay> {
-        Relay::for_nodes(nodes, &crate::pipeline::relay::addresses::resolve_here).unwrap()
+        Relay::for_nodes(nodes, &crate::plan::site_addresses::resolve_here).unwrap()
     }
 
     fn source(i: usize) -> Source {
