@@ -44,9 +44,11 @@ impl ImageRef {
     /// Reads a reference in any form a tool prints or an operator writes
     /// (`pause:3.9`, `kubeedge/installation-package:v1.23.1`,
     /// `registry.k8s.io/pause:3.9`, `localhost:5000/x@sha256:<hex>`) and writes it out in
-    /// full. Refused, with the reason: empty text, an image id (`sha256:...`), an invalid
-    /// tag, digest, registry host or repository path (lower-case letters, digits, `.`,
-    /// `_`, `-`, separated by `/`; so also docker's `<none>:<none>`, blanks, upper case).
+    /// full. Refused, with the reason: empty text, an image id (`sha256:...`), a tag,
+    /// registry host or repository path component that does not follow the distribution
+    /// spec's grammar (a component is runs of lower-case letters and digits joined by `.`,
+    /// `_`, `__` or `-`s; so also docker's `<none>:<none>`, blanks, upper case, a leading
+    /// `-` or `.`), a digest that is not `sha256:<64 hex>`.
     pub fn parse(text: &str) -> Result<ImageRef, ParseError> {
         let text = text.trim();
         if text.is_empty() {
@@ -80,16 +82,10 @@ impl ImageRef {
             None => (name, None),
         };
         if let Some(tag) = &tag
-            && (tag.is_empty()
-                || tag.len() > MAX_TAG_CHARS
-                || tag.starts_with(['.', '-'])
-                || !tag
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)))
+            && !follows_tag_rule(tag)
         {
             return Err(ParseError(format!(
-                "the tag {tag:?} in {text:?} is not a valid tag (letters, digits, '_', '.', \
-                 '-', at most {MAX_TAG_CHARS}, not starting with '.' or '-')"
+                "the tag {tag:?} in {text:?} is not a valid tag: {TAG_RULE}"
             )));
         }
         let (registry, path) = match name.split_once('/') {
@@ -102,16 +98,10 @@ impl ImageRef {
             }
             _ => (DOCKER_HUB, name.to_string()),
         };
-        let (host, port) = registry.split_once(':').unwrap_or((registry, "1"));
-        if host.is_empty()
-            || !host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b))
-            || port.is_empty()
-            || !port.bytes().all(|b| b.is_ascii_digit())
-        {
+        if !follows_host_rule(registry) {
             return Err(ParseError(format!(
-                "the registry {registry:?} in {text:?} is not a host name with an optional port"
+                "the registry {registry:?} in {text:?} is not a host name with an optional \
+                 port: {HOST_RULE}"
             )));
         }
         let registry = if registry == LEGACY_DOCKER_HUB {
@@ -119,17 +109,13 @@ impl ImageRef {
         } else {
             registry
         };
-        if path.is_empty()
-            || path.split('/').any(|part| {
-                part.is_empty()
-                    || !part.bytes().all(|b| {
-                        b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b)
-                    })
-            })
+        if let Some(part) = path
+            .split('/')
+            .find(|part| !follows_path_component_rule(part))
         {
             return Err(ParseError(format!(
-                "the repository {path:?} in {text:?} is not a valid name (lower-case letters, \
-                 digits, '.', '_', '-', separated by '/')"
+                "the repository {path:?} in {text:?} is not a valid name: its component \
+                 {part:?} does not follow {PATH_COMPONENT_RULE}"
             )));
         }
         let repository = if registry == DOCKER_HUB && !path.contains('/') {
@@ -204,6 +190,93 @@ impl ImageRef {
         };
         format!("{stem}_{version}.tar").replace(['/', ':'], "_")
     }
+}
+
+/// The distribution spec's rule for a repository path component, in words and as its
+/// grammar writes it, for messages.
+const PATH_COMPONENT_RULE: &str = "the distribution spec's rule for a path component, \
+     lower-case letters and digits in runs joined by one '.', one or two '_' or any number \
+     of '-' ([a-z0-9]+((\\.|_|__|-+)[a-z0-9]+)*), so it neither starts nor ends with a \
+     separator";
+/// The distribution spec's rule for a tag, for messages.
+const TAG_RULE: &str = "the distribution spec's rule for a tag is letters, digits, '_', '.' \
+     and '-', at most 128, not starting with '.' or '-' ([A-Za-z0-9_][A-Za-z0-9._-]{0,127})";
+/// The distribution spec's rule for a registry host, for messages.
+const HOST_RULE: &str = "the distribution spec's rule for a host is names of letters, \
+     digits and '-' joined by '.', each starting and ending with a letter or digit, then \
+     ':<port digits>' if a port is given";
+
+/// Whether `part` is a path component by the distribution spec's grammar:
+/// `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`. So a component never starts with `-` or `.`,
+/// which an archive named after it must not (`safe_name`), and is never `.` or `..`.
+fn follows_path_component_rule(part: &str) -> bool {
+    let bytes = part.as_bytes();
+    let in_run = |i: usize| {
+        bytes
+            .get(i)
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    let mut i = 0;
+    loop {
+        // A run of letters and digits, then the end or a separator and the next run.
+        if !in_run(i) {
+            return false;
+        }
+        while in_run(i) {
+            i += 1;
+        }
+        match bytes.get(i) {
+            None => return true,
+            Some(b'.') => i += 1,
+            Some(b'_') => {
+                i += if bytes.get(i + 1) == Some(&b'_') {
+                    2
+                } else {
+                    1
+                }
+            }
+            Some(b'-') => {
+                while bytes.get(i) == Some(&b'-') {
+                    i += 1;
+                }
+            }
+            Some(_) => return false,
+        }
+    }
+}
+
+/// Whether `tag` is a tag by the distribution spec's grammar:
+/// `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
+fn follows_tag_rule(tag: &str) -> bool {
+    tag.len() <= MAX_TAG_CHARS
+        && tag
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+/// Whether `registry` is a host with an optional port by the distribution reference
+/// grammar's `domain`: components of letters, digits and `-` that start and end with a
+/// letter or digit, joined by `.`, then `:<digits>`. (Its bracketed IPv6 form is not
+/// taken: no runtime keadm-batch drives lists one, and an archive name could not hold it.)
+fn follows_host_rule(registry: &str) -> bool {
+    let (host, port) = match registry.split_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (registry, None),
+    };
+    let component = |c: &str| {
+        let bytes = c.as_bytes();
+        bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+            && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+    };
+    host.split('.').all(component)
+        && port.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 impl fmt::Display for ImageRef {
@@ -295,12 +368,86 @@ mod tests {
             ("kubeedge/X:1", "not a valid name"),
             ("Bad Repo/x", "not a host name"),
             ("host:port/x", "not a host name"),
+            // The distribution spec's path components: runs of [a-z0-9] joined by '.',
+            // '_', '__' or '-'s, so no separator at either end, none other in a row.
+            ("-x:1", "does not follow the distribution spec's rule"),
+            (".x", "does not follow the distribution spec's rule"),
+            ("_x", "does not follow the distribution spec's rule"),
+            ("kubeedge/-x:1", "its component \"-x\""),
+            ("kubeedge/.x:1", "its component \".x\""),
+            ("kubeedge/x-:1", "its component \"x-\""),
+            ("kubeedge/x.:1", "its component \"x.\""),
+            ("kubeedge/x..y:1", "its component \"x..y\""),
+            ("kubeedge/x___y:1", "its component \"x___y\""),
+            ("kubeedge/x._y:1", "its component \"x._y\""),
+            ("kubeedge/x-.y:1", "its component \"x-.y\""),
+            ("registry.k8s.io/./x", "its component \".\""),
+            ("registry.k8s.io/../x", "its component \"..\""),
+            // Registry hosts: the spec's domain components, joined by '.'.
+            (".foo/x", "not a host name"),
+            ("-foo.io/x", "not a host name"),
+            ("foo-.io/x", "not a host name"),
+            ("a..b/x", "not a host name"),
+            ("foo.io./x", "not a host name"),
         ] {
             let err = ImageRef::parse(text)
                 .err()
                 .unwrap_or_else(|| panic!("{text:?} parsed"));
             assert!(err.to_string().contains(reason), "{text:?}: {err}");
         }
+    }
+
+    #[test]
+    fn what_the_distribution_spec_allows_is_accepted() {
+        for (given, stored) in [
+            ("kubeedge/a--b:1", "docker.io/kubeedge/a--b:1"),
+            ("kubeedge/a__b:1", "docker.io/kubeedge/a__b:1"),
+            ("kubeedge/a.b_c-d:1", "docker.io/kubeedge/a.b_c-d:1"),
+            ("a---b/0/9x", "docker.io/a---b/0/9x:latest"),
+            (
+                "registry.k8s.io/pause:_3.9-x",
+                "registry.k8s.io/pause:_3.9-x",
+            ),
+            ("my-registry.io/a:B", "my-registry.io/a:B"),
+            ("Upper.Example:1/a:1", "Upper.Example:1/a:1"),
+        ] {
+            assert_eq!(full(given), stored, "{given}");
+        }
+    }
+
+    /// The reason names the rule broken and shows the reference escaped: a control
+    /// character in it reaches no console raw.
+    #[test]
+    fn a_refusal_names_the_rule_and_shows_the_reference_escaped() {
+        let err = ImageRef::parse("kubeedge/-x\u{1b}[2J:1")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains('\u{1b}'), "{err}");
+        assert_eq!(
+            err,
+            "the repository \"kubeedge/-x\\u{1b}[2J\" in \"kubeedge/-x\\u{1b}[2J:1\" is not a \
+             valid name: its component \"-x\\u{1b}[2J\" does not follow the distribution \
+             spec's rule for a path component, lower-case letters and digits in runs joined \
+             by one '.', one or two '_' or any number of '-' ([a-z0-9]+((\\.|_|__|-+)[a-z0-9]+)*), \
+             so it neither starts nor ends with a separator"
+        );
+        let err = ImageRef::parse("x:.1\n").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "the tag \".1\" in \"x:.1\" is not a valid tag: the distribution spec's rule for \
+             a tag is letters, digits, '_', '.' and '-', at most 128, not starting with '.' \
+             or '-' ([A-Za-z0-9_][A-Za-z0-9._-]{0,127})"
+        );
+        let err = ImageRef::parse("x:a\nb").unwrap_err().to_string();
+        assert!(err.starts_with("the tag \"a\\nb\" in \"x:a\\nb\""), "{err}");
+        let err = ImageRef::parse("-foo.io/x").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "the registry \"-foo.io\" in \"-foo.io/x\" is not a host name with an optional \
+             port: the distribution spec's rule for a host is names of letters, digits and \
+             '-' joined by '.', each starting and ending with a letter or digit, then \
+             ':<port digits>' if a port is given"
+        );
     }
 
     #[test]

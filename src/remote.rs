@@ -249,12 +249,19 @@ pub fn prepare_script(dir: &str, files: &[&str], verify: bool) -> String {
         "echo KB_DIR_OK\n",
     ));
     // Files are reported by their position in `files`, never by name: a name is data
-    // and appears only single-quoted, outside any `"..."` or echo.
+    // and appears only single-quoted, outside any `"..."` or echo. A file or sidecar the
+    // script cannot read is reported as not there (so it is uploaded again): its size is
+    // the digits a `wc` that succeeded printed, its leading blanks (BSD's) cut by
+    // parameter expansion (`$(( $(wc ...) ))` of nothing is an error that ends a dash
+    // script), and the sum is cleared first, so a sidecar that cannot be read leaves none
+    // rather than the file before's.
     for (index, name) in files.iter().enumerate() {
         let path = format!("\"$d\"/{}", shell_quote(name));
         let sidecar = format!("\"$d\"/{}", shell_quote(&format!("{name}{SIDECAR_SUFFIX}")));
         s.push_str(&format!(
-            "if [ -f {path} ] && [ -f {sidecar} ]; then read -r kb_sum < {sidecar}; echo \"KB_FILE {index} $(( $(wc -c < {path}) )) ${{kb_sum%% *}}\"; fi\n",
+            "if [ -f {path} ] && [ -f {sidecar} ]; then kb_sum=; read -r kb_sum < {sidecar}; \
+             kb_size=$(wc -c < {path}) || kb_size=; kb_size=${{kb_size##*[!0-9]}}; \
+             [ -n \"$kb_size\" ] && [ -n \"$kb_sum\" ] && echo \"KB_FILE {index} $kb_size ${{kb_sum%% *}}\"; fi\n",
         ));
         if verify {
             s.push_str(&format!(
@@ -1230,6 +1237,94 @@ mod tests {
         assert_eq!(facts.computed_sha256.len(), names.len(), "{text}");
         assert!(!dir.path().join("kb_pwned").exists());
         assert!(!dir.path().join("kb_pwned2").exists());
+    }
+
+    /// A file the login user cannot read (a root-owned file left in the upload dir by a
+    /// sudo run, mode 000) is reported as not there, so it is uploaded again, and the rest
+    /// of the answer still comes: in dash, `$(( $(wc -c < f) ))` on it was an arithmetic
+    /// error that ended the whole script after `KB_DIR_OK`. A sidecar that cannot be read
+    /// leaves no sum, not the file before's. Run as `nobody` with `setpriv`: root reads a
+    /// mode-000 file.
+    #[test]
+    fn an_unreadable_file_is_reported_as_not_there_and_the_answer_is_complete() {
+        use std::os::unix::fs::PermissionsExt;
+        let id = |flag: &str| -> u32 {
+            let out = std::process::Command::new("id")
+                .args([flag, "nobody"])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "this machine has no user nobody");
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        let (uid, gid) = (id("-u"), id("-g"));
+        let base = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(base.path(), PermissionsExt::from_mode(0o755)).unwrap();
+        let dir = base.path().join("up");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o700)).unwrap();
+        let names = ["before", "locked", "after", "no-sum"];
+        for name in names {
+            std::fs::write(dir.join(name), "12345").unwrap();
+            std::fs::write(
+                dir.join(format!("{name}.sha256")),
+                format!("{name}-sum  -\n"),
+            )
+            .unwrap();
+        }
+        std::fs::set_permissions(dir.join("locked"), PermissionsExt::from_mode(0o000)).unwrap();
+        std::fs::set_permissions(dir.join("no-sum.sha256"), PermissionsExt::from_mode(0o000))
+            .unwrap();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            std::os::unix::fs::chown(entry.unwrap().path(), Some(uid), Some(gid)).unwrap();
+        }
+        std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
+        for verify in [false, true] {
+            let script = prepare_script(dir.to_str().unwrap(), &names, verify) + TOOLS_PROBE;
+            let out = std::process::Command::new("setpriv")
+                .args([
+                    &format!("--reuid={uid}"),
+                    &format!("--regid={gid}"),
+                    "--clear-groups",
+                    "/bin/sh",
+                    "-c",
+                    &script,
+                ])
+                .current_dir("/")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{text}{said}");
+            assert!(said.contains("Permission denied"), "as root? {said}");
+            let facts = parse_facts(&text, &names);
+            assert_eq!(facts.dir_problem, None, "{text}");
+            assert!(
+                facts.tools.is_some(),
+                "the answer stopped short: {text}{said}"
+            );
+            let existing: Vec<(&str, u64, &str)> = facts
+                .existing
+                .iter()
+                .map(|f| (f.name.as_str(), f.size, f.sidecar.as_str()))
+                .collect();
+            assert_eq!(
+                existing,
+                [("before", 5, "before-sum"), ("after", 5, "after-sum")],
+                "{text}"
+            );
+            if verify {
+                let hashed: Vec<&str> = facts
+                    .computed_sha256
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                assert_eq!(hashed, ["before", "after", "no-sum"], "{text}");
+            }
+        }
     }
 
     /// Security finding 1: a name that looks like an option stays a file name for `mv`.

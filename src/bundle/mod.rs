@@ -557,6 +557,79 @@ fn archive_names(images: &[ImageRef]) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// Every reference `ImageRef::parse` accepts gets archive names, short and spelled
+    /// out, that staging accepts (`safe_name`): thousands of texts made at random from the
+    /// characters references hold, and of parts joined as references are.
+    #[test]
+    fn every_reference_parse_accepts_gets_archive_names_staging_accepts() {
+        let mut rng = fastrand::Rng::with_seed(29);
+        let mut texts: Vec<String> = Vec::new();
+        let alphabet: Vec<char> = "ab09AZ._-_/:@+".chars().collect();
+        for _ in 0..200_000 {
+            let len = rng.usize(1..14);
+            texts.push(
+                (0..len)
+                    .map(|_| alphabet[rng.usize(..alphabet.len())])
+                    .collect(),
+            );
+        }
+        let part_alphabet: Vec<char> = "az09._-".chars().collect();
+        let part = |rng: &mut fastrand::Rng| -> String {
+            let len = rng.usize(1..8);
+            (0..len)
+                .map(|_| part_alphabet[rng.usize(..part_alphabet.len())])
+                .collect()
+        };
+        let registries = [
+            "",
+            "localhost/",
+            "localhost:5000/",
+            "127.0.0.1:5000/",
+            "registry.k8s.io/",
+            "Upper-Case.Example/",
+            "a-b.c/",
+            "-a.io/",
+            ".a.io/",
+            "a./",
+        ];
+        let tag_alphabet: Vec<char> = "aZ9_.-".chars().collect();
+        let digest = format!("@sha256:{}", "0a".repeat(32));
+        for _ in 0..50_000 {
+            let registry = registries[rng.usize(..registries.len())];
+            let path: Vec<String> = (0..rng.usize(1..4)).map(|_| part(&mut rng)).collect();
+            let tag: String = match rng.u8(..3) {
+                0 => String::new(),
+                n => {
+                    let len = if n == 1 { rng.usize(1..6) } else { 128 };
+                    let tag: String = (0..len)
+                        .map(|_| tag_alphabet[rng.usize(..tag_alphabet.len())])
+                        .collect();
+                    format!(":{tag}")
+                }
+            };
+            let pinned = if rng.bool() { digest.as_str() } else { "" };
+            texts.push(format!("{registry}{}{tag}{pinned}", path.join("/")));
+        }
+        let mut parsed = 0;
+        for text in &texts {
+            let Ok(image) = ImageRef::parse(text) else {
+                continue;
+            };
+            parsed += 1;
+            // Alone it gets its short name; twice, the spelled-out one.
+            let short = archive_names(std::slice::from_ref(&image));
+            let long = archive_names(&[image.clone(), image.clone()]);
+            for name in short.iter().chain(&long) {
+                assert_eq!(
+                    crate::safe_name::problem(std::ffi::OsStr::new(name)),
+                    None,
+                    "{text:?} parsed as {image} and is archived as {name:?}"
+                );
+            }
+        }
+        assert!(parsed > 10_000, "only {parsed} of the texts parsed");
+    }
+
     #[test]
     fn archive_names_are_spelled_out_only_when_they_would_collide() {
         let images: Vec<ImageRef> = [

@@ -350,32 +350,63 @@ mod tests {
         );
     }
 
-    #[test]
-    fn no_bash_on_path_is_found_and_the_probe_needs_only_a_few_tools() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
+    /// A directory of links to the real `tools`, for a PATH that holds only them.
+    fn bin_of(dir: &Path, tools: &[&str]) -> std::path::PathBuf {
+        let bin = dir.join("bin");
         std::fs::create_dir(&bin).unwrap();
-        for tool in ["ls", "wc", "head", "tr", "awk", "df", "dirname"] {
+        for tool in tools {
             let real = ["/usr/bin", "/bin"]
                 .iter()
                 .map(|d| Path::new(d).join(tool))
                 .find(|p| p.exists())
-                .unwrap();
+                .unwrap_or_else(|| panic!("this machine has no {tool}"));
             std::os::unix::fs::symlink(real, bin.join(tool)).unwrap();
         }
-        let script = probe_script(dir.path().join("up").to_str().unwrap(), "/dev/null", 1);
-        let out = Command::new("/bin/sh")
-            .args(["-c", &script])
+        bin
+    }
+
+    /// The tools the probe needs, without `dirname`.
+    const PROBE_TOOLS: [&str; 6] = ["ls", "wc", "head", "tr", "awk", "df"];
+
+    /// Runs `script` under `/bin/sh` (dash) with `PATH=bin` and nothing else in its
+    /// environment, in `cwd`; its stdout and stderr. A probe still running after 20 s
+    /// fails the test (it would have run on to the step's deadline on a node).
+    fn run_with_path(bin: &Path, cwd: &Path, script: &str) -> (String, String) {
+        let out = tempfile::tempdir().unwrap();
+        let (stdout, stderr) = (out.path().join("stdout"), out.path().join("stderr"));
+        let mut child = Command::new("/bin/sh")
+            .args(["-c", script])
             .env_clear()
-            .env("PATH", &bin)
-            .output()
+            .env("PATH", bin)
+            .current_dir(cwd)
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
             .unwrap();
-        assert!(
-            out.stderr.is_empty(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = String::from_utf8(out.stdout).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                let said = std::fs::read(&stderr).unwrap();
+                panic!(
+                    "the probe did not end within 20 s; its stderr began: {}",
+                    String::from_utf8_lossy(&said[..said.len().min(200)])
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let read = |path: &Path| String::from_utf8(std::fs::read(path).unwrap()).unwrap();
+        (read(&stdout), read(&stderr))
+    }
+
+    #[test]
+    fn no_bash_on_path_is_found_and_the_probe_needs_only_a_few_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = bin_of(dir.path(), &PROBE_TOOLS);
+        let script = probe_script(dir.path().join("up").to_str().unwrap(), "/dev/null", 1);
+        let (out, err) = run_with_path(&bin, dir.path(), &script);
+        assert!(err.is_empty(), "{err}");
         let findings = parse(&out);
         assert_eq!(
             local_ids(&findings),
@@ -386,6 +417,121 @@ mod tests {
             findings.last().unwrap().detail,
             format!("no bash on PATH ({})", bin.display())
         );
+    }
+
+    /// On a node without `dirname` the walk up from an upload dir that does not exist yet
+    /// to the directory holding it ends (it looped until the step's deadline), and finds
+    /// the same directory; a walk that reaches no directory (a relative path, which only
+    /// the script's callers could give) leaves the two checks it serves undone and says so.
+    #[test]
+    fn the_walk_to_the_upload_dirs_parent_needs_no_dirname_and_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = bin_of(dir.path(), &PROBE_TOOLS);
+        let up = dir.path().join("not/there/yet");
+        let (out, err) = run_with_path(
+            &bin,
+            dir.path(),
+            &probe_script(up.to_str().unwrap(), "/dev/null", 1 << 60),
+        );
+        assert!(err.is_empty(), "{err}");
+        assert!(out.ends_with("KB_PF_DONE\n"), "{out}");
+        let findings = parse(&out);
+        let real = dir.path().canonicalize().unwrap();
+        assert!(
+            findings.iter().any(|f| f.id == FindingId::LowDisk
+                && f.detail.contains(&format!("free in {}, ", real.display()))),
+            "{out}"
+        );
+        assert!(
+            !ids(&findings).contains(&FindingId::ProbeIncomplete),
+            "{out}"
+        );
+
+        let (out, err) = run_with_path(
+            &bin,
+            dir.path(),
+            &probe_script("nowhere/up", "/dev/null", 1 << 60),
+        );
+        assert!(err.is_empty(), "{err}");
+        let findings = parse(&out);
+        assert!(out.ends_with("KB_PF_DONE\n"), "{out}");
+        assert!(!ids(&findings).contains(&FindingId::LowDisk), "{out}");
+        let incomplete: Vec<&Finding> = findings
+            .iter()
+            .filter(|f| f.id == FindingId::ProbeIncomplete)
+            .collect();
+        assert_eq!(incomplete.len(), 1, "{out}");
+        assert_eq!(
+            incomplete[0].detail,
+            "the noexec and free disk checks did not run: no directory holds nowhere/up"
+        );
+    }
+
+    /// A `df` that fails (or is missing) is a `probe_incomplete` finding with its words,
+    /// never a disk that passed: it was skipped without a word.
+    #[test]
+    fn a_disk_check_that_cannot_run_is_reported_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let tools: Vec<&str> = PROBE_TOOLS.iter().copied().filter(|t| *t != "df").collect();
+        let bin = bin_of(dir.path(), &tools);
+        let up = dir.path().join("up");
+        let script = probe_script(up.to_str().unwrap(), "/dev/null", 1);
+        let real = dir.path().canonicalize().unwrap();
+        let incomplete = |out: &str| -> Vec<String> {
+            assert!(out.ends_with("KB_PF_DONE\n"), "{out}");
+            parse(out)
+                .into_iter()
+                .filter(|f| f.id == FindingId::ProbeIncomplete)
+                .map(|f| f.detail)
+                .collect()
+        };
+        // No df at all: the shell's words.
+        let (out, err) = run_with_path(&bin, dir.path(), &script);
+        assert!(err.is_empty(), "{err}");
+        let found = incomplete(&out);
+        assert_eq!(found.len(), 1, "{out}");
+        assert!(
+            found[0].starts_with(&format!(
+                "the free disk check did not run: df -Pk {} failed: ",
+                real.display()
+            )) && found[0].contains("df: not found"),
+            "{}",
+            found[0]
+        );
+        // A df that fails: its words.
+        let df = bin.join("df");
+        std::fs::write(
+            &df,
+            "#!/bin/sh\necho \"df: $2: Input/output error\" >&2\nexit 1\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&df, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let (out, err) = run_with_path(&bin, dir.path(), &script);
+        assert!(err.is_empty(), "{err}");
+        assert_eq!(
+            incomplete(&out),
+            [format!(
+                "the free disk check did not run: df -Pk {0} failed: df: {0}: Input/output error",
+                real.display()
+            )],
+            "{out}"
+        );
+        // A df that succeeds with no free size in its answer.
+        std::fs::write(&df, "#!/bin/sh\necho 'Filesystem 1024-blocks Used'\n").unwrap();
+        let (out, err) = run_with_path(&bin, dir.path(), &script);
+        assert!(err.is_empty(), "{err}");
+        assert_eq!(
+            incomplete(&out),
+            [format!(
+                "the free disk check did not run: df -Pk {} told no free size: Filesystem 1024-blocks Used",
+                real.display()
+            )],
+            "{out}"
+        );
+        // No upload to make: no disk check, so nothing to report.
+        let none = probe_script(up.to_str().unwrap(), "/dev/null", 0);
+        let (out, _) = run_with_path(&bin, dir.path(), &none);
+        assert_eq!(incomplete(&out), Vec::<String>::new());
     }
 
     #[test]
@@ -425,11 +571,11 @@ mod tests {
                 "{id}"
             );
             assert_eq!(FindingId::from_probe(id.as_str()), Some(id));
-            // Two are found on the control host: a probe that stopped short, and an image
-            // neither the runtime lists nor an archive provides (`kubeedge::images`).
+            // One is found on the control host only: an image neither the runtime lists
+            // nor an archive provides (`kubeedge::images`). A probe that stopped short is
+            // found there too, and a check the probe could not run on the node.
             assert!(
-                probe_script("/x", "/s", 1).contains(id.as_str())
-                    || matches!(id, FindingId::ProbeIncomplete | FindingId::ImageMissing),
+                probe_script("/x", "/s", 1).contains(id.as_str()) || id == FindingId::ImageMissing,
                 "{id}"
             );
         }

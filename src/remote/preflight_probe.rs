@@ -66,23 +66,43 @@ if [ -n "$s" ] && [ ! -S "$s" ]; then
   pf runtime_socket_missing "$d"
 fi
 # 4 and 5 look at the upload dir or, before its first upload, its nearest existing parent.
+# Each step cuts the last component off by parameter expansion (a node may have no
+# dirname, and `$(dirname ...)` failing left the walk looping to the step's deadline), so
+# the walk ends at / at the latest; one that reaches no directory leaves 4 and 5 undone.
 e=$UP
-while [ ! -d "$e" ]; do e=$(dirname "$e"); done
-e=$(cd "$e" 2>/dev/null && pwd -P) || e=/
-# The mount that holds it is the longest mount point that prefixes it; of equals, the
-# last one listed is on top. Mount points are octal-escaped in the table.
-r=$(awk -v p="$e" '{ m = $2; gsub(/\\040/, " ", m); gsub(/\\011/, "\t", m)
-  if ((m == "/" || p == m || index(p, m "/") == 1) && length(m) >= best) { best = length(m); o = $4; mp = m } }
-  END { if (mp != "") print o " " mp }' "$MOUNTS" 2>/dev/null)
-case ",${r%% *}," in
-  *,noexec,*) pf upload_dir_noexec "$e is on ${r#* }, mounted noexec" ;;
-esac
-if [ "$NEED_KIB" -gt 0 ]; then
-  free=$(df -Pk "$e" 2>/dev/null | awk 'NR == 2 { print $4 }')
-  case $free in
-    ''|*[!0-9]*) ;;
-    *) [ "$free" -lt "$NEED_KIB" ] && pf low_disk "$free $NEED_KIB $e" ;;
+while [ ! -d "$e" ]; do
+  case $e in
+    /) e=; break ;;
+    */*) e=${e%/*}; e=${e:-/} ;;
+    *) e=; break ;;
   esac
+done
+if [ -z "$e" ]; then
+  pf probe_incomplete "the noexec and free disk checks did not run: no directory holds $UP"
+else
+  e=$(cd "$e" 2>/dev/null && pwd -P) || e=/
+  # The mount that holds it is the longest mount point that prefixes it; of equals, the
+  # last one listed is on top. Mount points are octal-escaped in the table.
+  r=$(awk -v p="$e" '{ m = $2; gsub(/\\040/, " ", m); gsub(/\\011/, "\t", m)
+    if ((m == "/" || p == m || index(p, m "/") == 1) && length(m) >= best) { best = length(m); o = $4; mp = m } }
+    END { if (mp != "") print o " " mp }' "$MOUNTS" 2>/dev/null)
+  case ",${r%% *}," in
+    *,noexec,*) pf upload_dir_noexec "$e is on ${r#* }, mounted noexec" ;;
+  esac
+  # A df that fails or tells no free size is a check that did not run, in df's words
+  # (asked again for them: the probe writes no file to keep them in), never a pass.
+  if [ "$NEED_KIB" -gt 0 ]; then
+    if ! d=$(df -Pk "$e" 2>/dev/null); then
+      why=$(df -Pk "$e" 2>&1 >/dev/null | head -n 3 | tr '\n' ' ')
+      pf probe_incomplete "the free disk check did not run: df -Pk $e failed: ${why:-it said nothing}"
+    else
+      free=$(printf '%s\n' "$d" | awk 'NR == 2 { print $4 }')
+      case $free in
+        ''|*[!0-9]*) pf probe_incomplete "the free disk check did not run: df -Pk $e told no free size: $(printf '%s\n' "$d" | head -n 3 | tr '\n' ' ')" ;;
+        *) [ "$free" -lt "$NEED_KIB" ] && pf low_disk "$free $NEED_KIB $e" ;;
+      esac
+    fi
+  fi
 fi
 # 6. keadm runs `bash -c "pidof edgecore"`, `/bin/bash <pre-run>` and its service start.
 has bash || pf bash_missing "no bash on PATH ($PATH)"

@@ -808,6 +808,34 @@ mod tests {
         assert!(facts.machine.is_some());
     }
 
+    /// A name the runtime lists that is no reference by the distribution spec's grammar
+    /// (containerd stores any name `ctr images tag` is given) is left out of the listing:
+    /// the rest of it stands, the list counts as listed, and nothing is an error. keadm
+    /// asks for no such name, so leaving it out costs nothing.
+    #[test]
+    fn a_listed_name_that_is_no_reference_is_left_out_of_the_listing() {
+        let output = "KB_RT_SOCKET /run/containerd/containerd.sock\nKB_RT_KIND containerd\n\
+            KB_RT_EXACT\n\
+            KB_RT_IMAGE docker.io/kubeedge/-x:1\n\
+            KB_RT_IMAGE docker.io/library/.hidden:1\n\
+            KB_RT_IMAGE docker.io/kubeedge/x__-y:1\n\
+            KB_RT_IMAGE -registry.io/x:1\n\
+            KB_RT_IMAGE docker.io/kubeedge/installation-package:v1.23.1\n\
+            KB_RT_LISTED\nKB_RT_SANDBOX registry.k8s.io/.pause:3.6\nKB_RT_DONE\n";
+        let facts = parse_runtime_facts(output).unwrap();
+        assert_eq!(
+            facts.images,
+            [ImageRef::parse("kubeedge/installation-package:v1.23.1").unwrap()]
+        );
+        assert!(facts.listed && facts.done, "{facts:?}");
+        assert_eq!(facts.list_error, None);
+        assert_eq!(facts.sandbox, None, "{facts:?}");
+        assert_eq!(
+            facts.runtime.map(|r| r.name()).as_deref(),
+            Some("containerd (/run/containerd/containerd.sock)")
+        );
+    }
+
     /// Issue 29, finding 8: a CLI that fails to list (crictl for a containerd without
     /// ctr, isula) is a list that failed, in the CLI's words, never an empty list: its
     /// status was lost in the pipe to awk, and the image check then said every image

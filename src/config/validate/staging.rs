@@ -237,7 +237,7 @@ pub(super) fn extra_images(v: &mut Validator, keadm: &KeadmSection) -> Vec<Image
                 None,
                 format!(
                     "keadm.extraImages lists `{}`, which is not an image reference: {reason}",
-                    entry.value
+                    safe_name::shown(&entry.value)
                 ),
                 "write the image as you would pull it, such as docker.io/kubeedge/edgemesh-agent:v1.15.0 or registry.example:5000/site/app:1.2",
             ),
@@ -376,6 +376,23 @@ mod tests {
         ] {
             assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
         }
+        // A component the distribution spec forbids (which `batch bundle` would have named
+        // an archive after: `-agent_v1.15.0.tar`), and an entry with a control character,
+        // shown escaped in the whole line as in its reason.
+        let text = GOOD.replace(
+            "  archGroup: [amd64]\n",
+            "  archGroup: [amd64]\n  extraImages:\n    - kubeedge/-agent:v1.15.0\n    - \"site/a\\e[2Jpp:1\"\n",
+        );
+        let (config, diags) = check(&text);
+        assert!(config.is_none());
+        let all = rendered(&diags);
+        for needle in [
+            "c.yaml:5:7: keadm.extraImages lists `kubeedge/-agent:v1.15.0`, which is not an image reference: the repository \"kubeedge/-agent\" in \"kubeedge/-agent:v1.15.0\" is not a valid name: its component \"-agent\" does not follow the distribution spec's rule for a path component, ",
+            "c.yaml:6:7: keadm.extraImages lists `site/a\\u{1b}[2Jpp:1`, which is not an image reference: the repository \"site/a\\u{1b}[2Jpp\"",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+        assert!(!all.contains('\u{1b}'), "{all}");
         let (config, diags) = check(&GOOD.replace(
             "  archGroup: [amd64]\n",
             "  archGroup: [amd64]\n  extraImages: docker.io/kubeedge/edgemesh-agent:v1.15.0\n",
