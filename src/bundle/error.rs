@@ -238,6 +238,13 @@ pub enum BundleError {
     },
 
     #[error(
+        "The registry {registry} sent headers for the image {image} that are larger than the \
+         HTTP client takes (408 KiB, 100 headers), which no registry sends, so the answer was \
+         refused. Check the registry, or use another one (--registry-mirror)."
+    )]
+    HeadersTooLarge { image: String, registry: String },
+
+    #[error(
         "The registry {registry} sent a manifest for the image {image} that cannot be used: \
          {reason}. Check that it is a Docker (schema 2) or OCI image."
     )]
@@ -318,6 +325,7 @@ impl BundleError {
             | BadManifest { .. }
             | NoPlatform { .. }
             | DigestMismatch { .. }
+            | HeadersTooLarge { .. }
             | TooLarge { .. } => Failure::Fetch,
             NoKit { .. } | ExtractInto { .. } | ArchivePlace { .. } => Failure::Usage,
             KitBroken { .. }

@@ -198,6 +198,7 @@ impl BundleSettings {
             max_blob_bytes: max_package_bytes,
             retries: crate::stage::DEFAULT_RETRIES,
             retry_base_delay: Duration::from_secs(1),
+            timeout: Duration::from_secs(60),
             docker_config,
             meters: progress,
         };

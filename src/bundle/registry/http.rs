@@ -4,7 +4,6 @@
 //! backoff.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::time::Duration;
 
 use base64::Engine;
@@ -12,6 +11,7 @@ use reqwest::StatusCode;
 use reqwest::blocking::Response;
 use reqwest::header::{ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
 
+use super::body::{BodyFailure, MAX_ERROR_BYTES, MAX_TOKEN_BYTES, limit_text, read_whole};
 use super::{Failure, Place, Registry, bad_manifest};
 use crate::backoff::backoff;
 use crate::bundle::error::BundleError;
@@ -45,6 +45,12 @@ impl Registry {
                         registry: place.label.clone(),
                         attempts: 1,
                         error: error_chain(&e),
+                    })
+                } else if error_chain(&e).contains(HEAD_TOO_LARGE) {
+                    // The same answer every time: no use trying again.
+                    Failure::from(BundleError::HeadersTooLarge {
+                        image: image.to_string(),
+                        registry: place.label.clone(),
                     })
                 } else {
                     Failure::Transient(error_chain(&e))
@@ -133,11 +139,16 @@ impl Registry {
                 status_text(status)
             )));
         }
-        let mut body = Vec::new();
-        response
-            .take(1 << 20)
-            .read_to_end(&mut body)
-            .map_err(|e| token_error(error_chain(&e)))?;
+        let body =
+            read_whole(response, MAX_TOKEN_BYTES, self.settings.timeout).map_err(|failure| {
+                match failure {
+                    BodyFailure::TooLarge => token_error(format!(
+                        "its answer is larger than {}, which no token is",
+                        limit_text(MAX_TOKEN_BYTES)
+                    )),
+                    BodyFailure::Broken(reason) => token_error(reason),
+                }
+            })?;
         let answer: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| token_error(format!("its answer is not JSON ({e})")))?;
         let token = answer
@@ -203,7 +214,11 @@ impl Registry {
             (StatusCode::NOT_FOUND, None) => BundleError::NotFound {
                 image: image.to_string(),
                 registry: place.label.clone(),
-                status: format!("{}{}", status_text(status), registry_error_code(response)),
+                status: format!(
+                    "{}{}",
+                    status_text(status),
+                    registry_error_code(response, self.settings.timeout)
+                ),
             },
             (StatusCode::NOT_FOUND, Some(what)) => bad_manifest(
                 image,
@@ -219,6 +234,10 @@ impl Registry {
         Err(Failure::from(error))
     }
 }
+
+/// hyper's words for an answer whose head is more than its buffer (408 KiB) or has more
+/// than 100 headers; reqwest does not tell that apart otherwise.
+const HEAD_TOO_LARGE: &str = "message head is too large";
 
 /// Runs `attempt` up to `1 + retries` times, with backoff between attempts.
 pub(super) fn with_retries<T>(
@@ -265,9 +284,8 @@ pub(super) fn with_retries<T>(
 }
 
 /// ` (MANIFEST_UNKNOWN)`: the registry's error code from a JSON error body, when there is one.
-fn registry_error_code(response: Response) -> String {
-    let mut body = Vec::new();
-    let _ = response.take(64 * 1024).read_to_end(&mut body);
+fn registry_error_code(response: Response, within: Duration) -> String {
+    let body = read_whole(response, MAX_ERROR_BYTES, within).unwrap_or_default();
     serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| {
@@ -325,6 +343,93 @@ fn status_text(status: StatusCode) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::Arch;
+    use crate::bundle::registry::RegistrySettings;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    /// A registry on loopback that reads each request's head and then does `answer` on
+    /// the connection (which may never end); its base URL.
+    fn serve(answer: fn(&mut TcpStream)) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                        line.clear();
+                    }
+                    answer(&mut stream);
+                });
+            }
+        });
+        url
+    }
+
+    /// What resolving an image from the registry at `url` ends with, and how long it
+    /// took, with a timeout of 0.3 s and one retry; `None` when it has not ended after
+    /// 10 s.
+    fn resolve_from(url: &str) -> Option<(BundleError, Duration)> {
+        let settings = RegistrySettings {
+            mirrors: vec![("registry.example".into(), url.into())],
+            insecure_http: true,
+            max_blob_bytes: 1 << 20,
+            retries: 1,
+            retry_base_delay: Duration::from_millis(10),
+            timeout: Duration::from_millis(300),
+            docker_config: None,
+            meters: crate::stage::Meters::Off,
+        };
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let image = ImageRef::parse("registry.example/app:1").unwrap();
+            let result = Registry::new(settings).and_then(|mut r| r.resolve(&image, Arch::Amd64));
+            let _ = sender.send((result.err(), start.elapsed()));
+        });
+        let (error, took) = receiver.recv_timeout(Duration::from_secs(10)).ok()?;
+        Some((error.expect("the registry sent no manifest"), took))
+    }
+
+    #[test]
+    fn a_registry_that_never_answers_fails_at_the_timeout() {
+        let url = serve(|_| std::thread::sleep(Duration::from_secs(30)));
+        let (error, took) = resolve_from(&url).expect("resolving never ended");
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "Cannot reach {url} (the mirror for registry.example) for the image registry.example/app:1 after 2 attempt(s): "
+            )) && text.contains("timed out"),
+            "{text}"
+        );
+        assert!(took < Duration::from_secs(3), "{took:?}");
+    }
+
+    /// A manifest that comes one byte at a time, each well within the timeout, must still
+    /// arrive whole within it: reads that each succeed do not make a deadline.
+    #[test]
+    fn a_manifest_that_trickles_in_fails_at_the_timeout() {
+        let url = serve(|stream| {
+            let head = "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n{";
+            let _ = stream.write_all(head.as_bytes());
+            while stream.write_all(b" ").is_ok() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let (error, took) = resolve_from(&url).expect("resolving never ended");
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "Cannot reach {url} (the mirror for registry.example) for the image registry.example/app:1 after 2 attempt(s): the answer did not arrive whole within 0.3 s."
+            )),
+            "{text}"
+        );
+        assert!(took < Duration::from_secs(3), "{took:?}");
+    }
 
     #[test]
     fn challenges_are_parsed_with_quotes_and_commas() {
