@@ -245,6 +245,18 @@ pub enum BundleError {
     HeadersTooLarge { image: String, registry: String },
 
     #[error(
+        "The {what} of the image {image} from {registry} is longer than the {size} bytes its \
+         manifest gives: the registry sent more, so the download was cut off at that size, and \
+         nothing was written for this image. Retry, or check the registry."
+    )]
+    Oversized {
+        image: String,
+        registry: String,
+        what: String,
+        size: u64,
+    },
+
+    #[error(
         "The registry {registry} sent a manifest for the image {image} that cannot be used: \
          {reason}. Check that it is a Docker (schema 2) or OCI image."
     )]
@@ -326,6 +338,7 @@ impl BundleError {
             | NoPlatform { .. }
             | DigestMismatch { .. }
             | HeadersTooLarge { .. }
+            | Oversized { .. }
             | TooLarge { .. } => Failure::Fetch,
             NoKit { .. } | ExtractInto { .. } | ArchivePlace { .. } => Failure::Usage,
             KitBroken { .. }

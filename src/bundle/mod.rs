@@ -404,8 +404,7 @@ fn fill(kit: &mut KitDir, settings: &BundleSettings) -> Result<Vec<(String, Hold
             let (platform, config) = match &resolved.platform {
                 Some(platform) => (platform.clone(), None),
                 None => {
-                    let config =
-                        registry.blob(image, &resolved.config, "config", scratch.path())?;
+                    let config = registry.config(image, &resolved.config, scratch.path())?;
                     let bytes = std::fs::read(config.path())
                         .map_err(|e| BundleError::io("read", config.path(), e))?;
                     let platform = registry::platform_for(arch, registry::config_platform(&bytes))
@@ -487,14 +486,14 @@ fn pull(
     let config = match &wanted.config {
         Some(config) => config,
         None => {
-            fetched = registry.blob(image, &resolved.config, "config", scratch)?;
+            fetched = registry.config(image, &resolved.config, scratch)?;
             &fetched
         }
     };
     let mut layers = Vec::new();
     for (i, layer) in resolved.layers.iter().enumerate() {
         let what = format!("layer {} for {platform}", i + 1);
-        layers.push(registry.blob(image, layer, &what, scratch)?);
+        layers.push(registry.layer(image, layer, &what, scratch)?);
     }
     let mut blobs = vec![Blob {
         digest: &resolved.config.digest,

@@ -157,6 +157,87 @@ fn a_manifest_of_gigabytes_is_refused_at_4_mib() {
     assert_eq!(releases.total_hits(), 0, "manifests come first");
 }
 
+/// A layer whose registry sends more than the manifest's size for it, endlessly or with
+/// a length that says so, is cut off at that size (announced: not read at all), and the
+/// bundle removes what it wrote.
+#[test]
+fn a_layer_longer_than_its_manifest_says_is_cut_off_at_its_size() {
+    let tmp = site();
+    let registry = HostileRegistry::start("127.0.0.1");
+    let images = serve_images(&registry);
+    let releases = release_server("#!/bin/sh\n");
+    let layer = blob_path("pause", &images.pause.layer);
+    let size = images.pause.layer.len();
+    for reply in [
+        Reply::zeros(8 << 30, Framing::Length),
+        Reply::endless(Framing::Close),
+        Reply::endless(Framing::Chunked),
+    ] {
+        registry.reply(&layer, reply);
+        let run = measured(plain_bundle(tmp.path(), &registry, &releases));
+        refused_leaving_nothing(tmp.path(), &run);
+        run.0.stderr_has(&format!(
+            "The layer 1 for linux/amd64 of the image {PAUSE} from {} is longer than the {size} bytes its manifest gives: the registry sent more, so the download was cut off at that size, and nothing was written for this image.",
+            mirror(&registry)
+        ));
+        assert_eq!(registry.hits(&layer), 1, "not retried");
+        registry.clear_requests();
+    }
+}
+
+/// An image config is read into memory, so it is held to the size of a manifest; and an
+/// image whose config and layers together are more than `--max-package-bytes` is refused
+/// as soon as its manifest is read: before any release or blob is downloaded.
+#[test]
+fn a_config_or_an_image_too_large_is_refused_before_anything_is_downloaded() {
+    let tmp = site();
+    let registry = HostileRegistry::start("127.0.0.1");
+    let images = serve_images(&registry);
+    let releases = release_server("#!/bin/sh\n");
+    let config = blob_path("pause", &images.pause.config);
+    let spoiled = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut manifest: serde_json::Value =
+            serde_json::from_slice(&images.pause.manifest).unwrap();
+        edit(&mut manifest);
+        registry.reply(
+            PAUSE_MANIFEST,
+            Reply::ok(serde_json::to_vec(&manifest).unwrap()),
+        );
+    };
+    spoiled(&|m| m["config"]["size"] = (64u64 << 20).into());
+    let run = measured(plain_bundle(tmp.path(), &registry, &releases));
+    refused_leaving_nothing(tmp.path(), &run);
+    run.0.stderr_has(&format!(
+        "The registry {} sent a manifest for the image {PAUSE} that cannot be used: its config is 67108864 bytes, more than the 4 MiB (4194304 bytes) an image config may be.",
+        mirror(&registry)
+    ));
+    assert_eq!(registry.hits(&config), 0);
+
+    // Three layers of 400 KiB each are within a limit of 1 MiB, but not together.
+    spoiled(&|m| {
+        let layer = m["layers"][0].clone();
+        m["layers"] = (0..3u8)
+            .map(|i| {
+                let mut layer = layer.clone();
+                layer["digest"] = sha256(&[i]).into();
+                layer["size"] = (400u64 << 10).into();
+                layer
+            })
+            .collect();
+    });
+    let limited =
+        plain_bundle(tmp.path(), &registry, &releases).args(["--max-package-bytes", "1MiB"]);
+    let run = measured(limited);
+    refused_leaving_nothing(tmp.path(), &run);
+    let total = 3 * (400 << 10) + images.pause.config.len();
+    run.0.stderr_has(&format!(
+        "The build for amd64 (its config and 3 layers together) of the image {PAUSE} at {} is {total} bytes, more than the limit of 1048576 bytes (--max-package-bytes).",
+        mirror(&registry)
+    ));
+    assert_eq!(releases.total_hits(), 0, "refused before any release");
+    assert_eq!(registry.hits(&config), 0, "refused before any blob");
+}
+
 /// The docker config's login for `host` (`user:password`), in `dir/docker`.
 fn docker_login(dir: &Path, host: &str, login: &str) -> std::path::PathBuf {
     use base64::Engine;

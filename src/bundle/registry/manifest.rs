@@ -187,6 +187,7 @@ impl Registry {
                 )
             })?;
         }
+        self.check_sizes(image, &place, arch, &config, &layers)?;
         Ok(Resolved {
             manifest,
             config,
@@ -194,6 +195,50 @@ impl Registry {
             platform,
             registry: place.label,
         })
+    }
+
+    /// Refuses, before anything is downloaded, a `config` larger than a manifest may be
+    /// (it is read into memory) and an image whose blobs together are more than
+    /// `--max-package-bytes`: what a registry makes the bundle write for one image is
+    /// bounded by what its manifest declares (`blob` holds each blob to its size).
+    fn check_sizes(
+        &self,
+        image: &ImageRef,
+        place: &Place,
+        arch: Arch,
+        config: &Descriptor,
+        layers: &[Descriptor],
+    ) -> Result<(), BundleError> {
+        if config.size > MAX_DOCUMENT_BYTES {
+            return Err(bad_manifest(
+                image,
+                place,
+                &format!(
+                    "its config is {} bytes, more than the {} an image config may be",
+                    config.size,
+                    limit_text(MAX_DOCUMENT_BYTES)
+                ),
+            ));
+        }
+        let limit = self.settings.max_blob_bytes;
+        let total = layers
+            .iter()
+            .try_fold(config.size, |sum, layer| sum.checked_add(layer.size))
+            .unwrap_or(u64::MAX);
+        if total > limit {
+            let layers = match layers.len() {
+                1 => "1 layer".to_string(),
+                n => format!("{n} layers"),
+            };
+            return Err(BundleError::TooLarge {
+                image: image.to_string(),
+                registry: place.label.clone(),
+                what: format!("build for {arch} (its config and {layers} together)"),
+                size: total,
+                limit,
+            });
+        }
+        Ok(())
     }
 
     /// The manifest `reference` (a tag or a digest) of `image`'s repository, verified
