@@ -238,6 +238,18 @@ pub enum BundleError {
     },
 
     #[error(
+        "The registry {registry} redirected the request for the image {image} to the plain-HTTP \
+         address {to}, so it was not sent: whoever is on the network path could read or swap \
+         what comes back. Use a registry or mirror whose redirects stay on https, or pass \
+         --insecure-http to accept the risk on a network you trust."
+    )]
+    PlainHttpRedirect {
+        image: String,
+        registry: String,
+        to: String,
+    },
+
+    #[error(
         "The registry {registry} sent headers for the image {image} that are larger than the \
          HTTP client takes (408 KiB, 100 headers), which no registry sends, so the answer was \
          refused. Check the registry, or use another one (--registry-mirror)."
@@ -337,6 +349,7 @@ impl BundleError {
             | BadManifest { .. }
             | NoPlatform { .. }
             | DigestMismatch { .. }
+            | PlainHttpRedirect { .. }
             | HeadersTooLarge { .. }
             | Oversized { .. }
             | TooLarge { .. } => Failure::Fetch,

@@ -238,6 +238,42 @@ fn a_config_or_an_image_too_large_is_refused_before_anything_is_downloaded() {
     assert_eq!(registry.hits(&config), 0, "refused before any blob");
 }
 
+/// An https registry that redirects to plain HTTP, for a manifest or a blob, is refused
+/// before the request goes out in plain text: the plain-HTTP server sees nothing.
+#[test]
+fn an_https_registry_that_redirects_to_plain_http_is_refused_before_the_request() {
+    let tmp = site();
+    let tls = HostileRegistry::start_tls("127.0.0.1");
+    let images = serve_images(&tls);
+    let plain = HostileRegistry::start("127.0.0.1");
+    serve_images(&plain);
+    let config = blob_path("pause", &images.pause.config);
+    for path in [PAUSE_MANIFEST.to_string(), config.clone()] {
+        serve_images(&tls);
+        tls.reply(&path, Reply::redirect(&plain.url(&path)));
+        // The releases are never reached: the manifests and configs come first.
+        let run = measured(
+            bundle(tmp.path(), &tls.base_url(), "https://127.0.0.1:1/releases")
+                .env("SSL_CERT_FILE", tls.certificate()),
+        );
+        refused_leaving_nothing(tmp.path(), &run);
+        run.0.stderr_has(&format!(
+            "The registry {} redirected the request for the image {PAUSE} to the plain-HTTP address {}, so it was not sent: whoever is on the network path could read or swap what comes back.",
+            mirror(&tls),
+            plain.url(&path)
+        ));
+        assert_eq!(plain.requests().len(), 0, "{path} went out in plain text");
+    }
+    // With --insecure-http the operator accepts plain HTTP, redirects included.
+    let releases = release_server("#!/bin/sh\n");
+    bundle(tmp.path(), &tls.base_url(), &releases.url("/releases"))
+        .arg("--insecure-http")
+        .env("SSL_CERT_FILE", tls.certificate())
+        .run()
+        .status(0);
+    assert_eq!(plain.hits(&config), 1, "the config came over plain HTTP");
+}
+
 /// The docker config's login for `host` (`user:password`), in `dir/docker`.
 fn docker_login(dir: &Path, host: &str, login: &str) -> std::path::PathBuf {
     use base64::Engine;
@@ -294,6 +330,53 @@ fn a_redirect_to_another_host_carries_no_credentials() {
     assert_eq!(elsewhere.len(), 2, "both blobs came from the other host");
     for request in elsewhere {
         assert_eq!(request.header("authorization"), None, "{request:?}");
+    }
+}
+
+/// A token realm the registry names elsewhere gets the login only over https, as the
+/// docker client sends it (Docker Hub's realm is auth.docker.io): a plain-HTTP realm on
+/// another host gets an anonymous token request, whatever its URL holds.
+#[test]
+fn a_token_realm_on_another_host_gets_the_login_only_over_https() {
+    let releases = release_server("#!/bin/sh\n");
+    for tls in [false, true] {
+        let tmp = site();
+        let registry = HostileRegistry::start("127.0.0.1");
+        serve_images(&registry);
+        let host = registry
+            .base_url()
+            .trim_start_matches("http://")
+            .to_string();
+        let tokens = if tls {
+            HostileRegistry::start_tls("127.0.0.2")
+        } else {
+            HostileRegistry::start("127.0.0.2")
+        };
+        tokens.reply("/token", Reply::ok(r#"{"token": "t0k3n"}"#));
+        // The realm's URL names the registry's host, which must not count as the same host.
+        registry.require(
+            "Bearer t0k3n",
+            &format!(
+                r#"Bearer realm="{}?via=://{host}/",service="hostile""#,
+                tokens.url("/token")
+            ),
+        );
+        let docker = docker_login(tmp.path(), &host, "puller:s3cret");
+        let mut test = plain_bundle(tmp.path(), &registry, &releases).env("DOCKER_CONFIG", &docker);
+        if tls {
+            test = test.env("SSL_CERT_FILE", tokens.certificate());
+        }
+        test.run().status(0);
+        let asked = tokens.requests();
+        assert!(!asked.is_empty());
+        let expected = tls.then(|| basic("puller:s3cret"));
+        for request in asked {
+            assert_eq!(
+                request.header("authorization"),
+                expected.as_deref(),
+                "tls {tls}: {request:?}"
+            );
+        }
     }
 }
 

@@ -20,10 +20,13 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use super::http_server::self_signed_acceptor;
 
 /// How an answer's body is delimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +151,14 @@ impl HostileRegistry {
         HostileRegistry::spawn(address, None)
     }
 
+    /// An https registry on `address`, with a throwaway certificate for it that clients
+    /// trust through [`HostileRegistry::certificate`].
+    pub fn start_tls(address: &str) -> HostileRegistry {
+        let dir = tempfile::tempdir().unwrap();
+        let acceptor = self_signed_acceptor(dir.path(), address);
+        HostileRegistry::spawn(address, Some((acceptor, dir)))
+    }
+
     fn spawn(
         address: &str,
         tls: Option<(native_tls::TlsAcceptor, tempfile::TempDir)>,
@@ -192,6 +203,15 @@ impl HostileRegistry {
     /// `base_url()` + `path` (which starts with `/`).
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url())
+    }
+
+    /// The certificate (PEM) of a TLS registry.
+    pub fn certificate(&self) -> PathBuf {
+        self.tls_dir
+            .as_ref()
+            .expect("a TLS registry")
+            .path()
+            .join("cert.pem")
     }
 
     /// Answers requests for `path` (without its query) with `reply`.

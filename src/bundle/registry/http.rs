@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use base64::Engine;
 use reqwest::StatusCode;
-use reqwest::blocking::Response;
+use reqwest::blocking::{RequestBuilder, Response};
 use reqwest::header::{ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
+use reqwest::redirect::Policy;
 
 use super::body::{BodyFailure, MAX_ERROR_BYTES, MAX_TOKEN_BYTES, limit_text, read_whole};
 use super::{Failure, Place, Registry, bad_manifest};
@@ -38,24 +39,7 @@ impl Registry {
             if let Some(auth) = self.auth.get(&key) {
                 request = request.header(AUTHORIZATION, auth);
             }
-            let response = request.send().map_err(|e| {
-                if e.is_builder() || e.is_redirect() {
-                    Failure::from(BundleError::Unreachable {
-                        image: image.to_string(),
-                        registry: place.label.clone(),
-                        attempts: 1,
-                        error: error_chain(&e),
-                    })
-                } else if error_chain(&e).contains(HEAD_TOO_LARGE) {
-                    // The same answer every time: no use trying again.
-                    Failure::from(BundleError::HeadersTooLarge {
-                        image: image.to_string(),
-                        registry: place.label.clone(),
-                    })
-                } else {
-                    Failure::Transient(error_chain(&e))
-                }
-            })?;
+            let response = send(request, image, place)?;
             if response.status() == StatusCode::UNAUTHORIZED && !challenged {
                 challenged = true;
                 let challenge = response
@@ -121,14 +105,19 @@ impl Registry {
         }
         let url = reqwest::Url::parse_with_params(&realm, &query)
             .map_err(|e| token_error(format!("the realm is not a URL ({e})")))?;
+        // The login goes where basic auth would send it (the registry's own origin), or
+        // to a realm over https, as the docker client sends it (Docker Hub's realm is
+        // auth.docker.io): a registry could ask for it with basic auth anyway. Never in
+        // plain text to another host, whatever the realm's URL holds.
+        let login_goes = url.scheme() == "https" || same_origin(&url, &place.base);
         let mut request = self.client.get(url);
-        // The login goes only where the registry itself is, or over https.
-        if let Some(login) = &login
-            && (realm.starts_with("https://") || realm.contains(&format!("://{}/", place.host)))
-        {
+        if let Some(login) = login.as_ref().filter(|_| login_goes) {
             request = request.basic_auth(&login.user, Some(&login.password));
         }
-        let response = request.send().map_err(|e| token_error(error_chain(&e)))?;
+        let response = send(request, image, place).map_err(|failure| match failure {
+            Failure::Transient(error) => token_error(error),
+            other => other,
+        })?;
         let status = response.status();
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             return Err(Failure::from(self.refused(image, place, status)));
@@ -235,9 +224,90 @@ impl Registry {
     }
 }
 
+/// Sends `request` for `image`. What fails the same way every time is fatal: a malformed
+/// URL, a redirect loop, a redirect from https to plain HTTP (refused before it is
+/// followed, see [`redirect_policy`]), headers past what the HTTP client takes; anything
+/// else is worth another attempt.
+fn send(request: RequestBuilder, image: &ImageRef, place: &Place) -> Result<Response, Failure> {
+    request.send().map_err(|e| {
+        if let Some(refused) = inner::<PlainHttpRedirect>(&e) {
+            Failure::from(BundleError::PlainHttpRedirect {
+                image: image.to_string(),
+                registry: place.label.clone(),
+                to: refused.0.clone(),
+            })
+        } else if e.is_builder() || e.is_redirect() {
+            Failure::from(BundleError::Unreachable {
+                image: image.to_string(),
+                registry: place.label.clone(),
+                attempts: 1,
+                error: error_chain(&e),
+            })
+        } else if error_chain(&e).contains(HEAD_TOO_LARGE) {
+            Failure::from(BundleError::HeadersTooLarge {
+                image: image.to_string(),
+                registry: place.label.clone(),
+            })
+        } else {
+            Failure::Transient(error_chain(&e))
+        }
+    })
+}
+
 /// hyper's words for an answer whose head is more than its buffer (408 KiB) or has more
 /// than 100 headers; reqwest does not tell that apart otherwise.
 const HEAD_TOO_LARGE: &str = "message head is too large";
+
+/// The most redirects one request follows, as reqwest's default policy.
+const MAX_REDIRECTS: usize = 10;
+
+/// A redirect from https to the plain-HTTP address it holds, not followed.
+#[derive(Debug)]
+struct PlainHttpRedirect(String);
+
+impl std::fmt::Display for PlainHttpRedirect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a redirect from https to the plain-HTTP address {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for PlainHttpRedirect {}
+
+/// How the client follows redirects: as reqwest does (which drops the `Authorization`
+/// header when the scheme, host or port changes), but never from https to plain HTTP
+/// unless `insecure_http`: checking the answer's URL afterwards would be too late, the
+/// request (and whatever it carries) would have gone out in plain text.
+pub(super) fn redirect_policy(insecure_http: bool) -> Policy {
+    Policy::custom(move |attempt| {
+        if attempt.previous().len() > MAX_REDIRECTS {
+            return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+        }
+        let from_https = attempt.previous().iter().any(|u| u.scheme() == "https");
+        if from_https && attempt.url().scheme() == "http" && !insecure_http {
+            let to = attempt.url().to_string();
+            return attempt.error(PlainHttpRedirect(to));
+        }
+        attempt.follow()
+    })
+}
+
+/// The error of type `T` in `error`'s chain of sources.
+fn inner<'a, T: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(found) = error.downcast_ref::<T>() {
+            return Some(found);
+        }
+        next = error.source();
+    }
+    None
+}
 
 /// Runs `attempt` up to `1 + retries` times, with backoff between attempts.
 pub(super) fn with_retries<T>(
@@ -297,6 +367,15 @@ fn registry_error_code(response: Response, within: Duration) -> String {
         })
         .map(|code| format!(" ({code})"))
         .unwrap_or_default()
+}
+
+/// Whether `url` has the scheme, host and port of the base URL `base`.
+fn same_origin(url: &reqwest::Url, base: &str) -> bool {
+    reqwest::Url::parse(base).is_ok_and(|base| {
+        base.scheme() == url.scheme()
+            && base.host_str() == url.host_str()
+            && base.port_or_known_default() == url.port_or_known_default()
+    })
 }
 
 /// `Bearer realm="...",service="..."` into its scheme and parameters.
@@ -429,6 +508,24 @@ mod tests {
             "{text}"
         );
         assert!(took < Duration::from_secs(3), "{took:?}");
+    }
+
+    #[test]
+    fn only_the_same_scheme_host_and_port_is_the_same_origin() {
+        let url = |text| reqwest::Url::parse(text).unwrap();
+        let base = "http://127.0.0.1:5000";
+        assert!(same_origin(&url("http://127.0.0.1:5000/token?x=1"), base));
+        assert!(!same_origin(&url("http://127.0.0.2:5000/token"), base));
+        assert!(!same_origin(&url("http://127.0.0.1:5001/token"), base));
+        assert!(!same_origin(&url("https://127.0.0.1:5000/token"), base));
+        assert!(!same_origin(
+            &url("http://evil.example/?via=://127.0.0.1:5000/"),
+            base
+        ));
+        assert!(same_origin(
+            &url("https://registry.example/token"),
+            "https://registry.example:443"
+        ));
     }
 
     #[test]

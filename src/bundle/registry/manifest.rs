@@ -257,19 +257,6 @@ impl Registry {
         let (bytes, content_type, announced) = with_retries(retries, delay, image, place, || {
             let response = self.get(place, image, &path, Some(&accept))?;
             let response = self.check_status(response, image, place, None)?;
-            if response.url().scheme() == "http"
-                && place.base.starts_with("https://")
-                && !self.settings.insecure_http
-            {
-                return Err(Failure::from(bad_manifest(
-                    image,
-                    place,
-                    &format!(
-                        "it was redirected to the plain-HTTP address {}",
-                        response.url()
-                    ),
-                )));
-            }
             let header = |name: &str| {
                 response
                     .headers()
