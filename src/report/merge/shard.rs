@@ -1,0 +1,234 @@
+//! One shard's run directory, read and checked as `batch merge` takes it: its
+//! `summary.json`, or only its `journal.jsonl` when the run died before the summary.
+//! Nothing in it is trusted: every value has its type and every node is checked
+//! ([`check_node`]).
+
+use std::path::Path;
+
+use crate::config::validate::NameProblem;
+use crate::node_text::escape_controls;
+use crate::outcome::NodeOutcome;
+
+use super::super::json_path::{self, JsonPath};
+use super::super::run_dir::{JOURNAL, SUMMARY, journal_lines};
+use super::super::summary::{SUMMARY_VERSION, Summary, Totals};
+use super::{ConfigNodes, InvalidInput, MergeError, Problem};
+
+/// A run directory's summary, or one rebuilt from its journal (then `true`); checked,
+/// its text escaped.
+pub(super) fn read_run(
+    dir: &Path,
+    config: Option<&ConfigNodes>,
+) -> Result<(Summary, bool), MergeError> {
+    let summary_path = dir.join(SUMMARY);
+    if summary_path.exists() {
+        let mut summary = read_summary(&summary_path, config)?;
+        escape_summary(&mut summary);
+        return Ok((summary, false));
+    }
+    let journal_path = dir.join(JOURNAL);
+    if !journal_path.exists() {
+        return Err(MergeError::NotARun {
+            dir: dir.to_path_buf(),
+        });
+    }
+    let mut nodes = read_journal(&journal_path, config)?;
+    nodes.iter_mut().for_each(escape_node);
+    let started_at = nodes
+        .iter()
+        .map(|n| n.started_at)
+        .fold(f64::INFINITY, f64::min);
+    let finished_at = nodes.iter().map(|n| n.finished_at).fold(0.0, f64::max);
+    Ok((
+        Summary {
+            version: SUMMARY_VERSION,
+            tool: String::new(),
+            run_id: escape_controls(
+                &dir.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ),
+            config: String::new(),
+            started_at: if started_at.is_finite() {
+                started_at
+            } else {
+                0.0
+            },
+            finished_at,
+            // A run without a summary did not finish normally.
+            interrupted: true,
+            totals: Totals::of(&nodes),
+            packages: Vec::new(),
+            nodes,
+            sites: Vec::new(),
+            merged_from: Vec::new(),
+        },
+        true,
+    ))
+}
+
+fn read_text(path: &Path) -> Result<String, MergeError> {
+    std::fs::read_to_string(path).map_err(|source| MergeError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// A shard's summary.json, every value of its type and every node checked.
+fn read_summary(path: &Path, config: Option<&ConfigNodes>) -> Result<Summary, MergeError> {
+    let text = read_text(path)?;
+    let part = Part {
+        path,
+        text: &text,
+        lines_before: 0,
+        whole: "the summary",
+    };
+    let summary: Summary = serde_json::from_str(&text).map_err(|err| part.unreadable(&err))?;
+    for (i, node) in summary.nodes.iter().enumerate() {
+        check_node(node, config).map_err(|(field, problem)| {
+            part.refuse(JsonPath::root().key("nodes").index(i).key(field), problem)
+        })?;
+    }
+    Ok(summary)
+}
+
+/// A crashed shard's journal.jsonl, every line read and checked (only a torn last line,
+/// what the crash left, is skipped).
+fn read_journal(path: &Path, config: Option<&ConfigNodes>) -> Result<Vec<NodeOutcome>, MergeError> {
+    let text = read_text(path)?;
+    let mut nodes = Vec::new();
+    for line in journal_lines(&text) {
+        let part = Part {
+            path,
+            text: line.text,
+            lines_before: line.number - 1,
+            whole: "the line",
+        };
+        let node = line.outcome.map_err(|err| part.unreadable(&err))?;
+        check_node(&node, config)
+            .map_err(|(field, problem)| part.refuse(JsonPath::root().key(field), problem))?;
+        nodes.push(node);
+    }
+    Ok(nodes)
+}
+
+/// What of a shard's file is read as one JSON value: the whole summary.json, or one line
+/// of journal.jsonl. Its errors say where in the file they are.
+struct Part<'a> {
+    path: &'a Path,
+    text: &'a str,
+    /// How many lines of the file come before `text`.
+    lines_before: usize,
+    /// What the value as a whole is called in messages.
+    whole: &'static str,
+}
+
+impl Part<'_> {
+    /// serde's error about the part: at serde's place, in the field around it.
+    fn unreadable(&self, err: &serde_json::Error) -> MergeError {
+        let offset = json_path::offset_of(self.text, err.line(), err.column());
+        // serde's words without its place, which the message gives in front.
+        let words = err.to_string();
+        let words = words
+            .strip_suffix(&format!(" at line {} column {}", err.line(), err.column()))
+            .unwrap_or(&words);
+        self.error(
+            offset,
+            JsonPath::at_offset(self.text, offset),
+            Problem::Unreadable(escape_controls(words)),
+        )
+    }
+
+    /// `problem` in the value at `field`, placed where that value starts.
+    fn refuse(&self, field: JsonPath, problem: Problem) -> MergeError {
+        let offset = field.offset_in(self.text).unwrap_or(0);
+        self.error(offset, field, problem)
+    }
+
+    fn error(&self, offset: usize, field: JsonPath, problem: Problem) -> MergeError {
+        let (line, column) = json_path::line_column(self.text, offset);
+        MergeError::Invalid(Box::new(InvalidInput {
+            path: self.path.to_path_buf(),
+            line: self.lines_before + line,
+            column,
+            field: if field.is_root() {
+                self.whole.to_string()
+            } else {
+                field.to_string()
+            },
+            problem,
+        }))
+    }
+}
+
+/// What is wrong with an outcome a shard recorded, as the field (in the outcome) and the
+/// problem: its name by the config's rule, its phase final, and with `-c` its name and
+/// address the config's.
+fn check_node(
+    node: &NodeOutcome,
+    config: Option<&ConfigNodes>,
+) -> Result<(), (&'static str, Problem)> {
+    if let Some(problem) = NameProblem::of(&node.name) {
+        return Err(("name", Problem::Name(problem, node.name.clone())));
+    }
+    if !node.phase.is_final() {
+        return Err(("phase", Problem::Unfinished(node.phase)));
+    }
+    let Some(config) = config else {
+        return Ok(());
+    };
+    let Some(expected) = config.addresses.get(&node.name) else {
+        return Err((
+            "name",
+            Problem::NotInConfig {
+                name: node.name.clone(),
+                config: config.path.clone(),
+            },
+        ));
+    };
+    // A run always records the address; an empty one says nothing to compare.
+    if !node.address.is_empty() && node.address != *expected {
+        return Err((
+            "address",
+            Problem::OtherAddress {
+                found: node.address.clone(),
+                name: node.name.clone(),
+                expected: expected.clone(),
+                config: config.path.clone(),
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Control characters escaped in place; a run wrote its text escaped already, so text
+/// from an untouched shard is unchanged.
+fn escape(text: &mut String) {
+    *text = escape_controls(text);
+}
+
+/// Every text of a shard's summary as a run would have written it: escaped.
+fn escape_summary(summary: &mut Summary) {
+    escape(&mut summary.tool);
+    escape(&mut summary.run_id);
+    escape(&mut summary.config);
+    for package in &mut summary.packages {
+        escape(&mut package.version);
+        escape(&mut package.tarball_sha512);
+    }
+    summary.nodes.iter_mut().for_each(escape_node);
+}
+
+/// Every text of a node's outcome escaped; its name was checked instead.
+fn escape_node(node: &mut NodeOutcome) {
+    escape(&mut node.address);
+    for text in [&mut node.error, &mut node.last_output, &mut node.transcript]
+        .into_iter()
+        .flatten()
+    {
+        escape(text);
+    }
+    for finding in &mut node.preflight {
+        escape(&mut finding.detail);
+    }
+}
