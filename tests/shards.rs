@@ -260,6 +260,54 @@ fn a_forged_journal_line_is_refused_with_its_line_number() {
         .stderr_has(": phase cannot be read: unknown variant `succeded`");
 }
 
+/// A shard's file is read only when it is a regular file of at most 256 MiB, and no
+/// further: a huge one (sparse here: it costs no disk) is refused before it is read, a
+/// FIFO (which would block the merge for good) and a symbolic link (which could lead to
+/// another run's results, or to /dev/zero) are not opened at all.
+#[test]
+fn a_huge_fifo_or_linked_shard_file_is_refused_unread() {
+    let good = summary_json("s1", vec![succeeded(0, "edge-0", "10.0.0.1:22")]);
+    let test = || {
+        Test::new()
+            .file("shard1/keep", "")
+            .file("elsewhere/summary.json", &good)
+            .args(["batch", "merge", "shard1", "--into", "merged"])
+    };
+
+    let huge = test();
+    let file = std::fs::File::create(huge.path().join("shard1/summary.json")).unwrap();
+    file.set_len(1 << 30).unwrap();
+    let (out, peak_kib) = huge
+        .spawn()
+        .wait_measured(std::time::Duration::from_secs(60));
+    refused_without_a_trace(&out);
+    out.stderr_has("shard1/summary.json is 1073741824 bytes, more than the 256 MiB a shard's file may be, so it was not read: a run writes its summary.json and journal.jsonl as regular files of at most 256 MiB.");
+    assert!(peak_kib < 64 * 1024, "the merge took {peak_kib} KiB");
+
+    let fifo = test();
+    let path = fifo.path().join("shard1/journal.jsonl");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (out, _) = fifo
+        .spawn()
+        .wait_measured(std::time::Duration::from_secs(20));
+    refused_without_a_trace(&out);
+    out.stderr_has("shard1/journal.jsonl is a FIFO, so it was not read");
+
+    let linked = test();
+    std::os::unix::fs::symlink(
+        "../elsewhere/summary.json",
+        linked.path().join("shard1/summary.json"),
+    )
+    .unwrap();
+    let out = linked.run();
+    refused_without_a_trace(&out);
+    out.stderr_has("shard1/summary.json is a symbolic link, so it was not read");
+}
+
 /// `batch merge -c config.yaml`: every merged node must be a node of that config, at the
 /// address the config gives it.
 #[test]

@@ -28,6 +28,7 @@ use crate::outcome::{NodeOutcome, Phase, SiteTraffic};
 
 use super::run_dir::{JOURNAL, SUMMARY};
 use super::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};
+pub use shard::MAX_SHARD_FILE_BYTES;
 use shard::read_run;
 
 /// Why the inputs cannot be merged.
@@ -57,6 +58,13 @@ pub enum MergeError {
         #[source]
         source: io::Error,
     },
+    /// A summary.json or journal.jsonl that is not a file a run writes: not read at all.
+    #[error(
+        "{} {reason}, so it was not read: a run writes its {SUMMARY} and {JOURNAL} as regular files of at most {} MiB. Merge run directories as their shard runs left them, or run that shard again. Nothing was merged or written.",
+        path.display(),
+        MAX_SHARD_FILE_BYTES >> 20
+    )]
+    NotAShardFile { path: PathBuf, reason: String },
     /// A value in a shard's summary.json or journal.jsonl that a merge must not take.
     /// Boxed: it carries the place and the values, and errors travel by value.
     #[error(transparent)]

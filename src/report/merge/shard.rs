@@ -1,9 +1,15 @@
 //! One shard's run directory, read and checked as `batch merge` takes it: its
 //! `summary.json`, or only its `journal.jsonl` when the run died before the summary.
-//! Nothing in it is trusted: every value has its type and every node is checked
-//! ([`check_node`]).
+//! Nothing in it is trusted: each file must be a regular file of at most
+//! [`MAX_SHARD_FILE_BYTES`], read no further; every value has its type and every node is
+//! checked ([`check_node`]).
 
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+
+use rustix::fs::OFlags;
 
 use crate::config::validate::NameProblem;
 use crate::node_text::escape_controls;
@@ -14,6 +20,11 @@ use super::super::run_dir::{JOURNAL, SUMMARY, journal_lines};
 use super::super::summary::{SUMMARY_VERSION, Summary, Totals};
 use super::{ConfigNodes, InvalidInput, MergeError, Problem};
 
+/// The largest summary.json or journal.jsonl a merge reads. A run writes one to two KiB
+/// per node, so this is a shard of over a hundred thousand nodes; what a forged file can
+/// make the merge hold stays a few times this.
+pub const MAX_SHARD_FILE_BYTES: u64 = 256 << 20;
+
 /// A run directory's summary, or one rebuilt from its journal (then `true`); checked,
 /// its text escaped.
 pub(super) fn read_run(
@@ -21,18 +32,18 @@ pub(super) fn read_run(
     config: Option<&ConfigNodes>,
 ) -> Result<(Summary, bool), MergeError> {
     let summary_path = dir.join(SUMMARY);
-    if summary_path.exists() {
-        let mut summary = read_summary(&summary_path, config)?;
+    if let Some(text) = read_text(&summary_path)? {
+        let mut summary = read_summary(&summary_path, &text, config)?;
         escape_summary(&mut summary);
         return Ok((summary, false));
     }
     let journal_path = dir.join(JOURNAL);
-    if !journal_path.exists() {
+    let Some(text) = read_text(&journal_path)? else {
         return Err(MergeError::NotARun {
             dir: dir.to_path_buf(),
         });
-    }
-    let mut nodes = read_journal(&journal_path, config)?;
+    };
+    let mut nodes = read_journal(&journal_path, &text, config)?;
     nodes.iter_mut().for_each(escape_node);
     let started_at = nodes
         .iter()
@@ -67,23 +78,91 @@ pub(super) fn read_run(
     ))
 }
 
-fn read_text(path: &Path) -> Result<String, MergeError> {
-    std::fs::read_to_string(path).map_err(|source| MergeError::Unreadable {
+/// The text of `path`, `None` when there is no such file. Only a regular file, not
+/// through a symbolic link (a run writes neither a link nor a FIFO, and a link could
+/// lead anywhere, /dev/zero included), and at most [`MAX_SHARD_FILE_BYTES`]: checked
+/// before it is read, and counted while it is (a file can grow).
+fn read_text(path: &Path) -> Result<Option<String>, MergeError> {
+    let refuse = |reason: String| MergeError::NotAShardFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let unreadable = |source| MergeError::Unreadable {
         path: path.to_path_buf(),
         source,
+    };
+    let kind = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta.file_type(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(unreadable(e)),
+    };
+    if kind.is_symlink() {
+        return Err(refuse("is a symbolic link".into()));
+    }
+    if !kind.is_file() {
+        return Err(refuse(format!("is {}", not_a_file(kind))));
+    }
+    // Opened without following a link or waiting on a FIFO, should one have been put
+    // there since; then checked again, on what was opened.
+    let file = File::options()
+        .read(true)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32)
+        .open(path)
+        .map_err(unreadable)?;
+    let meta = file.metadata().map_err(unreadable)?;
+    if !meta.is_file() {
+        return Err(refuse(format!("is {}", not_a_file(meta.file_type()))));
+    }
+    let too_large = |size: u64| {
+        refuse(format!(
+            "is {size} bytes, more than the {} MiB a shard's file may be",
+            MAX_SHARD_FILE_BYTES >> 20
+        ))
+    };
+    if meta.len() > MAX_SHARD_FILE_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_SHARD_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_SHARD_FILE_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map(Some).map_err(|e| {
+        unreadable(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("it is not UTF-8 text ({})", e.utf8_error()),
+        ))
     })
 }
 
+/// What a file of `kind` is, when it is not a regular file.
+fn not_a_file(kind: std::fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
 /// A shard's summary.json, every value of its type and every node checked.
-fn read_summary(path: &Path, config: Option<&ConfigNodes>) -> Result<Summary, MergeError> {
-    let text = read_text(path)?;
+fn read_summary(
+    path: &Path,
+    text: &str,
+    config: Option<&ConfigNodes>,
+) -> Result<Summary, MergeError> {
     let part = Part {
         path,
-        text: &text,
+        text,
         lines_before: 0,
         whole: "the summary",
     };
-    let summary: Summary = serde_json::from_str(&text).map_err(|err| part.unreadable(&err))?;
+    let summary: Summary = serde_json::from_str(text).map_err(|err| part.unreadable(&err))?;
     for (i, node) in summary.nodes.iter().enumerate() {
         check_node(node, config).map_err(|(field, problem)| {
             part.refuse(JsonPath::root().key("nodes").index(i).key(field), problem)
@@ -94,10 +173,13 @@ fn read_summary(path: &Path, config: Option<&ConfigNodes>) -> Result<Summary, Me
 
 /// A crashed shard's journal.jsonl, every line read and checked (only a torn last line,
 /// what the crash left, is skipped).
-fn read_journal(path: &Path, config: Option<&ConfigNodes>) -> Result<Vec<NodeOutcome>, MergeError> {
-    let text = read_text(path)?;
+fn read_journal(
+    path: &Path,
+    text: &str,
+    config: Option<&ConfigNodes>,
+) -> Result<Vec<NodeOutcome>, MergeError> {
     let mut nodes = Vec::new();
-    for line in journal_lines(&text) {
+    for line in journal_lines(text) {
         let part = Part {
             path,
             text: line.text,
