@@ -308,6 +308,36 @@ fn a_huge_fifo_or_linked_shard_file_is_refused_unread() {
     out.stderr_has("shard1/summary.json is a symbolic link, so it was not read");
 }
 
+/// A summary that claims success for a node whose journal, beside it, says it failed is
+/// refused: a run writes both with the same outcome.
+#[test]
+fn a_summary_that_contradicts_its_own_journal_is_refused() {
+    let mut failed = NodeOutcome::not_run(1, "edge-1", "10.0.0.2:22", Phase::Failed, "boom");
+    failed.transcript = None;
+    let journal = serde_json::to_string(&succeeded(0, "edge-0", "10.0.0.1:22")).unwrap()
+        + "\n"
+        + &serde_json::to_string(&failed).unwrap()
+        + "\n";
+    let out = Test::new()
+        .file(
+            "shard1/summary.json",
+            &summary_json(
+                "s1",
+                vec![
+                    succeeded(0, "edge-0", "10.0.0.1:22"),
+                    succeeded(1, "edge-1", "10.0.0.2:22"),
+                ],
+            ),
+        )
+        .file("shard1/journal.jsonl", &journal)
+        .args(["batch", "merge", "shard1", "--into", "merged"])
+        .run();
+    refused_without_a_trace(&out);
+    out.stderr_has(
+        ": nodes[1].phase is succeeded, but shard1/journal.jsonl:2 records node edge-1 as failed.",
+    );
+}
+
 /// `batch merge -c config.yaml`: every merged node must be a node of that config, at the
 /// address the config gives it.
 #[test]

@@ -17,7 +17,7 @@
 
 mod shard;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -28,8 +28,8 @@ use crate::outcome::{NodeOutcome, Phase, SiteTraffic};
 
 use super::run_dir::{JOURNAL, SUMMARY};
 use super::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};
-pub use shard::MAX_SHARD_FILE_BYTES;
 use shard::read_run;
+pub use shard::{JournalPlace, MAX_SHARD_FILE_BYTES};
 
 /// Why the inputs cannot be merged.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +65,18 @@ pub enum MergeError {
         MAX_SHARD_FILE_BYTES >> 20
     )]
     NotAShardFile { path: PathBuf, reason: String },
+    /// Site figures whose sum across the shards overflows.
+    #[error(
+        "The shards' {field} for site {site} add up to more than {max} with {}, which no run counts, so that summary was changed or damaged after its run. Merge run directories as their shard runs left them, or run that shard again. Nothing was merged or written.",
+        path.display()
+    )]
+    SiteOverflow {
+        site: String,
+        field: &'static str,
+        /// The most the field holds.
+        max: u64,
+        path: PathBuf,
+    },
     /// A value in a shard's summary.json or journal.jsonl that a merge must not take.
     /// Boxed: it carries the place and the values, and errors travel by value.
     #[error(transparent)]
@@ -109,6 +121,27 @@ pub enum Problem {
     Name(NameProblem, String),
     /// A phase a node has only while it runs.
     Unfinished(Phase),
+    /// A node the file has recorded already (`first` says where).
+    Repeated { name: String, first: String },
+    /// A total that is not the count of the summary's nodes.
+    Totals {
+        field: &'static str,
+        claimed: usize,
+        counted: usize,
+    },
+    /// A node of the journal beside the summary that the summary does not list.
+    MissingFromSummary {
+        name: String,
+        journal: JournalPlace,
+        recorded: Phase,
+    },
+    /// A phase the journal beside the summary records otherwise.
+    Contradicts {
+        claimed: Phase,
+        name: String,
+        journal: JournalPlace,
+        recorded: Phase,
+    },
     /// With `-c`: a node the config does not list.
     NotInConfig { name: String, config: PathBuf },
     /// With `-c`: the config gives the node another address.
@@ -124,7 +157,13 @@ impl Problem {
     /// What the problem means, and what to do: sentences for after it.
     fn explanation(&self) -> &'static str {
         match self {
-            Problem::Unreadable(_) | Problem::Name(..) | Problem::Unfinished(_) => {
+            Problem::Unreadable(_)
+            | Problem::Name(..)
+            | Problem::Unfinished(_)
+            | Problem::Repeated { .. }
+            | Problem::Totals { .. }
+            | Problem::MissingFromSummary { .. }
+            | Problem::Contradicts { .. } => {
                 "A keadm-batch run never writes that, so the file was changed or damaged after its run. Merge run directories as their shard runs left them, or run that shard again."
             }
             Problem::NotInConfig { .. } | Problem::OtherAddress { .. } => {
@@ -143,6 +182,45 @@ impl fmt::Display for Problem {
                 f,
                 "is {}, but a run records a node only once it has finished (succeeded, failed, timed_out, skipped or interrupted)",
                 phase.as_str()
+            ),
+            Problem::Repeated { name, first } => write!(
+                f,
+                "is {name} again ({first} is {name} too), but a run records each node once"
+            ),
+            Problem::Totals {
+                field,
+                claimed,
+                counted,
+            } => {
+                let nodes = if *counted == 1 { "node" } else { "nodes" };
+                let was = if *counted == 1 { "was" } else { "were" };
+                let how = match *field {
+                    "selected" => String::new(),
+                    "timed_out" => " that timed out".to_string(),
+                    "skipped" | "interrupted" => format!(" that {was} {field}"),
+                    other => format!(" that {other}"),
+                };
+                write!(f, "is {claimed}, but nodes holds {counted} {nodes}{how}")
+            }
+            Problem::MissingFromSummary {
+                name,
+                journal,
+                recorded,
+            } => write!(
+                f,
+                "lacks node {name}, which {journal} records as {}",
+                recorded.as_str()
+            ),
+            Problem::Contradicts {
+                claimed,
+                name,
+                journal,
+                recorded,
+            } => write!(
+                f,
+                "is {}, but {journal} records node {name} as {}",
+                claimed.as_str(),
+                recorded.as_str()
             ),
             Problem::NotInConfig { name, config } => {
                 write!(f, "is {name}, which is not a node of {}", config.display())
@@ -228,12 +306,8 @@ pub fn combine(inputs: &[(PathBuf, Summary)]) -> Result<Summary, MergeError> {
     let mut nodes: Vec<NodeOutcome> = Vec::new();
     let mut packages: Vec<StagedPackage> = Vec::new();
     for (dir, summary) in inputs {
-        let mut in_this: HashSet<&str> = HashSet::new();
+        // Each shard's file lists a node once (checked when it was read).
         for node in &summary.nodes {
-            // A journal may hold a node twice only if the run wrote it twice; keep one.
-            if !in_this.insert(node.name.as_str()) {
-                continue;
-            }
             if let Some(first) = owner.insert(node.name.as_str(), dir.as_path()) {
                 return Err(MergeError::Duplicate {
                     node: node.name.clone(),
@@ -276,7 +350,7 @@ pub fn combine(inputs: &[(PathBuf, Summary)]) -> Result<Summary, MergeError> {
         totals: Totals::of(&nodes),
         packages,
         nodes,
-        sites: merged_sites(inputs),
+        sites: merged_sites(inputs)?,
         merged_from: inputs
             .iter()
             .map(|(dir, _)| dir.display().to_string())
@@ -285,28 +359,51 @@ pub fn combine(inputs: &[(PathBuf, Summary)]) -> Result<Summary, MergeError> {
 }
 
 /// The shards' site figures, added up per site (a site's nodes may be in several
-/// shards); names escaped as every other text of a shard is.
-fn merged_sites(inputs: &[(PathBuf, Summary)]) -> Vec<SiteTraffic> {
+/// shards); names escaped as every other text of a shard is. A sum that would overflow
+/// is refused: no run counts that far, and a wrapped figure would be a lie.
+fn merged_sites(inputs: &[(PathBuf, Summary)]) -> Result<Vec<SiteTraffic>, MergeError> {
     let mut sites: Vec<SiteTraffic> = Vec::new();
-    for site in inputs.iter().flat_map(|(_, s)| &s.sites) {
-        let name = escape_controls(&site.site);
-        let sum = match sites.iter_mut().find(|s| s.site == name) {
-            Some(sum) => sum,
-            None => {
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for (dir, summary) in inputs {
+        for site in &summary.sites {
+            let name = escape_controls(&site.site);
+            let i = *at.entry(name.clone()).or_insert_with(|| {
                 sites.push(SiteTraffic {
-                    site: name,
+                    site: name.clone(),
                     ..SiteTraffic::default()
                 });
-                sites.last_mut().expect("just pushed")
-            }
-        };
-        sum.nodes += site.nodes;
-        sum.uplink_copies += site.uplink_copies;
-        sum.uplink_bytes += site.uplink_bytes;
-        sum.peer_copies += site.peer_copies;
-        sum.peer_bytes += site.peer_bytes;
+                sites.len() - 1
+            });
+            let sum = &mut sites[i];
+            let overflow = |field, max| MergeError::SiteOverflow {
+                site: name.clone(),
+                field,
+                max,
+                path: dir.join(SUMMARY),
+            };
+            sum.nodes = sum
+                .nodes
+                .checked_add(site.nodes)
+                .ok_or_else(|| overflow("nodes", usize::MAX as u64))?;
+            sum.uplink_copies = sum
+                .uplink_copies
+                .checked_add(site.uplink_copies)
+                .ok_or_else(|| overflow("uplink_copies", u32::MAX.into()))?;
+            sum.uplink_bytes = sum
+                .uplink_bytes
+                .checked_add(site.uplink_bytes)
+                .ok_or_else(|| overflow("uplink_bytes", u64::MAX))?;
+            sum.peer_copies = sum
+                .peer_copies
+                .checked_add(site.peer_copies)
+                .ok_or_else(|| overflow("peer_copies", u32::MAX.into()))?;
+            sum.peer_bytes = sum
+                .peer_bytes
+                .checked_add(site.peer_bytes)
+                .ok_or_else(|| overflow("peer_bytes", u64::MAX))?;
+        }
     }
-    sites
+    Ok(sites)
 }
 
 /// The text the command prints: totals, the inputs, and the keadm-style log.
@@ -646,5 +743,157 @@ mod tests {
             merge(&[base.path().join("absent")], None),
             Err(MergeError::NotADir { .. })
         ));
+    }
+
+    /// The error of merging `dirs`, as text.
+    fn refusal(dirs: &[PathBuf]) -> String {
+        merge(dirs, None).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn totals_that_disagree_with_the_nodes_are_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let mut forged = summary(
+            "a",
+            &[(0, "n0", Phase::Succeeded), (1, "n1", Phase::Failed)],
+        );
+        forged.totals.succeeded = 2;
+        forged.totals.failed = 0;
+        let text = pretty(&forged);
+        let dir = shard(base.path(), "s1", SUMMARY, &text);
+        let err = refusal(std::slice::from_ref(&dir));
+        let (line, column) = place_of(&text, "2,\n    \"failed\"");
+        assert!(
+            err.starts_with(&format!(
+                "{}:{line}:{column}: totals.succeeded is 2, but nodes holds 1 node that succeeded.",
+                dir.join(SUMMARY).display()
+            )),
+            "{err}"
+        );
+        assert!(err.ends_with("Nothing was merged or written."), "{err}");
+    }
+
+    #[test]
+    fn a_node_recorded_twice_in_one_shard_is_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let twice = summary(
+            "a",
+            &[
+                (0, "n0", Phase::Failed),
+                (1, "n1", Phase::Failed),
+                (0, "n0", Phase::Succeeded),
+            ],
+        );
+        let dir = shard(base.path(), "s1", SUMMARY, &pretty(&twice));
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.contains(": nodes[2].name is n0 again (nodes[0] is n0 too), but a run records each node once."),
+            "{err}"
+        );
+        let good = |i: usize| NodeOutcome::not_run(i, &format!("n{i}"), "a:22", Phase::Failed, "x");
+        let text = journal_line(&good(0)) + &journal_line(&good(1)) + &journal_line(&good(0));
+        let dir = shard(base.path(), "s2", JOURNAL, &text);
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.starts_with(&format!(
+                "{}:3:19: name is n0 again (line 1 is n0 too), but a run records each node once.",
+                dir.join(JOURNAL).display()
+            )),
+            "{err}"
+        );
+    }
+
+    /// A run writes each node to its journal as it finishes and the same outcome into
+    /// its summary at the end: a summary that says otherwise was changed.
+    #[test]
+    fn a_summary_that_contradicts_its_journal_is_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let failed = NodeOutcome::not_run(1, "n1", "127.0.0.1:22", Phase::Failed, "boom");
+        let journal = journal_line(&summary("a", &[(0, "n0", Phase::Succeeded)]).nodes[0])
+            + &journal_line(&failed);
+        let claims = pretty(&summary(
+            "a",
+            &[(0, "n0", Phase::Succeeded), (1, "n1", Phase::Succeeded)],
+        ));
+        let dir = shard(base.path(), "s1", SUMMARY, &claims);
+        std::fs::write(dir.join(JOURNAL), &journal).unwrap();
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.contains(&format!(
+                ": nodes[1].phase is succeeded, but {}:2 records node n1 as failed.",
+                dir.join(JOURNAL).display()
+            )),
+            "{err}"
+        );
+        // The journal's own nodes must all be in the summary.
+        let fewer = pretty(&summary("a", &[(0, "n0", Phase::Succeeded)]));
+        std::fs::write(dir.join(SUMMARY), &fewer).unwrap();
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.contains(&format!(
+                ": nodes lacks node n1, which {}:2 records as failed.",
+                dir.join(JOURNAL).display()
+            )),
+            "{err}"
+        );
+    }
+
+    /// Site figures are added up across shards; forged ones that would overflow are
+    /// refused, not wrapped (or a panic).
+    #[test]
+    fn site_figures_that_overflow_are_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let site = SiteTraffic {
+            site: "lab".into(),
+            nodes: 2,
+            uplink_bytes: u64::MAX,
+            ..SiteTraffic::default()
+        };
+        let dirs: Vec<PathBuf> = [(0, "s1"), (1, "s2")]
+            .into_iter()
+            .map(|(i, name)| {
+                let mut one = summary(name, &[(i, &format!("n{i}"), Phase::Succeeded)]);
+                one.sites = vec![site.clone()];
+                shard(base.path(), name, SUMMARY, &pretty(&one))
+            })
+            .collect();
+        let err = refusal(&dirs);
+        assert!(
+            err.starts_with(&format!(
+                "The shards' uplink_bytes for site lab add up to more than 18446744073709551615 with {}, which no run counts, so that summary was changed or damaged after its run.",
+                dirs[1].join(SUMMARY).display()
+            )),
+            "{err}"
+        );
+    }
+
+    /// JSON nested 100,000 deep costs a merge no stack and no time: in a field the format
+    /// does not have, serde_json skips it without recursing (a newer version's fields
+    /// are skipped so); where the format has a value, the first bracket is refused at
+    /// its place.
+    #[test]
+    fn deep_nesting_is_skipped_or_refused_quickly() {
+        let base = tempfile::tempdir().unwrap();
+        let text = pretty(&summary("a", &[(0, "n0", Phase::Failed)]));
+        let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+        let start = std::time::Instant::now();
+        let unknown = text.replacen(
+            "\"error\": ",
+            &format!("\"extra\": {deep},\n      \"error\": "),
+            1,
+        );
+        let dir = shard(base.path(), "s1", SUMMARY, &unknown);
+        let merged = merge(std::slice::from_ref(&dir), None).unwrap();
+        assert_eq!(merged.summary.nodes[0].error.as_deref(), Some("boom"));
+        let typed = text.replacen("\"error\": \"boom\"", &format!("\"error\": {deep}"), 1);
+        let dir = shard(base.path(), "s2", SUMMARY, &typed);
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.contains(
+                ":24:15: nodes[0] cannot be read: invalid type: sequence, expected a string."
+            ),
+            "{err}"
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
     }
 }

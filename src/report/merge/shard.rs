@@ -1,13 +1,15 @@
 //! One shard's run directory, read and checked as `batch merge` takes it: its
-//! `summary.json`, or only its `journal.jsonl` when the run died before the summary.
-//! Nothing in it is trusted: each file must be a regular file of at most
-//! [`MAX_SHARD_FILE_BYTES`], read no further; every value has its type and every node is
-//! checked ([`check_node`]).
+//! `summary.json` (checked against its `journal.jsonl` when both are there), or only its
+//! journal when the run died before the summary. Nothing in it is trusted: each file
+//! must be a regular file of at most [`MAX_SHARD_FILE_BYTES`], read no further; every
+//! value has its type, every node is checked ([`check_node`]) and recorded once, and the
+//! totals are the nodes'.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rustix::fs::OFlags;
 
@@ -32,19 +34,37 @@ pub(super) fn read_run(
     config: Option<&ConfigNodes>,
 ) -> Result<(Summary, bool), MergeError> {
     let summary_path = dir.join(SUMMARY);
-    if let Some(text) = read_text(&summary_path)? {
-        let mut summary = read_summary(&summary_path, &text, config)?;
+    let journal_path = dir.join(JOURNAL);
+    let summary_text = read_text(&summary_path)?;
+    let journal_text = read_text(&journal_path)?;
+    let journal = match &journal_text {
+        Some(text) => Some(read_journal(&journal_path, text, config)?),
+        None => None,
+    };
+    if let Some(text) = &summary_text {
+        let part = Part {
+            path: &summary_path,
+            text,
+            lines_before: 0,
+            whole: "the summary",
+        };
+        let mut summary = read_summary(&part, config)?;
+        if let Some(journal) = &journal {
+            agrees_with_journal(&part, &summary, journal)?;
+        }
         escape_summary(&mut summary);
         return Ok((summary, false));
     }
-    let journal_path = dir.join(JOURNAL);
-    let Some(text) = read_text(&journal_path)? else {
+    let Some(journal) = journal else {
         return Err(MergeError::NotARun {
             dir: dir.to_path_buf(),
         });
     };
-    let mut nodes = read_journal(&journal_path, &text, config)?;
-    nodes.iter_mut().for_each(escape_node);
+    let mut nodes = Vec::new();
+    for JournalNode { mut node, .. } in journal {
+        escape_node(&mut node);
+        nodes.push(node);
+    }
     let started_at = nodes
         .iter()
         .map(|n| n.started_at)
@@ -150,35 +170,68 @@ fn not_a_file(kind: std::fs::FileType) -> &'static str {
     }
 }
 
-/// A shard's summary.json, every value of its type and every node checked.
-fn read_summary(
-    path: &Path,
-    text: &str,
-    config: Option<&ConfigNodes>,
-) -> Result<Summary, MergeError> {
-    let part = Part {
-        path,
-        text,
-        lines_before: 0,
-        whole: "the summary",
-    };
-    let summary: Summary = serde_json::from_str(text).map_err(|err| part.unreadable(&err))?;
+/// A shard's summary.json, every value of its type, every node checked and listed once,
+/// and the totals those of its nodes.
+fn read_summary(part: &Part, config: Option<&ConfigNodes>) -> Result<Summary, MergeError> {
+    let summary: Summary = serde_json::from_str(part.text).map_err(|err| part.unreadable(&err))?;
+    let node_path = |i: usize| JsonPath::root().key("nodes").index(i);
+    let mut first: HashMap<&str, usize> = HashMap::new();
     for (i, node) in summary.nodes.iter().enumerate() {
-        check_node(node, config).map_err(|(field, problem)| {
-            part.refuse(JsonPath::root().key("nodes").index(i).key(field), problem)
-        })?;
+        check_node(node, config)
+            .map_err(|(field, problem)| part.refuse(node_path(i).key(field), problem))?;
+        if let Some(before) = first.insert(&node.name, i) {
+            return Err(part.refuse(
+                node_path(i).key("name"),
+                Problem::Repeated {
+                    name: node.name.clone(),
+                    first: node_path(before).to_string(),
+                },
+            ));
+        }
+    }
+    let counted = Totals::of(&summary.nodes);
+    for (field, claimed, count) in totals_fields(&summary.totals, &counted) {
+        if claimed != count {
+            return Err(part.refuse(
+                JsonPath::root().key("totals").key(field),
+                Problem::Totals {
+                    field,
+                    claimed,
+                    counted: count,
+                },
+            ));
+        }
     }
     Ok(summary)
 }
 
-/// A crashed shard's journal.jsonl, every line read and checked (only a torn last line,
-/// what the crash left, is skipped).
-fn read_journal(
-    path: &Path,
-    text: &str,
+/// Each field of the totals, as a summary claims it and as its nodes count.
+fn totals_fields(claimed: &Totals, counted: &Totals) -> [(&'static str, usize, usize); 6] {
+    [
+        ("selected", claimed.selected, counted.selected),
+        ("succeeded", claimed.succeeded, counted.succeeded),
+        ("failed", claimed.failed, counted.failed),
+        ("timed_out", claimed.timed_out, counted.timed_out),
+        ("skipped", claimed.skipped, counted.skipped),
+        ("interrupted", claimed.interrupted, counted.interrupted),
+    ]
+}
+
+/// One node of a journal, and the line it is on.
+struct JournalNode<'a> {
+    part: Part<'a>,
+    node: NodeOutcome,
+}
+
+/// A shard's journal.jsonl, every line read and checked (only a torn last line, what a
+/// crash left, is skipped), each node once.
+fn read_journal<'a>(
+    path: &'a Path,
+    text: &'a str,
     config: Option<&ConfigNodes>,
-) -> Result<Vec<NodeOutcome>, MergeError> {
+) -> Result<Vec<JournalNode<'a>>, MergeError> {
     let mut nodes = Vec::new();
+    let mut first: HashMap<String, usize> = HashMap::new();
     for line in journal_lines(text) {
         let part = Part {
             path,
@@ -189,9 +242,83 @@ fn read_journal(
         let node = line.outcome.map_err(|err| part.unreadable(&err))?;
         check_node(&node, config)
             .map_err(|(field, problem)| part.refuse(JsonPath::root().key(field), problem))?;
-        nodes.push(node);
+        if let Some(before) = first.insert(node.name.clone(), line.number) {
+            return Err(part.refuse(
+                JsonPath::root().key("name"),
+                Problem::Repeated {
+                    name: node.name.clone(),
+                    first: format!("line {before}"),
+                },
+            ));
+        }
+        nodes.push(JournalNode { part, node });
     }
     Ok(nodes)
+}
+
+/// A run writes each node to its journal as it finishes and the same outcome into its
+/// summary: every node of the journal must be in the summary, with the same phase.
+/// (The summary may hold more: a node whose journal line could not be written.)
+fn agrees_with_journal(
+    part: &Part,
+    summary: &Summary,
+    journal: &[JournalNode],
+) -> Result<(), MergeError> {
+    let by_name: HashMap<&str, usize> = summary
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| (node.name.as_str(), i))
+        .collect();
+    for JournalNode {
+        part: line,
+        node: recorded,
+    } in journal
+    {
+        let journal = JournalPlace {
+            path: line.path.to_path_buf(),
+            line: line.lines_before + 1,
+        };
+        match by_name.get(recorded.name.as_str()) {
+            None => {
+                return Err(part.refuse(
+                    JsonPath::root().key("nodes"),
+                    Problem::MissingFromSummary {
+                        name: recorded.name.clone(),
+                        journal,
+                        recorded: recorded.phase,
+                    },
+                ));
+            }
+            Some(&i) if summary.nodes[i].phase != recorded.phase => {
+                return Err(part.refuse(
+                    JsonPath::root().key("nodes").index(i).key("phase"),
+                    Problem::Contradicts {
+                        claimed: summary.nodes[i].phase,
+                        name: recorded.name.clone(),
+                        journal,
+                        recorded: recorded.phase,
+                    },
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// A line of a journal, for messages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalPlace {
+    pub path: PathBuf,
+    /// 1-based.
+    pub line: usize,
+}
+
+impl std::fmt::Display for JournalPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.path.display(), self.line)
+    }
 }
 
 /// What of a shard's file is read as one JSON value: the whole summary.json, or one line
