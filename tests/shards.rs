@@ -132,6 +132,15 @@ fn four_shards_merge_into_exactly_one_run() {
         .map(|i| format!("Successfully processed node {}", Scenario::name(i)))
         .collect();
     assert_eq!(log.lines().collect::<Vec<_>>(), expected);
+    // Each transcript is where it is now, in its shard's run directory, under its name.
+    for node in merged["nodes"].as_array().unwrap() {
+        let transcript = node["transcript"].as_str().unwrap();
+        assert!(
+            transcript.starts_with("shard") && transcript.contains("/nodes/"),
+            "{transcript}"
+        );
+        assert!(sc.path(transcript).is_file(), "{transcript}");
+    }
 
     // Text output: the totals and the keadm-style listing.
     let text = merge(&sc, &["shard1", "shard2", "shard3", "shard4"]);

@@ -142,6 +142,17 @@ pub enum Problem {
         journal: JournalPlace,
         recorded: Phase,
     },
+    /// A transcript path a run would not have written for the node.
+    Transcript {
+        found: String,
+        name: String,
+        /// Where a run writes it, in its run directory.
+        expected: String,
+    },
+    /// The transcript, or its directory, in the shard is not what a run makes.
+    TranscriptNotAFile { path: PathBuf, what: &'static str },
+    /// An index past what a run counts.
+    Index(usize),
     /// With `-c`: a node the config does not list.
     NotInConfig { name: String, config: PathBuf },
     /// With `-c`: the config gives the node another address.
@@ -163,7 +174,10 @@ impl Problem {
             | Problem::Repeated { .. }
             | Problem::Totals { .. }
             | Problem::MissingFromSummary { .. }
-            | Problem::Contradicts { .. } => {
+            | Problem::Contradicts { .. }
+            | Problem::Transcript { .. }
+            | Problem::TranscriptNotAFile { .. }
+            | Problem::Index(_) => {
                 "A keadm-batch run never writes that, so the file was changed or damaged after its run. Merge run directories as their shard runs left them, or run that shard again."
             }
             Problem::NotInConfig { .. } | Problem::OtherAddress { .. } => {
@@ -222,6 +236,21 @@ impl fmt::Display for Problem {
                 claimed.as_str(),
                 recorded.as_str()
             ),
+            Problem::Transcript {
+                found,
+                name,
+                expected,
+            } => write!(
+                f,
+                "is `{}`, but a run writes the transcript of node {name} as {expected} in its run directory",
+                escape_controls(found)
+            ),
+            Problem::TranscriptNotAFile { path, what } => write!(
+                f,
+                "leads to {}, which is {what}, but a run writes its transcripts as regular files in a nodes directory of its own",
+                escape_controls(&path.display().to_string())
+            ),
+            Problem::Index(index) => write!(f, "is {index}, more than a run counts"),
             Problem::NotInConfig { name, config } => {
                 write!(f, "is {name}, which is not a node of {}", config.display())
             }
@@ -836,6 +865,84 @@ mod tests {
             )),
             "{err}"
         );
+    }
+
+    /// The merged summary points at each transcript where it is now, in the shard's run
+    /// directory under the name a run gives it; a recorded path that a run would not have
+    /// written, or a transcript that is not a regular file there, is refused.
+    #[test]
+    fn transcripts_are_found_in_the_shard_or_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let mut honest = summary(
+            "a",
+            &[(0, "n0", Phase::Succeeded), (1, "n1", Phase::Failed)],
+        );
+        honest.nodes[0].transcript = Some("/srv/elsewhere/run/nodes/1-n0.log".into());
+        // Only the file's name says anything: the rest was where the shard ran.
+        honest.nodes[1].transcript = Some("../../etc/nodes/2-n1.log".into());
+        let dir = shard(base.path(), "s1", SUMMARY, &pretty(&honest));
+        std::fs::create_dir(dir.join("nodes")).unwrap();
+        std::fs::write(dir.join("nodes/1-n0.log"), "transcript\n").unwrap();
+        let merged = merge(std::slice::from_ref(&dir), None).unwrap();
+        let transcripts: Vec<Option<String>> = merged
+            .summary
+            .nodes
+            .iter()
+            .map(|n| n.transcript.clone())
+            .collect();
+        // n1's transcript did not come along with the shard's results.
+        assert_eq!(
+            transcripts,
+            [Some(dir.join("nodes/1-n0.log").display().to_string()), None]
+        );
+
+        for (i, (recorded, says)) in [
+            (
+                "/etc/shadow",
+                "nodes[0].transcript is `/etc/shadow`, but a run writes the transcript of node n0 as nodes/1-n0.log in its run directory.",
+            ),
+            (
+                "run/nodes/1-n0.log/../../../../etc/shadow",
+                "nodes[0].transcript is `run/nodes/1-n0.log/../../../../etc/shadow`, but a run writes",
+            ),
+            (
+                "run/logs/1-n0.log",
+                "nodes[0].transcript is `run/logs/1-n0.log`, but a run writes",
+            ),
+            (
+                "run/nodes/2-n1.log",
+                "nodes[0].transcript is `run/nodes/2-n1.log`, but a run writes the transcript of node n0 as nodes/1-n0.log",
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut forged = honest.clone();
+            forged.nodes[0].transcript = Some(recorded.into());
+            let dir = shard(base.path(), &format!("f{i}"), SUMMARY, &pretty(&forged));
+            let err = refusal(std::slice::from_ref(&dir));
+            assert!(err.contains(says), "{recorded}: {err}");
+        }
+
+        // A transcript that is a symbolic link out of the shard.
+        let outside = base.path().join("secret");
+        std::fs::write(&outside, "not a transcript").unwrap();
+        let dir = shard(base.path(), "link", SUMMARY, &pretty(&honest));
+        std::fs::create_dir(dir.join("nodes")).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("nodes/1-n0.log")).unwrap();
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.contains(&format!(
+                ": nodes[0].transcript leads to {}, which is a symbolic link, but a run writes its transcripts as regular files in a nodes directory of its own.",
+                dir.join("nodes/1-n0.log").display()
+            )),
+            "{err}"
+        );
+        // And a nodes directory that is one.
+        let dir = shard(base.path(), "linked-dir", SUMMARY, &pretty(&honest));
+        std::os::unix::fs::symlink(base.path().join("s1/nodes"), dir.join("nodes")).unwrap();
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(err.contains("which is a symbolic link"), "{err}");
     }
 
     /// Site figures are added up across shards; forged ones that would overflow are

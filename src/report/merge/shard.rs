@@ -2,8 +2,9 @@
 //! `summary.json` (checked against its `journal.jsonl` when both are there), or only its
 //! journal when the run died before the summary. Nothing in it is trusted: each file
 //! must be a regular file of at most [`MAX_SHARD_FILE_BYTES`], read no further; every
-//! value has its type, every node is checked ([`check_node`]) and recorded once, and the
-//! totals are the nodes'.
+//! value has its type, every node is checked ([`check_node`]) and recorded once, the
+//! totals are the nodes', and each transcript is the file a run names for its node,
+//! looked up where it is now: in this directory, as a regular file.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -18,7 +19,7 @@ use crate::node_text::escape_controls;
 use crate::outcome::NodeOutcome;
 
 use super::super::json_path::{self, JsonPath};
-use super::super::run_dir::{JOURNAL, SUMMARY, journal_lines};
+use super::super::run_dir::{JOURNAL, RunDir, SUMMARY, journal_lines};
 use super::super::summary::{SUMMARY_VERSION, Summary, Totals};
 use super::{ConfigNodes, InvalidInput, MergeError, Problem};
 
@@ -52,6 +53,9 @@ pub(super) fn read_run(
         if let Some(journal) = &journal {
             agrees_with_journal(&part, &summary, journal)?;
         }
+        find_transcripts(&part, dir, &mut summary.nodes, |i| {
+            JsonPath::root().key("nodes").index(i)
+        })?;
         escape_summary(&mut summary);
         return Ok((summary, false));
     }
@@ -61,7 +65,10 @@ pub(super) fn read_run(
         });
     };
     let mut nodes = Vec::new();
-    for JournalNode { mut node, .. } in journal {
+    for JournalNode { part, mut node } in journal {
+        find_transcripts(&part, dir, std::slice::from_mut(&mut node), |_| {
+            JsonPath::root()
+        })?;
         escape_node(&mut node);
         nodes.push(node);
     }
@@ -319,6 +326,82 @@ impl std::fmt::Display for JournalPlace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.path.display(), self.line)
     }
+}
+
+/// Points each node's transcript at the file in `dir` a run writes for it
+/// (`nodes/<index + 1>-<name>.log`), or at nothing when it is not there: the path a shard
+/// recorded was on the machine it ran on, and says nothing more than the file's name,
+/// which must be the one a run gives that node's transcript. A transcript that is there
+/// must be a regular file in a real `nodes` directory, not a link out of the shard.
+/// `at(i)` is where node `i` sits in `part`.
+fn find_transcripts(
+    part: &Part,
+    dir: &Path,
+    nodes: &mut [NodeOutcome],
+    at: impl Fn(usize) -> JsonPath,
+) -> Result<(), MergeError> {
+    let run = RunDir {
+        path: dir.to_path_buf(),
+        id: String::new(),
+    };
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let Some(recorded) = node.transcript.take() else {
+            continue;
+        };
+        let field = || at(i).key("transcript");
+        if node.index == usize::MAX {
+            return Err(part.refuse(at(i).key("index"), Problem::Index(node.index)));
+        }
+        let expected = run.transcript_path(node.index, &node.name);
+        let file_name = expected.file_name().unwrap_or_default();
+        let recorded_path = Path::new(&recorded);
+        let named_so = recorded_path.file_name() == Some(file_name)
+            && recorded_path
+                .parent()
+                .and_then(Path::file_name)
+                .is_some_and(|parent| parent == "nodes");
+        if !named_so {
+            return Err(part.refuse(
+                field(),
+                Problem::Transcript {
+                    found: recorded,
+                    name: node.name.clone(),
+                    expected: Path::new("nodes").join(file_name).display().to_string(),
+                },
+            ));
+        }
+        let nodes_dir = expected.parent().unwrap_or(dir);
+        for (path, want_dir) in [(nodes_dir, true), (expected.as_path(), false)] {
+            let kind = match std::fs::symlink_metadata(path) {
+                Ok(meta) => meta.file_type(),
+                // Not copied along with the shard's results: nothing to point at.
+                Err(_) => break,
+            };
+            let right = if want_dir {
+                kind.is_dir()
+            } else {
+                kind.is_file()
+            };
+            if !right {
+                let what = if want_dir && !kind.is_symlink() {
+                    "not a directory"
+                } else {
+                    not_a_file(kind)
+                };
+                return Err(part.refuse(
+                    field(),
+                    Problem::TranscriptNotAFile {
+                        path: path.to_path_buf(),
+                        what,
+                    },
+                ));
+            }
+            if !want_dir {
+                node.transcript = Some(expected.display().to_string());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What of a shard's file is read as one JSON value: the whole summary.json, or one line
