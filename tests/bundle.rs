@@ -3,6 +3,8 @@
 //! and an offline run consuming the kit on a fleet of real sshd nodes, each with a real
 //! containerd (tests/common/containerd.rs) that the kit's images are imported into.
 
+mod hostile;
+
 use std::path::{Path, PathBuf};
 
 use crate::common::containerd::{

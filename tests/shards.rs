@@ -132,6 +132,15 @@ fn four_shards_merge_into_exactly_one_run() {
         .map(|i| format!("Successfully processed node {}", Scenario::name(i)))
         .collect();
     assert_eq!(log.lines().collect::<Vec<_>>(), expected);
+    // Each transcript is where it is now, in its shard's run directory, under its name.
+    for node in merged["nodes"].as_array().unwrap() {
+        let transcript = node["transcript"].as_str().unwrap();
+        assert!(
+            transcript.starts_with("shard") && transcript.contains("/nodes/"),
+            "{transcript}"
+        );
+        assert!(sc.path(transcript).is_file(), "{transcript}");
+    }
 
     // Text output: the totals and the keadm-style listing.
     let text = merge(&sc, &["shard1", "shard2", "shard3", "shard4"]);
@@ -258,6 +267,84 @@ fn a_forged_journal_line_is_refused_with_its_line_number() {
     refused_without_a_trace(&out);
     out.stderr_has("shard1/journal.jsonl:1:")
         .stderr_has(": phase cannot be read: unknown variant `succeded`");
+}
+
+/// A shard's file is read only when it is a regular file of at most 256 MiB, and no
+/// further: a huge one (sparse here: it costs no disk) is refused before it is read, a
+/// FIFO (which would block the merge for good) and a symbolic link (which could lead to
+/// another run's results, or to /dev/zero) are not opened at all.
+#[test]
+fn a_huge_fifo_or_linked_shard_file_is_refused_unread() {
+    let good = summary_json("s1", vec![succeeded(0, "edge-0", "10.0.0.1:22")]);
+    let test = || {
+        Test::new()
+            .file("shard1/keep", "")
+            .file("elsewhere/summary.json", &good)
+            .args(["batch", "merge", "shard1", "--into", "merged"])
+    };
+
+    let huge = test();
+    let file = std::fs::File::create(huge.path().join("shard1/summary.json")).unwrap();
+    file.set_len(1 << 30).unwrap();
+    let (out, peak_kib) = huge
+        .spawn()
+        .wait_measured(std::time::Duration::from_secs(60));
+    refused_without_a_trace(&out);
+    out.stderr_has("shard1/summary.json is 1073741824 bytes, more than the 256 MiB a shard's file may be, so it was not read: a run writes its summary.json and journal.jsonl as regular files of at most 256 MiB.");
+    assert!(peak_kib < 64 * 1024, "the merge took {peak_kib} KiB");
+
+    let fifo = test();
+    let path = fifo.path().join("shard1/journal.jsonl");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (out, _) = fifo
+        .spawn()
+        .wait_measured(std::time::Duration::from_secs(20));
+    refused_without_a_trace(&out);
+    out.stderr_has("shard1/journal.jsonl is a FIFO, so it was not read");
+
+    let linked = test();
+    std::os::unix::fs::symlink(
+        "../elsewhere/summary.json",
+        linked.path().join("shard1/summary.json"),
+    )
+    .unwrap();
+    let out = linked.run();
+    refused_without_a_trace(&out);
+    out.stderr_has("shard1/summary.json is a symbolic link, so it was not read");
+}
+
+/// A summary that claims success for a node whose journal, beside it, says it failed is
+/// refused: a run writes both with the same outcome.
+#[test]
+fn a_summary_that_contradicts_its_own_journal_is_refused() {
+    let mut failed = NodeOutcome::not_run(1, "edge-1", "10.0.0.2:22", Phase::Failed, "boom");
+    failed.transcript = None;
+    let journal = serde_json::to_string(&succeeded(0, "edge-0", "10.0.0.1:22")).unwrap()
+        + "\n"
+        + &serde_json::to_string(&failed).unwrap()
+        + "\n";
+    let out = Test::new()
+        .file(
+            "shard1/summary.json",
+            &summary_json(
+                "s1",
+                vec![
+                    succeeded(0, "edge-0", "10.0.0.1:22"),
+                    succeeded(1, "edge-1", "10.0.0.2:22"),
+                ],
+            ),
+        )
+        .file("shard1/journal.jsonl", &journal)
+        .args(["batch", "merge", "shard1", "--into", "merged"])
+        .run();
+    refused_without_a_trace(&out);
+    out.stderr_has(
+        ": nodes[1].phase is succeeded, but shard1/journal.jsonl:2 records node edge-1 as failed.",
+    );
 }
 
 /// `batch merge -c config.yaml`: every merged node must be a node of that config, at the

@@ -262,6 +262,37 @@ pub enum BundleError {
     },
 
     #[error(
+        "The registry {registry} redirected the request for the image {image} to the plain-HTTP \
+         address {to}, so it was not sent: whoever is on the network path could read or swap \
+         what comes back. Use a registry or mirror whose redirects stay on https, or pass \
+         --insecure-http to accept the risk on a network you trust."
+    )]
+    PlainHttpRedirect {
+        image: String,
+        registry: String,
+        to: String,
+    },
+
+    #[error(
+        "The registry {registry} sent headers for the image {image} that are larger than the \
+         HTTP client takes (408 KiB, 100 headers), which no registry sends, so the answer was \
+         refused. Check the registry, or use another one (--registry-mirror)."
+    )]
+    HeadersTooLarge { image: String, registry: String },
+
+    #[error(
+        "The {what} of the image {image} from {registry} is longer than the {size} bytes its \
+         manifest gives: the registry sent more, so the download was cut off at that size, and \
+         nothing was written for this image. Retry, or check the registry."
+    )]
+    Oversized {
+        image: String,
+        registry: String,
+        what: String,
+        size: u64,
+    },
+
+    #[error(
         "The registry {registry} sent a manifest for the image {image} that cannot be used: \
          {reason}. Check that it is a Docker (schema 2) or OCI image."
     )]
@@ -342,6 +373,9 @@ impl BundleError {
             | BadManifest { .. }
             | NoPlatform { .. }
             | DigestMismatch { .. }
+            | PlainHttpRedirect { .. }
+            | HeadersTooLarge { .. }
+            | Oversized { .. }
             | TooLarge { .. } => Failure::Fetch,
             NoKit { .. } | ExtractInto { .. } | ArchivePlace { .. } | PinForDirectory { .. } => {
                 Failure::Usage

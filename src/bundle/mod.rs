@@ -198,6 +198,7 @@ impl BundleSettings {
             max_blob_bytes: max_package_bytes,
             retries: crate::stage::DEFAULT_RETRIES,
             retry_base_delay: Duration::from_secs(1),
+            timeout: Duration::from_secs(60),
             docker_config,
             meters: progress,
         };
@@ -422,8 +423,7 @@ fn fill(kit: &mut KitDir, settings: &BundleSettings) -> Result<Vec<(String, Hold
             let (platform, config) = match &resolved.platform {
                 Some(platform) => (platform.clone(), None),
                 None => {
-                    let config =
-                        registry.blob(image, &resolved.config, "config", scratch.path())?;
+                    let config = registry.config(image, &resolved.config, scratch.path())?;
                     let bytes = std::fs::read(config.path())
                         .map_err(|e| BundleError::io("read", config.path(), e))?;
                     let platform = registry::platform_for(arch, registry::config_platform(&bytes))
@@ -505,14 +505,14 @@ fn pull(
     let config = match &wanted.config {
         Some(config) => config,
         None => {
-            fetched = registry.blob(image, &resolved.config, "config", scratch)?;
+            fetched = registry.config(image, &resolved.config, scratch)?;
             &fetched
         }
     };
     let mut layers = Vec::new();
     for (i, layer) in resolved.layers.iter().enumerate() {
         let what = format!("layer {} for {platform}", i + 1);
-        layers.push(registry.blob(image, layer, &what, scratch)?);
+        layers.push(registry.layer(image, layer, &what, scratch)?);
     }
     let mut blobs = vec![Blob {
         digest: &resolved.config.digest,

@@ -7,6 +7,7 @@ pub mod fake_keadm;
 pub mod fake_release;
 pub mod fleet;
 pub mod hostile;
+pub mod hostile_registry;
 pub mod http_server;
 pub mod image_archive;
 pub mod lan;

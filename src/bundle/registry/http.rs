@@ -4,14 +4,15 @@
 //! backoff.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::time::Duration;
 
 use base64::Engine;
 use reqwest::StatusCode;
-use reqwest::blocking::Response;
+use reqwest::blocking::{RequestBuilder, Response};
 use reqwest::header::{ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
+use reqwest::redirect::Policy;
 
+use super::body::{BodyFailure, MAX_ERROR_BYTES, MAX_TOKEN_BYTES, limit_text, read_whole};
 use super::{Failure, Place, Registry, bad_manifest};
 use crate::backoff::backoff;
 use crate::bundle::error::BundleError;
@@ -38,18 +39,7 @@ impl Registry {
             if let Some(auth) = self.auth.get(&key) {
                 request = request.header(AUTHORIZATION, auth);
             }
-            let response = request.send().map_err(|e| {
-                if e.is_builder() || e.is_redirect() {
-                    Failure::from(BundleError::Unreachable {
-                        image: image.to_string(),
-                        registry: place.label.clone(),
-                        attempts: 1,
-                        error: error_chain(&e),
-                    })
-                } else {
-                    Failure::Transient(error_chain(&e))
-                }
-            })?;
+            let response = send(request, image, place)?;
             if response.status() == StatusCode::UNAUTHORIZED && !challenged {
                 challenged = true;
                 let challenge = response
@@ -115,14 +105,19 @@ impl Registry {
         }
         let url = reqwest::Url::parse_with_params(&realm, &query)
             .map_err(|e| token_error(format!("the realm is not a URL ({e})")))?;
+        // The login goes where basic auth would send it (the registry's own origin), or
+        // to a realm over https, as the docker client sends it (Docker Hub's realm is
+        // auth.docker.io): a registry could ask for it with basic auth anyway. Never in
+        // plain text to another host, whatever the realm's URL holds.
+        let login_goes = url.scheme() == "https" || same_origin(&url, &place.base);
         let mut request = self.client.get(url);
-        // The login goes only where the registry itself is, or over https.
-        if let Some(login) = &login
-            && (realm.starts_with("https://") || realm.contains(&format!("://{}/", place.host)))
-        {
+        if let Some(login) = login.as_ref().filter(|_| login_goes) {
             request = request.basic_auth(&login.user, Some(&login.password));
         }
-        let response = request.send().map_err(|e| token_error(error_chain(&e)))?;
+        let response = send(request, image, place).map_err(|failure| match failure {
+            Failure::Transient(error) => token_error(error),
+            other => other,
+        })?;
         let status = response.status();
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             return Err(Failure::from(self.refused(image, place, status)));
@@ -133,11 +128,16 @@ impl Registry {
                 status_text(status)
             )));
         }
-        let mut body = Vec::new();
-        response
-            .take(1 << 20)
-            .read_to_end(&mut body)
-            .map_err(|e| token_error(error_chain(&e)))?;
+        let body =
+            read_whole(response, MAX_TOKEN_BYTES, self.settings.timeout).map_err(|failure| {
+                match failure {
+                    BodyFailure::TooLarge => token_error(format!(
+                        "its answer is larger than {}, which no token is",
+                        limit_text(MAX_TOKEN_BYTES)
+                    )),
+                    BodyFailure::Broken(reason) => token_error(reason),
+                }
+            })?;
         let answer: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| token_error(format!("its answer is not JSON ({e})")))?;
         let token = answer
@@ -203,7 +203,11 @@ impl Registry {
             (StatusCode::NOT_FOUND, None) => BundleError::NotFound {
                 image: image.to_string(),
                 registry: place.label.clone(),
-                status: format!("{}{}", status_text(status), registry_error_code(response)),
+                status: format!(
+                    "{}{}",
+                    status_text(status),
+                    registry_error_code(response, self.settings.timeout)
+                ),
             },
             (StatusCode::NOT_FOUND, Some(what)) => bad_manifest(
                 image,
@@ -218,6 +222,91 @@ impl Registry {
         };
         Err(Failure::from(error))
     }
+}
+
+/// Sends `request` for `image`. What fails the same way every time is fatal: a malformed
+/// URL, a redirect loop, a redirect from https to plain HTTP (refused before it is
+/// followed, see [`redirect_policy`]), headers past what the HTTP client takes; anything
+/// else is worth another attempt.
+fn send(request: RequestBuilder, image: &ImageRef, place: &Place) -> Result<Response, Failure> {
+    request.send().map_err(|e| {
+        if let Some(refused) = inner::<PlainHttpRedirect>(&e) {
+            Failure::from(BundleError::PlainHttpRedirect {
+                image: image.to_string(),
+                registry: place.label.clone(),
+                to: refused.0.clone(),
+            })
+        } else if e.is_builder() || e.is_redirect() {
+            Failure::from(BundleError::Unreachable {
+                image: image.to_string(),
+                registry: place.label.clone(),
+                attempts: 1,
+                error: error_chain(&e),
+            })
+        } else if error_chain(&e).contains(HEAD_TOO_LARGE) {
+            Failure::from(BundleError::HeadersTooLarge {
+                image: image.to_string(),
+                registry: place.label.clone(),
+            })
+        } else {
+            Failure::Transient(error_chain(&e))
+        }
+    })
+}
+
+/// hyper's words for an answer whose head is more than its buffer (408 KiB) or has more
+/// than 100 headers; reqwest does not tell that apart otherwise.
+const HEAD_TOO_LARGE: &str = "message head is too large";
+
+/// The most redirects one request follows, as reqwest's default policy.
+const MAX_REDIRECTS: usize = 10;
+
+/// A redirect from https to the plain-HTTP address it holds, not followed.
+#[derive(Debug)]
+struct PlainHttpRedirect(String);
+
+impl std::fmt::Display for PlainHttpRedirect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a redirect from https to the plain-HTTP address {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for PlainHttpRedirect {}
+
+/// How the client follows redirects: as reqwest does (which drops the `Authorization`
+/// header when the scheme, host or port changes), but never from https to plain HTTP
+/// unless `insecure_http`: checking the answer's URL afterwards would be too late, the
+/// request (and whatever it carries) would have gone out in plain text.
+pub(super) fn redirect_policy(insecure_http: bool) -> Policy {
+    Policy::custom(move |attempt| {
+        if attempt.previous().len() > MAX_REDIRECTS {
+            return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+        }
+        let from_https = attempt.previous().iter().any(|u| u.scheme() == "https");
+        if from_https && attempt.url().scheme() == "http" && !insecure_http {
+            let to = attempt.url().to_string();
+            return attempt.error(PlainHttpRedirect(to));
+        }
+        attempt.follow()
+    })
+}
+
+/// The error of type `T` in `error`'s chain of sources.
+fn inner<'a, T: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(found) = error.downcast_ref::<T>() {
+            return Some(found);
+        }
+        next = error.source();
+    }
+    None
 }
 
 /// Runs `attempt` up to `1 + retries` times, with backoff between attempts.
@@ -265,9 +354,8 @@ pub(super) fn with_retries<T>(
 }
 
 /// ` (MANIFEST_UNKNOWN)`: the registry's error code from a JSON error body, when there is one.
-fn registry_error_code(response: Response) -> String {
-    let mut body = Vec::new();
-    let _ = response.take(64 * 1024).read_to_end(&mut body);
+fn registry_error_code(response: Response, within: Duration) -> String {
+    let body = read_whole(response, MAX_ERROR_BYTES, within).unwrap_or_default();
     serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| {
@@ -279,6 +367,15 @@ fn registry_error_code(response: Response) -> String {
         })
         .map(|code| format!(" ({code})"))
         .unwrap_or_default()
+}
+
+/// Whether `url` has the scheme, host and port of the base URL `base`.
+fn same_origin(url: &reqwest::Url, base: &str) -> bool {
+    reqwest::Url::parse(base).is_ok_and(|base| {
+        base.scheme() == url.scheme()
+            && base.host_str() == url.host_str()
+            && base.port_or_known_default() == url.port_or_known_default()
+    })
 }
 
 /// `Bearer realm="...",service="..."` into its scheme and parameters.
@@ -325,6 +422,111 @@ fn status_text(status: StatusCode) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::Arch;
+    use crate::bundle::registry::RegistrySettings;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    /// A registry on loopback that reads each request's head and then does `answer` on
+    /// the connection (which may never end); its base URL.
+    fn serve(answer: fn(&mut TcpStream)) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                        line.clear();
+                    }
+                    answer(&mut stream);
+                });
+            }
+        });
+        url
+    }
+
+    /// What resolving an image from the registry at `url` ends with, and how long it
+    /// took, with a timeout of 0.3 s and one retry; `None` when it has not ended after
+    /// 10 s.
+    fn resolve_from(url: &str) -> Option<(BundleError, Duration)> {
+        let settings = RegistrySettings {
+            mirrors: vec![("registry.example".into(), url.into())],
+            insecure_http: true,
+            max_blob_bytes: 1 << 20,
+            retries: 1,
+            retry_base_delay: Duration::from_millis(10),
+            timeout: Duration::from_millis(300),
+            docker_config: None,
+            meters: crate::stage::Meters::Off,
+        };
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let image = ImageRef::parse("registry.example/app:1").unwrap();
+            let result = Registry::new(settings).and_then(|mut r| r.resolve(&image, Arch::Amd64));
+            let _ = sender.send((result.err(), start.elapsed()));
+        });
+        let (error, took) = receiver.recv_timeout(Duration::from_secs(10)).ok()?;
+        Some((error.expect("the registry sent no manifest"), took))
+    }
+
+    #[test]
+    fn a_registry_that_never_answers_fails_at_the_timeout() {
+        let url = serve(|_| std::thread::sleep(Duration::from_secs(30)));
+        let (error, took) = resolve_from(&url).expect("resolving never ended");
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "Cannot reach {url} (the mirror for registry.example) for the image registry.example/app:1 after 2 attempt(s): "
+            )) && text.contains("timed out"),
+            "{text}"
+        );
+        assert!(took < Duration::from_secs(3), "{took:?}");
+    }
+
+    /// A manifest that comes one byte at a time, each well within the timeout, must still
+    /// arrive whole within it: reads that each succeed do not make a deadline.
+    #[test]
+    fn a_manifest_that_trickles_in_fails_at_the_timeout() {
+        let url = serve(|stream| {
+            let head = "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n{";
+            let _ = stream.write_all(head.as_bytes());
+            while stream.write_all(b" ").is_ok() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let (error, took) = resolve_from(&url).expect("resolving never ended");
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "Cannot reach {url} (the mirror for registry.example) for the image registry.example/app:1 after 2 attempt(s): the answer did not arrive whole within 0.3 s."
+            )),
+            "{text}"
+        );
+        assert!(took < Duration::from_secs(3), "{took:?}");
+    }
+
+    #[test]
+    fn only_the_same_scheme_host_and_port_is_the_same_origin() {
+        let url = |text| reqwest::Url::parse(text).unwrap();
+        let base = "http://127.0.0.1:5000";
+        assert!(same_origin(&url("http://127.0.0.1:5000/token?x=1"), base));
+        assert!(!same_origin(&url("http://127.0.0.2:5000/token"), base));
+        assert!(!same_origin(&url("http://127.0.0.1:5001/token"), base));
+        assert!(!same_origin(&url("https://127.0.0.1:5000/token"), base));
+        assert!(!same_origin(
+            &url("http://evil.example/?via=://127.0.0.1:5000/"),
+            base
+        ));
+        assert!(same_origin(
+            &url("https://registry.example/token"),
+            "https://registry.example:443"
+        ));
+    }
 
     #[test]
     fn challenges_are_parsed_with_quotes_and_commas() {

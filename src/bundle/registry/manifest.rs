@@ -2,26 +2,21 @@
 //! list narrowed to the arch's entry), each verified against its digest, and the
 //! platforms images are for.
 
-use std::io::Read;
-
 use reqwest::header::CONTENT_TYPE;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::body::{BodyFailure, MAX_DOCUMENT_BYTES, limit_text, read_whole};
 use super::http::with_retries;
 use super::{Failure, Place, Registry, bad_manifest};
 use crate::arch::Arch;
 use crate::bundle::error::BundleError;
 use crate::image_ref::ImageRef;
-use crate::stage::error_chain;
 
 pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
-
-/// A manifest or index is a few KiB; this bounds what a hostile registry can make us hold.
-const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 
 /// A content descriptor, as manifests and indexes list them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,6 +187,7 @@ impl Registry {
                 )
             })?;
         }
+        self.check_sizes(image, &place, arch, &config, &layers)?;
         Ok(Resolved {
             manifest,
             config,
@@ -199,6 +195,50 @@ impl Registry {
             platform,
             registry: place.label,
         })
+    }
+
+    /// Refuses, before anything is downloaded, a `config` larger than a manifest may be
+    /// (it is read into memory) and an image whose blobs together are more than
+    /// `--max-package-bytes`: what a registry makes the bundle write for one image is
+    /// bounded by what its manifest declares (`blob` holds each blob to its size).
+    fn check_sizes(
+        &self,
+        image: &ImageRef,
+        place: &Place,
+        arch: Arch,
+        config: &Descriptor,
+        layers: &[Descriptor],
+    ) -> Result<(), BundleError> {
+        if config.size > MAX_DOCUMENT_BYTES {
+            return Err(bad_manifest(
+                image,
+                place,
+                &format!(
+                    "its config is {} bytes, more than the {} an image config may be",
+                    config.size,
+                    limit_text(MAX_DOCUMENT_BYTES)
+                ),
+            ));
+        }
+        let limit = self.settings.max_blob_bytes;
+        let total = layers
+            .iter()
+            .try_fold(config.size, |sum, layer| sum.checked_add(layer.size))
+            .unwrap_or(u64::MAX);
+        if total > limit {
+            let layers = match layers.len() {
+                1 => "1 layer".to_string(),
+                n => format!("{n} layers"),
+            };
+            return Err(BundleError::TooLarge {
+                image: image.to_string(),
+                registry: place.label.clone(),
+                what: format!("build for {arch} (its config and {layers} together)"),
+                size: total,
+                limit,
+            });
+        }
+        Ok(())
     }
 
     /// The manifest `reference` (a tag or a digest) of `image`'s repository, verified
@@ -213,22 +253,10 @@ impl Registry {
         let accept = [OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST].join(", ");
         let path = format!("manifests/{reference}");
         let (retries, delay) = (self.settings.retries, self.settings.retry_base_delay);
+        let timeout = self.settings.timeout;
         let (bytes, content_type, announced) = with_retries(retries, delay, image, place, || {
             let response = self.get(place, image, &path, Some(&accept))?;
             let response = self.check_status(response, image, place, None)?;
-            if response.url().scheme() == "http"
-                && place.base.starts_with("https://")
-                && !self.settings.insecure_http
-            {
-                return Err(Failure::from(bad_manifest(
-                    image,
-                    place,
-                    &format!(
-                        "it was redirected to the plain-HTTP address {}",
-                        response.url()
-                    ),
-                )));
-            }
             let header = |name: &str| {
                 response
                     .headers()
@@ -239,20 +267,22 @@ impl Registry {
             let content_type = header(CONTENT_TYPE.as_str())
                 .map(|t| t.split(';').next().unwrap_or_default().trim().to_string());
             let announced = header("docker-content-digest");
-            let mut bytes = Vec::new();
-            response
-                .take(MAX_MANIFEST_BYTES + 1)
-                .read_to_end(&mut bytes)
-                .map_err(|e| Failure::Transient(error_chain(&e)))?;
+            let bytes =
+                read_whole(response, MAX_DOCUMENT_BYTES, timeout).map_err(
+                    |failure| match failure {
+                        BodyFailure::Broken(reason) => Failure::Transient(reason),
+                        BodyFailure::TooLarge => Failure::from(bad_manifest(
+                            image,
+                            place,
+                            &format!(
+                                "it is larger than {}, which no manifest or index is",
+                                limit_text(MAX_DOCUMENT_BYTES)
+                            ),
+                        )),
+                    },
+                )?;
             Ok((bytes, content_type, announced))
         })?;
-        if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-            return Err(bad_manifest(
-                image,
-                place,
-                &format!("it is larger than {MAX_MANIFEST_BYTES} bytes"),
-            ));
-        }
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
         let expected = if reference.starts_with("sha256:") {
             Some(reference.to_string())

@@ -4,10 +4,12 @@
 //! and basic auth with the docker client's logins, retries with backoff. Only pulls.
 //!
 //! Here: the settings, the client and where each registry's requests go. `http` sends
-//! requests (authentication challenges, statuses, retries), `manifest` resolves a tag to
-//! one platform's manifest, `blob` downloads and verifies blobs.
+//! requests (authentication challenges, statuses, retries), `body` reads the small
+//! answers whole within bounds, `manifest` resolves a tag to one platform's manifest,
+//! `blob` downloads and verifies blobs.
 
 mod blob;
+mod body;
 mod http;
 mod manifest;
 
@@ -29,6 +31,9 @@ pub(crate) use manifest::{
     Manifest, OCI_INDEX, Platform, Resolved, config_platform, platform_for, sha256_hex,
 };
 
+/// How long a connection may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// How to reach registries.
 #[derive(Clone, Debug)]
 pub struct RegistrySettings {
@@ -41,6 +46,8 @@ pub struct RegistrySettings {
     pub max_blob_bytes: u64,
     pub retries: u32,
     pub retry_base_delay: Duration,
+    /// How long a request waits for the answer to begin, and each read for more of it.
+    pub timeout: Duration,
     /// The docker client's config file, for logins.
     pub docker_config: Option<std::path::PathBuf>,
     /// Where blob downloads say how far they are.
@@ -107,8 +114,11 @@ impl Registry {
             })?;
         let client = Client::builder()
             .user_agent(concat!("keadm-batch/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(Duration::from_secs(15))
-            .timeout(Duration::from_secs(60))
+            .connect_timeout(settings.timeout.min(CONNECT_TIMEOUT))
+            // In the blocking client this bounds the wait for headers and for each read,
+            // not the whole transfer.
+            .timeout(settings.timeout)
+            .redirect(http::redirect_policy(settings.insecure_http))
             .build()
             .map_err(|e| {
                 BundleError::Stage(crate::stage::StageError::HttpClient {

@@ -15,7 +15,9 @@
 //! Text that passes reaches the log, the console and the merged summary escaped, as a
 //! run's own does.
 
-use std::collections::{HashMap, HashSet};
+mod shard;
+
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -24,9 +26,10 @@ use crate::config::validate::NameProblem;
 use crate::node_text::escape_controls;
 use crate::outcome::{NodeOutcome, Phase, SiteTraffic};
 
-use super::json_path::{self, JsonPath};
-use super::run_dir::{JOURNAL, SUMMARY, journal_lines};
+use super::run_dir::{JOURNAL, SUMMARY};
 use super::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};
+use shard::read_run;
+pub use shard::{JournalPlace, MAX_SHARD_FILE_BYTES};
 
 /// Why the inputs cannot be merged.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +57,25 @@ pub enum MergeError {
         path: PathBuf,
         #[source]
         source: io::Error,
+    },
+    /// A summary.json or journal.jsonl that is not a file a run writes: not read at all.
+    #[error(
+        "{} {reason}, so it was not read: a run writes its {SUMMARY} and {JOURNAL} as regular files of at most {} MiB. Merge run directories as their shard runs left them, or run that shard again. Nothing was merged or written.",
+        path.display(),
+        MAX_SHARD_FILE_BYTES >> 20
+    )]
+    NotAShardFile { path: PathBuf, reason: String },
+    /// Site figures whose sum across the shards overflows.
+    #[error(
+        "The shards' {field} for site {site} add up to more than {max} with {}, which no run counts, so that summary was changed or damaged after its run. Merge run directories as their shard runs left them, or run that shard again. Nothing was merged or written.",
+        path.display()
+    )]
+    SiteOverflow {
+        site: String,
+        field: &'static str,
+        /// The most the field holds.
+        max: u64,
+        path: PathBuf,
     },
     /// A value in a shard's summary.json or journal.jsonl that a merge must not take.
     /// Boxed: it carries the place and the values, and errors travel by value.
@@ -99,6 +121,38 @@ pub enum Problem {
     Name(NameProblem, String),
     /// A phase a node has only while it runs.
     Unfinished(Phase),
+    /// A node the file has recorded already (`first` says where).
+    Repeated { name: String, first: String },
+    /// A total that is not the count of the summary's nodes.
+    Totals {
+        field: &'static str,
+        claimed: usize,
+        counted: usize,
+    },
+    /// A node of the journal beside the summary that the summary does not list.
+    MissingFromSummary {
+        name: String,
+        journal: JournalPlace,
+        recorded: Phase,
+    },
+    /// A phase the journal beside the summary records otherwise.
+    Contradicts {
+        claimed: Phase,
+        name: String,
+        journal: JournalPlace,
+        recorded: Phase,
+    },
+    /// A transcript path a run would not have written for the node.
+    Transcript {
+        found: String,
+        name: String,
+        /// Where a run writes it, in its run directory.
+        expected: String,
+    },
+    /// The transcript, or its directory, in the shard is not what a run makes.
+    TranscriptNotAFile { path: PathBuf, what: &'static str },
+    /// An index past what a run counts.
+    Index(usize),
     /// With `-c`: a node the config does not list.
     NotInConfig { name: String, config: PathBuf },
     /// With `-c`: the config gives the node another address.
@@ -114,7 +168,16 @@ impl Problem {
     /// What the problem means, and what to do: sentences for after it.
     fn explanation(&self) -> &'static str {
         match self {
-            Problem::Unreadable(_) | Problem::Name(..) | Problem::Unfinished(_) => {
+            Problem::Unreadable(_)
+            | Problem::Name(..)
+            | Problem::Unfinished(_)
+            | Problem::Repeated { .. }
+            | Problem::Totals { .. }
+            | Problem::MissingFromSummary { .. }
+            | Problem::Contradicts { .. }
+            | Problem::Transcript { .. }
+            | Problem::TranscriptNotAFile { .. }
+            | Problem::Index(_) => {
                 "A keadm-batch run never writes that, so the file was changed or damaged after its run. Merge run directories as their shard runs left them, or run that shard again."
             }
             Problem::NotInConfig { .. } | Problem::OtherAddress { .. } => {
@@ -134,6 +197,60 @@ impl fmt::Display for Problem {
                 "is {}, but a run records a node only once it has finished (succeeded, failed, timed_out, skipped or interrupted)",
                 phase.as_str()
             ),
+            Problem::Repeated { name, first } => write!(
+                f,
+                "is {name} again ({first} is {name} too), but a run records each node once"
+            ),
+            Problem::Totals {
+                field,
+                claimed,
+                counted,
+            } => {
+                let nodes = if *counted == 1 { "node" } else { "nodes" };
+                let was = if *counted == 1 { "was" } else { "were" };
+                let how = match *field {
+                    "selected" => String::new(),
+                    "timed_out" => " that timed out".to_string(),
+                    "skipped" | "interrupted" => format!(" that {was} {field}"),
+                    other => format!(" that {other}"),
+                };
+                write!(f, "is {claimed}, but nodes holds {counted} {nodes}{how}")
+            }
+            Problem::MissingFromSummary {
+                name,
+                journal,
+                recorded,
+            } => write!(
+                f,
+                "lacks node {name}, which {journal} records as {}",
+                recorded.as_str()
+            ),
+            Problem::Contradicts {
+                claimed,
+                name,
+                journal,
+                recorded,
+            } => write!(
+                f,
+                "is {}, but {journal} records node {name} as {}",
+                claimed.as_str(),
+                recorded.as_str()
+            ),
+            Problem::Transcript {
+                found,
+                name,
+                expected,
+            } => write!(
+                f,
+                "is `{}`, but a run writes the transcript of node {name} as {expected} in its run directory",
+                escape_controls(found)
+            ),
+            Problem::TranscriptNotAFile { path, what } => write!(
+                f,
+                "leads to {}, which is {what}, but a run writes its transcripts as regular files in a nodes directory of its own",
+                escape_controls(&path.display().to_string())
+            ),
+            Problem::Index(index) => write!(f, "is {index}, more than a run counts"),
             Problem::NotInConfig { name, config } => {
                 write!(f, "is {name}, which is not a node of {}", config.display())
             }
@@ -212,234 +329,14 @@ pub fn merge(dirs: &[PathBuf], config: Option<&ConfigNodes>) -> Result<Merged, M
     })
 }
 
-/// A run directory's summary, or one rebuilt from its journal (then `true`); checked,
-/// its text escaped.
-fn read_run(dir: &Path, config: Option<&ConfigNodes>) -> Result<(Summary, bool), MergeError> {
-    let summary_path = dir.join(SUMMARY);
-    if summary_path.exists() {
-        let mut summary = read_summary(&summary_path, config)?;
-        escape_summary(&mut summary);
-        return Ok((summary, false));
-    }
-    let journal_path = dir.join(JOURNAL);
-    if !journal_path.exists() {
-        return Err(MergeError::NotARun {
-            dir: dir.to_path_buf(),
-        });
-    }
-    let mut nodes = read_journal(&journal_path, config)?;
-    nodes.iter_mut().for_each(escape_node);
-    let started_at = nodes
-        .iter()
-        .map(|n| n.started_at)
-        .fold(f64::INFINITY, f64::min);
-    let finished_at = nodes.iter().map(|n| n.finished_at).fold(0.0, f64::max);
-    Ok((
-        Summary {
-            version: SUMMARY_VERSION,
-            tool: String::new(),
-            run_id: escape_controls(
-                &dir.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            ),
-            config: String::new(),
-            started_at: if started_at.is_finite() {
-                started_at
-            } else {
-                0.0
-            },
-            finished_at,
-            // A run without a summary did not finish normally.
-            interrupted: true,
-            totals: Totals::of(&nodes),
-            packages: Vec::new(),
-            nodes,
-            sites: Vec::new(),
-            merged_from: Vec::new(),
-        },
-        true,
-    ))
-}
-
-fn read_text(path: &Path) -> Result<String, MergeError> {
-    std::fs::read_to_string(path).map_err(|source| MergeError::Unreadable {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// A shard's summary.json, every value of its type and every node checked.
-fn read_summary(path: &Path, config: Option<&ConfigNodes>) -> Result<Summary, MergeError> {
-    let text = read_text(path)?;
-    let part = Part {
-        path,
-        text: &text,
-        lines_before: 0,
-        whole: "the summary",
-    };
-    let summary: Summary = serde_json::from_str(&text).map_err(|err| part.unreadable(&err))?;
-    for (i, node) in summary.nodes.iter().enumerate() {
-        check_node(node, config).map_err(|(field, problem)| {
-            part.refuse(JsonPath::root().key("nodes").index(i).key(field), problem)
-        })?;
-    }
-    Ok(summary)
-}
-
-/// A crashed shard's journal.jsonl, every line read and checked (only a torn last line,
-/// what the crash left, is skipped).
-fn read_journal(path: &Path, config: Option<&ConfigNodes>) -> Result<Vec<NodeOutcome>, MergeError> {
-    let text = read_text(path)?;
-    let mut nodes = Vec::new();
-    for line in journal_lines(&text) {
-        let part = Part {
-            path,
-            text: line.text,
-            lines_before: line.number - 1,
-            whole: "the line",
-        };
-        let node = line.outcome.map_err(|err| part.unreadable(&err))?;
-        check_node(&node, config)
-            .map_err(|(field, problem)| part.refuse(JsonPath::root().key(field), problem))?;
-        nodes.push(node);
-    }
-    Ok(nodes)
-}
-
-/// What of a shard's file is read as one JSON value: the whole summary.json, or one line
-/// of journal.jsonl. Its errors say where in the file they are.
-struct Part<'a> {
-    path: &'a Path,
-    text: &'a str,
-    /// How many lines of the file come before `text`.
-    lines_before: usize,
-    /// What the value as a whole is called in messages.
-    whole: &'static str,
-}
-
-impl Part<'_> {
-    /// serde's error about the part: at serde's place, in the field around it.
-    fn unreadable(&self, err: &serde_json::Error) -> MergeError {
-        let offset = json_path::offset_of(self.text, err.line(), err.column());
-        // serde's words without its place, which the message gives in front.
-        let words = err.to_string();
-        let words = words
-            .strip_suffix(&format!(" at line {} column {}", err.line(), err.column()))
-            .unwrap_or(&words);
-        self.error(
-            offset,
-            JsonPath::at_offset(self.text, offset),
-            Problem::Unreadable(escape_controls(words)),
-        )
-    }
-
-    /// `problem` in the value at `field`, placed where that value starts.
-    fn refuse(&self, field: JsonPath, problem: Problem) -> MergeError {
-        let offset = field.offset_in(self.text).unwrap_or(0);
-        self.error(offset, field, problem)
-    }
-
-    fn error(&self, offset: usize, field: JsonPath, problem: Problem) -> MergeError {
-        let (line, column) = json_path::line_column(self.text, offset);
-        MergeError::Invalid(Box::new(InvalidInput {
-            path: self.path.to_path_buf(),
-            line: self.lines_before + line,
-            column,
-            field: if field.is_root() {
-                self.whole.to_string()
-            } else {
-                field.to_string()
-            },
-            problem,
-        }))
-    }
-}
-
-/// What is wrong with an outcome a shard recorded, as the field (in the outcome) and the
-/// problem: its name by the config's rule, its phase final, and with `-c` its name and
-/// address the config's.
-fn check_node(
-    node: &NodeOutcome,
-    config: Option<&ConfigNodes>,
-) -> Result<(), (&'static str, Problem)> {
-    if let Some(problem) = NameProblem::of(&node.name) {
-        return Err(("name", Problem::Name(problem, node.name.clone())));
-    }
-    if !node.phase.is_final() {
-        return Err(("phase", Problem::Unfinished(node.phase)));
-    }
-    let Some(config) = config else {
-        return Ok(());
-    };
-    let Some(expected) = config.addresses.get(&node.name) else {
-        return Err((
-            "name",
-            Problem::NotInConfig {
-                name: node.name.clone(),
-                config: config.path.clone(),
-            },
-        ));
-    };
-    // A run always records the address; an empty one says nothing to compare.
-    if !node.address.is_empty() && node.address != *expected {
-        return Err((
-            "address",
-            Problem::OtherAddress {
-                found: node.address.clone(),
-                name: node.name.clone(),
-                expected: expected.clone(),
-                config: config.path.clone(),
-            },
-        ));
-    }
-    Ok(())
-}
-
-/// Control characters escaped in place; a run wrote its text escaped already, so text
-/// from an untouched shard is unchanged.
-fn escape(text: &mut String) {
-    *text = escape_controls(text);
-}
-
-/// Every text of a shard's summary as a run would have written it: escaped.
-fn escape_summary(summary: &mut Summary) {
-    escape(&mut summary.tool);
-    escape(&mut summary.run_id);
-    escape(&mut summary.config);
-    for package in &mut summary.packages {
-        escape(&mut package.version);
-        escape(&mut package.tarball_sha512);
-    }
-    summary.nodes.iter_mut().for_each(escape_node);
-}
-
-/// Every text of a node's outcome escaped; its name was checked instead.
-fn escape_node(node: &mut NodeOutcome) {
-    escape(&mut node.address);
-    for text in [&mut node.error, &mut node.last_output, &mut node.transcript]
-        .into_iter()
-        .flatten()
-    {
-        escape(text);
-    }
-    for finding in &mut node.preflight {
-        escape(&mut finding.detail);
-    }
-}
-
 /// Combines summaries; pure, for tests.
 pub fn combine(inputs: &[(PathBuf, Summary)]) -> Result<Summary, MergeError> {
     let mut owner: HashMap<&str, &Path> = HashMap::new();
     let mut nodes: Vec<NodeOutcome> = Vec::new();
     let mut packages: Vec<StagedPackage> = Vec::new();
     for (dir, summary) in inputs {
-        let mut in_this: HashSet<&str> = HashSet::new();
+        // Each shard's file lists a node once (checked when it was read).
         for node in &summary.nodes {
-            // A journal may hold a node twice only if the run wrote it twice; keep one.
-            if !in_this.insert(node.name.as_str()) {
-                continue;
-            }
             if let Some(first) = owner.insert(node.name.as_str(), dir.as_path()) {
                 return Err(MergeError::Duplicate {
                     node: node.name.clone(),
@@ -482,7 +379,7 @@ pub fn combine(inputs: &[(PathBuf, Summary)]) -> Result<Summary, MergeError> {
         totals: Totals::of(&nodes),
         packages,
         nodes,
-        sites: merged_sites(inputs),
+        sites: merged_sites(inputs)?,
         merged_from: inputs
             .iter()
             .map(|(dir, _)| dir.display().to_string())
@@ -491,28 +388,51 @@ pub fn combine(inputs: &[(PathBuf, Summary)]) -> Result<Summary, MergeError> {
 }
 
 /// The shards' site figures, added up per site (a site's nodes may be in several
-/// shards); names escaped as every other text of a shard is.
-fn merged_sites(inputs: &[(PathBuf, Summary)]) -> Vec<SiteTraffic> {
+/// shards); names escaped as every other text of a shard is. A sum that would overflow
+/// is refused: no run counts that far, and a wrapped figure would be a lie.
+fn merged_sites(inputs: &[(PathBuf, Summary)]) -> Result<Vec<SiteTraffic>, MergeError> {
     let mut sites: Vec<SiteTraffic> = Vec::new();
-    for site in inputs.iter().flat_map(|(_, s)| &s.sites) {
-        let name = escape_controls(&site.site);
-        let sum = match sites.iter_mut().find(|s| s.site == name) {
-            Some(sum) => sum,
-            None => {
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for (dir, summary) in inputs {
+        for site in &summary.sites {
+            let name = escape_controls(&site.site);
+            let i = *at.entry(name.clone()).or_insert_with(|| {
                 sites.push(SiteTraffic {
-                    site: name,
+                    site: name.clone(),
                     ..SiteTraffic::default()
                 });
-                sites.last_mut().expect("just pushed")
-            }
-        };
-        sum.nodes += site.nodes;
-        sum.uplink_copies += site.uplink_copies;
-        sum.uplink_bytes += site.uplink_bytes;
-        sum.peer_copies += site.peer_copies;
-        sum.peer_bytes += site.peer_bytes;
+                sites.len() - 1
+            });
+            let sum = &mut sites[i];
+            let overflow = |field, max| MergeError::SiteOverflow {
+                site: name.clone(),
+                field,
+                max,
+                path: dir.join(SUMMARY),
+            };
+            sum.nodes = sum
+                .nodes
+                .checked_add(site.nodes)
+                .ok_or_else(|| overflow("nodes", usize::MAX as u64))?;
+            sum.uplink_copies = sum
+                .uplink_copies
+                .checked_add(site.uplink_copies)
+                .ok_or_else(|| overflow("uplink_copies", u32::MAX.into()))?;
+            sum.uplink_bytes = sum
+                .uplink_bytes
+                .checked_add(site.uplink_bytes)
+                .ok_or_else(|| overflow("uplink_bytes", u64::MAX))?;
+            sum.peer_copies = sum
+                .peer_copies
+                .checked_add(site.peer_copies)
+                .ok_or_else(|| overflow("peer_copies", u32::MAX.into()))?;
+            sum.peer_bytes = sum
+                .peer_bytes
+                .checked_add(site.peer_bytes)
+                .ok_or_else(|| overflow("peer_bytes", u64::MAX))?;
+        }
     }
-    sites
+    Ok(sites)
 }
 
 /// The text the command prints: totals, the inputs, and the keadm-style log.
@@ -852,5 +772,235 @@ mod tests {
             merge(&[base.path().join("absent")], None),
             Err(MergeError::NotADir { .. })
         ));
+    }
+
+    /// The error of merging `dirs`, as text.
+    fn refusal(dirs: &[PathBuf]) -> String {
+        merge(dirs, None).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn totals_that_disagree_with_the_nodes_are_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let mut forged = summary(
+            "a",
+            &[(0, "n0", Phase::Succeeded), (1, "n1", Phase::Failed)],
+        );
+        forged.totals.succeeded = 2;
+        forged.totals.failed = 0;
+        let text = pretty(&forged);
+        let dir = shard(base.path(), "s1", SUMMARY, &text);
+        let err = refusal(std::slice::from_ref(&dir));
+        let (line, column) = place_of(&text, "2,\n    \"failed\"");
+        assert!(
+            err.starts_with(&format!(
+                "{}:{line}:{column}: totals.succeeded is 2, but nodes holds 1 node that succeeded.",
+                dir.join(SUMMARY).display()
+            )),
+            "{err}"
+        );
+        assert!(err.ends_with("Nothing was merged or written."), "{err}");
+    }
+
+    #[test]
+    fn a_node_recorded_twice_in_one_shard_is_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let twice = summary(
+            "a",
+            &[
+                (0, "n0", Phase::Failed),
+                (1, "n1", Phase::Failed),
+                (0, "n0", Phase::Succeeded),
+            ],
+        );
+        let dir = shard(base.path(), "s1", SUMMARY, &pretty(&twice));
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.contains(": nodes[2].name is n0 again (nodes[0] is n0 too), but a run records each node once."),
+            "{err}"
+        );
+        let good = |i: usize| NodeOutcome::not_run(i, &format!("n{i}"), "a:22", Phase::Failed, "x");
+        let text = journal_line(&good(0)) + &journal_line(&good(1)) + &journal_line(&good(0));
+        let dir = shard(base.path(), "s2", JOURNAL, &text);
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.starts_with(&format!(
+                "{}:3:19: name is n0 again (line 1 is n0 too), but a run records each node once.",
+                dir.join(JOURNAL).display()
+            )),
+            "{err}"
+        );
+    }
+
+    /// A run writes each node to its journal as it finishes and the same outcome into
+    /// its summary at the end: a summary that says otherwise was changed.
+    #[test]
+    fn a_summary_that_contradicts_its_journal_is_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let failed = NodeOutcome::not_run(1, "n1", "127.0.0.1:22", Phase::Failed, "boom");
+        let journal = journal_line(&summary("a", &[(0, "n0", Phase::Succeeded)]).nodes[0])
+            + &journal_line(&failed);
+        let claims = pretty(&summary(
+            "a",
+            &[(0, "n0", Phase::Succeeded), (1, "n1", Phase::Succeeded)],
+        ));
+        let dir = shard(base.path(), "s1", SUMMARY, &claims);
+        std::fs::write(dir.join(JOURNAL), &journal).unwrap();
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.contains(&format!(
+                ": nodes[1].phase is succeeded, but {}:2 records node n1 as failed.",
+                dir.join(JOURNAL).display()
+            )),
+            "{err}"
+        );
+        // The journal's own nodes must all be in the summary.
+        let fewer = pretty(&summary("a", &[(0, "n0", Phase::Succeeded)]));
+        std::fs::write(dir.join(SUMMARY), &fewer).unwrap();
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.contains(&format!(
+                ": nodes lacks node n1, which {}:2 records as failed.",
+                dir.join(JOURNAL).display()
+            )),
+            "{err}"
+        );
+    }
+
+    /// The merged summary points at each transcript where it is now, in the shard's run
+    /// directory under the name a run gives it; a recorded path that a run would not have
+    /// written, or a transcript that is not a regular file there, is refused.
+    #[test]
+    fn transcripts_are_found_in_the_shard_or_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let mut honest = summary(
+            "a",
+            &[(0, "n0", Phase::Succeeded), (1, "n1", Phase::Failed)],
+        );
+        honest.nodes[0].transcript = Some("/srv/elsewhere/run/nodes/1-n0.log".into());
+        // Only the file's name says anything: the rest was where the shard ran.
+        honest.nodes[1].transcript = Some("../../etc/nodes/2-n1.log".into());
+        let dir = shard(base.path(), "s1", SUMMARY, &pretty(&honest));
+        std::fs::create_dir(dir.join("nodes")).unwrap();
+        std::fs::write(dir.join("nodes/1-n0.log"), "transcript\n").unwrap();
+        let merged = merge(std::slice::from_ref(&dir), None).unwrap();
+        let transcripts: Vec<Option<String>> = merged
+            .summary
+            .nodes
+            .iter()
+            .map(|n| n.transcript.clone())
+            .collect();
+        // n1's transcript did not come along with the shard's results.
+        assert_eq!(
+            transcripts,
+            [Some(dir.join("nodes/1-n0.log").display().to_string()), None]
+        );
+
+        for (i, (recorded, says)) in [
+            (
+                "/etc/shadow",
+                "nodes[0].transcript is `/etc/shadow`, but a run writes the transcript of node n0 as nodes/1-n0.log in its run directory.",
+            ),
+            (
+                "run/nodes/1-n0.log/../../../../etc/shadow",
+                "nodes[0].transcript is `run/nodes/1-n0.log/../../../../etc/shadow`, but a run writes",
+            ),
+            (
+                "run/logs/1-n0.log",
+                "nodes[0].transcript is `run/logs/1-n0.log`, but a run writes",
+            ),
+            (
+                "run/nodes/2-n1.log",
+                "nodes[0].transcript is `run/nodes/2-n1.log`, but a run writes the transcript of node n0 as nodes/1-n0.log",
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut forged = honest.clone();
+            forged.nodes[0].transcript = Some(recorded.into());
+            let dir = shard(base.path(), &format!("f{i}"), SUMMARY, &pretty(&forged));
+            let err = refusal(std::slice::from_ref(&dir));
+            assert!(err.contains(says), "{recorded}: {err}");
+        }
+
+        // A transcript that is a symbolic link out of the shard.
+        let outside = base.path().join("secret");
+        std::fs::write(&outside, "not a transcript").unwrap();
+        let dir = shard(base.path(), "link", SUMMARY, &pretty(&honest));
+        std::fs::create_dir(dir.join("nodes")).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("nodes/1-n0.log")).unwrap();
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.contains(&format!(
+                ": nodes[0].transcript leads to {}, which is a symbolic link, but a run writes its transcripts as regular files in a nodes directory of its own.",
+                dir.join("nodes/1-n0.log").display()
+            )),
+            "{err}"
+        );
+        // And a nodes directory that is one.
+        let dir = shard(base.path(), "linked-dir", SUMMARY, &pretty(&honest));
+        std::os::unix::fs::symlink(base.path().join("s1/nodes"), dir.join("nodes")).unwrap();
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(err.contains("which is a symbolic link"), "{err}");
+    }
+
+    /// Site figures are added up across shards; forged ones that would overflow are
+    /// refused, not wrapped (or a panic).
+    #[test]
+    fn site_figures_that_overflow_are_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let site = SiteTraffic {
+            site: "lab".into(),
+            nodes: 2,
+            uplink_bytes: u64::MAX,
+            ..SiteTraffic::default()
+        };
+        let dirs: Vec<PathBuf> = [(0, "s1"), (1, "s2")]
+            .into_iter()
+            .map(|(i, name)| {
+                let mut one = summary(name, &[(i, &format!("n{i}"), Phase::Succeeded)]);
+                one.sites = vec![site.clone()];
+                shard(base.path(), name, SUMMARY, &pretty(&one))
+            })
+            .collect();
+        let err = refusal(&dirs);
+        assert!(
+            err.starts_with(&format!(
+                "The shards' uplink_bytes for site lab add up to more than 18446744073709551615 with {}, which no run counts, so that summary was changed or damaged after its run.",
+                dirs[1].join(SUMMARY).display()
+            )),
+            "{err}"
+        );
+    }
+
+    /// JSON nested 100,000 deep costs a merge no stack and no time: in a field the format
+    /// does not have, serde_json skips it without recursing (a newer version's fields
+    /// are skipped so); where the format has a value, the first bracket is refused at
+    /// its place.
+    #[test]
+    fn deep_nesting_is_skipped_or_refused_quickly() {
+        let base = tempfile::tempdir().unwrap();
+        let text = pretty(&summary("a", &[(0, "n0", Phase::Failed)]));
+        let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+        let start = std::time::Instant::now();
+        let unknown = text.replacen(
+            "\"error\": ",
+            &format!("\"extra\": {deep},\n      \"error\": "),
+            1,
+        );
+        let dir = shard(base.path(), "s1", SUMMARY, &unknown);
+        let merged = merge(std::slice::from_ref(&dir), None).unwrap();
+        assert_eq!(merged.summary.nodes[0].error.as_deref(), Some("boom"));
+        let typed = text.replacen("\"error\": \"boom\"", &format!("\"error\": {deep}"), 1);
+        let dir = shard(base.path(), "s2", SUMMARY, &typed);
+        let err = refusal(std::slice::from_ref(&dir));
+        assert!(
+            err.contains(
+                ":24:15: nodes[0] cannot be read: invalid type: sequence, expected a string."
+            ),
+            "{err}"
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
     }
 }
