@@ -181,6 +181,10 @@ fn load_config(
 /// `batch merge DIR...`: the shards' results as one. Exits like a run would: 1 when some
 /// node did not succeed.
 fn run_merge(options: &MergeOptions) -> Result<(), Error> {
+    // Before the config or any shard is read: a refused --into leaves no trace.
+    if let Some(into) = &options.into {
+        report::merge::check_into(into, &options.dirs).map_err(UsageError::from)?;
+    }
     let config = options.config.as_deref().map(config_nodes).transpose()?;
     let merged = report::merge::merge(&options.dirs, config.as_ref()).map_err(UsageError::from)?;
     if let Some(into) = &options.into {

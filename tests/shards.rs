@@ -317,6 +317,72 @@ fn a_huge_fifo_or_linked_shard_file_is_refused_unread() {
     out.stderr_has("shard1/summary.json is a symbolic link, so it was not read");
 }
 
+/// `--into` that is a shard's run directory, inside one or around one would overwrite or
+/// mix with that shard's own results (an outside review saw `--into shard1` replace
+/// shard1's summary.json). It is refused before anything is read or written, paths
+/// compared as they resolve (a link, `..`, a directory that does not exist yet); a sibling
+/// whose name only starts like a shard's is not refused.
+#[test]
+fn merge_refuses_an_into_that_is_inside_or_around_a_shard() {
+    let shard = summary_json("s1", vec![succeeded(0, "edge-0", "10.0.0.1:22")]);
+    let cases = [
+        ("shard1", "is the run directory"),
+        ("./shard1/", "is the run directory"),
+        ("link", "is the run directory"),
+        ("new/../shard1", "is the run directory"),
+        ("shard1/merged", "is inside the run directory"),
+        ("link/new/deeper", "is inside the run directory"),
+        ("new/../link/sub", "is inside the run directory"),
+        (".", "contains the run directory"),
+        ("link/..", "contains the run directory"),
+    ];
+    // The last again with -c naming a config that is not there: the refusal comes first.
+    let with_config = [("link/..", "contains the run directory")];
+    for (i, (into, relation)) in cases.into_iter().chain(with_config).enumerate() {
+        let test = Test::new().file("shard1/summary.json", &shard);
+        std::os::unix::fs::symlink("shard1", test.path().join("link")).unwrap();
+        let config: &[&str] = if i < cases.len() {
+            &[]
+        } else {
+            &["-c", "absent.yaml"]
+        };
+        let out = test
+            .args(["batch", "merge"])
+            .args(config)
+            .args(["shard1", "--into", into])
+            .run();
+        out.status(2);
+        assert_eq!(
+            out.stdout, "",
+            "--into {into}: a refused merge prints no result"
+        );
+        out.stderr_has(&format!(
+            "keadm-batch: error: --into {into} {relation} shard1 given to merge, so the merged summary.json and batch_process_log.txt written there would overwrite or mix with that shard's own results. Give --into a directory outside every shard's run directory and not around one. Nothing was read or written."
+        ));
+        assert_eq!(
+            std::fs::read_to_string(out.path("shard1/summary.json")).unwrap(),
+            shard,
+            "--into {into} changed shard1's summary.json"
+        );
+        for made in [
+            "shard1/batch_process_log.txt",
+            "shard1/merged",
+            "shard1/new",
+            "new",
+            "summary.json",
+        ] {
+            assert!(!out.path(made).exists(), "--into {into} made {made}");
+        }
+    }
+
+    let beside = Test::new()
+        .file("shard1/summary.json", &shard)
+        .args(["batch", "merge", "shard1", "--into", "shard1-merged"])
+        .run();
+    beside.status(0);
+    assert!(beside.path("shard1-merged/summary.json").is_file());
+}
+
 /// A summary that claims success for a node whose journal, beside it, says it failed is
 /// refused: a run writes both with the same outcome.
 #[test]

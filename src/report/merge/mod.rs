@@ -15,6 +15,7 @@
 //! Text that passes reaches the log, the console and the merged summary escaped, as a
 //! run's own does.
 
+mod into;
 mod shard;
 
 use std::collections::HashMap;
@@ -26,8 +27,10 @@ use crate::config::validate::NameProblem;
 use crate::node_text::escape_controls;
 use crate::outcome::{NodeOutcome, Phase, SiteTraffic};
 
+use super::log::LOG_FILE;
 use super::run_dir::{JOURNAL, SUMMARY};
 use super::summary::{SUMMARY_VERSION, StagedPackage, Summary, Totals};
+pub use into::{Overlap, check_into};
 use shard::read_run;
 pub use shard::{JournalPlace, MAX_SHARD_FILE_BYTES};
 
@@ -91,6 +94,26 @@ pub enum MergeError {
     },
     #[error("The run directory {dir} is given twice. Give each shard's run directory once.")]
     SameDir { dir: String },
+    /// `--into` where the merged files would overwrite or mix with a shard's own.
+    #[error(
+        "--into {} {overlap} {} given to merge, so the merged {SUMMARY} and {LOG_FILE} written there would overwrite or mix with that shard's own results. Give --into a directory outside every shard's run directory and not around one. Nothing was read or written.",
+        into.display(),
+        dir.display()
+    )]
+    IntoAShard {
+        into: PathBuf,
+        overlap: Overlap,
+        dir: PathBuf,
+    },
+    #[error(
+        "--into {} cannot be resolved against the current directory: {source}. Give --into the path of a directory outside every shard's run directory. Nothing was read or written.",
+        into.display()
+    )]
+    IntoUnresolved {
+        into: PathBuf,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// A value in a shard's file that a merge must not take, and where it is.
