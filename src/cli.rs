@@ -335,8 +335,9 @@ struct BundleArgs {
     #[arg(long)]
     insecure_http: bool,
 
-    /// The largest keadm package, unpacked package or image layer: bytes, or a number with
-    /// KiB, MiB or GiB (default 512MiB).
+    /// The largest keadm package to download, the most its unpacked files may hold, and
+    /// the most an image (its config and layers together) may hold: bytes, or a number
+    /// with KiB, MiB or GiB (default 512MiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_package_bytes: Option<u64>,
 

@@ -47,7 +47,8 @@ pub struct BundleOptions {
     pub download_url: Option<String>,
     /// Plain-HTTP download.url and registry mirrors are accepted.
     pub insecure_http: bool,
-    /// The largest keadm package, unpacked package or image blob, in bytes.
+    /// The largest keadm package download and unpacked package, and the most an image's
+    /// config and layers together may hold, in bytes; `None` is the default.
     pub max_package_bytes: Option<u64>,
     /// `--registry-mirror HOST=URL`.
     pub registry_mirrors: Vec<RegistryMirror>,

@@ -195,7 +195,7 @@ impl BundleSettings {
                 .map(|m| (m.registry.clone(), m.url.clone()))
                 .collect(),
             insecure_http: options.insecure_http,
-            max_blob_bytes: max_package_bytes,
+            max_image_bytes: max_package_bytes,
             retries: crate::stage::DEFAULT_RETRIES,
             retry_base_delay: Duration::from_secs(1),
             timeout: Duration::from_secs(60),

@@ -236,6 +236,20 @@ fn a_config_or_an_image_too_large_is_refused_before_anything_is_downloaded() {
     ));
     assert_eq!(releases.total_hits(), 0, "refused before any release");
     assert_eq!(registry.hits(&config), 0, "refused before any blob");
+
+    // The help says what the limit bounds: a whole image, not one of its layers.
+    let help = Test::new().args(["batch", "bundle", "--help"]).run();
+    help.status(0);
+    let flat = help.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    let option = flat
+        .split("--max-package-bytes <SIZE> ")
+        .nth(1)
+        .and_then(|rest| rest.split(" --").next())
+        .unwrap_or_else(|| panic!("batch bundle --help lacks --max-package-bytes:\n{flat}"));
+    assert!(
+        option.contains("an image (its config and layers together)"),
+        "batch bundle --help describes --max-package-bytes as: {option}"
+    );
 }
 
 /// An https registry that redirects to plain HTTP, for a manifest or a blob, is refused

@@ -54,7 +54,7 @@ impl Registry {
         whole_within: Option<Duration>,
     ) -> Result<NamedTempFile, BundleError> {
         let place = self.place(image.registry());
-        let limit = self.settings.max_blob_bytes;
+        let limit = self.settings.max_image_bytes;
         if descriptor.size > limit {
             return Err(BundleError::TooLarge {
                 image: image.to_string(),

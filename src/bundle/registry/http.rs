@@ -456,7 +456,7 @@ mod tests {
         let settings = RegistrySettings {
             mirrors: vec![("registry.example".into(), url.into())],
             insecure_http: true,
-            max_blob_bytes: 1 << 20,
+            max_image_bytes: 1 << 20,
             retries: 1,
             retry_base_delay: Duration::from_millis(10),
             timeout: Duration::from_millis(300),

@@ -220,7 +220,7 @@ impl Registry {
                 ),
             ));
         }
-        let limit = self.settings.max_blob_bytes;
+        let limit = self.settings.max_image_bytes;
         let total = layers
             .iter()
             .try_fold(config.size, |sum, layer| sum.checked_add(layer.size))

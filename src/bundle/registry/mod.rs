@@ -42,8 +42,9 @@ pub struct RegistrySettings {
     pub mirrors: Vec<(String, String)>,
     /// A mirror may be plain `http://`.
     pub insecure_http: bool,
-    /// The largest blob accepted (`--max-package-bytes`).
-    pub max_blob_bytes: u64,
+    /// The most an image's config and layers together may hold (`--max-package-bytes`),
+    /// so each blob too.
+    pub max_image_bytes: u64,
     pub retries: u32,
     pub retry_base_delay: Duration,
     /// How long a request waits for the answer to begin, and each read for more of it.
