@@ -543,6 +543,9 @@ fn an_https_mirror_with_a_wrong_pin_fails_staging_with_exit_3() {
     );
 }
 
+/// An https mirror that redirects to plain HTTP is refused before the redirect is
+/// followed: the plain-HTTP server sees no request (what went out would have gone in
+/// plain text), and the error names both URLs.
 #[test]
 fn an_https_mirror_that_redirects_to_plain_http_is_refused() {
     let plain = HttpServer::start();
@@ -572,6 +575,12 @@ fn an_https_mirror_that_redirects_to_plain_http_is_refused() {
     assert!(
         !out.path("batch_process_log.txt").exists(),
         "no node was touched"
+    );
+    assert_eq!(
+        plain.total_hits(),
+        0,
+        "the redirect to plain HTTP was followed:\n{}",
+        out.stderr
     );
     // A pin vouches for the bytes whatever way they came.
     let pinned = staging_config(&download_yaml(&tls.url("/kubeedge"), Some(&built.sha512)));

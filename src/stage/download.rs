@@ -13,6 +13,7 @@ use sha2::{Digest, Sha512};
 use tempfile::NamedTempFile;
 
 use crate::backoff::backoff;
+use crate::http_redirect;
 
 use super::StageError;
 use super::meter::{Meter, Meters};
@@ -28,7 +29,12 @@ enum Failure {
 }
 
 pub(crate) struct Http {
+    /// For a request that must stay on https once there: it refuses a redirect to plain
+    /// HTTP before following it.
     client: Client,
+    /// For a request whose answer may come over plain HTTP (a pin vouches for it, or
+    /// `--insecure-http`): it follows such a redirect.
+    plain_http_client: Client,
     retries: u32,
     base_delay: Duration,
     /// Where downloads say how far they are.
@@ -45,18 +51,22 @@ impl Http {
         max_bytes: u64,
     ) -> Result<Http, StageError> {
         // Proxy environment variables are honoured by reqwest's default builder.
-        let client = Client::builder()
-            .user_agent(concat!("keadm-batch/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(Duration::from_secs(15))
-            // In the blocking client this bounds the wait for headers and for each read,
-            // not the whole transfer: a stalled mirror fails, a slow one does not.
-            .timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| StageError::HttpClient {
-                error: error_chain(&e),
-            })?;
+        let client = |plain_http_ok| {
+            Client::builder()
+                .user_agent(concat!("keadm-batch/", env!("CARGO_PKG_VERSION")))
+                .connect_timeout(Duration::from_secs(15))
+                // In the blocking client this bounds the wait for headers and for each
+                // read, not the whole transfer: a stalled mirror fails, a slow one does not.
+                .timeout(Duration::from_secs(60))
+                .redirect(http_redirect::policy(plain_http_ok))
+                .build()
+                .map_err(|e| StageError::HttpClient {
+                    error: error_chain(&e),
+                })
+        };
         Ok(Http {
-            client,
+            client: client(false)?,
+            plain_http_client: client(true)?,
             retries,
             base_delay,
             meters,
@@ -114,12 +124,25 @@ impl Http {
     }
 
     /// Sends a GET. `Ok(None)` for 404; other non-2xx statuses are failures. Unless
-    /// `plain_http_ok`, an answer that came over plain HTTP is refused: an https mirror
-    /// that redirects to http would otherwise get round the plain-HTTP rule.
+    /// `plain_http_ok`, a redirect from https to plain HTTP is refused before it is
+    /// followed: an https mirror that redirects to http would otherwise get round the
+    /// plain-HTTP rule (an `http://` URL without a pin or `--insecure-http` is refused
+    /// before any request).
     fn send(&self, url: &str, plain_http_ok: bool) -> Result<Option<Response>, Failure> {
-        let response = self.client.get(url).send().map_err(|e| {
-            // A malformed URL or a redirect loop fails the same way every time.
-            if e.is_builder() || e.is_redirect() {
+        let client = if plain_http_ok {
+            &self.plain_http_client
+        } else {
+            &self.client
+        };
+        let response = client.get(url).send().map_err(|e| {
+            // A refused downgrade, a malformed URL or a redirect loop fails the same way
+            // every time.
+            if let Some(to) = http_redirect::refused_downgrade(&e) {
+                Failure::Fatal(StageError::RedirectedToPlainHttp {
+                    url: url.to_string(),
+                    to: to.to_string(),
+                })
+            } else if e.is_builder() || e.is_redirect() {
                 Failure::Fatal(StageError::BadUrl {
                     url: url.to_string(),
                     error: error_chain(&e),
@@ -128,12 +151,6 @@ impl Http {
                 Failure::Transient(error_chain(&e))
             }
         })?;
-        if !plain_http_ok && response.url().scheme() == "http" {
-            return Err(Failure::Fatal(StageError::RedirectedToPlainHttp {
-                url: url.to_string(),
-                to: response.url().to_string(),
-            }));
-        }
         let status = response.status();
         if status.is_success() {
             Ok(Some(response))

@@ -107,8 +107,8 @@ pub enum StageError {
     },
 
     #[error(
-        "Downloading {url} was redirected to {to}, which is plain HTTP, so anyone on the \
-         network path could swap what it returns. Pin the tarballs' digests in \
+        "Downloading {url} was redirected to {to}, which is plain HTTP, so the redirect \
+         was not followed: anyone on the network path could swap what it returns. Pin the tarballs' digests in \
          keadm.download.sha512, use a mirror that stays on https://, or pass --insecure-http \
          to accept the risk on a network you trust."
     )]

@@ -10,7 +10,6 @@ use base64::Engine;
 use reqwest::StatusCode;
 use reqwest::blocking::{RequestBuilder, Response};
 use reqwest::header::{ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
-use reqwest::redirect::Policy;
 
 use super::body::{BodyFailure, MAX_ERROR_BYTES, MAX_TOKEN_BYTES, limit_text, read_whole};
 use super::{Failure, Place, Registry, bad_manifest};
@@ -226,15 +225,15 @@ impl Registry {
 
 /// Sends `request` for `image`. What fails the same way every time is fatal: a malformed
 /// URL, a redirect loop, a redirect from https to plain HTTP (refused before it is
-/// followed, see [`redirect_policy`]), headers past what the HTTP client takes; anything
+/// followed, see [`crate::http_redirect`]), headers past what the HTTP client takes; anything
 /// else is worth another attempt.
 fn send(request: RequestBuilder, image: &ImageRef, place: &Place) -> Result<Response, Failure> {
     request.send().map_err(|e| {
-        if let Some(refused) = inner::<PlainHttpRedirect>(&e) {
+        if let Some(to) = crate::http_redirect::refused_downgrade(&e) {
             Failure::from(BundleError::PlainHttpRedirect {
                 image: image.to_string(),
                 registry: place.label.clone(),
-                to: refused.0.clone(),
+                to: to.to_string(),
             })
         } else if e.is_builder() || e.is_redirect() {
             Failure::from(BundleError::Unreachable {
@@ -257,57 +256,6 @@ fn send(request: RequestBuilder, image: &ImageRef, place: &Place) -> Result<Resp
 /// hyper's words for an answer whose head is more than its buffer (408 KiB) or has more
 /// than 100 headers; reqwest does not tell that apart otherwise.
 const HEAD_TOO_LARGE: &str = "message head is too large";
-
-/// The most redirects one request follows, as reqwest's default policy.
-const MAX_REDIRECTS: usize = 10;
-
-/// A redirect from https to the plain-HTTP address it holds, not followed.
-#[derive(Debug)]
-struct PlainHttpRedirect(String);
-
-impl std::fmt::Display for PlainHttpRedirect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "a redirect from https to the plain-HTTP address {}",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for PlainHttpRedirect {}
-
-/// How the client follows redirects: as reqwest does (which drops the `Authorization`
-/// header when the scheme, host or port changes), but never from https to plain HTTP
-/// unless `insecure_http`: checking the answer's URL afterwards would be too late, the
-/// request (and whatever it carries) would have gone out in plain text.
-pub(super) fn redirect_policy(insecure_http: bool) -> Policy {
-    Policy::custom(move |attempt| {
-        if attempt.previous().len() > MAX_REDIRECTS {
-            return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
-        }
-        let from_https = attempt.previous().iter().any(|u| u.scheme() == "https");
-        if from_https && attempt.url().scheme() == "http" && !insecure_http {
-            let to = attempt.url().to_string();
-            return attempt.error(PlainHttpRedirect(to));
-        }
-        attempt.follow()
-    })
-}
-
-/// The error of type `T` in `error`'s chain of sources.
-fn inner<'a, T: std::error::Error + 'static>(
-    error: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a T> {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        if let Some(found) = error.downcast_ref::<T>() {
-            return Some(found);
-        }
-        next = error.source();
-    }
-    None
-}
 
 /// Runs `attempt` up to `1 + retries` times, with backoff between attempts.
 pub(super) fn with_retries<T>(

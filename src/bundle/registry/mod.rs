@@ -119,7 +119,7 @@ impl Registry {
             // In the blocking client this bounds the wait for headers and for each read,
             // not the whole transfer.
             .timeout(settings.timeout)
-            .redirect(http::redirect_policy(settings.insecure_http))
+            .redirect(crate::http_redirect::policy(settings.insecure_http))
             .build()
             .map_err(|e| {
                 BundleError::Stage(crate::stage::StageError::HttpClient {
