@@ -518,6 +518,16 @@ fn nodes_behind_one_bastion_are_one_site() {
     assert!(!out.stdout.contains("elsewhere"), "{}", out.stdout);
 }
 
+/// The run of the sudo-login tests: three nodes of one site, logged in as the test user
+/// with sudo's password, keadm relayed among them.
+fn three_sudo_nodes_of_one_site(fleet: &Fleet) -> Scenario<'_> {
+    Scenario::new(fleet)
+        .keadm(keadm())
+        .max_run_num(3)
+        .top_yaml("site: store-1")
+        .login_as_test_user(Login::Password(TEST_USER_PASSWORD.to_string()))
+}
+
 /// The login user of three sudo-login nodes made its `~/.ssh/authorized_keys` a dangling
 /// symlink into a directory only root may change (on a real node: `/etc/ld.so.preload`).
 /// The run succeeds, and root neither created the link's target nor changed the
@@ -539,11 +549,7 @@ fn a_login_users_symlink_cannot_make_root_write_for_it() {
         ));
         assert!(planted.status.success(), "{planted:?}");
     }
-    let sc = Scenario::new(&fleet)
-        .keadm(keadm())
-        .max_run_num(3)
-        .top_yaml("site: store-1")
-        .login_as_test_user(Login::Password(TEST_USER_PASSWORD.to_string()));
+    let sc = three_sudo_nodes_of_one_site(&fleet);
     let out = sc.run(&[]);
     out.status(0);
     same_keadm_everywhere(&fleet, 3);
@@ -622,11 +628,7 @@ fn operator_keys_with_latin1_comments_survive_a_relayed_run_byte_for_byte() {
         ));
         assert!(owned.status.success(), "{owned:?}");
     }
-    let sc = Scenario::new(&fleet)
-        .keadm(keadm())
-        .max_run_num(3)
-        .top_yaml("site: store-1")
-        .login_as_test_user(Login::Password(TEST_USER_PASSWORD.to_string()));
+    let sc = three_sudo_nodes_of_one_site(&fleet);
     let out = sc.run(&[]);
     out.status(0);
     let (direct, from_peer) = sources_of_keadm(&out, 3);
