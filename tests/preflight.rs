@@ -14,7 +14,7 @@ use crate::common::fleet::{Fleet, Node, refused_endpoint};
 use crate::common::image_archive::docker_archive;
 use crate::common::scenario::Scenario;
 use keadm_batch::kubeedge::preflight::{self, Finding, FindingId};
-use keadm_batch::remote::{Privilege, preflight_probe_script, wrap};
+use keadm_batch::remote::{JoinSide, Privilege, preflight_probe_script, wrap};
 use keadm_batch::transport::{Connection, SshConnection};
 
 const UPLOAD_DIR: &str = "/tmp/kubeedge/keadm";
@@ -26,7 +26,7 @@ fn probe(fleet: &Fleet, node: &Node, upload_dir: &str, socket: &str, needed: u64
     let spec = fleet.root_password_spec(node);
     let mut conn = SshConnection::connect(&spec).unwrap_or_else(|e| panic!("connect: {e}"));
     let script = wrap(
-        &preflight_probe_script(upload_dir, socket, needed),
+        &preflight_probe_script(upload_dir, socket, needed, &JoinSide::default()),
         Privilege::Login,
     );
     let mut out = Vec::new();
