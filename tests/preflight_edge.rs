@@ -136,7 +136,10 @@ fn a_node_clock_two_hours_behind_stops_the_join() {
         .trim()
         .parse()
         .unwrap();
-    assert!(now() - shifted >= 7199, "the wrapper shifts the node's clock");
+    assert!(
+        now() - shifted >= 7199,
+        "the wrapper shifts the node's clock"
+    );
 
     let sc = Scenario::new(&fleet)
         .cmd(&join(cloudcore.port, &cloudcore, ""))
