@@ -270,6 +270,15 @@ pub enum FindingId {
     LowDisk,
     /// No `bash`: keadm runs its checks through `bash -c` and misreports without it.
     BashMissing,
+    /// The node's clock is off the control host's by more than a minute; certificates
+    /// and the join token are checked against clocks.
+    ClockSkew,
+    /// The runtime keadm will use has another cgroup driver than the one keadm writes
+    /// for edgecore (`--cgroupdriver`, default cgroupfs).
+    CgroupDriverMismatch,
+    /// cloudcore's port (of `--cloudcore-ipport`) or its certificate port (`--certport`)
+    /// does not accept a TCP connection from the node.
+    CloudcoreUnreachableFromNode,
     /// An image keadm join needs (installation-package, the runtime's sandbox image) or
     /// keadm.extraImages lists is neither in the node's runtime nor in an offline image
     /// archive for the node's arch.
@@ -281,13 +290,16 @@ pub enum FindingId {
 
 impl FindingId {
     /// Every finding, in the order the probe checks them.
-    pub const ALL: [FindingId; 8] = [
+    pub const ALL: [FindingId; 11] = [
         FindingId::EdgecoreRunning,
         FindingId::ManagementDirNotClean,
         FindingId::RuntimeSocketMissing,
         FindingId::UploadDirNoexec,
         FindingId::LowDisk,
         FindingId::BashMissing,
+        FindingId::ClockSkew,
+        FindingId::CgroupDriverMismatch,
+        FindingId::CloudcoreUnreachableFromNode,
         FindingId::ImageMissing,
         FindingId::ProbeIncomplete,
     ];
@@ -301,6 +313,9 @@ impl FindingId {
             FindingId::UploadDirNoexec => "upload_dir_noexec",
             FindingId::LowDisk => "low_disk",
             FindingId::BashMissing => "bash_missing",
+            FindingId::ClockSkew => "clock_skew",
+            FindingId::CgroupDriverMismatch => "cgroup_driver_mismatch",
+            FindingId::CloudcoreUnreachableFromNode => "cloudcore_unreachable_from_node",
             FindingId::ImageMissing => "image_missing",
             FindingId::ProbeIncomplete => "probe_incomplete",
         }
@@ -348,6 +363,15 @@ impl Finding {
             FindingId::BashMissing => {
                 "bash is not installed; keadm runs its checks through bash and without it always reports that edgecore is already running."
             }
+            FindingId::ClockSkew => {
+                "The node's clock is more than a minute off the control host's, so edgecore would reject cloudcore's certificates (or they its own) as not yet or no longer valid."
+            }
+            FindingId::CgroupDriverMismatch => {
+                "The container runtime uses another cgroup driver than the one keadm join will write for edgecore, so keadm's first container would fail to start."
+            }
+            FindingId::CloudcoreUnreachableFromNode => {
+                "cloudcore does not answer a TCP connection from the node, so keadm join could not get the node's certificate or edgecore could not connect."
+            }
             FindingId::ImageMissing => {
                 "The container runtime lacks an image keadm join needs or keadm.extraImages lists, and no offline image archive provides it, so it would have to be pulled from a registry."
             }
@@ -377,6 +401,15 @@ impl Finding {
             }
             FindingId::BashMissing => {
                 "Install bash on the node (for example `apk add bash` on Alpine, `opkg install bash` on OpenWrt)."
+            }
+            FindingId::ClockSkew => {
+                "Set the node's clock: run an NTP client (chrony, systemd-timesyncd, `ntpd -q`) on it, or set it once with `date -s`; boards without a battery-backed clock (RTC) start in the past after every power-off and need NTP at boot."
+            }
+            FindingId::CgroupDriverMismatch => {
+                "Make the two agree: pass --cgroupdriver=systemd in keadmCmd when the runtime uses systemd (containerd's SystemdCgroup = true, docker's native.cgroupdriver=systemd), or change the runtime's config to the driver keadm writes and restart it."
+            }
+            FindingId::CloudcoreUnreachableFromNode => {
+                "Make --cloudcore-ipport name an address of cloudcore the node can reach (cloudcore's advertise address, modules.cloudHub.advertiseAddress, which its certificate must also name), open the port in any firewall between the edge and the cloud, and behind NAT or the Helm chart's NodePort service give the forwarded certificate port with --certport (30002 for the chart)."
             }
             FindingId::ImageMissing => {
                 "Put an archive of each missing image in the offline directory's <arch>/images (keadm-batch batch bundle writes them) or list one in keadm.offlineImages, or make sure the node can reach a registry that has the image (for keadm's own, --image-repository in keadmCmd names a mirror)."

@@ -1,6 +1,7 @@
 //! keadm's command line, read the way keadm reads it: the one place that knows which
 //! subcommand a rendered `keadmCmd` runs and what the flags keadm-batch checks hold (the
-//! join token, the node name, cloudcore's address and cert port, the runtime endpoint).
+//! join token, the node name, cloudcore's address and cert port, the runtime endpoint, the
+//! cgroup driver).
 //!
 //! keadm parses its flags with spf13/pflag, which accepts, for a flag that takes a value,
 //! `--token=V`, `--token V`, `-t V`, `-t=V` and `-tV`; the last one given wins. The
@@ -20,15 +21,18 @@ pub enum JoinFlag {
     CloudCoreIpPort,
     CertPort,
     RemoteRuntimeEndpoint,
+    /// The cgroup driver keadm writes into edgecore's config (default `cgroupfs`).
+    CgroupDriver,
 }
 
 impl JoinFlag {
-    pub const ALL: [JoinFlag; 5] = [
+    pub const ALL: [JoinFlag; 6] = [
         JoinFlag::Token,
         JoinFlag::EdgeNodeName,
         JoinFlag::CloudCoreIpPort,
         JoinFlag::CertPort,
         JoinFlag::RemoteRuntimeEndpoint,
+        JoinFlag::CgroupDriver,
     ];
 
     /// The long name, without dashes.
@@ -39,6 +43,7 @@ impl JoinFlag {
             JoinFlag::CloudCoreIpPort => "cloudcore-ipport",
             JoinFlag::CertPort => "certport",
             JoinFlag::RemoteRuntimeEndpoint => "remote-runtime-endpoint",
+            JoinFlag::CgroupDriver => "cgroupdriver",
         }
     }
 }

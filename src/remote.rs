@@ -20,7 +20,7 @@ pub(crate) mod sent_forms;
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
-pub use preflight_probe::preflight_probe_script;
+pub use preflight_probe::{CloudcorePorts, JoinSide, preflight_probe_script};
 pub use runtime::{
     ArchiveImport, ImportReport, InArchive, Runtime, RuntimeFacts, cli_output, import_script,
     parse_import, parse_runtime_facts, runtime_probe_script,
@@ -1486,11 +1486,27 @@ mod tests {
             for needed in [0, 5000] {
                 check(
                     &format!("the pre-flight probe of {socket} for {needed} bytes"),
-                    preflight_probe_script(dir, socket, needed),
+                    preflight_probe_script(dir, socket, needed, &JoinSide::default()),
                     Forms::Every,
                     &[],
                 );
             }
+        }
+        // With the join-side checks, cloudcore's host quoted as any value is.
+        for keadm_cmd in [
+            "join --cloudcore-ipport=10.0.0.1:10000 --cgroupdriver=systemd",
+            "join --cloudcore-ipport=[fd00::1]:10000 --certport=30002",
+            "join --cloudcore-ipport=it's.example:10002",
+        ] {
+            let join = crate::kubeedge::preflight::join_side(
+                &crate::keadm_cmd::KeadmCommand::parse(keadm_cmd),
+            );
+            check(
+                &format!("the pre-flight probe of {keadm_cmd}"),
+                preflight_probe_script(dir, "/run/containerd/containerd.sock", 1, &join),
+                Forms::Every,
+                &[],
+            );
         }
     }
 

@@ -32,15 +32,16 @@ fn join() -> String {
 }
 
 /// A join of `{name}` through the runtime at `endpoint` that pre-flight can check: its
-/// token is well-formed and valid for a day, and its cloudcore refuses at once.
+/// token is well-formed and valid for a day, and its cloudcore's ports answer the node's
+/// connect and close it at once (`closing_port`), so the checks before the run ask nothing.
 fn checked_join(endpoint: &str) -> String {
     let token = token(
         "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
         now() + 86_400,
     );
     format!(
-        "join --cloudcore-ipport=127.0.0.1:10000 --certport={} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint={endpoint}",
-        crate::common::fleet::refused_endpoint().port
+        "join --cloudcore-ipport=127.0.0.1:{port} --certport={port} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint={endpoint}",
+        port = crate::common::fleet::closing_port()
     )
 }
 

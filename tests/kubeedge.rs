@@ -19,6 +19,13 @@ fn refused_port() -> u16 {
     crate::common::fleet::refused_endpoint().port
 }
 
+/// A join command whose cloudcore ports are one `closing_port`: they answer
+/// pre-flight's check from the node, and the checks before the run ask nothing.
+fn join_cmd_answering(token: &str) -> String {
+    let port = crate::common::fleet::closing_port();
+    join_cmd(port, token).replace("127.0.0.1:10000", &format!("127.0.0.1:{port}"))
+}
+
 const A_CA_HASH: &str = "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07";
 
 #[test]
@@ -155,7 +162,7 @@ fn strict_pre_flight_skips_a_node_untouched_and_warn_goes_on() {
     start_edgecore(fleet.node(1));
     let cmd = format!(
         "{} --remote-runtime-endpoint=unix:///tmp/containerd.sock",
-        join_cmd(refused_port(), &token(A_CA_HASH, now() + 86_400))
+        join_cmd_answering(&token(A_CA_HASH, now() + 86_400))
     );
     let strict = Scenario::new(&fleet).cmd(&cmd).preflight("strict");
     let out = strict.run(&[]);
@@ -212,7 +219,7 @@ fn preflight_only_prints_a_table_and_changes_nothing() {
     start_edgecore(fleet.node(1));
     let cmd = format!(
         "{} --remote-runtime-endpoint=unix:///tmp/containerd.sock",
-        join_cmd(refused_port(), &token(A_CA_HASH, now() + 86_400))
+        join_cmd_answering(&token(A_CA_HASH, now() + 86_400))
     );
     let sc = Scenario::new(&fleet).cmd(&cmd).preflight("warn");
     let out = sc.run(&["--preflight-only"]);

@@ -16,6 +16,7 @@ mod kubeedge;
 mod operator;
 mod perf_modes;
 mod preflight;
+mod preflight_edge;
 mod relay;
 mod relay_home;
 mod run;

@@ -7,14 +7,14 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::cloudcore::{now, token};
+use crate::common::cloudcore::{FakeCloudcore, now, token};
 use crate::common::containerd::{Containerd, ENDPOINT};
 use crate::common::edge_state::{RuntimeSocket, start_edgecore};
 use crate::common::fleet::{Fleet, Node, refused_endpoint};
 use crate::common::image_archive::docker_archive;
 use crate::common::scenario::Scenario;
 use keadm_batch::kubeedge::preflight::{self, Finding, FindingId};
-use keadm_batch::remote::{Privilege, preflight_probe_script, wrap};
+use keadm_batch::remote::{JoinSide, Privilege, preflight_probe_script, wrap};
 use keadm_batch::transport::{Connection, SshConnection};
 
 const UPLOAD_DIR: &str = "/tmp/kubeedge/keadm";
@@ -26,7 +26,7 @@ fn probe(fleet: &Fleet, node: &Node, upload_dir: &str, socket: &str, needed: u64
     let spec = fleet.root_password_spec(node);
     let mut conn = SshConnection::connect(&spec).unwrap_or_else(|e| panic!("connect: {e}"));
     let script = wrap(
-        &preflight_probe_script(upload_dir, socket, needed),
+        &preflight_probe_script(upload_dir, socket, needed, &JoinSide::default()),
         Privilege::Login,
     );
     let mut out = Vec::new();
@@ -265,16 +265,14 @@ fn everything_at_once_in_one_round_trip() {
     }
 }
 
-/// A join through the runtime at `endpoint`, with a token that has a day to live and a
-/// cloudcore whose certificate port refuses, so the checks before the run ask nothing.
-fn join_through(endpoint: &str) -> String {
+/// A join through the runtime at `endpoint`, with a token that has a day to live, of the
+/// `cloudcore` stand-in on loopback: both its ports (here one) answer the node, and the
+/// checks before the run find its CA the token's and the node names free.
+fn join_through(endpoint: &str, cloudcore: &FakeCloudcore) -> String {
     format!(
-        "join --cloudcore-ipport=127.0.0.1:10000 --certport={} --edgenode-name={{name}} --token={} --remote-runtime-endpoint={endpoint}",
-        refused_endpoint().port,
-        token(
-            "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
-            now() + 86_400
-        )
+        "join --cloudcore-ipport=127.0.0.1:{port} --certport={port} --edgenode-name={{name}} --token={} --remote-runtime-endpoint={endpoint}",
+        token(&cloudcore.ca_hash(), now() + 86_400),
+        port = cloudcore.port,
     )
 }
 
@@ -286,8 +284,9 @@ fn preflight_only_prints_one_json_document_with_each_node_s_findings() {
     let fleet = Fleet::builder().nodes(3).start();
     let _socket = RuntimeSocket::create(fleet.node(0));
     start_edgecore(fleet.node(1));
+    let cloudcore = FakeCloudcore::start();
     let sc = Scenario::new(&fleet)
-        .cmd(&join_through("unix:///tmp/containerd.sock"))
+        .cmd(&join_through("unix:///tmp/containerd.sock", &cloudcore))
         .preflight("warn")
         .endpoint_for(2, refused_endpoint())
         .node_yaml_for(2, "retries: 0");
@@ -350,8 +349,9 @@ fn preflight_only_lists_each_site_s_sandbox_images_as_bundle_flags() {
         Containerd::start_with_sandbox_image(fleet.node(1), &pause("3.6")),
         Containerd::start_with_sandbox_image(fleet.node(2), &pause("3.6")),
     ];
+    let cloudcore = FakeCloudcore::start();
     let sc = Scenario::new(&fleet)
-        .cmd(&join_through(ENDPOINT))
+        .cmd(&join_through(ENDPOINT, &cloudcore))
         .preflight("warn")
         .node_yaml_for(0, "site: store-1")
         .node_yaml_for(1, "site: store-1");

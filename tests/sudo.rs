@@ -4,7 +4,9 @@
 use crate::common::cloudcore::{now, token};
 use crate::common::containerd::{Containerd, ENDPOINT, SANDBOX_IMAGE};
 use crate::common::fake_keadm::{self, FakeKeadm};
-use crate::common::fleet::{Fleet, KeyKind, Sudo, TEST_USER_PASSWORD, refused_endpoint};
+use crate::common::fleet::{
+    Fleet, KeyKind, Sudo, TEST_USER_PASSWORD, closing_port, refused_endpoint,
+};
 use crate::common::image_archive::{docker_archive, host_arch, oci_archive};
 use crate::common::scenario::{Login, Scenario, remote_keadm};
 
@@ -200,9 +202,10 @@ fn pre_flight_asks_the_runtime_under_sudo_and_names_the_missing_image_and_the_bu
         "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07",
         now() + 86_400,
     );
+    // cloudcore's ports answer the node, and the checks before the run ask nothing.
     let cmd = format!(
-        "join --cloudcore-ipport=127.0.0.1:10000 --certport={} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint={ENDPOINT}",
-        refused_endpoint().port
+        "join --cloudcore-ipport=127.0.0.1:{port} --certport={port} --edgenode-name={{name}} --token={token} --remote-runtime-endpoint={ENDPOINT}",
+        port = closing_port()
     );
     let sc = Scenario::new(&fleet)
         .cmd(&cmd)

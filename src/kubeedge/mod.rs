@@ -6,6 +6,7 @@
 
 pub mod before_run;
 pub mod classify;
+pub mod clock_skew;
 pub mod images;
 pub mod preflight;
 pub mod token;

@@ -4,13 +4,16 @@
 //! The probe's shell text is `remote::preflight_probe_script`, beside every other script
 //! sent to nodes; this module holds what it finds and reads its output. The probe is POSIX
 //! sh that works under dash, bash and busybox, runs no tool beyond `ls`, `wc`, `head`,
-//! `tr`, `awk` and `df` (and `pidof`/`systemctl` when they exist), and writes nothing
+//! `tr`, `awk`, `df` and `date` (and `pidof`, `systemctl`, `containerd`, `docker`,
+//! `bash` with `timeout`, or `nc` when they exist), and writes nothing
 //! anywhere: the noexec check reads `/proc/mounts` instead of trying to run a file in the
 //! upload directory. It prints one `KB_PF <id> <detail>` line per finding and
 //! `KB_PF_DONE` last, so a probe cut off midway is told apart from a clean node.
 
+use crate::cloudcore;
 use crate::keadm_cmd::{JoinFlag, KeadmCommand};
 use crate::node_text::{MESSAGE_CHARS, one_line};
+use crate::remote::{CloudcorePorts, JoinSide};
 
 pub use crate::diagnosis::{Finding, FindingId};
 
@@ -33,6 +36,43 @@ pub fn runtime_socket(command: &KeadmCommand) -> String {
     match endpoint.strip_prefix("unix://") {
         Some(path) => path.to_string(),
         None => endpoint,
+    }
+}
+
+/// The cgroup driver keadm join writes for edgecore without `--cgroupdriver`
+/// (keadm's `join` command's default).
+pub const DEFAULT_CGROUP_DRIVER: &str = "cgroupfs";
+
+/// What the probe checks of a join from the node's side, from keadmCmd: cloudcore's
+/// host with the port of `--cloudcore-ipport` and `--certport` (default 10002), and the
+/// cgroup driver keadm will write. Another command than a join checks neither.
+pub fn join_side(command: &KeadmCommand) -> JoinSide {
+    if !command.is_join() {
+        return JoinSide::default();
+    }
+    let cloudcore = cloudcore::endpoint(command).map(|(host, cert_port)| {
+        let port = command
+            .join_flag(JoinFlag::CloudCoreIpPort)
+            .and_then(|ipport| ipport.rsplit_once(':'))
+            .and_then(|(_, port)| port.parse::<u16>().ok())
+            .filter(|port| *port != cert_port);
+        CloudcorePorts {
+            host,
+            port,
+            cert_port,
+        }
+    });
+    let (cgroup_driver, cgroup_driver_from) = match command.join_flag(JoinFlag::CgroupDriver) {
+        Some(driver) => (driver.to_string(), format!("--cgroupdriver={driver}")),
+        None => (
+            DEFAULT_CGROUP_DRIVER.to_string(),
+            "keadm's default without --cgroupdriver".to_string(),
+        ),
+    };
+    JoinSide {
+        cloudcore,
+        cgroup_driver,
+        cgroup_driver_from,
     }
 }
 
@@ -117,11 +157,16 @@ fn human_kib(kib: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remote::preflight_probe_script as probe_script;
+    use crate::remote::preflight_probe_script;
     use crate::shell::shell_quote;
     use std::os::unix::net::UnixListener;
     use std::path::Path;
     use std::process::Command;
+
+    /// The probe without the join-side checks that need keadmCmd.
+    fn probe_script(upload_dir: &str, socket: &str, needed: u64) -> String {
+        preflight_probe_script(upload_dir, socket, needed, &JoinSide::default())
+    }
 
     fn run_sh(script: &str) -> String {
         let out = Command::new("sh").args(["-c", script]).output().unwrap();
@@ -366,7 +411,7 @@ mod tests {
     }
 
     /// The tools the probe needs, without `dirname`.
-    const PROBE_TOOLS: [&str; 6] = ["ls", "wc", "head", "tr", "awk", "df"];
+    const PROBE_TOOLS: [&str; 7] = ["ls", "wc", "head", "tr", "awk", "df", "date"];
 
     /// Runs `script` under `/bin/sh` (dash) with `PATH=bin` and nothing else in its
     /// environment, in `cwd`; its stdout and stderr. A probe still running after 20 s
@@ -571,11 +616,13 @@ mod tests {
                 "{id}"
             );
             assert_eq!(FindingId::from_probe(id.as_str()), Some(id));
-            // One is found on the control host only: an image neither the runtime lists
-            // nor an archive provides (`kubeedge::images`). A probe that stopped short is
-            // found there too, and a check the probe could not run on the node.
+            // Two are found on the control host only: an image neither the runtime lists
+            // nor an archive provides (`kubeedge::images`), and a node clock off the
+            // control host's (`clock_skew`). A probe that stopped short is found there
+            // too, and a check the probe could not run on the node.
             assert!(
-                probe_script("/x", "/s", 1).contains(id.as_str()) || id == FindingId::ImageMissing,
+                probe_script("/x", "/s", 1).contains(id.as_str())
+                    || matches!(id, FindingId::ImageMissing | FindingId::ClockSkew),
                 "{id}"
             );
         }

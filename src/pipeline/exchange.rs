@@ -242,6 +242,7 @@ impl<'a> Run<'a, '_> {
         let deadline = Cell::new(started + node.deadlines.step);
         let slot: StdinSlot = RefCell::default();
         let times = Rc::new(SendTimes::default());
+        self.probe_sent = Some(std::time::SystemTime::now());
         let mut exchange = Exchange {
             run: self,
             with_preflight,

@@ -178,6 +178,8 @@ struct Run<'a, 'c> {
     findings: Vec<PreflightFinding>,
     /// The runtime's sandbox image, as the pre-flight image check read it.
     sandbox_image: Option<String>,
+    /// The control host's clock when the pre-flight probe was sent, for the clock check.
+    probe_sent: Option<std::time::SystemTime>,
     /// With `--reset-first`, how `keadm reset edge --force` ended.
     reset_exit_status: Option<i32>,
     /// The node's part in its site's relay, once claimed.
@@ -298,6 +300,7 @@ impl<'a, 'c> Run<'a, 'c> {
             relay: None,
             host_key: None,
             relay_no_serve: None,
+            probe_sent: None,
         }
     }
 

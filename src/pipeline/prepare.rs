@@ -3,14 +3,14 @@
 //! arch, what is already there (files, and with offline images the runtime's images) and
 //! whether sudo needs a password.
 
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use super::privilege::{exec_probing_sudo, password_of};
 use super::upload::tarball_may_pay_off;
 use super::{Run, StepError};
 use crate::arch::Arch;
 use crate::diagnosis::FailureClass;
-use crate::kubeedge::{Finding, FindingId, images, preflight};
+use crate::kubeedge::{Finding, FindingId, clock_skew, images, preflight};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
 use crate::options::PreflightMode;
 use crate::outcome::{Phase, PreflightFinding};
@@ -27,6 +27,7 @@ impl<'a> Run<'a, '_> {
             let script = run.preflight_script();
             let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
             let deadline = Instant::now() + node.deadlines.step;
+            run.probe_sent = Some(SystemTime::now());
             // The image check asks the runtime with the privilege the run will have (the
             // runtime's socket is root's), in the same round trip: under sudo the
             // login-user checks go first and the runtime probe in sudo's `sh -c`.
@@ -75,7 +76,12 @@ impl<'a> Run<'a, '_> {
         let needed: u64 = node.copy_files.iter().map(|f| f.size).sum::<u64>()
             + self.ctx.binary_size_hint
             + self.images_in_play().map_or(0, |i| i.largest_arch_bytes());
-        remote::preflight_probe_script(&node.upload_dir, &self.runtime_socket(), needed)
+        remote::preflight_probe_script(
+            &node.upload_dir,
+            &self.runtime_socket(),
+            needed,
+            &preflight::join_side(&node.keadm_args),
+        )
     }
 
     /// Reads the probe's findings from `text`, notes them, and in strict mode turns the
@@ -83,15 +89,20 @@ impl<'a> Run<'a, '_> {
     fn preflight_findings(&mut self, text: &str) -> Result<(), StepError> {
         let node = self.node;
         let mut findings = preflight::parse(text);
+        // Before a "probe incomplete" finding, which parse puts last.
+        let at = findings
+            .iter()
+            .position(|f| f.id == FindingId::ProbeIncomplete)
+            .unwrap_or(findings.len());
+        let mut found_here: Vec<Finding> = self
+            .probe_sent
+            .and_then(|sent| clock_skew::finding(text, sent, SystemTime::now()))
+            .into_iter()
+            .collect();
         if self.images_in_play().is_some() {
-            // Before a "probe incomplete" finding, which parse puts last.
-            let at = findings
-                .iter()
-                .position(|f| f.id == FindingId::ProbeIncomplete)
-                .unwrap_or(findings.len());
-            let images = self.image_findings(text);
-            findings.splice(at..at, images);
+            found_here.extend(self.image_findings(text));
         }
+        findings.splice(at..at, found_here);
         for finding in &findings {
             let note = format!("pre-flight: {finding}; {}", finding.suggested_action());
             // Under warn the console gets the finding as a warning, so the note
@@ -242,6 +253,7 @@ impl<'a> Run<'a, '_> {
             let as_login = run.relay_prepare_as_login();
             let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
             let deadline = Instant::now() + node.deadlines.step;
+            run.probe_sent = Some(SystemTime::now());
             let result = if node.sudo {
                 exec_probing_sudo(
                     conn,

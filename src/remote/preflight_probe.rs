@@ -1,7 +1,8 @@
 //! The pre-flight probe for `keadm join`: what would stop keadm before it changes
 //! anything (edgecore running, a management dir that is not empty, the runtime's socket,
-//! a noexec or full upload dir, no bash), as `KB_PF` lines that `kubeedge::preflight`
-//! reads.
+//! a noexec or full upload dir, no bash), and what only the node can see of the join
+//! (cloudcore's ports from the node, the node's clock, the runtime's cgroup driver), as
+//! `KB_PF` lines that `kubeedge::preflight` reads.
 
 use crate::shell::shell_quote;
 
@@ -9,13 +10,64 @@ use crate::shell::shell_quote;
 /// the privileges keadm will have (as root, or inside [`super::wrap`]), then give its output to
 /// `kubeedge::preflight::parse`, which knows the finding ids it prints.
 /// `needed_bytes` is the size of the files still to upload; 0 skips the disk check.
-pub fn preflight_probe_script(upload_dir: &str, runtime_socket: &str, needed_bytes: u64) -> String {
+/// `join` is what keadmCmd says of cloudcore and the cgroup driver
+/// (`kubeedge::preflight::join_side`).
+pub fn preflight_probe_script(
+    upload_dir: &str,
+    runtime_socket: &str,
+    needed_bytes: u64,
+    join: &JoinSide,
+) -> String {
     let mut s = String::new();
     s.push_str(&format!("UP={}\n", shell_quote(upload_dir)));
     s.push_str(&format!("SOCK={}\n", shell_quote(runtime_socket)));
     s.push_str(&format!("NEED_KIB={}\n", needed_bytes.div_ceil(1024)));
+    let (host, port, cert_port) = match &join.cloudcore {
+        Some(c) => (
+            c.host.as_str(),
+            c.port.map(|p| p.to_string()).unwrap_or_default(),
+            c.cert_port.to_string(),
+        ),
+        None => ("", String::new(), String::new()),
+    };
+    s.push_str(&format!("CC_HOST={}\n", shell_quote(host)));
+    s.push_str(&format!("CC_PORT={port}\nCC_CERTPORT={cert_port}\n"));
+    s.push_str(&format!("CC_WAIT={}\n", CONNECT_DEADLINE_SECS));
+    s.push_str(&format!("CGD={}\n", shell_quote(&join.cgroup_driver)));
+    s.push_str(&format!(
+        "CGD_FROM={}\n",
+        shell_quote(&join.cgroup_driver_from)
+    ));
     s.push_str(PREFLIGHT_PROBE_BODY);
     s
+}
+
+/// How long the node waits for each of cloudcore's ports to accept a TCP connection. The
+/// ports are tried at once, so the probe waits this long at most: a port that answers
+/// does so in milliseconds, and one that drops the SYN would hold keadm for minutes.
+pub const CONNECT_DEADLINE_SECS: u32 = 3;
+
+/// What the probe checks of a join from the node's side, as keadmCmd says it. The
+/// default checks neither.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JoinSide {
+    /// cloudcore's ports the node must reach; `None` when keadmCmd names no cloudcore.
+    pub cloudcore: Option<CloudcorePorts>,
+    /// The cgroup driver keadm will write for edgecore; empty skips the check.
+    pub cgroup_driver: String,
+    /// Where that driver comes from, in words (`--cgroupdriver=systemd`).
+    pub cgroup_driver_from: String,
+}
+
+/// cloudcore's address as a join dials it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudcorePorts {
+    /// The host of `--cloudcore-ipport`, without brackets.
+    pub host: String,
+    /// The port of `--cloudcore-ipport` (cloudhub's websocket), when it names one.
+    pub port: Option<u16>,
+    /// `--certport` (keadm's default 10002), where the node gets its certificate.
+    pub cert_port: u16,
 }
 
 /// The part of [`preflight_probe_script`] that does not depend on its arguments. `MOUNTS` is a variable so
@@ -106,5 +158,68 @@ else
 fi
 # 6. keadm runs `bash -c "pidof edgecore"`, `/bin/bash <pre-run>` and its service start.
 has bash || pf bash_missing "no bash on PATH ($PATH)"
+# 7. The node's clock, which the control host compares with its own: certificates and
+# the join token are checked against clocks.
+if t=$(date +%s 2>&1) && case $t in ''|*[!0-9]*) false ;; esac; then echo "KB_PF_CLOCK $t"
+else pf probe_incomplete "the clock check did not run: date +%s said: $(printf '%s\n' "$t" | head -n 1)"
+fi
+# 8. The cgroup driver of the runtime at the socket keadm dials against the one keadm
+# writes for edgecore. The probe runs as the login user, who may not be allowed to ask
+# the runtime itself, so the runtime is told by its socket: cri-dockerd's is docker's,
+# CRI-O's and iSulad's are not checked, any other is a containerd's (k3s's keeps its
+# config apart).
+if [ -n "$CGD" ] && [ -n "$s" ] && [ -S "$s" ]; then
+  rt=containerd; cfg=/etc/containerd/config.toml; drv=; from=
+  case $s in
+    *docker*) rt=docker ;;
+    *crio*|*isulad*) rt= ;;
+    /run/k3s/*) cfg=/var/lib/rancher/k3s/agent/etc/containerd/config.toml ;;
+  esac
+  systemd_cgroup() { awk '/^[[:space:]]*SystemdCgroup[[:space:]]*=[[:space:]]*true/ { f = 1 } END { exit !f }'; }
+  if [ "$rt" = docker ]; then
+    if ! has docker; then pf probe_incomplete "the cgroup driver check did not run: $s is docker's (cri-dockerd), and docker is not on PATH"
+    elif d=$(docker info --format '{{.CgroupDriver}}' 2>&1) && [ -n "$d" ]; then drv=$d; from="docker info"
+    else pf probe_incomplete "the cgroup driver check did not run: docker info failed: $(printf '%s\n' "$d" | head -n 2 | tr '\n' ' ')"
+    fi
+  elif [ "$rt" = containerd ]; then
+    if [ "$cfg" = /etc/containerd/config.toml ] && has containerd && d=$(containerd config dump 2>/dev/null); then from="containerd config dump"
+    elif [ -r "$cfg" ]; then d=$(cat "$cfg"); from=$cfg
+    elif [ -e "$cfg" ]; then d=; pf probe_incomplete "the cgroup driver check did not run: $cfg cannot be read"
+    else d=; from="no $cfg, so containerd's default"
+    fi
+    if [ -n "$from" ]; then
+      if printf '%s\n' "$d" | systemd_cgroup; then drv=systemd; from="SystemdCgroup = true in $from"
+      else drv=cgroupfs; from="no SystemdCgroup = true in $from"
+      fi
+    fi
+  fi
+  if [ -n "$drv" ] && [ "$drv" != "$CGD" ]; then
+    pf cgroup_driver_mismatch "$rt uses $drv ($from); keadm will write $CGD for edgecore ($CGD_FROM)"
+  fi
+fi
+# 9. cloudcore's ports as the node reaches them: a TCP connect each, all at once (each
+# in the background, printing its own line), so the probe waits one deadline at most.
+if [ -n "$CC_HOST" ]; then
+  if has bash && has timeout; then how=bash
+  elif has nc; then how=nc
+  else how=; pf probe_incomplete "the check that the node reaches cloudcore at $CC_HOST did not run: the node has neither bash with timeout nor nc"
+  fi
+  if [ -n "$how" ]; then
+    # cc_try PORT WHAT: one port, its line only when it does not answer.
+    cc_try() {
+      if [ "$how" = bash ]; then why=$(timeout "$CC_WAIT" bash -c ": <\"/dev/tcp/\$1/\$2\"" kb "$CC_HOST" "$1" 2>&1); rc=$?
+      else why=$(nc -z -w "$CC_WAIT" "$CC_HOST" "$1" 2>&1); rc=$?
+      fi
+      [ "$rc" = 0 ] && return 0
+      why=$(printf '%s\n' "$why" | head -n 1)
+      why=${why##*: }
+      [ "$rc" = 124 ] && why="no answer within $CC_WAIT s"
+      pf cloudcore_unreachable_from_node "$CC_HOST:$1 ($2): ${why:-$how could not connect within $CC_WAIT s}"
+    }
+    [ -n "$CC_PORT" ] && cc_try "$CC_PORT" "cloudhub's port, from --cloudcore-ipport" &
+    cc_try "$CC_CERTPORT" "the certificate port, --certport" &
+    wait
+  fi
+fi
 echo KB_PF_DONE
 "#;

@@ -879,6 +879,20 @@ impl Tarpit {
 /// A loopback endpoint nothing listens on, for "connection refused". It is a fresh node
 /// address of this process (probed free, never given to a node), not a released
 /// ephemeral port on 127.0.0.1, which a parallel test's bind(0) could pick up again.
+/// A loopback port that accepts every TCP connection and closes it at once, for the
+/// test process's life: a join's cloudcore ports there answer pre-flight's check from the
+/// node, and the checks before the run get no answer from them, so they ask nothing.
+pub fn closing_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            drop(stream);
+        }
+    });
+    port
+}
+
 pub fn refused_endpoint() -> Endpoint {
     let (host, port) = allocate_address(false);
     Endpoint::new(host, port)
