@@ -171,7 +171,10 @@ fn a_real_keadm_joins_with_images_only_from_the_offline_directory() {
 
     let version = keadm_version(&keadm);
     let mut cmd = format!(
-        "join --cloudcore-ipport=127.0.0.1:10000 --certport={port} --edgenode-name={{name}} --token={token} --kubeedge-version={version} --remote-runtime-endpoint={ENDPOINT}",
+        "join --cloudcore-ipport=127.0.0.1:{hub} --certport={port} --edgenode-name={{name}} --token={token} --kubeedge-version={version} --remote-runtime-endpoint={ENDPOINT}",
+        // Pre-flight connects to both of cloudcore's ports from the node: the stand-in
+        // serves the certificate port, and the hub's port only has to answer.
+        hub = crate::common::fleet::closing_port(),
         port = cloudcore.port,
         token = token(&cloudcore.ca_hash(), now() + 3600),
     );
