@@ -483,7 +483,7 @@ fn a_clearing_that_would_lose_a_line_leaves_the_file_and_says_so() {
 /// the size of each file it removes; the run's key on stdin.
 fn run_fetch(dir: &Path, script: &str, fake_ssh: &str) -> (Output, Vec<u64>) {
     let bin = dir.join("bin");
-    std::fs::create_dir(&bin).unwrap();
+    std::fs::create_dir_all(&bin).unwrap();
     let exec = |name: &str, text: &str| {
         let path = bin.join(name);
         std::fs::write(&path, text).unwrap();
@@ -557,24 +557,42 @@ fn a_read_that_does_not_end_in_time_fails_and_leaves_nothing() {
 
 /// A source that sends endless bytes: the read stops at the payload's size plus one
 /// byte, which is all the copy ever held, and the failure line says so.
+///
+/// Both ways the bound is kept: the kernel's file size limit through util-linux's
+/// `prlimit` (here, Debian's), and `head -c` on a node without it (a `prlimit` that
+/// fails stands for none).
 #[test]
 fn a_source_that_sends_endless_bytes_is_cut_at_one_byte_more() {
-    let dir = tempfile::tempdir().unwrap();
-    let source = source();
-    let path = dir.path().display().to_string();
-    let (out, removed) = run_fetch(
-        dir.path(),
-        &fetch_script(&fetch(&path, &source, "00", 1000)),
-        "#!/bin/sh\nexec cat /dev/zero\n",
-    );
-    let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}");
-    assert_eq!(
-        text,
-        format!("{RELAY_FAILED_LINE} the source sent more than 1000 bytes\n")
-    );
-    assert_eq!(removed.iter().max(), Some(&1001), "{removed:?}");
-    assert_eq!(left_in(dir.path()), Vec::<String>::new());
+    for without_prlimit in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        if without_prlimit {
+            let bin = dir.path().join("bin");
+            std::fs::create_dir(&bin).unwrap();
+            let stub = bin.join("prlimit");
+            std::fs::write(&stub, "#!/bin/sh\nexit 127\n").unwrap();
+            std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let source = source();
+        let path = dir.path().display().to_string();
+        let (out, removed) = run_fetch(
+            dir.path(),
+            &fetch_script(&fetch(&path, &source, "00", 1000)),
+            "#!/bin/sh\nexec cat /dev/zero\n",
+        );
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(1), "{without_prlimit}: {text}");
+        assert_eq!(
+            text,
+            format!("{RELAY_FAILED_LINE} the source sent more than 1000 bytes\n"),
+            "without prlimit: {without_prlimit}"
+        );
+        assert_eq!(
+            removed.iter().max(),
+            Some(&1001),
+            "without prlimit: {without_prlimit}: {removed:?}"
+        );
+        assert_eq!(left_in(dir.path()), Vec::<String>::new());
+    }
 }
 
 /// ssh's own exit status survives the pipe that bounds the read: a failed ssh whose
