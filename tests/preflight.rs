@@ -54,16 +54,6 @@ fn ids(findings: &[Finding]) -> Vec<FindingId> {
     findings.iter().map(|f| f.id).collect()
 }
 
-/// Runs `script` inside the node's namespaces and insists that it worked.
-fn on_node(node: &Node, script: &str) {
-    let out = node.shell(script);
-    assert!(
-        out.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn a_clean_node_has_no_findings_and_the_default_socket_is_checked() {
     let fleet = Fleet::builder().nodes(1).start();
@@ -119,10 +109,7 @@ fn a_running_edgecore_is_found_in_the_nodes_own_pid_namespace_only() {
     if std::path::Path::new("/usr/bin/pidof").exists()
         || std::path::Path::new("/bin/pidof").exists()
     {
-        on_node(
-            idle,
-            "bash -c 'exec -a edgecore sleep 300' >/dev/null 2>&1 </dev/null &",
-        );
+        idle.shell_ok("bash -c 'exec -a edgecore sleep 300' >/dev/null 2>&1 </dev/null &");
         let findings = probe(&fleet, idle, UPLOAD_DIR, socket, KEADM_BYTES);
         assert_eq!(ids(&findings), [FindingId::EdgecoreRunning]);
     }
@@ -137,9 +124,7 @@ fn leftovers_in_etc_kubeedge_are_found() {
     // The host has no /etc/kubeedge to bind over, so the node gets an overlay on /etc whose
     // writes land in its own /tmp; its copy of /etc/shadow (root's test password) is
     // carried into the overlay, since the overlay hides the bind mount below it.
-    on_node(
-        node,
-        "set -e\n\
+    node.shell_ok("set -e\n\
          mkdir -p /tmp/etc-overlay/up /tmp/etc-overlay/work\n\
          cp /etc/shadow /tmp/etc-overlay/shadow\n\
          mount -t overlay overlay -o lowerdir=/etc,upperdir=/tmp/etc-overlay/up,workdir=/tmp/etc-overlay/work /etc\n\
@@ -159,7 +144,7 @@ fn leftovers_in_etc_kubeedge_are_found() {
     );
 
     // An empty /etc/kubeedge is clean, as keadm sees it.
-    on_node(node, "rm -rf /etc/kubeedge/* && test -d /etc/kubeedge");
+    node.shell_ok("rm -rf /etc/kubeedge/* && test -d /etc/kubeedge");
     assert_eq!(probe(&fleet, node, UPLOAD_DIR, socket, KEADM_BYTES), []);
 }
 
@@ -169,10 +154,7 @@ fn a_noexec_upload_dir_is_found_and_really_is_noexec() {
     let node = fleet.node(0);
     let runtime = RuntimeSocket::create(node);
     let socket = runtime.path_on_node();
-    on_node(
-        node,
-        "mkdir -p /tmp/noexec && mount -t tmpfs -o noexec,size=512m tmpfs /tmp/noexec",
-    );
+    node.shell_ok("mkdir -p /tmp/noexec && mount -t tmpfs -o noexec,size=512m tmpfs /tmp/noexec");
     // The upload dir does not exist yet; its nearest parent decides.
     let findings = probe(
         &fleet,
@@ -201,8 +183,7 @@ fn too_little_disk_for_the_binary_is_found() {
     let node = fleet.node(0);
     let runtime = RuntimeSocket::create(node);
     let socket = runtime.path_on_node();
-    on_node(
-        node,
+    node.shell_ok(
         "mkdir -p /tmp/small/kubeedge && mount -t tmpfs -o size=1m tmpfs /tmp/small/kubeedge",
     );
     let findings = probe(
@@ -239,9 +220,7 @@ fn everything_at_once_in_one_round_trip() {
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
     start_edgecore(node);
-    on_node(
-        node,
-        "set -e\n\
+    node.shell_ok("set -e\n\
          mkdir -p /tmp/etc-overlay/up /tmp/etc-overlay/work /tmp/bad\n\
          cp /etc/shadow /tmp/etc-overlay/shadow\n\
          mount -t overlay overlay -o lowerdir=/etc,upperdir=/tmp/etc-overlay/up,workdir=/tmp/etc-overlay/work /etc\n\

@@ -53,16 +53,6 @@ fn skipped(out: &Output, node: &Node, message: &str) -> String {
     line
 }
 
-/// Runs `script` in the node's namespaces and insists that it worked.
-fn on_node(node: &Node, script: &str) {
-    let out = node.shell(script);
-    assert!(
-        out.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn cloudcore_reachable_from_the_control_host_but_not_from_the_node_stops_the_join() {
     let fleet = Fleet::builder().nodes(1).site_lans(&[0]).start();
@@ -127,10 +117,7 @@ fn a_node_clock_two_hours_behind_stops_the_join() {
         "#!/bin/sh\nexec /tmp/date.real -d \"@$(( $(/tmp/date.real +%s) - 7200 ))\" \"$@\"\n",
     )
     .unwrap();
-    on_node(
-        node,
-        "chmod 755 /tmp/date && mount --bind /tmp/date /usr/bin/date",
-    );
+    node.shell_ok("chmod 755 /tmp/date && mount --bind /tmp/date /usr/bin/date");
     let shifted = node.shell("date +%s");
     let shifted: u64 = String::from_utf8_lossy(&shifted.stdout)
         .trim()
@@ -188,10 +175,7 @@ fn a_systemd_cgroup_containerd_with_keadms_default_driver_stops_the_join() {
         "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n",
     )
     .unwrap();
-    on_node(
-        node,
-        "mount --bind /tmp/containerd-config.toml /etc/containerd/config.toml",
-    );
+    node.shell_ok("mount --bind /tmp/containerd-config.toml /etc/containerd/config.toml");
 
     let sc = Scenario::new(&fleet)
         .cmd(&join(cloudcore.port, &cloudcore, ""))

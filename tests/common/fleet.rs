@@ -457,6 +457,16 @@ impl Node {
         format!("{name} {}\n", key.join(" "))
     }
 
+    /// [`Node::shell`], insisting that `script` worked (the test's own setup of the node).
+    pub fn shell_ok(&self, script: &str) {
+        let out = self.shell(script);
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Runs `sh -c script` inside the node's namespaces (its /tmp, its uname, its network
     /// on a site LAN), as root.
     pub fn shell(&self, script: &str) -> Output {
