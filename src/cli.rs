@@ -172,6 +172,23 @@ struct BatchArgs {
     #[arg(long, help_heading = "Policy")]
     verify_remote: bool,
 
+    /// The cluster to verify joins in (a kubeconfig as kubectl reads it; over the config's
+    /// `kubeconfig` and $KUBECONFIG): a join succeeds once its Node is Ready. Read-only.
+    #[arg(long, value_name = "FILE", help_heading = "Cluster")]
+    kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig's context to use instead of its current-context.
+    #[arg(long, value_name = "NAME", help_heading = "Cluster")]
+    context: Option<String>,
+
+    /// How long after keadm join exits its node may take to be registered and Ready.
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Cluster")]
+    ready_timeout: u64,
+
+    /// With a kubeconfig: do not wait for joined nodes to be Ready (keadm's exit decides).
+    #[arg(long, help_heading = "Cluster")]
+    no_wait: bool,
+
     /// Where keadm packages are staged on this machine (default: keadm's /tmp/kubeedge/keadm).
     #[arg(long, value_name = "DIR", help_heading = "Places")]
     staging_dir: Option<PathBuf>,
@@ -847,6 +864,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         preflight_only: batch.preflight_only,
         reset_first: batch.reset_first,
         verify_remote: batch.verify_remote,
+        kubeconfig: batch.kubeconfig,
+        context: batch.context,
+        ready_timeout_seconds: batch.ready_timeout,
+        no_wait: batch.no_wait,
         staging_dir: batch.staging_dir,
         run_dir: batch.run_dir,
         output: output_format(batch.output),

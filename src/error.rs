@@ -34,6 +34,10 @@ pub enum Error {
     /// taken); no node was touched.
     #[error(transparent)]
     JoinChecks(#[from] Refused),
+    /// The kubeconfig cannot be read, the API server cannot be asked, or the user lacks a
+    /// permission the run needs; no node was touched.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
     /// `--retry-failed` cannot tell which nodes to run.
     #[error(transparent)]
     Retry(#[from] RerunError),
@@ -91,7 +95,11 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Interrupted(_) => 130,
-            Error::Usage(_) | Error::Config(_) | Error::GenConfig(_) | Error::JoinChecks(_) => 2,
+            Error::Usage(_)
+            | Error::Config(_)
+            | Error::GenConfig(_)
+            | Error::JoinChecks(_)
+            | Error::Cluster(_) => 2,
             Error::Retry(RerunError::NoEarlierRun { .. }) => 2,
             Error::Stage(_) => 3,
             // Like a run: refused before anything is fetched 2, a release or an image that

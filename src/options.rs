@@ -193,6 +193,17 @@ pub struct RunOptions {
     pub preflight_only: bool,
     pub reset_first: bool,
     pub verify_remote: bool,
+    // The cluster.
+    /// `--kubeconfig FILE`: the cluster joins are verified in, over the config's
+    /// `kubeconfig` and `KUBECONFIG`.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--context NAME`: the kubeconfig's context to use instead of its current one.
+    pub context: Option<String>,
+    /// `--ready-timeout SECS`: how long after keadm's exit a joined node may take to be
+    /// registered and Ready.
+    pub ready_timeout_seconds: u64,
+    /// `--no-wait`: with a kubeconfig, do not wait for joined nodes to be Ready.
+    pub no_wait: bool,
     // Places.
     pub staging_dir: Option<PathBuf>,
     pub run_dir: Option<PathBuf>,

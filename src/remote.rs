@@ -648,6 +648,41 @@ pub fn kill_script(upload_dir: &str, index: usize) -> String {
 /// that timed out waiting for its certificates says why only there.
 pub const EDGECORE_LOG: &str = "journalctl -u edgecore -n 40 --no-pager 2>/dev/null | grep -v '^-- ' || tail -n 40 /var/log/kubeedge/edgecore.log 2>/dev/null";
 
+/// What a node that never registered says of its edgecore, once its wait has ended: the
+/// last 30 lines of edgecore's log (as [`EDGECORE_LOG`]), then one marker line
+/// (`kb-edgecore: running` or `not running`) and its hostname (a node joined without
+/// --edgenode-name registers under it); the markers last, so the log cannot push them out
+/// of the transcript's tail. Reads only.
+pub const EDGECORE_STATE: &str = "journalctl -u edgecore -n 30 --no-pager 2>/dev/null | grep -v '^-- ' || tail -n 30 /var/log/kubeedge/edgecore.log 2>/dev/null\n\
+if pidof edgecore >/dev/null 2>&1 || pgrep -x edgecore >/dev/null 2>&1; then echo 'kb-edgecore: running'; else echo 'kb-edgecore: not running'; fi\n\
+echo \"kb-hostname: $(hostname 2>/dev/null || cat /proc/sys/kernel/hostname)\"";
+
+/// The node's answers to [`EDGECORE_STATE`], read from its (untrusted) lines.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EdgecoreState {
+    /// `None` when the marker line did not come back.
+    pub running: Option<bool>,
+    pub hostname: Option<String>,
+    /// The log lines, oldest first.
+    pub log: Vec<String>,
+}
+
+impl EdgecoreState {
+    pub fn parse(lines: &[String]) -> EdgecoreState {
+        let mut state = EdgecoreState::default();
+        for line in lines {
+            if let Some(word) = line.strip_prefix("kb-edgecore: ") {
+                state.running = Some(word == "running");
+            } else if let Some(name) = line.strip_prefix("kb-hostname: ") {
+                state.hostname = Some(name.trim().to_string()).filter(|n| !n.is_empty());
+            } else if !line.trim().is_empty() {
+                state.log.push(line.clone());
+            }
+        }
+        state
+    }
+}
+
 /// Run by the SSH engine on a second channel after a deadline or an abort: kills the
 /// process group of every other child of this connection's sshd (sshd starts each command
 /// in its own session, so its pid is its process group). Plain POSIX sh over /proc, so
@@ -1466,6 +1501,12 @@ mod tests {
         check(
             "the edgecore log",
             EDGECORE_LOG.to_string(),
+            Forms::Every,
+            &[],
+        );
+        check(
+            "edgecore's state after a join that never registered",
+            EDGECORE_STATE.to_string(),
             Forms::Every,
             &[],
         );

@@ -12,6 +12,7 @@
 //! upload failed), `run` (keadm, its deadline and the kill) and `privilege` (the one place
 //! that wraps scripts for sudo and feeds it the password).
 
+mod after_join;
 mod connect;
 mod exchange;
 mod images;
@@ -39,6 +40,8 @@ use crate::report::transcript::Transcript;
 use crate::stage::{OfflineImages, Stager};
 use crate::transport::{self, Connection, TransportError};
 use exchange::Exchanged;
+
+pub use after_join::edgecore_state;
 
 /// What every node's pipeline shares.
 pub struct Context<'a> {
@@ -280,6 +283,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         started_at,
         finished_at: now(),
         transcript: Some(transcript_path.display().to_string()),
+        cluster: None,
     }
 }
 
