@@ -7,6 +7,7 @@ mod airgap;
 mod archive_names;
 mod bundle;
 mod cli;
+mod cluster;
 mod docs;
 mod faults;
 mod fuzz_regressions;
