@@ -48,6 +48,9 @@ pub enum FailureClass {
     Arch,
     /// The upload directory cannot be used, or a file could not be put on the node.
     Upload,
+    /// `keadm reset` exited with 0, but the node is not clean: edgecore still runs, its
+    /// unit is still there, or /etc/kubeedge still exists (or the check could not finish).
+    ResetIncomplete,
     /// None of the above was recognised. A class this version does not know (in a file
     /// written by a newer one) reads as this too, so the node's record is not lost.
     #[serde(other)]
@@ -56,7 +59,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, in the order a recap lists them.
-    pub const ALL: [FailureClass; 15] = [
+    pub const ALL: [FailureClass; 16] = [
         FailureClass::AlreadyJoined,
         FailureClass::DirtyManagementDir,
         FailureClass::NameTaken,
@@ -71,6 +74,7 @@ impl FailureClass {
         FailureClass::Sudo,
         FailureClass::Arch,
         FailureClass::Upload,
+        FailureClass::ResetIncomplete,
         FailureClass::Unknown,
     ];
 
@@ -91,6 +95,7 @@ impl FailureClass {
             FailureClass::Sudo => "sudo",
             FailureClass::Arch => "arch",
             FailureClass::Upload => "upload",
+            FailureClass::ResetIncomplete => "reset_incomplete",
             FailureClass::Unknown => "unknown",
         }
     }
@@ -106,6 +111,7 @@ impl FailureClass {
                 | FailureClass::Sudo
                 | FailureClass::Arch
                 | FailureClass::Upload
+                | FailureClass::ResetIncomplete
         )
     }
 
@@ -126,6 +132,7 @@ impl FailureClass {
             FailureClass::Sudo => "sudo refused",
             FailureClass::Arch => "No keadm for the node's arch",
             FailureClass::Upload => "Upload failed",
+            FailureClass::ResetIncomplete => "Reset left the node unclean",
             FailureClass::Unknown => "Unrecognised failure",
         }
     }
@@ -215,6 +222,14 @@ impl FailureClass {
                  (owner, symbolic link, writable by others), it is full, or the transfer broke. \
                  The node's error says which. Fix the directory or set remoteDir to a usable one \
                  on a filesystem with room, and retry."
+            }
+            FailureClass::ResetIncomplete => {
+                "keadm reset exited with 0, but the node is not clean: the node's error names \
+                 what is left (edgecore's pids, its unit, /etc/kubeedge). A join there would \
+                 fail as already joined or dirty. Stop what still runs (`systemctl stop \
+                 edgecore`, or kill the pids), remove what is left (`systemctl disable \
+                 edgecore`, then the unit file and /etc/kubeedge), and retry this class: the \
+                 reset runs again and is checked again."
             }
             FailureClass::Unknown => {
                 "The cause was not recognised. Read the node's transcript and its edgecore log \
@@ -456,7 +471,7 @@ mod tests {
             "`token_expired` is not a failure class. Use one of: already_joined, \
              dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
              ca_mismatch, image_pull_stalled, runtime_missing, unreachable, auth, host_key, \
-             sudo, arch, upload, unknown."
+             sudo, arch, upload, reset_incomplete, unknown."
         );
     }
 

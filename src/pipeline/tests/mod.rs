@@ -7,6 +7,7 @@ mod connect;
 mod exchange;
 mod failures;
 mod images;
+mod reset_check;
 mod shellcheck;
 mod uploads;
 
