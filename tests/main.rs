@@ -19,6 +19,7 @@ mod preflight;
 mod preflight_edge;
 mod relay;
 mod relay_home;
+mod reset_verified;
 mod run;
 mod shards;
 mod stage;

@@ -50,6 +50,13 @@ fn password_sudo_gets_the_login_password_on_stdin_only() {
         out.transcript(0)
             .contains("under sudo with the login password")
     );
+    // The check after the reset ran under sudo too, the password on its stdin only.
+    assert!(
+        out.transcript(0)
+            .contains("reset verified: no edgecore process"),
+        "{}",
+        out.transcript(0)
+    );
     // Prepare, upload and run in one channel: the password first, then the answer.
     assert!(
         out.transcript(0).contains(

@@ -50,3 +50,23 @@ impl Drop for RuntimeSocket {
         let _ = std::fs::remove_file(&self.host_path);
     }
 }
+
+/// Gives `node` an /etc of its own: an overlay on the host's /etc whose writes land in the
+/// node's /tmp (the host has no /etc/kubeedge to bind over), carrying the node's copy of
+/// /etc/shadow (root's test password) into it, since the overlay hides the bind mount
+/// below it. Then `setup` runs (say, `mkdir -p /etc/kubeedge/ca`), and the host's /etc is
+/// checked unchanged.
+pub fn private_etc(node: &Node, setup: &str) {
+    node.shell_ok(&format!(
+        "set -e\n\
+         mkdir -p /tmp/etc-overlay/up /tmp/etc-overlay/work\n\
+         cp /etc/shadow /tmp/etc-overlay/shadow\n\
+         mount -t overlay overlay -o lowerdir=/etc,upperdir=/tmp/etc-overlay/up,workdir=/tmp/etc-overlay/work /etc\n\
+         mount --bind /tmp/etc-overlay/shadow /etc/shadow\n\
+         {setup}\n"
+    ));
+    assert!(
+        !std::path::Path::new("/etc/kubeedge").exists(),
+        "the host's /etc was changed"
+    );
+}
