@@ -36,6 +36,7 @@ pub mod rerun;
 pub mod safe_name;
 pub mod shell;
 pub mod stage;
+pub mod status;
 pub mod transport;
 pub mod utc;
 

@@ -39,6 +39,7 @@ mod reset_check;
 mod runtime;
 #[cfg(test)]
 pub(crate) mod sent_forms;
+mod status_probe;
 
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
@@ -49,6 +50,7 @@ pub use runtime::{
     ArchiveImport, ImportReport, InArchive, Runtime, RuntimeFacts, cli_output, import_script,
     parse_import, parse_runtime_facts, runtime_probe_script,
 };
+pub use status_probe::{EDGECORE_BIN, NodeStatus, parse_status, status_probe_script};
 
 /// The file beside an uploaded file that records the sha256 of what we sent.
 pub const SIDECAR_SUFFIX: &str = ".sha256";

@@ -23,6 +23,7 @@ mod reset_verified;
 mod run;
 mod shards;
 mod stage;
+mod status;
 mod sudo;
 mod template_go;
 mod transport;

@@ -20,7 +20,10 @@ mod privilege;
 pub mod relay;
 mod reset_check;
 mod run;
+mod status;
 mod upload;
+
+pub use status::status_only;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -112,17 +112,12 @@ pub fn parse_reset_check(output: &str) -> ResetCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shell::shellcheck::assert_posix_sh;
+    use crate::remote::sent_forms::{Forms, assert_forms_posix_sh};
 
     #[test]
     fn the_check_is_posix_sh() {
-        assert_posix_sh("the reset check", RESET_CHECK, &[]);
-        // As it goes to a sudo node, too.
-        assert_posix_sh(
-            "the reset check under sudo",
-            &crate::remote::wrap(RESET_CHECK, crate::remote::Privilege::SudoPassword),
-            &[],
-        );
+        // As the login user runs it, and as it goes to a sudo node.
+        assert_forms_posix_sh("the reset check", RESET_CHECK, Forms::Every, &[]);
     }
 
     /// Run here, on a machine with no edgecore and no /etc/kubeedge, the check finds the
