@@ -616,7 +616,7 @@ pub const EXIT_STATUS: [(i32, &str); 5] = [
     ),
     (
         1,
-        "At least one selected node did not succeed (failed, timed out or skipped); --preflight-only found something on some node; batch merge combined a node that did not succeed; or keadm-batch could not write its own files (the run directory, the log, standard output, the kit of batch bundle).",
+        "At least one selected node did not succeed (failed, timed out or skipped); --preflight-only found something on some node; batch merge combined a node that did not succeed; batch status could not reach some node (or it did not answer); or keadm-batch could not write its own files (the run directory, the log, standard output, the kit of batch bundle).",
     ),
     (
         2,

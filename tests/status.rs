@@ -196,6 +196,7 @@ fn status_shows_each_node_read_only_as_a_table_and_as_json() {
         k
     };
     assert_eq!(keys(n0), keys(n2));
+    crate::docs::documented_fields("docs/summary.md", "status-json", &json);
 
     // Nothing changed on the nodes, and no run directory was written here.
     for (i, before) in before.iter().enumerate() {
