@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use crate::common::edge_state::start_edgecore;
 use crate::common::fake_keadm::FakeKeadm;
-use crate::common::fleet::{Fleet, refused_endpoint};
-use crate::common::scenario::{Scenario, remote_keadm};
+use crate::common::fleet::{Fleet, Sudo, TEST_USER, TEST_USER_PASSWORD, Tarpit, refused_endpoint};
+use crate::common::scenario::{Login, Scenario, remote_keadm};
 use crate::common::test::{Output, Test};
 
 /// Every file under `dir` with its mode, size, mtime and contents: a node's /tmp, where
@@ -255,4 +255,71 @@ fn status_checks_host_keys_as_a_run_does() {
     // With the node's own key known, it answers.
     std::fs::write(fleet.known_hosts(), line).unwrap();
     status(&sc, &[]).status(0);
+}
+
+/// The first Ctrl-C stops further nodes, as it stops a run: the node being asked
+/// finishes (here, at its connect deadline), the rest are not asked, and the exit is 130
+/// after the table.
+#[test]
+fn ctrl_c_stops_asking_further_nodes() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let tarpit = Tarpit::start();
+    let sc = Scenario::new(&fleet)
+        .max_run_num(1)
+        .endpoint_for(0, tarpit.endpoint())
+        .node_yaml_for(0, "  connectTimeoutSeconds: 3")
+        .node_yaml_for(0, "retries: 0");
+    std::fs::write(sc.path("config.yaml"), sc.config_text()).unwrap();
+    let running = Test::in_dir(sc.dir.path())
+        .env("HOME", sc.dir.path())
+        .args(["batch", "status", "-c", "config.yaml", "--known-hosts"])
+        .arg(fleet.known_hosts())
+        .spawn();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    running.interrupt();
+    let out = running.wait();
+    out.status(130).stderr_has(
+        "batch status was interrupted: 1 of 3 nodes were asked, and the table marks the rest as not asked.",
+    );
+    // The table's rows: the lines after its header, up to the blank line.
+    let rows: Vec<&str> = out
+        .stdout
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(rows.len(), 3, "{}", out.stdout);
+    assert!(rows[0].contains("unreachable"), "{}", out.stdout);
+    for row in &rows[1..] {
+        assert!(row.contains("not asked"), "{}", out.stdout);
+    }
+}
+
+/// A non-root login asks under sudo, as its run's keadm ran, with the login password on
+/// stdin only: the keadm in the root-owned upload dir, which the login user cannot read,
+/// tells its version.
+#[test]
+fn a_sudo_node_is_asked_under_sudo() {
+    let fleet = Fleet::with_sudo(Sudo::WithPassword);
+    let sc = Scenario::new(&fleet).login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()));
+    sc.run(&[]).status(0);
+    std::fs::write(
+        remote_keadm(fleet.node(0)),
+        "#!/bin/sh\necho 'version: version.Info{Major:\"1\", GitVersion:\"v1.23.1\"}'\n",
+    )
+    .unwrap();
+    // The login user cannot run it itself.
+    let own = fleet.node(0).shell(&format!(
+        "su -s /bin/sh {TEST_USER} -c 'test -x /tmp/kubeedge/keadm/keadm'"
+    ));
+    assert!(
+        !own.status.success(),
+        "the test user reaches root's upload dir"
+    );
+    let out = status(&sc, &["--output", "json"]);
+    out.status(0);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["nodes"][0]["ssh"], "answered");
+    assert_eq!(json["nodes"][0]["keadm_version"], "v1.23.1");
+    assert!(!out.stdout.contains(TEST_USER_PASSWORD) && !out.stderr.contains(TEST_USER_PASSWORD));
 }
