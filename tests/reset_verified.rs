@@ -4,7 +4,7 @@
 //! and the recap name what is left. Each node's /etc and processes are its own (see
 //! tests/common/edge_state.rs), so what a fake reset leaves is left on that node only.
 
-use crate::common::edge_state::{private_etc, start_edgecore};
+use crate::common::edge_state::{clean_etc, private_etc, start_edgecore};
 use crate::common::fake_keadm::FakeKeadm;
 use crate::common::fleet::Fleet;
 use crate::common::scenario::Scenario;
@@ -30,6 +30,8 @@ fn a_reset_that_exits_0_but_leaves_edgecore_or_etc_kubeedge_fails_with_reset_inc
         fleet.node(0),
         "mkdir -p /etc/kubeedge/ca /etc/kubeedge/certs",
     );
+    clean_etc(fleet.node(1));
+    clean_etc(fleet.node(2));
     start_edgecore(fleet.node(1));
     let pid = edgecore_pid(&fleet, 1);
     let sc = Scenario::new(&fleet)

@@ -33,6 +33,8 @@ fn passwordless_sudo_runs_keadm_as_root() {
 #[test]
 fn password_sudo_gets_the_login_password_on_stdin_only() {
     let fleet = Fleet::with_sudo(Sudo::WithPassword);
+    // The reset is checked clean afterwards: the node's /etc is its own.
+    crate::common::edge_state::clean_etc(fleet.node(0));
     let sc = Scenario::new(&fleet)
         .login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()))
         .keadm(FakeKeadm::new().reads_stdin_line())

@@ -19,12 +19,23 @@ left() { printf 'KB_LEFT %s %s\n' "$1" "$2"; }
     r#"for p in $ec; do left pid "$p"; done
 u=/etc/systemd/system/edgecore.service
 if [ -e "$u" ] || [ -L "$u" ]; then left unit "$u"; fi
-if has systemctl && [ -d /run/systemd/system ]; then
-  case $(systemctl show -p LoadState edgecore.service 2>/dev/null) in
-    LoadState=loaded) left unit "edgecore.service, loaded in systemd ($(systemctl is-active edgecore.service 2>/dev/null))" ;;
+# systemd's view, where it runs: the unit still active (or on its way), or loaded from a
+# file that is still there (another directory than keadm's). A unit whose file is gone
+# but which systemd has not reloaded yet, and which is stopped, is not left.
+SD=/run/systemd/system
+if has systemctl && [ -d "$SD" ]; then
+  st=$(systemctl show -p ActiveState -p FragmentPath edgecore.service 2>/dev/null)
+  as=$(printf '%s
+' "$st" | sed -n 's/^ActiveState=//p')
+  fp=$(printf '%s
+' "$st" | sed -n 's/^FragmentPath=//p')
+  case $as in
+    active|activating|reloading|deactivating) left unit "edgecore.service is $as in systemd" ;;
   esac
+  if [ -n "$fp" ] && [ "$fp" != "$u" ] && { [ -e "$fp" ] || [ -L "$fp" ]; }; then left unit "$fp"; fi
 fi
-if [ -e /etc/kubeedge ] || [ -L /etc/kubeedge ]; then left path /etc/kubeedge; fi
+KE=/etc/kubeedge
+if [ -e "$KE" ] || [ -L "$KE" ]; then left path "$KE"; fi
 echo KB_RESET_CHECKED
 "#
 );
@@ -120,22 +131,80 @@ mod tests {
         assert_forms_posix_sh("the reset check", RESET_CHECK, Forms::Every, &[]);
     }
 
-    /// Run here, on a machine with no edgecore and no /etc/kubeedge, the check finds the
-    /// machine clean; what it prints is what the parser reads.
-    #[test]
-    fn the_check_run_by_sh_finds_a_clean_machine_clean() {
-        assert!(
-            !std::path::Path::new("/etc/kubeedge").exists(),
-            "this test needs a machine without /etc/kubeedge"
-        );
+    /// [`RESET_CHECK`] with its places moved under `dir` (the machine's own /etc/kubeedge
+    /// and systemd are other tests' and other runs'), run by `sh` with `path` first on
+    /// PATH. Processes are not looked at here: this machine's pid namespace holds every
+    /// test node's processes, fake edgecores among them.
+    fn run_check(dir: &std::path::Path, path: &std::path::Path) -> ResetCheck {
+        let quoted = |rel: &str| crate::shell::shell_quote(dir.join(rel).to_str().unwrap());
+        let script = RESET_CHECK
+            .replace(
+                "KE=/etc/kubeedge",
+                &format!("KE={}", quoted("etc-kubeedge")),
+            )
+            .replace(
+                "SD=/run/systemd/system",
+                &format!("SD={}", quoted("run-systemd-system")),
+            );
         let out = std::process::Command::new("sh")
-            .args(["-c", RESET_CHECK])
+            .args(["-c", &script])
+            .env("PATH", format!("{}:/usr/bin:/bin", path.display()))
             .output()
             .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{out:?}");
-        let check = parse_reset_check(&text);
-        assert!(check.clean(), "{check:?} from {text}");
+        parse_reset_check(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    /// What the check prints is what the parser reads: the management dir when it is
+    /// there, nothing when it is not.
+    #[test]
+    fn the_check_run_by_sh_finds_the_management_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let check = run_check(dir.path(), dir.path());
+        assert!(
+            check.finished && check.units.is_empty() && check.paths.is_empty(),
+            "{check:?}"
+        );
+        let ke = dir.path().join("etc-kubeedge");
+        std::fs::create_dir(&ke).unwrap();
+        let check = run_check(dir.path(), dir.path());
+        assert_eq!(check.paths, [ke.to_str().unwrap()]);
+    }
+
+    /// Where systemd runs, its view counts: an active unit and a unit file systemd loaded
+    /// from elsewhere are left; a stopped unit whose file is gone is not. A fake
+    /// `systemctl` on PATH answers `show` as systemd does.
+    #[test]
+    fn systemds_view_of_the_unit_counts_where_systemd_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let sd = dir.path().join("run-systemd-system");
+        std::fs::create_dir(&sd).unwrap();
+        let unit = dir.path().join("edgecore.service");
+        std::fs::write(&unit, "[Unit]\n").unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let check = |active: &str, fragment: &str| {
+            let systemctl = bin.join("systemctl");
+            std::fs::write(
+                &systemctl,
+                format!("#!/bin/sh\nprintf 'ActiveState={active}\\nFragmentPath={fragment}\\n'\n"),
+            )
+            .unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&systemctl, std::fs::Permissions::from_mode(0o755)).unwrap();
+            run_check(dir.path(), &bin)
+        };
+        let unit = unit.to_str().unwrap();
+        assert_eq!(
+            check("active", unit).units,
+            ["edgecore.service is active in systemd", unit]
+        );
+        assert_eq!(check("inactive", unit).units, [unit]);
+        assert_eq!(
+            check("inactive", "/nonexistent/edgecore.service").units,
+            [""; 0]
+        );
+        assert_eq!(check("failed", "").units, [""; 0]);
     }
 
     #[test]

@@ -136,7 +136,14 @@ mod tests {
         }
         let run = |keadm: &str| {
             let out = std::process::Command::new("sh")
-                .args(["-c", &status_probe_script(keadm)])
+                // Not this machine's own edgecore, should it have one: the one on PATH.
+                .args([
+                    "-c",
+                    &status_probe_script(keadm).replace(
+                        &format!("EC_BIN={}", shell_quote(EDGECORE_BIN)),
+                        "EC_BIN=/nonexistent/edgecore",
+                    ),
+                ])
                 .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
                 .output()
                 .unwrap();

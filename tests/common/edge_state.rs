@@ -51,22 +51,34 @@ impl Drop for RuntimeSocket {
     }
 }
 
-/// Gives `node` an /etc of its own: an overlay on the host's /etc whose writes land in the
-/// node's /tmp (the host has no /etc/kubeedge to bind over), carrying the node's copy of
-/// /etc/shadow (root's test password) into it, since the overlay hides the bind mount
-/// below it. Then `setup` runs (say, `mkdir -p /etc/kubeedge/ca`), and the host's /etc is
-/// checked unchanged.
+/// Gives `node` an /etc of its own with nothing of KubeEdge's in it, whatever the
+/// machine's /etc holds: an overlay whose writes land in the node's /tmp, over a layer of
+/// whiteouts that hides /etc/kubeedge and edgecore's unit file, over the machine's /etc.
+/// (The machine has no /etc/kubeedge to bind over, and other tests, keadm_e2e's among
+/// them, make one on it for a while, which a plain overlay would show as it comes.) The
+/// files the fleet binds over the machine's (the node's shadow, passwd, group and
+/// sudoers) are carried into the overlay, which would hide them. Then `setup` runs (say,
+/// `mkdir -p /etc/kubeedge/ca`), and the node's /etc is checked to be the overlay.
 pub fn private_etc(node: &Node, setup: &str) {
     node.shell_ok(&format!(
         "set -e\n\
-         mkdir -p /tmp/etc-overlay/up /tmp/etc-overlay/work\n\
-         cp /etc/shadow /tmp/etc-overlay/shadow\n\
-         mount -t overlay overlay -o lowerdir=/etc,upperdir=/tmp/etc-overlay/up,workdir=/tmp/etc-overlay/work /etc\n\
-         mount --bind /tmp/etc-overlay/shadow /etc/shadow\n\
+         o=/tmp/etc-overlay\n\
+         mkdir -p $o/up $o/work $o/carried $o/hide/systemd/system\n\
+         mknod $o/hide/kubeedge c 0 0\n\
+         mknod $o/hide/systemd/system/edgecore.service c 0 0\n\
+         for f in shadow passwd group sudoers; do [ -e /etc/$f ] && cp -p /etc/$f $o/carried/$f; done\n\
+         mount -t overlay overlay -o lowerdir=$o/hide:/etc,upperdir=$o/up,workdir=$o/work /etc\n\
+         for f in $o/carried/*; do mount --bind \"$f\" \"/etc/${{f##*/}}\"; done\n\
          {setup}\n"
     ));
-    assert!(
-        !std::path::Path::new("/etc/kubeedge").exists(),
-        "the host's /etc was changed"
+    node.shell_ok("grep -q '^overlay /etc overlay ' /proc/self/mounts");
+}
+
+/// An /etc of its own for `node` ([`private_etc`]) with nothing added: a reset there
+/// leaves the node clean whatever the machine's own /etc holds.
+pub fn clean_etc(node: &Node) {
+    private_etc(
+        node,
+        "[ ! -e /etc/kubeedge ] && [ ! -e /etc/systemd/system/edgecore.service ]",
     );
 }
