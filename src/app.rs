@@ -14,7 +14,8 @@ use crate::config::{self, validate::ProcessEnvironment};
 use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
 use crate::kubeedge::before_run::{self, Refused};
 use crate::options::{
-    BundleOptions, Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, Verbosity,
+    BundleOptions, Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, StatusOptions,
+    Verbosity,
 };
 use crate::report::findings::{Probe, Report, Row};
 use crate::report::log::ResultLog;
@@ -23,7 +24,7 @@ use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
 use crate::stage::{Meters, OfflineImages, StageError, StageSettings, Stager, XzCopies};
 use crate::{
-    bundle, cli, cluster, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, verify,
+    bundle, cli, cluster, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status, verify,
 };
 
 /// Runs keadm-batch with `args` and returns the process exit code.
@@ -107,6 +108,7 @@ fn run(command: Command) -> Result<(), Error> {
         }
         Command::Run(options) => run_batch(&options),
         Command::Merge(options) => run_merge(&options),
+        Command::Status(options) => run_status(&options),
         Command::Bundle(options) => run_bundle(&options),
         // What was checked is the result, so it goes to stdout, as a dry run's plan does.
         Command::VerifyKit(options) => {
@@ -217,6 +219,17 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+/// `batch status -c FILE`: the table (or JSON) on stdout; exit 1 when a node did not answer.
+fn run_status(options: &StatusOptions) -> Result<(), Error> {
+    let loaded = load_config(&options.config, &ProcessEnvironment)?;
+    let cwd = std::env::current_dir().map_err(OutputError::CurrentDir)?;
+    let cancel = Cancel::new();
+    install_signal_handler(&cancel);
+    let report = status::gather(&loaded.config, options, home(), &cwd, &cancel)?;
+    print(report.render(options.output))?;
+    status::ended(&report, &cancel)
 }
 
 /// `batch merge -c FILE`: the config's nodes, each at its address as a run records it.

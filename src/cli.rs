@@ -10,7 +10,8 @@ use crate::config::HostKeyPolicy;
 use crate::diagnosis::FailureClass;
 use crate::options::{
     BundleOptions, Command, ExtractOptions, GenConfigOptions, MergeOptions, OutputFormat,
-    PreflightMode, RegistryMirror, RelayMode, RunOptions, Shard, Verbosity, VerifyOptions,
+    PreflightMode, RegistryMirror, RelayMode, RunOptions, Shard, StatusOptions, Verbosity,
+    VerifyOptions,
 };
 
 #[derive(Parser, Debug)]
@@ -245,6 +246,31 @@ enum BatchSub {
         #[arg(long, value_name = "DIR")]
         into: Option<PathBuf>,
     },
+    /// Show each node of the config, read-only: reachable over SSH, edgecore running and
+    /// its version, keadm's version, and the node's outcome in the latest run here.
+    ///
+    /// One SSH round trip per node, at most maxRunNum at once, with a run's host-key
+    /// checks (the same --known-hosts and policy); it changes nothing on any node and
+    /// writes no run directory. Exit 0 when every node answered, 1 when some did not.
+    Status {
+        /// Path to the config file (keadm's format).
+        #[arg(short = 'c', long = "config", value_name = "FILE", required = true)]
+        config: Option<PathBuf>,
+        /// Show only the nodes whose nodeName matches one of these globs (comma-separated),
+        /// as a run's --only.
+        #[arg(long, value_name = "NAME,...", value_delimiter = ',', value_parser = parse_glob)]
+        only: Vec<String>,
+        /// How to treat node host keys, as for a run (default accept-new).
+        #[arg(long, value_name = "POLICY")]
+        host_key_policy: Option<PolicyArg>,
+        /// The known-hosts file to check and record host keys in, as for a run (default
+        /// ~/.ssh/known_hosts).
+        #[arg(long, value_name = "FILE")]
+        known_hosts: Option<PathBuf>,
+        /// Print the status as one JSON document instead of a table.
+        #[arg(long, value_name = "FORMAT")]
+        output: Option<OutputArg>,
+    },
     /// Write the kit an air-gapped run needs (keadm releases, images, kit.json) into a
     /// directory or one archive; at the site, verify or extract it.
     ///
@@ -441,6 +467,15 @@ struct Places {
     deprecations: Vec<String>,
 }
 
+/// The policy `--host-key-policy` names.
+fn host_key_policy_of(arg: PolicyArg) -> HostKeyPolicy {
+    match arg {
+        PolicyArg::AcceptNew => HostKeyPolicy::AcceptNew,
+        PolicyArg::Strict => HostKeyPolicy::Strict,
+        PolicyArg::Off => HostKeyPolicy::Off,
+    }
+}
+
 /// The format `--output` names; text when it names none.
 fn output_format(arg: Option<OutputArg>) -> OutputFormat {
     match arg {
@@ -598,7 +633,7 @@ pub const EXIT_STATUS: [(i32, &str); 5] = [
     ),
     (
         1,
-        "At least one selected node did not succeed (failed, timed out or skipped); --preflight-only found something on some node; batch merge combined a node that did not succeed; or keadm-batch could not write its own files (the run directory, the log, standard output, the kit of batch bundle).",
+        "At least one selected node did not succeed (failed, timed out or skipped); --preflight-only found something on some node; batch merge combined a node that did not succeed; batch status could not reach some node (or it did not answer); or keadm-batch could not write its own files (the run directory, the log, standard output, the kit of batch bundle).",
     ),
     (
         2,
@@ -750,6 +785,22 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
                 into,
             }));
         }
+        Some(BatchSub::Status {
+            config,
+            only,
+            host_key_policy,
+            known_hosts,
+            output,
+        }) => {
+            return Ok(Command::Status(StatusOptions {
+                // clap has required it.
+                config: config.unwrap_or_default(),
+                only: only.into_iter().filter(|s| !s.is_empty()).collect(),
+                host_key_policy: host_key_policy.map(host_key_policy_of),
+                known_hosts,
+                output: output_format(output),
+            }));
+        }
         Some(BatchSub::Bundle(bundle)) => {
             if let Some(path) = bundle.verify {
                 return Ok(Command::VerifyKit(VerifyOptions {
@@ -843,11 +894,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         canary: batch.canary.map(|n| n as usize),
         timeout_seconds: batch.timeout,
         connect_timeout_seconds: batch.connect_timeout,
-        host_key_policy: batch.host_key_policy.map(|p| match p {
-            PolicyArg::AcceptNew => HostKeyPolicy::AcceptNew,
-            PolicyArg::Strict => HostKeyPolicy::Strict,
-            PolicyArg::Off => HostKeyPolicy::Off,
-        }),
+        host_key_policy: batch.host_key_policy.map(host_key_policy_of),
         known_hosts: batch.known_hosts,
         allow_unverified: batch.allow_unverified,
         insecure_http: batch.insecure_http,

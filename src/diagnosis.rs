@@ -54,6 +54,9 @@ pub enum FailureClass {
     /// The Node appeared but was not Ready within `--ready-timeout` (its Ready condition
     /// says why).
     NotReady,
+    /// `keadm reset` exited with 0, but the node is not clean: edgecore still runs, its
+    /// unit is still there, or /etc/kubeedge still exists (or the check could not finish).
+    ResetIncomplete,
     /// None of the above was recognised. A class this version does not know (in a file
     /// written by a newer one) reads as this too, so the node's record is not lost.
     #[serde(other)]
@@ -62,7 +65,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, in the order a recap lists them.
-    pub const ALL: [FailureClass; 17] = [
+    pub const ALL: [FailureClass; 18] = [
         FailureClass::AlreadyJoined,
         FailureClass::DirtyManagementDir,
         FailureClass::NameTaken,
@@ -79,6 +82,7 @@ impl FailureClass {
         FailureClass::Upload,
         FailureClass::NotRegistered,
         FailureClass::NotReady,
+        FailureClass::ResetIncomplete,
         FailureClass::Unknown,
     ];
 
@@ -101,6 +105,7 @@ impl FailureClass {
             FailureClass::Upload => "upload",
             FailureClass::NotRegistered => "not_registered",
             FailureClass::NotReady => "not_ready",
+            FailureClass::ResetIncomplete => "reset_incomplete",
             FailureClass::Unknown => "unknown",
         }
     }
@@ -118,6 +123,7 @@ impl FailureClass {
                 | FailureClass::Upload
                 | FailureClass::NotRegistered
                 | FailureClass::NotReady
+                | FailureClass::ResetIncomplete
         )
     }
 
@@ -140,6 +146,7 @@ impl FailureClass {
             FailureClass::Upload => "Upload failed",
             FailureClass::NotRegistered => "Joined, but never registered in the cluster",
             FailureClass::NotReady => "Registered, but not Ready",
+            FailureClass::ResetIncomplete => "Reset left the node unclean",
             FailureClass::Unknown => "Unrecognised failure",
         }
     }
@@ -246,6 +253,14 @@ impl FailureClass {
                  match the runtime; `kubectl describe node <name>` shows the rest. Once fixed, \
                  `--retry-failed --class not_ready` checks them again (with --reset-first if \
                  the join must be redone)."
+            }
+            FailureClass::ResetIncomplete => {
+                "keadm reset exited with 0, but the node is not clean: the node's error names \
+                 what is left (edgecore's pids, its unit, /etc/kubeedge). A join there would \
+                 fail as already joined or dirty. Stop what still runs (`systemctl stop \
+                 edgecore`, or kill the pids), remove what is left (`systemctl disable \
+                 edgecore`, then the unit file and /etc/kubeedge), and retry this class: the \
+                 reset runs again and is checked again."
             }
             FailureClass::Unknown => {
                 "The cause was not recognised. Read the node's transcript and its edgecore log \
@@ -487,7 +502,7 @@ mod tests {
             "`token_expired` is not a failure class. Use one of: already_joined, \
              dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
              ca_mismatch, image_pull_stalled, runtime_missing, unreachable, auth, host_key, \
-             sudo, arch, upload, not_registered, not_ready, unknown."
+             sudo, arch, upload, not_registered, not_ready, reset_incomplete, unknown."
         );
     }
 

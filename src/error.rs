@@ -80,6 +80,11 @@ pub enum Error {
         "{nodes} of {total} nodes have pre-flight findings or could not be probed. Nothing was changed on any node."
     )]
     Findings { nodes: usize, total: usize },
+    /// `batch status` could not reach some nodes, or they did not finish answering.
+    #[error(
+        "{nodes} of {total} nodes did not answer; the lines below the table say why. Nothing was changed on any node."
+    )]
+    NotAnswered { nodes: usize, total: usize },
     /// The operator pressed Ctrl-C or sent SIGTERM; results were written.
     #[error(transparent)]
     Interrupted(#[from] Interruption),
@@ -114,6 +119,7 @@ impl Error {
             | Error::NodesFailed { .. }
             | Error::MergedNodesFailed { .. }
             | Error::Findings { .. }
+            | Error::NotAnswered { .. }
             | Error::Output(_) => 1,
         }
     }
@@ -215,6 +221,10 @@ pub enum Interruption {
         "The pre-flight probes were interrupted: {probed} of {total} nodes were probed, and the table marks the rest as not probed."
     )]
     Probes { probed: usize, total: usize },
+    #[error(
+        "batch status was interrupted: {asked} of {total} nodes were asked, and the table marks the rest as not asked."
+    )]
+    Status { asked: usize, total: usize },
 }
 
 #[cfg(test)]

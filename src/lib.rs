@@ -37,6 +37,7 @@ pub mod rerun;
 pub mod safe_name;
 pub mod shell;
 pub mod stage;
+pub mod status;
 pub mod transport;
 pub mod utc;
 pub mod verify;

@@ -112,6 +112,11 @@ pub struct NodeOutcome {
     /// the end. The join runs only after a reset that exited with 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_exit_status: Option<i32>,
+    /// A reset command (`keadm reset`, `reset edge`) exited with 0 and the node was then
+    /// checked clean: no edgecore process or unit, no /etc/kubeedge. The nodes whose Node
+    /// object may be deleted from the cluster afterwards are these.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_verified: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arch: Option<Arch>,
     pub bytes_uploaded: u64,
@@ -215,6 +220,7 @@ impl NodeOutcome {
             failure_class: None,
             exit_status: None,
             reset_exit_status: None,
+            reset_verified: false,
             arch: None,
             bytes_uploaded: 0,
             uploads_skipped: 0,

@@ -11,20 +11,46 @@
 //! The container runtime's part (its probe and the import of offline images) is in
 //! [`runtime`].
 
+/// The shell text that leaves the pids of the node's edgecore processes in `$ec`, each
+/// after a space (empty when none runs), with a function `has` for a command on PATH
+/// defined before it. /proc/*/comm needs no tool at all; pidof (what keadm itself runs)
+/// also matches an argv[0] of edgecore. One spelling for the pre-flight probe, the check
+/// after a reset and `batch status`: a macro, so each can `concat!` it into its script.
+macro_rules! edgecore_pids {
+    () => {
+        r#"ec=
+for p in /proc/[0-9]*; do
+  read -r c 2>/dev/null < "$p/comm" || continue
+  [ "$c" = edgecore ] && ec="$ec ${p#/proc/}"
+done
+if has pidof; then
+  for p in $(pidof edgecore 2>/dev/null); do
+    case "$ec " in *" $p "*) ;; *) ec="$ec $p";; esac
+  done
+fi
+"#
+    };
+}
+use edgecore_pids;
+
 mod preflight_probe;
 pub mod relay;
+mod reset_check;
 mod runtime;
 #[cfg(test)]
 pub(crate) mod sent_forms;
+mod status_probe;
 
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
 pub use preflight_probe::{CloudcorePorts, JoinSide, preflight_probe_script};
+pub use reset_check::{RESET_CHECK, ResetCheck, parse_reset_check};
 pub use runtime::{
     ArchiveImport, ImportReport, InArchive, Runtime, RuntimeFacts, cli_output, import_script,
     parse_import, parse_runtime_facts, runtime_probe_script,
 };
+pub use status_probe::{EDGECORE_BIN, NodeStatus, parse_status, status_probe_script};
 
 /// The file beside an uploaded file that records the sha256 of what we sent.
 pub const SIDECAR_SUFFIX: &str = ".sha256";

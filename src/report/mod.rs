@@ -9,6 +9,7 @@ pub mod merge;
 pub mod progress;
 pub mod recap;
 pub mod run_dir;
+pub mod status;
 pub mod stdout;
 pub mod summary;
 pub mod transcript;

@@ -32,6 +32,8 @@ pub enum Behaviour {
 }
 
 type When = Box<dyn Fn() -> bool + Send>;
+/// The nodes still waiting for their condition.
+type Pending = Arc<Mutex<Vec<(String, When, Behaviour)>>>;
 
 #[derive(Default)]
 struct State {
@@ -48,7 +50,7 @@ pub struct FakeApiServer {
     pub port: u16,
     dir: tempfile::TempDir,
     state: Arc<Mutex<State>>,
-    pending: Arc<Mutex<Vec<(String, When, Behaviour)>>>,
+    pending: Pending,
     stop: Arc<AtomicBool>,
 }
 
@@ -64,7 +66,7 @@ impl FakeApiServer {
         let port = listener.local_addr().unwrap().port();
         let state: Arc<Mutex<State>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
-        let pending: Arc<Mutex<Vec<(String, When, Behaviour)>>> = Arc::default();
+        let pending: Pending = Arc::default();
         {
             let (state, stop) = (state.clone(), stop.clone());
             std::thread::spawn(move || {
@@ -112,11 +114,6 @@ impl FakeApiServer {
         path
     }
 
-    /// The join token kept in `kubeedge/tokensecret`.
-    pub fn set_token(&self, token: &str) {
-        self.state.lock().unwrap().token = Some(token.to_string());
-    }
-
     /// Access reviews for `verb` on `resource` answer not allowed.
     pub fn deny(&self, verb: &str, resource: &str) {
         self.state
@@ -124,19 +121,6 @@ impl FakeApiServer {
             .unwrap()
             .denied
             .insert((verb.to_string(), resource.to_string()));
-    }
-
-    /// A Node that is already there (an earlier join), Ready or not.
-    pub fn existing_node(&self, name: &str, ready: bool) {
-        let mut state = self.state.lock().unwrap();
-        let node = node_object(
-            name,
-            if ready { "True" } else { "False" },
-            "KubeletReady",
-            "kubelet is posting ready status",
-            0,
-        );
-        change(&mut state, "ADDED", node);
     }
 
     /// Once `when` holds, the Node `name` registers and behaves as `behaviour` says.
@@ -150,10 +134,6 @@ impl FakeApiServer {
             .lock()
             .unwrap()
             .push((name.to_string(), Box::new(when), behaviour));
-    }
-
-    pub fn has_node(&self, name: &str) -> bool {
-        self.state.lock().unwrap().nodes.contains_key(name)
     }
 
     /// Every request so far: `METHOD path?query`.
@@ -222,11 +202,7 @@ fn change(state: &mut State, kind: &'static str, mut object: Value) {
 }
 
 /// The nodes' edgecores: registers each once its condition holds, then plays it.
-fn edgecores(
-    state: &Arc<Mutex<State>>,
-    pending: &Arc<Mutex<Vec<(String, When, Behaviour)>>>,
-    stop: &Arc<AtomicBool>,
-) {
+fn edgecores(state: &Arc<Mutex<State>>, pending: &Pending, stop: &Arc<AtomicBool>) {
     let mut playing: Vec<(String, Behaviour, Instant, u64)> = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         let started: Vec<(String, Behaviour)> = {
