@@ -433,7 +433,7 @@ fn not_ready_outcome(
     let registered_after = after(keadm_exit, seen.first_seen);
     let condition = match &seen.state.ready {
         Some(c) if c.is_true() => {
-            "Ready, but with a heartbeat from before this run: the Node is an earlier join's, and this node's edgecore has not posted a status".to_string()
+            "Ready, but unchanged since before this run: the Node is an earlier join's, and nothing has written it since (this node's edgecore would when it connects)".to_string()
         }
         Some(c) => c.describe(),
         None => "the Node has no Ready condition yet".to_string(),

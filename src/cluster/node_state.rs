@@ -14,6 +14,8 @@ pub struct NodeState {
     pub ready: Option<Condition>,
     /// `status.nodeInfo.kubeletVersion`: edgecore reports `v1.32.10-kubeedge-v1.23.1`.
     pub kubelet_version: Option<String>,
+    /// `metadata.resourceVersion`: moves on every write to the Node.
+    pub resource_version: Option<String>,
 }
 
 /// A node condition, as `kubectl describe node` shows it.
@@ -23,8 +25,9 @@ pub struct Condition {
     pub status: String,
     pub reason: Option<String>,
     pub message: Option<String>,
-    /// `lastHeartbeatTime`: moves on every status the node posts, so a change of it is
-    /// proof that a node (not a stale object) is talking to the cluster now.
+    /// `lastHeartbeatTime`, as the server has it. On a KubeEdge node it does not move
+    /// while the node stays Ready (cloudcore writes the Node only on a change), so it
+    /// proves nothing about the node being alive.
     pub heartbeat: Option<String>,
 }
 
@@ -70,6 +73,7 @@ impl NodeState {
                 .and_then(|status| status.node_info.as_ref())
                 .map(|info| info.kubelet_version.clone())
                 .filter(|v| !v.is_empty()),
+            resource_version: node.metadata.resource_version.clone(),
         }
     }
 
