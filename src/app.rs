@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use crate::arch::Arch;
 use crate::cancel::Cancel;
+use crate::cluster_run::{self, ClusterRun};
 use crate::config::{self, validate::ProcessEnvironment};
 use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
 use crate::kubeedge::before_run::{self, Refused};
@@ -24,7 +25,7 @@ use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
 use crate::stage::{Meters, OfflineImages, StageError, StageSettings, Stager, XzCopies};
 use crate::{
-    bundle, cli, cluster, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status, verify,
+    bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status, verify,
 };
 
 /// Runs keadm-batch with `args` and returns the process exit code.
@@ -293,7 +294,7 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     } else {
         None
     };
-    let plan = plan::build(
+    let mut plan = plan::build(
         &loaded.config,
         options,
         home(),
@@ -302,12 +303,13 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     )
     .map_err(UsageError::from)?;
     check_join_images(&loaded.config)?;
-    kubeedge_checks(&plan, options)?;
+    // Before the token is checked, staging and any node: a cluster that cannot be asked
+    // refuses the run, and the joins that take their token from it get it here.
+    let cluster_run = ClusterRun::prepare(&mut plan, &loaded.config, options)?;
+    kubeedge_checks(&plan, options, cluster_run.as_ref())?;
     if options.preflight_only {
         return preflight_only(&plan, options.output);
     }
-    // Before staging and before any node: a cluster that cannot be asked refuses the run.
-    let verification = Verification::prepare(&plan, &loaded.config, options)?;
     // Staging rules that need no download are checked here, so a dry run reports them too.
     if let Some(staging) = &plan.staging {
         staging
@@ -325,7 +327,7 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         return print(dry_run::render(
             &plan,
             offline_images.as_ref(),
-            &Verification::describe(verification.as_ref(), options),
+            &ClusterRun::describe(cluster_run.as_ref(), options),
         ));
     }
     execute(
@@ -333,63 +335,8 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         &loaded.config,
         options,
         retry.map(|retry| retry.from),
-        verification,
+        cluster_run,
     )
-}
-
-/// The cluster a run verifies its joins in, asked before any node is touched.
-struct Verification {
-    cluster: cluster::Cluster,
-    version: String,
-    timeout: std::time::Duration,
-}
-
-impl Verification {
-    /// `None` without a kubeconfig (every behaviour as without the cluster), with
-    /// `--no-wait`, or when no selected node joins. Otherwise the API server must answer
-    /// and grant get, list and watch on nodes, or the run stops here (exit 2).
-    fn prepare(
-        plan: &plan::Plan,
-        config: &config::Config,
-        options: &RunOptions,
-    ) -> Result<Option<Verification>, Error> {
-        let Some(access) = cluster::Access::choose(
-            options.kubeconfig.clone(),
-            config.kubeconfig.clone(),
-            std::env::var("KUBECONFIG").ok(),
-            options.context.clone(),
-        ) else {
-            return Ok(None);
-        };
-        if options.no_wait || !plan.nodes.iter().any(|n| n.keadm_args.is_join()) {
-            return Ok(None);
-        }
-        let cluster = cluster::Cluster::connect(&access)?;
-        let version = cluster.version()?;
-        cluster.require(&cluster::Permission::VERIFY)?;
-        Ok(Some(Verification {
-            cluster,
-            version,
-            timeout: std::time::Duration::from_secs(options.ready_timeout_seconds.max(1)),
-        }))
-    }
-
-    /// The plan's line about the cluster.
-    fn describe(verification: Option<&Verification>, options: &RunOptions) -> String {
-        match verification {
-            Some(v) => format!(
-                "joins verified in {} (context {}, {}): each join's Node must register and be Ready within {} s of keadm's exit; the kubeconfig's user may get, list and watch nodes",
-                v.cluster.server,
-                if v.cluster.context.is_empty() { "-" } else { &v.cluster.context },
-                v.version,
-                v.timeout.as_secs()
-            ),
-            None if options.no_wait => {
-                "verification off (--no-wait): a join succeeds when keadm exits 0".to_string()
-            }
-            None => "verification off (no kubeconfig, or no join selected): a join succeeds when keadm exits 0".to_string(),
-        }
-    }
 }
 
 /// `--preflight-only`: connects to every selected node through the same pool as a run
@@ -486,14 +433,22 @@ fn check_join_images(config: &config::Config) -> Result<(), Error> {
 }
 
 /// The join batch as a whole, before any node is touched: token lifetime, CA hash, and
-/// node names cloudcore already has. Fatal problems are a config error (exit 2).
-fn kubeedge_checks(plan: &plan::Plan, options: &RunOptions) -> Result<(), Error> {
+/// node names cloudcore (and, with a kubeconfig, the cluster) already has. Fatal problems
+/// are a config error (exit 2).
+fn kubeedge_checks(
+    plan: &plan::Plan,
+    options: &RunOptions,
+    cluster_run: Option<&ClusterRun>,
+) -> Result<(), Error> {
     let cwd = std::env::current_dir().unwrap_or_default();
     let per_node = rerun::latest_run(&cwd)
         .and_then(|run| rerun::measured_per_node_secs(&run))
         .unwrap_or(before_run::DEFAULT_PER_NODE_SECS);
     let now = outcome::now() as u64;
-    let problems = before_run::check(plan, options.preflight, now, per_node, !options.dry_run);
+    let mut problems = before_run::check(plan, options.preflight, now, per_node, !options.dry_run);
+    problems.extend(
+        cluster_run.and_then(|run| run.names_taken(plan, options.preflight, options.reset_first)),
+    );
     let (fatal, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(|p| p.fatal);
     for warning in warnings {
         log::warn!("{warning}");
@@ -547,7 +502,7 @@ fn execute(
     config: &config::Config,
     options: &RunOptions,
     retry_of: Option<PathBuf>,
-    verification: Option<Verification>,
+    cluster_run: Option<ClusterRun>,
 ) -> Result<(), Error> {
     let wall = std::time::Instant::now();
     let started_at = outcome::now();
@@ -634,15 +589,24 @@ fn execute(
         max_fail: options.max_fail,
         canary: options.canary,
     };
-    match &verification {
-        None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, |node| {
-            pipeline::process(node, &ctx)
-        }),
-        Some(verification) => {
+    // A reset checked clean has its Node deleted (--delete-nodes) by its own worker.
+    let process = |node: &plan::NodePlan| {
+        let outcome = pipeline::process(node, &ctx);
+        match &cluster_run {
+            Some(run) => run.after_reset(node, outcome),
+            None => outcome,
+        }
+    };
+    match cluster_run
+        .as_ref()
+        .and_then(|run| run.wait.map(|timeout| (run, timeout)))
+    {
+        None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, process),
+        Some((run, timeout)) => {
             // One watch for the whole run, started before the first node, so no Node that
             // registers is missed; the waiting joins hold no worker.
-            let watch = verification.cluster.watch();
-            let verifier = verify::Verifier::new(&watch, verification.timeout);
+            let watch = run.cluster.watch();
+            let verifier = verify::Verifier::new(&watch, timeout);
             let ask = |nodes: &[&plan::NodePlan]| {
                 let owned: Vec<plan::NodePlan> = nodes.iter().map(|n| (*n).clone()).collect();
                 pool::probe_all(&owned, plan.max_run_num, &Cancel::new(), |node| {
@@ -659,7 +623,7 @@ fn execute(
                     policy,
                     &cancel,
                     &recorder,
-                    |node| verifier.take(node, pipeline::process(node, &ctx)),
+                    |node| verifier.take(node, process(node)),
                     &|| verifier.settle(),
                 );
                 verifier.close();
@@ -674,6 +638,10 @@ fn execute(
 
     progress.finish();
     let sites = ctx.relay.as_ref().map(|r| r.traffic()).unwrap_or_default();
+    let mut outcomes = recorder.outcomes();
+    if let Some(run) = &cluster_run {
+        run.mark_left_behind(&plan.nodes, &mut outcomes);
+    }
     let summary = Summary::of_run(
         RunFacts {
             run_id: &run_dir.id,
@@ -683,7 +651,7 @@ fn execute(
             stager: stager.as_ref(),
             sites: &sites,
         },
-        recorder.outcomes(),
+        outcomes,
     );
     let summary_path = run_dir.summary_path();
     if let Err(e) = summary.write(&summary_path) {
@@ -704,6 +672,7 @@ fn execute(
             )
         );
         eprint!("{}", recap::sites(&summary.sites));
+        eprint!("{}", cluster_run::left_behind_recap(&summary.nodes));
         if let Some(stager) = &stager {
             // The process goes on after the run: say so, or it looks left behind.
             for (arch, pid) in stager.copies_being_made() {

@@ -139,6 +139,25 @@ pub fn sites(nodes: &[NodePlan]) -> Vec<(&Site, Vec<usize>)> {
 }
 
 impl NodePlan {
+    /// Puts `token` (read from the cluster) into this join's keadmCmd, as a `--token` at
+    /// its end (pflag's last value wins over an empty or stale one), and masks it in
+    /// everything written about the node. `Err` with the rendered keadmCmd when keadm
+    /// would not read it there (keadmCmd goes on after the keadm part: `... && echo`).
+    pub fn put_token(&mut self, token: &str) -> Result<(), String> {
+        let keadm_cmd = format!("{} --token={}", self.keadm_cmd, shell_quote(token));
+        let keadm_args = KeadmCommand::parse(&keadm_cmd);
+        if keadm_args.token() != Some(token) {
+            return Err(self.redactor.redact(&self.keadm_cmd));
+        }
+        let mut redactor = Redactor::clone(&self.redactor);
+        redactor.add(&crate::redact::Secret::new(token));
+        self.command = keadm_command(&self.exec_dir, &keadm_cmd);
+        self.keadm_cmd = keadm_cmd;
+        self.keadm_args = keadm_args;
+        self.redactor = Arc::new(redactor);
+        Ok(())
+    }
+
     /// `host:port`, with IPv6 literals in brackets.
     pub fn address(&self) -> String {
         display_address(&self.ssh.host, self.ssh.port)

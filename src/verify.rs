@@ -246,6 +246,7 @@ fn ready_outcome(waiting: Waiting, seen: &Seen, nodes: &[NodePlan]) -> NodeOutco
         ready_after: Some(after(keadm_exit, ready_at)),
         condition: None,
         version: seen.state.kubelet_version.clone(),
+        ..ClusterCheck::default()
     };
     note(
         nodes,
@@ -313,6 +314,7 @@ fn not_ready_outcome(
         ready_after: None,
         condition: Some(condition),
         version: seen.state.kubelet_version.clone(),
+        ..ClusterCheck::default()
     });
     outcome
 }
@@ -375,8 +377,7 @@ fn not_registered_outcome(
         node_name,
         registered_after: None,
         ready_after: None,
-        condition: None,
-        version: None,
+        ..ClusterCheck::default()
     });
     outcome
 }
