@@ -136,6 +136,33 @@ impl FakeApiServer {
             .push((name.to_string(), Box::new(when), behaviour));
     }
 
+    /// The `tokendata` of the kubeedge/tokensecret secret, as cloudcore writes it.
+    pub fn set_token(&self, token: &str) {
+        self.state.lock().unwrap().token = Some(token.to_string());
+    }
+
+    /// A Node the cluster has from before the run: made `age` ago, Ready or NotReady.
+    pub fn existing_node(&self, name: &str, ready: bool, age: Duration) {
+        let mut node = if ready {
+            node_object(name, "True", "EdgeReady", "edge is posting ready status", 0)
+        } else {
+            node_object(
+                name,
+                "False",
+                "NodeStatusUnknown",
+                "Kubelet stopped posting node status.",
+                0,
+            )
+        };
+        node["metadata"]["creationTimestamp"] = json!(rfc3339(SystemTime::now() - age));
+        change(&mut self.state.lock().unwrap(), "ADDED", node);
+    }
+
+    /// Whether the cluster has the Node `name` now.
+    pub fn has_node(&self, name: &str) -> bool {
+        self.state.lock().unwrap().nodes.contains_key(name)
+    }
+
     /// Every request so far: `METHOD path?query`.
     pub fn requests(&self) -> Vec<String> {
         self.state.lock().unwrap().requests.clone()
