@@ -31,6 +31,8 @@ pub struct ClusterRun {
     /// How long a join's Node may take to be Ready after keadm's exit; `None` when joins
     /// are not waited for (`--no-wait`, or no join selected).
     pub wait: Option<Duration>,
+    /// Whether a reset is selected.
+    pub resets: bool,
     /// `--delete-nodes`, with a reset selected.
     pub delete_nodes: bool,
     /// The Nodes the cluster had before any node was touched (listed when a join is
@@ -84,6 +86,11 @@ impl ClusterRun {
             .filter(|n| wants_token(n, options))
             .count();
         let delete_nodes = options.delete_nodes && resets;
+        if options.delete_nodes && !resets {
+            log::warn!(
+                "--delete-nodes deletes the Node objects of resets, and no selected node's keadmCmd is a reset: nothing will be deleted."
+            );
+        }
         let mut permissions = Permission::VERIFY.to_vec();
         if token_for > 0 {
             permissions.push(Permission::TOKEN);
@@ -110,6 +117,7 @@ impl ClusterRun {
             version,
             wait: (joins && !options.no_wait)
                 .then(|| Duration::from_secs(options.ready_timeout_seconds.max(1))),
+            resets,
             delete_nodes,
             nodes_before,
             token_for,
@@ -138,12 +146,23 @@ impl ClusterRun {
                 timeout.as_secs()
             ),
             None => format!(
-                "{} (context {context}, {}): joins are not waited for{}",
+                "{} (context {context}, {}): {}",
                 run.cluster.server,
                 run.version,
-                if options.no_wait { " (--no-wait)" } else { "" }
+                if options.no_wait {
+                    "joins are not waited for (--no-wait)"
+                } else {
+                    "no join to verify"
+                }
             ),
         };
+        if run.resets {
+            line.push_str(if run.delete_nodes {
+                "; each reset checked clean has its Node object deleted (--delete-nodes)"
+            } else {
+                "; the Node objects resets leave are listed in the recap (--delete-nodes deletes them)"
+            });
+        }
         if run.token_for > 0 {
             let _ = write!(
                 line,

@@ -64,6 +64,20 @@ fn delete_nodes_deletes_the_node_object_of_each_reset_verified_clean_only() {
     let sc = Scenario::new(&fleet)
         .keadm(FakeKeadm::new().prints("Reset edge node successfully"))
         .cmd("reset edge --force");
+    // The dry run says what will be deleted, and deletes nothing.
+    with_kubeconfig(&sc, &api, &["--delete-nodes", "--dry-run"])
+        .status(0)
+        .stdout_has(&format!(
+            "  cluster:     https://127.0.0.1:{}/ (context stand-in, v1.32.13): no join to verify; each reset checked clean has its Node object deleted (--delete-nodes)",
+            api.port
+        ));
+    assert!(deletes(&api).is_empty());
+    let reviews = api
+        .requests()
+        .iter()
+        .filter(|r| r.contains("selfsubjectaccessreviews"))
+        .count();
+    assert_eq!(reviews, 4, "get, list, watch and delete on nodes");
     let out = with_kubeconfig(&sc, &api, &["--delete-nodes"]);
     out.status(1);
     assert!(
@@ -89,13 +103,12 @@ fn delete_nodes_deletes_the_node_object_of_each_reset_verified_clean_only() {
         "{}",
         out.transcript(0)
     );
-    // The access check asked for delete too.
-    let reviews = api
-        .requests()
-        .iter()
-        .filter(|r| r.contains("selfsubjectaccessreviews"))
-        .count();
-    assert_eq!(reviews, 4, "get, list, watch and delete on nodes");
+    // Deleted, so not left behind; the unverified reset's Node is no reset's leftover.
+    assert!(
+        !out.stderr.contains("Node objects left in the cluster"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[test]
