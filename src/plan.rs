@@ -503,6 +503,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_clusters_token_goes_last_in_keadm_cmd_and_is_masked() {
+        let mut node = NodePlan::sample(0);
+        node.keadm_cmd = "join --cloudcore-ipport=192.0.2.1:10000 --token=".into();
+        node.put_token("aaaa.bbbb.cccc.dddd").unwrap();
+        assert_eq!(node.keadm_args.token(), Some("aaaa.bbbb.cccc.dddd"));
+        assert_eq!(
+            node.command,
+            "cd /tmp/x && ./keadm join --cloudcore-ipport=192.0.2.1:10000 --token= --token=aaaa.bbbb.cccc.dddd"
+        );
+        assert!(
+            !node
+                .redactor
+                .redact("edgecore: aaaa.bbbb.cccc.dddd")
+                .contains("aaaa")
+        );
+        // A keadmCmd that goes on after the keadm part would not hand keadm the token.
+        let mut node = NodePlan::sample(0);
+        node.keadm_cmd = "join --token= && echo done".into();
+        let before = node.command.clone();
+        assert_eq!(
+            node.put_token("aaaa.bbbb.cccc.dddd"),
+            Err("join --token= && echo done".into())
+        );
+        assert_eq!(node.command, before, "the plan is left as it was");
+    }
+
+    #[test]
     fn commands_match_keadm() {
         assert_eq!(
             keadm_command("/tmp/kubeedge/keadm", "join --x=1"),

@@ -112,6 +112,39 @@ fn delete_nodes_deletes_the_node_object_of_each_reset_verified_clean_only() {
 }
 
 #[test]
+fn a_delete_the_api_server_fails_is_a_warning_and_the_node_is_listed_as_left_behind() {
+    let fleet = Fleet::builder().nodes(1).start();
+    clean_etc(fleet.node(0));
+    let api = FakeApiServer::start();
+    api.existing_node("edge-00", true, DAY);
+    api.fail_deletes();
+    let sc = Scenario::new(&fleet).cmd("reset edge --force");
+    let out = with_kubeconfig(&sc, &api, &["--delete-nodes"]);
+    // The reset itself was verified: the node succeeded, its Node stays.
+    out.status(0)
+        .stderr_has("keadm-batch: warning: Node edge-00: its reset was verified, but its Node object edge-00 was not deleted:")
+        .stderr_has("etcdserver: request timed out")
+        .stderr_has("Node objects left in the cluster by resets")
+        .stderr_has("  edge-00 (node edge-00): not deleted: ");
+    let cluster = &out.node_summary(0)["cluster"];
+    assert!(cluster.get("deleted").is_none(), "{cluster}");
+    assert!(
+        cluster["delete_error"]
+            .as_str()
+            .unwrap()
+            .contains("to delete the node edge-00"),
+        "{cluster}"
+    );
+    assert!(api.has_node("edge-00"));
+    assert!(
+        out.transcript(0)
+            .contains("[keadm-batch] could not delete the Node edge-00: "),
+        "{}",
+        out.transcript(0)
+    );
+}
+
+#[test]
 fn delete_nodes_needs_a_kubeconfig_and_the_right_to_delete() {
     let fleet = Fleet::builder().nodes(1).start();
     clean_etc(fleet.node(0));

@@ -44,6 +44,8 @@ struct State {
     requests: Vec<String>,
     denied: HashSet<(String, String)>,
     token: Option<String>,
+    /// DELETE of a Node answers 500, as an API server whose etcd is down does.
+    deletes_fail: bool,
 }
 
 pub struct FakeApiServer {
@@ -156,6 +158,11 @@ impl FakeApiServer {
         };
         node["metadata"]["creationTimestamp"] = json!(rfc3339(SystemTime::now() - age));
         change(&mut self.state.lock().unwrap(), "ADDED", node);
+    }
+
+    /// From now on, every DELETE of a Node fails with 500 Internal Server Error.
+    pub fn fail_deletes(&self) {
+        self.state.lock().unwrap().deletes_fail = true;
     }
 
     /// Whether the cluster has the Node `name` now.
@@ -389,6 +396,11 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
                     &status(404, "NotFound", &format!("nodes \"{name}\" not found")),
                 ),
                 Some(node) if method == "GET" => respond(&mut out, "200 OK", &node),
+                Some(_) if state.deletes_fail => respond(
+                    &mut out,
+                    "500 Internal Server Error",
+                    &status(500, "InternalError", "etcdserver: request timed out"),
+                ),
                 Some(node) => {
                     change(&mut state, "DELETED", node.clone());
                     respond(&mut out, "200 OK", &node);
