@@ -24,9 +24,7 @@ use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
 use crate::stage::{Meters, OfflineImages, StageError, StageSettings, Stager, XzCopies};
-use crate::{
-    bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status, verify,
-};
+use crate::{bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
@@ -597,38 +595,17 @@ fn execute(
             None => outcome,
         }
     };
-    match cluster_run
-        .as_ref()
-        .and_then(|run| run.wait.map(|timeout| (run, timeout)))
-    {
+    match cluster_run.as_ref().and_then(ClusterRun::verification) {
         None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, process),
-        Some((run, timeout)) => {
-            // One watch for the whole run, started before the first node, so no Node that
-            // registers is missed; the waiting joins hold no worker.
-            let watch = run.cluster.watch();
-            let verifier = verify::Verifier::new(&watch, timeout);
-            let ask = |nodes: &[&plan::NodePlan]| {
-                let owned: Vec<plan::NodePlan> = nodes.iter().map(|n| (*n).clone()).collect();
-                pool::probe_all(&owned, plan.max_run_num, &Cancel::new(), |node| {
-                    pipeline::edgecore_state(node, &ctx)
-                })
-                .into_iter()
-                .map(|answer| answer.unwrap_or_else(|| Err("not asked".to_string())))
-                .collect()
-            };
-            std::thread::scope(|scope| {
-                scope.spawn(|| verifier.run(&plan.nodes, &recorder, &cancel, &ask));
-                pool::run_all_handing_over(
-                    &plan.nodes,
-                    policy,
-                    &cancel,
-                    &recorder,
-                    |node| verifier.take(node, process(node)),
-                    &|| verifier.settle(),
-                );
-                verifier.close();
-            });
-        }
+        Some(verification) => verification.run_all(
+            &plan.nodes,
+            policy,
+            &cancel,
+            &recorder,
+            &ctx,
+            plan.max_run_num,
+            &process,
+        ),
     }
     // Sites the run did not finish (the operator's Ctrl-C, --max-fail) still had
     // sources: they serve no more.

@@ -124,6 +124,14 @@ impl ClusterRun {
         }))
     }
 
+    /// The wait for joins' Nodes, unless joins are not waited for.
+    pub fn verification(&self) -> Option<verify::Verification<'_>> {
+        self.wait.map(|timeout| verify::Verification {
+            cluster: &self.cluster,
+            timeout,
+        })
+    }
+
     /// The plan's line about the cluster.
     pub fn describe(run: Option<&ClusterRun>, options: &RunOptions) -> String {
         let Some(run) = run else {

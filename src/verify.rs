@@ -10,7 +10,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cancel::Cancel;
-use crate::cluster::{NodeWatch, Seen};
+use crate::cluster::{Cluster, NodeWatch, Seen};
 use crate::diagnosis::FailureClass;
 use crate::kubeedge::classify;
 use crate::node_text::one_line;
@@ -19,6 +19,62 @@ use crate::plan::NodePlan;
 use crate::remote::EdgecoreState;
 use crate::report::Recorder;
 use crate::report::transcript::Transcript;
+use crate::{pipeline, pool};
+
+/// The wait for joins' Nodes in the run's cluster (`cluster_run::ClusterRun` asked it,
+/// before any node was touched).
+pub struct Verification<'c> {
+    pub cluster: &'c Cluster,
+    pub timeout: Duration,
+}
+
+impl Verification<'_> {
+    /// Runs every node as [`pool::run_all`] does, each join that keadm finished handed to
+    /// the wait for its Node. One watch for the whole run, started before the first node,
+    /// so no Node that registers is missed; the waiting joins hold no worker.
+    pub fn run_all(
+        &self,
+        nodes: &[NodePlan],
+        policy: pool::Policy,
+        cancel: &Cancel,
+        recorder: &Recorder,
+        ctx: &pipeline::Context,
+        max_run_num: usize,
+        process: &(dyn Fn(&NodePlan) -> NodeOutcome + Sync),
+    ) {
+        let watch = self.cluster.watch();
+        let verifier = Verifier::new(&watch, self.timeout);
+        let ask = |asked: &[&NodePlan]| {
+            let owned: Vec<NodePlan> = asked.iter().map(|n| (*n).clone()).collect();
+            // The run's Ctrl-C does not stop these: the nodes have joined, and their
+            // records say why they did not register; a second Ctrl-C aborts each ask.
+            pool::probe_all(&owned, max_run_num, &Cancel::new(), |node| {
+                pipeline::edgecore_state(node, ctx)
+            })
+            .into_iter()
+            .map(|answer| answer.unwrap_or_else(|| Err("The node was not asked.".to_string())))
+            .collect()
+        };
+        std::thread::scope(|scope| {
+            scope.spawn(|| verifier.run(nodes, recorder, cancel, &ask));
+            pool::run_all_handing_over(
+                nodes,
+                policy,
+                cancel,
+                recorder,
+                |node| {
+                    let outcome = verifier.take(node, process(node));
+                    if outcome.is_none() {
+                        ctx.progress.phase(node.index, &node.name, Phase::Verifying);
+                    }
+                    outcome
+                },
+                &|| verifier.settle(),
+            );
+            verifier.close();
+        });
+    }
+}
 
 /// A join waiting for its Node.
 struct Waiting {

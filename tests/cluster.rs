@@ -68,6 +68,9 @@ fn a_join_whose_node_turns_ready_succeeds_with_its_times_from_one_watch() {
             "{transcript}"
         );
     }
+    // The recap gives each node's time to Ready.
+    out.stderr_has("Ready in the cluster: 3 node(s), after keadm exited: median ")
+        .stderr_has("s after keadm");
     // One list and one watch follow every node: no request per node.
     let requests = api.requests();
     let per_node: Vec<&String> = requests
@@ -262,6 +265,13 @@ fn the_config_files_kubeconfig_key_turns_verification_on() {
             .as_f64()
             .is_some()
     );
+    // And so does $KUBECONFIG, as kubectl reads it.
+    let out = Scenario::new(&fleet)
+        .command(&["--dry-run"])
+        .env("KUBECONFIG", api.kubeconfig())
+        .run();
+    out.status(0)
+        .stdout_has("  cluster:     joins verified in https://127.0.0.1:");
     // A kubeconfig that does not exist is a config error at its line.
     let bad = Scenario::new(&fleet).top_yaml("kubeconfig: /nonexistent/kubeconfig");
     bad.run(&["--dry-run"])
