@@ -603,7 +603,6 @@ fn execute(
             &cancel,
             &recorder,
             &ctx,
-            plan.max_run_num,
             &process,
         ),
     }

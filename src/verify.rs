@@ -39,9 +39,9 @@ impl Verification<'_> {
         cancel: &Cancel,
         recorder: &Recorder,
         ctx: &pipeline::Context,
-        max_run_num: usize,
         process: &(dyn Fn(&NodePlan) -> NodeOutcome + Sync),
     ) {
+        let max_run_num = policy.max_run_num;
         let watch = self.cluster.watch();
         let verifier = Verifier::new(&watch, self.timeout);
         let ask = |asked: &[&NodePlan]| {
