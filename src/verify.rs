@@ -98,6 +98,8 @@ struct Decided {
     ready: Vec<(Waiting, Seen)>,
     /// Past their deadline, with what the watch saw (`None`: never registered).
     late: Vec<(Waiting, Option<Seen>)>,
+    /// Still waiting when the operator cancelled the run (a second Ctrl-C).
+    cancelled: Vec<(Waiting, Option<Seen>)>,
     /// No more nodes will come.
     closed: bool,
 }
@@ -183,10 +185,14 @@ impl<'a> Verifier<'a> {
             let Decided {
                 ready,
                 late,
+                cancelled,
                 closed,
             } = self.take_decided(cancel);
             for (waiting, seen) in ready {
                 recorder.record(ready_outcome(waiting, &seen, nodes));
+            }
+            for (waiting, seen) in cancelled {
+                recorder.record(cancelled_outcome(waiting, seen.as_ref(), nodes));
             }
             let (registered, missing): (Vec<_>, Vec<_>) =
                 late.into_iter().partition(|(_, seen)| seen.is_some());
@@ -199,14 +205,7 @@ impl<'a> Verifier<'a> {
                     .iter()
                     .map(|(w, _)| &nodes[w.outcome.index])
                     .collect();
-                let answers = if cancel.aborting() {
-                    plans
-                        .iter()
-                        .map(|_| Err("The operator cancelled the run.".to_string()))
-                        .collect()
-                } else {
-                    ask(&plans)
-                };
+                let answers = ask(&plans);
                 for ((waiting, _), answer) in missing.into_iter().zip(answers) {
                     let outcome =
                         not_registered_outcome(waiting, answer, self.watch, self.timeout, nodes);
@@ -240,20 +239,23 @@ impl<'a> Verifier<'a> {
         let now = Instant::now();
         let mut ready = Vec::new();
         let mut late = Vec::new();
+        let mut cancelled = Vec::new();
         let mut still = Vec::new();
         for waiting in std::mem::take(&mut queue.waiting) {
             let seen = self.watch.seen(&waiting.node_name);
             match seen {
                 Some(seen) if seen.ready_now() => ready.push((waiting, seen)),
-                seen if now >= waiting.deadline || cancel.aborting() => late.push((waiting, seen)),
+                seen if now >= waiting.deadline => late.push((waiting, seen)),
+                seen if cancel.aborting() => cancelled.push((waiting, seen)),
                 _ => still.push(waiting),
             }
         }
         queue.waiting = still;
-        queue.deciding = ready.len() + late.len();
+        queue.deciding = ready.len() + late.len() + cancelled.len();
         Decided {
             ready,
             late,
+            cancelled,
             closed: queue.closed,
         }
     }
@@ -331,6 +333,42 @@ fn failed(outcome: &mut NodeOutcome, class: FailureClass, error: String, detail:
     outcome.error = Some(crate::node_text::escape_controls(&one_line(&error, 2000)));
     outcome.last_output = detail.map(|d| crate::node_text::escape_controls(&one_line(&d, 400)));
     outcome.finished_at = epoch(SystemTime::now());
+}
+
+/// The operator cancelled the run while the node waited: it joined, and whether its Node
+/// would have been Ready is not known.
+fn cancelled_outcome(waiting: Waiting, seen: Option<&Seen>, nodes: &[NodePlan]) -> NodeOutcome {
+    let Waiting {
+        mut outcome,
+        node_name,
+        keadm_exit,
+        ..
+    } = waiting;
+    let error = format!(
+        "keadm join exited 0; the wait for the Node {node_name} to be Ready was cancelled by the operator ({})",
+        match seen {
+            Some(seen) => format!(
+                "it had registered {:.1} s after keadm exited",
+                after(keadm_exit, seen.first_seen)
+            ),
+            None => "it had not registered yet".to_string(),
+        }
+    );
+    note(nodes, &outcome, &[format!("interrupted: {error}")]);
+    outcome.phase = Phase::Interrupted;
+    outcome.failed_in = Some(Phase::Verifying);
+    outcome.error = Some(error);
+    outcome.finished_at = epoch(SystemTime::now());
+    outcome.cluster = Some(ClusterCheck {
+        node_name,
+        registered_after: seen.map(|s| after(keadm_exit, s.first_seen)),
+        ready_after: None,
+        condition: seen
+            .and_then(|s| s.state.ready.as_ref())
+            .map(|c| c.describe()),
+        version: None,
+    });
+    outcome
 }
 
 fn not_ready_outcome(
