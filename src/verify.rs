@@ -366,7 +366,7 @@ fn cancelled_outcome(waiting: Waiting, seen: Option<&Seen>, nodes: &[NodePlan]) 
         condition: seen
             .and_then(|s| s.state.ready.as_ref())
             .map(|c| c.describe()),
-        version: None,
+        ..ClusterCheck::default()
     });
     outcome
 }
