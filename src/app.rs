@@ -597,14 +597,9 @@ fn execute(
     };
     match cluster_run.as_ref().and_then(ClusterRun::verification) {
         None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, process),
-        Some(verification) => verification.run_all(
-            &plan.nodes,
-            policy,
-            &cancel,
-            &recorder,
-            &ctx,
-            &process,
-        ),
+        Some(verification) => {
+            verification.run_all(&plan.nodes, policy, &cancel, &recorder, &ctx, &process)
+        }
     }
     // Sites the run did not finish (the operator's Ctrl-C, --max-fail) still had
     // sources: they serve no more.
