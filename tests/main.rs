@@ -8,6 +8,7 @@ mod archive_names;
 mod bundle;
 mod cli;
 mod cluster;
+mod cluster_extras;
 mod docs;
 mod faults;
 mod fuzz_regressions;

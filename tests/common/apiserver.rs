@@ -44,6 +44,8 @@ struct State {
     requests: Vec<String>,
     denied: HashSet<(String, String)>,
     token: Option<String>,
+    /// DELETE of a Node answers 500, as an API server whose etcd is down does.
+    deletes_fail: bool,
 }
 
 pub struct FakeApiServer {
@@ -140,6 +142,38 @@ impl FakeApiServer {
             .lock()
             .unwrap()
             .push((name.to_string(), Box::new(when), behaviour));
+    }
+
+    /// The `tokendata` of the kubeedge/tokensecret secret, as cloudcore writes it.
+    pub fn set_token(&self, token: &str) {
+        self.state.lock().unwrap().token = Some(token.to_string());
+    }
+
+    /// A Node the cluster has from before the run: made `age` ago, Ready or NotReady.
+    pub fn existing_node(&self, name: &str, ready: bool, age: Duration) {
+        let mut node = if ready {
+            node_object(name, "True", "EdgeReady", "edge is posting ready status", 0)
+        } else {
+            node_object(
+                name,
+                "False",
+                "NodeStatusUnknown",
+                "Kubelet stopped posting node status.",
+                0,
+            )
+        };
+        node["metadata"]["creationTimestamp"] = json!(rfc3339(SystemTime::now() - age));
+        change(&mut self.state.lock().unwrap(), "ADDED", node);
+    }
+
+    /// From now on, every DELETE of a Node fails with 500 Internal Server Error.
+    pub fn fail_deletes(&self) {
+        self.state.lock().unwrap().deletes_fail = true;
+    }
+
+    /// Whether the cluster has the Node `name` now.
+    pub fn has_node(&self, name: &str) -> bool {
+        self.state.lock().unwrap().nodes.contains_key(name)
     }
 
     /// Every request so far: `METHOD path?query`.
@@ -350,6 +384,11 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
                     &status(404, "NotFound", &format!("nodes \"{name}\" not found")),
                 ),
                 Some(node) if method == "GET" => respond(&mut out, "200 OK", &node),
+                Some(_) if state.deletes_fail => respond(
+                    &mut out,
+                    "500 Internal Server Error",
+                    &status(500, "InternalError", "etcdserver: request timed out"),
+                ),
                 Some(node) => {
                     change(&mut state, "DELETED", node.clone());
                     respond(&mut out, "200 OK", &node);
