@@ -323,8 +323,8 @@ fn a_node_left_ready_by_an_earlier_join_is_not_taken_for_this_one() {
     let api = FakeApiServer::start();
     // Both names are in the cluster, Ready, before the run. edge-01's new edgecore
     // connects and cloudcore writes its Node; edge-00's stays as it was.
-    api.existing_node("edge-00");
-    api.existing_node("edge-01");
+    api.existing_node("edge-00", true, Duration::from_secs(3600));
+    api.existing_node("edge-01", true, Duration::from_secs(3600));
     api.node_on(
         "edge-01",
         after_keadm(fleet.node(1)),

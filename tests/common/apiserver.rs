@@ -125,12 +125,6 @@ impl FakeApiServer {
             .insert((verb.to_string(), resource.to_string()));
     }
 
-    /// A Node that is already there, Ready, as an earlier join of the same name left it.
-    pub fn existing_node(&self, name: &str) {
-        let node = node_object(name, "True", "EdgeReady", "edge is posting ready status");
-        change(&mut self.state.lock().unwrap(), "ADDED", node);
-    }
-
     /// Once `when` holds, the Node `name` registers and behaves as `behaviour` says.
     pub fn node_on(
         &self,
@@ -152,14 +146,13 @@ impl FakeApiServer {
     /// A Node the cluster has from before the run: made `age` ago, Ready or NotReady.
     pub fn existing_node(&self, name: &str, ready: bool, age: Duration) {
         let mut node = if ready {
-            node_object(name, "True", "EdgeReady", "edge is posting ready status", 0)
+            node_object(name, "True", "EdgeReady", "edge is posting ready status")
         } else {
             node_object(
                 name,
                 "False",
                 "NodeStatusUnknown",
                 "Kubelet stopped posting node status.",
-                0,
             )
         };
         node["metadata"]["creationTimestamp"] = json!(rfc3339(SystemTime::now() - age));
