@@ -90,6 +90,20 @@ struct Queue {
     /// Taken from `waiting` and being decided (asked over SSH).
     deciding: usize,
     closed: bool,
+    /// The deciding thread has ended (or died): nothing more will be decided, so
+    /// [`Verifier::settle`] must not wait for it.
+    ended: bool,
+}
+
+/// Marks the deciding thread's end however it ends, a panic included, so the pool's
+/// `settle` never waits for a thread that is gone.
+struct Ended<'v, 'a>(&'v Verifier<'a>);
+
+impl Drop for Ended<'_, '_> {
+    fn drop(&mut self) {
+        self.0.lock().ended = true;
+        self.0.changed.notify_all();
+    }
 }
 
 /// What one look at the waiting nodes took out.
@@ -157,7 +171,7 @@ impl<'a> Verifier<'a> {
     /// Blocks until every node taken so far is recorded.
     pub fn settle(&self) {
         let mut queue = self.lock();
-        while !queue.waiting.is_empty() || queue.deciding > 0 {
+        while (!queue.waiting.is_empty() || queue.deciding > 0) && !queue.ended {
             queue = self
                 .changed
                 .wait_timeout(queue, TICK)
@@ -178,8 +192,9 @@ impl<'a> Verifier<'a> {
 
     /// The deciding thread: until closed and empty, records the nodes the watch shows
     /// Ready and those past their deadline. `ask` asks nodes that never registered what
-    /// their edgecore says (over SSH, a few at a time), by their index in `nodes`.
+    /// their edgecore says (over SSH, a few at a time).
     pub fn run(&self, nodes: &[NodePlan], recorder: &Recorder, cancel: &Cancel, ask: &AskNodes) {
+        let _ended = Ended(self);
         loop {
             let generation = self.watch.generation();
             let Decided {
@@ -201,12 +216,16 @@ impl<'a> Verifier<'a> {
                 recorder.record(not_ready_outcome(waiting, &seen, self.timeout, nodes));
             }
             if !missing.is_empty() {
-                let plans: Vec<&NodePlan> = missing
+                let plans: Vec<Option<&NodePlan>> = missing
                     .iter()
-                    .map(|(w, _)| &nodes[w.outcome.index])
+                    .map(|(w, _)| plan_of(nodes, w.outcome.index))
                     .collect();
-                let answers = ask(&plans);
-                for ((waiting, _), answer) in missing.into_iter().zip(answers) {
+                let found: Vec<&NodePlan> = plans.iter().flatten().copied().collect();
+                let mut answers = ask(&found).into_iter();
+                for ((waiting, _), plan) in missing.into_iter().zip(plans) {
+                    let answer = plan
+                        .and_then(|_| answers.next())
+                        .unwrap_or_else(|| Err("The node was not asked.".to_string()));
                     let outcome =
                         not_registered_outcome(waiting, answer, self.watch, self.timeout, nodes);
                     recorder.record(outcome);
@@ -274,9 +293,21 @@ fn epoch(at: SystemTime) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The plan of the node at `index` in the config. `nodes` is the run's selection, in
+/// config order, so it may hold fewer nodes than the config (`--only`, `--shard`,
+/// `--retry-failed`): a node is found by its index, never by its place in the selection.
+fn plan_of(nodes: &[NodePlan], index: usize) -> Option<&NodePlan> {
+    nodes
+        .binary_search_by_key(&index, |n| n.index)
+        .ok()
+        .map(|at| &nodes[at])
+}
+
 /// Adds `lines` to the node's transcript (its pipeline has closed it).
 fn note(nodes: &[NodePlan], outcome: &NodeOutcome, lines: &[String]) {
-    let node = &nodes[outcome.index];
+    let Some(node) = plan_of(nodes, outcome.index) else {
+        return;
+    };
     let Some(path) = &outcome.transcript else {
         return;
     };

@@ -346,3 +346,53 @@ fn a_node_left_ready_by_an_earlier_join_is_not_taken_for_this_one() {
     assert_eq!(summary["nodes"][0]["cluster"]["registered_after"], 0.0);
     assert_eq!(summary["nodes"][1]["phase"], "succeeded", "{summary}");
 }
+
+/// A selection (`--only`, `--shard`, `--retry-failed`) holds fewer nodes than the config:
+/// each verdict must find its node by its place in the config, not in the selection. (It
+/// once took the selection's position: the deciding thread panicked out of bounds and the
+/// run waited for it forever.)
+#[test]
+fn verdicts_of_a_selection_find_their_own_nodes() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let api = FakeApiServer::start();
+    api.node_on(
+        "edge-02",
+        after_keadm(fleet.node(2)),
+        Behaviour::NotReady {
+            reason: "KubeletNotReady".into(),
+            message: "cni plugin not initialized".into(),
+        },
+    );
+    // edge-01 never registers: it is asked over SSH, and it must be edge-01 that is asked.
+    let sc = Scenario::new(&fleet);
+    let mut args = kubeconfig_args(&api);
+    args.extend(["--only", "edge-01,edge-02", "--ready-timeout", "2"].map(String::from));
+    let (out, _) = sc
+        .command(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .spawn()
+        .wait_measured(Duration::from_secs(120));
+    out.status(1);
+    let summary = out.summary();
+    let nodes = summary["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "{summary}");
+    assert_eq!(nodes[0]["name"], "edge-01");
+    assert_eq!(nodes[0]["failure_class"], "not_registered", "{summary}");
+    assert_eq!(nodes[1]["name"], "edge-02");
+    assert_eq!(nodes[1]["failure_class"], "not_ready", "{summary}");
+    let asked = out.transcript(1);
+    assert!(
+        asked.contains("[keadm-batch] asking the node for edgecore's state"),
+        "{asked}"
+    );
+    assert!(asked.contains("[keadm-batch] not_registered: "), "{asked}");
+    let not_ready = out.transcript(2);
+    assert!(!not_ready.contains("asking the node"), "{not_ready}");
+    assert!(
+        not_ready.contains("[keadm-batch] not_ready: "),
+        "{not_ready}"
+    );
+    assert!(
+        !fleet.node(0).tmp_path("kubeedge").exists(),
+        "edge-00 was not selected"
+    );
+}
