@@ -7,6 +7,7 @@ mod airgap;
 mod archive_names;
 mod bundle;
 mod cli;
+mod cloud_e2e;
 mod docs;
 mod faults;
 mod fuzz_regressions;
