@@ -14,7 +14,8 @@ use crate::config::{self, validate::ProcessEnvironment};
 use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
 use crate::kubeedge::before_run::{self, Refused};
 use crate::options::{
-    BundleOptions, Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, Verbosity,
+    BundleOptions, Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, StatusOptions,
+    Verbosity,
 };
 use crate::report::findings::{Probe, Report, Row};
 use crate::report::log::ResultLog;
@@ -22,7 +23,9 @@ use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
 use crate::stage::{Meters, OfflineImages, StageError, StageSettings, Stager, XzCopies};
-use crate::{bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun};
+use crate::{
+    bundle, cli, cluster, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status, verify,
+};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
@@ -105,6 +108,7 @@ fn run(command: Command) -> Result<(), Error> {
         }
         Command::Run(options) => run_batch(&options),
         Command::Merge(options) => run_merge(&options),
+        Command::Status(options) => run_status(&options),
         Command::Bundle(options) => run_bundle(&options),
         // What was checked is the result, so it goes to stdout, as a dry run's plan does.
         Command::VerifyKit(options) => {
@@ -217,6 +221,17 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
     Ok(())
 }
 
+/// `batch status -c FILE`: the table (or JSON) on stdout; exit 1 when a node did not answer.
+fn run_status(options: &StatusOptions) -> Result<(), Error> {
+    let loaded = load_config(&options.config, &ProcessEnvironment)?;
+    let cwd = std::env::current_dir().map_err(OutputError::CurrentDir)?;
+    let cancel = Cancel::new();
+    install_signal_handler(&cancel);
+    let report = status::gather(&loaded.config, options, home(), &cwd, &cancel)?;
+    print(report.render(options.output))?;
+    status::ended(&report, &cancel)
+}
+
 /// `batch merge -c FILE`: the config's nodes, each at its address as a run records it.
 fn config_nodes(path: &std::path::Path) -> Result<report::merge::ConfigNodes, Error> {
     // Merging reads node names and addresses only: no secret need be set on this host.
@@ -291,6 +306,8 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     if options.preflight_only {
         return preflight_only(&plan, options.output);
     }
+    // Before staging and before any node: a cluster that cannot be asked refuses the run.
+    let verification = Verification::prepare(&plan, &loaded.config, options)?;
     // Staging rules that need no download are checked here, so a dry run reports them too.
     if let Some(staging) = &plan.staging {
         staging
@@ -305,9 +322,74 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
             dry_run::check_local_packages(staging, &plan.config_path)?;
         }
         let offline_images = list_offline_images(&plan)?;
-        return print(dry_run::render(&plan, offline_images.as_ref()));
+        return print(dry_run::render(
+            &plan,
+            offline_images.as_ref(),
+            &Verification::describe(verification.as_ref(), options),
+        ));
     }
-    execute(plan, &loaded.config, options, retry.map(|retry| retry.from))
+    execute(
+        plan,
+        &loaded.config,
+        options,
+        retry.map(|retry| retry.from),
+        verification,
+    )
+}
+
+/// The cluster a run verifies its joins in, asked before any node is touched.
+struct Verification {
+    cluster: cluster::Cluster,
+    version: String,
+    timeout: std::time::Duration,
+}
+
+impl Verification {
+    /// `None` without a kubeconfig (every behaviour as without the cluster), with
+    /// `--no-wait`, or when no selected node joins. Otherwise the API server must answer
+    /// and grant get, list and watch on nodes, or the run stops here (exit 2).
+    fn prepare(
+        plan: &plan::Plan,
+        config: &config::Config,
+        options: &RunOptions,
+    ) -> Result<Option<Verification>, Error> {
+        let Some(access) = cluster::Access::choose(
+            options.kubeconfig.clone(),
+            config.kubeconfig.clone(),
+            std::env::var("KUBECONFIG").ok(),
+            options.context.clone(),
+        ) else {
+            return Ok(None);
+        };
+        if options.no_wait || !plan.nodes.iter().any(|n| n.keadm_args.is_join()) {
+            return Ok(None);
+        }
+        let cluster = cluster::Cluster::connect(&access)?;
+        let version = cluster.version()?;
+        cluster.require(&cluster::Permission::VERIFY)?;
+        Ok(Some(Verification {
+            cluster,
+            version,
+            timeout: std::time::Duration::from_secs(options.ready_timeout_seconds.max(1)),
+        }))
+    }
+
+    /// The plan's line about the cluster.
+    fn describe(verification: Option<&Verification>, options: &RunOptions) -> String {
+        match verification {
+            Some(v) => format!(
+                "joins verified in {} (context {}, {}): each join's Node must register and be Ready within {} s of keadm's exit; the kubeconfig's user may get, list and watch nodes",
+                v.cluster.server,
+                if v.cluster.context.is_empty() { "-" } else { &v.cluster.context },
+                v.version,
+                v.timeout.as_secs()
+            ),
+            None if options.no_wait => {
+                "verification off (--no-wait): a join succeeds when keadm exits 0".to_string()
+            }
+            None => "verification off (no kubeconfig, or no join selected): a join succeeds when keadm exits 0".to_string(),
+        }
+    }
 }
 
 /// `--preflight-only`: connects to every selected node through the same pool as a run
@@ -465,6 +547,7 @@ fn execute(
     config: &config::Config,
     options: &RunOptions,
     retry_of: Option<PathBuf>,
+    verification: Option<Verification>,
 ) -> Result<(), Error> {
     let wall = std::time::Instant::now();
     let started_at = outcome::now();
@@ -551,9 +634,38 @@ fn execute(
         max_fail: options.max_fail,
         canary: options.canary,
     };
-    pool::run_all(&plan.nodes, policy, &cancel, &recorder, |node| {
-        pipeline::process(node, &ctx)
-    });
+    match &verification {
+        None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, |node| {
+            pipeline::process(node, &ctx)
+        }),
+        Some(verification) => {
+            // One watch for the whole run, started before the first node, so no Node that
+            // registers is missed; the waiting joins hold no worker.
+            let watch = verification.cluster.watch();
+            let verifier = verify::Verifier::new(&watch, verification.timeout);
+            let ask = |nodes: &[&plan::NodePlan]| {
+                let owned: Vec<plan::NodePlan> = nodes.iter().map(|n| (*n).clone()).collect();
+                pool::probe_all(&owned, plan.max_run_num, &Cancel::new(), |node| {
+                    pipeline::edgecore_state(node, &ctx)
+                })
+                .into_iter()
+                .map(|answer| answer.unwrap_or_else(|| Err("not asked".to_string())))
+                .collect()
+            };
+            std::thread::scope(|scope| {
+                scope.spawn(|| verifier.run(&plan.nodes, &recorder, &cancel, &ask));
+                pool::run_all_handing_over(
+                    &plan.nodes,
+                    policy,
+                    &cancel,
+                    &recorder,
+                    |node| verifier.take(node, pipeline::process(node, &ctx)),
+                    &|| verifier.settle(),
+                );
+                verifier.close();
+            });
+        }
+    }
     // Sites the run did not finish (the operator's Ctrl-C, --max-fail) still had
     // sources: they serve no more.
     if let Some(relay) = &ctx.relay {

@@ -10,7 +10,8 @@ use crate::config::HostKeyPolicy;
 use crate::diagnosis::FailureClass;
 use crate::options::{
     BundleOptions, Command, ExtractOptions, GenConfigOptions, MergeOptions, OutputFormat,
-    PreflightMode, RegistryMirror, RelayMode, RunOptions, Shard, Verbosity, VerifyOptions,
+    PreflightMode, RegistryMirror, RelayMode, RunOptions, Shard, StatusOptions, Verbosity,
+    VerifyOptions,
 };
 
 #[derive(Parser, Debug)]
@@ -172,6 +173,23 @@ struct BatchArgs {
     #[arg(long, help_heading = "Policy")]
     verify_remote: bool,
 
+    /// The cluster to verify joins in (a kubeconfig as kubectl reads it; over the config's
+    /// `kubeconfig` and $KUBECONFIG): a join succeeds once its Node is Ready. Read-only.
+    #[arg(long, value_name = "FILE", help_heading = "Cluster")]
+    kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig's context to use instead of its current-context.
+    #[arg(long, value_name = "NAME", help_heading = "Cluster")]
+    context: Option<String>,
+
+    /// How long after keadm join exits its node may take to be registered and Ready.
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Cluster")]
+    ready_timeout: u64,
+
+    /// With a kubeconfig: do not wait for joined nodes to be Ready (keadm's exit decides).
+    #[arg(long, help_heading = "Cluster")]
+    no_wait: bool,
+
     /// Where keadm packages are staged on this machine (default: keadm's /tmp/kubeedge/keadm).
     #[arg(long, value_name = "DIR", help_heading = "Places")]
     staging_dir: Option<PathBuf>,
@@ -227,6 +245,31 @@ enum BatchSub {
         /// Also write the merged summary.json and batch_process_log.txt into DIR.
         #[arg(long, value_name = "DIR")]
         into: Option<PathBuf>,
+    },
+    /// Show each node of the config, read-only: reachable over SSH, edgecore running and
+    /// its version, keadm's version, and the node's outcome in the latest run here.
+    ///
+    /// One SSH round trip per node, at most maxRunNum at once, with a run's host-key
+    /// checks (the same --known-hosts and policy); it changes nothing on any node and
+    /// writes no run directory. Exit 0 when every node answered, 1 when some did not.
+    Status {
+        /// Path to the config file (keadm's format).
+        #[arg(short = 'c', long = "config", value_name = "FILE", required = true)]
+        config: Option<PathBuf>,
+        /// Show only the nodes whose nodeName matches one of these globs (comma-separated),
+        /// as a run's --only.
+        #[arg(long, value_name = "NAME,...", value_delimiter = ',', value_parser = parse_glob)]
+        only: Vec<String>,
+        /// How to treat node host keys, as for a run (default accept-new).
+        #[arg(long, value_name = "POLICY")]
+        host_key_policy: Option<PolicyArg>,
+        /// The known-hosts file to check and record host keys in, as for a run (default
+        /// ~/.ssh/known_hosts).
+        #[arg(long, value_name = "FILE")]
+        known_hosts: Option<PathBuf>,
+        /// Print the status as one JSON document instead of a table.
+        #[arg(long, value_name = "FORMAT")]
+        output: Option<OutputArg>,
     },
     /// Write the kit an air-gapped run needs (keadm releases, images, kit.json) into a
     /// directory or one archive; at the site, verify or extract it.
@@ -424,6 +467,15 @@ struct Places {
     deprecations: Vec<String>,
 }
 
+/// The policy `--host-key-policy` names.
+fn host_key_policy_of(arg: PolicyArg) -> HostKeyPolicy {
+    match arg {
+        PolicyArg::AcceptNew => HostKeyPolicy::AcceptNew,
+        PolicyArg::Strict => HostKeyPolicy::Strict,
+        PolicyArg::Off => HostKeyPolicy::Off,
+    }
+}
+
 /// The format `--output` names; text when it names none.
 fn output_format(arg: Option<OutputArg>) -> OutputFormat {
     match arg {
@@ -581,7 +633,7 @@ pub const EXIT_STATUS: [(i32, &str); 5] = [
     ),
     (
         1,
-        "At least one selected node did not succeed (failed, timed out or skipped); --preflight-only found something on some node; batch merge combined a node that did not succeed; or keadm-batch could not write its own files (the run directory, the log, standard output, the kit of batch bundle).",
+        "At least one selected node did not succeed (failed, timed out or skipped); --preflight-only found something on some node; batch merge combined a node that did not succeed; batch status could not reach some node (or it did not answer); or keadm-batch could not write its own files (the run directory, the log, standard output, the kit of batch bundle).",
     ),
     (
         2,
@@ -733,6 +785,22 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
                 into,
             }));
         }
+        Some(BatchSub::Status {
+            config,
+            only,
+            host_key_policy,
+            known_hosts,
+            output,
+        }) => {
+            return Ok(Command::Status(StatusOptions {
+                // clap has required it.
+                config: config.unwrap_or_default(),
+                only: only.into_iter().filter(|s| !s.is_empty()).collect(),
+                host_key_policy: host_key_policy.map(host_key_policy_of),
+                known_hosts,
+                output: output_format(output),
+            }));
+        }
         Some(BatchSub::Bundle(bundle)) => {
             if let Some(path) = bundle.verify {
                 return Ok(Command::VerifyKit(VerifyOptions {
@@ -826,11 +894,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         canary: batch.canary.map(|n| n as usize),
         timeout_seconds: batch.timeout,
         connect_timeout_seconds: batch.connect_timeout,
-        host_key_policy: batch.host_key_policy.map(|p| match p {
-            PolicyArg::AcceptNew => HostKeyPolicy::AcceptNew,
-            PolicyArg::Strict => HostKeyPolicy::Strict,
-            PolicyArg::Off => HostKeyPolicy::Off,
-        }),
+        host_key_policy: batch.host_key_policy.map(host_key_policy_of),
         known_hosts: batch.known_hosts,
         allow_unverified: batch.allow_unverified,
         insecure_http: batch.insecure_http,
@@ -847,6 +911,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         preflight_only: batch.preflight_only,
         reset_first: batch.reset_first,
         verify_remote: batch.verify_remote,
+        kubeconfig: batch.kubeconfig,
+        context: batch.context,
+        ready_timeout_seconds: batch.ready_timeout,
+        no_wait: batch.no_wait,
         staging_dir: batch.staging_dir,
         run_dir: batch.run_dir,
         output: output_format(batch.output),

@@ -48,6 +48,15 @@ pub enum FailureClass {
     Arch,
     /// The upload directory cannot be used, or a file could not be put on the node.
     Upload,
+    /// keadm join exited 0, but no Node of the node's name appeared in the cluster within
+    /// `--ready-timeout` (edgecore's log, fetched then, names the cause).
+    NotRegistered,
+    /// The Node appeared but was not Ready within `--ready-timeout` (its Ready condition
+    /// says why).
+    NotReady,
+    /// `keadm reset` exited with 0, but the node is not clean: edgecore still runs, its
+    /// unit is still there, or /etc/kubeedge still exists (or the check could not finish).
+    ResetIncomplete,
     /// None of the above was recognised. A class this version does not know (in a file
     /// written by a newer one) reads as this too, so the node's record is not lost.
     #[serde(other)]
@@ -56,7 +65,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, in the order a recap lists them.
-    pub const ALL: [FailureClass; 15] = [
+    pub const ALL: [FailureClass; 18] = [
         FailureClass::AlreadyJoined,
         FailureClass::DirtyManagementDir,
         FailureClass::NameTaken,
@@ -71,6 +80,9 @@ impl FailureClass {
         FailureClass::Sudo,
         FailureClass::Arch,
         FailureClass::Upload,
+        FailureClass::NotRegistered,
+        FailureClass::NotReady,
+        FailureClass::ResetIncomplete,
         FailureClass::Unknown,
     ];
 
@@ -91,6 +103,9 @@ impl FailureClass {
             FailureClass::Sudo => "sudo",
             FailureClass::Arch => "arch",
             FailureClass::Upload => "upload",
+            FailureClass::NotRegistered => "not_registered",
+            FailureClass::NotReady => "not_ready",
+            FailureClass::ResetIncomplete => "reset_incomplete",
             FailureClass::Unknown => "unknown",
         }
     }
@@ -106,6 +121,9 @@ impl FailureClass {
                 | FailureClass::Sudo
                 | FailureClass::Arch
                 | FailureClass::Upload
+                | FailureClass::NotRegistered
+                | FailureClass::NotReady
+                | FailureClass::ResetIncomplete
         )
     }
 
@@ -126,6 +144,9 @@ impl FailureClass {
             FailureClass::Sudo => "sudo refused",
             FailureClass::Arch => "No keadm for the node's arch",
             FailureClass::Upload => "Upload failed",
+            FailureClass::NotRegistered => "Joined, but never registered in the cluster",
+            FailureClass::NotReady => "Registered, but not Ready",
+            FailureClass::ResetIncomplete => "Reset left the node unclean",
             FailureClass::Unknown => "Unrecognised failure",
         }
     }
@@ -215,6 +236,31 @@ impl FailureClass {
                  (owner, symbolic link, writable by others), it is full, or the transfer broke. \
                  The node's error says which. Fix the directory or set remoteDir to a usable one \
                  on a filesystem with room, and retry."
+            }
+            FailureClass::NotRegistered => {
+                "keadm join exited 0, but edgecore never registered the node in the cluster. The \
+                 node's error quotes the cause from edgecore's log: for a certificate or token \
+                 error check the cloudcore address in --cloudcore-ipport (the advertise address \
+                 in cloudcore's certificate), that ports 10000 and 10002 (or the Helm NodePorts) \
+                 are open from the node, the token's lifetime (`keadm gettoken` for a fresh one) \
+                 and the node's clock. Without --edgenode-name the node registers under its \
+                 hostname. Then retry this class with --reset-first."
+            }
+            FailureClass::NotReady => {
+                "The Node registered but did not turn Ready. Its Ready condition, quoted in the \
+                 node's error, says why: for `network plugin not ready` install a CNI config on \
+                 the node (/etc/cni/net.d), for a cgroup driver mismatch pass --cgroupdriver to \
+                 match the runtime; `kubectl describe node <name>` shows the rest. Once fixed, \
+                 `--retry-failed --class not_ready` checks them again (with --reset-first if \
+                 the join must be redone)."
+            }
+            FailureClass::ResetIncomplete => {
+                "keadm reset exited with 0, but the node is not clean: the node's error names \
+                 what is left (edgecore's pids, its unit, /etc/kubeedge). A join there would \
+                 fail as already joined or dirty. Stop what still runs (`systemctl stop \
+                 edgecore`, or kill the pids), remove what is left (`systemctl disable \
+                 edgecore`, then the unit file and /etc/kubeedge), and retry this class: the \
+                 reset runs again and is checked again."
             }
             FailureClass::Unknown => {
                 "The cause was not recognised. Read the node's transcript and its edgecore log \
@@ -456,7 +502,7 @@ mod tests {
             "`token_expired` is not a failure class. Use one of: already_joined, \
              dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
              ca_mismatch, image_pull_stalled, runtime_missing, unreachable, auth, host_key, \
-             sudo, arch, upload, unknown."
+             sudo, arch, upload, not_registered, not_ready, reset_incomplete, unknown."
         );
     }
 

@@ -34,7 +34,8 @@ pub fn check_local_packages(staging: &StagingPlan, config_path: &Path) -> Result
 }
 
 /// The whole plan as text; `images` are the offline image archives the run would list.
-pub fn render(plan: &Plan, images: Option<&OfflineImages>) -> String {
+/// `cluster` is what the run will verify in the cluster, one line (app has asked it).
+pub fn render(plan: &Plan, images: Option<&OfflineImages>, cluster: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Plan for {}", plan.config_path.display());
     let _ = writeln!(
@@ -85,6 +86,7 @@ pub fn render(plan: &Plan, images: Option<&OfflineImages>) -> String {
             );
         }
     }
+    let _ = writeln!(out, "  cluster:     {cluster}");
     render_sites(&mut out, plan, images.is_some());
     if let (Some(images), Some(sources)) = (images, &plan.offline_images) {
         render_images(&mut out, images, sources);

@@ -34,6 +34,10 @@ pub enum Error {
     /// taken); no node was touched.
     #[error(transparent)]
     JoinChecks(#[from] Refused),
+    /// The kubeconfig cannot be read, the API server cannot be asked, or the user lacks a
+    /// permission the run needs; no node was touched.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
     /// `--retry-failed` cannot tell which nodes to run.
     #[error(transparent)]
     Retry(#[from] RerunError),
@@ -76,6 +80,11 @@ pub enum Error {
         "{nodes} of {total} nodes have pre-flight findings or could not be probed. Nothing was changed on any node."
     )]
     Findings { nodes: usize, total: usize },
+    /// `batch status` could not reach some nodes, or they did not finish answering.
+    #[error(
+        "{nodes} of {total} nodes did not answer; the lines below the table say why. Nothing was changed on any node."
+    )]
+    NotAnswered { nodes: usize, total: usize },
     /// The operator pressed Ctrl-C or sent SIGTERM; results were written.
     #[error(transparent)]
     Interrupted(#[from] Interruption),
@@ -91,7 +100,11 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Interrupted(_) => 130,
-            Error::Usage(_) | Error::Config(_) | Error::GenConfig(_) | Error::JoinChecks(_) => 2,
+            Error::Usage(_)
+            | Error::Config(_)
+            | Error::GenConfig(_)
+            | Error::JoinChecks(_)
+            | Error::Cluster(_) => 2,
             Error::Retry(RerunError::NoEarlierRun { .. }) => 2,
             Error::Stage(_) => 3,
             // Like a run: refused before anything is fetched 2, a release or an image that
@@ -106,6 +119,7 @@ impl Error {
             | Error::NodesFailed { .. }
             | Error::MergedNodesFailed { .. }
             | Error::Findings { .. }
+            | Error::NotAnswered { .. }
             | Error::Output(_) => 1,
         }
     }
@@ -207,6 +221,10 @@ pub enum Interruption {
         "The pre-flight probes were interrupted: {probed} of {total} nodes were probed, and the table marks the rest as not probed."
     )]
     Probes { probed: usize, total: usize },
+    #[error(
+        "batch status was interrupted: {asked} of {total} nodes were asked, and the table marks the rest as not asked."
+    )]
+    Status { asked: usize, total: usize },
 }
 
 #[cfg(test)]

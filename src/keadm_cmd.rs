@@ -196,6 +196,14 @@ impl KeadmCommand {
         self.subcommand() == Some("join")
     }
 
+    /// Whether this is `keadm reset` of an edge node (`reset edge`, or `reset` alone,
+    /// which resets whatever the node runs): the reset whose result is checked on the
+    /// node. `reset cloud` is not an edge's.
+    pub fn is_edge_reset(&self) -> bool {
+        self.subcommand() == Some("reset")
+            && self.positional.get(1).is_none_or(|second| second == "edge")
+    }
+
     /// The value keadm will use for a join flag: the last one given, `None` when the
     /// flag is absent or that value is empty.
     pub fn join_flag(&self, flag: JoinFlag) -> Option<&str> {

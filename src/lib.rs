@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod cancel;
 pub mod cli;
 pub mod cloudcore;
+pub mod cluster;
 pub mod config;
 pub mod diagnosis;
 pub mod digest;
@@ -36,7 +37,9 @@ pub mod rerun;
 pub mod safe_name;
 pub mod shell;
 pub mod stage;
+pub mod status;
 pub mod transport;
 pub mod utc;
+pub mod verify;
 
 pub use app::main_with_args;

@@ -15,6 +15,8 @@ pub enum Command {
     Man,
     Run(Box<RunOptions>),
     Merge(MergeOptions),
+    /// `batch status -c FILE`: a read-only view of the config's nodes.
+    Status(StatusOptions),
     Bundle(Box<BundleOptions>),
     /// `batch bundle --verify PATH`: a copied kit, its directory or its archive, checked
     /// where it arrived, without a config.
@@ -100,6 +102,34 @@ pub struct MergeOptions {
     pub output: OutputFormat,
     /// Also write the merged summary.json and batch_process_log.txt into this directory.
     pub into: Option<PathBuf>,
+}
+
+/// `batch status -c FILE`: each selected node asked, read-only, what it runs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StatusOptions {
+    pub config: PathBuf,
+    /// `--only`, as a run reads it.
+    pub only: Vec<String>,
+    /// As a run's: the flag, then the config's, then accept-new.
+    pub host_key_policy: Option<HostKeyPolicy>,
+    pub known_hosts: Option<PathBuf>,
+    pub output: OutputFormat,
+}
+
+impl StatusOptions {
+    /// The run options whose plan `batch status` connects with: the same selection,
+    /// host-key policy and known-hosts file as a run of the same config and flags, so a
+    /// status never checks host keys less than the run would.
+    pub fn as_run(&self) -> RunOptions {
+        RunOptions {
+            config: self.config.clone(),
+            only: self.only.clone(),
+            host_key_policy: self.host_key_policy,
+            known_hosts: self.known_hosts.clone(),
+            output: self.output,
+            ..RunOptions::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -193,6 +223,17 @@ pub struct RunOptions {
     pub preflight_only: bool,
     pub reset_first: bool,
     pub verify_remote: bool,
+    // The cluster.
+    /// `--kubeconfig FILE`: the cluster joins are verified in, over the config's
+    /// `kubeconfig` and `KUBECONFIG`.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--context NAME`: the kubeconfig's context to use instead of its current one.
+    pub context: Option<String>,
+    /// `--ready-timeout SECS`: how long after keadm's exit a joined node may take to be
+    /// registered and Ready.
+    pub ready_timeout_seconds: u64,
+    /// `--no-wait`: with a kubeconfig, do not wait for joined nodes to be Ready.
+    pub no_wait: bool,
     // Places.
     pub staging_dir: Option<PathBuf>,
     pub run_dir: Option<PathBuf>,

@@ -9,7 +9,7 @@ use crate::diagnosis::FailureClass;
 /// One pre-flight finding: its id (`edgecore_running`...) and what was seen.
 pub use crate::diagnosis::Finding as PreflightFinding;
 
-/// A node's phase. The first five are on the way; the rest are final.
+/// A node's phase. The first six are on the way; the rest are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
@@ -18,6 +18,8 @@ pub enum Phase {
     Preparing,
     Uploading,
     Running,
+    /// keadm join exited 0; the cluster is watched for its Node to register and be Ready.
+    Verifying,
     Succeeded,
     Failed,
     TimedOut,
@@ -44,6 +46,7 @@ impl Phase {
             Phase::Preparing => "preparing",
             Phase::Uploading => "uploading",
             Phase::Running => "running",
+            Phase::Verifying => "verifying",
             Phase::Succeeded => "succeeded",
             Phase::Failed => "failed",
             Phase::TimedOut => "timed_out",
@@ -109,6 +112,11 @@ pub struct NodeOutcome {
     /// the end. The join runs only after a reset that exited with 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_exit_status: Option<i32>,
+    /// A reset command (`keadm reset`, `reset edge`) exited with 0 and the node was then
+    /// checked clean: no edgecore process or unit, no /etc/kubeedge. The nodes whose Node
+    /// object may be deleted from the cluster afterwards are these.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reset_verified: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arch: Option<Arch>,
     pub bytes_uploaded: u64,
@@ -124,6 +132,27 @@ pub struct NodeOutcome {
     /// What the pre-flight probe found (join commands).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preflight: Vec<PreflightFinding>,
+    /// What the cluster showed of a join's node after keadm exited (with a kubeconfig).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterCheck>,
+}
+
+/// A join's node as the cluster showed it after keadm exited 0: the times are seconds
+/// from keadm's exit (0 for a Node that was there already), on this machine's clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterCheck {
+    /// The Node name waited for: `--edgenode-name`, else the node's nodeName.
+    pub node_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered_after: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_after: Option<f64>,
+    /// The Ready condition when the wait ended (`reason: message`), when it was not Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    /// The Node's kubelet version when it was Ready (edgecore's: `v1.32.10-kubeedge-v1.23.1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// What `--preflight-only`'s probe of one node found.
@@ -191,6 +220,7 @@ impl NodeOutcome {
             failure_class: None,
             exit_status: None,
             reset_exit_status: None,
+            reset_verified: false,
             arch: None,
             bytes_uploaded: 0,
             uploads_skipped: 0,
@@ -200,6 +230,7 @@ impl NodeOutcome {
             finished_at: now,
             transcript: None,
             preflight: Vec::new(),
+            cluster: None,
         }
     }
 }

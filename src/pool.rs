@@ -31,13 +31,38 @@ pub fn run_all<F>(
 ) where
     F: Fn(&NodePlan) -> NodeOutcome + Sync,
 {
-    let failures = AtomicUsize::new(0);
+    run_all_handing_over(
+        nodes,
+        policy,
+        cancel,
+        recorder,
+        |node| Some(run_node(node)),
+        &|| {},
+    );
+}
+
+/// [`run_all`] for runs in which some nodes are decided after their worker is done with
+/// them (joins waiting to be Ready in the cluster): `run_node` returns `None` for a node it
+/// handed over to whoever records it later, and its worker takes the next node at once.
+/// `settle` blocks until every node handed over is recorded: the canary's verdict and the
+/// skipped nodes' lines wait for it. A failure counts toward `--max-fail` when recorded.
+pub fn run_all_handing_over<F>(
+    nodes: &[NodePlan],
+    policy: Policy,
+    cancel: &Cancel,
+    recorder: &Recorder,
+    run_node: F,
+    settle: &dyn Fn(),
+) where
+    F: Fn(&NodePlan) -> Option<NodeOutcome> + Sync,
+{
     let canary = policy.canary.unwrap_or(0).min(nodes.len());
     let (first, rest) = nodes.split_at(canary);
     let mut skip_reason: Option<String> = None;
     if !first.is_empty() {
-        run_wave(first, policy, cancel, recorder, &run_node, &failures);
-        let failed = failures.load(Ordering::SeqCst);
+        run_wave(first, policy, cancel, recorder, &run_node);
+        settle();
+        let failed = recorder.failures();
         if failed > 0 {
             skip_reason = Some(format!(
                 "skipped: {failed} of the {canary} canary node(s) did not succeed, so the rest were not started"
@@ -45,9 +70,10 @@ pub fn run_all<F>(
         }
     }
     if skip_reason.is_none() {
-        run_wave(rest, policy, cancel, recorder, &run_node, &failures);
+        run_wave(rest, policy, cancel, recorder, &run_node);
+        settle();
         if let Some(max) = policy.max_fail
-            && failures.load(Ordering::SeqCst) >= max
+            && recorder.failures() >= max
         {
             skip_reason = Some(format!(
                 "skipped: --max-fail {max} was reached, so no further node was started"
@@ -108,14 +134,13 @@ fn run_wave<F>(
     cancel: &Cancel,
     recorder: &Recorder,
     run_node: &F,
-    failures: &AtomicUsize,
 ) where
-    F: Fn(&NodePlan) -> NodeOutcome + Sync,
+    F: Fn(&NodePlan) -> Option<NodeOutcome> + Sync,
 {
     let max_fail_reached = || {
         policy
             .max_fail
-            .is_some_and(|max| failures.load(Ordering::SeqCst) >= max)
+            .is_some_and(|max| recorder.failures() >= max)
     };
     work_through(
         nodes,
@@ -123,11 +148,9 @@ fn run_wave<F>(
         cancel,
         &max_fail_reached,
         &|_, node| {
-            let outcome = run_node(node);
-            if !outcome.succeeded() {
-                failures.fetch_add(1, Ordering::SeqCst);
+            if let Some(outcome) = run_node(node) {
+                recorder.record(outcome);
             }
-            recorder.record(outcome);
         },
     );
 }

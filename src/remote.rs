@@ -11,20 +11,46 @@
 //! The container runtime's part (its probe and the import of offline images) is in
 //! [`runtime`].
 
+/// The shell text that leaves the pids of the node's edgecore processes in `$ec`, each
+/// after a space (empty when none runs), with a function `has` for a command on PATH
+/// defined before it. /proc/*/comm needs no tool at all; pidof (what keadm itself runs)
+/// also matches an argv[0] of edgecore. One spelling for the pre-flight probe, the check
+/// after a reset and `batch status`: a macro, so each can `concat!` it into its script.
+macro_rules! edgecore_pids {
+    () => {
+        r#"ec=
+for p in /proc/[0-9]*; do
+  read -r c 2>/dev/null < "$p/comm" || continue
+  [ "$c" = edgecore ] && ec="$ec ${p#/proc/}"
+done
+if has pidof; then
+  for p in $(pidof edgecore 2>/dev/null); do
+    case "$ec " in *" $p "*) ;; *) ec="$ec $p";; esac
+  done
+fi
+"#
+    };
+}
+use edgecore_pids;
+
 mod preflight_probe;
 pub mod relay;
+mod reset_check;
 mod runtime;
 #[cfg(test)]
 pub(crate) mod sent_forms;
+mod status_probe;
 
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
 pub use preflight_probe::{CloudcorePorts, JoinSide, preflight_probe_script};
+pub use reset_check::{RESET_CHECK, ResetCheck, parse_reset_check};
 pub use runtime::{
     ArchiveImport, ImportReport, InArchive, Runtime, RuntimeFacts, cli_output, import_script,
     parse_import, parse_runtime_facts, runtime_probe_script,
 };
+pub use status_probe::{EDGECORE_BIN, NodeStatus, parse_status, status_probe_script};
 
 /// The file beside an uploaded file that records the sha256 of what we sent.
 pub const SIDECAR_SUFFIX: &str = ".sha256";
@@ -647,6 +673,41 @@ pub fn kill_script(upload_dir: &str, index: usize) -> String {
 /// The last 40 lines of edgecore's log, from journald or else from the log file: a join
 /// that timed out waiting for its certificates says why only there.
 pub const EDGECORE_LOG: &str = "journalctl -u edgecore -n 40 --no-pager 2>/dev/null | grep -v '^-- ' || tail -n 40 /var/log/kubeedge/edgecore.log 2>/dev/null";
+
+/// What a node that never registered says of its edgecore, once its wait has ended: the
+/// last 30 lines of edgecore's log (as [`EDGECORE_LOG`]), then one marker line
+/// (`kb-edgecore: running` or `not running`) and its hostname (a node joined without
+/// --edgenode-name registers under it); the markers last, so the log cannot push them out
+/// of the transcript's tail. Reads only.
+pub const EDGECORE_STATE: &str = "journalctl -u edgecore -n 30 --no-pager 2>/dev/null | grep -v '^-- ' || tail -n 30 /var/log/kubeedge/edgecore.log 2>/dev/null\n\
+if pidof edgecore >/dev/null 2>&1 || pgrep -x edgecore >/dev/null 2>&1; then echo 'kb-edgecore: running'; else echo 'kb-edgecore: not running'; fi\n\
+echo \"kb-hostname: $(hostname 2>/dev/null || cat /proc/sys/kernel/hostname)\"";
+
+/// The node's answers to [`EDGECORE_STATE`], read from its (untrusted) lines.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EdgecoreState {
+    /// `None` when the marker line did not come back.
+    pub running: Option<bool>,
+    pub hostname: Option<String>,
+    /// The log lines, oldest first.
+    pub log: Vec<String>,
+}
+
+impl EdgecoreState {
+    pub fn parse(lines: &[String]) -> EdgecoreState {
+        let mut state = EdgecoreState::default();
+        for line in lines {
+            if let Some(word) = line.strip_prefix("kb-edgecore: ") {
+                state.running = Some(word == "running");
+            } else if let Some(name) = line.strip_prefix("kb-hostname: ") {
+                state.hostname = Some(name.trim().to_string()).filter(|n| !n.is_empty());
+            } else if !line.trim().is_empty() {
+                state.log.push(line.clone());
+            }
+        }
+        state
+    }
+}
 
 /// Run by the SSH engine on a second channel after a deadline or an abort: kills the
 /// process group of every other child of this connection's sshd (sshd starts each command
@@ -1466,6 +1527,12 @@ mod tests {
         check(
             "the edgecore log",
             EDGECORE_LOG.to_string(),
+            Forms::Every,
+            &[],
+        );
+        check(
+            "edgecore's state after a join that never registered",
+            EDGECORE_STATE.to_string(),
             Forms::Every,
             &[],
         );

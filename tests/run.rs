@@ -254,6 +254,8 @@ fn keadm_failure_puts_its_exit_status_in_the_log() {
 #[test]
 fn reset_receives_yes_on_stdin() {
     let fleet = Fleet::builder().nodes(1).start();
+    // The reset is checked clean afterwards: the node's /etc is its own.
+    crate::common::edge_state::clean_etc(fleet.node(0));
     let sc = Scenario::new(&fleet)
         .keadm(FakeKeadm::new().reads_stdin_line())
         .cmd("reset edge");

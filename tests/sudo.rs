@@ -33,6 +33,8 @@ fn passwordless_sudo_runs_keadm_as_root() {
 #[test]
 fn password_sudo_gets_the_login_password_on_stdin_only() {
     let fleet = Fleet::with_sudo(Sudo::WithPassword);
+    // The reset is checked clean afterwards: the node's /etc is its own.
+    crate::common::edge_state::clean_etc(fleet.node(0));
     let sc = Scenario::new(&fleet)
         .login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()))
         .keadm(FakeKeadm::new().reads_stdin_line())
@@ -49,6 +51,13 @@ fn password_sudo_gets_the_login_password_on_stdin_only() {
     assert!(
         out.transcript(0)
             .contains("under sudo with the login password")
+    );
+    // The check after the reset ran under sudo too, the password on its stdin only.
+    assert!(
+        out.transcript(0)
+            .contains("reset verified: no edgecore process"),
+        "{}",
+        out.transcript(0)
     );
     // Prepare, upload and run in one channel: the password first, then the answer.
     assert!(

@@ -20,6 +20,7 @@ const TOP_KEYS: &[&str] = &[
     "connectTimeoutSeconds",
     "hostKeyPolicy",
     "site",
+    "kubeconfig",
 ];
 const KEADM_KEYS: &[&str] = &[
     "download",
@@ -289,6 +290,7 @@ impl Reader<'_> {
         config.connect_timeout_seconds = self.int(&top, "connectTimeoutSeconds");
         config.host_key_policy = self.string(&top, "hostKeyPolicy");
         config.site = self.string(&top, "site");
+        config.kubeconfig = self.string(&top, "kubeconfig");
         config
     }
 

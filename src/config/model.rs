@@ -94,6 +94,9 @@ pub struct Config {
     pub retries: Option<u32>,
     pub connect_timeout_seconds: Option<u64>,
     pub host_key_policy: Option<HostKeyPolicy>,
+    /// `kubeconfig` (extension): the cluster that joins are verified in, unless the
+    /// command line names another.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Config {

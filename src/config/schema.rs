@@ -44,6 +44,8 @@ pub struct RawConfig {
     pub host_key_policy: Option<Spanned<String>>,
     /// The site of nodes that set none (extension).
     pub site: Option<Spanned<String>>,
+    /// The cluster to verify joins in (extension; keadm ignores it).
+    pub kubeconfig: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

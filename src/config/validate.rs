@@ -14,7 +14,7 @@ mod ssh;
 mod staging;
 mod validator;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::diagnostic::Diagnostic;
 use super::model::{Config, DEFAULT_MAX_RUN_NUM};
@@ -58,6 +58,7 @@ pub fn validate(
     let sha512_pins = staging::sha512_pins(&mut v, &raw.keadm);
     let offline_images = staging::offline_images(&mut v, &raw.keadm);
     let extra_images = staging::extra_images(&mut v, &raw.keadm);
+    let kubeconfig = kubeconfig(&mut v, &raw.kubeconfig);
     if v.has_errors() {
         return None;
     }
@@ -76,7 +77,28 @@ pub fn validate(
         retries: defaults.retries,
         connect_timeout_seconds: defaults.connect_timeout_seconds,
         host_key_policy: defaults.host_key_policy,
+        kubeconfig,
     })
+}
+
+/// `kubeconfig`: a file that must exist here; what is in it is read (by the Kubernetes
+/// client, as kubectl reads it) only when the run starts.
+fn kubeconfig(v: &mut Validator, field: &Option<Spanned<String>>) -> Option<PathBuf> {
+    let field = non_empty(field)?;
+    let path = v.local_path(&field.value);
+    if !path.is_file() {
+        v.error(
+            Some(field.pos),
+            None,
+            format!(
+                "kubeconfig is {}, which is not a file on this machine",
+                path.display()
+            ),
+            "give the path of a kubeconfig file (as kubectl's --kubeconfig takes), or remove kubeconfig to run without checking the cluster",
+        );
+        return None;
+    }
+    Some(path)
 }
 
 /// `maxRunNum`: absent or 0 is keadm's default; negative is an error (keadm crashes).

@@ -75,6 +75,8 @@ const RULES: &[(FailureClass, &[&str])] = &[
             "failed to get ca certificate",
             "failed to request the cloudcore server",
             "failed to get edge certificate from the cloudcore",
+            // edgehub after the join: the websocket port (10000) does not answer.
+            "will reconnect after",
         ],
     ),
 ];
@@ -87,13 +89,8 @@ const RULES: &[(FailureClass, &[&str])] = &[
 /// current one. With nothing recognised, a run our own deadline cut off (`timed_out`)
 /// while keadm was at its `Pull Images` step is a stalled pull: keadm has no timeout there.
 pub fn classify(lines: &[String], timed_out: bool) -> FailureClass {
-    for line in lines.iter().rev() {
-        let lower = line.to_lowercase();
-        for (class, fragments) in RULES {
-            if fragments.iter().any(|f| lower.contains(f)) {
-                return *class;
-            }
-        }
+    if let Some((class, _)) = cause(lines) {
+        return class;
     }
     if timed_out && last_step(lines).is_some_and(|s| s.title.eq_ignore_ascii_case("Pull Images")) {
         return FailureClass::ImagePullStalled;
@@ -102,6 +99,18 @@ pub fn classify(lines: &[String], timed_out: bool) -> FailureClass {
 }
 
 /// A numbered keadm step line, such as `5. Pull Images`.
+/// The newest line that names a known cause, and its class: what a node that joined
+/// but never registered says in edgecore's log.
+pub fn cause(lines: &[String]) -> Option<(FailureClass, String)> {
+    lines.iter().rev().find_map(|line| {
+        let lower = line.to_lowercase();
+        RULES
+            .iter()
+            .find(|(_, fragments)| fragments.iter().any(|f| lower.contains(f)))
+            .map(|(class, _)| (*class, line.clone()))
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     /// The number keadm printed. With `--pre-run` every step after the first is one

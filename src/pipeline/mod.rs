@@ -12,14 +12,19 @@
 //! upload failed), `run` (keadm, its deadline and the kill) and `privilege` (the one place
 //! that wraps scripts for sudo and feeds it the password).
 
+mod after_join;
 mod connect;
 mod exchange;
 mod images;
 mod prepare;
 mod privilege;
 pub mod relay;
+mod reset_check;
 mod run;
+mod status;
 mod upload;
+
+pub use status::status_only;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -39,6 +44,8 @@ use crate::report::transcript::Transcript;
 use crate::stage::{OfflineImages, Stager};
 use crate::transport::{self, Connection, TransportError};
 use exchange::Exchanged;
+
+pub use after_join::edgecore_state;
 
 /// What every node's pipeline shares.
 pub struct Context<'a> {
@@ -182,6 +189,8 @@ struct Run<'a, 'c> {
     probe_sent: Option<std::time::SystemTime>,
     /// With `--reset-first`, how `keadm reset edge --force` ended.
     reset_exit_status: Option<i32>,
+    /// Whether a reset command exited with 0 and the node was checked clean after it.
+    reset_verified: bool,
     /// The node's part in its site's relay, once claimed.
     relay: Option<relay::NodeRelay>,
     /// The node's host key as verified at connect, for the site's nodes that read from it.
@@ -272,6 +281,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         preflight: std::mem::take(&mut run.findings),
         exit_status,
         reset_exit_status: run.reset_exit_status,
+        reset_verified: run.reset_verified,
         arch: run.arch,
         bytes_uploaded: run.bytes_uploaded,
         uploads_skipped: run.uploads_skipped,
@@ -280,6 +290,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         started_at,
         finished_at: now(),
         transcript: Some(transcript_path.display().to_string()),
+        cluster: None,
     }
 }
 
@@ -297,6 +308,7 @@ impl<'a, 'c> Run<'a, 'c> {
             findings: Vec::new(),
             sandbox_image: None,
             reset_exit_status: None,
+            reset_verified: false,
             relay: None,
             host_key: None,
             relay_no_serve: None,

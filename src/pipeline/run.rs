@@ -403,6 +403,9 @@ impl Run<'_, '_> {
         match result {
             Ok(RemoteExit::Code(0)) => {
                 self.transcript.note("keadm exited with status 0");
+                if node.keadm_args.is_edge_reset() {
+                    self.verify_reset(conn, privilege)?;
+                }
                 Ok(())
             }
             Ok(exit) => {

@@ -72,23 +72,14 @@ pub struct CloudcorePorts {
 
 /// The part of [`preflight_probe_script`] that does not depend on its arguments. `MOUNTS` is a variable so
 /// the unit tests can feed it a mount table of their own.
-const PREFLIGHT_PROBE_BODY: &str = r#"MOUNTS=/proc/mounts
+const PREFLIGHT_PROBE_BODY: &str = concat!(
+    r#"MOUNTS=/proc/mounts
 pf() { printf 'KB_PF %s %s\n' "$1" "$2"; }
 has() { command -v "$1" >/dev/null 2>&1; }
-# 1. edgecore: /proc/*/comm needs no tool at all; pidof (what keadm itself runs) also
-# matches an argv[0] of edgecore. Each node has its own pid namespace, so this sees
-# only the node's processes.
-ec=
-for p in /proc/[0-9]*; do
-  read -r c 2>/dev/null < "$p/comm" || continue
-  [ "$c" = edgecore ] && ec="$ec ${p#/proc/}"
-done
-if has pidof; then
-  for p in $(pidof edgecore 2>/dev/null); do
-    case "$ec " in *" $p "*) ;; *) ec="$ec $p";; esac
-  done
-fi
-if [ -n "$ec" ]; then pf edgecore_running "pid$ec"
+# 1. edgecore: each node has its own pid namespace, so this sees only the node's processes.
+"#,
+    super::edgecore_pids!(),
+    r#"if [ -n "$ec" ]; then pf edgecore_running "pid$ec"
 elif has systemctl && [ -d /run/systemd/system ] && systemctl is-active --quiet edgecore 2>/dev/null; then
   pf edgecore_running "edgecore.service is active"
 fi
@@ -222,4 +213,5 @@ if [ -n "$CC_HOST" ]; then
   fi
 fi
 echo KB_PF_DONE
-"#;
+"#
+);

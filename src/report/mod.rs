@@ -9,6 +9,7 @@ pub mod merge;
 pub mod progress;
 pub mod recap;
 pub mod run_dir;
+pub mod status;
 pub mod stdout;
 pub mod summary;
 pub mod transcript;
@@ -24,6 +25,8 @@ pub use run_dir::RunDir;
 /// in the journal, one line on the console. Shared by all workers.
 pub struct Recorder {
     inner: Mutex<Inner>,
+    /// Outcomes recorded that did not succeed, for `--max-fail` and the canary.
+    failures: std::sync::atomic::AtomicUsize,
     quiet: bool,
     progress: Arc<Progress>,
 }
@@ -52,12 +55,22 @@ impl Recorder {
             }),
             quiet,
             progress,
+            failures: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// How many recorded outcomes did not succeed.
+    pub fn failures(&self) -> usize {
+        self.failures.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Writes and flushes the node's result everywhere. A write failure is reported on
     /// the console but does not stop the run: the other records still hold the result.
     pub fn record(&self, outcome: NodeOutcome) {
+        if !outcome.succeeded() {
+            self.failures
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(err) = inner.log.append(&outcome) {
             ::log::error!(

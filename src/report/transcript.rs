@@ -70,6 +70,14 @@ impl Transcript {
         Ok(transcript)
     }
 
+    /// The transcript of a node whose pipeline has ended, opened again to add what came
+    /// after (the cluster's verdict, edgecore's log then), at most `cap` bytes more.
+    pub fn reopen(path: &Path, redactor: Arc<Redactor>, cap: u64) -> io::Result<Transcript> {
+        let mut transcript = Transcript::in_memory(redactor).capped_at(cap);
+        transcript.out = Some(BufWriter::new(super::files::append(path)?));
+        Ok(transcript)
+    }
+
     /// A transcript that only keeps the tail (for tests and when the file cannot be made).
     pub fn in_memory(redactor: Arc<Redactor>) -> Transcript {
         Transcript {

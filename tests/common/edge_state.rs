@@ -50,3 +50,35 @@ impl Drop for RuntimeSocket {
         let _ = std::fs::remove_file(&self.host_path);
     }
 }
+
+/// Gives `node` an /etc of its own with nothing of KubeEdge's in it, whatever the
+/// machine's /etc holds: an overlay whose writes land in the node's /tmp, over a layer of
+/// whiteouts that hides /etc/kubeedge and edgecore's unit file, over the machine's /etc.
+/// (The machine has no /etc/kubeedge to bind over, and other tests, keadm_e2e's among
+/// them, make one on it for a while, which a plain overlay would show as it comes.) The
+/// files the fleet binds over the machine's (the node's shadow, passwd, group and
+/// sudoers) are carried into the overlay, which would hide them. Then `setup` runs (say,
+/// `mkdir -p /etc/kubeedge/ca`), and the node's /etc is checked to be the overlay.
+pub fn private_etc(node: &Node, setup: &str) {
+    node.shell_ok(&format!(
+        "set -e\n\
+         o=/tmp/etc-overlay\n\
+         mkdir -p $o/up $o/work $o/carried $o/hide/systemd/system\n\
+         mknod $o/hide/kubeedge c 0 0\n\
+         mknod $o/hide/systemd/system/edgecore.service c 0 0\n\
+         for f in shadow passwd group sudoers; do [ -e /etc/$f ] && cp -p /etc/$f $o/carried/$f; done\n\
+         mount -t overlay overlay -o lowerdir=$o/hide:/etc,upperdir=$o/up,workdir=$o/work /etc\n\
+         for f in $o/carried/*; do mount --bind \"$f\" \"/etc/${{f##*/}}\"; done\n\
+         {setup}\n"
+    ));
+    node.shell_ok("grep -q '^overlay /etc overlay ' /proc/self/mounts");
+}
+
+/// An /etc of its own for `node` ([`private_etc`]) with nothing added: a reset there
+/// leaves the node clean whatever the machine's own /etc holds.
+pub fn clean_etc(node: &Node) {
+    private_etc(
+        node,
+        "[ ! -e /etc/kubeedge ] && [ ! -e /etc/systemd/system/edgecore.service ]",
+    );
+}

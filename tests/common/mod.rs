@@ -1,5 +1,6 @@
 //! Shared helpers for the integration tests, compiled once into the one test binary.
 
+pub mod apiserver;
 pub mod cloudcore;
 pub mod containerd;
 pub mod edge_state;

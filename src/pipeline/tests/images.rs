@@ -305,6 +305,10 @@ fn an_import_the_runtime_does_not_list_afterwards_is_a_failure() {
 #[test]
 fn only_joins_get_offline_images() {
     let fake = FakeTransport::new()
+        .on(
+            "KB_RESET_CHECKED",
+            Reply::ok().printing("KB_RESET_CHECKED\n"),
+        )
         .on("./keadm reset", Reply::ok())
         .on(sent::PREPARE, prepared(""));
     let mut h = Harness::new(fake);
@@ -319,7 +323,8 @@ fn only_joins_get_offline_images() {
         !prepare.contains(&package()) && !prepare.contains("ctr "),
         "{prepare}"
     );
-    assert_eq!(h.execs().len(), 2);
+    // The prepare step, keadm, and the check that the reset left the node clean.
+    assert_eq!(h.execs().len(), 3);
 }
 
 /// The pre-flight probe's answer: its own checks clean, then the runtime probe's lines

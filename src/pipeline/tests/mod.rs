@@ -7,7 +7,9 @@ mod connect;
 mod exchange;
 mod failures;
 mod images;
+mod reset_check;
 mod shellcheck;
+mod status;
 mod uploads;
 
 use std::path::{Path, PathBuf};
@@ -116,7 +118,19 @@ impl Harness {
     }
 
     fn process(&self, node: &NodePlan) -> NodeOutcome {
-        let ctx = Context {
+        process(node, &self.ctx())
+    }
+
+    /// What `batch status` learns of `node`.
+    fn status(
+        &self,
+        node: &NodePlan,
+    ) -> Result<crate::remote::NodeStatus, crate::outcome::ProbeError> {
+        super::status_only(node, &self.ctx())
+    }
+
+    fn ctx(&self) -> Context<'_> {
+        Context {
             connector: &self.fake,
             stager: self.stager.as_ref(),
             known_hosts: self.dir.path().join("known_hosts"),
@@ -132,8 +146,7 @@ impl Harness {
             keadm_version: Some("v1.23.1"),
             extra_images: &self.extra_images,
             relay: None,
-        };
-        process(node, &ctx)
+        }
     }
 
     fn execs(&self) -> Vec<Exec> {

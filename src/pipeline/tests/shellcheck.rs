@@ -189,6 +189,26 @@ fn a_join_past_its_deadline_under_sudo() -> Sent {
     }
 }
 
+/// sudo with a password, a reset that exits with 0: the check that the node is clean.
+fn a_reset_checked_under_sudo() -> Sent {
+    let fake = FakeTransport::new()
+        .on(
+            "KB_RESET_CHECKED",
+            Reply::ok().printing("KB_RESET_CHECKED\n"),
+        )
+        .on("./keadm reset", Reply::ok())
+        .on(sent::PREPARE, prepared("KB_SUDO password\n"));
+    let mut plan = under_sudo(in_odd_dir(node(vec![])));
+    plan.keadm_cmd = "reset edge --force".into();
+    plan.keadm_args = KeadmCommand::parse(&plan.keadm_cmd);
+    plan.command = keadm_command("/opt/bin", &plan.keadm_cmd);
+    Sent {
+        h: Harness::new(fake),
+        plan,
+        kinds: &["./keadm reset", "KB_RESET_CHECKED"],
+    }
+}
+
 /// A scenario's name, and what sets it up.
 type Scenario = (&'static str, fn() -> Sent);
 
@@ -207,7 +227,7 @@ fn allowed_in(command: &str) -> Vec<(&'static str, &'static str)> {
 
 #[test]
 fn every_command_the_pipeline_sends_passes_shellcheck() {
-    let scenarios: [Scenario; 7] = [
+    let scenarios: [Scenario; 8] = [
         ("the xz copy in one channel", xz_in_one_channel),
         (
             "the xz copy under sudo with a password",
@@ -224,6 +244,7 @@ fn every_command_the_pipeline_sends_passes_shellcheck() {
             "a join past its deadline under sudo",
             a_join_past_its_deadline_under_sudo,
         ),
+        ("a reset checked under sudo", a_reset_checked_under_sudo),
     ];
     for (scenario, set_up) in scenarios {
         let Sent { h, plan, kinds } = set_up();

@@ -1,0 +1,357 @@
+//! The cluster's side of a run (`--kubeconfig`): kube-rs reads the kubeconfig as kubectl
+//! does (contexts, client certificates, tokens, exec credential plugins, CA bundles,
+//! proxies) and talks to the API server; this module only asks what a run needs. It is
+//! read-only unless the operator asked to delete Node objects.
+//!
+//! kube-rs is async and the run is threads: one small tokio runtime, owned here, drives
+//! every request, and the methods below block on it, so nothing else in the crate knows
+//! about async. The watch (`watch`) is one task on it for the whole run.
+
+mod error;
+pub mod node_state;
+pub mod watch;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub use error::{ClusterError, KubeconfigSource};
+pub use node_state::NodeState;
+pub use watch::{NodeWatch, Seen};
+
+/// Which kubeconfig and context the operator chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    pub source: KubeconfigSource,
+    /// `--context`; `None` for the kubeconfig's current-context.
+    pub context: Option<String>,
+}
+
+impl Access {
+    /// The kubeconfig the run uses: `--kubeconfig`, else the config file's `kubeconfig`,
+    /// else `$KUBECONFIG` (non-empty); `None` when none is given, and then the run checks
+    /// nothing in any cluster. kubectl's default `~/.kube/config` is never read on its
+    /// own: verification is something the operator turns on.
+    pub fn choose(
+        command_line: Option<PathBuf>,
+        config_file: Option<PathBuf>,
+        environment: Option<String>,
+        context: Option<String>,
+    ) -> Option<Access> {
+        let source = command_line
+            .map(KubeconfigSource::CommandLine)
+            .or(config_file.map(KubeconfigSource::ConfigFile))
+            .or(environment
+                .filter(|v| !v.is_empty())
+                .map(KubeconfigSource::Environment))?;
+        Some(Access { source, context })
+    }
+}
+
+/// How long one request to the API server may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The namespace and secret `keadm gettoken` reads the join token from.
+const TOKEN_NAMESPACE: &str = "kubeedge";
+const TOKEN_SECRET: &str = "tokensecret";
+const TOKEN_KEY: &str = "tokendata";
+
+/// A client for the chosen cluster.
+pub struct Cluster {
+    runtime: tokio::runtime::Runtime,
+    client: kube::Client,
+    /// The API server's URL, for messages and the plan.
+    pub server: String,
+    /// The context in use.
+    pub context: String,
+}
+
+/// One permission the run needs, as an access review asks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Permission {
+    pub verb: &'static str,
+    pub resource: &'static str,
+    pub namespace: Option<&'static str>,
+}
+
+impl Permission {
+    /// What verifying joins needs.
+    pub const VERIFY: [Permission; 3] = [
+        Permission::nodes("get"),
+        Permission::nodes("list"),
+        Permission::nodes("watch"),
+    ];
+
+    pub const fn nodes(verb: &'static str) -> Permission {
+        Permission {
+            verb,
+            resource: "nodes",
+            namespace: None,
+        }
+    }
+
+    /// `get secrets` in the kubeedge namespace: the join token.
+    pub const TOKEN: Permission = Permission {
+        verb: "get",
+        resource: "secrets",
+        namespace: Some(TOKEN_NAMESPACE),
+    };
+
+    pub fn describe(&self) -> String {
+        match self.namespace {
+            Some(ns) => format!("{} {} in namespace {ns}", self.verb, self.resource),
+            None => format!("{} {}", self.verb, self.resource),
+        }
+    }
+}
+
+impl Cluster {
+    /// Reads the kubeconfig and makes the client. Nothing is sent yet.
+    pub fn connect(access: &Access) -> Result<Cluster, ClusterError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("keadm-batch-cluster")
+            .enable_all()
+            .build()
+            .map_err(|e| ClusterError::Kubeconfig {
+                source_of: access.source.clone(),
+                error: format!("could not start the client's runtime: {e}"),
+            })?;
+        let kubeconfig_error = |error: String| ClusterError::Kubeconfig {
+            source_of: access.source.clone(),
+            error,
+        };
+        let kubeconfig = match &access.source {
+            KubeconfigSource::CommandLine(path) | KubeconfigSource::ConfigFile(path) => {
+                Kubeconfig::read_from(path)
+            }
+            KubeconfigSource::Environment(_) => Kubeconfig::from_env()
+                .and_then(|found| found.ok_or(kube::config::KubeconfigError::FindPath)),
+        }
+        .map_err(|e| kubeconfig_error(chain(&e)))?;
+        let context = access
+            .context
+            .clone()
+            .or_else(|| kubeconfig.current_context.clone())
+            .unwrap_or_default();
+        if let Some(wanted) = &access.context
+            && !kubeconfig.contexts.iter().any(|c| &c.name == wanted)
+        {
+            let known: Vec<&str> = kubeconfig
+                .contexts
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            return Err(kubeconfig_error(format!(
+                "it has no context named {wanted} (it has: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+        let options = KubeConfigOptions {
+            context: access.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let mut config = runtime
+            .block_on(kube::Config::from_custom_kubeconfig(kubeconfig, &options))
+            .map_err(|e| kubeconfig_error(chain(&e)))?;
+        config.read_timeout = Some(REQUEST_TIMEOUT);
+        config.connect_timeout = Some(REQUEST_TIMEOUT);
+        let server = config.cluster_url.to_string();
+        // The client's connector is made inside the runtime (hyper needs its reactor).
+        let client = runtime
+            .block_on(async { kube::Client::try_from(config) })
+            .map_err(|e| ClusterError::Client {
+                source_of: access.source.clone(),
+                server: server.clone(),
+                error: chain(&e),
+            })?;
+        Ok(Cluster {
+            runtime,
+            client,
+            server,
+            context,
+        })
+    }
+
+    fn api_error(&self, what: &str, err: &kube::Error) -> ClusterError {
+        ClusterError::Api {
+            server: self.server.clone(),
+            what: what.to_string(),
+            error: chain(err),
+        }
+    }
+
+    /// The server's version (`GitVersion`): also proof that it answers at all.
+    pub fn version(&self) -> Result<String, ClusterError> {
+        self.runtime
+            .block_on(self.client.apiserver_version())
+            .map(|info| info.git_version)
+            .map_err(|e| self.api_error("for its version", &e))
+    }
+
+    /// Asks the server, by access reviews, whether the kubeconfig's user has each of
+    /// `permissions`; returns those it lacks.
+    pub fn missing(&self, permissions: &[Permission]) -> Result<Vec<Permission>, ClusterError> {
+        let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
+        let mut missing = Vec::new();
+        for permission in permissions {
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        verb: Some(permission.verb.to_string()),
+                        resource: Some(permission.resource.to_string()),
+                        namespace: permission.namespace.map(str::to_string),
+                        ..ResourceAttributes::default()
+                    }),
+                    ..SelfSubjectAccessReviewSpec::default()
+                },
+                ..SelfSubjectAccessReview::default()
+            };
+            let answer = self
+                .runtime
+                .block_on(api.create(&PostParams::default(), &review))
+                .map_err(|e| {
+                    self.api_error(&format!("whether it may {}", permission.describe()), &e)
+                })?;
+            if !answer.status.is_some_and(|s| s.allowed) {
+                missing.push(*permission);
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Refuses, with the permissions missing, unless all of `permissions` are granted.
+    pub fn require(&self, permissions: &[Permission]) -> Result<(), ClusterError> {
+        let missing = self.missing(permissions)?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let extra: Vec<String> = permissions
+            .iter()
+            .filter(|p| !Permission::VERIFY.contains(p))
+            .map(Permission::describe)
+            .collect();
+        Err(ClusterError::Denied {
+            server: self.server.clone(),
+            denied: missing
+                .iter()
+                .map(Permission::describe)
+                .collect::<Vec<_>>()
+                .join(", "),
+            more: if extra.is_empty() {
+                String::new()
+            } else {
+                format!(", and this run also needs {}", extra.join(", "))
+            },
+        })
+    }
+
+    /// Every Node the cluster has now.
+    pub fn nodes(&self) -> Result<Vec<NodeState>, ClusterError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        self.runtime
+            .block_on(api.list(&ListParams::default()))
+            .map(|list| list.items.iter().map(NodeState::of).collect())
+            .map_err(|e| self.api_error("for its nodes", &e))
+    }
+
+    /// Deletes the Node `name`; `Ok(false)` when there was none.
+    pub fn delete_node(&self, name: &str) -> Result<bool, ClusterError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        match self
+            .runtime
+            .block_on(api.delete(name, &DeleteParams::default()))
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+            Err(e) => Err(self.api_error(&format!("to delete the node {name}"), &e)),
+        }
+    }
+
+    /// The join token as `keadm gettoken` reads it: `tokendata` of the `tokensecret`
+    /// secret in the `kubeedge` namespace.
+    pub fn join_token(&self) -> Result<String, ClusterError> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), TOKEN_NAMESPACE);
+        let what =
+            format!("for the join token (secret {TOKEN_SECRET} in namespace {TOKEN_NAMESPACE})");
+        let secret = self
+            .runtime
+            .block_on(api.get(TOKEN_SECRET))
+            .map_err(|e| self.api_error(&what, &e))?;
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|data| data.get(TOKEN_KEY))
+            .map(|b| b.0.clone())
+            .ok_or_else(|| ClusterError::Api {
+                server: self.server.clone(),
+                what: what.clone(),
+                error: format!("the secret has no {TOKEN_KEY} (is cloudcore running?)"),
+            })?;
+        String::from_utf8(bytes)
+            .map(|t| t.trim().to_string())
+            .map_err(|_| ClusterError::Api {
+                server: self.server.clone(),
+                what,
+                error: format!("its {TOKEN_KEY} is not text"),
+            })
+    }
+
+    /// Starts the run's one watch on the cluster's Nodes.
+    pub fn watch(&self) -> NodeWatch {
+        NodeWatch::start(&self.runtime, self.client.clone())
+    }
+}
+
+/// An error and its causes, as one line.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_wins_then_the_config_then_the_environment() {
+        let cli = Some(PathBuf::from("/a"));
+        let file = Some(PathBuf::from("/b"));
+        let env = Some("/c:/d".to_string());
+        let source = |a: Option<Access>| a.map(|a| a.source);
+        assert_eq!(
+            source(Access::choose(cli.clone(), file.clone(), env.clone(), None)),
+            Some(KubeconfigSource::CommandLine("/a".into()))
+        );
+        assert_eq!(
+            source(Access::choose(None, file, env.clone(), None)),
+            Some(KubeconfigSource::ConfigFile("/b".into()))
+        );
+        assert_eq!(
+            source(Access::choose(None, None, env, None)),
+            Some(KubeconfigSource::Environment("/c:/d".into()))
+        );
+        assert_eq!(Access::choose(None, None, Some(String::new()), None), None);
+        assert_eq!(Access::choose(None, None, None, None), None);
+    }
+}

@@ -1,0 +1,291 @@
+//! One watch on the cluster's Nodes for the whole run: a list, then a watch from its
+//! resourceVersion, listed again when the server says the version is gone (410) and
+//! resumed after a dropped connection. Every node's state lands in one map that the
+//! verifying threads read; they wait on its condition variable instead of asking the API
+//! server per node.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{ListParams, WatchEvent, WatchParams};
+
+use super::node_state::NodeState;
+
+/// What the watch has seen of one node name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub state: NodeState,
+    /// When this machine first saw the Node (its clock, not the server's).
+    pub first_seen: SystemTime,
+    /// When this machine first saw it Ready with a heartbeat newer than the one it had
+    /// when the watch began.
+    pub ready_since: Option<SystemTime>,
+    /// The Ready heartbeat the Node had in the watch's first list, if it existed then: a
+    /// Node left over from an earlier join is Ready for this run only once that moves.
+    pub baseline_heartbeat: Option<Option<String>>,
+}
+
+impl Seen {
+    /// Ready, and proven current: a Node new to this run, or one whose heartbeat moved.
+    pub fn ready_now(&self) -> bool {
+        self.ready_since.is_some() && self.state.is_ready()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    nodes: HashMap<String, Seen>,
+    /// Whether the first list has arrived.
+    listed: bool,
+    /// The last error the watch met, for messages while it retries.
+    trouble: Option<String>,
+    /// Bumped on every change, so waiters know something moved.
+    generation: u64,
+}
+
+/// The run's view of the cluster's Nodes, kept current by one task.
+pub struct NodeWatch {
+    shared: Arc<(Mutex<State>, Condvar)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NodeWatch {
+    /// Starts the watch on `runtime`; it runs until this is dropped.
+    pub(super) fn start(runtime: &tokio::runtime::Runtime, client: kube::Client) -> NodeWatch {
+        let shared: Arc<(Mutex<State>, Condvar)> = Arc::default();
+        let task_shared = shared.clone();
+        let task = runtime.spawn(async move { follow(Api::all(client), &task_shared).await });
+        NodeWatch { shared, task }
+    }
+
+    /// What the watch has seen of `name`, if anything.
+    pub fn seen(&self, name: &str) -> Option<Seen> {
+        self.lock().nodes.get(name).cloned()
+    }
+
+    /// Whether the first list has arrived (before it, "not seen" means "not known yet").
+    pub fn listed(&self) -> bool {
+        self.lock().listed
+    }
+
+    /// The watch's last error while it retries, if it has one.
+    pub fn trouble(&self) -> Option<String> {
+        self.lock().trouble.clone()
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    /// Waits until something changed after `generation`, or `until`; returns the
+    /// generation then.
+    pub fn wait_past(&self, generation: u64, until: Instant) -> u64 {
+        let (lock, changed) = &*self.shared;
+        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        while state.generation == generation {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            state = changed
+                .wait_timeout(state, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        state.generation
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for NodeWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// How long one watch request asks the server to hold it open.
+const WATCH_SECONDS: u32 = 290;
+/// After an error, the pause before the next list or watch.
+const RETRY_PAUSE: Duration = Duration::from_secs(2);
+
+/// Lists, then watches from the list's version, forever (until stopped).
+async fn follow(api: Api<Node>, shared: &Arc<(Mutex<State>, Condvar)>) {
+    let mut first = true;
+    loop {
+        let version = match api.list(&ListParams::default()).await {
+            Ok(list) => {
+                update(shared, |state| {
+                    let names: Vec<String> = list
+                        .items
+                        .iter()
+                        .filter_map(|n| n.metadata.name.clone())
+                        .collect();
+                    state.nodes.retain(|name, _| names.contains(name));
+                    for node in &list.items {
+                        saw(state, NodeState::of(node), first);
+                    }
+                    state.listed = true;
+                    state.trouble = None;
+                });
+                first = false;
+                list.metadata.resource_version.unwrap_or_default()
+            }
+            Err(err) => {
+                update(shared, |state| {
+                    state.trouble = Some(format!("listing the cluster's nodes failed: {err}"))
+                });
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            }
+        };
+        watch_from(&api, version, shared).await;
+    }
+}
+
+/// Watches from `version` until the server says it is gone (the caller lists again).
+async fn watch_from(api: &Api<Node>, mut version: String, shared: &Arc<(Mutex<State>, Condvar)>) {
+    let params = WatchParams::default().timeout(WATCH_SECONDS);
+    loop {
+        let stream = match api.watch(&params, &version).await {
+            Ok(stream) => stream,
+            Err(kube::Error::Api(status)) if status.code == 410 => return,
+            Err(err) => {
+                update(shared, |state| {
+                    state.trouble = Some(format!("watching the cluster's nodes failed: {err}"))
+                });
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            }
+        };
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(WatchEvent::Added(node)) | Ok(WatchEvent::Modified(node)) => {
+                    if let Some(v) = &node.metadata.resource_version {
+                        version = v.clone();
+                    }
+                    update(shared, |state| saw(state, NodeState::of(&node), false));
+                }
+                Ok(WatchEvent::Deleted(node)) => {
+                    if let Some(v) = &node.metadata.resource_version {
+                        version = v.clone();
+                    }
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    update(shared, |state| {
+                        state.nodes.remove(&name);
+                    });
+                }
+                Ok(WatchEvent::Bookmark(bookmark)) => {
+                    version = bookmark.metadata.resource_version;
+                }
+                Ok(WatchEvent::Error(status)) if status.code == 410 => return,
+                Ok(WatchEvent::Error(status)) => {
+                    update(shared, |state| {
+                        state.trouble = Some(format!(
+                            "the cluster's node watch ended: {} ({})",
+                            status.message, status.code
+                        ))
+                    });
+                    break;
+                }
+                Err(err) => {
+                    update(shared, |state| {
+                        state.trouble = Some(format!("the cluster's node watch broke: {err}"))
+                    });
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Records `node` as seen now. `in_first_list`: the Node existed before this run began
+/// watching, so its Ready counts only once its heartbeat moves.
+fn saw(state: &mut State, node: NodeState, in_first_list: bool) {
+    let now = SystemTime::now();
+    let heartbeat = node.ready.as_ref().and_then(|c| c.heartbeat.clone());
+    let entry = state
+        .nodes
+        .entry(node.name.clone())
+        .or_insert_with(|| Seen {
+            state: node.clone(),
+            first_seen: now,
+            ready_since: None,
+            baseline_heartbeat: in_first_list.then(|| heartbeat.clone()),
+        });
+    let current = match &entry.baseline_heartbeat {
+        None => true,
+        Some(baseline) => heartbeat.is_some() && heartbeat != *baseline,
+    };
+    if node.is_ready() && current {
+        entry.ready_since.get_or_insert(now);
+    } else if !node.is_ready() {
+        entry.ready_since = None;
+    }
+    entry.state = node;
+}
+
+fn update(shared: &Arc<(Mutex<State>, Condvar)>, change: impl FnOnce(&mut State)) {
+    let (lock, changed) = &**shared;
+    let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+    change(&mut state);
+    state.generation += 1;
+    changed.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::node_state::Condition;
+
+    fn node(name: &str, ready: &str, heartbeat: &str) -> NodeState {
+        NodeState {
+            name: name.into(),
+            ready: Some(Condition {
+                status: ready.into(),
+                heartbeat: Some(heartbeat.into()),
+                ..Condition::default()
+            }),
+            ..NodeState::default()
+        }
+    }
+
+    #[test]
+    fn a_node_new_to_the_run_is_ready_when_it_says_so() {
+        let mut state = State::default();
+        saw(&mut state, node("a", "False", "t1"), false);
+        assert!(!state.nodes["a"].ready_now());
+        saw(&mut state, node("a", "True", "t2"), false);
+        assert!(state.nodes["a"].ready_now());
+    }
+
+    #[test]
+    fn a_node_left_from_before_is_ready_only_once_its_heartbeat_moves() {
+        let mut state = State::default();
+        saw(&mut state, node("old", "True", "t1"), true);
+        assert!(
+            !state.nodes["old"].ready_now(),
+            "a stale Ready is not this run's"
+        );
+        saw(&mut state, node("old", "True", "t1"), false);
+        assert!(!state.nodes["old"].ready_now());
+        saw(&mut state, node("old", "True", "t2"), false);
+        assert!(state.nodes["old"].ready_now());
+    }
+
+    #[test]
+    fn a_node_that_turns_not_ready_loses_its_ready_time() {
+        let mut state = State::default();
+        saw(&mut state, node("a", "True", "t1"), false);
+        saw(&mut state, node("a", "False", "t2"), false);
+        assert!(state.nodes["a"].ready_since.is_none());
+    }
+}

@@ -1,0 +1,63 @@
+//! What the node says of its edgecore once the cluster's wait for it has ended without a
+//! Node: a connection of its own (the node's pipeline ended long before), one read-only
+//! round trip, its lines added to the node's transcript.
+
+use std::time::Instant;
+
+use super::privilege::{exec_as, password_of};
+use super::{Context, Run};
+use crate::plan::NodePlan;
+use crate::redact::Redactor;
+use crate::remote::{self, EdgecoreState, Privilege};
+use crate::report::transcript::Transcript;
+
+/// The most the node's answer adds to its transcript.
+const ADDED_BYTES: u64 = 256 << 10;
+
+/// Connects to `node` again and asks for edgecore's state and log, under sudo where the
+/// node's scripts run under sudo (edgecore's log is root's). Its lines go to the node's
+/// transcript; `Err` says in a sentence why the node could not be asked.
+pub fn edgecore_state(node: &NodePlan, ctx: &Context) -> Result<EdgecoreState, String> {
+    let path = ctx.run_dir.transcript_path(node.index, &node.name);
+    let redactor: std::sync::Arc<Redactor> = node.redactor.clone();
+    let transcript = Transcript::reopen(&path, redactor.clone(), ADDED_BYTES)
+        .unwrap_or_else(|_| Transcript::in_memory(redactor));
+    let mut run = Run::new(node, ctx, transcript);
+    run.transcript
+        .note("asking the node for edgecore's state and the last lines of its log");
+    let result = run.connect().and_then(|mut conn| {
+        let conn = conn.as_mut();
+        run.abort_on_second_interrupt(conn);
+        let privilege = match (node.sudo, password_of(node)) {
+            (false, _) => Privilege::Login,
+            (true, Some(_)) => Privilege::SudoPassword,
+            (true, None) => Privilege::SudoNoPassword,
+        };
+        let deadline = Instant::now() + node.deadlines.step;
+        exec_as(
+            conn,
+            remote::EDGECORE_STATE,
+            privilege,
+            password_of(node),
+            None,
+            deadline,
+            &mut run.transcript,
+        )
+        .map_err(|err| {
+            super::StepError::transport(
+                crate::outcome::Phase::Verifying,
+                "Could not ask for edgecore's state.".to_string(),
+                err,
+            )
+        })
+    });
+    let answer = match result {
+        Ok(_) => Ok(EdgecoreState::parse(&run.transcript.tail(40))),
+        Err(e) => Err(node.redactor.redact(&e.message)),
+    };
+    if let Err(reason) = &answer {
+        run.transcript.note(reason);
+    }
+    run.transcript.finish();
+    answer
+}

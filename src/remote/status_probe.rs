@@ -1,0 +1,183 @@
+//! `batch status`'s one round trip to a node: whether edgecore runs (its pids) and which
+//! version is installed where keadm installs it, and the version of the keadm a run of
+//! the config would use. Read-only: it starts nothing but the two binaries' `--version`
+//! and `version`, and writes nothing. [`parse_status`] reads its `KB_ST` lines.
+
+use crate::node_text::one_line;
+use crate::shell::shell_quote;
+
+/// Where keadm join installs edgecore.
+pub const EDGECORE_BIN: &str = "/usr/local/bin/edgecore";
+
+/// The line the probe prints last: output without it is a probe that did not finish.
+const DONE: &str = "KB_ST_DONE";
+
+/// The probe for a node whose keadm would be `keadm` (keadmBinDir's, or the one a run
+/// uploads into the node's upload dir). Run it with the privileges keadm would have: the
+/// upload dir is root's under sudo.
+pub fn status_probe_script(keadm: &str) -> String {
+    format!(
+        "KEADM={}\nEC_BIN={}\n{STATUS_PROBE_BODY}",
+        shell_quote(keadm),
+        shell_quote(EDGECORE_BIN)
+    )
+}
+
+/// The part of [`status_probe_script`] that does not depend on its arguments. Each
+/// version is the first line the binary prints, cut to 200 bytes: the reader bounds it
+/// again, and escapes it.
+const STATUS_PROBE_BODY: &str = concat!(
+    r#"has() { command -v "$1" >/dev/null 2>&1; }
+first() { head -n 1 | cut -c 1-200; }
+"#,
+    super::edgecore_pids!(),
+    r#"echo "KB_ST_EDGECORE_PIDS$ec"
+b=$EC_BIN
+[ -x "$b" ] || b=$(command -v edgecore 2>/dev/null) || b=
+if [ -n "$b" ] && [ -x "$b" ]; then
+  printf 'KB_ST_EDGECORE %s %s\n' "$b" "$("$b" --version </dev/null 2>&1 | first)"
+else
+  echo KB_ST_EDGECORE_NONE
+fi
+if [ -x "$KEADM" ] && [ ! -d "$KEADM" ]; then
+  printf 'KB_ST_KEADM %s\n' "$("$KEADM" version </dev/null 2>&1 | first)"
+else
+  echo KB_ST_KEADM_NONE
+fi
+echo KB_ST_DONE
+"#
+);
+
+/// The longest version text kept, in characters.
+const VERSION_CHARS: usize = 120;
+/// The most edgecore pids kept.
+const MAX_PIDS: usize = 16;
+
+/// What [`status_probe_script`] told of a node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// Whether the probe printed its last line.
+    pub finished: bool,
+    /// The pids of the processes named edgecore; empty when none runs.
+    pub edgecore_pids: Vec<u32>,
+    /// The edgecore binary found (/usr/local/bin/edgecore, else on PATH), when there is one.
+    pub edgecore_path: Option<String>,
+    /// What `edgecore --version` printed first (`KubeEdge v1.20.0`).
+    pub edgecore_version: Option<String>,
+    /// keadm's version (`v1.20.0`, from `keadm version`'s GitVersion, else its first
+    /// line), when the keadm the config would use is on the node.
+    pub keadm_version: Option<String>,
+}
+
+/// Reads the probe's output: only its own lines count, each bounded and escaped (the
+/// node's output is untrusted); a pid that is not a number is left out.
+pub fn parse_status(output: &str) -> NodeStatus {
+    let mut status = NodeStatus::default();
+    for line in output.lines() {
+        let line = line.trim_end_matches('\r');
+        if line == DONE {
+            status.finished = true;
+        } else if let Some(pids) = line.strip_prefix("KB_ST_EDGECORE_PIDS") {
+            status.edgecore_pids = pids
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .take(MAX_PIDS)
+                .collect();
+        } else if let Some(rest) = line.strip_prefix("KB_ST_EDGECORE ") {
+            let (path, version) = rest.split_once(' ').unwrap_or((rest, ""));
+            status.edgecore_path = Some(one_line(path, VERSION_CHARS));
+            status.edgecore_version = Some(one_line(version, VERSION_CHARS));
+        } else if let Some(version) = line.strip_prefix("KB_ST_KEADM ") {
+            status.keadm_version = Some(keadm_version(version));
+        }
+    }
+    status
+}
+
+/// keadm's version from the first line of `keadm version`
+/// (`version: version.Info{Major:"1", Minor:"20", GitVersion:"v1.20.0", ...}`): the
+/// GitVersion, else the line itself.
+fn keadm_version(line: &str) -> String {
+    let git = line
+        .split_once("GitVersion:\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(version, _)| version)
+        .filter(|v| !v.is_empty());
+    one_line(git.unwrap_or(line), VERSION_CHARS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remote::sent_forms::{Forms, assert_forms_posix_sh};
+
+    #[test]
+    fn the_probe_is_posix_sh_as_the_login_user_and_under_sudo() {
+        let script = status_probe_script("/srv/it's \"kb\"/keadm");
+        assert_forms_posix_sh("the status probe", &script, Forms::Every, &[]);
+    }
+
+    /// Run here with a keadm and an edgecore of our own on PATH: what it prints is what
+    /// the parser reads, and a keadm that is not there is none.
+    #[test]
+    fn the_probe_run_by_sh_reads_the_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let keadm = dir.path().join("keadm");
+        std::fs::write(
+            &keadm,
+            "#!/bin/sh\necho 'version: version.Info{Major:\"1\", Minor:\"23\", GitVersion:\"v1.23.1\", GitCommit:\"abc\"}'\n",
+        )
+        .unwrap();
+        let edgecore = dir.path().join("edgecore");
+        std::fs::write(&edgecore, "#!/bin/sh\necho 'KubeEdge v1.23.1'\necho more\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        for f in [&keadm, &edgecore] {
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let run = |keadm: &str| {
+            let out = std::process::Command::new("sh")
+                // Not this machine's own edgecore, should it have one: the one on PATH.
+                .args([
+                    "-c",
+                    &status_probe_script(keadm).replace(
+                        &format!("EC_BIN={}", shell_quote(EDGECORE_BIN)),
+                        "EC_BIN=/nonexistent/edgecore",
+                    ),
+                ])
+                .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            parse_status(&String::from_utf8_lossy(&out.stdout))
+        };
+        let status = run(keadm.to_str().unwrap());
+        assert!(status.finished);
+        assert_eq!(status.keadm_version.as_deref(), Some("v1.23.1"));
+        assert_eq!(status.edgecore_version.as_deref(), Some("KubeEdge v1.23.1"));
+        assert_eq!(
+            status.edgecore_path.as_deref(),
+            Some(edgecore.to_str().unwrap())
+        );
+        let status = run(dir.path().join("nothing").to_str().unwrap());
+        assert_eq!(status.keadm_version, None);
+    }
+
+    #[test]
+    fn node_text_is_bounded_and_escaped() {
+        let long = "v".repeat(5000);
+        let output = format!(
+            "KB_ST_EDGECORE_PIDS 12 x 34\nKB_ST_EDGECORE /usr/local/bin/edgecore KubeEdge\x1b]0;pwned\x07 {long}\nKB_ST_KEADM {long}\n"
+        );
+        let status = parse_status(&output);
+        assert!(!status.finished);
+        assert_eq!(status.edgecore_pids, [12, 34]);
+        let version = status.edgecore_version.unwrap();
+        assert!(
+            version.starts_with("KubeEdge\\x1b]0;pwned\\x07 vvv"),
+            "{version}"
+        );
+        assert!(version.len() < 200, "{version}");
+        assert!(status.keadm_version.unwrap().len() < 200);
+        assert_eq!(keadm_version("keadm 1.2"), "keadm 1.2");
+    }
+}

@@ -1,0 +1,347 @@
+//! `batch status`'s report on stdout: a table with one row per node, then why each node
+//! that did not answer did not; with `--output json`, the same as one JSON document (its
+//! shape is in docs/status.md).
+//!
+//! ```text
+//! NODE     ADDRESS                 SSH          EDGECORE           EDGECORE VERSION  KEADM    LAST RUN                   CLUSTER
+//! edge-00  10.0.0.1:22             ok           running (pid 42)   KubeEdge v1.20.0  v1.20.0  succeeded                  -
+//! edge-01  10.0.0.2:22             unreachable  -                  -                 -        failed (token_invalid)     -
+//!
+//! edge-01: Cannot connect to 10.0.0.2:22: connection refused.
+//! ```
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::diagnosis::FailureClass;
+use crate::options::OutputFormat;
+use crate::outcome::{NodeOutcome, Phase, ProbeError};
+use crate::remote::NodeStatus;
+
+/// The format version of the JSON document: it changes when a field changes meaning.
+pub const STATUS_JSON_VERSION: u32 = 1;
+
+/// What asking one node gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Asked {
+    /// The node answered.
+    Answered(NodeStatus),
+    /// It could not be reached, or did not finish answering.
+    Failed(ProbeError),
+    /// The operator stopped before this node's turn.
+    NotAsked,
+}
+
+/// One node's row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusRow {
+    pub name: String,
+    /// `host:port`, as the plan shows it.
+    pub address: String,
+    pub asked: Asked,
+    /// The node's outcome in the latest run in the current directory (along its chain of
+    /// retries), when it is in it.
+    pub last_run: Option<NodeOutcome>,
+}
+
+/// Every selected node's row, in config order, and the run directory the last outcomes
+/// come from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusReport {
+    pub rows: Vec<StatusRow>,
+    /// The latest run directory, when there is one.
+    pub last_run_dir: Option<String>,
+}
+
+impl StatusReport {
+    /// How many nodes did not answer (unreachable, or their status could not be read).
+    pub fn not_answered(&self) -> usize {
+        self.rows
+            .iter()
+            .filter(|row| matches!(row.asked, Asked::Failed(_)))
+            .count()
+    }
+
+    /// How many nodes were asked before the operator stopped.
+    pub fn asked(&self) -> usize {
+        self.rows
+            .iter()
+            .filter(|row| row.asked != Asked::NotAsked)
+            .count()
+    }
+
+    /// The report in `format`: the table, or the JSON document.
+    pub fn render(&self, format: OutputFormat) -> String {
+        match format {
+            OutputFormat::Json => self.json(),
+            OutputFormat::Text => self.text(),
+        }
+    }
+
+    /// The table, then a line for each node that did not answer.
+    pub fn text(&self) -> String {
+        let header = [
+            "NODE",
+            "ADDRESS",
+            "SSH",
+            "EDGECORE",
+            "EDGECORE VERSION",
+            "KEADM",
+            "LAST RUN",
+            "CLUSTER",
+        ];
+        let mut cells: Vec<[String; 8]> = vec![header.map(String::from)];
+        for row in &self.rows {
+            let none = || "-".to_string();
+            let (ssh, edgecore, edgecore_version, keadm) = match &row.asked {
+                Asked::Answered(status) => (
+                    "ok".to_string(),
+                    edgecore_cell(status),
+                    status.edgecore_version.clone().unwrap_or_else(none),
+                    status.keadm_version.clone().unwrap_or_else(none),
+                ),
+                Asked::Failed(error) if error.phase == Phase::Connecting => {
+                    ("unreachable".to_string(), none(), none(), none())
+                }
+                Asked::Failed(_) => ("no answer".to_string(), none(), none(), none()),
+                Asked::NotAsked => ("not asked".to_string(), none(), none(), none()),
+            };
+            cells.push([
+                row.name.clone(),
+                row.address.clone(),
+                ssh,
+                edgecore,
+                edgecore_version,
+                keadm,
+                row.last_run.as_ref().map_or_else(none, last_run_cell),
+                // The cluster's view (the Node's Ready state and age) goes here when a
+                // kubeconfig is given; without one there is none.
+                none(),
+            ]);
+        }
+        let widths: Vec<usize> = (0..header.len())
+            .map(|c| {
+                cells
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for row in &cells {
+            let mut line = String::new();
+            for (c, cell) in row.iter().enumerate() {
+                if c + 1 == row.len() {
+                    line.push_str(cell);
+                } else {
+                    let pad = widths[c] - cell.chars().count();
+                    let _ = write!(line, "{cell}{}  ", " ".repeat(pad));
+                }
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+        let failed: Vec<_> = self
+            .rows
+            .iter()
+            .filter_map(|row| match &row.asked {
+                Asked::Failed(error) => Some((row, error)),
+                _ => None,
+            })
+            .collect();
+        if !failed.is_empty() {
+            out.push('\n');
+            for (row, error) in failed {
+                let _ = writeln!(out, "{}: {}", row.name, error.reason);
+            }
+        }
+        match &self.last_run_dir {
+            Some(dir) => {
+                let _ = writeln!(out, "\nLast run: {dir}.");
+            }
+            None => out.push_str("\nLast run: none in this directory (no batch_runs/latest).\n"),
+        }
+        out
+    }
+
+    /// `--output json`: one pretty document with a final newline.
+    pub fn json(&self) -> String {
+        let nodes = self.rows.iter().map(JsonNode::of).collect();
+        let document = JsonStatus {
+            version: STATUS_JSON_VERSION,
+            last_run_dir: self.last_run_dir.as_deref(),
+            nodes,
+        };
+        let mut text = serde_json::to_string_pretty(&document).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+}
+
+/// The EDGECORE cell.
+fn edgecore_cell(status: &NodeStatus) -> String {
+    if status.edgecore_pids.is_empty() {
+        return "not running".to_string();
+    }
+    let pids: Vec<String> = status.edgecore_pids.iter().map(u32::to_string).collect();
+    format!("running (pid {})", pids.join(" "))
+}
+
+/// The LAST RUN cell: the phase, with the failure class when there is one.
+fn last_run_cell(outcome: &NodeOutcome) -> String {
+    match outcome.failure_class {
+        Some(class) => format!("{} ({class})", outcome.phase.as_str()),
+        None => outcome.phase.as_str().to_string(),
+    }
+}
+
+#[derive(Serialize)]
+struct JsonStatus<'a> {
+    version: u32,
+    last_run_dir: Option<&'a str>,
+    nodes: Vec<JsonNode<'a>>,
+}
+
+/// One node in the document. Every field is always there (null when unknown), so
+/// readers need not test for keys.
+#[derive(Serialize)]
+struct JsonNode<'a> {
+    name: &'a str,
+    address: &'a str,
+    /// `answered`, `unreachable` (the connection or the login failed), `no_answer` (the
+    /// status script could not run to its end) or `not_asked` (stopped by Ctrl-C).
+    ssh: &'static str,
+    /// Why the node did not answer, in one line.
+    error: Option<&'a str>,
+    /// Whether a process named edgecore runs; null when the node did not answer.
+    edgecore_running: Option<bool>,
+    edgecore_pids: Vec<u32>,
+    /// The edgecore binary asked (/usr/local/bin/edgecore, else the one on PATH).
+    edgecore_path: Option<&'a str>,
+    edgecore_version: Option<&'a str>,
+    keadm_version: Option<&'a str>,
+    last_run: Option<JsonLastRun<'a>>,
+    /// The cluster's view of the node: null without a kubeconfig. (With one it is to
+    /// hold the Node's Ready state and age.)
+    cluster: Option<()>,
+}
+
+#[derive(Serialize)]
+struct JsonLastRun<'a> {
+    phase: Phase,
+    failure_class: Option<FailureClass>,
+    error: Option<&'a str>,
+    finished_at: f64,
+}
+
+impl<'a> JsonNode<'a> {
+    fn of(row: &'a StatusRow) -> JsonNode<'a> {
+        let status = match &row.asked {
+            Asked::Answered(status) => Some(status),
+            _ => None,
+        };
+        JsonNode {
+            name: &row.name,
+            address: &row.address,
+            ssh: match &row.asked {
+                Asked::Answered(_) => "answered",
+                Asked::Failed(error) if error.phase == Phase::Connecting => "unreachable",
+                Asked::Failed(_) => "no_answer",
+                Asked::NotAsked => "not_asked",
+            },
+            error: match &row.asked {
+                Asked::Failed(error) => Some(&error.reason),
+                _ => None,
+            },
+            edgecore_running: status.map(|s| !s.edgecore_pids.is_empty()),
+            edgecore_pids: status.map(|s| s.edgecore_pids.clone()).unwrap_or_default(),
+            edgecore_path: status.and_then(|s| s.edgecore_path.as_deref()),
+            edgecore_version: status.and_then(|s| s.edgecore_version.as_deref()),
+            keadm_version: status.and_then(|s| s.keadm_version.as_deref()),
+            last_run: row.last_run.as_ref().map(|outcome| JsonLastRun {
+                phase: outcome.phase,
+                failure_class: outcome.failure_class,
+                error: outcome.error.as_deref(),
+                finished_at: outcome.finished_at,
+            }),
+            cluster: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> StatusReport {
+        let mut failed = NodeOutcome::not_run(
+            1,
+            "edge-01",
+            "10.0.0.2:22",
+            Phase::Failed,
+            "keadm join exited with status 1",
+        );
+        failed.failure_class = Some(FailureClass::TokenInvalid);
+        StatusReport {
+            rows: vec![
+                StatusRow {
+                    name: "edge-00".into(),
+                    address: "10.0.0.1:22".into(),
+                    asked: Asked::Answered(NodeStatus {
+                        finished: true,
+                        edgecore_pids: vec![42],
+                        edgecore_path: Some("/usr/local/bin/edgecore".into()),
+                        edgecore_version: Some("KubeEdge v1.20.0".into()),
+                        keadm_version: Some("v1.20.0".into()),
+                    }),
+                    last_run: None,
+                },
+                StatusRow {
+                    name: "edge-01".into(),
+                    address: "10.0.0.2:22".into(),
+                    asked: Asked::Failed(ProbeError {
+                        phase: Phase::Connecting,
+                        reason: "Cannot connect to 10.0.0.2:22: connection refused.".into(),
+                    }),
+                    last_run: Some(failed),
+                },
+            ],
+            last_run_dir: Some("batch_runs/x".into()),
+        }
+    }
+
+    #[test]
+    fn the_table_aligns_its_columns_and_says_why_a_node_did_not_answer() {
+        assert_eq!(
+            report().text(),
+            "NODE     ADDRESS      SSH          EDGECORE          EDGECORE VERSION  KEADM    LAST RUN                CLUSTER\n\
+             edge-00  10.0.0.1:22  ok           running (pid 42)  KubeEdge v1.20.0  v1.20.0  -                       -\n\
+             edge-01  10.0.0.2:22  unreachable  -                 -                 -        failed (token_invalid)  -\n\
+             \n\
+             edge-01: Cannot connect to 10.0.0.2:22: connection refused.\n\
+             \n\
+             Last run: batch_runs/x.\n"
+        );
+        assert_eq!(report().not_answered(), 1);
+    }
+
+    #[test]
+    fn the_json_has_every_field_on_every_node() {
+        let json: serde_json::Value = serde_json::from_str(&report().json()).unwrap();
+        assert_eq!(json["version"], 1);
+        let nodes = json["nodes"].as_array().unwrap();
+        let keys = |n: &serde_json::Value| {
+            let mut k: Vec<String> = n.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&nodes[0]), keys(&nodes[1]));
+        assert_eq!(nodes[0]["edgecore_running"], true);
+        assert_eq!(nodes[0]["edgecore_pids"], serde_json::json!([42]));
+        assert_eq!(nodes[0]["cluster"], serde_json::Value::Null);
+        assert_eq!(nodes[1]["ssh"], "unreachable");
+        assert_eq!(nodes[1]["edgecore_running"], serde_json::Value::Null);
+        assert_eq!(nodes[1]["last_run"]["failure_class"], "token_invalid");
+    }
+}

@@ -1,0 +1,103 @@
+//! `batch status -c FILE`: the config's selected nodes asked, read-only, what they run,
+//! beside their outcome in the latest run in the current directory. The plan is a run's
+//! (the same `--only`, host-key policy and known-hosts file), the pool is the one
+//! `--preflight-only` uses (`pool::probe_all`: at most maxRunNum at once, the first Ctrl-C
+//! stops further nodes), and each node costs one connection and one round trip
+//! (`pipeline::status_only`). Nothing is written on a node, and no run directory is made:
+//! the pipeline's context gets a scratch one in the system's temporary directory, which
+//! nothing is written to and which goes when the status is done.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::cancel::Cancel;
+use crate::config::Config;
+use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
+use crate::options::{PreflightMode, StatusOptions};
+use crate::outcome::NodeOutcome;
+use crate::report::RunDir;
+use crate::report::progress::Progress;
+use crate::report::status::{Asked, StatusReport, StatusRow};
+use crate::{pipeline, plan, pool, rerun};
+
+/// Asks every node `options` selects from `config`, and reads the latest run under `cwd`.
+pub fn gather(
+    config: &Config,
+    options: &StatusOptions,
+    home: Option<PathBuf>,
+    cwd: &Path,
+    cancel: &Cancel,
+) -> Result<StatusReport, Error> {
+    let plan = plan::build(
+        config,
+        &options.as_run(),
+        home,
+        PathBuf::from(plan::REMOTE_BASE_DIR),
+        None,
+    )
+    .map_err(UsageError::from)?;
+    let progress = Progress::new(plan.nodes.len(), plan.total_in_config, false);
+    let scratch = RunDir::scratch().map_err(OutputError::file(
+        OutputFile::ScratchDir,
+        std::env::temp_dir(),
+    ))?;
+    let ctx = pipeline::Context {
+        connector: &crate::transport::SshConnector,
+        stager: None,
+        known_hosts: plan.known_hosts.clone(),
+        run_dir: &scratch.run,
+        cancel,
+        verify_remote: false,
+        run_token: scratch.run.id.clone(),
+        retry_base: std::time::Duration::from_secs(1),
+        progress: &progress,
+        preflight: PreflightMode::Off,
+        binary_size_hint: 0,
+        offline_images: None,
+        keadm_version: None,
+        extra_images: &[],
+        relay: None,
+    };
+    let asked = pool::probe_all(&plan.nodes, plan.max_run_num, cancel, |node| {
+        pipeline::status_only(node, &ctx)
+    });
+    drop(scratch);
+    let latest = rerun::latest_run(cwd);
+    let mut last: HashMap<String, NodeOutcome> = match &latest {
+        Some(run) => rerun::last_outcomes(run)?,
+        None => HashMap::new(),
+    };
+    let rows = plan
+        .nodes
+        .iter()
+        .zip(asked)
+        .map(|(node, asked)| StatusRow {
+            name: node.name.clone(),
+            address: node.address(),
+            asked: match asked {
+                Some(Ok(status)) => Asked::Answered(status),
+                Some(Err(error)) => Asked::Failed(error),
+                None => Asked::NotAsked,
+            },
+            last_run: last.remove(&node.name),
+        })
+        .collect();
+    Ok(StatusReport {
+        rows,
+        last_run_dir: latest.map(|dir| dir.strip_prefix(cwd).unwrap_or(&dir).display().to_string()),
+    })
+}
+
+/// How `batch status` ends once its report is printed: interrupted (130) when the
+/// operator stopped it, 1 when some node did not answer, else 0.
+pub fn ended(report: &StatusReport, cancel: &Cancel) -> Result<(), Error> {
+    let total = report.rows.len();
+    if cancel.stopping() {
+        let asked = report.asked();
+        return Err(Interruption::Status { asked, total }.into());
+    }
+    match report.not_answered() {
+        0 => Ok(()),
+        nodes => Err(Error::NotAnswered { nodes, total }),
+    }
+}

@@ -1,0 +1,270 @@
+//! Joins verified from the cluster (`--kubeconfig`), on real sshd nodes, against the
+//! stand-in API server of tests/common/apiserver.rs: a Node registers once the node's
+//! keadm has exited, as edgecore makes it appear, and then turns Ready, stays NotReady,
+//! or never appears.
+
+use std::time::Duration;
+
+use crate::common::apiserver::{Behaviour, FakeApiServer, keadm_exited};
+use crate::common::fake_keadm::FakeKeadm;
+use crate::common::fleet::{Fleet, Node, closing_port};
+use crate::common::scenario::{Scenario, remote_keadm};
+use crate::common::test::Output;
+
+/// When the fake keadm on `node` has exited, as edgecore registers a node after the join.
+fn after_keadm(node: &Node) -> impl Fn() -> bool + Send + 'static {
+    let calls = remote_keadm(node).with_extension("calls");
+    move || keadm_exited(&calls)
+}
+
+fn kubeconfig_args(api: &FakeApiServer) -> Vec<String> {
+    vec![
+        "--kubeconfig".to_string(),
+        api.kubeconfig().display().to_string(),
+    ]
+}
+
+fn run(sc: &Scenario, api: &FakeApiServer, extra: &[&str]) -> Output {
+    let mut args = kubeconfig_args(api);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    sc.run(&args)
+}
+
+#[test]
+fn a_join_whose_node_turns_ready_succeeds_with_its_times_from_one_watch() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let api = FakeApiServer::start();
+    for (i, node) in fleet.nodes().iter().enumerate() {
+        api.node_on(
+            &Scenario::name(i),
+            after_keadm(node),
+            Behaviour::ReadyAfter(Duration::from_millis(1500)),
+        );
+    }
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("Install Complete!"));
+    let out = run(&sc, &api, &["--max-run-num", "1"]);
+    out.status(0);
+    let summary = out.summary();
+    for i in 0..3 {
+        let node = &summary["nodes"][i];
+        assert_eq!(node["phase"], "succeeded", "{node}");
+        let cluster = &node["cluster"];
+        assert_eq!(cluster["node_name"], Scenario::name(i));
+        let registered = cluster["registered_after"].as_f64().unwrap();
+        let ready = cluster["ready_after"].as_f64().unwrap();
+        assert!((0.0..10.0).contains(&registered), "{cluster}");
+        assert!(
+            (1.4..20.0).contains(&ready),
+            "Ready 1.5 s after registering: {cluster}"
+        );
+        assert_eq!(cluster["version"], "v1.32.10-kubeedge-v1.23.1");
+        let transcript = out.transcript(i);
+        assert!(
+            transcript.contains(&format!(
+                "[keadm-batch] the cluster has the Node {}: registered ",
+                Scenario::name(i)
+            )),
+            "{transcript}"
+        );
+    }
+    // One list and one watch follow every node: no request per node.
+    let requests = api.requests();
+    let per_node: Vec<&String> = requests
+        .iter()
+        .filter(|r| r.contains("/api/v1/nodes/"))
+        .collect();
+    assert!(per_node.is_empty(), "{per_node:?}");
+    let watches = requests.iter().filter(|r| r.contains("watch=true")).count();
+    assert_eq!(watches, 1, "{requests:?}");
+    // The wait holds no worker: with one worker, node 1 started before node 0 was Ready.
+    let first_ready = summary["nodes"][0]["finished_at"].as_f64().unwrap();
+    let second_started = summary["nodes"][1]["started_at"].as_f64().unwrap();
+    assert!(second_started < first_ready, "{summary}");
+}
+
+#[test]
+fn a_join_that_never_registers_fails_as_not_registered_with_the_cause_from_edgecores_log() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    // edgecore's log lives on the node (its own tmpfs over /var/log, in its namespace).
+    node.shell_ok("mount -t tmpfs kb-test-log /var/log && mkdir -p /var/log/kubeedge");
+    let api = FakeApiServer::start();
+    let refused = "E1201 10:00:01.000000 4242 certmanager.go:82] failed to apply the edge certs, err: failed to get CA certificate, err: Get \"https://127.0.0.1:10002/ca.crt\": dial tcp 127.0.0.1:10002: connect: connection refused";
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("Install Complete!").runs(
+        &format!("echo '{refused}' >> /var/log/kubeedge/edgecore.log"),
+    ));
+    let out = run(&sc, &api, &["--ready-timeout", "2"]);
+    out.status(1);
+    let summary = out.summary();
+    let n = &summary["nodes"][0];
+    assert_eq!(n["phase"], "failed");
+    assert_eq!(n["failed_in"], "verifying");
+    assert_eq!(n["failure_class"], "not_registered");
+    assert_eq!(n["exit_status"], 0, "keadm's own exit status stays");
+    assert_eq!(n["cluster"]["node_name"], "edge-00");
+    assert!(n["cluster"].get("registered_after").is_none(), "{n}");
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(
+        line.contains("keadm join exited 0, but no Node named edge-00 appeared in the cluster within 2 s of its exit; edgecore's log names the cause (cloudcore unreachable): "),
+        "{line}"
+    );
+    assert!(
+        line.contains("dial tcp 127.0.0.1:10002: connect: connection refused"),
+        "{line}"
+    );
+    let transcript = out.transcript(0);
+    assert!(
+        transcript.contains("[keadm-batch] asking the node for edgecore's state"),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("kb-edgecore: not running"),
+        "{transcript}"
+    );
+    out.stderr_has("not_registered");
+}
+
+#[test]
+fn a_node_that_registers_but_stays_not_ready_fails_with_the_nodes_condition() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let api = FakeApiServer::start();
+    let cni = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized";
+    api.node_on(
+        "edge-00",
+        after_keadm(fleet.node(0)),
+        Behaviour::NotReady {
+            reason: "KubeletNotReady".into(),
+            message: cni.into(),
+        },
+    );
+    api.node_on(
+        "edge-01",
+        after_keadm(fleet.node(1)),
+        Behaviour::ReadyAfter(Duration::from_millis(200)),
+    );
+    let sc = Scenario::new(&fleet);
+    let out = run(&sc, &api, &["--ready-timeout", "3"]);
+    out.status(1);
+    let summary = out.summary();
+    let n = &summary["nodes"][0];
+    assert_eq!(n["failure_class"], "not_ready", "{n}");
+    assert_eq!(n["cluster"]["condition"], format!("KubeletNotReady: {cni}"));
+    assert!(n["cluster"]["registered_after"].as_f64().is_some(), "{n}");
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(
+        line.contains("but it was not Ready within 3 s of keadm's exit: KubeletNotReady: container runtime network not ready"),
+        "{line}"
+    );
+    assert_eq!(summary["nodes"][1]["phase"], "succeeded");
+    // The recap groups it with its fix.
+    out.stderr_has("Registered, but not Ready")
+        .stderr_has("/etc/cni/net.d");
+    // And --retry-failed --class not_ready takes exactly that node again.
+    let again = run(
+        &sc,
+        &api,
+        &[
+            "--retry-failed",
+            "--class",
+            "not_ready",
+            "--ready-timeout",
+            "1",
+        ],
+    );
+    again.stderr_has("Retrying 1 node(s)");
+    assert_eq!(again.summary()["nodes"].as_array().unwrap().len(), 1);
+    assert_eq!(again.summary()["nodes"][0]["name"], "edge-00");
+}
+
+#[test]
+fn the_dry_run_asks_the_cluster_and_says_what_is_verified() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let api = FakeApiServer::start();
+    let sc = Scenario::new(&fleet);
+    let out = run(&sc, &api, &["--dry-run", "--ready-timeout", "120"]);
+    out.status(0).stdout_has(&format!(
+        "  cluster:     joins verified in https://127.0.0.1:{}/ (context stand-in, v1.32.13): each join's Node must register and be Ready within 120 s of keadm's exit",
+        api.port
+    ));
+    let reviews = api
+        .requests()
+        .iter()
+        .filter(|r| r.contains("selfsubjectaccessreviews"))
+        .count();
+    assert_eq!(reviews, 3, "get, list and watch on nodes");
+    assert!(
+        !fleet.node(0).tmp_path("kubeedge").exists(),
+        "a dry run touches no node"
+    );
+    // Without a kubeconfig the plan says verification is off.
+    Scenario::new(&fleet)
+        .run(&["--dry-run"])
+        .status(0)
+        .stdout_has("  cluster:     verification off (no kubeconfig, or no join selected)");
+}
+
+#[test]
+fn a_kubeconfig_without_the_permissions_stops_the_run_before_any_node() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let api = FakeApiServer::start();
+    api.deny("watch", "nodes");
+    let sc = Scenario::new(&fleet);
+    let out = run(&sc, &api, &[]);
+    out.status(2).stderr_has(&format!(
+        "keadm-batch: error: The kubeconfig's user may not watch nodes (https://127.0.0.1:{}/ answered the access review so). Verifying joins needs get, list and watch on nodes",
+        api.port
+    ));
+    assert!(
+        !fleet.node(0).tmp_path("kubeedge").exists(),
+        "no node was touched"
+    );
+}
+
+#[test]
+fn an_unreachable_api_server_or_a_bad_kubeconfig_stops_the_run_with_what_to_fix() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let api = FakeApiServer::start();
+    let sc = Scenario::new(&fleet);
+    // A context the kubeconfig does not have.
+    run(&sc, &api, &["--context", "prod"])
+        .status(2)
+        .stderr_has("it has no context named prod (it has: stand-in)");
+    // A server that does not answer: the same kubeconfig, at a port that closes.
+    let text = std::fs::read_to_string(api.kubeconfig()).unwrap().replace(
+        &format!("127.0.0.1:{}", api.port),
+        &format!("127.0.0.1:{}", closing_port()),
+    );
+    std::fs::write(sc.path("gone.kubeconfig"), text).unwrap();
+    let out = sc.run(&["--kubeconfig", "gone.kubeconfig"]);
+    out.status(2)
+        .stderr_has("could not be asked for its version");
+    assert!(
+        !fleet.node(0).tmp_path("kubeedge").exists(),
+        "no node was touched"
+    );
+}
+
+#[test]
+fn the_config_files_kubeconfig_key_turns_verification_on() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let api = FakeApiServer::start();
+    api.node_on(
+        "edge-00",
+        after_keadm(fleet.node(0)),
+        Behaviour::ReadyAfter(Duration::from_millis(100)),
+    );
+    let sc = Scenario::new(&fleet).top_yaml(&format!("kubeconfig: {}", api.kubeconfig().display()));
+    let out = sc.run(&[]);
+    out.status(0);
+    assert!(
+        out.summary()["nodes"][0]["cluster"]["ready_after"]
+            .as_f64()
+            .is_some()
+    );
+    // A kubeconfig that does not exist is a config error at its line.
+    let bad = Scenario::new(&fleet).top_yaml("kubeconfig: /nonexistent/kubeconfig");
+    bad.run(&["--dry-run"])
+        .status(2)
+        .stderr_has("kubeconfig is /nonexistent/kubeconfig, which is not a file on this machine");
+}

@@ -1,0 +1,456 @@
+//! A stand-in for the Kubernetes API server on 127.0.0.1, over TLS, answering the
+//! endpoints keadm-batch's client uses with the shapes a real kube-apiserver v1.32 gives
+//! (docs/kubeedge.md lists them): `GET /version`, the Node list and watch (newline-
+//! delimited events in a chunked body, resourceVersions counting up), `GET` and `DELETE`
+//! of one Node, the `tokensecret` secret, and self-subject access reviews. Every request
+//! must carry the kubeconfig's bearer token; denied permissions answer `allowed: false`.
+//!
+//! Nodes appear as edgecore makes them appear: a test says when (a condition polled every
+//! 100 ms, such as "the fake keadm on the node has exited") and how the node then behaves
+//! (Ready after a while, NotReady for a reason, or never registered).
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Value, json};
+
+pub const BEARER: &str = "stand-in-token";
+pub const SERVER_VERSION: &str = "v1.32.13";
+
+/// What a node does once its condition holds.
+#[derive(Clone, Debug)]
+pub enum Behaviour {
+    /// Registers NotReady, then is Ready this long after.
+    ReadyAfter(Duration),
+    /// Registers and stays NotReady with this reason and message, posting heartbeats.
+    NotReady { reason: String, message: String },
+}
+
+type When = Box<dyn Fn() -> bool + Send>;
+/// The nodes still waiting for their condition.
+type Pending = Arc<Mutex<Vec<(String, When, Behaviour)>>>;
+
+#[derive(Default)]
+struct State {
+    version: u64,
+    nodes: BTreeMap<String, Value>,
+    /// Every change, in order: (resourceVersion, type, object).
+    events: Vec<(u64, &'static str, Value)>,
+    requests: Vec<String>,
+    denied: HashSet<(String, String)>,
+    token: Option<String>,
+}
+
+pub struct FakeApiServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    state: Arc<Mutex<State>>,
+    pending: Pending,
+    stop: Arc<AtomicBool>,
+}
+
+impl FakeApiServer {
+    pub fn start() -> FakeApiServer {
+        let dir = tempfile::tempdir().unwrap();
+        let acceptor = Arc::new(super::http_server::self_signed_acceptor(
+            dir.path(),
+            "127.0.0.1",
+        ));
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state: Arc<Mutex<State>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let pending: Pending = Arc::default();
+        {
+            let (state, stop) = (state.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let Ok((stream, _)) = listener.accept() else {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    let (acceptor, state, stop) = (acceptor.clone(), state.clone(), stop.clone());
+                    std::thread::spawn(move || {
+                        stream.set_nonblocking(false).unwrap();
+                        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                        if let Ok(tls) = acceptor.accept(stream) {
+                            serve(tls, &state, &stop);
+                        }
+                    });
+                }
+            });
+        }
+        {
+            let (state, pending, stop) = (state.clone(), pending.clone(), stop.clone());
+            std::thread::spawn(move || edgecores(&state, &pending, &stop));
+        }
+        FakeApiServer {
+            port,
+            dir,
+            state,
+            pending,
+            stop,
+        }
+    }
+
+    /// A kubeconfig for this server: its CA, the bearer token, one context.
+    pub fn kubeconfig(&self) -> PathBuf {
+        let path = self.dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: operator\n  user:\n    token: {BEARER}\ncontexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: operator\ncurrent-context: stand-in\n",
+                self.port,
+                self.dir.path().join("cert.pem").display()
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// Access reviews for `verb` on `resource` answer not allowed.
+    pub fn deny(&self, verb: &str, resource: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .denied
+            .insert((verb.to_string(), resource.to_string()));
+    }
+
+    /// Once `when` holds, the Node `name` registers and behaves as `behaviour` says.
+    pub fn node_on(
+        &self,
+        name: &str,
+        when: impl Fn() -> bool + Send + 'static,
+        behaviour: Behaviour,
+    ) {
+        self.pending
+            .lock()
+            .unwrap()
+            .push((name.to_string(), Box::new(when), behaviour));
+    }
+
+    /// Every request so far: `METHOD path?query`.
+    pub fn requests(&self) -> Vec<String> {
+        self.state.lock().unwrap().requests.clone()
+    }
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn rfc3339(at: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// A Node as kube-apiserver returns it (the fields a client reads), with its Ready
+/// condition; `beat` moves the heartbeat on, a second a beat.
+fn node_object(name: &str, ready: &str, reason: &str, message: &str, beat: u64) -> Value {
+    let now = SystemTime::now() + Duration::from_secs(beat);
+    json!({
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": name,
+            "uid": format!("uid-{name}"),
+            "creationTimestamp": rfc3339(SystemTime::now()),
+            "labels": {"node-role.kubernetes.io/edge": "", "node-role.kubernetes.io/agent": ""}
+        },
+        "spec": {},
+        "status": {
+            "conditions": [{
+                "type": "Ready",
+                "status": ready,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": rfc3339(now),
+                "lastTransitionTime": rfc3339(SystemTime::now())
+            }],
+            "nodeInfo": {
+                "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "6.1.0",
+                "osImage": "Debian GNU/Linux 12 (bookworm)", "containerRuntimeVersion": "containerd://1.6.20",
+                "kubeletVersion": "v1.32.10-kubeedge-v1.23.1", "kubeProxyVersion": "",
+                "operatingSystem": "linux", "architecture": "amd64"
+            }
+        }
+    })
+}
+
+fn change(state: &mut State, kind: &'static str, mut object: Value) {
+    state.version += 1;
+    let version = state.version;
+    object["metadata"]["resourceVersion"] = json!(version.to_string());
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    if kind == "DELETED" {
+        state.nodes.remove(&name);
+    } else {
+        if let Some(old) = state.nodes.get(&name) {
+            object["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+        }
+        state.nodes.insert(name, object.clone());
+    }
+    state.events.push((version, kind, object));
+}
+
+/// The nodes' edgecores: registers each once its condition holds, then plays it.
+fn edgecores(state: &Arc<Mutex<State>>, pending: &Pending, stop: &Arc<AtomicBool>) {
+    let mut playing: Vec<(String, Behaviour, Instant, u64)> = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let started: Vec<(String, Behaviour)> = {
+            let mut pending = pending.lock().unwrap();
+            let mut started = Vec::new();
+            let mut i = 0;
+            while i < pending.len() {
+                if (pending[i].1)() {
+                    let (name, _, behaviour) = pending.remove(i);
+                    started.push((name, behaviour));
+                } else {
+                    i += 1;
+                }
+            }
+            started
+        };
+        for (name, behaviour) in started {
+            let (reason, message) = match &behaviour {
+                Behaviour::ReadyAfter(_) => ("KubeletNotReady", "edgecore is starting".to_string()),
+                Behaviour::NotReady { reason, message } => (reason.as_str(), message.clone()),
+            };
+            let node = node_object(&name, "False", reason, &message, 0);
+            change(&mut state.lock().unwrap(), "ADDED", node);
+            playing.push((name, behaviour, Instant::now(), 1));
+        }
+        for (name, behaviour, since, beat) in &mut playing {
+            let node = match behaviour {
+                Behaviour::ReadyAfter(after) if since.elapsed() >= *after => node_object(
+                    name,
+                    "True",
+                    "EdgeReady",
+                    "edge is posting ready status",
+                    *beat,
+                ),
+                Behaviour::ReadyAfter(_) => continue,
+                Behaviour::NotReady { reason, message } => {
+                    if since.elapsed() < Duration::from_secs(*beat) {
+                        continue;
+                    }
+                    node_object(name, "False", reason, message, *beat)
+                }
+            };
+            *beat += 1;
+            if let Behaviour::ReadyAfter(after) = behaviour {
+                // Ready from now on, with a heartbeat a second.
+                *after = since.elapsed() + Duration::from_secs(1);
+            }
+            let mut state = state.lock().unwrap();
+            if state.nodes.contains_key(name.as_str()) {
+                change(&mut state, "MODIFIED", node);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn respond(out: &mut impl Write, status: &str, body: &Value) {
+    let body = body.to_string();
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = out.flush();
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+/// One request on one connection (every answer closes it).
+fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<AtomicBool>) {
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() || line.is_empty() {
+        return;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or("").to_string();
+    let target = parts.next().unwrap_or("/").to_string();
+    let mut length = 0usize;
+    let mut authorized = false;
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).is_err() || header == "\r\n" || header.is_empty() {
+            break;
+        }
+        let lower = header.to_ascii_lowercase();
+        if let Some(value) = lower.strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap_or(0);
+        }
+        if header.trim_end() == format!("authorization: Bearer {BEARER}")
+            || header.trim_end() == format!("Authorization: Bearer {BEARER}")
+        {
+            authorized = true;
+        }
+    }
+    let mut body = vec![0u8; length];
+    let _ = reader.read_exact(&mut body);
+    state
+        .lock()
+        .unwrap()
+        .requests
+        .push(format!("{method} {target}"));
+    let mut out = reader.into_inner();
+    if !authorized {
+        return respond(
+            &mut out,
+            "401 Unauthorized",
+            &status(401, "Unauthorized", "Unauthorized"),
+        );
+    }
+    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    let params: BTreeMap<&str, &str> = query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    match (method.as_str(), path) {
+        ("GET", "/version") => respond(
+            &mut out,
+            "200 OK",
+            &json!({"major": "1", "minor": "32", "emulationMajor": "1", "emulationMinor": "32",
+                    "minCompatibilityMajor": "1", "minCompatibilityMinor": "31",
+                    "gitVersion": SERVER_VERSION, "gitCommit": "0", "gitTreeState": "clean",
+                    "buildDate": "2026-11-01T00:00:00Z", "goVersion": "go1.23.12",
+                    "compiler": "gc", "platform": "linux/amd64"}),
+        ),
+        ("GET", "/api/v1/nodes") if params.get("watch") == Some(&"true") => {
+            let from: u64 = params
+                .get("resourceVersion")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let timeout: u64 = params
+                .get("timeoutSeconds")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(290);
+            watch(&mut out, state, stop, from, Duration::from_secs(timeout));
+        }
+        ("GET", "/api/v1/nodes") => {
+            let state = state.lock().unwrap();
+            let items: Vec<Value> = state.nodes.values().cloned().collect();
+            respond(
+                &mut out,
+                "200 OK",
+                &json!({"kind": "NodeList", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": state.version.to_string()}, "items": items}),
+            );
+        }
+        (method @ ("GET" | "DELETE"), _) if path.starts_with("/api/v1/nodes/") => {
+            let name = &path["/api/v1/nodes/".len()..];
+            let mut state = state.lock().unwrap();
+            match state.nodes.get(name).cloned() {
+                None => respond(
+                    &mut out,
+                    "404 Not Found",
+                    &status(404, "NotFound", &format!("nodes \"{name}\" not found")),
+                ),
+                Some(node) if method == "GET" => respond(&mut out, "200 OK", &node),
+                Some(node) => {
+                    change(&mut state, "DELETED", node.clone());
+                    respond(&mut out, "200 OK", &node);
+                }
+            }
+        }
+        ("GET", "/api/v1/namespaces/kubeedge/secrets/tokensecret") => {
+            let state = state.lock().unwrap();
+            match &state.token {
+                Some(token) => {
+                    use base64::Engine as _;
+                    let data = base64::engine::general_purpose::STANDARD.encode(token);
+                    respond(
+                        &mut out,
+                        "200 OK",
+                        &json!({"kind": "Secret", "apiVersion": "v1",
+                                "metadata": {"name": "tokensecret", "namespace": "kubeedge"},
+                                "type": "Opaque", "data": {"tokendata": data}}),
+                    );
+                }
+                None => respond(
+                    &mut out,
+                    "404 Not Found",
+                    &status(404, "NotFound", "secrets \"tokensecret\" not found"),
+                ),
+            }
+        }
+        ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews") => {
+            let mut review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let attributes = &review["spec"]["resourceAttributes"];
+            let key = (
+                attributes["verb"].as_str().unwrap_or("").to_string(),
+                attributes["resource"].as_str().unwrap_or("").to_string(),
+            );
+            let allowed = !state.lock().unwrap().denied.contains(&key);
+            review["status"] = json!({"allowed": allowed});
+            respond(&mut out, "201 Created", &review);
+        }
+        _ => respond(
+            &mut out,
+            "404 Not Found",
+            &status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+        ),
+    }
+}
+
+/// A watch: every event after `from`, then new ones as they come, in a chunked body,
+/// until `timeout` or the server stops.
+fn watch(
+    out: &mut impl Write,
+    state: &Arc<Mutex<State>>,
+    stop: &Arc<AtomicBool>,
+    from: u64,
+    timeout: Duration,
+) {
+    let _ = write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    let _ = out.flush();
+    let until = Instant::now() + timeout;
+    let mut sent = from;
+    while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+        let events: Vec<(u64, &'static str, Value)> = state
+            .lock()
+            .unwrap()
+            .events
+            .iter()
+            .filter(|(v, _, _)| *v > sent)
+            .cloned()
+            .collect();
+        for (version, kind, object) in events {
+            let line = format!("{}\n", json!({"type": kind, "object": object}));
+            if write!(out, "{:x}\r\n{line}\r\n", line.len()).is_err() || out.flush().is_err() {
+                return;
+            }
+            sent = version;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = write!(out, "0\r\n\r\n");
+    let _ = out.flush();
+}
+
+/// Whether the fake keadm at `calls` (its `.calls` file on the node) has exited.
+pub fn keadm_exited(calls: &Path) -> bool {
+    std::fs::read_to_string(calls).is_ok_and(|text| text.lines().any(|l| l.contains(" end ")))
+}
