@@ -20,8 +20,11 @@
 //! containerd's own network namespace, no gateway): CRI reports the network ready, and
 //! the node turns Ready. One node's containerd has no CNI config: CRI says its CNI plugin
 //! is not initialized, and edgecore keeps its Node NotReady, with that message. Two
-//! edgecores on one machine share its network, so each node's kubelet gets ports and a
-//! cgroup root of its own (`--set` on keadm join).
+//! edgecores on one machine share its network, so each node's kubelet gets a read-only
+//! port of its own (`--set` on keadm join; edged serves its healthz there too). They
+//! share the machine's cgroup root, `/kubepods`, which holds nothing: no pod is scheduled
+//! (a cgroup root of a node's own would have to exist in every cgroup v1 hierarchy
+//! before edged starts, or edged exits before it registers).
 //!
 //! The run: the two good nodes join and the tool waits, through the cluster, until both
 //! are Ready (exit 0; each node's times to registered and to Ready in summary.json,
@@ -42,10 +45,15 @@ use crate::common::image_archive::{docker_archive_carrying, host_arch, oci_archi
 use crate::common::real_cloud::{CloudBinaries, RealCloud, ready_condition};
 use crate::common::scenario::{Scenario, VERSION};
 use crate::common::test::Output;
-use crate::keadm_e2e::{MadeMountPoints, PRIVATE_DIRS, SYSTEMCTL, keadm_version};
+use crate::common::edge_state::clean_etc;
+use crate::keadm_e2e::{MadeMountPoints, SYSTEMCTL, keadm_version};
 
-/// What edgecore's kubelet writes besides keadm's paths, bound from the node's /tmp in
-/// its mount namespace (two edgecores on one machine would share them otherwise).
+/// What keadm join writes outside /etc (which is the node's own, [`clean_etc`]): a tmpfs
+/// each in the node's mount namespace.
+const TMPFS_DIRS: [&str; 3] = ["/var/lib/kubeedge", "/var/log/kubeedge", "/run/systemd"];
+
+/// What edgecore's kubelet writes, bound from the node's /tmp in its mount namespace
+/// (two edgecores on one machine would share them otherwise).
 const KUBELET_DIRS: [&str; 3] = ["/var/lib/edged", "/var/lib/kubelet", "/var/log/pods"];
 
 /// The CNI config of a node that can turn Ready: a bridge without a gateway, in
@@ -63,10 +71,12 @@ const READY_TIMEOUT: &str = "240";
 /// its Ready condition is False from the start.
 const NOT_READY_TIMEOUT: &str = "45";
 
-/// Sets `node` up as an edge node for a real join: keadm's paths and the kubelet's
-/// private to it, the stand-in systemctl, and a containerd whose CNI configs are a
-/// bridge (`cni`) or none. The containerd is returned; it stops when dropped.
+/// Sets `node` up as an edge node for a real join: an /etc of its own (keadm's reset
+/// removes /etc/kubeedge, and the tool checks it is gone), keadm's other paths and the
+/// kubelet's private to it, the stand-in systemctl, and a containerd whose CNI configs
+/// are a bridge (`cni`) or none. The containerd is returned; it stops when dropped.
 fn edge_node(node: &Node, cni: bool) -> Containerd {
+    clean_etc(node);
     let usr_local_bin = node.tmp_path("usr-local-bin");
     fs::create_dir_all(&usr_local_bin).unwrap();
     fs::write(usr_local_bin.join("systemctl"), SYSTEMCTL).unwrap();
@@ -88,7 +98,7 @@ fn edge_node(node: &Node, cni: bool) -> Containerd {
          mkdir /run/systemd/system
          mount --bind /tmp/usr-local-bin /usr/local/bin
          {binds}",
-        dirs = PRIVATE_DIRS.join(" ")
+        dirs = TMPFS_DIRS.join(" ")
     ));
     let cni_dir = node.tmp_path("cni");
     fs::create_dir_all(&cni_dir).unwrap();
@@ -104,15 +114,14 @@ fn edge_node(node: &Node, cni: bool) -> Containerd {
 }
 
 /// keadm join to the real cloud for fleet node `i` (`{name}` is its node name), with the
-/// token cloudcore made; the kubelet's read-only port and cgroup root are the node's own.
+/// token cloudcore made; the kubelet's read-only port is the node's own.
 fn join_cmd(cloud: &RealCloud, token: &str, i: usize) -> String {
     let kubelet = "modules.edged.tailoredKubeletConfig";
     format!(
         "join --cloudcore-ipport=127.0.0.1:{hub} --certport={cert} --kubeedge-version={VERSION} \
          --edgenode-name={{name}} --remote-runtime-endpoint={ENDPOINT} --cgroupdriver=cgroupfs \
          --token={token} \
-         --set {kubelet}.readOnlyPort={ro} \
-         --set {kubelet}.cgroupRoot=/cloud-e2e-{i}",
+         --set {kubelet}.readOnlyPort={ro}",
         hub = cloud.hub_port,
         cert = cloud.cert_port,
         ro = 10350 + 10 * i,
@@ -168,7 +177,7 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
 
     let fleet = Fleet::builder().nodes(3).start();
     let _made = MadeMountPoints(
-        PRIVATE_DIRS
+        TMPFS_DIRS
             .iter()
             .chain(&KUBELET_DIRS)
             .map(PathBuf::from)

@@ -40,7 +40,7 @@ use crate::common::scenario::{Scenario, VERSION};
 const KUBEEDGE_PAUSE: &str = "kubeedge/pause:3.6";
 
 /// The paths keadm join writes, each a tmpfs in the node's mount namespace.
-pub(crate) const PRIVATE_DIRS: [&str; 5] = [
+const PRIVATE_DIRS: [&str; 5] = [
     "/etc/kubeedge",
     "/var/lib/kubeedge",
     "/var/log/kubeedge",
