@@ -23,9 +23,8 @@ use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
 use crate::stage::{Meters, OfflineImages, StageError, StageSettings, Stager, XzCopies};
-use crate::{
-    bundle, cli, cluster, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status, verify,
-};
+use crate::verify::Verification;
+use crate::{bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
@@ -337,61 +336,6 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     )
 }
 
-/// The cluster a run verifies its joins in, asked before any node is touched.
-struct Verification {
-    cluster: cluster::Cluster,
-    version: String,
-    timeout: std::time::Duration,
-}
-
-impl Verification {
-    /// `None` without a kubeconfig (every behaviour as without the cluster), with
-    /// `--no-wait`, or when no selected node joins. Otherwise the API server must answer
-    /// and grant get, list and watch on nodes, or the run stops here (exit 2).
-    fn prepare(
-        plan: &plan::Plan,
-        config: &config::Config,
-        options: &RunOptions,
-    ) -> Result<Option<Verification>, Error> {
-        let Some(access) = cluster::Access::choose(
-            options.kubeconfig.clone(),
-            config.kubeconfig.clone(),
-            std::env::var("KUBECONFIG").ok(),
-            options.context.clone(),
-        ) else {
-            return Ok(None);
-        };
-        if options.no_wait || !plan.nodes.iter().any(|n| n.keadm_args.is_join()) {
-            return Ok(None);
-        }
-        let cluster = cluster::Cluster::connect(&access)?;
-        let version = cluster.version()?;
-        cluster.require(&cluster::Permission::VERIFY)?;
-        Ok(Some(Verification {
-            cluster,
-            version,
-            timeout: std::time::Duration::from_secs(options.ready_timeout_seconds.max(1)),
-        }))
-    }
-
-    /// The plan's line about the cluster.
-    fn describe(verification: Option<&Verification>, options: &RunOptions) -> String {
-        match verification {
-            Some(v) => format!(
-                "joins verified in {} (context {}, {}): each join's Node must register and be Ready within {} s of keadm's exit; the kubeconfig's user may get, list and watch nodes",
-                v.cluster.server,
-                if v.cluster.context.is_empty() { "-" } else { &v.cluster.context },
-                v.version,
-                v.timeout.as_secs()
-            ),
-            None if options.no_wait => {
-                "verification off (--no-wait): a join succeeds when keadm exits 0".to_string()
-            }
-            None => "verification off (no kubeconfig, or no join selected): a join succeeds when keadm exits 0".to_string(),
-        }
-    }
-}
-
 /// `--preflight-only`: connects to every selected node through the same pool as a run
 /// (so the first Ctrl-C stops further probes), runs the read-only probes, and prints the
 /// table of findings (then each site's sandbox images) on stdout, or with `output` JSON
@@ -638,33 +582,14 @@ fn execute(
         None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, |node| {
             pipeline::process(node, &ctx)
         }),
-        Some(verification) => {
-            // One watch for the whole run, started before the first node, so no Node that
-            // registers is missed; the waiting joins hold no worker.
-            let watch = verification.cluster.watch();
-            let verifier = verify::Verifier::new(&watch, verification.timeout);
-            let ask = |nodes: &[&plan::NodePlan]| {
-                let owned: Vec<plan::NodePlan> = nodes.iter().map(|n| (*n).clone()).collect();
-                pool::probe_all(&owned, plan.max_run_num, &Cancel::new(), |node| {
-                    pipeline::edgecore_state(node, &ctx)
-                })
-                .into_iter()
-                .map(|answer| answer.unwrap_or_else(|| Err("not asked".to_string())))
-                .collect()
-            };
-            std::thread::scope(|scope| {
-                scope.spawn(|| verifier.run(&plan.nodes, &recorder, &cancel, &ask));
-                pool::run_all_handing_over(
-                    &plan.nodes,
-                    policy,
-                    &cancel,
-                    &recorder,
-                    |node| verifier.take(node, pipeline::process(node, &ctx)),
-                    &|| verifier.settle(),
-                );
-                verifier.close();
-            });
-        }
+        Some(verification) => verification.run_all(
+            &plan.nodes,
+            policy,
+            &cancel,
+            &recorder,
+            &ctx,
+            plan.max_run_num,
+        ),
     }
     // Sites the run did not finish (the operator's Ctrl-C, --max-fail) still had
     // sources: they serve no more.

@@ -10,15 +10,119 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cancel::Cancel;
-use crate::cluster::{NodeWatch, Seen};
+use crate::cluster::{self, Cluster, ClusterError, NodeWatch, Seen};
+use crate::config::Config;
 use crate::diagnosis::FailureClass;
 use crate::kubeedge::classify;
 use crate::node_text::one_line;
+use crate::options::RunOptions;
 use crate::outcome::{ClusterCheck, NodeOutcome, Phase};
 use crate::plan::NodePlan;
 use crate::remote::EdgecoreState;
 use crate::report::Recorder;
 use crate::report::transcript::Transcript;
+use crate::{pipeline, pool};
+
+/// The cluster a run verifies its joins in, asked before any node is touched.
+pub struct Verification {
+    pub cluster: Cluster,
+    /// The API server's version, for the plan.
+    pub version: String,
+    pub timeout: Duration,
+}
+
+impl Verification {
+    /// `None` without a kubeconfig (every behaviour as without the cluster), with
+    /// `--no-wait`, or when no selected node joins. Otherwise the API server must answer
+    /// and grant get, list and watch on nodes, or the run stops here (exit 2).
+    pub fn prepare(
+        plan: &crate::plan::Plan,
+        config: &Config,
+        options: &RunOptions,
+    ) -> Result<Option<Verification>, ClusterError> {
+        let Some(access) = cluster::Access::choose(
+            options.kubeconfig.clone(),
+            config.kubeconfig.clone(),
+            std::env::var("KUBECONFIG").ok(),
+            options.context.clone(),
+        ) else {
+            return Ok(None);
+        };
+        if options.no_wait || !plan.nodes.iter().any(|n| n.keadm_args.is_join()) {
+            return Ok(None);
+        }
+        let cluster = Cluster::connect(&access)?;
+        let version = cluster.version()?;
+        cluster.require(&cluster::Permission::VERIFY)?;
+        Ok(Some(Verification {
+            cluster,
+            version,
+            timeout: Duration::from_secs(options.ready_timeout_seconds.max(1)),
+        }))
+    }
+
+    /// The plan's line about the cluster.
+    pub fn describe(verification: Option<&Verification>, options: &RunOptions) -> String {
+        match verification {
+            Some(v) => format!(
+                "joins verified in {} (context {}, {}): each join's Node must register and be Ready within {} s of keadm's exit; the kubeconfig's user may get, list and watch nodes",
+                v.cluster.server,
+                if v.cluster.context.is_empty() { "-" } else { &v.cluster.context },
+                v.version,
+                v.timeout.as_secs()
+            ),
+            None if options.no_wait => {
+                "verification off (--no-wait): a join succeeds when keadm exits 0".to_string()
+            }
+            None => "verification off (no kubeconfig, or no join selected): a join succeeds when keadm exits 0".to_string(),
+        }
+    }
+
+    /// Runs every node as [`pool::run_all`] does, each join that keadm finished handed to
+    /// the wait for its Node. One watch for the whole run, started before the first node,
+    /// so no Node that registers is missed; the waiting joins hold no worker.
+    pub fn run_all(
+        &self,
+        nodes: &[NodePlan],
+        policy: pool::Policy,
+        cancel: &Cancel,
+        recorder: &Recorder,
+        ctx: &pipeline::Context,
+        max_run_num: usize,
+    ) {
+        let watch = self.cluster.watch();
+        let verifier = Verifier::new(&watch, self.timeout);
+        let ask = |asked: &[&NodePlan]| {
+            let owned: Vec<NodePlan> = asked.iter().map(|n| (*n).clone()).collect();
+            // The run's Ctrl-C does not stop these: the nodes have joined, and their
+            // records say why they did not register; a second Ctrl-C aborts each ask.
+            pool::probe_all(&owned, max_run_num, &Cancel::new(), |node| {
+                pipeline::edgecore_state(node, ctx)
+            })
+            .into_iter()
+            .map(|answer| answer.unwrap_or_else(|| Err("The node was not asked.".to_string())))
+            .collect()
+        };
+        std::thread::scope(|scope| {
+            scope.spawn(|| verifier.run(nodes, recorder, cancel, &ask));
+            pool::run_all_handing_over(
+                nodes,
+                policy,
+                cancel,
+                recorder,
+                |node| {
+                    let outcome = verifier.take(node, pipeline::process(node, ctx));
+                    if outcome.is_none() {
+                        ctx.progress.phase(node.index, &node.name, Phase::Verifying);
+                    }
+                    outcome
+                },
+                &|| verifier.settle(),
+            );
+            verifier.close();
+        });
+    }
+}
 
 /// A join waiting for its Node.
 struct Waiting {
@@ -42,6 +146,8 @@ struct Decided {
     ready: Vec<(Waiting, Seen)>,
     /// Past their deadline, with what the watch saw (`None`: never registered).
     late: Vec<(Waiting, Option<Seen>)>,
+    /// Still waiting when the operator cancelled the run (a second Ctrl-C).
+    cancelled: Vec<(Waiting, Option<Seen>)>,
     /// No more nodes will come.
     closed: bool,
 }
@@ -127,10 +233,14 @@ impl<'a> Verifier<'a> {
             let Decided {
                 ready,
                 late,
+                cancelled,
                 closed,
             } = self.take_decided(cancel);
             for (waiting, seen) in ready {
                 recorder.record(ready_outcome(waiting, &seen, nodes));
+            }
+            for (waiting, seen) in cancelled {
+                recorder.record(cancelled_outcome(waiting, seen.as_ref(), nodes));
             }
             let (registered, missing): (Vec<_>, Vec<_>) =
                 late.into_iter().partition(|(_, seen)| seen.is_some());
@@ -143,14 +253,7 @@ impl<'a> Verifier<'a> {
                     .iter()
                     .map(|(w, _)| &nodes[w.outcome.index])
                     .collect();
-                let answers = if cancel.aborting() {
-                    plans
-                        .iter()
-                        .map(|_| Err("The operator cancelled the run.".to_string()))
-                        .collect()
-                } else {
-                    ask(&plans)
-                };
+                let answers = ask(&plans);
                 for ((waiting, _), answer) in missing.into_iter().zip(answers) {
                     let outcome =
                         not_registered_outcome(waiting, answer, self.watch, self.timeout, nodes);
@@ -184,20 +287,23 @@ impl<'a> Verifier<'a> {
         let now = Instant::now();
         let mut ready = Vec::new();
         let mut late = Vec::new();
+        let mut cancelled = Vec::new();
         let mut still = Vec::new();
         for waiting in std::mem::take(&mut queue.waiting) {
             let seen = self.watch.seen(&waiting.node_name);
             match seen {
                 Some(seen) if seen.ready_now() => ready.push((waiting, seen)),
-                seen if now >= waiting.deadline || cancel.aborting() => late.push((waiting, seen)),
+                seen if now >= waiting.deadline => late.push((waiting, seen)),
+                seen if cancel.aborting() => cancelled.push((waiting, seen)),
                 _ => still.push(waiting),
             }
         }
         queue.waiting = still;
-        queue.deciding = ready.len() + late.len();
+        queue.deciding = ready.len() + late.len() + cancelled.len();
         Decided {
             ready,
             late,
+            cancelled,
             closed: queue.closed,
         }
     }
@@ -274,6 +380,42 @@ fn failed(outcome: &mut NodeOutcome, class: FailureClass, error: String, detail:
     outcome.error = Some(crate::node_text::escape_controls(&one_line(&error, 2000)));
     outcome.last_output = detail.map(|d| crate::node_text::escape_controls(&one_line(&d, 400)));
     outcome.finished_at = epoch(SystemTime::now());
+}
+
+/// The operator cancelled the run while the node waited: it joined, and whether its Node
+/// would have been Ready is not known.
+fn cancelled_outcome(waiting: Waiting, seen: Option<&Seen>, nodes: &[NodePlan]) -> NodeOutcome {
+    let Waiting {
+        mut outcome,
+        node_name,
+        keadm_exit,
+        ..
+    } = waiting;
+    let error = format!(
+        "keadm join exited 0; the wait for the Node {node_name} to be Ready was cancelled by the operator ({})",
+        match seen {
+            Some(seen) => format!(
+                "it had registered {:.1} s after keadm exited",
+                after(keadm_exit, seen.first_seen)
+            ),
+            None => "it had not registered yet".to_string(),
+        }
+    );
+    note(nodes, &outcome, &[format!("interrupted: {error}")]);
+    outcome.phase = Phase::Interrupted;
+    outcome.failed_in = Some(Phase::Verifying);
+    outcome.error = Some(error);
+    outcome.finished_at = epoch(SystemTime::now());
+    outcome.cluster = Some(ClusterCheck {
+        node_name,
+        registered_after: seen.map(|s| after(keadm_exit, s.first_seen)),
+        ready_after: None,
+        condition: seen
+            .and_then(|s| s.state.ready.as_ref())
+            .map(|c| c.describe()),
+        version: None,
+    });
+    outcome
 }
 
 fn not_ready_outcome(

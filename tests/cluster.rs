@@ -68,6 +68,9 @@ fn a_join_whose_node_turns_ready_succeeds_with_its_times_from_one_watch() {
             "{transcript}"
         );
     }
+    // The recap gives each node's time to Ready.
+    out.stderr_has("Ready in the cluster: 3 node(s), after keadm exited: median ")
+        .stderr_has("s after keadm");
     // One list and one watch follow every node: no request per node.
     let requests = api.requests();
     let per_node: Vec<&String> = requests
@@ -262,9 +265,53 @@ fn the_config_files_kubeconfig_key_turns_verification_on() {
             .as_f64()
             .is_some()
     );
+    // And so does $KUBECONFIG, as kubectl reads it.
+    let out = Scenario::new(&fleet)
+        .command(&["--dry-run"])
+        .env("KUBECONFIG", api.kubeconfig())
+        .run();
+    out.status(0)
+        .stdout_has("  cluster:     joins verified in https://127.0.0.1:");
     // A kubeconfig that does not exist is a config error at its line.
     let bad = Scenario::new(&fleet).top_yaml("kubeconfig: /nonexistent/kubeconfig");
     bad.run(&["--dry-run"])
         .status(2)
         .stderr_has("kubeconfig is /nonexistent/kubeconfig, which is not a file on this machine");
+}
+
+#[test]
+fn a_second_ctrl_c_ends_the_wait_for_ready_and_says_so() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let api = FakeApiServer::start();
+    let sc = Scenario::new(&fleet);
+    let kubeconfig = api.kubeconfig();
+    let running = sc
+        .command(&["--kubeconfig", kubeconfig.to_str().unwrap()])
+        .spawn();
+    // The join is done and nothing registers: the run waits for Ready (300 s by default).
+    let calls = remote_keadm(node).with_extension("calls");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !keadm_exited(&calls) {
+        assert!(std::time::Instant::now() < deadline, "keadm never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    running.interrupt();
+    std::thread::sleep(Duration::from_millis(300));
+    running.interrupt();
+    let out = running.wait();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "cancelled promptly"
+    );
+    out.status(130);
+    let n = &out.summary()["nodes"][0];
+    assert_eq!(n["phase"], "interrupted", "{n}");
+    assert_eq!(n["failed_in"], "verifying");
+    assert_eq!(
+        n["error"],
+        "keadm join exited 0; the wait for the Node edge-00 to be Ready was cancelled by the operator (it had not registered yet)"
+    );
 }

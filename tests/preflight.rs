@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::cloudcore::{FakeCloudcore, now, token};
 use crate::common::containerd::{Containerd, ENDPOINT};
-use crate::common::edge_state::{RuntimeSocket, start_edgecore};
+use crate::common::edge_state::{RuntimeSocket, private_etc, start_edgecore};
 use crate::common::fleet::{Fleet, Node, refused_endpoint};
 use crate::common::image_archive::docker_archive;
 use crate::common::scenario::Scenario;
@@ -121,19 +121,14 @@ fn leftovers_in_etc_kubeedge_are_found() {
     let node = fleet.node(0);
     let runtime = RuntimeSocket::create(node);
     let socket = runtime.path_on_node();
-    // The host has no /etc/kubeedge to bind over, so the node gets an overlay on /etc whose
-    // writes land in its own /tmp; its copy of /etc/shadow (root's test password) is
-    // carried into the overlay, since the overlay hides the bind mount below it.
-    node.shell_ok("set -e\n\
-         mkdir -p /tmp/etc-overlay/up /tmp/etc-overlay/work\n\
-         cp /etc/shadow /tmp/etc-overlay/shadow\n\
-         mount -t overlay overlay -o lowerdir=/etc,upperdir=/tmp/etc-overlay/up,workdir=/tmp/etc-overlay/work /etc\n\
-         mount --bind /tmp/etc-overlay/shadow /etc/shadow\n\
-         mkdir -p /etc/kubeedge/config /etc/kubeedge/ca\n\
-         : > /etc/kubeedge/idempotency_record\n",
+    // The node's own /etc (an overlay whose writes land in its /tmp, hiding whatever the
+    // machine's /etc has of KubeEdge's), with leftovers in it.
+    private_etc(
+        node,
+        "mkdir -p /etc/kubeedge/config /etc/kubeedge/ca\n: > /etc/kubeedge/idempotency_record",
     );
     assert!(
-        !std::path::Path::new("/etc/kubeedge").exists(),
+        !std::path::Path::new("/etc/kubeedge/idempotency_record").exists(),
         "the host's /etc was changed"
     );
     let findings = probe(&fleet, node, UPLOAD_DIR, socket, KEADM_BYTES);

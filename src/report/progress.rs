@@ -163,6 +163,7 @@ impl Progress {
         let nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
         let finished = *self.finished.lock().unwrap_or_else(|e| e.into_inner());
         let mut counts = [0usize; 4];
+        let mut verifying = 0usize;
         let mut running: Vec<&NodeState> = Vec::new();
         for state in nodes.iter().flatten() {
             match state.phase {
@@ -170,6 +171,7 @@ impl Progress {
                 Phase::Preparing => counts[1] += 1,
                 Phase::Uploading => counts[2] += 1,
                 Phase::Running => counts[3] += 1,
+                Phase::Verifying => verifying += 1,
                 _ => {}
             }
             running.push(state);
@@ -178,9 +180,14 @@ impl Progress {
         let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
         let rate = finished as f64 / elapsed * 60.0;
         let mut text = format!(
-            "connecting {} · preparing {} · uploading {} · running {} | {:.0}/min",
-            counts[0], counts[1], counts[2], counts[3], rate
+            "connecting {} · preparing {} · uploading {} · running {}",
+            counts[0], counts[1], counts[2], counts[3]
         );
+        // Only runs that verify joins in the cluster have nodes in this phase.
+        if verifying > 0 {
+            text.push_str(&format!(" · waiting for Ready {verifying}"));
+        }
+        text.push_str(&format!(" | {rate:.0}/min"));
         if finished > 0 && finished < self.total {
             let eta = (self.total - finished) as f64 / (finished as f64 / elapsed);
             text.push_str(&format!(" | ETA {}", human(eta)));

@@ -61,6 +61,9 @@ pub fn node_line(o: &NodeOutcome, done: usize, total: usize) -> String {
     if o.steps.started() {
         let _ = write!(line, " {secs:.1}s");
     }
+    if let Some(ready) = o.cluster.as_ref().and_then(|c| c.ready_after) {
+        let _ = write!(line, ", Ready {ready:.1}s after keadm");
+    }
     if let Some(error) = o.error_with_output()
         && !o.succeeded()
     {
@@ -167,6 +170,7 @@ pub fn render(
             );
         }
     }
+    render_ready(&mut out, outcomes);
     let mut ran: Vec<&NodeOutcome> = outcomes.iter().filter(|o| o.steps.total() > 0.0).collect();
     ran.sort_by(|a, b| b.steps.total().total_cmp(&a.steps.total()));
     if ran.len() > 1 {
@@ -193,6 +197,40 @@ pub fn render(
         run_dir.display()
     );
     out
+}
+
+/// With a kubeconfig: how long the Ready joins took after keadm exited, the median and
+/// the slowest, with their time to registered.
+fn render_ready(out: &mut String, outcomes: &[NodeOutcome]) {
+    let mut ready: Vec<(&str, f64, f64)> = outcomes
+        .iter()
+        .filter_map(|o| {
+            let c = o.cluster.as_ref()?;
+            Some((
+                o.name.as_str(),
+                c.ready_after?,
+                c.registered_after.unwrap_or(0.0),
+            ))
+        })
+        .collect();
+    if ready.is_empty() {
+        return;
+    }
+    ready.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let median = ready[ready.len() / 2].1;
+    let slowest: Vec<String> = ready
+        .iter()
+        .take(5)
+        .map(|(name, ready, registered)| {
+            format!("{name} {ready:.1}s (registered {registered:.1}s)")
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "\nReady in the cluster: {} node(s), after keadm exited: median {median:.1}s; slowest: {}",
+        ready.len(),
+        slowest.join(", ")
+    );
 }
 
 #[cfg(test)]
