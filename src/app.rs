@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use crate::arch::Arch;
 use crate::cancel::Cancel;
+use crate::cluster_run::{self, ClusterRun};
 use crate::config::{self, validate::ProcessEnvironment};
 use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
 use crate::kubeedge::before_run::{self, Refused};
@@ -23,7 +24,6 @@ use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
 use crate::stage::{Meters, OfflineImages, StageError, StageSettings, Stager, XzCopies};
-use crate::verify::Verification;
 use crate::{bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
@@ -292,7 +292,7 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     } else {
         None
     };
-    let plan = plan::build(
+    let mut plan = plan::build(
         &loaded.config,
         options,
         home(),
@@ -301,12 +301,13 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     )
     .map_err(UsageError::from)?;
     check_join_images(&loaded.config)?;
-    kubeedge_checks(&plan, options)?;
+    // Before the token is checked, staging and any node: a cluster that cannot be asked
+    // refuses the run, and the joins that take their token from it get it here.
+    let cluster_run = ClusterRun::prepare(&mut plan, &loaded.config, options)?;
+    kubeedge_checks(&plan, options, cluster_run.as_ref())?;
     if options.preflight_only {
         return preflight_only(&plan, options.output);
     }
-    // Before staging and before any node: a cluster that cannot be asked refuses the run.
-    let verification = Verification::prepare(&plan, &loaded.config, options)?;
     // Staging rules that need no download are checked here, so a dry run reports them too.
     if let Some(staging) = &plan.staging {
         staging
@@ -324,7 +325,7 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         return print(dry_run::render(
             &plan,
             offline_images.as_ref(),
-            &Verification::describe(verification.as_ref(), options),
+            &ClusterRun::describe(cluster_run.as_ref(), options),
         ));
     }
     execute(
@@ -332,7 +333,7 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         &loaded.config,
         options,
         retry.map(|retry| retry.from),
-        verification,
+        cluster_run,
     )
 }
 
@@ -430,14 +431,22 @@ fn check_join_images(config: &config::Config) -> Result<(), Error> {
 }
 
 /// The join batch as a whole, before any node is touched: token lifetime, CA hash, and
-/// node names cloudcore already has. Fatal problems are a config error (exit 2).
-fn kubeedge_checks(plan: &plan::Plan, options: &RunOptions) -> Result<(), Error> {
+/// node names cloudcore (and, with a kubeconfig, the cluster) already has. Fatal problems
+/// are a config error (exit 2).
+fn kubeedge_checks(
+    plan: &plan::Plan,
+    options: &RunOptions,
+    cluster_run: Option<&ClusterRun>,
+) -> Result<(), Error> {
     let cwd = std::env::current_dir().unwrap_or_default();
     let per_node = rerun::latest_run(&cwd)
         .and_then(|run| rerun::measured_per_node_secs(&run))
         .unwrap_or(before_run::DEFAULT_PER_NODE_SECS);
     let now = outcome::now() as u64;
-    let problems = before_run::check(plan, options.preflight, now, per_node, !options.dry_run);
+    let mut problems = before_run::check(plan, options.preflight, now, per_node, !options.dry_run);
+    problems.extend(
+        cluster_run.and_then(|run| run.names_taken(plan, options.preflight, options.reset_first)),
+    );
     let (fatal, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(|p| p.fatal);
     for warning in warnings {
         log::warn!("{warning}");
@@ -491,7 +500,7 @@ fn execute(
     config: &config::Config,
     options: &RunOptions,
     retry_of: Option<PathBuf>,
-    verification: Option<Verification>,
+    cluster_run: Option<ClusterRun>,
 ) -> Result<(), Error> {
     let wall = std::time::Instant::now();
     let started_at = outcome::now();
@@ -578,18 +587,19 @@ fn execute(
         max_fail: options.max_fail,
         canary: options.canary,
     };
-    match &verification {
-        None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, |node| {
-            pipeline::process(node, &ctx)
-        }),
-        Some(verification) => verification.run_all(
-            &plan.nodes,
-            policy,
-            &cancel,
-            &recorder,
-            &ctx,
-            plan.max_run_num,
-        ),
+    // A reset checked clean has its Node deleted (--delete-nodes) by its own worker.
+    let process = |node: &plan::NodePlan| {
+        let outcome = pipeline::process(node, &ctx);
+        match &cluster_run {
+            Some(run) => run.after_reset(node, outcome),
+            None => outcome,
+        }
+    };
+    match cluster_run.as_ref().and_then(ClusterRun::verification) {
+        None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, process),
+        Some(verification) => {
+            verification.run_all(&plan.nodes, policy, &cancel, &recorder, &ctx, &process)
+        }
     }
     // Sites the run did not finish (the operator's Ctrl-C, --max-fail) still had
     // sources: they serve no more.
@@ -599,6 +609,10 @@ fn execute(
 
     progress.finish();
     let sites = ctx.relay.as_ref().map(|r| r.traffic()).unwrap_or_default();
+    let mut outcomes = recorder.outcomes();
+    if let Some(run) = &cluster_run {
+        run.mark_left_behind(&plan.nodes, &mut outcomes);
+    }
     let summary = Summary::of_run(
         RunFacts {
             run_id: &run_dir.id,
@@ -608,7 +622,7 @@ fn execute(
             stager: stager.as_ref(),
             sites: &sites,
         },
-        recorder.outcomes(),
+        outcomes,
     );
     let summary_path = run_dir.summary_path();
     if let Err(e) = summary.write(&summary_path) {
@@ -629,6 +643,7 @@ fn execute(
             )
         );
         eprint!("{}", recap::sites(&summary.sites));
+        eprint!("{}", cluster_run::left_behind_recap(&summary.nodes));
         if let Some(stager) = &stager {
             // The process goes on after the run: say so, or it looks left behind.
             for (arch, pid) in stager.copies_being_made() {

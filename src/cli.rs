@@ -190,6 +190,18 @@ struct BatchArgs {
     #[arg(long, help_heading = "Cluster")]
     no_wait: bool,
 
+    /// After a reset checked clean on its node, delete the node's Node object from the
+    /// cluster (needs a kubeconfig whose user may delete nodes). Without it, nothing is
+    /// ever written to the cluster.
+    #[arg(long, help_heading = "Cluster")]
+    delete_nodes: bool,
+
+    /// Read every join's token from the cluster (the tokensecret secret in kubeedge, as
+    /// `keadm gettoken` does) instead of keadmCmd's --token; a join whose --token is
+    /// empty or missing gets it so without this flag.
+    #[arg(long, help_heading = "Cluster")]
+    token_from_cluster: bool,
+
     /// Where keadm packages are staged on this machine (default: keadm's /tmp/kubeedge/keadm).
     #[arg(long, value_name = "DIR", help_heading = "Places")]
     staging_dir: Option<PathBuf>,
@@ -267,6 +279,13 @@ enum BatchSub {
         /// ~/.ssh/known_hosts).
         #[arg(long, value_name = "FILE")]
         known_hosts: Option<PathBuf>,
+        /// A kubeconfig (as kubectl reads it; over the config's `kubeconfig` and
+        /// $KUBECONFIG): each node's Node, Ready state and age, from one list. Read-only.
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// The kubeconfig's context to use instead of its current-context.
+        #[arg(long, value_name = "NAME")]
+        context: Option<String>,
         /// Print the status as one JSON document instead of a table.
         #[arg(long, value_name = "FORMAT")]
         output: Option<OutputArg>,
@@ -790,6 +809,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             only,
             host_key_policy,
             known_hosts,
+            kubeconfig,
+            context,
             output,
         }) => {
             return Ok(Command::Status(StatusOptions {
@@ -798,6 +819,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
                 only: only.into_iter().filter(|s| !s.is_empty()).collect(),
                 host_key_policy: host_key_policy.map(host_key_policy_of),
                 known_hosts,
+                kubeconfig,
+                context,
                 output: output_format(output),
             }));
         }
@@ -915,6 +938,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         context: batch.context,
         ready_timeout_seconds: batch.ready_timeout,
         no_wait: batch.no_wait,
+        delete_nodes: batch.delete_nodes,
+        token_from_cluster: batch.token_from_cluster,
         staging_dir: batch.staging_dir,
         run_dir: batch.run_dir,
         output: output_format(batch.output),

@@ -141,6 +141,16 @@ pub enum UsageError {
     /// `batch merge` was given directories it cannot combine.
     #[error(transparent)]
     Merge(#[from] MergeError),
+    /// A flag that works in the cluster, given without a kubeconfig.
+    #[error(
+        "{flag} needs the cluster, and no kubeconfig is given: add --kubeconfig FILE (or the config's kubeconfig, or set KUBECONFIG), or leave out {flag}. No node was touched."
+    )]
+    NeedsKubeconfig { flag: &'static str },
+    /// A join whose keadmCmd the cluster's token cannot be put into.
+    #[error(
+        "Node {node}: the join token read from the cluster cannot be put into its keadmCmd, because keadm would not read a --token added at its end ({command}). Put the keadm join part last in keadmCmd, or give the token in it. No node was touched."
+    )]
+    TokenNotPlaced { node: String, command: String },
 }
 
 /// One of the run's own files or directories, for [`OutputError::File`].

@@ -13,6 +13,7 @@ pub mod cancel;
 pub mod cli;
 pub mod cloudcore;
 pub mod cluster;
+pub mod cluster_run;
 pub mod config;
 pub mod diagnosis;
 pub mod digest;

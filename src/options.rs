@@ -113,6 +113,10 @@ pub struct StatusOptions {
     /// As a run's: the flag, then the config's, then accept-new.
     pub host_key_policy: Option<HostKeyPolicy>,
     pub known_hosts: Option<PathBuf>,
+    /// `--kubeconfig FILE`, as a run's: the Nodes' Ready state and age come from it.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--context NAME`, as a run's.
+    pub context: Option<String>,
     pub output: OutputFormat,
 }
 
@@ -126,6 +130,8 @@ impl StatusOptions {
             only: self.only.clone(),
             host_key_policy: self.host_key_policy,
             known_hosts: self.known_hosts.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
             output: self.output,
             ..RunOptions::default()
         }
@@ -234,6 +240,11 @@ pub struct RunOptions {
     pub ready_timeout_seconds: u64,
     /// `--no-wait`: with a kubeconfig, do not wait for joined nodes to be Ready.
     pub no_wait: bool,
+    /// `--delete-nodes`: after a reset verified clean, delete its Node from the cluster.
+    pub delete_nodes: bool,
+    /// `--token-from-cluster`: every join's token is read from the cluster, as
+    /// `keadm gettoken` reads it, whatever its keadmCmd says.
+    pub token_from_cluster: bool,
     // Places.
     pub staging_dir: Option<PathBuf>,
     pub run_dir: Option<PathBuf>,

@@ -138,8 +138,9 @@ pub struct NodeOutcome {
 }
 
 /// A join's node as the cluster showed it after keadm exited 0: the times are seconds
-/// from keadm's exit (0 for a Node that was there already), on this machine's clock.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// from keadm's exit (0 for a Node that was there already), on this machine's clock. For a
+/// reset (with a kubeconfig), what became of its Node object.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ClusterCheck {
     /// The Node name waited for: `--edgenode-name`, else the node's nodeName.
     pub node_name: String,
@@ -153,6 +154,17 @@ pub struct ClusterCheck {
     /// The Node's kubelet version when it was Ready (edgecore's: `v1.32.10-kubeedge-v1.23.1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// A verified reset with `--delete-nodes`: `true` when its Node object was deleted,
+    /// `false` when the cluster had none by that name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<bool>,
+    /// Why the Node object of a reset could not be deleted (it is left behind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_error: Option<String>,
+    /// A reset without `--delete-nodes`: the cluster still has its Node object (`Ready,
+    /// 3d old`), listed in the recap as left behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_behind: Option<String>,
 }
 
 /// What `--preflight-only`'s probe of one node found.

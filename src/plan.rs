@@ -139,6 +139,25 @@ pub fn sites(nodes: &[NodePlan]) -> Vec<(&Site, Vec<usize>)> {
 }
 
 impl NodePlan {
+    /// Puts `token` (read from the cluster) into this join's keadmCmd, as a `--token` at
+    /// its end (pflag's last value wins over an empty or stale one), and masks it in
+    /// everything written about the node. `Err` with the rendered keadmCmd when keadm
+    /// would not read it there (keadmCmd goes on after the keadm part: `... && echo`).
+    pub fn put_token(&mut self, token: &str) -> Result<(), String> {
+        let keadm_cmd = format!("{} --token={}", self.keadm_cmd, shell_quote(token));
+        let keadm_args = KeadmCommand::parse(&keadm_cmd);
+        if keadm_args.token() != Some(token) {
+            return Err(self.redactor.redact(&self.keadm_cmd));
+        }
+        let mut redactor = Redactor::clone(&self.redactor);
+        redactor.add(&crate::redact::Secret::new(token));
+        self.command = keadm_command(&self.exec_dir, &keadm_cmd);
+        self.keadm_cmd = keadm_cmd;
+        self.keadm_args = keadm_args;
+        self.redactor = Arc::new(redactor);
+        Ok(())
+    }
+
     /// `host:port`, with IPv6 literals in brackets.
     pub fn address(&self) -> String {
         display_address(&self.ssh.host, self.ssh.port)
@@ -482,6 +501,33 @@ impl NodePlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_clusters_token_goes_last_in_keadm_cmd_and_is_masked() {
+        let mut node = NodePlan::sample(0);
+        node.keadm_cmd = "join --cloudcore-ipport=192.0.2.1:10000 --token=".into();
+        node.put_token("aaaa.bbbb.cccc.dddd").unwrap();
+        assert_eq!(node.keadm_args.token(), Some("aaaa.bbbb.cccc.dddd"));
+        assert_eq!(
+            node.command,
+            "cd /tmp/x && ./keadm join --cloudcore-ipport=192.0.2.1:10000 --token= --token=aaaa.bbbb.cccc.dddd"
+        );
+        assert!(
+            !node
+                .redactor
+                .redact("edgecore: aaaa.bbbb.cccc.dddd")
+                .contains("aaaa")
+        );
+        // A keadmCmd that goes on after the keadm part would not hand keadm the token.
+        let mut node = NodePlan::sample(0);
+        node.keadm_cmd = "join --token= && echo done".into();
+        let before = node.command.clone();
+        assert_eq!(
+            node.put_token("aaaa.bbbb.cccc.dddd"),
+            Err("join --token= && echo done".into())
+        );
+        assert_eq!(node.command, before, "the plan is left as it was");
+    }
 
     #[test]
     fn commands_match_keadm() {

@@ -11,14 +11,15 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::cancel::Cancel;
+use crate::cluster::{self, NodeState};
 use crate::config::Config;
 use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
 use crate::options::{PreflightMode, StatusOptions};
 use crate::outcome::NodeOutcome;
 use crate::report::RunDir;
 use crate::report::progress::Progress;
-use crate::report::status::{Asked, StatusReport, StatusRow};
-use crate::{pipeline, plan, pool, rerun};
+use crate::report::status::{Asked, ClusterView, StatusReport, StatusRow};
+use crate::{pipeline, plan, pool, rerun, verify};
 
 /// Asks every node `options` selects from `config`, and reads the latest run under `cwd`.
 pub fn gather(
@@ -36,6 +37,9 @@ pub fn gather(
         None,
     )
     .map_err(UsageError::from)?;
+    // The cluster first (one list of its Nodes), so a kubeconfig that does not work
+    // stops the status before any node is asked.
+    let in_cluster = cluster_nodes(config, options)?;
     let progress = Progress::new(plan.nodes.len(), plan.total_in_config, false);
     let scratch = RunDir::scratch().map_err(OutputError::file(
         OutputFile::ScratchDir,
@@ -67,6 +71,7 @@ pub fn gather(
         Some(run) => rerun::last_outcomes(run)?,
         None => HashMap::new(),
     };
+    let now = std::time::SystemTime::now();
     let rows = plan
         .nodes
         .iter()
@@ -80,12 +85,39 @@ pub fn gather(
                 None => Asked::NotAsked,
             },
             last_run: last.remove(&node.name),
+            cluster: in_cluster.as_ref().map(|listed| {
+                let node_name = verify::node_name(node);
+                let state = listed.iter().find(|s| s.name == node_name);
+                ClusterView {
+                    registered: state.is_some(),
+                    ready: state.map(NodeState::status_word),
+                    age: state.and_then(|s| s.age(now)),
+                    node_name,
+                }
+            }),
         })
         .collect();
     Ok(StatusReport {
         rows,
         last_run_dir: latest.map(|dir| dir.strip_prefix(cwd).unwrap_or(&dir).display().to_string()),
     })
+}
+
+/// The cluster's Nodes, with a kubeconfig (`--kubeconfig`, the config's, `KUBECONFIG`):
+/// one list, read-only; `None` without one.
+fn cluster_nodes(
+    config: &Config,
+    options: &StatusOptions,
+) -> Result<Option<Vec<NodeState>>, Error> {
+    let Some(access) = cluster::Access::choose(
+        options.kubeconfig.clone(),
+        config.kubeconfig.clone(),
+        std::env::var("KUBECONFIG").ok(),
+        options.context.clone(),
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some(cluster::Cluster::connect(&access)?.nodes()?))
 }
 
 /// How `batch status` ends once its report is printed: interrupted (130) when the

@@ -10,12 +10,10 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cancel::Cancel;
-use crate::cluster::{self, Cluster, ClusterError, NodeWatch, Seen};
-use crate::config::Config;
+use crate::cluster::{Cluster, NodeWatch, Seen};
 use crate::diagnosis::FailureClass;
 use crate::kubeedge::classify;
 use crate::node_text::one_line;
-use crate::options::RunOptions;
 use crate::outcome::{ClusterCheck, NodeOutcome, Phase};
 use crate::plan::NodePlan;
 use crate::remote::EdgecoreState;
@@ -23,61 +21,14 @@ use crate::report::Recorder;
 use crate::report::transcript::Transcript;
 use crate::{pipeline, pool};
 
-/// The cluster a run verifies its joins in, asked before any node is touched.
-pub struct Verification {
-    pub cluster: Cluster,
-    /// The API server's version, for the plan.
-    pub version: String,
+/// The wait for joins' Nodes in the run's cluster (`cluster_run::ClusterRun` asked it,
+/// before any node was touched).
+pub struct Verification<'c> {
+    pub cluster: &'c Cluster,
     pub timeout: Duration,
 }
 
-impl Verification {
-    /// `None` without a kubeconfig (every behaviour as without the cluster), with
-    /// `--no-wait`, or when no selected node joins. Otherwise the API server must answer
-    /// and grant get, list and watch on nodes, or the run stops here (exit 2).
-    pub fn prepare(
-        plan: &crate::plan::Plan,
-        config: &Config,
-        options: &RunOptions,
-    ) -> Result<Option<Verification>, ClusterError> {
-        let Some(access) = cluster::Access::choose(
-            options.kubeconfig.clone(),
-            config.kubeconfig.clone(),
-            std::env::var("KUBECONFIG").ok(),
-            options.context.clone(),
-        ) else {
-            return Ok(None);
-        };
-        if options.no_wait || !plan.nodes.iter().any(|n| n.keadm_args.is_join()) {
-            return Ok(None);
-        }
-        let cluster = Cluster::connect(&access)?;
-        let version = cluster.version()?;
-        cluster.require(&cluster::Permission::VERIFY)?;
-        Ok(Some(Verification {
-            cluster,
-            version,
-            timeout: Duration::from_secs(options.ready_timeout_seconds.max(1)),
-        }))
-    }
-
-    /// The plan's line about the cluster.
-    pub fn describe(verification: Option<&Verification>, options: &RunOptions) -> String {
-        match verification {
-            Some(v) => format!(
-                "joins verified in {} (context {}, {}): each join's Node must register and be Ready within {} s of keadm's exit; the kubeconfig's user may get, list and watch nodes",
-                v.cluster.server,
-                if v.cluster.context.is_empty() { "-" } else { &v.cluster.context },
-                v.version,
-                v.timeout.as_secs()
-            ),
-            None if options.no_wait => {
-                "verification off (--no-wait): a join succeeds when keadm exits 0".to_string()
-            }
-            None => "verification off (no kubeconfig, or no join selected): a join succeeds when keadm exits 0".to_string(),
-        }
-    }
-
+impl Verification<'_> {
     /// Runs every node as [`pool::run_all`] does, each join that keadm finished handed to
     /// the wait for its Node. One watch for the whole run, started before the first node,
     /// so no Node that registers is missed; the waiting joins hold no worker.
@@ -88,8 +39,9 @@ impl Verification {
         cancel: &Cancel,
         recorder: &Recorder,
         ctx: &pipeline::Context,
-        max_run_num: usize,
+        process: &(dyn Fn(&NodePlan) -> NodeOutcome + Sync),
     ) {
+        let max_run_num = policy.max_run_num;
         let watch = self.cluster.watch();
         let verifier = Verifier::new(&watch, self.timeout);
         let ask = |asked: &[&NodePlan]| {
@@ -111,7 +63,7 @@ impl Verification {
                 cancel,
                 recorder,
                 |node| {
-                    let outcome = verifier.take(node, pipeline::process(node, ctx));
+                    let outcome = verifier.take(node, process(node));
                     if outcome.is_none() {
                         ctx.progress.phase(node.index, &node.name, Phase::Verifying);
                     }
@@ -352,6 +304,7 @@ fn ready_outcome(waiting: Waiting, seen: &Seen, nodes: &[NodePlan]) -> NodeOutco
         ready_after: Some(after(keadm_exit, ready_at)),
         condition: None,
         version: seen.state.kubelet_version.clone(),
+        ..ClusterCheck::default()
     };
     note(
         nodes,
@@ -413,7 +366,7 @@ fn cancelled_outcome(waiting: Waiting, seen: Option<&Seen>, nodes: &[NodePlan]) 
         condition: seen
             .and_then(|s| s.state.ready.as_ref())
             .map(|c| c.describe()),
-        version: None,
+        ..ClusterCheck::default()
     });
     outcome
 }
@@ -433,7 +386,7 @@ fn not_ready_outcome(
     let registered_after = after(keadm_exit, seen.first_seen);
     let condition = match &seen.state.ready {
         Some(c) if c.is_true() => {
-            "Ready, but with a heartbeat from before this run: the Node is an earlier join's, and this node's edgecore has not posted a status".to_string()
+            "Ready, but unchanged since before this run: the Node is an earlier join's, and nothing has written it since (this node's edgecore would when it connects)".to_string()
         }
         Some(c) => c.describe(),
         None => "the Node has no Ready condition yet".to_string(),
@@ -455,6 +408,7 @@ fn not_ready_outcome(
         ready_after: None,
         condition: Some(condition),
         version: seen.state.kubelet_version.clone(),
+        ..ClusterCheck::default()
     });
     outcome
 }
@@ -517,8 +471,7 @@ fn not_registered_outcome(
         node_name,
         registered_after: None,
         ready_after: None,
-        condition: None,
-        version: None,
+        ..ClusterCheck::default()
     });
     outcome
 }

@@ -148,6 +148,7 @@ fn a_node_that_registers_but_stays_not_ready_fails_with_the_nodes_condition() {
     );
     let sc = Scenario::new(&fleet);
     let out = run(&sc, &api, &["--ready-timeout", "3"]);
+    eprintln!("{}", out.stderr);
     out.status(1);
     let summary = out.summary();
     let n = &summary["nodes"][0];
@@ -314,4 +315,34 @@ fn a_second_ctrl_c_ends_the_wait_for_ready_and_says_so() {
         n["error"],
         "keadm join exited 0; the wait for the Node edge-00 to be Ready was cancelled by the operator (it had not registered yet)"
     );
+}
+
+#[test]
+fn a_node_left_ready_by_an_earlier_join_is_not_taken_for_this_one() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let api = FakeApiServer::start();
+    // Both names are in the cluster, Ready, before the run. edge-01's new edgecore
+    // connects and cloudcore writes its Node; edge-00's stays as it was.
+    api.existing_node("edge-00", true, Duration::from_secs(3600));
+    api.existing_node("edge-01", true, Duration::from_secs(3600));
+    api.node_on(
+        "edge-01",
+        after_keadm(fleet.node(1)),
+        Behaviour::ReadyAfter(Duration::from_millis(300)),
+    );
+    // (The scenario's directory lives as long as `sc`.)
+    let sc = Scenario::new(&fleet);
+    let out = run(&sc, &api, &["--ready-timeout", "3"]);
+    out.status(1);
+    let summary = out.summary();
+    assert_eq!(
+        summary["nodes"][0]["failure_class"], "not_ready",
+        "{summary}"
+    );
+    assert_eq!(
+        summary["nodes"][0]["cluster"]["condition"],
+        "Ready, but unchanged since before this run: the Node is an earlier join's, and nothing has written it since (this node's edgecore would when it connects)"
+    );
+    assert_eq!(summary["nodes"][0]["cluster"]["registered_after"], 0.0);
+    assert_eq!(summary["nodes"][1]["phase"], "succeeded", "{summary}");
 }

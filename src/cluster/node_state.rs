@@ -14,6 +14,8 @@ pub struct NodeState {
     pub ready: Option<Condition>,
     /// `status.nodeInfo.kubeletVersion`: edgecore reports `v1.32.10-kubeedge-v1.23.1`.
     pub kubelet_version: Option<String>,
+    /// `metadata.resourceVersion`: moves on every write to the Node.
+    pub resource_version: Option<String>,
 }
 
 /// A node condition, as `kubectl describe node` shows it.
@@ -23,8 +25,9 @@ pub struct Condition {
     pub status: String,
     pub reason: Option<String>,
     pub message: Option<String>,
-    /// `lastHeartbeatTime`: moves on every status the node posts, so a change of it is
-    /// proof that a node (not a stale object) is talking to the cluster now.
+    /// `lastHeartbeatTime`, as the server has it. On a KubeEdge node it does not move
+    /// while the node stays Ready (cloudcore writes the Node only on a change), so it
+    /// proves nothing about the node being alive.
     pub heartbeat: Option<String>,
 }
 
@@ -70,11 +73,33 @@ impl NodeState {
                 .and_then(|status| status.node_info.as_ref())
                 .map(|info| info.kubelet_version.clone())
                 .filter(|v| !v.is_empty()),
+            resource_version: node.metadata.resource_version.clone(),
         }
     }
 
     pub fn is_ready(&self) -> bool {
         self.ready.as_ref().is_some_and(Condition::is_true)
+    }
+
+    /// How long ago the Node was made, as kubectl's AGE column says it (`45s`, `12m`,
+    /// `3h`, `9d`); `None` when the server gave no creation time.
+    pub fn age(&self, now: std::time::SystemTime) -> Option<String> {
+        let created = humantime::parse_rfc3339_weak(self.created.as_deref()?).ok()?;
+        let secs = now.duration_since(created).map_or(0, |d| d.as_secs());
+        Some(match secs {
+            0..120 => format!("{secs}s"),
+            120..7200 => format!("{}m", secs / 60),
+            7200..172_800 => format!("{}h", secs / 3600),
+            _ => format!("{}d", secs / 86_400),
+        })
+    }
+
+    /// `Ready, 3h old`: the Node's state and age, for a message or a table cell.
+    pub fn describe(&self, now: std::time::SystemTime) -> String {
+        match self.age(now) {
+            Some(age) => format!("{}, {age} old", self.status_word()),
+            None => self.status_word().to_string(),
+        }
     }
 
     /// `Ready`, `NotReady` or `Unknown`, as kubectl's STATUS column says.
@@ -124,6 +149,23 @@ mod tests {
             Some("v1.32.10-kubeedge-v1.23.1")
         );
         assert_eq!(state.created.as_deref(), Some("2026-12-01T10:00:00Z"));
+    }
+
+    #[test]
+    fn the_age_reads_as_kubectls_age_column() {
+        let state = NodeState {
+            created: Some("2026-12-01T10:00:00Z".into()),
+            ..NodeState::default()
+        };
+        let at = |secs: u64| {
+            humantime::parse_rfc3339("2026-12-01T10:00:00Z").unwrap()
+                + std::time::Duration::from_secs(secs)
+        };
+        assert_eq!(state.age(at(45)).as_deref(), Some("45s"));
+        assert_eq!(state.age(at(15 * 60)).as_deref(), Some("15m"));
+        assert_eq!(state.age(at(5 * 3600)).as_deref(), Some("5h"));
+        assert_eq!(state.describe(at(9 * 86_400)), "Unknown, 9d old");
+        assert_eq!(NodeState::default().describe(at(0)), "Unknown");
     }
 
     #[test]

@@ -21,16 +21,16 @@ pub struct Seen {
     pub state: NodeState,
     /// When this machine first saw the Node (its clock, not the server's).
     pub first_seen: SystemTime,
-    /// When this machine first saw it Ready with a heartbeat newer than the one it had
-    /// when the watch began.
+    /// When this machine first saw it Ready, written since the watch began.
     pub ready_since: Option<SystemTime>,
-    /// The Ready heartbeat the Node had in the watch's first list, if it existed then: a
-    /// Node left over from an earlier join is Ready for this run only once that moves.
-    pub baseline_heartbeat: Option<Option<String>>,
+    /// The resourceVersion the Node had in the watch's first list, if it existed then: a
+    /// Node left over from an earlier join is Ready for this run only once something
+    /// writes it (the new edgecore's connect does), not for its old Ready.
+    pub baseline_version: Option<Option<String>>,
 }
 
 impl Seen {
-    /// Ready, and proven current: a Node new to this run, or one whose heartbeat moved.
+    /// Ready, and proven current: a Node new to this run, or one written since.
     pub fn ready_now(&self) -> bool {
         self.ready_since.is_some() && self.state.is_ready()
     }
@@ -208,10 +208,10 @@ async fn watch_from(api: &Api<Node>, mut version: String, shared: &Arc<(Mutex<St
 }
 
 /// Records `node` as seen now. `in_first_list`: the Node existed before this run began
-/// watching, so its Ready counts only once its heartbeat moves.
+/// watching, so its Ready counts only once it is written again.
 fn saw(state: &mut State, node: NodeState, in_first_list: bool) {
     let now = SystemTime::now();
-    let heartbeat = node.ready.as_ref().and_then(|c| c.heartbeat.clone());
+    let version = node.resource_version.clone();
     let entry = state
         .nodes
         .entry(node.name.clone())
@@ -219,11 +219,11 @@ fn saw(state: &mut State, node: NodeState, in_first_list: bool) {
             state: node.clone(),
             first_seen: now,
             ready_since: None,
-            baseline_heartbeat: in_first_list.then(|| heartbeat.clone()),
+            baseline_version: in_first_list.then(|| version.clone()),
         });
-    let current = match &entry.baseline_heartbeat {
+    let current = match &entry.baseline_version {
         None => true,
-        Some(baseline) => heartbeat.is_some() && heartbeat != *baseline,
+        Some(baseline) => version.is_some() && version != *baseline,
     };
     if node.is_ready() && current {
         entry.ready_since.get_or_insert(now);
@@ -246,14 +246,14 @@ mod tests {
     use super::*;
     use crate::cluster::node_state::Condition;
 
-    fn node(name: &str, ready: &str, heartbeat: &str) -> NodeState {
+    fn node(name: &str, ready: &str, version: &str) -> NodeState {
         NodeState {
             name: name.into(),
             ready: Some(Condition {
                 status: ready.into(),
-                heartbeat: Some(heartbeat.into()),
                 ..Condition::default()
             }),
+            resource_version: Some(version.into()),
             ..NodeState::default()
         }
     }
@@ -268,17 +268,60 @@ mod tests {
     }
 
     #[test]
-    fn a_node_left_from_before_is_ready_only_once_its_heartbeat_moves() {
+    fn a_node_left_from_before_is_ready_only_once_it_is_written_again() {
         let mut state = State::default();
-        saw(&mut state, node("old", "True", "t1"), true);
+        saw(&mut state, node("old", "True", "7"), true);
         assert!(
             !state.nodes["old"].ready_now(),
             "a stale Ready is not this run's"
         );
-        saw(&mut state, node("old", "True", "t1"), false);
+        // Listed again after a 410, unchanged.
+        saw(&mut state, node("old", "True", "7"), false);
         assert!(!state.nodes["old"].ready_now());
-        saw(&mut state, node("old", "True", "t2"), false);
+        saw(&mut state, node("old", "True", "9"), false);
         assert!(state.nodes["old"].ready_now());
+    }
+
+    /// The events a real kube-apiserver v1.32.13 sent while a real v1.23.1 edge node joined
+    /// (tests/fixtures/kube-apiserver/README.md), read as the watch reads them.
+    #[test]
+    fn a_real_join_s_watch_events_make_the_node_ready() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/kube-apiserver/watch-join.jsonl");
+        let mut state = State::default();
+        let mut kinds = Vec::new();
+        for line in std::fs::read_to_string(path).unwrap().lines() {
+            let event: WatchEvent<Node> = serde_json::from_str(line).unwrap();
+            match event {
+                WatchEvent::Added(n) | WatchEvent::Modified(n) => {
+                    kinds.push("node");
+                    saw(&mut state, NodeState::of(&n), false);
+                    let ready = state.nodes["edge-1"].ready_now();
+                    assert_eq!(ready, NodeState::of(&n).is_ready());
+                }
+                WatchEvent::Bookmark(b) => {
+                    kinds.push("bookmark");
+                    assert_eq!(b.metadata.resource_version, "509");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            kinds,
+            [
+                "node", "node", "node", "bookmark", "bookmark", "bookmark", "bookmark"
+            ]
+        );
+        let seen = &state.nodes["edge-1"];
+        assert!(seen.ready_now());
+        assert_eq!(
+            seen.state.ready.as_ref().unwrap().describe(),
+            "EdgeReady: edge is posting ready status"
+        );
+        assert_eq!(
+            seen.state.kubelet_version.as_deref(),
+            Some("v1.32.10-kubeedge-v1.23.1")
+        );
     }
 
     #[test]

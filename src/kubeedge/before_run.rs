@@ -78,6 +78,22 @@ pub enum ProblemKind {
     )]
     NamesTaken { base: String, names: Vec<String> },
     #[error(
+        "The cluster at {server} already has a Node named as {} of these joins: {}. {}",
+        .names.len(),
+        listed(.names),
+        if *.reset_first {
+            "With --reset-first each join replaces its node, and the Node object goes on under the new join."
+        } else {
+            "keadm join would refuse them, or a second machine would take the Node over: delete the stale Node objects (`kubectl delete node <name>`, or reset them with --delete-nodes), rename the joins (--edgenode-name), or run with --reset-first if these are the same machines."
+        }
+    )]
+    NodesInCluster {
+        server: String,
+        /// `name (Ready, 3d old)`.
+        names: Vec<String>,
+        reset_first: bool,
+    },
+    #[error(
         "Could not check the node names with cloudcore at {base}: {source}. Names cloudcore already has would make keadm join fail on those nodes."
     )]
     NamesUnchecked {

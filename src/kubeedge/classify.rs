@@ -54,6 +54,10 @@ const RULES: &[(FailureClass, &[&str])] = &[
             "expected cgroupspath to be of format",
             "cgroup driver",
             "cni plugin not initialized",
+            // edgecore's edged (its kubelet) refusing its configuration and exiting, seen
+            // on a real v1.23.1 node: `Start edged failed, err: failed to run Kubelet:
+            // invalid configuration: cgroup [...] has some missing paths`.
+            "start edged failed",
         ],
     ),
     (

@@ -43,6 +43,32 @@ pub struct StatusRow {
     /// The node's outcome in the latest run in the current directory (along its chain of
     /// retries), when it is in it.
     pub last_run: Option<NodeOutcome>,
+    /// The cluster's view of the node, with a kubeconfig.
+    pub cluster: Option<ClusterView>,
+}
+
+/// What the cluster has under a node's Node name (one list for the whole status).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClusterView {
+    /// The Node name a join of this node registers under.
+    pub node_name: String,
+    /// Whether the cluster has a Node by that name.
+    pub registered: bool,
+    /// `Ready`, `NotReady` or `Unknown` (null when not registered).
+    pub ready: Option<&'static str>,
+    /// The Node's age as kubectl shows it (`3h`), when it has one.
+    pub age: Option<String>,
+}
+
+impl ClusterView {
+    /// The CLUSTER cell: `Ready 3h`, `NotReady 5m`, or `no Node`.
+    fn cell(&self) -> String {
+        match (self.ready, &self.age) {
+            (Some(ready), Some(age)) => format!("{ready} {age}"),
+            (Some(ready), None) => ready.to_string(),
+            (None, _) => "no Node".to_string(),
+        }
+    }
 }
 
 /// Every selected node's row, in config order, and the run directory the last outcomes
@@ -115,9 +141,8 @@ impl StatusReport {
                 edgecore_version,
                 keadm,
                 row.last_run.as_ref().map_or_else(none, last_run_cell),
-                // The cluster's view (the Node's Ready state and age) goes here when a
-                // kubeconfig is given; without one there is none.
-                none(),
+                // The cluster's view: the Node's Ready state and age, with a kubeconfig.
+                row.cluster.as_ref().map_or_else(none, ClusterView::cell),
             ]);
         }
         let widths: Vec<usize> = (0..header.len())
@@ -222,9 +247,8 @@ struct JsonNode<'a> {
     edgecore_version: Option<&'a str>,
     keadm_version: Option<&'a str>,
     last_run: Option<JsonLastRun<'a>>,
-    /// The cluster's view of the node: null without a kubeconfig. (With one it is to
-    /// hold the Node's Ready state and age.)
-    cluster: Option<()>,
+    /// The cluster's view of the node: null without a kubeconfig.
+    cluster: Option<&'a ClusterView>,
 }
 
 #[derive(Serialize)]
@@ -265,7 +289,7 @@ impl<'a> JsonNode<'a> {
                 error: outcome.error.as_deref(),
                 finished_at: outcome.finished_at,
             }),
-            cluster: None,
+            cluster: row.cluster.as_ref(),
         }
     }
 }
@@ -296,6 +320,7 @@ mod tests {
                         keadm_version: Some("v1.20.0".into()),
                     }),
                     last_run: None,
+                    cluster: None,
                 },
                 StatusRow {
                     name: "edge-01".into(),
@@ -305,6 +330,7 @@ mod tests {
                         reason: "Cannot connect to 10.0.0.2:22: connection refused.".into(),
                     }),
                     last_run: Some(failed),
+                    cluster: None,
                 },
             ],
             last_run_dir: Some("batch_runs/x".into()),

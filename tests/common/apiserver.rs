@@ -44,6 +44,8 @@ struct State {
     requests: Vec<String>,
     denied: HashSet<(String, String)>,
     token: Option<String>,
+    /// DELETE of a Node answers 500, as an API server whose etcd is down does.
+    deletes_fail: bool,
 }
 
 pub struct FakeApiServer {
@@ -136,6 +138,37 @@ impl FakeApiServer {
             .push((name.to_string(), Box::new(when), behaviour));
     }
 
+    /// The `tokendata` of the kubeedge/tokensecret secret, as cloudcore writes it.
+    pub fn set_token(&self, token: &str) {
+        self.state.lock().unwrap().token = Some(token.to_string());
+    }
+
+    /// A Node the cluster has from before the run: made `age` ago, Ready or NotReady.
+    pub fn existing_node(&self, name: &str, ready: bool, age: Duration) {
+        let mut node = if ready {
+            node_object(name, "True", "EdgeReady", "edge is posting ready status")
+        } else {
+            node_object(
+                name,
+                "False",
+                "NodeStatusUnknown",
+                "Kubelet stopped posting node status.",
+            )
+        };
+        node["metadata"]["creationTimestamp"] = json!(rfc3339(SystemTime::now() - age));
+        change(&mut self.state.lock().unwrap(), "ADDED", node);
+    }
+
+    /// From now on, every DELETE of a Node fails with 500 Internal Server Error.
+    pub fn fail_deletes(&self) {
+        self.state.lock().unwrap().deletes_fail = true;
+    }
+
+    /// Whether the cluster has the Node `name` now.
+    pub fn has_node(&self, name: &str) -> bool {
+        self.state.lock().unwrap().nodes.contains_key(name)
+    }
+
     /// Every request so far: `METHOD path?query`.
     pub fn requests(&self) -> Vec<String> {
         self.state.lock().unwrap().requests.clone()
@@ -152,37 +185,27 @@ fn rfc3339(at: SystemTime) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
-/// A Node as kube-apiserver returns it (the fields a client reads), with its Ready
-/// condition; `beat` moves the heartbeat on, a second a beat.
-fn node_object(name: &str, ready: &str, reason: &str, message: &str, beat: u64) -> Value {
-    let now = SystemTime::now() + Duration::from_secs(beat);
-    json!({
-        "kind": "Node",
-        "apiVersion": "v1",
-        "metadata": {
-            "name": name,
-            "uid": format!("uid-{name}"),
-            "creationTimestamp": rfc3339(SystemTime::now()),
-            "labels": {"node-role.kubernetes.io/edge": "", "node-role.kubernetes.io/agent": ""}
-        },
-        "spec": {},
-        "status": {
-            "conditions": [{
-                "type": "Ready",
-                "status": ready,
-                "reason": reason,
-                "message": message,
-                "lastHeartbeatTime": rfc3339(now),
-                "lastTransitionTime": rfc3339(SystemTime::now())
-            }],
-            "nodeInfo": {
-                "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "6.1.0",
-                "osImage": "Debian GNU/Linux 12 (bookworm)", "containerRuntimeVersion": "containerd://1.6.20",
-                "kubeletVersion": "v1.32.10-kubeedge-v1.23.1", "kubeProxyVersion": "",
-                "operatingSystem": "linux", "architecture": "amd64"
-            }
+/// The Node a real kube-apiserver returned for a Ready edge node
+/// (tests/fixtures/kube-apiserver/node-ready.json), renamed, with this Ready condition.
+fn node_object(name: &str, ready: &str, reason: &str, message: &str) -> Value {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kube-apiserver/node-ready.json");
+    let mut node: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let now = rfc3339(SystemTime::now());
+    node["metadata"]["name"] = json!(name);
+    node["metadata"]["uid"] = json!(format!("uid-{name}"));
+    node["metadata"]["creationTimestamp"] = json!(now);
+    node["metadata"]["labels"]["kubernetes.io/hostname"] = json!(name);
+    for condition in node["status"]["conditions"].as_array_mut().unwrap() {
+        condition["lastHeartbeatTime"] = json!(now);
+        condition["lastTransitionTime"] = json!(now);
+        if condition["type"] == "Ready" {
+            condition["status"] = json!(ready);
+            condition["reason"] = json!(reason);
+            condition["message"] = json!(message);
         }
-    })
+    }
+    node
 }
 
 fn change(state: &mut State, kind: &'static str, mut object: Value) {
@@ -201,9 +224,11 @@ fn change(state: &mut State, kind: &'static str, mut object: Value) {
     state.events.push((version, kind, object));
 }
 
-/// The nodes' edgecores: registers each once its condition holds, then plays it.
+/// The nodes' edgecores, as a real v1.23.1 node shows in the watch
+/// (tests/fixtures/kube-apiserver/watch-join.jsonl): once its condition holds, `ADDED`
+/// NotReady; a node that turns Ready is `MODIFIED` once, Ready; then nothing more.
 fn edgecores(state: &Arc<Mutex<State>>, pending: &Pending, stop: &Arc<AtomicBool>) {
-    let mut playing: Vec<(String, Behaviour, Instant, u64)> = Vec::new();
+    let mut turning: Vec<(String, Instant)> = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         let started: Vec<(String, Behaviour)> = {
             let mut pending = pending.lock().unwrap();
@@ -220,41 +245,31 @@ fn edgecores(state: &Arc<Mutex<State>>, pending: &Pending, stop: &Arc<AtomicBool
             started
         };
         for (name, behaviour) in started {
-            let (reason, message) = match &behaviour {
-                Behaviour::ReadyAfter(_) => ("KubeletNotReady", "edgecore is starting".to_string()),
-                Behaviour::NotReady { reason, message } => (reason.as_str(), message.clone()),
-            };
-            let node = node_object(&name, "False", reason, &message, 0);
-            change(&mut state.lock().unwrap(), "ADDED", node);
-            playing.push((name, behaviour, Instant::now(), 1));
-        }
-        for (name, behaviour, since, beat) in &mut playing {
-            let node = match behaviour {
-                Behaviour::ReadyAfter(after) if since.elapsed() >= *after => node_object(
-                    name,
-                    "True",
-                    "EdgeReady",
-                    "edge is posting ready status",
-                    *beat,
-                ),
-                Behaviour::ReadyAfter(_) => continue,
+            let node = match &behaviour {
+                Behaviour::ReadyAfter(after) => {
+                    turning.push((name.clone(), Instant::now() + *after));
+                    node_object(
+                        &name,
+                        "False",
+                        "KubeletNotReady",
+                        "CSINode is not yet initialized",
+                    )
+                }
                 Behaviour::NotReady { reason, message } => {
-                    if since.elapsed() < Duration::from_secs(*beat) {
-                        continue;
-                    }
-                    node_object(name, "False", reason, message, *beat)
+                    node_object(&name, "False", reason, message)
                 }
             };
-            *beat += 1;
-            if let Behaviour::ReadyAfter(after) = behaviour {
-                // Ready from now on, with a heartbeat a second.
-                *after = since.elapsed() + Duration::from_secs(1);
-            }
+            change(&mut state.lock().unwrap(), "ADDED", node);
+        }
+        let now = Instant::now();
+        for (name, _) in turning.iter().filter(|(_, at)| *at <= now) {
             let mut state = state.lock().unwrap();
             if state.nodes.contains_key(name.as_str()) {
+                let node = node_object(name, "True", "EdgeReady", "edge is posting ready status");
                 change(&mut state, "MODIFIED", node);
             }
         }
+        turning.retain(|(_, at)| *at > now);
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -362,6 +377,11 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
                     &status(404, "NotFound", &format!("nodes \"{name}\" not found")),
                 ),
                 Some(node) if method == "GET" => respond(&mut out, "200 OK", &node),
+                Some(_) if state.deletes_fail => respond(
+                    &mut out,
+                    "500 Internal Server Error",
+                    &status(500, "InternalError", "etcdserver: request timed out"),
+                ),
                 Some(node) => {
                     change(&mut state, "DELETED", node.clone());
                     respond(&mut out, "200 OK", &node);
@@ -428,6 +448,7 @@ fn watch(
     let _ = out.flush();
     let until = Instant::now() + timeout;
     let mut sent = from;
+    let mut last_bookmark = Instant::now();
     while Instant::now() < until && !stop.load(Ordering::SeqCst) {
         let events: Vec<(u64, &'static str, Value)> = state
             .lock()
@@ -438,16 +459,33 @@ fn watch(
             .cloned()
             .collect();
         for (version, kind, object) in events {
-            let line = format!("{}\n", json!({"type": kind, "object": object}));
-            if write!(out, "{:x}\r\n{line}\r\n", line.len()).is_err() || out.flush().is_err() {
+            if !chunk(out, &json!({"type": kind, "object": object})) {
                 return;
             }
             sent = version;
+        }
+        // A quiet watch gets bookmarks, as the real server sends (about once a minute
+        // there; more often here, so the client meets them).
+        if last_bookmark.elapsed() >= Duration::from_secs(1) {
+            // The recorded bookmark's shape (tests/fixtures/kube-apiserver/watch-join.jsonl).
+            let bookmark = json!({"type": "BOOKMARK", "object": {"kind": "Node", "apiVersion": "v1",
+                "metadata": {"resourceVersion": sent.to_string(), "creationTimestamp": null},
+                "spec": {}, "status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 0}}}}});
+            if !chunk(out, &bookmark) {
+                return;
+            }
+            last_bookmark = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = write!(out, "0\r\n\r\n");
     let _ = out.flush();
+}
+
+/// One watch event as a chunk of its own; false once the client is gone.
+fn chunk(out: &mut impl Write, event: &Value) -> bool {
+    let line = format!("{event}\n");
+    write!(out, "{:x}\r\n{line}\r\n", line.len()).is_ok() && out.flush().is_ok()
 }
 
 /// Whether the fake keadm at `calls` (its `.calls` file on the node) has exited.

@@ -1,0 +1,344 @@
+//! The cluster's part of a run (`--kubeconfig`), decided before any node is touched: the
+//! API server must answer and grant what the run needs (get, list and watch on nodes;
+//! `get secrets` in kubeedge for a token read from the cluster; `delete nodes` for
+//! `--delete-nodes`), joins that need the token get it, and one list of Nodes finds the
+//! join names the cluster already has (`name_taken`). After a reset, the Node objects
+//! are deleted (`--delete-nodes`, the only write this tool makes to a cluster) or, one
+//! list again, named in the recap as left behind.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::cluster::{self, Cluster, NodeState, Permission};
+use crate::config::Config;
+use crate::error::{Error, UsageError};
+use crate::kubeedge::before_run::{Problem, ProblemKind};
+use crate::options::{PreflightMode, RunOptions};
+use crate::outcome::{ClusterCheck, NodeOutcome, Phase};
+use crate::plan::{NodePlan, Plan};
+use crate::redact::Redactor;
+use crate::report::transcript::Transcript;
+use crate::verify;
+
+/// `delete nodes`: what `--delete-nodes` needs besides reading.
+const DELETE: Permission = Permission::nodes("delete");
+
+/// The cluster a run works with, asked before any node is touched.
+pub struct ClusterRun {
+    pub cluster: Cluster,
+    pub version: String,
+    /// How long a join's Node may take to be Ready after keadm's exit; `None` when joins
+    /// are not waited for (`--no-wait`, or no join selected).
+    pub wait: Option<Duration>,
+    /// Whether a reset is selected.
+    pub resets: bool,
+    /// `--delete-nodes`, with a reset selected.
+    pub delete_nodes: bool,
+    /// The Nodes the cluster had before any node was touched (listed when a join is
+    /// selected, for `name_taken`).
+    pub nodes_before: Vec<NodeState>,
+    /// How many joins got the cluster's token.
+    pub token_for: usize,
+}
+
+/// Whether a join takes its token from the cluster: `--token-from-cluster`, or a
+/// keadmCmd whose `--token` is empty or missing.
+fn wants_token(node: &NodePlan, options: &RunOptions) -> bool {
+    node.keadm_args.is_join() && (options.token_from_cluster || node.keadm_args.token().is_none())
+}
+
+impl ClusterRun {
+    /// `None` without a kubeconfig (every behaviour as without the cluster; then
+    /// `--delete-nodes` and `--token-from-cluster` are usage errors), or when the plan
+    /// has neither a join nor a reset. Otherwise the API server must answer and grant
+    /// what the run needs, or the run stops here (exit 2); the joins that want the
+    /// cluster's token get it in `plan`.
+    pub fn prepare(
+        plan: &mut Plan,
+        config: &Config,
+        options: &RunOptions,
+    ) -> Result<Option<ClusterRun>, Error> {
+        let Some(access) = cluster::Access::choose(
+            options.kubeconfig.clone(),
+            config.kubeconfig.clone(),
+            std::env::var("KUBECONFIG").ok(),
+            options.context.clone(),
+        ) else {
+            for (given, flag) in [
+                (options.delete_nodes, "--delete-nodes"),
+                (options.token_from_cluster, "--token-from-cluster"),
+            ] {
+                if given {
+                    return Err(UsageError::NeedsKubeconfig { flag }.into());
+                }
+            }
+            return Ok(None);
+        };
+        let joins = plan.nodes.iter().any(|n| n.keadm_args.is_join());
+        let resets = plan.nodes.iter().any(|n| n.keadm_args.is_edge_reset());
+        if !joins && !resets {
+            return Ok(None);
+        }
+        let token_for = plan
+            .nodes
+            .iter()
+            .filter(|n| wants_token(n, options))
+            .count();
+        let delete_nodes = options.delete_nodes && resets;
+        if options.delete_nodes && !resets {
+            log::warn!(
+                "--delete-nodes deletes the Node objects of resets, and no selected node's keadmCmd is a reset: nothing will be deleted."
+            );
+        }
+        let mut permissions = Permission::VERIFY.to_vec();
+        if token_for > 0 {
+            permissions.push(Permission::TOKEN);
+        }
+        if delete_nodes {
+            permissions.push(DELETE);
+        }
+        let cluster = Cluster::connect(&access)?;
+        let version = cluster.version()?;
+        cluster.require(&permissions)?;
+        if token_for > 0 {
+            let token = cluster.join_token()?;
+            for node in plan.nodes.iter_mut().filter(|n| wants_token(n, options)) {
+                node.put_token(&token)
+                    .map_err(|command| UsageError::TokenNotPlaced {
+                        node: node.name.clone(),
+                        command,
+                    })?;
+            }
+        }
+        let nodes_before = if joins { cluster.nodes()? } else { Vec::new() };
+        Ok(Some(ClusterRun {
+            cluster,
+            version,
+            wait: (joins && !options.no_wait)
+                .then(|| Duration::from_secs(options.ready_timeout_seconds.max(1))),
+            resets,
+            delete_nodes,
+            nodes_before,
+            token_for,
+        }))
+    }
+
+    /// The wait for joins' Nodes, unless joins are not waited for.
+    pub fn verification(&self) -> Option<verify::Verification<'_>> {
+        self.wait.map(|timeout| verify::Verification {
+            cluster: &self.cluster,
+            timeout,
+        })
+    }
+
+    /// The plan's line about the cluster.
+    pub fn describe(run: Option<&ClusterRun>, options: &RunOptions) -> String {
+        let Some(run) = run else {
+            return if options.no_wait {
+                "verification off (--no-wait): a join succeeds when keadm exits 0".to_string()
+            } else {
+                "verification off (no kubeconfig, or no join selected): a join succeeds when keadm exits 0".to_string()
+            };
+        };
+        let context = if run.cluster.context.is_empty() {
+            "-"
+        } else {
+            &run.cluster.context
+        };
+        let mut line = match run.wait {
+            Some(timeout) => format!(
+                "joins verified in {} (context {context}, {}): each join's Node must register and be Ready within {} s of keadm's exit; the kubeconfig's user may get, list and watch nodes",
+                run.cluster.server,
+                run.version,
+                timeout.as_secs()
+            ),
+            None => format!(
+                "{} (context {context}, {}): {}",
+                run.cluster.server,
+                run.version,
+                if options.no_wait {
+                    "joins are not waited for (--no-wait)"
+                } else {
+                    "no join to verify"
+                }
+            ),
+        };
+        if run.resets {
+            line.push_str(if run.delete_nodes {
+                "; each reset checked clean has its Node object deleted (--delete-nodes)"
+            } else {
+                "; the Node objects resets leave are listed in the recap (--delete-nodes deletes them)"
+            });
+        }
+        if run.token_for > 0 {
+            let _ = write!(
+                line,
+                "; {} join(s) take the token from the cluster (secret tokensecret in kubeedge)",
+                run.token_for
+            );
+        }
+        if run.delete_nodes {
+            line.push_str(
+                "; each reset checked clean has its Node object deleted (--delete-nodes)",
+            );
+        }
+        line
+    }
+
+    /// `name_taken` from the cluster: the joins whose Node name the cluster already has,
+    /// each with that Node's state and age. Refused under `--preflight strict`, a warning
+    /// otherwise, and always only a warning with `--reset-first`, whose join replaces the
+    /// node it finds.
+    pub fn names_taken(
+        &self,
+        plan: &Plan,
+        mode: PreflightMode,
+        reset_first: bool,
+    ) -> Option<Problem> {
+        if mode == PreflightMode::Off {
+            return None;
+        }
+        let now = SystemTime::now();
+        let taken: Vec<String> = plan
+            .nodes
+            .iter()
+            .filter(|n| n.keadm_args.is_join())
+            .filter_map(|n| {
+                let name = verify::node_name(n);
+                let state = self.nodes_before.iter().find(|s| s.name == name)?;
+                Some(format!("{name} ({})", state.describe(now)))
+            })
+            .collect();
+        if taken.is_empty() {
+            return None;
+        }
+        Some(Problem {
+            fatal: mode == PreflightMode::Strict && !reset_first,
+            kind: ProblemKind::NodesInCluster {
+                server: self.cluster.server.clone(),
+                names: taken,
+                reset_first,
+            },
+        })
+    }
+
+    /// After a node's run: a reset checked clean on its node has its Node object deleted
+    /// (`--delete-nodes`), and the outcome and transcript say what became of it. Other
+    /// outcomes pass unchanged.
+    pub fn after_reset(&self, node: &NodePlan, mut outcome: NodeOutcome) -> NodeOutcome {
+        if !self.delete_nodes || !outcome.reset_verified || !node.keadm_args.is_edge_reset() {
+            return outcome;
+        }
+        let node_name = verify::node_name(node);
+        let mut check = ClusterCheck {
+            node_name: node_name.clone(),
+            ..ClusterCheck::default()
+        };
+        let line = match self.cluster.delete_node(&node_name) {
+            Ok(true) => {
+                check.deleted = Some(true);
+                format!(
+                    "[keadm-batch] deleted the Node {node_name} from the cluster (--delete-nodes)"
+                )
+            }
+            Ok(false) => {
+                check.deleted = Some(false);
+                format!("[keadm-batch] the cluster has no Node {node_name}: nothing to delete")
+            }
+            Err(error) => {
+                let error = node.redactor.redact(&error.to_string());
+                log::warn!(
+                    "Node {}: its reset was verified, but its Node object {node_name} was not deleted: {error}",
+                    node.name
+                );
+                check.delete_error = Some(error.clone());
+                format!("[keadm-batch] could not delete the Node {node_name}: {error}")
+            }
+        };
+        note(&outcome, &node.redactor, &line);
+        outcome.cluster = Some(check);
+        outcome
+    }
+
+    /// Without `--delete-nodes`: the resets that succeeded whose Node object the cluster
+    /// still has, from one list, marked in their outcomes (`left_behind`).
+    pub fn mark_left_behind(&self, nodes: &[NodePlan], outcomes: &mut [NodeOutcome]) {
+        if self.delete_nodes {
+            return;
+        }
+        let resets: Vec<&mut NodeOutcome> = outcomes
+            .iter_mut()
+            .filter(|o| o.phase == Phase::Succeeded)
+            .filter(|o| {
+                nodes
+                    .iter()
+                    .any(|n| n.index == o.index && n.keadm_args.is_edge_reset())
+            })
+            .collect();
+        if resets.is_empty() {
+            return;
+        }
+        let listed = match self.cluster.nodes() {
+            Ok(listed) => listed,
+            Err(error) => {
+                log::warn!("Could not list the cluster's Nodes after the resets: {error}");
+                return;
+            }
+        };
+        let now = SystemTime::now();
+        for outcome in resets {
+            let Some(node) = nodes.iter().find(|n| n.index == outcome.index) else {
+                continue;
+            };
+            let node_name = verify::node_name(node);
+            if let Some(state) = listed.iter().find(|s| s.name == node_name) {
+                outcome.cluster = Some(ClusterCheck {
+                    node_name,
+                    left_behind: Some(state.describe(now)),
+                    ..ClusterCheck::default()
+                });
+            }
+        }
+    }
+}
+
+/// The recap's list of Node objects that resets left in the cluster: those not deleted
+/// without `--delete-nodes`, and those whose delete failed. Empty when there is none.
+pub fn left_behind_recap(outcomes: &[NodeOutcome]) -> String {
+    let mut lines = String::new();
+    for outcome in outcomes {
+        let Some(check) = &outcome.cluster else {
+            continue;
+        };
+        let why = match (&check.left_behind, &check.delete_error) {
+            (Some(state), _) => state.clone(),
+            (None, Some(error)) => format!("not deleted: {error}"),
+            (None, None) => continue,
+        };
+        let _ = writeln!(
+            lines,
+            "  {} (node {}): {why}",
+            check.node_name, outcome.name
+        );
+    }
+    if lines.is_empty() {
+        return lines;
+    }
+    format!(
+        "Node objects left in the cluster by resets (delete them with `kubectl delete node NAME`, or run the reset with --delete-nodes):\n{lines}"
+    )
+}
+
+/// Adds `line` to the node's transcript (its pipeline has closed it).
+fn note(outcome: &NodeOutcome, redactor: &Arc<Redactor>, line: &str) {
+    let Some(path) = &outcome.transcript else {
+        return;
+    };
+    if let Ok(mut transcript) =
+        Transcript::reopen(std::path::Path::new(path), redactor.clone(), 64 << 10)
+    {
+        transcript.note(line);
+        transcript.finish();
+    }
+}
