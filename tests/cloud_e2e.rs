@@ -14,9 +14,11 @@
 //! from the offline directory, as in keadm_e2e).
 //!
 //! Each edge node is a fleet node (its own mount and pid namespaces, the host's network,
-//! so it reaches cloudcore on 127.0.0.1) set up as keadm_e2e's, plus what edgecore's
-//! kubelet writes kept private to the node (/var/lib/edged, /var/lib/kubelet,
-//! /var/log/pods), and a containerd with a CNI bridge config (Debian's plugins, in
+//! so it reaches cloudcore on 127.0.0.1) with an /etc of its own (tests/common/
+//! edge_state.rs: keadm's reset removes /etc/kubeedge, which the tool then checks), the
+//! rest of what keadm join writes on tmpfs as in keadm_e2e, what edgecore's kubelet
+//! writes kept private to the node (/var/lib/edged, /var/lib/kubelet, /var/log/pods),
+//! and a containerd with a CNI bridge config (Debian's plugins, in
 //! containerd's own network namespace, no gateway): CRI reports the network ready, and
 //! the node turns Ready. One node's containerd has no CNI config: CRI says its CNI plugin
 //! is not initialized, and edgecore keeps its Node NotReady, with that message. Two
@@ -26,26 +28,28 @@
 //! (a cgroup root of a node's own would have to exist in every cgroup v1 hierarchy
 //! before edged starts, or edged exits before it registers).
 //!
-//! The run: the two good nodes join and the tool waits, through the cluster, until both
-//! are Ready (exit 0; each node's times to registered and to Ready in summary.json,
-//! checked against the API server); the node without CNI fails `not_ready` with the
-//! Node's own condition message; a node on a site LAN, where cloudcore's loopback ports
-//! are not routed, is stopped by pre-flight under `strict` before anything is touched,
-//! and no Node of its name appears; then `keadm reset` of the three joined nodes with
-//! `--delete-nodes` leaves no Node object and no edgecore on any of them.
+//! Each run has a config of its own listing just its nodes. The run: the two good
+//! nodes join and the tool waits, through the cluster, until both are Ready (exit 0;
+//! each node's times to registered and to Ready in summary.json, its kubelet version
+//! checked against the API server's Node); the node without CNI fails `not_ready` with
+//! the Node's own condition; a node on a site LAN, where cloudcore's loopback ports are
+//! not routed, is stopped by pre-flight under `strict` with exactly the two
+//! `cloudcore_unreachable_from_node` findings, untouched, and no Node of its name
+//! appears; then `keadm reset` of the three joined nodes with `--delete-nodes` leaves no
+//! Node object and no edgecore on any of them.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::common::containerd::{Containerd, ENDPOINT, SANDBOX_IMAGE};
+use crate::common::edge_state::clean_etc;
 use crate::common::fake_release::{ChecksumFile, FakeRelease};
 use crate::common::fleet::{Fleet, Node};
 use crate::common::image_archive::{docker_archive_carrying, host_arch, oci_archive};
 use crate::common::real_cloud::{CloudBinaries, RealCloud, ready_condition};
 use crate::common::scenario::{Scenario, VERSION};
 use crate::common::test::Output;
-use crate::common::edge_state::clean_etc;
 use crate::keadm_e2e::{MadeMountPoints, SYSTEMCTL, keadm_version};
 
 /// What keadm join writes outside /etc (which is the node's own, [`clean_etc`]): a tmpfs
@@ -89,7 +93,7 @@ fn edge_node(node: &Node, cni: bool) -> Containerd {
         .iter()
         .enumerate()
         .map(|(i, dir)| {
-            format!("mkdir -p /tmp/kubelet-{i} && mount --bind /tmp/kubelet-{i} {dir}\n")
+            format!("mkdir -p /tmp/kubelet-{i} {dir} && mount --bind /tmp/kubelet-{i} {dir}\n")
         })
         .collect();
     node.shell_ok(&format!(
@@ -128,20 +132,49 @@ fn join_cmd(cloud: &RealCloud, token: &str, i: usize) -> String {
     )
 }
 
-/// The offline directory of `sc`: the real keadm in its release package, and the two
-/// images keadm join runs, the installation-package carrying the real edgecore.
-fn write_kit(sc: &Scenario, bins: &CloudBinaries) {
+/// Writes the offline directory into `dir`: the real keadm in its release package, and
+/// the two images keadm join runs, the installation-package carrying the real edgecore.
+fn write_kit(dir: &Path, bins: &CloudBinaries) {
     let keadm = fs::read(bins.path("keadm")).unwrap();
     FakeRelease::new(VERSION, host_arch())
         .with_binary(&keadm)
-        .write_offline(&sc.path("packages"), ChecksumFile::Matching);
-    let images = sc.path("packages").join(host_arch()).join("images");
+        .write_offline(dir, ChecksumFile::Matching);
+    let images = dir.join(host_arch()).join("images");
     docker_archive_carrying(
         &images.join(format!("installation-package_{VERSION}.tar")),
         &format!("kubeedge/installation-package:{VERSION}"),
         &fs::read(bins.path("edgecore")).unwrap(),
     );
     oci_archive(&images.join("pause_3.6.tar"), SANDBOX_IMAGE);
+}
+
+/// A run over fleet nodes `nodes` only, with the offline directory `kit`, under
+/// `--preflight strict`: a config of their own for each run (rather than `--only`), so
+/// each run's summary and transcripts number just its nodes.
+fn scenario<'f>(fleet: &'f Fleet, nodes: &[usize], kit: &Path) -> Scenario<'f> {
+    let sc = Scenario::new(fleet)
+        .arch_group(&format!("[{}]", host_arch()))
+        .node_yaml("timeoutSeconds: 600")
+        .preflight("strict")
+        .max_run_num(3)
+        .only_nodes(nodes);
+    std::os::unix::fs::symlink(kit, sc.path("packages")).unwrap();
+    sc
+}
+
+/// [`scenario`] joining `nodes` to `cloud`.
+fn joins<'f>(
+    fleet: &'f Fleet,
+    nodes: &[usize],
+    kit: &Path,
+    cloud: &RealCloud,
+    token: &str,
+) -> Scenario<'f> {
+    let mut sc = scenario(fleet, nodes, kit);
+    for &i in nodes {
+        sc = sc.cmd_for(i, &join_cmd(cloud, token, i));
+    }
+    sc
 }
 
 /// Seconds in `node`'s `cluster` object under `key`, which must be a number.
@@ -185,28 +218,24 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
             .collect(),
     );
     let runtimes: Vec<Containerd> = (0..3).map(|i| edge_node(fleet.node(i), i < 2)).collect();
-    let mut sc = Scenario::new(&fleet)
-        .arch_group(&format!("[{}]", host_arch()))
-        .node_yaml("timeoutSeconds: 600")
-        .preflight("strict")
-        .max_run_num(3);
-    for i in 0..3 {
-        sc = sc.cmd_for(i, &join_cmd(&cloud, &token, i));
-    }
-    write_kit(&sc, &bins);
+    let kit = tempfile::Builder::new()
+        .prefix("cloud-e2e-kit-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    write_kit(kit.path(), &bins);
 
     // 1. Two good nodes: joined, registered and Ready, seen by the tool and by the API server.
-    let out = sc.run(&[
+    let good = joins(&fleet, &[0, 1], kit.path(), &cloud, &token);
+    let out = good.run(&[
         "--kubeconfig",
         &kubeconfig,
         "--ready-timeout",
         READY_TIMEOUT,
-        "--only",
-        "edge-00,edge-01",
     ]);
     for i in 0..2 {
         eprintln!("cloud_e2e: edge-0{i}'s transcript ends:\n{}", tail(&out, i));
     }
+    eprintln!("cloud_e2e: the good nodes' run:\n{}", out.stdout);
     assert_eq!(
         out.code(),
         0,
@@ -241,13 +270,12 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
 
     // 2. The node whose runtime has no CNI config registers and stays NotReady: not_ready,
     //    with the message the Node itself carries.
-    let out = sc.run(&[
+    let bad = joins(&fleet, &[2], kit.path(), &cloud, &token);
+    let out = bad.run(&[
         "--kubeconfig",
         &kubeconfig,
         "--ready-timeout",
         NOT_READY_TIMEOUT,
-        "--only",
-        "edge-02",
     ]);
     out.status(1);
     let summary = out.node_summary(2);
@@ -277,14 +305,18 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
     // 3. A node that cannot reach cloudcore's ports (a site LAN: the control host's
     //    loopback is not routed there) is stopped by pre-flight, untouched, unregistered.
     let lan = Fleet::builder().nodes(1).site_lans(&[0]).start();
-    let blocked = Scenario::new(&lan)
-        .arch_group(&format!("[{}]", host_arch()))
-        .preflight("strict")
-        .cmd(&join_cmd(&cloud, &token, 3));
-    write_kit(&blocked, &bins);
+    let _lan_runtime = edge_node(lan.node(0), true);
+    let blocked = joins(&lan, &[0], kit.path(), &cloud, &token);
+    // Its own name: edge-00 is a Node already (pre-flight would say name_taken too).
+    fs::write(
+        blocked.path("config.yaml"),
+        blocked.config_text().replace("edge-00", "edge-lan"),
+    )
+    .unwrap();
     let out = blocked.run(&["--kubeconfig", &kubeconfig]);
     out.status(1);
-    let summary = out.node_summary(0);
+    let summary = out.summary()["nodes"][0].clone();
+    assert_eq!(summary["name"], "edge-lan", "{summary}");
     assert_eq!(summary["phase"], "skipped", "{summary}");
     let findings: Vec<String> = summary["preflight"]
         .as_array()
@@ -298,14 +330,17 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
             )
         })
         .collect();
-    for port in [cloud.hub_port, cloud.cert_port] {
-        assert!(
-            findings.iter().any(|f| f.starts_with(&format!(
-                "cloudcore_unreachable_from_node 127.0.0.1:{port} "
-            ))),
-            "{findings:?}"
-        );
-    }
+    let mut expected: Vec<String> = [cloud.hub_port, cloud.cert_port]
+        .iter()
+        .map(|port| format!("cloudcore_unreachable_from_node 127.0.0.1:{port}"))
+        .collect();
+    expected.sort();
+    let mut found: Vec<String> = findings
+        .iter()
+        .map(|f| f.split(' ').take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    found.sort();
+    assert_eq!(found, expected, "{findings:?}");
     assert!(
         !lan.node(0).tmp_path("kubeedge").exists(),
         "the node pre-flight stopped was touched"
@@ -317,11 +352,7 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
     );
 
     // 4. keadm reset of the three with --delete-nodes: no Node object, no edgecore.
-    let reset = Scenario::new(&fleet)
-        .arch_group(&format!("[{}]", host_arch()))
-        .cmd("reset edge --force")
-        .max_run_num(3);
-    std::os::unix::fs::symlink(sc.path("packages"), reset.path("packages")).unwrap();
+    let reset = scenario(&fleet, &[0, 1, 2], kit.path()).cmd("reset edge --force");
     let out = reset.run(&["--kubeconfig", &kubeconfig, "--delete-nodes"]);
     assert_eq!(out.code(), 0, "{}\n{}", out.stdout, out.stderr);
     let left: Vec<String> = cloud
