@@ -132,14 +132,17 @@ fn join_cmd(cloud: &RealCloud, token: &str, i: usize) -> String {
     )
 }
 
-/// Writes the offline directory into `dir`: the real keadm in its release package, and
-/// the two images keadm join runs, the installation-package carrying the real edgecore.
+/// Writes the offline directory into `dir/packages` (and makes `dir/staging`): the real
+/// keadm in its release package, and the two images keadm join runs, the
+/// installation-package carrying the real edgecore.
 fn write_kit(dir: &Path, bins: &CloudBinaries) {
     let keadm = fs::read(bins.path("keadm")).unwrap();
+    let packages = dir.join("packages");
+    fs::create_dir_all(dir.join("staging")).unwrap();
     FakeRelease::new(VERSION, host_arch())
         .with_binary(&keadm)
-        .write_offline(dir, ChecksumFile::Matching);
-    let images = dir.join(host_arch()).join("images");
+        .write_offline(&packages, ChecksumFile::Matching);
+    let images = packages.join(host_arch()).join("images");
     docker_archive_carrying(
         &images.join(format!("installation-package_{VERSION}.tar")),
         &format!("kubeedge/installation-package:{VERSION}"),
@@ -148,17 +151,20 @@ fn write_kit(dir: &Path, bins: &CloudBinaries) {
     oci_archive(&images.join("pause_3.6.tar"), SANDBOX_IMAGE);
 }
 
-/// A run over fleet nodes `nodes` only, with the offline directory `kit`, under
-/// `--preflight strict`: a config of their own for each run (rather than `--only`), so
-/// each run's summary and transcripts number just its nodes.
+/// A run over fleet nodes `nodes` only, with the offline directory and the staging
+/// directory of `kit` ([`write_kit`]'s), under `--preflight strict`: a config of their
+/// own for each run (rather than `--only`), so each run's summary and transcripts number
+/// just its nodes. One staging directory serves every run: keadm is staged, and its xz
+/// copy made (in a process that outlives the run), once.
 fn scenario<'f>(fleet: &'f Fleet, nodes: &[usize], kit: &Path) -> Scenario<'f> {
     let sc = Scenario::new(fleet)
         .arch_group(&format!("[{}]", host_arch()))
         .node_yaml("timeoutSeconds: 600")
         .preflight("strict")
         .max_run_num(3)
-        .only_nodes(nodes);
-    std::os::unix::fs::symlink(kit, sc.path("packages")).unwrap();
+        .only_nodes(nodes)
+        .staging_in(&kit.join("staging"));
+    std::os::unix::fs::symlink(kit.join("packages"), sc.path("packages")).unwrap();
     sc
 }
 
@@ -232,10 +238,6 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
         "--ready-timeout",
         READY_TIMEOUT,
     ]);
-    for i in 0..2 {
-        eprintln!("cloud_e2e: edge-0{i}'s transcript ends:\n{}", tail(&out, i));
-    }
-    eprintln!("cloud_e2e: the good nodes' run:\n{}", out.stdout);
     assert_eq!(
         out.code(),
         0,
@@ -244,6 +246,11 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
         out.stderr,
         cloud.log("cloudcore")
     );
+    for i in 0..2 {
+        eprintln!("cloud_e2e: edge-0{i}'s transcript ends:\n{}", tail(&out, i));
+    }
+    // The recap (on stderr): each node's line with its time to Ready, then the totals.
+    eprintln!("cloud_e2e: the good nodes' run:\n{}", out.stderr);
     for i in 0..2 {
         let name = Scenario::name(i);
         let summary = out.node_summary(i);
