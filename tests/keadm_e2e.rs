@@ -54,9 +54,11 @@ const PRIVATE_DIRS: [&str; 5] = [
 /// `inactive` (3) otherwise, so pre-flight sees no edgecore before the join; anything else
 /// (`daemon-reload`, `enable`) succeeds. A started unit stays active until stopped even
 /// when its process has exited: the real edgecore keeps running, its stand-in exits once
-/// it has written the certificates. Every call is logged to the node's /tmp/systemctl.log.
+/// it has written the certificates. A unit runs in a session of its own, as under
+/// systemd, so a real edgecore outlives the SSH session of the keadm that started it
+/// (tests/cloud_e2e.rs). Every call is logged to the node's /tmp/systemctl.log.
 /// The `KB_SYSTEMCTL_*` variables move its files, for the test of the script itself.
-const SYSTEMCTL: &str = r#"#!/bin/sh
+pub(crate) const SYSTEMCTL: &str = r#"#!/bin/sh
 # systemctl (test stand-in): the test node runs no init.
 units=${KB_SYSTEMCTL_UNITS:-/etc/systemd/system}
 run=${KB_SYSTEMCTL_RUN:-/run/systemd}
@@ -75,7 +77,7 @@ case $verb in
   start|restart)
     exec_start=$(sed -n 's/^ExecStart=//p' "$units/$unit.service" 2>/dev/null)
     [ -n "$exec_start" ] || { echo "no ExecStart in $units/$unit.service" >&2; exit 5; }
-    $exec_start > "$logs/$unit.log" 2>&1 &
+    setsid $exec_start > "$logs/$unit.log" 2>&1 < /dev/null &
     echo $! > "$started"
     ;;
   stop)
@@ -92,7 +94,7 @@ exit 0
 "#;
 
 /// Removes, when dropped, the empty mount points the test had to make on the machine.
-struct MadeMountPoints(Vec<PathBuf>);
+pub(crate) struct MadeMountPoints(pub(crate) Vec<PathBuf>);
 
 impl Drop for MadeMountPoints {
     fn drop(&mut self) {
@@ -104,7 +106,7 @@ impl Drop for MadeMountPoints {
 
 /// The release version `keadm version` reports (`GitVersion:"v1.15.4"`): the
 /// installation-package tag the test's images carry, and the config's `keadmVersion`.
-fn keadm_version(keadm: &std::path::Path) -> String {
+pub(crate) fn keadm_version(keadm: &std::path::Path) -> String {
     let out = Command::new(keadm).arg("version").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let version = text

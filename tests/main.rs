@@ -7,6 +7,7 @@ mod airgap;
 mod archive_names;
 mod bundle;
 mod cli;
+mod cloud_e2e;
 mod cluster;
 mod cluster_extras;
 mod docs;

@@ -107,7 +107,7 @@ impl Containerd {
     /// As [`Containerd::start`], configured with `sandbox_image` instead of
     /// [`SANDBOX_IMAGE`]: nodes whose runtimes want different pause images.
     pub fn start_with_sandbox_image(node: &Node, sandbox_image: &str) -> Containerd {
-        Containerd::launch(node, &[], None, sandbox_image)
+        Containerd::launch(node, &[], None, sandbox_image, None)
     }
 
     /// As [`Containerd::start`], listening on `socket` (a path under the node's /tmp, as
@@ -117,7 +117,7 @@ impl Containerd {
         let rel = socket
             .strip_prefix("/tmp/")
             .unwrap_or_else(|| panic!("{socket} is not under the node's /tmp"));
-        Containerd::launch(node, &[], Some(node.tmp_path(rel)), SANDBOX_IMAGE)
+        Containerd::launch(node, &[], Some(node.tmp_path(rel)), SANDBOX_IMAGE, None)
     }
 
     /// As [`Containerd::start`], with `shared`, `(host directory, path)` pairs, bound at
@@ -126,16 +126,31 @@ impl Containerd {
     /// through a host-path mount there (keadm's copy of edgecore into /usr/local/bin),
     /// while neither touches the host's `path`.
     pub fn start_sharing(node: &Node, shared: &[(&Path, &str)]) -> Containerd {
-        Containerd::launch(node, shared, None, SANDBOX_IMAGE)
+        Containerd::launch(node, shared, None, SANDBOX_IMAGE, None)
+    }
+
+    /// As [`Containerd::start_sharing`], its CNI network configs read from `cni_conf_dir`
+    /// (a host path) with Debian's plugins: with a config there, CRI reports the network
+    /// ready and a real edgecore's node can turn Ready; with the directory empty, CRI
+    /// says its CNI plugin is not initialized, and the node stays NotReady.
+    pub fn start_with_cni(
+        node: &Node,
+        shared: &[(&Path, &str)],
+        cni_conf_dir: &Path,
+    ) -> Containerd {
+        Containerd::launch(node, shared, None, SANDBOX_IMAGE, Some(cni_conf_dir))
     }
 
     /// Starts it with `shared` binds (see [`Containerd::start_sharing`]), its socket at
-    /// `socket` (a host path) or the usual one, and `sandbox_image` as its pause image.
+    /// `socket` (a host path) or the usual one, `sandbox_image` as its pause image, and
+    /// its CNI configs in `cni_conf_dir` (see [`Containerd::start_with_cni`]) or CRI's
+    /// default place.
     fn launch(
         node: &Node,
         shared: &[(&Path, &str)],
         socket: Option<PathBuf>,
         sandbox_image: &str,
+        cni_conf_dir: Option<&Path>,
     ) -> Containerd {
         assert_installed();
         let base = node.tmp_path("containerd");
@@ -161,11 +176,15 @@ impl Containerd {
                  [grpc]\n  address = \"{socket}\"\n\
                  [ttrpc]\n  address = \"{socket}.ttrpc\"\n\
                  [plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"{sandbox_image}\"\n  restrict_oom_score_adj = true\n\
-                 [plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"{certs}\"\n",
+                 [plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"{certs}\"\n{cni}",
                 root = base.join("root").display(),
                 state = base.join("state").display(),
                 socket = socket.display(),
                 certs = certs.display(),
+                cni = cni_conf_dir.map_or(String::new(), |dir| format!(
+                    "[plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/usr/lib/cni\"\n  conf_dir = \"{}\"\n",
+                    dir.display()
+                )),
             ),
         )
         .unwrap();

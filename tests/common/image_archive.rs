@@ -141,8 +141,13 @@ impl TestImage {
     /// The busybox image for this machine (see the module doc), whose command keeps
     /// running.
     fn busybox() -> TestImage {
+        TestImage::busybox_with(layer().to_vec())
+    }
+
+    /// The image of `layer` (busybox inside) for this machine, as [`TestImage::busybox`].
+    fn busybox_with(layer: Vec<u8>) -> TestImage {
         TestImage::new(
-            layer().to_vec(),
+            layer,
             host_arch(),
             serde_json::json!({"Entrypoint": ["/bin/sleep"], "Cmd": ["3600"]}),
             Format::Oci,
@@ -188,26 +193,42 @@ done
 /// plus a stand-in edgecore where keadm copies it from.
 fn layer() -> &'static [u8] {
     static LAYER: OnceLock<Vec<u8>> = OnceLock::new();
-    LAYER.get_or_init(|| {
-        let busybox = std::fs::read(BUSYBOX)
-            .unwrap_or_else(|e| panic!("{BUSYBOX}: {e} (install busybox-static)"));
-        tar_of(
-            &[
-                ("bin/busybox", &busybox, 0o755),
-                ("usr/local/bin/edgecore", EDGECORE, 0o755),
-            ],
-            &[
-                ("bin/sh", "busybox"),
-                ("bin/sleep", "busybox"),
-                ("bin/cp", "busybox"),
-            ],
-        )
-    })
+    LAYER.get_or_init(|| layer_carrying(EDGECORE))
+}
+
+/// busybox and its applets, and `edgecore` where keadm copies it from.
+fn layer_carrying(edgecore: &[u8]) -> Vec<u8> {
+    let busybox = std::fs::read(BUSYBOX)
+        .unwrap_or_else(|e| panic!("{BUSYBOX}: {e} (install busybox-static)"));
+    tar_of(
+        &[
+            ("bin/busybox", &busybox, 0o755),
+            ("usr/local/bin/edgecore", edgecore, 0o755),
+        ],
+        &[
+            ("bin/sh", "busybox"),
+            ("bin/sleep", "busybox"),
+            ("bin/cp", "busybox"),
+        ],
+    )
 }
 
 /// Writes the image as `docker save <name>` does.
 pub fn docker_archive(path: &Path, name: &str) {
-    let image = TestImage::busybox();
+    write_docker_archive(path, name, TestImage::busybox());
+}
+
+/// As [`docker_archive`], the image carrying `edgecore` instead of the stand-in: an
+/// installation-package with a real edgecore (tests/cloud_e2e.rs).
+pub fn docker_archive_carrying(path: &Path, name: &str, edgecore: &[u8]) {
+    write_docker_archive(
+        path,
+        name,
+        TestImage::busybox_with(layer_carrying(edgecore)),
+    );
+}
+
+fn write_docker_archive(path: &Path, name: &str, image: TestImage) {
     let config_name = format!("{}.json", sha256_hex(&image.config));
     let layer_name = format!("{}/layer.tar", sha256_hex(&image.layer_tar));
     let manifest = serde_json::to_vec(&serde_json::json!([{

@@ -13,6 +13,7 @@ pub mod http_server;
 pub mod image_archive;
 pub mod lan;
 pub mod pod;
+pub mod real_cloud;
 pub mod registry;
 pub mod scenario;
 pub mod ssh_agent;

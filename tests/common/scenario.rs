@@ -54,6 +54,8 @@ pub struct Scenario<'f> {
     pub keadm_extra: Vec<String>,
     /// Fleet nodes whose keadmCmd is another than [`Scenario::keadm_cmd`].
     pub keadm_cmd_for: std::collections::HashMap<usize, String>,
+    /// `--staging-dir`, when not the scenario's own `staging/`.
+    pub staging: Option<PathBuf>,
 }
 
 impl<'f> Scenario<'f> {
@@ -82,6 +84,7 @@ impl<'f> Scenario<'f> {
             preflight: "off".into(),
             keadm_extra: Vec::new(),
             keadm_cmd_for: Default::default(),
+            staging: None,
         }
     }
 
@@ -189,7 +192,14 @@ impl<'f> Scenario<'f> {
     }
 
     pub fn staging_dir(&self) -> PathBuf {
-        self.path("staging")
+        self.staging.clone().unwrap_or_else(|| self.path("staging"))
+    }
+
+    /// Stages into `dir` instead of the scenario's own directory: runs of several
+    /// scenarios then stage a real keadm (and make its xz copy) once.
+    pub fn staging_in(mut self, dir: &std::path::Path) -> Self {
+        self.staging = Some(dir.to_path_buf());
+        self
     }
 
     /// The node name used for fleet node `i`.
