@@ -46,17 +46,22 @@ impl<'c> Run<'_, 'c> {
     }
 
     /// The runtime at that socket as `probe` told it, noted in the transcript with how it
-    /// was told; unknown when the probe did not get that far.
+    /// was told (once: the pre-flight probe and the import both ask, and mostly hear the
+    /// same); unknown when the probe did not get that far.
     pub(super) fn told_runtime(&mut self, probe: &RuntimeFacts) -> Runtime {
         let runtime = probe.runtime.clone().unwrap_or_else(|| Runtime::Unknown {
             socket: self.runtime_socket(),
             why: "the probe ended before it could ask".to_string(),
         });
         if let Some(told) = &probe.told {
-            self.transcript.note(&format!(
+            let line = format!(
                 "the runtime keadm join will use is {} ({told})",
                 runtime.name()
-            ));
+            );
+            if self.runtime_noted.as_deref() != Some(line.as_str()) {
+                self.transcript.note(&line);
+                self.runtime_noted = Some(line);
+            }
         }
         runtime
     }

@@ -197,6 +197,8 @@ struct Run<'a, 'c> {
     host_key: Option<String>,
     /// Why the node cannot serve its site, as the prepare step found.
     relay_no_serve: Option<String>,
+    /// The transcript's last line saying which runtime keadm join will use.
+    runtime_noted: Option<String>,
 }
 
 /// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
@@ -313,6 +315,7 @@ impl<'a, 'c> Run<'a, 'c> {
             host_key: None,
             relay_no_serve: None,
             probe_sent: None,
+            runtime_noted: None,
         }
     }
 

@@ -51,7 +51,8 @@ impl Defaults {
 struct Claimed<'r> {
     node_names: HashMap<&'r str, usize>,
     edge_names: HashMap<String, usize>,
-    endpoints: HashMap<(String, u16), usize>,
+    /// Per address, the nodes there that upload, and where: (index, remoteDir).
+    endpoints: HashMap<(String, u16), Vec<(usize, Option<String>)>>,
 }
 
 /// Every node of `raw` that is valid; the others are reported.
@@ -130,16 +131,25 @@ fn node_spec<'r>(
     if ssh.connect_timeout_seconds.is_none() {
         ssh.connect_timeout_seconds = defaults.connect_timeout_seconds;
     }
-    if let Some(first) = claimed
-        .endpoints
-        .insert((ssh.host.clone(), ssh.port), node.index)
-    {
-        v.warn(
-            node.ssh.as_ref().and_then(|s| s.ip.as_ref()).map(|ip| ip.pos),
-            subj(),
-            format!("{}:{} is also node {}'s address; both nodes will run on one host", ssh.host, ssh.port, first + 1),
-            Some("give each node its own remoteDir so their uploads stay apart, or remove the duplicate".into()),
-        );
+    // Two nodes on one host clash only where both upload into the same directory: a node
+    // with keadmBinDir (and no copyFrom) sends nothing.
+    let keadm_bin_dir = non_empty(&node.keadm_bin_dir)
+        .map(|s| s.value.clone())
+        .or_else(|| defaults.keadm_bin_dir.clone());
+    if keadm_bin_dir.is_none() || copy.is_some() {
+        let here = claimed
+            .endpoints
+            .entry((ssh.host.clone(), ssh.port))
+            .or_default();
+        if let Some((first, _)) = here.iter().find(|(_, dir)| *dir == remote_dir) {
+            v.warn(
+                node.ssh.as_ref().and_then(|s| s.ip.as_ref()).map(|ip| ip.pos),
+                subj(),
+                format!("{}:{} is also node {}'s address; both nodes will run on one host", ssh.host, ssh.port, first + 1),
+                Some("give each node its own remoteDir so their uploads stay apart, or remove the duplicate".into()),
+            );
+        }
+        here.push((node.index, remote_dir.clone()));
     }
     // Every check has reported by now; a node with any problem is left out.
     let (name, command) = (name?, command?);
@@ -385,6 +395,16 @@ mod tests {
             rendered(&diags),
             "c.yaml:19:9: node 2 \"b\": 10.0.0.1:22 is also node 1's address; both nodes will run on one host; give each node its own remoteDir so their uploads stay apart, or remove the duplicate."
         );
+    }
+
+    #[test]
+    fn nodes_sharing_an_address_but_not_an_upload_directory_are_not_warned_about() {
+        // Each its own remoteDir, or one that uploads nothing (keadmBinDir): no clash.
+        for extra in ["  remoteDir: /srv/b\n", "  keadmBinDir: /usr/local/bin\n"] {
+            let (config, diags) = check(&two_nodes("10.0.0.1", extra));
+            assert_eq!(config.unwrap().nodes.len(), 2);
+            assert!(diags.is_empty(), "{extra}: {}", rendered(&diags));
+        }
     }
 
     #[test]

@@ -376,6 +376,12 @@ fn pre_flight_reports_images_neither_in_the_runtime_nor_in_an_archive() {
     let outcome = h.process(&node(vec![]));
     assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
     assert!(outcome.preflight.is_empty(), "{:?}", outcome.preflight);
+    // The pre-flight probe and the import both asked the runtime: the transcript says
+    // which it is once.
+    let said = transcript(&outcome)
+        .matches("the runtime keadm join will use is containerd")
+        .count();
+    assert_eq!(said, 1, "{}", transcript(&outcome));
 }
 
 /// A check that could not run is a `probe_incomplete` finding saying what was not
