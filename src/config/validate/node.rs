@@ -47,12 +47,15 @@ impl Defaults {
 
 /// What earlier nodes claimed, by node index: two nodes may share none of these names,
 /// and sharing an address is worth a warning.
+/// A node that uploads: its index and its remoteDir (`None` for the default).
+type Uploader = (usize, Option<String>);
+
 #[derive(Default)]
 struct Claimed<'r> {
     node_names: HashMap<&'r str, usize>,
     edge_names: HashMap<String, usize>,
-    /// Per address, the nodes there that upload, and where: (index, remoteDir).
-    endpoints: HashMap<(String, u16), Vec<(usize, Option<String>)>>,
+    /// Per address, the nodes there that upload, and where.
+    endpoints: HashMap<(String, u16), Vec<Uploader>>,
 }
 
 /// Every node of `raw` that is valid; the others are reported.
