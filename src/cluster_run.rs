@@ -59,10 +59,9 @@ impl ClusterRun {
         config: &Config,
         options: &RunOptions,
     ) -> Result<Option<ClusterRun>, Error> {
-        let Some(access) = cluster::Access::choose(
+        let Some(access) = cluster::Access::of_process(
             options.kubeconfig.clone(),
             config.kubeconfig.clone(),
-            std::env::var("KUBECONFIG").ok(),
             options.context.clone(),
         ) else {
             for (given, flag) in [

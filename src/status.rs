@@ -109,10 +109,9 @@ fn cluster_nodes(
     config: &Config,
     options: &StatusOptions,
 ) -> Result<Option<Vec<NodeState>>, Error> {
-    let Some(access) = cluster::Access::choose(
+    let Some(access) = cluster::Access::of_process(
         options.kubeconfig.clone(),
         config.kubeconfig.clone(),
-        std::env::var("KUBECONFIG").ok(),
         options.context.clone(),
     ) else {
         return Ok(None);

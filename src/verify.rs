@@ -356,8 +356,16 @@ fn ready_outcome(waiting: Waiting, seen: &Seen, nodes: &[NodePlan]) -> NodeOutco
     outcome
 }
 
-/// Marks `outcome` failed after keadm's success, for `class`, with `error` (one line).
-fn failed(outcome: &mut NodeOutcome, class: FailureClass, error: String, detail: Option<String>) {
+/// Marks `outcome` failed after keadm's success, for `class`, with `error` (one line),
+/// and says so in the node's transcript.
+fn failed(
+    nodes: &[NodePlan],
+    outcome: &mut NodeOutcome,
+    class: FailureClass,
+    error: String,
+    detail: Option<String>,
+) {
+    note(nodes, outcome, &[format!("{class}: {error}")]);
     outcome.phase = Phase::Failed;
     outcome.failed_in = Some(Phase::Verifying);
     outcome.failure_class = Some(class);
@@ -393,7 +401,6 @@ fn cancelled_outcome(waiting: Waiting, seen: Option<&Seen>, nodes: &[NodePlan]) 
     outcome.cluster = Some(ClusterCheck {
         node_name,
         registered_after: seen.map(|s| after(keadm_exit, s.first_seen)),
-        ready_after: None,
         condition: seen
             .and_then(|s| s.state.ready.as_ref())
             .map(|c| c.describe()),
@@ -426,8 +433,8 @@ fn not_ready_outcome(
         "keadm join exited 0 and the Node {node_name} registered {registered_after:.1} s later, but it was not Ready within {} s of keadm's exit: {condition}",
         timeout.as_secs()
     );
-    note(nodes, &outcome, &[format!("not_ready: {error}")]);
     failed(
+        nodes,
         &mut outcome,
         FailureClass::NotReady,
         error,
@@ -436,7 +443,6 @@ fn not_ready_outcome(
     outcome.cluster = Some(ClusterCheck {
         node_name,
         registered_after: Some(registered_after),
-        ready_after: None,
         condition: Some(condition),
         version: seen.state.kubelet_version.clone(),
         ..ClusterCheck::default()
@@ -496,12 +502,15 @@ fn not_registered_outcome(
             "; the cluster's watch had trouble meanwhile: {trouble}"
         ));
     }
-    note(nodes, &outcome, &[format!("not_registered: {error}")]);
-    failed(&mut outcome, FailureClass::NotRegistered, error, detail);
+    failed(
+        nodes,
+        &mut outcome,
+        FailureClass::NotRegistered,
+        error,
+        detail,
+    );
     outcome.cluster = Some(ClusterCheck {
         node_name,
-        registered_after: None,
-        ready_after: None,
         ..ClusterCheck::default()
     });
     outcome

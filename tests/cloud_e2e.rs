@@ -39,7 +39,6 @@
 //! Node object and no edgecore on any of them.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::common::containerd::{Containerd, ENDPOINT, SANDBOX_IMAGE};
@@ -50,7 +49,7 @@ use crate::common::image_archive::{docker_archive_carrying, host_arch, oci_archi
 use crate::common::real_cloud::{CloudBinaries, RealCloud, ready_condition};
 use crate::common::scenario::{Scenario, VERSION};
 use crate::common::test::Output;
-use crate::keadm_e2e::{MadeMountPoints, SYSTEMCTL, keadm_version};
+use crate::keadm_e2e::{MadeMountPoints, keadm_version, usr_local_bin_with_systemctl};
 
 /// What keadm join writes outside /etc (which is the node's own, [`clean_etc`]): a tmpfs
 /// each in the node's mount namespace.
@@ -81,14 +80,7 @@ const NOT_READY_TIMEOUT: &str = "45";
 /// are a bridge (`cni`) or none. The containerd is returned; it stops when dropped.
 fn edge_node(node: &Node, cni: bool) -> Containerd {
     clean_etc(node);
-    let usr_local_bin = node.tmp_path("usr-local-bin");
-    fs::create_dir_all(&usr_local_bin).unwrap();
-    fs::write(usr_local_bin.join("systemctl"), SYSTEMCTL).unwrap();
-    fs::set_permissions(
-        usr_local_bin.join("systemctl"),
-        fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    let usr_local_bin = usr_local_bin_with_systemctl(node);
     let binds: String = KUBELET_DIRS
         .iter()
         .enumerate()

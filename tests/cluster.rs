@@ -299,9 +299,7 @@ fn a_second_ctrl_c_ends_the_wait_for_ready_and_says_so() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let started = std::time::Instant::now();
-    running.interrupt();
-    std::thread::sleep(Duration::from_millis(300));
-    running.interrupt();
+    running.interrupt_twice();
     let out = running.wait();
     assert!(
         started.elapsed() < Duration::from_secs(20),

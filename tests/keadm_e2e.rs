@@ -32,7 +32,7 @@ use std::process::Command;
 use crate::common::cloudcore::{FakeCloudcore, now, token};
 use crate::common::containerd::{Containerd, ENDPOINT, SANDBOX_IMAGE};
 use crate::common::fake_release::{ChecksumFile, FakeRelease};
-use crate::common::fleet::Fleet;
+use crate::common::fleet::{Fleet, Node};
 use crate::common::image_archive::{EDGECORE, docker_archive, host_arch, oci_archive};
 use crate::common::scenario::{Scenario, VERSION};
 
@@ -152,14 +152,7 @@ fn a_real_keadm_joins_with_images_only_from_the_offline_directory() {
             .filter(|dir| !dir.exists())
             .collect(),
     );
-    let usr_local_bin = node.tmp_path("usr-local-bin");
-    fs::create_dir_all(&usr_local_bin).unwrap();
-    fs::write(usr_local_bin.join("systemctl"), SYSTEMCTL).unwrap();
-    fs::set_permissions(
-        usr_local_bin.join("systemctl"),
-        fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    let usr_local_bin = usr_local_bin_with_systemctl(node);
     let setup = node.shell(&format!(
         "set -e
          for d in {dirs}; do mkdir -p $d; mount -t tmpfs keadm-e2e $d; done
@@ -372,4 +365,17 @@ fn the_stand_in_systemctl_says_a_unit_is_active_only_once_started() {
         calls.starts_with("systemctl is-active --quiet edgecore\n"),
         "{calls}"
     );
+}
+
+/// The node's /usr/local/bin (a directory in its /tmp) holding the stand-in systemctl.
+pub(crate) fn usr_local_bin_with_systemctl(node: &Node) -> PathBuf {
+    let usr_local_bin = node.tmp_path("usr-local-bin");
+    fs::create_dir_all(&usr_local_bin).unwrap();
+    fs::write(usr_local_bin.join("systemctl"), SYSTEMCTL).unwrap();
+    fs::set_permissions(
+        usr_local_bin.join("systemctl"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    usr_local_bin
 }

@@ -193,9 +193,7 @@ fn a_second_ctrl_c_cancels_running_commands_on_the_nodes() {
     let running = sc.command(&[]).spawn();
     wait_for_starts(&fleet, 2, Duration::from_secs(20));
     let started = Instant::now();
-    running.interrupt();
-    std::thread::sleep(Duration::from_millis(300));
-    running.interrupt();
+    running.interrupt_twice();
     let out = running.wait();
     assert!(
         started.elapsed() < Duration::from_secs(20),

@@ -441,9 +441,7 @@ fn ctrl_c_mid_fan_out_leaves_no_node_serving() {
         .max_run_num(1)
         .top_yaml("site: store-1");
     let running = seed_serving(&fleet, &sc);
-    running.interrupt();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    running.interrupt();
+    running.interrupt_twice();
     let out = running.wait();
     out.status(130);
     no_node_serves(&fleet, false, &out.stderr);

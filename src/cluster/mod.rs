@@ -22,6 +22,8 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use crate::stage::error_chain;
+
 pub use error::{ClusterError, KubeconfigSource};
 pub use node_state::NodeState;
 pub use watch::{NodeWatch, Seen};
@@ -52,6 +54,21 @@ impl Access {
                 .filter(|v| !v.is_empty())
                 .map(KubeconfigSource::Environment))?;
         Some(Access { source, context })
+    }
+
+    /// [`Access::choose`] with this process's `$KUBECONFIG`: what a run and `batch
+    /// status` use.
+    pub fn of_process(
+        command_line: Option<PathBuf>,
+        config_file: Option<PathBuf>,
+        context: Option<String>,
+    ) -> Option<Access> {
+        Access::choose(
+            command_line,
+            config_file,
+            std::env::var("KUBECONFIG").ok(),
+            context,
+        )
     }
 }
 
@@ -135,7 +152,7 @@ impl Cluster {
             KubeconfigSource::Environment(_) => Kubeconfig::from_env()
                 .and_then(|found| found.ok_or(kube::config::KubeconfigError::FindPath)),
         }
-        .map_err(|e| kubeconfig_error(chain(&e)))?;
+        .map_err(|e| kubeconfig_error(error_chain(&e)))?;
         let context = access
             .context
             .clone()
@@ -164,7 +181,7 @@ impl Cluster {
         };
         let mut config = runtime
             .block_on(kube::Config::from_custom_kubeconfig(kubeconfig, &options))
-            .map_err(|e| kubeconfig_error(chain(&e)))?;
+            .map_err(|e| kubeconfig_error(error_chain(&e)))?;
         config.read_timeout = Some(REQUEST_TIMEOUT);
         config.connect_timeout = Some(REQUEST_TIMEOUT);
         let server = config.cluster_url.to_string();
@@ -174,7 +191,7 @@ impl Cluster {
             .map_err(|e| ClusterError::Client {
                 source_of: access.source.clone(),
                 server: server.clone(),
-                error: chain(&e),
+                error: error_chain(&e),
             })?;
         Ok(Cluster {
             runtime,
@@ -188,7 +205,7 @@ impl Cluster {
         ClusterError::Api {
             server: self.server.clone(),
             what: what.to_string(),
-            error: chain(err),
+            error: error_chain(err),
         }
     }
 
@@ -312,21 +329,6 @@ impl Cluster {
     pub fn watch(&self) -> NodeWatch {
         NodeWatch::start(&self.runtime, self.client.clone())
     }
-}
-
-/// An error and its causes, as one line.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

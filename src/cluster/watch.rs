@@ -39,8 +39,6 @@ impl Seen {
 #[derive(Default)]
 struct State {
     nodes: HashMap<String, Seen>,
-    /// Whether the first list has arrived.
-    listed: bool,
     /// The last error the watch met, for messages while it retries.
     trouble: Option<String>,
     /// Bumped on every change, so waiters know something moved.
@@ -65,11 +63,6 @@ impl NodeWatch {
     /// What the watch has seen of `name`, if anything.
     pub fn seen(&self, name: &str) -> Option<Seen> {
         self.lock().nodes.get(name).cloned()
-    }
-
-    /// Whether the first list has arrived (before it, "not seen" means "not known yet").
-    pub fn listed(&self) -> bool {
-        self.lock().listed
     }
 
     /// The watch's last error while it retries, if it has one.
@@ -131,7 +124,6 @@ async fn follow(api: Api<Node>, shared: &Arc<(Mutex<State>, Condvar)>) {
                     for node in &list.items {
                         saw(state, NodeState::of(node), first);
                     }
-                    state.listed = true;
                     state.trouble = None;
                 });
                 first = false;

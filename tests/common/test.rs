@@ -168,6 +168,13 @@ impl Running {
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
     }
 
+    /// Ctrl-C twice, 300 ms apart: the second cancels what runs.
+    pub fn interrupt_twice(&self) {
+        self.interrupt();
+        std::thread::sleep(Duration::from_millis(300));
+        self.interrupt();
+    }
+
     /// SIGKILL, as the OOM killer or a lost machine would end it.
     pub fn kill(&mut self) {
         self.child.kill().unwrap();
