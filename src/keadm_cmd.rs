@@ -69,6 +69,61 @@ const JOIN_VALUE_FLAGS: &[(&str, Option<char>)] = &[
     ("runtimetype", None),
 ];
 
+/// The flags that take a value of the edge's upgrade family (`upgrade edge`, `backup
+/// edge`, `rollback edge`, `config-update`; keadm's `AddBaseFlags`, `AddUpgradeFlags`,
+/// `AddRollbackFlags`, `AddConfigUpdateFlags`). None has a shorthand.
+const EDGE_TASK_VALUE_FLAGS: &[(&str, Option<char>)] = &[
+    ("config", None),
+    ("pre-run", None),
+    ("post-run", None),
+    ("toVersion", None),
+    ("image", None),
+    ("image-digest", None),
+    ("upgradeID", None),
+    ("historyID", None),
+    ("fromVersion", None),
+    ("type", None),
+    ("historical-version", None),
+    ("set", None),
+];
+
+/// One of the edge's upgrade family of commands, each of which writes its result to
+/// `/etc/kubeedge/upgrade_report.json` (keadm's `JSONFileReporter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeTask {
+    /// `keadm upgrade edge`: asks `[y/N]` unless `--force`.
+    Upgrade,
+    /// `keadm backup edge`: copies edgecore, its config and its database under
+    /// `/etc/kubeedge/backup/<version>/`.
+    Backup,
+    /// `keadm rollback edge`: puts a backup back and starts edgecore.
+    Rollback,
+    /// `keadm config-update --set k=v`: rewrites edgecore.yaml and restarts edgecore.
+    ConfigUpdate,
+}
+
+impl EdgeTask {
+    /// The `event` keadm writes into upgrade_report.json for this command.
+    pub fn report_event(self) -> &'static str {
+        match self {
+            EdgeTask::Upgrade => "Upgrade",
+            EdgeTask::Backup => "Backup",
+            EdgeTask::Rollback => "Rollback",
+            EdgeTask::ConfigUpdate => "ConfigUpdate",
+        }
+    }
+
+    /// The command as the operator would type it.
+    pub fn command(self) -> &'static str {
+        match self {
+            EdgeTask::Upgrade => "keadm upgrade edge",
+            EdgeTask::Backup => "keadm backup edge",
+            EdgeTask::Rollback => "keadm rollback edge",
+            EdgeTask::ConfigUpdate => "keadm config-update",
+        }
+    }
+}
+
 /// klog's global flags keadm accepts before or after any subcommand, which take a value.
 const GLOBAL_VALUE_FLAGS: &[(&str, Option<char>)] = &[
     ("v", Some('v')),
@@ -121,8 +176,12 @@ impl KeadmCommand {
         // global ones do (pflag would refuse join's flags there anyway).
         let table = |positional: &[String]| -> Vec<(&'static str, Option<char>)> {
             let mut t = GLOBAL_VALUE_FLAGS.to_vec();
-            if positional.first().is_some_and(|w| w == "join") {
-                t.extend_from_slice(JOIN_VALUE_FLAGS);
+            match positional.first().map(String::as_str) {
+                Some("join") => t.extend_from_slice(JOIN_VALUE_FLAGS),
+                Some("upgrade" | "backup" | "rollback" | "config-update") => {
+                    t.extend_from_slice(EDGE_TASK_VALUE_FLAGS)
+                }
+                _ => {}
             }
             t
         };
@@ -202,6 +261,25 @@ impl KeadmCommand {
     pub fn is_edge_reset(&self) -> bool {
         self.subcommand() == Some("reset")
             && self.positional.get(1).is_none_or(|second| second == "edge")
+    }
+
+    /// Which of the edge's upgrade family this command is: `upgrade edge`, `backup
+    /// edge`, `rollback edge` (the second word must be `edge`: `upgrade cloud` is not an
+    /// edge's) or `config-update`.
+    pub fn edge_task(&self) -> Option<EdgeTask> {
+        let second = self.positional.get(1).map(String::as_str);
+        match (self.subcommand()?, second) {
+            ("upgrade", Some("edge")) => Some(EdgeTask::Upgrade),
+            ("backup", Some("edge")) => Some(EdgeTask::Backup),
+            ("rollback", Some("edge")) => Some(EdgeTask::Rollback),
+            ("config-update", _) => Some(EdgeTask::ConfigUpdate),
+            _ => None,
+        }
+    }
+
+    /// Whether this is `keadm upgrade edge`.
+    pub fn is_edge_upgrade(&self) -> bool {
+        self.edge_task() == Some(EdgeTask::Upgrade)
     }
 
     /// The value keadm will use for a join flag: the last one given, `None` when the
@@ -362,6 +440,42 @@ mod tests {
 
     fn token(cmd: &str) -> Option<String> {
         KeadmCommand::parse(cmd).token().map(str::to_string)
+    }
+
+    #[test]
+    fn the_edge_tasks_are_told_apart_and_their_flags_read() {
+        let upgrade = KeadmCommand::parse("upgrade edge --toVersion v1.23.1 --force");
+        assert_eq!(upgrade.edge_task(), Some(EdgeTask::Upgrade));
+        assert_eq!(upgrade.value("toVersion"), Some("v1.23.1"));
+        assert_eq!(upgrade.bool_flag("force"), Some(true));
+        let upgrade =
+            KeadmCommand::parse("cd /x && yes | ./keadm upgrade edge --toVersion=v1.22.1");
+        assert!(upgrade.is_edge_upgrade());
+        assert_eq!(upgrade.value("toVersion"), Some("v1.22.1"));
+        assert_eq!(upgrade.bool_flag("force"), None);
+        let rollback = KeadmCommand::parse("rollback edge --historical-version v1.22.0");
+        assert_eq!(rollback.edge_task(), Some(EdgeTask::Rollback));
+        assert_eq!(rollback.value("historical-version"), Some("v1.22.0"));
+        assert_eq!(
+            KeadmCommand::parse("backup edge").edge_task(),
+            Some(EdgeTask::Backup)
+        );
+        assert_eq!(
+            KeadmCommand::parse("config-update --set a=b").edge_task(),
+            Some(EdgeTask::ConfigUpdate)
+        );
+        for not_edge in [
+            "upgrade cloud --advertise-address=x",
+            "upgrade",
+            "join",
+            "reset edge",
+        ] {
+            assert_eq!(
+                KeadmCommand::parse(not_edge).edge_task(),
+                None,
+                "{not_edge}"
+            );
+        }
     }
 
     #[test]
