@@ -174,6 +174,15 @@ pub struct EdgeTaskRecord {
     pub rollback: Option<RollbackRecord>,
 }
 
+impl EdgeTaskRecord {
+    /// The version the node ran before the command, as its report says: what a failed
+    /// upgrade rolls back to. keadm writes `unknown` when it could not tell.
+    pub fn version_before(&self) -> Option<String> {
+        let from = &self.report.as_ref()?.from_version;
+        (from.starts_with('v') && from != "unknown").then(|| from.clone())
+    }
+}
+
 /// A failed upgrade's `keadm rollback edge` and what it brought back.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RollbackRecord {

@@ -79,20 +79,17 @@ impl Run<'_, '_> {
 
     /// `--rollback-on-failure`: rolls a failed upgrade back on this connection.
     pub(super) fn roll_back_if_planned(&mut self, conn: &mut dyn Connection, privilege: Privilege) {
-        let Some(rollback) = self.node.edge_task.as_ref().and_then(|t| t.rollback.as_ref()) else {
+        let Some(rollback) = self
+            .node
+            .edge_task
+            .as_ref()
+            .and_then(|t| t.rollback.as_ref())
+        else {
             return;
         };
-        let to = self.rollback_version();
+        let to = self.edge_task.as_ref().and_then(|u| u.version_before());
         let done = self.roll_back(conn, privilege, rollback, to.as_deref());
         self.edge_task_record().rollback = Some(done);
-    }
-
-    /// The version to roll back to: what the upgrade's report says the node ran before.
-    pub(super) fn rollback_version(&self) -> Option<String> {
-        let report = self.edge_task.as_ref()?.report.as_ref()?;
-        let from = report.from_version.as_str();
-        // keadm writes `unknown` when it could not tell the version it upgraded from.
-        (from.starts_with('v') && from != "unknown").then(|| from.to_string())
     }
 
     /// The check's round trip; its output is the node's, bounded here.
@@ -202,7 +199,9 @@ impl Run<'_, '_> {
                 last_output: Some(one_line(message, 400)),
                 ..verdict_error(
                     FailureClass::UpgradeFailed,
-                    format!("{command} exited with status 0, but its report says it failed: {message}"),
+                    format!(
+                        "{command} exited with status 0, but its report says it failed: {message}"
+                    ),
                 )
             });
         }
@@ -220,7 +219,11 @@ impl Run<'_, '_> {
                         ),
                     ));
                 }
-                Some(task.target_version.clone().unwrap_or(report.to_version.clone()))
+                Some(
+                    task.target_version
+                        .clone()
+                        .unwrap_or(report.to_version.clone()),
+                )
             }
             EdgeTask::Rollback => Some(report.to_version.clone()).filter(|v| !v.is_empty()),
             EdgeTask::Backup | EdgeTask::ConfigUpdate => None,
@@ -327,7 +330,9 @@ impl Run<'_, '_> {
             (Some(r), _, _) if !r.success || r.event != EdgeTask::Rollback.report_event() => {
                 Some(format!(
                     "keadm rollback edge's report says it failed: {}",
-                    r.error_message.as_deref().unwrap_or("no errorMessage given")
+                    r.error_message
+                        .as_deref()
+                        .unwrap_or("no errorMessage given")
                 ))
             }
             (_, None, _) => Some("no edgecore runs on the node after the rollback".to_string()),
@@ -373,7 +378,9 @@ fn verdict_error(class: FailureClass, message: String) -> StepError {
 fn describe(check: &EdgeTaskCheck) -> String {
     let report = match &check.report {
         ReportRead::Missing => format!("no {} was written", remote::UPGRADE_REPORT),
-        ReportRead::Unreadable(start) => format!("{} is not keadm's JSON: {start}", remote::UPGRADE_REPORT),
+        ReportRead::Unreadable(start) => {
+            format!("{} is not keadm's JSON: {start}", remote::UPGRADE_REPORT)
+        }
         ReportRead::Read(r) => format!(
             "{}: event {}, success {}, fromVersion {}, toVersion {}{}",
             remote::UPGRADE_REPORT,

@@ -293,9 +293,12 @@ impl Run<'_, '_> {
         }
         script.push_str(&finalize_line(&node.upload_dir, &moves));
         let command = match &node.first_step {
-            Some(first) => {
-                remote::first_then(first.kind.what(), &first.command, &node.command, FIRST_FAILED)
-            }
+            Some(first) => remote::first_then(
+                first.kind.what(),
+                &first.command,
+                &node.command,
+                FIRST_FAILED,
+            ),
             None => node.command.clone(),
         };
         script.push_str(&remote::run_script(&node.upload_dir, node.index, &command));

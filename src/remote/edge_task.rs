@@ -172,7 +172,7 @@ pub fn version_in(said: &str) -> Option<String> {
                 .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
         })
         .filter(|w| w.len() <= 80)
-        .map(|w| escape_controls(w))
+        .map(escape_controls)
 }
 
 /// Whether two KubeEdge versions are the same release: `v1.23.1` and `1.23.1` are.
@@ -203,13 +203,27 @@ mod tests {
             "{\"event\":\"Backup\",\"success\":true,\"fromVersion\":\"\",\"toVersion\":\"v1.23.0\"}",
         )
         .unwrap();
-        std::fs::write(&config, "modules:\n  edged:\n    hostnameOverride: edge-7\n").unwrap();
+        std::fs::write(
+            &config,
+            "modules:\n  edged:\n    hostnameOverride: edge-7\n",
+        )
+        .unwrap();
         let script = EDGE_TASK_CHECK
-            .replace("/etc/kubeedge/upgrade_report.json", report.to_str().unwrap())
-            .replace("/etc/kubeedge/config/edgecore.yaml", config.to_str().unwrap())
+            .replace(
+                "/etc/kubeedge/upgrade_report.json",
+                report.to_str().unwrap(),
+            )
+            .replace(
+                "/etc/kubeedge/config/edgecore.yaml",
+                config.to_str().unwrap(),
+            )
             // No edgecore in this machine's view is waited for: no 15 s sleep here.
             .replace("\"$n\" -ge 15", "\"$n\" -ge 0");
-        let out = std::process::Command::new("sh").arg("-c").arg(&script).output().unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
         let check = parse_edge_task_check(&String::from_utf8_lossy(&out.stdout));
         assert!(check.finished, "{}", String::from_utf8_lossy(&out.stderr));
         let ReportRead::Read(read) = check.report else {
@@ -218,7 +232,11 @@ mod tests {
         assert_eq!((read.event.as_str(), read.success), ("Backup", true));
         assert_eq!(check.node_name.as_deref(), Some("edge-7"));
         std::fs::remove_file(&report).unwrap();
-        let out = std::process::Command::new("sh").arg("-c").arg(&script).output().unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
         assert_eq!(
             parse_edge_task_check(&String::from_utf8_lossy(&out.stdout)).report,
             ReportRead::Missing
@@ -283,7 +301,10 @@ mod tests {
     #[test]
     fn versions_are_read_from_what_edgecore_prints() {
         assert_eq!(version_in("KubeEdge v1.23.1").as_deref(), Some("v1.23.1"));
-        assert_eq!(version_in("v1.22.0-beta.0").as_deref(), Some("v1.22.0-beta.0"));
+        assert_eq!(
+            version_in("v1.22.0-beta.0").as_deref(),
+            Some("v1.22.0-beta.0")
+        );
         assert_eq!(version_in("no version here"), None);
         assert!(same_version("v1.23.1", "1.23.1"));
         assert!(!same_version("v1.23.1", "v1.23.0"));

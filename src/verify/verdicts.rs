@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::Waiting;
+use super::{Expect, Waiting};
 use crate::cluster::{NodeWatch, Seen};
 use crate::diagnosis::FailureClass;
 use crate::kubeedge::classify;
@@ -60,33 +60,157 @@ pub(super) fn ready_outcome(waiting: Waiting, seen: &Seen, nodes: &[NodePlan]) -
         mut outcome,
         node_name,
         keadm_exit,
+        expect,
         ..
     } = waiting;
-    let ready_at = seen.ready_since.unwrap_or_else(SystemTime::now);
+    let ready_at = seen
+        .ready_since
+        .unwrap_or_else(SystemTime::now)
+        .max(keadm_exit);
+    let upgraded = matches!(expect, Expect::Upgraded(_));
     let check = ClusterCheck {
         node_name: node_name.clone(),
         registered_after: Some(after(keadm_exit, seen.first_seen)),
-        ready_after: Some(after(keadm_exit, ready_at)),
+        ready_after: Some(after(
+            keadm_exit,
+            if upgraded {
+                SystemTime::now()
+            } else {
+                ready_at
+            },
+        )),
         condition: None,
         version: seen.state.kubelet_version.clone(),
         ..ClusterCheck::default()
     };
-    note(
-        nodes,
-        &outcome,
-        &[format!(
-            "the cluster has the Node {node_name}: registered {:.1} s and Ready {:.1} s after keadm exited{}",
+    let version = check
+        .version
+        .as_deref()
+        .map(|v| format!(" ({v})"))
+        .unwrap_or_default();
+    let line = if upgraded {
+        format!(
+            "the cluster has the Node {node_name} Ready on the new version {:.1} s after keadm exited{version}",
+            check.ready_after.unwrap_or(0.0),
+        )
+    } else {
+        format!(
+            "the cluster has the Node {node_name}: registered {:.1} s and Ready {:.1} s after keadm exited{version}",
             check.registered_after.unwrap_or(0.0),
             check.ready_after.unwrap_or(0.0),
-            check
-                .version
-                .as_deref()
-                .map(|v| format!(" ({v})"))
-                .unwrap_or_default()
-        )],
-    );
-    outcome.finished_at = epoch(ready_at).max(outcome.finished_at);
+        )
+    };
+    note(nodes, &outcome, &[line]);
+    let finished = if upgraded {
+        SystemTime::now()
+    } else {
+        ready_at
+    };
+    outcome.finished_at = epoch(finished).max(outcome.finished_at);
     outcome.cluster = Some(check);
+    outcome
+}
+
+/// An upgrade that passed on the node whose Node was not Ready on the new version by its
+/// deadline: `not_ready` (or `not_registered` when the cluster has no such Node).
+pub(super) fn upgrade_not_ready_outcome(
+    waiting: Waiting,
+    seen: Option<&Seen>,
+    timeout: Duration,
+    nodes: &[NodePlan],
+) -> NodeOutcome {
+    let Waiting {
+        mut outcome,
+        node_name,
+        expect,
+        ..
+    } = waiting;
+    let target = match &expect {
+        Expect::Upgraded(v) => v.clone(),
+        _ => String::new(),
+    };
+    let shows = match seen {
+        None => format!("the cluster has no Node named {node_name}"),
+        Some(seen) => {
+            let condition = match &seen.state.ready {
+                Some(c) if c.is_true() => "Ready".to_string(),
+                Some(c) => c.describe(),
+                None => "no Ready condition".to_string(),
+            };
+            format!(
+                "the Node shows {} and {condition}",
+                seen.state
+                    .kubelet_version
+                    .as_deref()
+                    .map(|v| format!("version {v}"))
+                    .unwrap_or_else(|| "no version".to_string())
+            )
+        }
+    };
+    let error = format!(
+        "keadm upgrade edge succeeded on the node (edgecore runs {target}), but the Node {node_name} was not Ready on {target} within {} s of keadm's exit: {shows}",
+        timeout.as_secs()
+    );
+    let class = if seen.is_some() {
+        FailureClass::NotReady
+    } else {
+        FailureClass::NotRegistered
+    };
+    failed(nodes, &mut outcome, class, error, Some(shows.clone()));
+    outcome.cluster = Some(ClusterCheck {
+        node_name,
+        condition: Some(shows),
+        version: seen.and_then(|s| s.state.kubelet_version.clone()),
+        ..ClusterCheck::default()
+    });
+    outcome
+}
+
+/// The end of a rolled-back node's wait: Ready again on the version it went back to, or
+/// not by its deadline. The node's outcome stays its upgrade's failure; the rollback's
+/// record says whether it brought the node back.
+pub(super) fn rollback_waited(
+    waiting: Waiting,
+    seen: Option<&Seen>,
+    ready: bool,
+    timeout: Duration,
+    nodes: &[NodePlan],
+) -> NodeOutcome {
+    let Waiting {
+        mut outcome,
+        node_name,
+        expect,
+        ..
+    } = waiting;
+    let version = match &expect {
+        Expect::RolledBack(Some(v)) => format!(" on {v}"),
+        _ => String::new(),
+    };
+    let line = if ready {
+        format!("rolled back: the Node {node_name} is Ready{version} again")
+    } else {
+        format!(
+            "the rollback did not bring the node back: the Node {node_name} was not Ready{version} within {} s{}",
+            timeout.as_secs(),
+            seen.map(|s| format!(
+                " ({})",
+                s.state
+                    .ready
+                    .as_ref()
+                    .map(|c| c.describe())
+                    .unwrap_or_else(|| "no Ready condition".to_string())
+            ))
+            .unwrap_or_else(|| " (no such Node)".to_string())
+        )
+    };
+    note(nodes, &outcome, std::slice::from_ref(&line));
+    if let Some(rollback) = outcome.upgrade.as_mut().and_then(|u| u.rollback.as_mut()) {
+        rollback.ready = Some(ready);
+        if !ready {
+            rollback.succeeded = false;
+            rollback.error = Some(line);
+        }
+    }
     outcome
 }
 
@@ -110,7 +234,11 @@ pub(super) fn failed(
 
 /// The operator cancelled the run while the node waited: it joined, and whether its Node
 /// would have been Ready is not known.
-pub(super) fn cancelled_outcome(waiting: Waiting, seen: Option<&Seen>, nodes: &[NodePlan]) -> NodeOutcome {
+pub(super) fn cancelled_outcome(
+    waiting: Waiting,
+    seen: Option<&Seen>,
+    nodes: &[NodePlan],
+) -> NodeOutcome {
     let Waiting {
         mut outcome,
         node_name,
