@@ -195,11 +195,6 @@ impl ClusterRun {
                 run.token_for
             );
         }
-        if run.delete_nodes {
-            line.push_str(
-                "; each reset checked clean has its Node object deleted (--delete-nodes)",
-            );
-        }
         line
     }
 

@@ -346,6 +346,17 @@ pub fn build(
                 .max_package_bytes
                 .unwrap_or(crate::stage::DEFAULT_MAX_PACKAGE_BYTES),
         });
+    let upgrades = nodes.iter().any(|n| n.keadm_args.is_edge_upgrade());
+    for (given, flag) in [
+        (options.backup, "--backup"),
+        (options.rollback_on_failure, "--rollback-on-failure"),
+    ] {
+        if given && !upgrades {
+            log::warn!(
+                "{flag} applies to `keadm upgrade edge`, and no selected node's keadmCmd is one: it does nothing in this run."
+            );
+        }
+    }
     let offline_images =
         offline_images(config).filter(|_| nodes.iter().any(|n| n.keadm_args.is_join()));
     let known_hosts = options.known_hosts.clone().unwrap_or_else(|| {
