@@ -152,7 +152,7 @@ pub struct EdgeTaskRecord {
     /// `None` when it wrote nothing (the file is removed before the command).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<UpgradeReport>,
-    /// An upgrade's target: `--toVersion`, else keadm's own version.
+    /// An upgrade's target: its `--toVersion` (without it, the report's `toVersion` is checked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_version: Option<String>,
     /// What the running edgecore's executable said it is, after the command; `None` when

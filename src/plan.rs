@@ -135,10 +135,9 @@ impl FirstStepKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EdgeTaskPlan {
     pub task: EdgeTask,
-    /// For an upgrade: the version it goes to, `--toVersion`, else keadm's own version
-    /// (keadm's default), known when the run stages keadm; `None` when keadm is the
-    /// node's own (keadmBinDir) and no `--toVersion` is given: then the report's
-    /// `toVersion` is what the running edgecore is checked against.
+    /// For an upgrade: the version it goes to, `--toVersion`; `None` without it (keadm
+    /// then goes to a default built into its source, v1.23.1's being 1.23.0), and the
+    /// report's `toVersion` is what the running edgecore is checked against.
     pub target_version: Option<String>,
     /// With `--rollback-on-failure` (upgrades): `cd <dir> && rm -f <report> && yes |
     /// ./keadm rollback edge`, to which the run adds `--historical-version` when it knows
@@ -347,6 +346,15 @@ pub fn build(
                 .unwrap_or(crate::stage::DEFAULT_MAX_PACKAGE_BYTES),
         });
     let upgrades = nodes.iter().any(|n| n.keadm_args.is_edge_upgrade());
+    if let Some(node) = nodes
+        .iter()
+        .find(|n| n.keadm_args.is_edge_upgrade() && n.keadm_args.value("toVersion").is_none())
+    {
+        log::warn!(
+            "The keadmCmd of node {} runs `keadm upgrade edge` without --toVersion: keadm then upgrades to a version built into it, its minor release's first (1.23.0 for keadm v1.23.1), not its own version. Pass --toVersion=vX.Y.Z to say which; the run checks each node against what keadm's report says.",
+            node.name
+        );
+    }
     for (given, flag) in [
         (options.backup, "--backup"),
         (options.rollback_on_failure, "--rollback-on-failure"),
@@ -429,16 +437,10 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
     };
     let edge_task = node.keadm_args.edge_task().map(|task| EdgeTaskPlan {
         task,
+        // keadm's own default is a constant of its source, not its version (v1.23.1's is
+        // 1.23.0): only `--toVersion` says the target; without it the report's does.
         target_version: upgrade
-            .then(|| {
-                node.keadm_args
-                    .value("toVersion")
-                    .map(str::to_string)
-                    .or_else(|| match (&node.keadm_bin_dir, &config.keadm_version) {
-                        (None, Some(version)) => Some(version.clone()),
-                        _ => None,
-                    })
-            })
+            .then(|| node.keadm_args.value("toVersion").map(str::to_string))
             .flatten(),
         rollback: (options.rollback_on_failure && upgrade).then(|| in_dir("rollback edge")),
     });
