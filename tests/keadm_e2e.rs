@@ -48,13 +48,20 @@ const PRIVATE_DIRS: [&str; 5] = [
     "/run/systemd",
 ];
 
-/// The node's systemctl, answering as systemd would for what keadm and pre-flight ask:
-/// `start UNIT` runs the unit's `ExecStart=` in the background and marks it started,
-/// `stop` unmarks it, `is-active [--quiet] UNIT` says `active` (0) for a started unit and
-/// `inactive` (3) otherwise, so pre-flight sees no edgecore before the join; anything else
-/// (`daemon-reload`, `enable`) succeeds. A started unit stays active until stopped even
-/// when its process has exited: the real edgecore keeps running, its stand-in exits once
-/// it has written the certificates. A unit runs in a session of its own, as under
+/// The node's systemctl, answering as systemd (252, Debian 12's) would for what keadm and
+/// pre-flight ask: `start UNIT` runs the unit's `ExecStart=` in the background and marks
+/// it started; `stop` ends that process and, as systemd does, returns only once it has
+/// exited (SIGTERM, then SIGKILL after 90 s, `TimeoutStopSec`'s default): keadm's upgrade
+/// and rollback copy the new edgecore over /usr/local/bin/edgecore right after the stop,
+/// which fails with "text file busy" while the old one still runs. `is-active [--quiet]
+/// UNIT` says `active` (0) for a started unit and `inactive` (3) otherwise, so pre-flight
+/// sees no edgecore before the join; `enable` and `disable` mark the unit, and
+/// `list-unit-files` lists the unit files as systemd 252 does (`edgecore.service enabled
+/// enabled`; a disabled one is `disabled enabled`, its PRESET column Debian's), which is
+/// how keadm decides to stop edgecore through systemd rather than with `pkill`; anything
+/// else (`daemon-reload`) succeeds. A started unit stays active until stopped even when
+/// its process has exited: the real edgecore keeps running, its stand-in exits once it has
+/// written the certificates. A unit runs in a session of its own, as under
 /// systemd, so a real edgecore outlives the SSH session of the keadm that started it
 /// (tests/cloud_e2e.rs). Every call is logged to the node's /tmp/systemctl.log.
 /// The `KB_SYSTEMCTL_*` variables move its files, for the test of the script itself.
@@ -64,7 +71,7 @@ units=${KB_SYSTEMCTL_UNITS:-/etc/systemd/system}
 run=${KB_SYSTEMCTL_RUN:-/run/systemd}
 logs=${KB_SYSTEMCTL_LOGS:-/var/log/kubeedge}
 echo "systemctl $*" >> "${KB_SYSTEMCTL_LOG:-/tmp/systemctl.log}"
-verb= unit= quiet=
+verb='' unit='' quiet=''
 for a in "$@"; do
   case $a in
     -q|--quiet) quiet=1 ;;
@@ -73,16 +80,44 @@ for a in "$@"; do
   esac
 done
 started="$run/$unit.started"
+alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+  [ -n "$st" ] && [ "$st" != Z ]
+}
+stop() {
+  [ -f "$started" ] || return 0
+  pid=$(cat "$started")
+  rm -f "$started"
+  alive "$pid" || return 0
+  kill "$pid" 2>/dev/null
+  n=0
+  while alive "$pid" && [ "$n" -lt 900 ]; do sleep 0.1; n=$((n + 1)); done
+  alive "$pid" && kill -9 "$pid" 2>/dev/null
+  return 0
+}
 case $verb in
   start|restart)
+    [ "$verb" = restart ] && stop
     exec_start=$(sed -n 's/^ExecStart=//p' "$units/$unit.service" 2>/dev/null)
     [ -n "$exec_start" ] || { echo "no ExecStart in $units/$unit.service" >&2; exit 5; }
+    # shellcheck disable=SC2086 # ExecStart= is a command line: split into its words
     setsid $exec_start > "$logs/$unit.log" 2>&1 < /dev/null &
     echo $! > "$started"
     ;;
-  stop)
-    [ -f "$started" ] && kill "$(cat "$started")" 2>/dev/null
-    rm -f "$started"
+  stop) stop ;;
+  enable) [ -n "$unit" ] && touch "$run/$unit.enabled" ;;
+  disable) rm -f "$run/$unit.enabled" ;;
+  list-unit-files)
+    echo 'UNIT FILE        STATE    PRESET'
+    for f in "$units"/*.service; do
+      [ -f "$f" ] || continue
+      u=${f##*/}
+      u=${u%.service}
+      s=disabled
+      [ -f "$run/$u.enabled" ] && s=enabled
+      echo "$u.service $s enabled"
+    done
     ;;
   is-active)
     if [ -n "$unit" ] && [ -f "$started" ]; then state=active code=0; else state=inactive code=3; fi
@@ -365,6 +400,63 @@ fn the_stand_in_systemctl_says_a_unit_is_active_only_once_started() {
         calls.starts_with("systemctl is-active --quiet edgecore\n"),
         "{calls}"
     );
+}
+
+/// What keadm's upgrade and rollback need of systemd: `stop` returns once the unit's
+/// process has exited (keadm then writes over its executable), and `list-unit-files`
+/// shows the unit the way keadm greps it (`| grep enabled | grep edgecore`), enabled or
+/// not, as systemd 252 prints it.
+#[test]
+fn the_stand_in_systemctl_stops_as_systemd_does_and_lists_its_units() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // A service that takes a second to exit once told to, as edgecore takes its time.
+    let service = dir.join("slow-exit");
+    fs::write(
+        &service,
+        "#!/bin/sh\ntrap 'sleep 1; exit 0' TERM\nwhile :; do sleep 0.1; done\n",
+    )
+    .unwrap();
+    fs::set_permissions(&service, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(
+        dir.join("edgecore.service"),
+        format!("[Service]\nExecStart={}\n", service.display()),
+    )
+    .unwrap();
+    assert_eq!(stand_in_systemctl(dir, &["enable", "edgecore"]).0, 0);
+    assert_eq!(
+        stand_in_systemctl(dir, &["list-unit-files"]),
+        (
+            0,
+            "UNIT FILE        STATE    PRESET\nedgecore.service enabled enabled\n".into()
+        )
+    );
+    assert_eq!(stand_in_systemctl(dir, &["start", "edgecore"]).0, 0);
+    let pid: i32 = fs::read_to_string(dir.join("edgecore.started"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let running = |pid: i32| {
+        fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, s)| s.starts_with('Z'))
+        })
+    };
+    assert!(running(pid), "the unit's process does not run");
+    assert_eq!(stand_in_systemctl(dir, &["stop", "edgecore.service"]).0, 0);
+    assert!(!running(pid), "stop returned while {pid} still runs");
+    assert_eq!(
+        stand_in_systemctl(dir, &["disable", "edgecore.service"]).0,
+        0
+    );
+    assert_eq!(
+        stand_in_systemctl(dir, &["list-unit-files"]).1,
+        "UNIT FILE        STATE    PRESET\nedgecore.service disabled enabled\n"
+    );
+    // Stopping a unit that is not running succeeds, as systemd's does.
+    assert_eq!(stand_in_systemctl(dir, &["stop", "edgecore"]).0, 0);
 }
 
 /// The node's /usr/local/bin (a directory in its /tmp) holding the stand-in systemctl.
