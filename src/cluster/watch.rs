@@ -316,6 +316,30 @@ mod tests {
         );
     }
 
+    /// The events the same server sent while a real keadm v1.23.1 upgraded that edge
+    /// node's edgecore from v1.23.0 and then rolled it back (the README): the Node stays
+    /// Ready throughout, so only its kubelet version tells an upgrade happened, and the
+    /// first write after the rollback still carries the version rolled back from.
+    #[test]
+    fn a_real_upgrade_and_rollback_show_in_the_nodes_version_only() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/kube-apiserver/watch-upgrade.jsonl");
+        let mut seen = Vec::new();
+        for line in std::fs::read_to_string(path).unwrap().lines() {
+            let event: WatchEvent<Node> = serde_json::from_str(line).unwrap();
+            match event {
+                WatchEvent::Modified(n) => {
+                    let node = NodeState::of(&n);
+                    assert!(node.is_ready(), "{node:?}");
+                    seen.push(node.kubeedge_version().unwrap().to_string());
+                }
+                WatchEvent::Bookmark(_) => seen.push("bookmark".into()),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(seen, ["v1.23.1", "bookmark", "v1.23.1", "v1.23.0"]);
+    }
+
     #[test]
     fn a_node_that_turns_not_ready_loses_its_ready_time() {
         let mut state = State::default();
