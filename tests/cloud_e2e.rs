@@ -46,7 +46,7 @@ use crate::common::edge_state::clean_etc;
 use crate::common::fake_release::{ChecksumFile, FakeRelease};
 use crate::common::fleet::{Fleet, Node};
 use crate::common::image_archive::{docker_archive_carrying, host_arch, oci_archive};
-use crate::common::real_cloud::{CloudBinaries, RealCloud, ready_condition};
+use crate::common::real_cloud::{CloudBinaries, RealCloud, Release, ready_condition};
 use crate::common::scenario::{Scenario, VERSION};
 use crate::common::test::Output;
 use crate::keadm_e2e::{MadeMountPoints, keadm_version, usr_local_bin_with_systemctl};
@@ -68,17 +68,61 @@ const CNI_BRIDGE: &str = r#"{"cniVersion":"1.0.0","name":"cloud-e2e","plugins":[
 
 /// How long the tool may wait for a good node to be Ready after keadm exits: about
 /// 10 s on an idle machine, and a 2-core machine shared with builds is slower.
-const READY_TIMEOUT: &str = "240";
+pub(crate) const READY_TIMEOUT: &str = "240";
 
 /// How long the node that cannot turn Ready is given: it registers within seconds, and
 /// its Ready condition is False from the start.
 const NOT_READY_TIMEOUT: &str = "45";
 
+/// The mount points [`edge_node`] binds over that the machine lacks, made now and removed
+/// when dropped.
+pub(crate) fn mount_points() -> MadeMountPoints {
+    MadeMountPoints(
+        TMPFS_DIRS
+            .iter()
+            .chain(&KUBELET_DIRS)
+            .map(PathBuf::from)
+            .filter(|dir| !dir.exists())
+            .collect(),
+    )
+}
+
+/// Where keadm's upgrade puts the new edgecore, `<this>/<version>/edgecore`: it copies it
+/// there out of the installation-package through a container's host-path mount, which
+/// containerd resolves in its own mount namespace, not the node's.
+pub(crate) const UPGRADE_DIR: &str = "/etc/kubeedge/upgrade";
+
+/// The node's directory (in its /tmp) that both it and its containerd see at
+/// [`UPGRADE_DIR`] ([`upgradable_edge_node`]).
+const UPGRADE_DIR_ON_NODE: &str = "kubeedge-upgrade";
+
 /// Sets `node` up as an edge node for a real join: an /etc of its own (keadm's reset
 /// removes /etc/kubeedge, and the tool checks it is gone), keadm's other paths and the
 /// kubelet's private to it, the stand-in systemctl, and a containerd whose CNI configs
 /// are a bridge (`cni`) or none. The containerd is returned; it stops when dropped.
-fn edge_node(node: &Node, cni: bool) -> Containerd {
+pub(crate) fn edge_node(node: &Node, cni: bool) -> Containerd {
+    edge_node_sharing(node, cni, false)
+}
+
+/// As [`edge_node`] with a bridge, for keadm's upgrade too: its containerd sees the
+/// node's /tmp/kubeedge-upgrade at [`UPGRADE_DIR`], where the node binds it once joined
+/// ([`share_upgrade_dir`]), so the edgecore keadm copies out of the image is where keadm
+/// looks for it.
+pub(crate) fn upgradable_edge_node(node: &Node) -> Containerd {
+    edge_node_sharing(node, true, true)
+}
+
+/// Binds the node's /tmp/kubeedge-upgrade at [`UPGRADE_DIR`] on `node`, as its
+/// containerd has it ([`upgradable_edge_node`]). After the join only: keadm join and
+/// reset want no /etc/kubeedge of anyone else's making, and a reset could not remove a
+/// mount point.
+pub(crate) fn share_upgrade_dir(node: &Node) {
+    node.shell_ok(&format!(
+        "mkdir -p {UPGRADE_DIR} && mount --bind /tmp/{UPGRADE_DIR_ON_NODE} {UPGRADE_DIR}"
+    ));
+}
+
+fn edge_node_sharing(node: &Node, cni: bool, upgrade_dir: bool) -> Containerd {
     clean_etc(node);
     let usr_local_bin = usr_local_bin_with_systemctl(node);
     let binds: String = KUBELET_DIRS
@@ -106,15 +150,21 @@ fn edge_node(node: &Node, cni: bool) -> Containerd {
         )
         .unwrap();
     }
-    Containerd::start_with_cni(node, &[(&usr_local_bin, "/usr/local/bin")], &cni_dir)
+    let upgrades = node.tmp_path(UPGRADE_DIR_ON_NODE);
+    let mut shared = vec![(usr_local_bin.as_path(), "/usr/local/bin")];
+    if upgrade_dir {
+        fs::create_dir_all(&upgrades).unwrap();
+        shared.push((upgrades.as_path(), UPGRADE_DIR));
+    }
+    Containerd::start_with_cni(node, &shared, &cni_dir)
 }
 
-/// keadm join to the real cloud for fleet node `i` (`{name}` is its node name), with the
-/// token cloudcore made; the kubelet's read-only port is the node's own.
-fn join_cmd(cloud: &RealCloud, token: &str, i: usize) -> String {
+/// keadm join of `version` to the real cloud for fleet node `i` (`{name}` is its node
+/// name), with the token cloudcore made; the kubelet's read-only port is the node's own.
+fn join_cmd(cloud: &RealCloud, token: &str, i: usize, version: &str) -> String {
     let kubelet = "modules.edged.tailoredKubeletConfig";
     format!(
-        "join --cloudcore-ipport=127.0.0.1:{hub} --certport={cert} --kubeedge-version={VERSION} \
+        "join --cloudcore-ipport=127.0.0.1:{hub} --certport={cert} --kubeedge-version={version} \
          --edgenode-name={{name}} --remote-runtime-endpoint={ENDPOINT} --cgroupdriver=cgroupfs \
          --token={token} \
          --set {kubelet}.readOnlyPort={ro}",
@@ -128,19 +178,40 @@ fn join_cmd(cloud: &RealCloud, token: &str, i: usize) -> String {
 /// keadm in its release package, and the two images keadm join runs, the
 /// installation-package carrying the real edgecore.
 fn write_kit(dir: &Path, bins: &CloudBinaries) {
-    let keadm = fs::read(bins.path("keadm")).unwrap();
     let packages = dir.join("packages");
     fs::create_dir_all(dir.join("staging")).unwrap();
-    FakeRelease::new(VERSION, host_arch())
-        .with_binary(&keadm)
-        .write_offline(&packages, ChecksumFile::Matching);
+    write_keadm_package(&packages, &bins.release(), VERSION);
+    write_join_images(&packages, &bins.release(), VERSION);
+}
+
+/// `release`'s keadm in its release package of `version`, in the offline directory
+/// `packages` (packages of several versions live side by side there).
+pub(crate) fn write_keadm_package(packages: &Path, release: &Release, version: &str) {
+    FakeRelease::new(version, host_arch())
+        .with_binary(&fs::read(release.keadm()).unwrap())
+        .write_offline(packages, ChecksumFile::Matching);
+}
+
+/// The two images keadm join of `version` runs, in the offline directory `packages`: the
+/// installation-package carrying `release`'s edgecore, and the sandbox image.
+pub(crate) fn write_join_images(packages: &Path, release: &Release, version: &str) {
     let images = packages.join(host_arch()).join("images");
-    docker_archive_carrying(
-        &images.join(format!("installation-package_{VERSION}.tar")),
-        &format!("kubeedge/installation-package:{VERSION}"),
-        &fs::read(bins.path("edgecore")).unwrap(),
+    installation_package(
+        &images.join(format!("installation-package_{version}.tar")),
+        release,
+        version,
     );
     oci_archive(&images.join("pause_3.6.tar"), SANDBOX_IMAGE);
+}
+
+/// Writes `kubeedge/installation-package:<version>` carrying `release`'s edgecore (where
+/// keadm copies it from) as a `docker save` archive at `path`.
+pub(crate) fn installation_package(path: &Path, release: &Release, version: &str) {
+    docker_archive_carrying(
+        path,
+        &format!("kubeedge/installation-package:{version}"),
+        &fs::read(release.edgecore()).unwrap(),
+    );
 }
 
 /// A run over fleet nodes `nodes` only, with the offline directory and the staging
@@ -148,7 +219,7 @@ fn write_kit(dir: &Path, bins: &CloudBinaries) {
 /// own for each run (rather than `--only`), so each run's summary and transcripts number
 /// just its nodes. One staging directory serves every run: keadm is staged, and its xz
 /// copy made (in a process that outlives the run), once.
-fn scenario<'f>(fleet: &'f Fleet, nodes: &[usize], kit: &Path) -> Scenario<'f> {
+pub(crate) fn scenario<'f>(fleet: &'f Fleet, nodes: &[usize], kit: &Path) -> Scenario<'f> {
     let sc = Scenario::new(fleet)
         .arch_group(&format!("[{}]", host_arch()))
         .node_yaml("timeoutSeconds: 600")
@@ -160,30 +231,32 @@ fn scenario<'f>(fleet: &'f Fleet, nodes: &[usize], kit: &Path) -> Scenario<'f> {
     sc
 }
 
-/// [`scenario`] joining `nodes` to `cloud`.
-fn joins<'f>(
+/// [`scenario`] joining `nodes` to `cloud` with keadm of `version` (the config's
+/// `keadmVersion` and the join's `--kubeedge-version`).
+pub(crate) fn joins<'f>(
     fleet: &'f Fleet,
     nodes: &[usize],
     kit: &Path,
     cloud: &RealCloud,
     token: &str,
+    version: &str,
 ) -> Scenario<'f> {
-    let mut sc = scenario(fleet, nodes, kit);
+    let mut sc = scenario(fleet, nodes, kit).keadm_version(version);
     for &i in nodes {
-        sc = sc.cmd_for(i, &join_cmd(cloud, token, i));
+        sc = sc.cmd_for(i, &join_cmd(cloud, token, i, version));
     }
     sc
 }
 
 /// Seconds in `node`'s `cluster` object under `key`, which must be a number.
-fn seconds(node: &serde_json::Value, key: &str) -> f64 {
+pub(crate) fn seconds(node: &serde_json::Value, key: &str) -> f64 {
     node["cluster"][key]
         .as_f64()
         .unwrap_or_else(|| panic!("summary.json has no cluster.{key} number: {node}"))
 }
 
 /// The last lines of fleet node `i`'s transcript, for failure messages and the log.
-fn tail(out: &Output, i: usize) -> String {
+pub(crate) fn tail(out: &Output, i: usize) -> String {
     let text = out.transcript(i);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
@@ -207,14 +280,7 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
     let kubeconfig = cloud.kubeconfig.display().to_string();
 
     let fleet = Fleet::builder().nodes(3).start();
-    let _made = MadeMountPoints(
-        TMPFS_DIRS
-            .iter()
-            .chain(&KUBELET_DIRS)
-            .map(PathBuf::from)
-            .filter(|dir| !dir.exists())
-            .collect(),
-    );
+    let _made = mount_points();
     let runtimes: Vec<Containerd> = (0..3).map(|i| edge_node(fleet.node(i), i < 2)).collect();
     let kit = tempfile::Builder::new()
         .prefix("cloud-e2e-kit-")
@@ -223,7 +289,7 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
     write_kit(kit.path(), &bins);
 
     // 1. Two good nodes: joined, registered and Ready, seen by the tool and by the API server.
-    let good = joins(&fleet, &[0, 1], kit.path(), &cloud, &token);
+    let good = joins(&fleet, &[0, 1], kit.path(), &cloud, &token, VERSION);
     let out = good.run(&[
         "--kubeconfig",
         &kubeconfig,
@@ -269,7 +335,7 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
 
     // 2. The node whose runtime has no CNI config registers and stays NotReady: not_ready,
     //    with the message the Node itself carries.
-    let bad = joins(&fleet, &[2], kit.path(), &cloud, &token);
+    let bad = joins(&fleet, &[2], kit.path(), &cloud, &token, VERSION);
     let out = bad.run(&[
         "--kubeconfig",
         &kubeconfig,
@@ -305,7 +371,7 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
     //    loopback is not routed there) is stopped by pre-flight, untouched, unregistered.
     let lan = Fleet::builder().nodes(1).site_lans(&[0]).start();
     let _lan_runtime = edge_node(lan.node(0), true);
-    let blocked = joins(&lan, &[0], kit.path(), &cloud, &token);
+    let blocked = joins(&lan, &[0], kit.path(), &cloud, &token, VERSION);
     // Its own name: edge-00 is a Node already (pre-flight would say name_taken too).
     fs::write(
         blocked.path("config.yaml"),

@@ -8,6 +8,7 @@ mod archive_names;
 mod bundle;
 mod cli;
 mod cloud_e2e;
+mod cloud_upgrade_e2e;
 mod cluster;
 mod cluster_extras;
 mod docs;

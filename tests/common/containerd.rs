@@ -124,7 +124,10 @@ impl Containerd {
     /// `path` in a mount namespace of containerd's own: a node that has the same
     /// directory bound at the same path then sees what containerd's containers write
     /// through a host-path mount there (keadm's copy of edgecore into /usr/local/bin),
-    /// while neither touches the host's `path`.
+    /// while neither touches the host's `path`. A `path` under /etc need not exist on
+    /// the machine: containerd's /etc is then an overlay of the machine's whose writes land
+    /// in the node's /tmp, and `path` is made in it (keadm's upgrade copies edgecore into
+    /// /etc/kubeedge/upgrade/<version>, which the machine has not).
     pub fn start_sharing(node: &Node, shared: &[(&Path, &str)]) -> Containerd {
         Containerd::launch(node, shared, None, SANDBOX_IMAGE, None)
     }
@@ -195,15 +198,31 @@ impl Containerd {
                 .args(["--net", "--", "containerd", "--config"])
                 .arg(&config);
         } else {
+            let etc = base.join("etc-overlay");
+            let overlay_etc = if shared.iter().any(|(_, path)| path.starts_with("/etc/")) {
+                format!(
+                    "mkdir -p '{o}/up' '{o}/work' && mount -t overlay overlay -o 'lowerdir=/etc,upperdir={o}/up,workdir={o}/work' /etc && ",
+                    o = etc.display()
+                )
+            } else {
+                String::new()
+            };
             let binds: String = shared
                 .iter()
-                .map(|(dir, path)| format!("mount --bind '{}' '{path}' && ", dir.display()))
+                .map(|(dir, path)| {
+                    let make = if path.starts_with("/etc/") {
+                        format!("mkdir -p '{path}' && ")
+                    } else {
+                        String::new()
+                    };
+                    format!("{make}mount --bind '{}' '{path}' && ", dir.display())
+                })
                 .collect();
             unshare
                 .args(["--net", "--mount", "--propagation", "private", "--"])
                 .args(["sh", "-c"])
                 .arg(format!(
-                    "{binds}exec containerd --config '{}'",
+                    "{overlay_etc}{binds}exec containerd --config '{}'",
                     config.display()
                 ));
         }

@@ -15,6 +15,12 @@
 //! release as cloudcore (what `keadm init` would install). A variable that is set but
 //! names something missing fails the test: only an unset `KECLOUD_BIN` skips it.
 //!
+//! `KECLOUD_OLD_BIN` is a directory holding `keadm` and `edgecore` of an older release than
+//! `KECLOUD_BIN`'s (built the same way), for the upgrade test (tests/cloud_upgrade_e2e.rs):
+//! its nodes join at the older release and are upgraded to `KECLOUD_BIN`'s. Unset, that
+//! test is skipped as an unset `KECLOUD_BIN` skips both; set to a place without them, it
+//! fails.
+//!
 //! What the cloud is: kube-apiserver with `Node,RBAC` authorization, its serving
 //! certificate for 127.0.0.1, an admin client certificate (`system:masters`) in the
 //! kubeconfig the tool is given; the `kubeedge` namespace and KubeEdge's CRDs;
@@ -71,14 +77,57 @@ impl CloudBinaries {
 
     /// `KECLOUD_BIN/name`, which must be a file.
     pub fn path(&self, name: &str) -> PathBuf {
-        let path = self.dir.join(name);
-        assert!(
-            path.is_file(),
-            "KECLOUD_BIN={} has no {name}: build it (or link it) there.",
-            self.dir.display()
-        );
-        path
+        file_in("KECLOUD_BIN", &self.dir, name)
     }
+
+    /// `KECLOUD_BIN`'s keadm and edgecore, the release the cloud's nodes join at (or are
+    /// upgraded to).
+    pub fn release(&self) -> Release {
+        Release {
+            var: "KECLOUD_BIN",
+            dir: self.dir.clone(),
+        }
+    }
+}
+
+/// keadm and edgecore of one KubeEdge release, in one directory.
+pub struct Release {
+    /// The variable that named the directory, for messages.
+    var: &'static str,
+    dir: PathBuf,
+}
+
+impl Release {
+    /// The older release `KECLOUD_OLD_BIN` names; `None` when it is unset. Fails the test
+    /// when the directory lacks keadm or edgecore.
+    pub fn old_from_env() -> Option<Release> {
+        let release = Release {
+            var: "KECLOUD_OLD_BIN",
+            dir: PathBuf::from(std::env::var_os("KECLOUD_OLD_BIN")?),
+        };
+        release.keadm();
+        release.edgecore();
+        Some(release)
+    }
+
+    pub fn keadm(&self) -> PathBuf {
+        file_in(self.var, &self.dir, "keadm")
+    }
+
+    pub fn edgecore(&self) -> PathBuf {
+        file_in(self.var, &self.dir, "edgecore")
+    }
+}
+
+/// `dir/name`, which must be a file; `var` named `dir`.
+fn file_in(var: &str, dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{var}={} has no {name}: build it (or link it) there.",
+        dir.display()
+    );
+    path
 }
 
 /// A free TCP port on 127.0.0.1 (bound and let go: nothing else here takes ports from

@@ -56,6 +56,8 @@ pub struct Scenario<'f> {
     pub keadm_cmd_for: std::collections::HashMap<usize, String>,
     /// `--staging-dir`, when not the scenario's own `staging/`.
     pub staging: Option<PathBuf>,
+    /// `keadmVersion` ([`VERSION`] unless a test runs another release's keadm).
+    pub keadm_version: String,
 }
 
 impl<'f> Scenario<'f> {
@@ -85,7 +87,14 @@ impl<'f> Scenario<'f> {
             keadm_extra: Vec::new(),
             keadm_cmd_for: Default::default(),
             staging: None,
+            keadm_version: VERSION.into(),
         }
+    }
+
+    /// The config's `keadmVersion` (a test that writes its own packages for it).
+    pub fn keadm_version(mut self, version: &str) -> Self {
+        self.keadm_version = version.to_string();
+        self
     }
 
     /// An extra line under `keadm:`.
@@ -277,7 +286,8 @@ impl<'f> Scenario<'f> {
 
     pub fn config_text(&self) -> String {
         let mut s = format!(
-            "keadm:\n  download:\n    enable: false\n  keadmVersion: {VERSION}\n  archGroup: {}\n  offlinePackageDir: {}\nmaxRunNum: {}\n",
+            "keadm:\n  download:\n    enable: false\n  keadmVersion: {}\n  archGroup: {}\n  offlinePackageDir: {}\nmaxRunNum: {}\n",
+            self.keadm_version,
             self.arch_group,
             self.path("packages").display(),
             self.max_run_num
