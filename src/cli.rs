@@ -174,7 +174,8 @@ struct BatchArgs {
     verify_remote: bool,
 
     /// The cluster to verify joins in (a kubeconfig as kubectl reads it; over the config's
-    /// `kubeconfig` and $KUBECONFIG): a join succeeds once its Node is Ready. Read-only.
+    /// `kubeconfig` and $KUBECONFIG): a join succeeds once its Node is Ready. Read-only
+    /// unless --delete-nodes or --drain asks for writes.
     #[arg(long, value_name = "FILE", help_heading = "Cluster")]
     kubeconfig: Option<PathBuf>,
 
@@ -191,10 +192,22 @@ struct BatchArgs {
     no_wait: bool,
 
     /// After a reset checked clean on its node, delete the node's Node object from the
-    /// cluster (needs a kubeconfig whose user may delete nodes). Without it, nothing is
-    /// ever written to the cluster.
+    /// cluster (needs a kubeconfig whose user may delete nodes). Without it and --drain,
+    /// nothing is ever written to the cluster.
     #[arg(long, help_heading = "Cluster")]
     delete_nodes: bool,
+
+    /// Cordon and drain each node's Node before its command (evictions honour
+    /// PodDisruptionBudgets), and uncordon it once the node succeeded; a node that failed
+    /// stays cordoned. Needs a kubeconfig whose user may patch nodes, list pods and create
+    /// pods/eviction. Joins are not drained: their Node does not exist yet.
+    #[arg(long, help_heading = "Cluster")]
+    drain: bool,
+
+    /// How long a node's drain may take, its evictions and the wait for its pods to be
+    /// gone: seconds, or a number with s, m or h.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration, requires = "drain", help_heading = "Cluster")]
+    drain_timeout: std::time::Duration,
 
     /// Read every join's token from the cluster (the tokensecret secret in kubeedge, as
     /// `keadm gettoken` does) instead of keadmCmd's --token; a join whose --token is
@@ -601,6 +614,32 @@ fn parse_size(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A duration as `--drain-timeout` takes it: seconds (`90`), or a number with `s`, `m` or
+/// `h` (`90s`, `5m`, `1h`); at least one second.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let digits = text.len() - text.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let (number, unit) = text.split_at(digits);
+    let scale = match unit.trim() {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        other => {
+            return Err(format!(
+                "`{other}` is not a unit of time; write seconds, or a number with s, m or h (90, 90s, 5m)"
+            ));
+        }
+    };
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration such as 90s or 5m"))?;
+    match number.checked_mul(scale) {
+        Some(0) => Err("the duration must be at least 1 s".to_string()),
+        Some(secs) => Ok(std::time::Duration::from_secs(secs)),
+        None => Err(format!("`{text}` is too long")),
+    }
+}
+
 /// klog's `-v LEVEL` (`-v 4`, `-v=4`, `-v4`, `--verbose 2`) confuses clap into talking
 /// about subcommands or unknown arguments; when the failed command line has one, say
 /// what keadm-batch's `-v` is instead.
@@ -939,6 +978,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         ready_timeout_seconds: batch.ready_timeout,
         no_wait: batch.no_wait,
         delete_nodes: batch.delete_nodes,
+        drain: batch.drain.then_some(batch.drain_timeout),
         token_from_cluster: batch.token_from_cluster,
         staging_dir: batch.staging_dir,
         run_dir: batch.run_dir,
@@ -1328,6 +1368,55 @@ mod tests {
     fn missing_config_is_a_usage_error() {
         let err = run(&["k", "batch"]).unwrap_err();
         assert!(err.to_string().contains("config file is required"));
+    }
+
+    #[test]
+    fn durations_take_seconds_minutes_and_hours() {
+        let secs = |n| Ok(std::time::Duration::from_secs(n));
+        assert_eq!(parse_duration("90"), secs(90));
+        assert_eq!(parse_duration("90s"), secs(90));
+        assert_eq!(parse_duration("5m"), secs(300));
+        assert_eq!(parse_duration("2h"), secs(7200));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("m").is_err());
+        assert_eq!(
+            parse_duration("5min"),
+            Err("`min` is not a unit of time; write seconds, or a number with s, m or h (90, 90s, 5m)".to_string())
+        );
+        assert!(parse_duration("99999999999999999h").is_err());
+        let drain = |args: &[&str]| match run(args) {
+            Ok(Command::Run(options)) => options.drain,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(drain(&["keadm-batch", "batch", "-c", "x.yaml"]), None);
+        assert_eq!(
+            drain(&["keadm-batch", "batch", "-c", "x.yaml", "--drain"]),
+            Some(std::time::Duration::from_secs(300))
+        );
+        assert_eq!(
+            drain(&[
+                "keadm-batch",
+                "batch",
+                "-c",
+                "x.yaml",
+                "--drain",
+                "--drain-timeout",
+                "90s"
+            ]),
+            Some(std::time::Duration::from_secs(90))
+        );
+        // A timeout without --drain would do nothing: refused.
+        assert!(
+            run(&[
+                "keadm-batch",
+                "batch",
+                "-c",
+                "x.yaml",
+                "--drain-timeout",
+                "90s"
+            ])
+            .is_err()
+        );
     }
 
     #[test]

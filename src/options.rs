@@ -242,6 +242,10 @@ pub struct RunOptions {
     pub no_wait: bool,
     /// `--delete-nodes`: after a reset verified clean, delete its Node from the cluster.
     pub delete_nodes: bool,
+    /// `--drain` with `--drain-timeout`: each node whose command is not a join is
+    /// cordoned and drained (within the timeout) before it runs, and uncordoned once it
+    /// succeeded.
+    pub drain: Option<std::time::Duration>,
     /// `--token-from-cluster`: every join's token is read from the cluster, as
     /// `keadm gettoken` reads it, whatever its keadmCmd says.
     pub token_from_cluster: bool,
