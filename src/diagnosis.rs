@@ -57,6 +57,10 @@ pub enum FailureClass {
     /// `keadm reset` exited with 0, but the node is not clean: edgecore still runs, its
     /// unit is still there, or /etc/kubeedge still exists (or the check could not finish).
     ResetIncomplete,
+    /// `--drain`: the node's Node could not be cordoned, or its pods were not all evicted
+    /// and gone within `--drain-timeout` (a PodDisruptionBudget refused, a pod stayed
+    /// terminating). Nothing ran on the node.
+    DrainFailed,
     /// None of the above was recognised. A class this version does not know (in a file
     /// written by a newer one) reads as this too, so the node's record is not lost.
     #[serde(other)]
@@ -65,7 +69,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, in the order a recap lists them.
-    pub const ALL: [FailureClass; 18] = [
+    pub const ALL: [FailureClass; 19] = [
         FailureClass::AlreadyJoined,
         FailureClass::DirtyManagementDir,
         FailureClass::NameTaken,
@@ -83,6 +87,7 @@ impl FailureClass {
         FailureClass::NotRegistered,
         FailureClass::NotReady,
         FailureClass::ResetIncomplete,
+        FailureClass::DrainFailed,
         FailureClass::Unknown,
     ];
 
@@ -106,6 +111,7 @@ impl FailureClass {
             FailureClass::NotRegistered => "not_registered",
             FailureClass::NotReady => "not_ready",
             FailureClass::ResetIncomplete => "reset_incomplete",
+            FailureClass::DrainFailed => "drain_failed",
             FailureClass::Unknown => "unknown",
         }
     }
@@ -124,6 +130,7 @@ impl FailureClass {
                 | FailureClass::NotRegistered
                 | FailureClass::NotReady
                 | FailureClass::ResetIncomplete
+                | FailureClass::DrainFailed
         )
     }
 
@@ -147,6 +154,7 @@ impl FailureClass {
             FailureClass::NotRegistered => "Joined, but never registered in the cluster",
             FailureClass::NotReady => "Registered, but not Ready",
             FailureClass::ResetIncomplete => "Reset left the node unclean",
+            FailureClass::DrainFailed => "Not drained (nothing ran on the node)",
             FailureClass::Unknown => "Unrecognised failure",
         }
     }
@@ -261,6 +269,17 @@ impl FailureClass {
                  edgecore`, or kill the pids), remove what is left (`systemctl disable \
                  edgecore`, then the unit file and /etc/kubeedge), and retry this class: the \
                  reset runs again and is checked again."
+            }
+            FailureClass::DrainFailed => {
+                "The node's Node could not be cordoned, or its pods were not evicted and gone \
+                 within --drain-timeout, so its command did not run and it was uncordoned \
+                 again (unless it was cordoned before the run). The node's error names the \
+                 pods left and why: for a PodDisruptionBudget that refuses, add replicas \
+                 elsewhere or loosen its minAvailable or maxUnavailable \
+                 (`kubectl get pdb -A` shows which allow no disruption); for a pod that stays \
+                 terminating, check that the node's edgecore is connected to cloudcore. Then \
+                 raise --drain-timeout if the pods only need longer, and retry this class \
+                 (`--retry-failed --class drain_failed`)."
             }
             FailureClass::Unknown => {
                 "The cause was not recognised. Read the node's transcript and its edgecore log \
@@ -502,7 +521,8 @@ mod tests {
             "`token_expired` is not a failure class. Use one of: already_joined, \
              dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
              ca_mismatch, image_pull_stalled, runtime_missing, unreachable, auth, host_key, \
-             sudo, arch, upload, not_registered, not_ready, reset_incomplete, unknown."
+             sudo, arch, upload, not_registered, not_ready, reset_incomplete, drain_failed, \
+             unknown."
         );
     }
 

@@ -164,6 +164,7 @@ impl Progress {
         let finished = *self.finished.lock().unwrap_or_else(|e| e.into_inner());
         let mut counts = [0usize; 4];
         let mut verifying = 0usize;
+        let mut draining = 0usize;
         let mut running: Vec<&NodeState> = Vec::new();
         for state in nodes.iter().flatten() {
             match state.phase {
@@ -172,6 +173,7 @@ impl Progress {
                 Phase::Uploading => counts[2] += 1,
                 Phase::Running => counts[3] += 1,
                 Phase::Verifying => verifying += 1,
+                Phase::Draining => draining += 1,
                 _ => {}
             }
             running.push(state);
@@ -179,10 +181,15 @@ impl Progress {
         running.sort_by_key(|s| s.since);
         let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
         let rate = finished as f64 / elapsed * 60.0;
-        let mut text = format!(
+        let mut text = String::new();
+        // Only --drain runs have nodes in this phase.
+        if draining > 0 {
+            text.push_str(&format!("draining {draining} · "));
+        }
+        text.push_str(&format!(
             "connecting {} · preparing {} · uploading {} · running {}",
             counts[0], counts[1], counts[2], counts[3]
-        );
+        ));
         // Only runs that verify joins in the cluster have nodes in this phase.
         if verifying > 0 {
             text.push_str(&format!(" · waiting for Ready {verifying}"));
