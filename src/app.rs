@@ -587,13 +587,10 @@ fn execute(
         max_fail: options.max_fail,
         canary: options.canary,
     };
-    // A reset checked clean has its Node deleted (--delete-nodes) by its own worker.
-    let process = |node: &plan::NodePlan| {
-        let outcome = pipeline::process(node, &ctx);
-        match &cluster_run {
-            Some(run) => run.after_reset(node, outcome),
-            None => outcome,
-        }
+    // The cluster's part of a node (--drain before it, --delete-nodes after) runs in its worker.
+    let process = |node: &plan::NodePlan| match &cluster_run {
+        Some(run) => run.process(node, &ctx),
+        None => pipeline::process(node, &ctx),
     };
     match cluster_run.as_ref().and_then(ClusterRun::verification) {
         None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, process),
@@ -644,6 +641,7 @@ fn execute(
         );
         eprint!("{}", recap::sites(&summary.sites));
         eprint!("{}", cluster_run::left_behind_recap(&summary.nodes));
+        eprint!("{}", crate::drain_run::left_cordoned_recap(&summary.nodes));
         if let Some(stager) = &stager {
             // The process goes on after the run: say so, or it looks left behind.
             for (arch, pid) in stager.copies_being_made() {

@@ -17,6 +17,7 @@ pub mod cluster_run;
 pub mod config;
 pub mod diagnosis;
 pub mod digest;
+pub mod drain_run;
 pub mod dry_run;
 pub mod error;
 pub mod gen_config;

@@ -26,6 +26,14 @@ use crate::{pipeline, pool};
 pub struct Verification<'c> {
     pub cluster: &'c Cluster,
     pub timeout: Duration,
+    /// Runs on each node's final outcome just before it is recorded, whoever records it.
+    pub finish: &'c dyn Finish,
+}
+
+/// What becomes of a node's final outcome before it is recorded (`--drain` uncordons the
+/// Node of a node that succeeded).
+pub trait Finish: Sync {
+    fn finish(&self, outcome: NodeOutcome) -> NodeOutcome;
 }
 
 impl Verification<'_> {
@@ -56,14 +64,16 @@ impl Verification<'_> {
             .collect()
         };
         std::thread::scope(|scope| {
-            scope.spawn(|| verifier.run(nodes, recorder, cancel, &ask));
+            scope.spawn(|| verifier.run(nodes, recorder, cancel, &ask, self.finish));
             pool::run_all_handing_over(
                 nodes,
                 policy,
                 cancel,
                 recorder,
                 |node| {
-                    let outcome = verifier.take(node, process(node));
+                    let outcome = verifier
+                        .take(node, process(node))
+                        .map(|outcome| self.finish.finish(outcome));
                     if outcome.is_none() {
                         ctx.progress.phase(node.index, &node.name, Phase::Verifying);
                     }
@@ -193,8 +203,16 @@ impl<'a> Verifier<'a> {
     /// The deciding thread: until closed and empty, records the nodes the watch shows
     /// Ready and those past their deadline. `ask` asks nodes that never registered what
     /// their edgecore says (over SSH, a few at a time).
-    pub fn run(&self, nodes: &[NodePlan], recorder: &Recorder, cancel: &Cancel, ask: &AskNodes) {
+    pub fn run(
+        &self,
+        nodes: &[NodePlan],
+        recorder: &Recorder,
+        cancel: &Cancel,
+        ask: &AskNodes,
+        finish: &dyn Finish,
+    ) {
         let _ended = Ended(self);
+        let record = |outcome| recorder.record(finish.finish(outcome));
         loop {
             let generation = self.watch.generation();
             let Decided {
@@ -204,16 +222,16 @@ impl<'a> Verifier<'a> {
                 closed,
             } = self.take_decided(cancel);
             for (waiting, seen) in ready {
-                recorder.record(ready_outcome(waiting, &seen, nodes));
+                record(ready_outcome(waiting, &seen, nodes));
             }
             for (waiting, seen) in cancelled {
-                recorder.record(cancelled_outcome(waiting, seen.as_ref(), nodes));
+                record(cancelled_outcome(waiting, seen.as_ref(), nodes));
             }
             let (registered, missing): (Vec<_>, Vec<_>) =
                 late.into_iter().partition(|(_, seen)| seen.is_some());
             for (waiting, seen) in registered {
                 let seen = seen.expect("partitioned");
-                recorder.record(not_ready_outcome(waiting, &seen, self.timeout, nodes));
+                record(not_ready_outcome(waiting, &seen, self.timeout, nodes));
             }
             if !missing.is_empty() {
                 let plans: Vec<Option<&NodePlan>> = missing
@@ -228,7 +246,7 @@ impl<'a> Verifier<'a> {
                         .unwrap_or_else(|| Err("The node was not asked.".to_string()));
                     let outcome =
                         not_registered_outcome(waiting, answer, self.watch, self.timeout, nodes);
-                    recorder.record(outcome);
+                    record(outcome);
                 }
             }
             {
