@@ -9,6 +9,7 @@ mod bundle;
 mod cli;
 mod cloud_e2e;
 mod cluster;
+mod cluster_drain;
 mod cluster_extras;
 mod docs;
 mod faults;

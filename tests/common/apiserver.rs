@@ -1,9 +1,12 @@
 //! A stand-in for the Kubernetes API server on 127.0.0.1, over TLS, answering the
 //! endpoints keadm-batch's client uses with the shapes a real kube-apiserver v1.32 gives
 //! (docs/kubeedge.md lists them): `GET /version`, the Node list and watch (newline-
-//! delimited events in a chunked body, resourceVersions counting up), `GET` and `DELETE`
-//! of one Node, the `tokensecret` secret, and self-subject access reviews. Every request
-//! must carry the kubeconfig's bearer token; denied permissions answer `allowed: false`.
+//! delimited events in a chunked body, resourceVersions counting up), `GET`, `DELETE` and
+//! merge-`PATCH` of one Node, the `tokensecret` secret, self-subject access reviews, and
+//! for `--drain` the pods list by `fieldSelector=spec.nodeName=` and the Eviction
+//! subresource (201 `Success`, or 429 with the PodDisruptionBudget's message and cause,
+//! as kube-apiserver's eviction handler words them). Every request must carry the
+//! kubeconfig's bearer token; denied permissions answer `allowed: false`.
 //!
 //! Nodes appear as edgecore makes them appear: a test says when (a condition polled every
 //! 100 ms, such as "the fake keadm on the node has exited") and how the node then behaves
@@ -31,6 +34,45 @@ pub enum Behaviour {
     NotReady { reason: String, message: String },
 }
 
+/// Who owns a pod, which decides whether a drain evicts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// A Deployment's ReplicaSet: evicted, and recreated elsewhere.
+    ReplicaSet,
+    /// A DaemonSet: left alone.
+    DaemonSet,
+    /// No owner: evicted, and gone for good.
+    Bare,
+    /// A mirror pod (a static pod of the node's own config): left alone.
+    Mirror,
+    /// A finished Job's pod (`Succeeded`): left alone.
+    Finished,
+}
+
+/// How the pod's evictions go.
+#[derive(Clone, Debug)]
+pub enum Eviction {
+    /// Allowed (201); the pod stays terminating this long, then it is gone.
+    Allowed(Duration),
+    /// Refused (429) by a PodDisruptionBudget this many times, then allowed.
+    RefusedTimes(u32),
+    /// Always refused by the PodDisruptionBudget named here.
+    Refused(String),
+    /// Allowed, but the pod never goes: it stays terminating (an edge node whose
+    /// edgecore never confirms).
+    Stuck,
+}
+
+/// The message kube-apiserver's eviction handler gives a refusal (policy/v1).
+pub const PDB_MESSAGE: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
+
+struct FakePod {
+    object: Value,
+    eviction: Eviction,
+    refused: u32,
+    gone_at: Option<Instant>,
+}
+
 type When = Box<dyn Fn() -> bool + Send>;
 /// The nodes still waiting for their condition.
 type Pending = Arc<Mutex<Vec<(String, When, Behaviour)>>>;
@@ -42,10 +84,16 @@ struct State {
     /// Every change, in order: (resourceVersion, type, object).
     events: Vec<(u64, &'static str, Value)>,
     requests: Vec<String>,
+    /// When each of `requests` came, in seconds since the Unix epoch.
+    request_times: Vec<f64>,
     denied: HashSet<(String, String)>,
     token: Option<String>,
     /// DELETE of a Node answers 500, as an API server whose etcd is down does.
     deletes_fail: bool,
+    /// Pods by `namespace/name`.
+    pods: BTreeMap<String, FakePod>,
+    /// The merge patches applied to Nodes: (name, patch).
+    patches: Vec<(String, Value)>,
 }
 
 pub struct FakeApiServer {
@@ -164,9 +212,73 @@ impl FakeApiServer {
         self.state.lock().unwrap().deletes_fail = true;
     }
 
+    /// A pod bound to the Node `node`, owned by `owner`, whose evictions go as
+    /// `eviction` says.
+    pub fn pod(&self, node: &str, namespace: &str, name: &str, owner: Owner, eviction: Eviction) {
+        let mut state = self.state.lock().unwrap();
+        state.version += 1;
+        let object = pod_object(node, namespace, name, owner, state.version);
+        state.pods.insert(
+            format!("{namespace}/{name}"),
+            FakePod {
+                object,
+                eviction,
+                refused: 0,
+                gone_at: None,
+            },
+        );
+    }
+
+    /// The pods (`namespace/name`) the Node `node` has now.
+    pub fn pods_on(&self, node: &str) -> Vec<String> {
+        let mut state = self.state.lock().unwrap();
+        settle_pods(&mut state);
+        state
+            .pods
+            .iter()
+            .filter(|(_, p)| p.object["spec"]["nodeName"] == node)
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// Whether the Node `name` is cordoned (`spec.unschedulable`).
+    pub fn cordoned(&self, name: &str) -> bool {
+        self.state.lock().unwrap().nodes[name]["spec"]["unschedulable"] == true
+    }
+
+    /// The operator cordons the Node `name` (as `kubectl cordon` does: no annotation).
+    pub fn cordon(&self, name: &str) {
+        let mut state = self.state.lock().unwrap();
+        let mut node = state.nodes[name].clone();
+        node["spec"]["unschedulable"] = json!(true);
+        change(&mut state, "MODIFIED", node);
+    }
+
+    /// The Node `name`'s annotations now.
+    pub fn annotations(&self, name: &str) -> Value {
+        self.state.lock().unwrap().nodes[name]["metadata"]["annotations"].clone()
+    }
+
+    /// The merge patches applied to Nodes so far: (name, patch).
+    pub fn patches(&self) -> Vec<(String, Value)> {
+        self.state.lock().unwrap().patches.clone()
+    }
+
     /// Whether the cluster has the Node `name` now.
     pub fn has_node(&self, name: &str) -> bool {
         self.state.lock().unwrap().nodes.contains_key(name)
+    }
+
+    /// Every request so far with when it came (seconds since the Unix epoch, this
+    /// machine's clock, as the fake keadm's records have it).
+    pub fn requests_at(&self) -> Vec<(f64, String)> {
+        let state = self.state.lock().unwrap();
+        state
+            .request_times
+            .iter()
+            .copied()
+            .zip(state.requests.iter().cloned())
+            .collect()
     }
 
     /// Every request so far: `METHOD path?query`.
@@ -301,6 +413,7 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
     let target = parts.next().unwrap_or("/").to_string();
     let mut length = 0usize;
     let mut authorized = false;
+    let mut content_type = String::new();
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).is_err() || header == "\r\n" || header.is_empty() {
@@ -310,6 +423,9 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
         if let Some(value) = lower.strip_prefix("content-length:") {
             length = value.trim().parse().unwrap_or(0);
         }
+        if let Some(value) = lower.strip_prefix("content-type:") {
+            content_type = value.trim().to_string();
+        }
         if header.trim_end() == format!("authorization: Bearer {BEARER}")
             || header.trim_end() == format!("Authorization: Bearer {BEARER}")
         {
@@ -318,11 +434,14 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
     }
     let mut body = vec![0u8; length];
     let _ = reader.read_exact(&mut body);
-    state
-        .lock()
-        .unwrap()
-        .requests
-        .push(format!("{method} {target}"));
+    {
+        let mut state = state.lock().unwrap();
+        state.requests.push(format!("{method} {target}"));
+        let at = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap();
+        state.request_times.push(at.as_secs_f64());
+    }
     let mut out = reader.into_inner();
     if !authorized {
         return respond(
@@ -332,9 +451,14 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
         );
     }
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let params: BTreeMap<&str, &str> = query
+    let decoded: Vec<(String, String)> = query
         .split('&')
         .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (percent_decode(k), percent_decode(v)))
+        .collect();
+    let params: BTreeMap<&str, &str> = decoded
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     match (method.as_str(), path) {
         ("GET", "/version") => respond(
@@ -365,6 +489,103 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
                 "200 OK",
                 &json!({"kind": "NodeList", "apiVersion": "v1",
                         "metadata": {"resourceVersion": state.version.to_string()}, "items": items}),
+            );
+        }
+        ("PATCH", _) if path.starts_with("/api/v1/nodes/") => {
+            let name = &path["/api/v1/nodes/".len()..];
+            // kube-apiserver takes the four patch types by their content type, and
+            // answers any other with 415.
+            if content_type != "application/merge-patch+json" {
+                return respond(
+                    &mut out,
+                    "415 Unsupported Media Type",
+                    &status(
+                        415,
+                        "UnsupportedMediaType",
+                        &format!(
+                            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})"
+                        ),
+                    ),
+                );
+            }
+            let patch: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let mut state = state.lock().unwrap();
+            match state.nodes.get(name).cloned() {
+                None => respond(
+                    &mut out,
+                    "404 Not Found",
+                    &status(404, "NotFound", &format!("nodes \"{name}\" not found")),
+                ),
+                Some(mut node) => {
+                    merge_patch(&mut node, &patch);
+                    state.patches.push((name.to_string(), patch));
+                    change(&mut state, "MODIFIED", node);
+                    let node = state.nodes[name].clone();
+                    respond(&mut out, "200 OK", &node);
+                }
+            }
+        }
+        ("GET", "/api/v1/pods") => {
+            let mut state = state.lock().unwrap();
+            settle_pods(&mut state);
+            let on = params
+                .get("fieldSelector")
+                .and_then(|f| f.strip_prefix("spec.nodeName="));
+            let items: Vec<Value> = state
+                .pods
+                .values()
+                .filter(|p| on.is_none_or(|node| p.object["spec"]["nodeName"] == node))
+                .map(|p| p.object.clone())
+                .collect();
+            respond(
+                &mut out,
+                "200 OK",
+                &json!({"kind": "PodList", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": state.version.to_string()}, "items": items}),
+            );
+        }
+        ("POST", _) if path.starts_with("/api/v1/namespaces/") && path.ends_with("/eviction") => {
+            let parts: Vec<&str> = path.split('/').collect();
+            // ["", "api", "v1", "namespaces", NS, "pods", NAME, "eviction"]
+            let key = format!("{}/{}", parts[4], parts[6]);
+            let mut state = state.lock().unwrap();
+            settle_pods(&mut state);
+            let version = state.version + 1;
+            let Some(pod) = state.pods.get_mut(&key) else {
+                return respond(
+                    &mut out,
+                    "404 Not Found",
+                    &status(404, "NotFound", &format!("pods \"{}\" not found", parts[6])),
+                );
+            };
+            let refused_by = match &pod.eviction {
+                Eviction::Refused(name) => Some(name.clone()),
+                Eviction::RefusedTimes(n) if pod.refused < *n => Some("web".to_string()),
+                _ => None,
+            };
+            if let Some(budget) = refused_by {
+                pod.refused += 1;
+                let mut answer = status(429, "TooManyRequests", PDB_MESSAGE);
+                answer["details"] = json!({"causes": [{"reason": "DisruptionBudget",
+                    "message": format!("The disruption budget {budget} needs 1 healthy pods and has 1 currently")}]});
+                return respond(&mut out, "429 Too Many Requests", &answer);
+            }
+            if pod.object["metadata"]["deletionTimestamp"].is_null() {
+                pod.object["metadata"]["deletionTimestamp"] = json!(rfc3339(SystemTime::now()));
+                pod.object["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+                pod.object["metadata"]["resourceVersion"] = json!(version.to_string());
+                pod.gone_at = match pod.eviction {
+                    Eviction::Allowed(after) => Some(Instant::now() + after),
+                    Eviction::RefusedTimes(_) => Some(Instant::now()),
+                    _ => None,
+                };
+                state.version = version;
+            }
+            respond(
+                &mut out,
+                "201 Created",
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Success", "code": 201}),
             );
         }
         (method @ ("GET" | "DELETE"), _) if path.starts_with("/api/v1/nodes/") => {
@@ -412,9 +633,15 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
         ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews") => {
             let mut review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let attributes = &review["spec"]["resourceAttributes"];
+            // A subresource is denied as `pods/eviction`.
+            let resource = attributes["resource"].as_str().unwrap_or("");
+            let resource = match attributes["subresource"].as_str() {
+                Some(sub) if !sub.is_empty() => format!("{resource}/{sub}"),
+                _ => resource.to_string(),
+            };
             let key = (
                 attributes["verb"].as_str().unwrap_or("").to_string(),
-                attributes["resource"].as_str().unwrap_or("").to_string(),
+                resource,
             );
             let allowed = !state.lock().unwrap().denied.contains(&key);
             review["status"] = json!({"allowed": allowed});
@@ -486,6 +713,99 @@ fn watch(
 fn chunk(out: &mut impl Write, event: &Value) -> bool {
     let line = format!("{event}\n");
     write!(out, "{:x}\r\n{line}\r\n", line.len()).is_ok() && out.flush().is_ok()
+}
+
+/// RFC 7386: a merge patch applied to `target` (null removes a field).
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(fields) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let object = target.as_object_mut().unwrap();
+    for (key, value) in fields {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            merge_patch(object.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// `%3D` and the like, as a query's values arrive.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(byte) = text
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Removes the pods whose eviction has run its course.
+fn settle_pods(state: &mut State) {
+    let now = Instant::now();
+    state
+        .pods
+        .retain(|_, p| p.gone_at.is_none_or(|at| at > now));
+}
+
+/// A pod as the API server lists it: the fields a drain reads (owner, mirror
+/// annotation, phase, node) in the places kube-apiserver puts them.
+fn pod_object(node: &str, namespace: &str, name: &str, owner: Owner, version: u64) -> Value {
+    let now = rfc3339(SystemTime::now());
+    let mut pod = json!({
+        "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{namespace}-{name}"),
+                     "resourceVersion": version.to_string(), "creationTimestamp": now,
+                     "labels": {"app": name}},
+        "spec": {"nodeName": node, "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+                 "dnsPolicy": "ClusterFirst", "schedulerName": "default-scheduler",
+                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                 "resources": {}, "imagePullPolicy": "IfNotPresent",
+                                 "terminationMessagePath": "/dev/termination-log",
+                                 "terminationMessagePolicy": "File"}]},
+        "status": {"phase": "Running", "qosClass": "BestEffort", "startTime": now}
+    });
+    let owned_by = |kind: &str, owner_name: &str, api: &str| {
+        json!([{"apiVersion": api, "kind": kind, "name": owner_name,
+                "uid": format!("uid-{owner_name}"), "controller": true, "blockOwnerDeletion": true}])
+    };
+    match owner {
+        Owner::ReplicaSet => {
+            pod["metadata"]["ownerReferences"] =
+                owned_by("ReplicaSet", &format!("{name}-rs"), "apps/v1");
+        }
+        Owner::DaemonSet => {
+            pod["metadata"]["ownerReferences"] =
+                owned_by("DaemonSet", &format!("{name}-ds"), "apps/v1");
+        }
+        Owner::Mirror => {
+            pod["metadata"]["annotations"] = json!({"kubernetes.io/config.hash": "0f3c",
+                "kubernetes.io/config.mirror": "0f3c", "kubernetes.io/config.source": "file"});
+            pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node",
+                "name": node, "uid": format!("uid-{node}"), "controller": true}]);
+        }
+        Owner::Finished => {
+            pod["metadata"]["ownerReferences"] =
+                owned_by("Job", &format!("{name}-job"), "batch/v1");
+            pod["status"]["phase"] = json!("Succeeded");
+        }
+        Owner::Bare => {}
+    }
+    pod
 }
 
 /// Whether the fake keadm at `calls` (its `.calls` file on the node) has exited.
