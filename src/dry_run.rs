@@ -404,13 +404,38 @@ fn render_node(out: &mut String, node: &NodePlan, images: Option<&OfflineImages>
         let _ = writeln!(out, "  images:    {}", node_images(node, images));
     }
     let _ = writeln!(out, "  exec dir:  {}", node.exec_dir);
-    if let Some(reset) = &node.reset_command {
+    if let Some(first) = &node.first_step {
         let _ = writeln!(
             out,
-            "  first:     {reset} (--reset-first; the command runs only if it exits with 0)"
+            "  first:     {} ({}; the command runs only if it exits with 0)",
+            first.command,
+            first.kind.flag()
         );
     }
     let _ = writeln!(out, "  command:   {}", r.redact(&node.command));
+    if let Some(task) = &node.edge_task {
+        let _ = writeln!(out, "  after:     {}", edge_task_after(task));
+    }
+}
+
+/// What the run checks after an upgrade-family command, for the dry run.
+fn edge_task_after(task: &crate::plan::EdgeTaskPlan) -> String {
+    let mut after = format!(
+        "{} is read: its success decides the node",
+        crate::remote::UPGRADE_REPORT
+    );
+    if task.task == crate::keadm_cmd::EdgeTask::Upgrade {
+        after.push_str(&match &task.target_version {
+            Some(v) => format!("; the running edgecore must be {v}"),
+            None => "; the running edgecore must be the report's toVersion".to_string(),
+        });
+    }
+    if let Some(rollback) = &task.rollback {
+        after.push_str(&format!(
+            "; on a failed upgrade: {rollback} (--rollback-on-failure)"
+        ));
+    }
+    after
 }
 
 #[cfg(test)]

@@ -1,20 +1,23 @@
 //! `--drain` on real sshd nodes against the stand-in API server (tests/common/apiserver.rs):
 //! each node that is not a join has its Node cordoned and its pods evicted before its
-//! command, honouring PodDisruptionBudgets, and uncordoned once it succeeded; a failed
-//! drain stops the node before anything runs on it; a node that fails stays cordoned.
+//! command, honouring PodDisruptionBudgets, and uncordoned once it succeeded (after the
+//! Ready gate on the new version: the upgrades here are the stand-in keadm of
+//! tests/common/fake_upgrade.rs with a real small edgecore per node); a failed drain stops
+//! the node before anything runs on it; a node that fails stays cordoned.
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::common::apiserver::{Behaviour, Eviction, FakeApiServer, Owner, keadm_exited};
-use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fake_keadm;
+use crate::common::fake_upgrade::{self, edgecore_running, fault};
 use crate::common::fleet::{Fleet, Node};
 use crate::common::scenario::{Scenario, remote_keadm};
 use crate::common::test::Output;
 
 const DAY: Duration = Duration::from_secs(86_400);
-const UPGRADE: &str = "upgrade edge --force";
+const UPGRADE: &str = "upgrade edge --toVersion v1.23.1";
 const CORDONED_BY: &str = "keadm-batch/cordoned-by-run";
 
 fn run(sc: &Scenario, api: &FakeApiServer, extra: &[&str]) -> Output {
@@ -22,6 +25,30 @@ fn run(sc: &Scenario, api: &FakeApiServer, extra: &[&str]) -> Output {
     let mut args = vec!["--kubeconfig", kubeconfig.as_str(), "--drain"];
     args.extend_from_slice(extra);
     sc.run(&args)
+}
+
+/// Fleet node `i` runs edgecore v1.23.0, and the cluster has its Node, Ready on the
+/// version its edgecore runs (as cloudcore shows it).
+fn upgradable(api: &FakeApiServer, fleet: &Fleet, i: usize) {
+    let node = fleet.node(i);
+    edgecore_running(node, &Scenario::name(i), "v1.23.0");
+    let file = node.tmp_path("edge/running-version");
+    api.edge_node(
+        &Scenario::name(i),
+        move || {
+            std::fs::read_to_string(&file)
+                .ok()
+                .map(|v| v.trim().to_string())
+        },
+        || false,
+    );
+}
+
+/// The upgrade to v1.23.1 on every node but `cmd_for`'s.
+fn upgrades(fleet: &Fleet) -> Scenario<'_> {
+    Scenario::new(fleet)
+        .keadm(fake_upgrade::keadm())
+        .cmd(UPGRADE)
 }
 
 /// The eviction requests so far, as `POST path`.
@@ -60,7 +87,7 @@ fn a_node_is_drained_before_its_command_and_uncordoned_once_it_succeeds_and_a_jo
         move || keadm_exited(&calls0),
         Behaviour::ReadyAfter(Duration::from_millis(300)),
     );
-    api.existing_node("edge-01", true, 3 * DAY);
+    upgradable(&api, &fleet, 1);
     api.pod(
         "edge-01",
         "default",
@@ -103,14 +130,20 @@ fn a_node_is_drained_before_its_command_and_uncordoned_once_it_succeeds_and_a_jo
         Owner::ReplicaSet,
         Eviction::Allowed(Duration::ZERO),
     );
-    let sc = Scenario::new(&fleet)
-        .keadm(FakeKeadm::new().prints("ok"))
-        .cmd_for(1, UPGRADE);
+    let sc = upgrades(&fleet).cmd_for(
+        0,
+        "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge-00 --token=abc.def",
+    );
     let out = run(&sc, &api, &[]);
     out.status(0);
     let summary = out.summary();
     let upgraded = &summary["nodes"][1];
     assert_eq!(upgraded["phase"], "succeeded", "{upgraded}");
+    // It passed the Ready gate on the new version before it was uncordoned.
+    assert_eq!(
+        upgraded["cluster"]["version"], "v1.32.10-kubeedge-v1.23.1",
+        "{upgraded}"
+    );
     // Every pod a drain evicts is gone; the DaemonSet's, the mirror and the finished
     // pods stay, and another node's pods are not touched.
     assert_eq!(
@@ -198,6 +231,17 @@ fn a_node_is_drained_before_its_command_and_uncordoned_once_it_succeeds_and_a_jo
     ] {
         assert!(transcript.contains(line), "{line:?} not in:\n{transcript}");
     }
+    // Uncordoned only once the Ready gate had passed.
+    let ready = transcript
+        .find("the cluster has the Node edge-01 Ready on the new version")
+        .unwrap_or_else(|| panic!("{transcript}"));
+    assert!(
+        ready
+            < transcript
+                .find("drain: uncordoned the Node edge-01")
+                .unwrap(),
+        "{transcript}"
+    );
     // The join's Node did not exist: it is not drained, and says so.
     let joined = &summary["nodes"][0];
     assert_eq!(joined["phase"], "succeeded", "{joined}");
@@ -279,7 +323,7 @@ fn a_budget_that_never_allows_fails_the_node_before_anything_runs_and_lifts_the_
 fn a_node_cordoned_before_the_run_is_drained_and_stays_cordoned() {
     let fleet = Fleet::builder().nodes(1).start();
     let api = FakeApiServer::start();
-    api.existing_node("edge-00", true, 3 * DAY);
+    upgradable(&api, &fleet, 0);
     api.cordon("edge-00");
     api.pod(
         "edge-00",
@@ -288,7 +332,7 @@ fn a_node_cordoned_before_the_run_is_drained_and_stays_cordoned() {
         Owner::ReplicaSet,
         Eviction::Allowed(Duration::ZERO),
     );
-    let sc = Scenario::new(&fleet).cmd(UPGRADE);
+    let sc = upgrades(&fleet);
     let out = run(&sc, &api, &[]);
     out.status(0);
     assert!(api.cordoned("edge-00"));
@@ -314,11 +358,9 @@ fn a_failed_upgrade_leaves_its_node_cordoned_and_a_rerun_that_succeeds_uncordons
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
     let api = FakeApiServer::start();
-    api.existing_node("edge-00", true, 3 * DAY);
-    std::fs::write(node.tmp_path("fail-upgrade"), "").unwrap();
-    let sc = Scenario::new(&fleet).cmd(UPGRADE).keadm(FakeKeadm::new().runs(
-        "if [ -e /tmp/fail-upgrade ]; then echo 'Error: failed to upgrade edgecore' >&2; exit 1; fi",
-    ));
+    upgradable(&api, &fleet, 0);
+    fault(node, "kb-upgrade-fails", "");
+    let sc = upgrades(&fleet);
     let out = run(&sc, &api, &[]);
     out.status(1);
     let first_run = out.summary()["run_id"].as_str().unwrap().to_string();
@@ -326,6 +368,8 @@ fn a_failed_upgrade_leaves_its_node_cordoned_and_a_rerun_that_succeeds_uncordons
     assert_eq!(api.annotations("edge-00")[CORDONED_BY], first_run.as_str());
     let n = &out.summary()["nodes"][0];
     assert_eq!(n["phase"], "failed");
+    // keadm's report says the image pull failed.
+    assert_eq!(n["failure_class"], "image_pull_stalled", "{n}");
     assert_eq!(n["drain"]["cordoned"], true);
     assert_eq!(n["drain"]["uncordoned"], false);
     out.stderr_has("Nodes left cordoned in the cluster")
@@ -338,7 +382,7 @@ fn a_failed_upgrade_leaves_its_node_cordoned_and_a_rerun_that_succeeds_uncordons
         out.transcript(0)
     );
     // Fixed, and run again: the cordon this tool left is its own to lift.
-    std::fs::remove_file(node.tmp_path("fail-upgrade")).unwrap();
+    std::fs::remove_file(node.tmp_path("kb-upgrade-fails")).unwrap();
     let again = run(&sc, &api, &["--retry-failed"]);
     again.status(0);
     let n = &again.summary()["nodes"][0];
