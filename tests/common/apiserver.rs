@@ -354,6 +354,14 @@ fn rfc3339(at: SystemTime) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
+/// A recorded answer of the real kube-apiserver (tests/fixtures/kube-apiserver/).
+fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/kube-apiserver")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 /// The Node a real kube-apiserver returned for a Ready edge node
 /// (tests/fixtures/kube-apiserver/node-ready.json), renamed, with this Ready condition.
 fn node_object(name: &str, ready: &str, reason: &str, message: &str) -> Value {
@@ -444,13 +452,25 @@ fn edgecores(state: &Arc<Mutex<State>>, pending: &Pending, stop: &Arc<AtomicBool
 }
 
 fn respond(out: &mut impl Write, status: &str, body: &Value) {
+    respond_with(out, status, "", body);
+}
+
+/// An answer with more header lines (`Warning: ...\r\n`).
+fn respond_with(out: &mut impl Write, status: &str, headers: &str, body: &Value) {
     let body = body.to_string();
     let _ = write!(
         out,
-        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = out.flush();
+}
+
+/// A 404 for one object, as kube-apiserver words it.
+fn not_found(kind: &str, name: &str) -> Value {
+    let mut answer = status(404, "NotFound", &format!("{kind} \"{name}\" not found"));
+    answer["details"] = json!({"name": name, "kind": kind});
+    answer
 }
 
 fn status(code: u16, reason: &str, message: &str) -> Value {
@@ -551,30 +571,28 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
         ("PATCH", _) if path.starts_with("/api/v1/nodes/") => {
             let name = &path["/api/v1/nodes/".len()..];
             // kube-apiserver takes the four patch types by their content type, and
-            // answers any other with 415.
+            // answers any other with 415, as recorded.
             if content_type != "application/merge-patch+json" {
-                return respond(
-                    &mut out,
-                    "415 Unsupported Media Type",
-                    &status(
-                        415,
-                        "UnsupportedMediaType",
-                        &format!(
-                            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})"
-                        ),
-                    ),
-                );
+                let mut answer = status(415, "UnsupportedMediaType", "415: Unsupported Media Type");
+                answer["details"] = json!({});
+                return respond(&mut out, "415 Unsupported Media Type", &answer);
             }
             let patch: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let mut state = state.lock().unwrap();
             match state.nodes.get(name).cloned() {
-                None => respond(
-                    &mut out,
-                    "404 Not Found",
-                    &status(404, "NotFound", &format!("nodes \"{name}\" not found")),
-                ),
+                None => respond(&mut out, "404 Not Found", &not_found("nodes", name)),
                 Some(mut node) => {
                     merge_patch(&mut node, &patch);
+                    // An empty map is left out of the object, as the server encodes it.
+                    if node["metadata"]["annotations"]
+                        .as_object()
+                        .is_some_and(|a| a.is_empty())
+                    {
+                        node["metadata"]
+                            .as_object_mut()
+                            .unwrap()
+                            .remove("annotations");
+                    }
                     state.patches.push((name.to_string(), patch));
                     change(&mut state, "MODIFIED", node);
                     let node = state.nodes[name].clone();
@@ -605,15 +623,21 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
             let parts: Vec<&str> = path.split('/').collect();
             // ["", "api", "v1", "namespaces", NS, "pods", NAME, "eviction"]
             let key = format!("{}/{}", parts[4], parts[6]);
+            // kube-rs's Eviction body names `delete_options`, not `deleteOptions`: the
+            // server warns of the field it does not know, as recorded.
+            let warning = if serde_json::from_slice::<Value>(&body)
+                .is_ok_and(|b| b.get("delete_options").is_some())
+            {
+                "Warning: 299 - \"unknown field \\\"delete_options\\\"\"\r\n"
+            } else {
+                ""
+            };
             let mut state = state.lock().unwrap();
             settle_pods(&mut state);
             let version = state.version + 1;
             let Some(pod) = state.pods.get_mut(&key) else {
-                return respond(
-                    &mut out,
-                    "404 Not Found",
-                    &status(404, "NotFound", &format!("pods \"{}\" not found", parts[6])),
-                );
+                let answer = not_found("pods", parts[6]);
+                return respond_with(&mut out, "404 Not Found", warning, &answer);
             };
             let refused_by = match &pod.eviction {
                 Eviction::Refused(name) => Some(name.clone()),
@@ -622,10 +646,13 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
             };
             if let Some(budget) = refused_by {
                 pod.refused += 1;
-                let mut answer = status(429, "TooManyRequests", PDB_MESSAGE);
-                answer["details"] = json!({"causes": [{"reason": "DisruptionBudget",
-                    "message": format!("The disruption budget {budget} needs 1 healthy pods and has 1 currently")}]});
-                return respond(&mut out, "429 Too Many Requests", &answer);
+                // As recorded, with this budget's name.
+                let mut answer = fixture("eviction-refused.json");
+                assert_eq!(answer["message"], PDB_MESSAGE);
+                answer["details"]["causes"][0]["message"] = json!(format!(
+                    "The disruption budget {budget} needs 1 healthy pods and has 1 currently"
+                ));
+                return respond_with(&mut out, "429 Too Many Requests", warning, &answer);
             }
             if pod.object["metadata"]["deletionTimestamp"].is_null() {
                 pod.object["metadata"]["deletionTimestamp"] = json!(rfc3339(SystemTime::now()));
@@ -638,12 +665,8 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
                 };
                 state.version = version;
             }
-            respond(
-                &mut out,
-                "201 Created",
-                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                        "status": "Success", "code": 201}),
-            );
+            let answer = fixture("eviction-created.json");
+            respond_with(&mut out, "201 Created", warning, &answer);
         }
         (method @ ("GET" | "DELETE"), _) if path.starts_with("/api/v1/nodes/") => {
             let name = &path["/api/v1/nodes/".len()..];
@@ -820,47 +843,45 @@ fn settle_pods(state: &mut State) {
         .retain(|_, p| p.gone_at.is_none_or(|at| at > now));
 }
 
-/// A pod as the API server lists it: the fields a drain reads (owner, mirror
-/// annotation, phase, node) in the places kube-apiserver puts them.
+/// A pod as the API server lists it, made from a recorded one
+/// (tests/fixtures/kube-apiserver/pod-running.json): renamed, bound to `node`, with the
+/// fields a drain reads (owner, mirror annotation, phase) as `owner` has them.
 fn pod_object(node: &str, namespace: &str, name: &str, owner: Owner, version: u64) -> Value {
-    let now = rfc3339(SystemTime::now());
-    let mut pod = json!({
-        "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{namespace}-{name}"),
-                     "resourceVersion": version.to_string(), "creationTimestamp": now,
-                     "labels": {"app": name}},
-        "spec": {"nodeName": node, "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
-                 "dnsPolicy": "ClusterFirst", "schedulerName": "default-scheduler",
-                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                 "resources": {}, "imagePullPolicy": "IfNotPresent",
-                                 "terminationMessagePath": "/dev/termination-log",
-                                 "terminationMessagePolicy": "File"}]},
-        "status": {"phase": "Running", "qosClass": "BestEffort", "startTime": now}
-    });
-    let owned_by = |kind: &str, owner_name: &str, api: &str| {
-        json!([{"apiVersion": api, "kind": kind, "name": owner_name,
-                "uid": format!("uid-{owner_name}"), "controller": true, "blockOwnerDeletion": true}])
+    let mut pod = fixture("pod-running.json");
+    let meta = &mut pod["metadata"];
+    meta["name"] = json!(name);
+    meta["namespace"] = json!(namespace);
+    meta["uid"] = json!(format!("uid-{namespace}-{name}"));
+    meta["resourceVersion"] = json!(version.to_string());
+    meta["creationTimestamp"] = json!(rfc3339(SystemTime::now()));
+    meta["labels"] = json!({"app": name});
+    pod["spec"]["nodeName"] = json!(node);
+    let owned_by = |kind: &str, owner: String, api: &str| {
+        json!([{"apiVersion": api, "kind": kind, "name": owner,
+                "uid": format!("uid-{owner}"), "controller": true}])
     };
-    match owner {
-        Owner::ReplicaSet => {
-            pod["metadata"]["ownerReferences"] =
-                owned_by("ReplicaSet", &format!("{name}-rs"), "apps/v1");
-        }
-        Owner::DaemonSet => {
-            pod["metadata"]["ownerReferences"] =
-                owned_by("DaemonSet", &format!("{name}-ds"), "apps/v1");
-        }
-        Owner::Mirror => {
-            pod["metadata"]["annotations"] = json!({"kubernetes.io/config.hash": "0f3c",
-                "kubernetes.io/config.mirror": "0f3c", "kubernetes.io/config.source": "file"});
-            pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node",
-                "name": node, "uid": format!("uid-{node}"), "controller": true}]);
-        }
-        Owner::Finished => {
-            pod["metadata"]["ownerReferences"] =
-                owned_by("Job", &format!("{name}-job"), "batch/v1");
-            pod["status"]["phase"] = json!("Succeeded");
-        }
-        Owner::Bare => {}
+    let owners = match owner {
+        Owner::ReplicaSet => Some(owned_by("ReplicaSet", format!("{name}-rs"), "apps/v1")),
+        Owner::DaemonSet => Some(owned_by("DaemonSet", format!("{name}-ds"), "apps/v1")),
+        Owner::Finished => Some(owned_by("Job", format!("{name}-job"), "batch/v1")),
+        // A static pod's mirror is owned by its Node, and annotated so.
+        Owner::Mirror => Some(owned_by("Node", node.to_string(), "v1")),
+        Owner::Bare => None,
+    };
+    let meta = pod["metadata"].as_object_mut().unwrap();
+    match owners {
+        Some(owners) => meta.insert("ownerReferences".into(), owners),
+        None => meta.remove("ownerReferences"),
+    };
+    if owner == Owner::Mirror {
+        meta.insert(
+            "annotations".into(),
+            json!({"kubernetes.io/config.hash": "0f3c", "kubernetes.io/config.mirror": "0f3c",
+                   "kubernetes.io/config.source": "file"}),
+        );
+    }
+    if owner == Owner::Finished {
+        pod["status"]["phase"] = json!("Succeeded");
     }
     pod
 }
