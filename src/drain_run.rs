@@ -158,7 +158,7 @@ impl DrainRun {
                     "it was uncordoned again".to_string()
                 }
                 Err(e) => {
-                    record.uncordon_error = Some(e.to_string());
+                    record.uncordon_error = Some(node.redactor.redact(&e));
                     lines.push(format!(
                         "drain: the Node {node_name} could not be uncordoned: {e}"
                     ));
@@ -268,7 +268,7 @@ impl DrainRun {
                     format!("drain: the cluster no longer has the Node {name}: nothing to uncordon")
                 }
                 Err(e) => {
-                    let e = redactor.redact(&e.to_string());
+                    let e = redactor.redact(&e);
                     log::warn!(
                         "Node {}: it succeeded, but its Node {name} could not be uncordoned and stays cordoned: {e}",
                         outcome.name

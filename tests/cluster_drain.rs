@@ -320,6 +320,28 @@ fn a_budget_that_never_allows_fails_the_node_before_anything_runs_and_lifts_the_
 }
 
 #[test]
+fn a_node_whose_node_cannot_be_cordoned_fails_untouched() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let node = fleet.node(0);
+    let api = FakeApiServer::start();
+    api.existing_node("edge-00", true, 3 * DAY);
+    api.fail_patches();
+    let sc = Scenario::new(&fleet).cmd(UPGRADE);
+    let out = run(&sc, &api, &[]);
+    out.status(1);
+    let n = &out.summary()["nodes"][0];
+    assert_eq!(n["failure_class"], "drain_failed", "{n}");
+    assert_eq!(n["failed_in"], "draining");
+    out.log_has(&format!(
+        "Failed to process node edge-00: the Node edge-00 could not be cordoned (--drain), so nothing ran on the node: the API server https://127.0.0.1:{}/ could not be asked to cordon the node edge-00: 500 InternalError: etcdserver: request timed out",
+        api.port
+    ));
+    assert!(!api.cordoned("edge-00"));
+    assert_eq!(n["drain"]["cordoned"], false);
+    assert!(!remote_keadm(node).exists());
+}
+
+#[test]
 fn a_node_cordoned_before_the_run_is_drained_and_stays_cordoned() {
     let fleet = Fleet::builder().nodes(1).start();
     let api = FakeApiServer::start();

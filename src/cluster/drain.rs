@@ -19,7 +19,7 @@ use kube::Api;
 use kube::api::{EvictParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::{Cluster, ClusterError, Permission, REQUEST_TIMEOUT};
+use super::{Cluster, Permission, REQUEST_TIMEOUT};
 use crate::cancel::Cancel;
 use crate::node_text::{escape_controls, one_line};
 use crate::stage::error_chain;
@@ -184,6 +184,18 @@ fn server_text(text: &str) -> String {
     escape_controls(&one_line(text, MESSAGE_MAX))
 }
 
+/// What went wrong with a request, bounded: an API server's answer as its code, reason
+/// and message (`500 InternalError: etcdserver: request timed out`), anything else as
+/// the error's own chain.
+fn error_text(error: &kube::Error) -> String {
+    server_text(&match error {
+        kube::Error::Api(status) => {
+            format!("{} {}: {}", status.code, status.reason, status.message)
+        }
+        other => error_chain(other),
+    })
+}
+
 /// An eviction refused with 429: the budget's message, and the causes the server names
 /// (`The disruption budget web needs 1 healthy pods and has 1 currently`).
 fn refusal(status: &kube::core::Status) -> String {
@@ -225,29 +237,42 @@ impl Cluster {
     }
 
     /// A request that is not part of a drain's deadline (the cordon, the uncordon): the
-    /// server's answer, or its silence as an error about `what`.
+    /// server's answer, or why there is none, as a sentence about `what` (these errors
+    /// come while a node runs, so they are not [`ClusterError`]'s, which say that no node
+    /// was touched).
     fn ask_once<T>(
         &self,
         what: &str,
         request: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<Result<T, kube::Error>, ClusterError> {
+    ) -> Result<Result<T, kube::Error>, String> {
         self.ask(request, Instant::now() + REQUEST_TIMEOUT, None)
-            .map_err(|_| ClusterError::Api {
-                server: self.server.clone(),
-                what: what.to_string(),
-                error: format!("it did not answer within {} s", REQUEST_TIMEOUT.as_secs()),
+            .map_err(|_| {
+                format!(
+                    "the API server {} did not answer within {} s when asked {what}",
+                    self.server,
+                    REQUEST_TIMEOUT.as_secs()
+                )
             })
+    }
+
+    /// The server's refusal of `what`, in a sentence.
+    fn refused(&self, what: &str, error: &kube::Error) -> String {
+        format!(
+            "the API server {} could not be asked {what}: {}",
+            self.server,
+            error_text(error)
+        )
     }
 
     /// Cordons the Node `name` (`spec.unschedulable: true`, by a merge patch that also
     /// puts [`CORDONED_BY`] `run_id` on it), unless it is cordoned already. `Ok(None)`
     /// when the cluster has no such Node.
-    pub fn cordon(&self, name: &str, run_id: &str) -> Result<Option<Cordon>, ClusterError> {
+    pub fn cordon(&self, name: &str, run_id: &str) -> Result<Option<Cordon>, String> {
         let api: Api<Node> = Api::all(self.client.clone());
         let what = format!("for the node {name}");
         let Some(node) = self
             .ask_once(&what, api.get_opt(name))?
-            .map_err(|e| self.api_error(&what, &e))?
+            .map_err(|e| self.refused(&what, &e))?
         else {
             return Ok(None);
         };
@@ -272,13 +297,13 @@ impl Cluster {
             &what,
             api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)),
         )?
-        .map_err(|e| self.api_error(&what, &e))?;
+        .map_err(|e| self.refused(&what, &e))?;
         Ok(Some(Cordon::Now))
     }
 
     /// Uncordons the Node `name` and takes [`CORDONED_BY`] off it; `Ok(false)` when the
     /// cluster has no such Node (a reset's, deleted with `--delete-nodes`).
-    pub fn uncordon(&self, name: &str) -> Result<bool, ClusterError> {
+    pub fn uncordon(&self, name: &str) -> Result<bool, String> {
         let api: Api<Node> = Api::all(self.client.clone());
         // null removes a field in a merge patch: the Node reads as one never cordoned,
         // as after `kubectl uncordon`.
@@ -293,7 +318,7 @@ impl Cluster {
         )? {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-            Err(e) => Err(self.api_error(&what, &e)),
+            Err(e) => Err(self.refused(&what, &e)),
         }
     }
 
@@ -315,7 +340,7 @@ impl Cluster {
                 Ok(Err(e)) => {
                     return Err(DrainFailure::Api(format!(
                         "the pods on it could not be listed: {}",
-                        server_text(&error_chain(&e))
+                        error_text(&e)
                     )));
                 }
                 Err(Unanswered::Cancelled) => return Err(DrainFailure::Cancelled),
@@ -446,7 +471,7 @@ impl Cluster {
                         return Err(DrainFailure::Api(format!(
                             "the pod {} could not be evicted: {}",
                             pod.key(),
-                            server_text(&error_chain(&e))
+                            error_text(&e)
                         )));
                     }
                     Err(Unanswered::Cancelled) => return Err(DrainFailure::Cancelled),
@@ -492,7 +517,15 @@ impl Cluster {
             if evicted.is_empty() {
                 return Ok(());
             }
-            let on_node = self.pods_on(name, until, cancel)?;
+            let on_node = match self.pods_on(name, until, cancel) {
+                Ok(pods) => pods,
+                // The deadline came during the list: the pods are not known to be gone.
+                Err(DrainFailure::Api(_)) if Instant::now() >= until => {
+                    let left = describe_not_gone(&evicted, &[]);
+                    return Err(DrainFailure::TimedOut { timeout, left });
+                }
+                Err(failure) => return Err(failure),
+            };
             evicted.retain(|p| on_node.iter().any(|q| q.uid == p.uid));
             if evicted.is_empty() {
                 note(format!(

@@ -94,6 +94,8 @@ struct State {
     pods: BTreeMap<String, FakePod>,
     /// The merge patches applied to Nodes: (name, patch).
     patches: Vec<(String, Value)>,
+    /// PATCH of a Node answers 500, as DELETE does with `deletes_fail`.
+    patches_fail: bool,
 }
 
 pub struct FakeApiServer {
@@ -262,6 +264,11 @@ impl FakeApiServer {
         let state = self.state.lock().unwrap();
         let version = state.nodes.get(name)?["status"]["nodeInfo"]["kubeletVersion"].as_str()?;
         version.split_once("-kubeedge-").map(|(_, v)| v.to_string())
+    }
+
+    /// From now on, every PATCH of a Node fails with 500 Internal Server Error.
+    pub fn fail_patches(&self) {
+        self.state.lock().unwrap().patches_fail = true;
     }
 
     /// From now on, every DELETE of a Node fails with 500 Internal Server Error.
@@ -581,6 +588,11 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
             let mut state = state.lock().unwrap();
             match state.nodes.get(name).cloned() {
                 None => respond(&mut out, "404 Not Found", &not_found("nodes", name)),
+                Some(_) if state.patches_fail => respond(
+                    &mut out,
+                    "500 Internal Server Error",
+                    &status(500, "InternalError", "etcdserver: request timed out"),
+                ),
                 Some(mut node) => {
                     merge_patch(&mut node, &patch);
                     // An empty map is left out of the object, as the server encodes it.
