@@ -166,6 +166,9 @@ pub struct EdgeTaskRecord {
     /// the Ready gate waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// An upgrade whose target the running edgecore already was: keadm was not run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unchanged: bool,
     /// `--backup`: the exit status of `keadm backup edge`, run first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_exit_status: Option<i32>,

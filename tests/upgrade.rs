@@ -72,6 +72,28 @@ fn an_upgrade_answers_keadms_prompt_reads_its_report_and_checks_the_running_edge
         );
     }
     assert_eq!(ran(fleet.node(0)), ["upgrade edge"]);
+
+    // Run again: both nodes already run v1.23.1, so keadm is not run (nor backed up).
+    let again = sc.run(&["--backup"]);
+    again.status(0);
+    for i in 0..2 {
+        let node = again.node_summary(i);
+        assert_eq!(node["phase"], "succeeded", "{node}");
+        assert_eq!(node["upgrade"]["unchanged"], true, "{node}");
+        assert!(node["upgrade"].get("report").is_none(), "{node}");
+        assert_eq!(ran(fleet.node(i)), ["upgrade edge"]);
+        let transcript = again.transcript(i);
+        assert!(
+            transcript.contains(
+                "keadm-batch: edgecore already runs v1.23.1, so keadm upgrade edge was not run"
+            ),
+            "{transcript}"
+        );
+        assert!(
+            transcript.contains("nothing to do: edgecore already runs v1.23.1"),
+            "{transcript}"
+        );
+    }
 }
 
 #[test]
