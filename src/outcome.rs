@@ -135,6 +135,9 @@ pub struct NodeOutcome {
     /// What the cluster showed of a join's node after keadm exited (with a kubeconfig).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterCheck>,
+    /// In a rollout in waves: the node's wave, 1-based.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<usize>,
 }
 
 /// A join's node as the cluster showed it after keadm exited 0: the times are seconds
@@ -243,6 +246,7 @@ impl NodeOutcome {
             transcript: None,
             preflight: Vec::new(),
             cluster: None,
+            wave: None,
         }
     }
 }

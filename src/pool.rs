@@ -1,9 +1,11 @@
 //! The bounded pool: exactly `maxRunNum` workers on a dedicated rayon pool, nodes started
 //! in config order, and Ctrl-C: after the first, no further node starts. Two modes share
-//! it: a run ([`run_all`], with the failure policies `--max-fail` and `--canary`, where
-//! every selected node ends with exactly one recorded outcome whatever happens), and
-//! `--preflight-only` ([`probe_all`], which records nothing and returns each node's result).
+//! it: a run ([`run_all`], in the waves of its [`Rollout`], each gated by its tolerance
+//! (`--wave`, `--max-fail`, `--canary`), where every selected node ends with exactly one
+//! recorded outcome whatever happens), and `--preflight-only` ([`probe_all`], which
+//! records nothing and returns each node's result).
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -11,14 +13,14 @@ use crate::cancel::Cancel;
 use crate::outcome::{NodeOutcome, Phase};
 use crate::plan::NodePlan;
 use crate::report::Recorder;
+use crate::waves::{Rollout, Wave, WaveRecord, WaveResult, nodes as count_nodes};
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
     pub max_run_num: usize,
-    /// Stop starting nodes once this many have not succeeded.
-    pub max_fail: Option<usize>,
-    /// Run the first N nodes alone; go on only if all of them succeed.
-    pub canary: Option<usize>,
+    /// The waves the nodes go in, one after another; the default is one wave of every
+    /// node, any number of which may fail.
+    pub rollout: Rollout,
 }
 
 /// Runs `run_node` for every node in `nodes` under `policy`, recording each outcome.
@@ -44,8 +46,9 @@ pub fn run_all<F>(
 /// [`run_all`] for runs in which some nodes are decided after their worker is done with
 /// them (joins waiting to be Ready in the cluster): `run_node` returns `None` for a node it
 /// handed over to whoever records it later, and its worker takes the next node at once.
-/// `settle` blocks until every node handed over is recorded: the canary's verdict and the
-/// skipped nodes' lines wait for it. A failure counts toward `--max-fail` when recorded.
+/// `settle` blocks until every node handed over is recorded: each wave's verdict (the
+/// canary's too) and the skipped nodes' lines wait for it. A failure counts toward its
+/// wave's tolerance when recorded.
 pub fn run_all_handing_over<F>(
     nodes: &[NodePlan],
     policy: Policy,
@@ -56,29 +59,74 @@ pub fn run_all_handing_over<F>(
 ) where
     F: Fn(&NodePlan) -> Option<NodeOutcome> + Sync,
 {
-    let canary = policy.canary.unwrap_or(0).min(nodes.len());
-    let (first, rest) = nodes.split_at(canary);
-    let mut skip_reason: Option<String> = None;
-    if !first.is_empty() {
-        run_wave(first, policy, cancel, recorder, &run_node);
-        settle();
-        let failed = recorder.failures();
-        if failed > 0 {
-            skip_reason = Some(format!(
-                "skipped: {failed} of the {canary} canary node(s) did not succeed, so the rest were not started"
-            ));
-        }
+    let rollout = &policy.rollout;
+    let one_wave;
+    let waves: &[Wave] = if rollout.waves.is_empty() {
+        one_wave = [Rollout::one_wave(nodes.len())];
+        &one_wave
+    } else {
+        &rollout.waves
+    };
+    let members = |wave: &Wave| -> Vec<&NodePlan> {
+        wave.positions
+            .iter()
+            .filter_map(|&p| nodes.get(p))
+            .collect()
+    };
+    let (in_waves, last) = (rollout.in_waves(), rollout.last());
+    if in_waves {
+        let wave_of: HashMap<usize, usize> = waves
+            .iter()
+            .flat_map(|wave| members(wave).into_iter().map(|n| (n.index, wave.number)))
+            .collect();
+        recorder.assign_waves(wave_of);
     }
-    if skip_reason.is_none() {
-        run_wave(rest, policy, cancel, recorder, &run_node);
-        settle();
-        if let Some(max) = policy.max_fail
-            && recorder.failures() >= max
-        {
-            skip_reason = Some(format!(
-                "skipped: --max-fail {max} was reached, so no further node was started"
-            ));
+    let mut skip_reason: Option<String> = None;
+    let mut records = Vec::with_capacity(waves.len());
+    for (i, wave) in waves.iter().enumerate() {
+        let members = members(wave);
+        let mut record = WaveRecord {
+            number: wave.number,
+            nodes: members.iter().map(|n| n.name.clone()).collect(),
+            succeeded: 0,
+            failed: 0,
+            tolerance: wave.tolerance,
+            result: WaveResult::NotStarted,
+        };
+        let go = skip_reason.is_none()
+            && !cancel.stopping()
+            && (i == 0 || pause_before(wave, last, rollout, recorder, cancel));
+        if go {
+            if in_waves {
+                recorder.wave_started(wave.number, last, &start_line(wave, last));
+            }
+            let (failed_before, recorded_before) = (recorder.failures(), recorder.recorded_count());
+            run_wave(
+                &members,
+                policy.max_run_num,
+                wave,
+                failed_before,
+                cancel,
+                recorder,
+                &run_node,
+            );
+            settle();
+            record.failed = recorder.failures() - failed_before;
+            record.succeeded =
+                (recorder.recorded_count() - recorded_before).saturating_sub(record.failed);
+            record.result = if wave.tolerance.is_some_and(|t| record.failed > t) {
+                skip_reason = Some(wave.stop_reason(record.failed, last, in_waves));
+                WaveResult::Stopped
+            } else if record.succeeded + record.failed < members.len() {
+                // Only the operator's Ctrl-C, or workers that could not start, leave
+                // nodes of a wave unstarted: no later wave may start either way.
+                skip_reason.get_or_insert_with(|| "skipped: not started".to_string());
+                WaveResult::Interrupted
+            } else {
+                WaveResult::Passed
+            };
         }
+        records.push(record);
     }
     // Every node gets exactly one line, even those never started.
     for node in nodes {
@@ -105,6 +153,43 @@ pub fn run_all_handing_over<F>(
             ));
         }
     }
+    if in_waves {
+        recorder.set_waves(records);
+    }
+}
+
+/// `wave 2 of 4: 5 nodes, at most 0 may fail`.
+fn start_line(wave: &Wave, last: usize) -> String {
+    let may_fail = match wave.tolerance {
+        Some(t) => format!("at most {t} may fail"),
+        None => "any may fail".to_string(),
+    };
+    format!(
+        "wave {} of {last}: {}, {may_fail} ({})",
+        wave.number,
+        count_nodes(wave.positions.len()),
+        wave.rule()
+    )
+}
+
+/// `--wave-pause`: waits before `wave` (not the first), saying so; `false` when the
+/// operator's Ctrl-C came before or during the wait, which stops the rollout.
+fn pause_before(
+    wave: &Wave,
+    last: usize,
+    rollout: &Rollout,
+    recorder: &Recorder,
+    cancel: &Cancel,
+) -> bool {
+    if !rollout.pause.is_zero() {
+        recorder.note(&format!(
+            "waiting {}s before wave {} of {last} (--wave-pause); Ctrl-C stops the rollout",
+            rollout.pause.as_secs(),
+            wave.number
+        ));
+        cancel.sleep(rollout.pause);
+    }
+    !cancel.stopping()
 }
 
 /// `--preflight-only`: runs `probe` for every node, at most `max_run_num` at once, in
@@ -121,45 +206,44 @@ where
     F: Fn(&NodePlan) -> T + Sync,
 {
     let results: Mutex<Vec<Option<T>>> = Mutex::new(nodes.iter().map(|_| None).collect());
-    work_through(nodes, max_run_num, cancel, &|| false, &|i, node| {
+    let nodes: Vec<&NodePlan> = nodes.iter().collect();
+    work_through(&nodes, max_run_num, cancel, &|| false, &|i, node| {
         let result = probe(node);
         results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
     });
     results.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Runs one wave's nodes, at most `max_run_num` at once; no further node of it starts
+/// once more of them than its tolerance did not succeed (`failed_before`: the failures
+/// recorded before it began).
 fn run_wave<F>(
-    nodes: &[NodePlan],
-    policy: Policy,
+    members: &[&NodePlan],
+    max_run_num: usize,
+    wave: &Wave,
+    failed_before: usize,
     cancel: &Cancel,
     recorder: &Recorder,
     run_node: &F,
 ) where
     F: Fn(&NodePlan) -> Option<NodeOutcome> + Sync,
 {
-    let max_fail_reached = || {
-        policy
-            .max_fail
-            .is_some_and(|max| recorder.failures() >= max)
+    let past_tolerance = || {
+        wave.tolerance
+            .is_some_and(|t| recorder.failures() - failed_before > t)
     };
-    work_through(
-        nodes,
-        policy.max_run_num,
-        cancel,
-        &max_fail_reached,
-        &|_, node| {
-            if let Some(outcome) = run_node(node) {
-                recorder.record(outcome);
-            }
-        },
-    );
+    work_through(members, max_run_num, cancel, &past_tolerance, &|_, node| {
+        if let Some(outcome) = run_node(node) {
+            recorder.record(outcome);
+        }
+    });
 }
 
 /// The workers themselves: `max_run_num` of them (at most one per node) take the nodes in
 /// order and call `work(index in nodes, node)` for each, until the nodes run out, the
 /// operator asks to stop, or `stop_starting` says so.
 fn work_through(
-    nodes: &[NodePlan],
+    nodes: &[&NodePlan],
     max_run_num: usize,
     cancel: &Cancel,
     stop_starting: &(dyn Fn() -> bool + Sync),
@@ -186,7 +270,7 @@ fn work_through(
                         }
                         // Taking indices in order starts nodes in config order.
                         let i = next.fetch_add(1, Ordering::SeqCst);
-                        let Some(node) = nodes.get(i) else { break };
+                        let Some(&node) = nodes.get(i) else { break };
                         work(i, node);
                     }
                 });
@@ -252,7 +336,9 @@ impl Drop for JoinOnDrop {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::Amount;
     use crate::report::{log::ResultLog, run_dir::RunDir};
+    use crate::waves::Shape;
     use std::time::Duration;
 
     fn plan(index: usize) -> NodePlan {
@@ -353,25 +439,46 @@ mod tests {
         }
     }
 
+    fn rollout(count: usize, shape: Shape) -> Rollout {
+        Rollout {
+            waves: crate::waves::plan(count, &shape, &[]),
+            pause: Duration::ZERO,
+        }
+    }
+
+    /// Without waves, `--max-fail N` stops starting nodes once more than N did not
+    /// succeed (Ansible's and NodeUpgradeJob's meaning, no longer "once N").
     #[test]
     fn max_fail_skips_the_rest_and_lists_them() {
         let dir = tempfile::tempdir().unwrap();
         let nodes: Vec<NodePlan> = (0..10).map(plan).collect();
         let rec = recorder(dir.path(), nodes.len());
+        let shape = Shape {
+            max_fail: Some(Amount::Nodes(1)),
+            ..Shape::default()
+        };
         let policy = Policy {
             max_run_num: 1,
-            max_fail: Some(2),
-            canary: None,
+            rollout: rollout(nodes.len(), shape),
         };
         run_all(&nodes, policy, &Cancel::new(), &rec, |n| {
             outcome(n, n.index % 2 == 0)
         });
         let all = rec.outcomes();
         assert_eq!(all.len(), 10);
-        // n0 ok, n1 fail, n2 ok, n3 fail -> stop; n4.. skipped.
+        // n0 ok, n1 fail (1, tolerated), n2 ok, n3 fail (2, past 1) -> stop; n4.. skipped.
         assert_eq!(all[3].phase, Phase::Failed);
         assert!(all[4..].iter().all(|o| o.phase == Phase::Skipped));
-        assert!(all[9].error.as_deref().unwrap().contains("--max-fail 2"));
+        assert!(
+            all[9]
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("2 nodes did not succeed, more than the run allows (--max-fail 1)")
+        );
+        // Not in waves: no wave numbers, no wave records.
+        assert!(all.iter().all(|o| o.wave.is_none()));
+        assert!(rec.waves().is_empty());
     }
 
     #[test]
@@ -379,10 +486,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let nodes: Vec<NodePlan> = (0..6).map(plan).collect();
         let rec = recorder(dir.path(), nodes.len());
+        let shape = Shape {
+            canary: Some(2),
+            ..Shape::default()
+        };
         let policy = Policy {
             max_run_num: 4,
-            max_fail: None,
-            canary: Some(2),
+            rollout: rollout(nodes.len(), shape),
         };
         run_all(&nodes, policy, &Cancel::new(), &rec, |n| {
             outcome(n, n.index != 1)
@@ -394,7 +504,163 @@ mod tests {
             all[2..].iter().all(|o| o.phase == Phase::Skipped),
             "{all:?}"
         );
-        assert!(all[2].error.as_deref().unwrap().contains("canary"));
+        assert!(
+            all[2]
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("wave 1 of 2 (the canary) stopped the rollout")
+        );
+        let waves: Vec<usize> = all.iter().map(|o| o.wave.unwrap()).collect();
+        assert_eq!(waves, [1, 1, 2, 2, 2, 2]);
+    }
+
+    /// Waves run one after another, each settled before the next; the first past its
+    /// tolerance stops the rollout, its unstarted nodes and every later wave's skipped
+    /// with the wave named, and each wave's record says what became of it.
+    #[test]
+    fn the_first_wave_past_its_tolerance_stops_the_rollout() {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<NodePlan> = (0..12).map(plan).collect();
+        let rec = recorder(dir.path(), nodes.len());
+        let shape = Shape {
+            size: Some(Amount::Nodes(4)),
+            max_fail: Some(Amount::Nodes(0)),
+            ..Shape::default()
+        };
+        let policy = Policy {
+            max_run_num: 1,
+            rollout: rollout(nodes.len(), shape),
+        };
+        let started = Mutex::new(Vec::new());
+        let settled = AtomicUsize::new(0);
+        run_all_handing_over(
+            &nodes,
+            policy,
+            &Cancel::new(),
+            &rec,
+            |n| {
+                started
+                    .lock()
+                    .unwrap()
+                    .push((n.index, settled.load(Ordering::SeqCst)));
+                Some(outcome(n, n.index != 5))
+            },
+            &|| {
+                settled.fetch_add(1, Ordering::SeqCst);
+            },
+        );
+        // Wave 1 (0-3) settled before wave 2 started; wave 2 stopped starting at its
+        // failed node 5, one at a time; nothing of wave 3 started.
+        assert_eq!(
+            started.into_inner().unwrap(),
+            [(0, 0), (1, 0), (2, 0), (3, 0), (4, 1), (5, 1)]
+        );
+        assert_eq!(settled.load(Ordering::SeqCst), 2);
+        let all = rec.outcomes();
+        let waves: Vec<usize> = all.iter().map(|o| o.wave.unwrap()).collect();
+        assert_eq!(waves, [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]);
+        assert!(all[6..].iter().all(|o| o.phase == Phase::Skipped));
+        assert_eq!(
+            all[11].error.as_deref().unwrap(),
+            "skipped: wave 2 of 3 stopped the rollout: 1 of its 4 nodes did not succeed (--max-fail 0); nothing was done on this node"
+        );
+        let records: Vec<(usize, usize, usize, WaveResult)> = rec
+            .waves()
+            .iter()
+            .map(|w| (w.number, w.succeeded, w.failed, w.result))
+            .collect();
+        assert_eq!(
+            records,
+            [
+                (1, 4, 0, WaveResult::Passed),
+                (2, 1, 1, WaveResult::Stopped),
+                (3, 0, 0, WaveResult::NotStarted)
+            ]
+        );
+        assert_eq!(rec.waves()[2].nodes, ["n8", "n9", "n10", "n11"]);
+    }
+
+    /// `--max-fail P%` tolerates the share of each wave, rounded down: with waves of 5
+    /// and 20%, one failure per wave passes, two stop the rollout.
+    #[test]
+    fn a_share_of_each_wave_may_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<NodePlan> = (0..15).map(plan).collect();
+        let rec = recorder(dir.path(), nodes.len());
+        let shape = Shape {
+            size: Some(Amount::Nodes(5)),
+            max_fail: Some(Amount::Percent(20)),
+            ..Shape::default()
+        };
+        let policy = Policy {
+            max_run_num: 5,
+            rollout: rollout(nodes.len(), shape),
+        };
+        run_all(&nodes, policy, &Cancel::new(), &rec, |n| {
+            outcome(n, ![2, 6, 7].contains(&n.index))
+        });
+        let results: Vec<WaveResult> = rec.waves().iter().map(|w| w.result).collect();
+        assert_eq!(
+            results,
+            [
+                WaveResult::Passed,
+                WaveResult::Stopped,
+                WaveResult::NotStarted
+            ]
+        );
+        let all = rec.outcomes();
+        assert!(all[10..].iter().all(|o| o.phase == Phase::Skipped));
+        assert!(
+            all[10]
+                .error
+                .as_deref()
+                .unwrap()
+                .contains("2 of its 5 nodes did not succeed (--max-fail 20%: at most 1 of 5)")
+        );
+    }
+
+    /// The first Ctrl-C during `--wave-pause` ends the wait at once and starts no later
+    /// wave: its nodes are interrupted.
+    #[test]
+    fn ctrl_c_during_the_pause_stops_the_rollout() {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<NodePlan> = (0..4).map(plan).collect();
+        let rec = recorder(dir.path(), nodes.len());
+        let shape = Shape {
+            size: Some(Amount::Nodes(2)),
+            ..Shape::default()
+        };
+        let mut rollout = rollout(nodes.len(), shape);
+        // Long enough that a wait Ctrl-C did not end would run wave 2 late, not never.
+        rollout.pause = Duration::from_secs(20);
+        let policy = Policy {
+            max_run_num: 2,
+            rollout,
+        };
+        let cancel = Cancel::new();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while rec.recorded_count() < 2 {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                cancel.request();
+            });
+            run_all(&nodes, policy, &cancel, &rec, |n| outcome(n, true));
+        });
+        let phases: Vec<Phase> = rec.outcomes().iter().map(|o| o.phase).collect();
+        assert_eq!(
+            phases,
+            [
+                Phase::Succeeded,
+                Phase::Succeeded,
+                Phase::Interrupted,
+                Phase::Interrupted
+            ]
+        );
+        let results: Vec<WaveResult> = rec.waves().iter().map(|w| w.result).collect();
+        assert_eq!(results, [WaveResult::Passed, WaveResult::NotStarted]);
     }
 
     #[test]

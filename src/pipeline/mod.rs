@@ -293,6 +293,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         finished_at: now(),
         transcript: Some(transcript_path.display().to_string()),
         cluster: None,
+        wave: None,
     }
 }
 
