@@ -2,7 +2,8 @@
 //! after another, each gated on its own failures (`--wave`, `--max-fail`, `--canary`; for
 //! upgrades waves of 10% by default, as k0sctl's). A wave in which more nodes did not
 //! succeed than its tolerance stops the rollout: no node of a later wave is touched.
-//! Pure: this plans the waves; the pool runs them and records each one's [`WaveRecord`].
+//! This plans the waves (nothing but a warning leaves it); the pool runs them and records
+//! each one's [`WaveRecord`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -210,10 +211,16 @@ pub fn for_run(
         .iter()
         .map(|node| earlier.and_then(|waves| waves.get(&node.name).copied()))
         .collect();
-    Rollout {
+    let rollout = Rollout {
         waves: plan(nodes.len(), &shape, &earlier),
         pause: options.wave_pause.unwrap_or_default(),
+    };
+    if !rollout.pause.is_zero() && !rollout.in_waves() {
+        log::warn!(
+            "--wave-pause has no effect: the run is one wave of every selected node. Give --wave N or --wave P% to roll out in waves."
+        );
     }
+    rollout
 }
 
 /// What became of one wave, as summary.json records it.

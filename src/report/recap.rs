@@ -98,10 +98,11 @@ pub fn waves(waves: &[WaveRecord], config: &Path) -> String {
     let before = waves
         .iter()
         .position(|w| w.result == WaveResult::NotStarted);
+    let stopped = ended.is_some_and(|i| waves[i].result == WaveResult::Stopped);
     let (head, later) = match (ended, before) {
         (Some(i), _) => {
             let w = &waves[i];
-            let head = if w.result == WaveResult::Stopped {
+            let head = if stopped {
                 format!(
                     "Wave {} of {last} stopped the rollout: {} of its {} did not succeed, more than its tolerance of {}.",
                     w.number,
@@ -126,6 +127,10 @@ pub fn waves(waves: &[WaveRecord], config: &Path) -> String {
         ),
         (None, None) => return String::new(),
     };
+    let later: Vec<&WaveRecord> = later
+        .iter()
+        .filter(|w| w.result == WaveResult::NotStarted)
+        .collect();
     let untouched: usize = later.iter().map(|w| w.nodes.len()).sum();
     let mut out = format!("\n{head}");
     if let (Some(first), Some(end)) = (later.first(), later.last()) {
@@ -143,7 +148,12 @@ pub fn waves(waves: &[WaveRecord], config: &Path) -> String {
     }
     let _ = writeln!(
         out,
-        "\n  then, once the cause is fixed: keadm-batch batch -c {} --retry-failed, with this run's --wave and --max-fail: it goes on where the rollout stopped, each node in the wave it had, each wave gated again",
+        "\n  then, {}: keadm-batch batch -c {} --retry-failed, with this run's --wave and --max-fail: it goes on where the rollout stopped, each node in the wave it had, each wave gated again",
+        if stopped {
+            "once the cause is fixed"
+        } else {
+            "to go on"
+        },
         shell_quote(&config.display().to_string())
     );
     out
@@ -451,13 +461,11 @@ mod tests {
         );
         assert!(text.contains("keadm-batch batch -c 'site a.yaml' --retry-failed, with this run's --wave and --max-fail"), "{text}");
         record[1].result = WaveResult::Passed;
-        record[3].result = WaveResult::Passed;
         record[2].result = WaveResult::Interrupted;
         assert!(waves(&record, config).starts_with(
-            "\nThe rollout was interrupted in wave 3 of 4. 1 node of wave 4 was not touched.\n"
-        ),);
+            "\nThe rollout was interrupted in wave 3 of 4. 1 node of wave 4 was not touched.\n  then, to go on: keadm-batch"
+        ));
         record[2].result = WaveResult::NotStarted;
-        record[3].result = WaveResult::NotStarted;
         assert!(
             waves(&record, config).starts_with("\nThe rollout was stopped before wave 3 of 4. 3 nodes of waves 3 to 4 were not touched.\n"),
         );
