@@ -302,6 +302,35 @@ fn with_a_cluster_a_wave_waits_for_ready_and_a_node_not_ready_stops_the_rollout(
     }
 }
 
+/// `batch merge` takes shards run in waves and shards that were not: the nodes keep
+/// their waves, and no one list of waves is made of rollouts that were each their own.
+#[test]
+fn merge_takes_shards_with_and_without_waves() {
+    let fleet = Fleet::builder().nodes(4).start();
+    let sc = Scenario::new(&fleet);
+    sc.run(&["--only", "edge-0[01]", "--wave", "1", "--run-dir", "a"])
+        .status(0);
+    sc.run(&["--only", "edge-0[23]", "--run-dir", "b"])
+        .status(0);
+    let merged = Test::in_dir(sc.dir.path())
+        .args(["batch", "merge", "a", "b", "--output", "json"])
+        .run();
+    merged.status(0);
+    let summary: Value = serde_json::from_str(&merged.stdout).unwrap();
+    let waves: Vec<Option<u64>> = summary["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["wave"].as_u64())
+        .collect();
+    assert_eq!(waves, [Some(1), Some(2), None, None]);
+    assert!(summary.get("waves").is_none(), "{summary}");
+    // The shard in waves has them in its own summary.
+    let a: Value =
+        serde_json::from_str(&std::fs::read_to_string(sc.path("a/summary.json")).unwrap()).unwrap();
+    assert_eq!(a["waves"].as_array().unwrap().len(), 2);
+}
+
 /// A config of `count` nodes on loopback (a dry run connects to none) with `cmd`, in
 /// which `{name}` is each node's name.
 fn config(count: usize, cmd: &str) -> String {
