@@ -161,6 +161,16 @@ struct BatchArgs {
     #[arg(long, help_heading = "Policy")]
     reset_first: bool,
 
+    /// Run `keadm backup edge` before each `keadm upgrade edge`; a node whose backup fails
+    /// is not upgraded (nothing changes on it).
+    #[arg(long, help_heading = "Upgrades")]
+    backup: bool,
+
+    /// Run `keadm rollback edge` on a node whose upgrade, upgrade report, version check or
+    /// Ready gate failed, and say whether that brought it back.
+    #[arg(long, help_heading = "Upgrades")]
+    rollback_on_failure: bool,
+
     /// No effect, kept for old scripts: a keadm package with neither a checksum file nor a
     /// keadm.download.sha512 pin is always refused now (see --allow-unverified).
     #[arg(long, help_heading = "Policy")]
@@ -1008,6 +1018,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         },
         preflight_only: batch.preflight_only,
         reset_first: batch.reset_first,
+        backup: batch.backup,
+        rollback_on_failure: batch.rollback_on_failure,
         verify_remote: batch.verify_remote,
         kubeconfig: batch.kubeconfig,
         context: batch.context,

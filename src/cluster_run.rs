@@ -31,7 +31,9 @@ pub struct ClusterRun {
     /// How long a join's Node may take to be Ready after keadm's exit; `None` when joins
     /// are not waited for (`--no-wait`, or no join selected).
     pub wait: Option<Duration>,
-    /// Whether a reset is selected.
+    /// Whether a join, an upgrade, a reset is selected.
+    pub joins: bool,
+    pub upgrades: bool,
     pub resets: bool,
     /// `--delete-nodes`, with a reset selected.
     pub delete_nodes: bool,
@@ -76,7 +78,8 @@ impl ClusterRun {
         };
         let joins = plan.nodes.iter().any(|n| n.keadm_args.is_join());
         let resets = plan.nodes.iter().any(|n| n.keadm_args.is_edge_reset());
-        if !joins && !resets {
+        let upgrades = plan.nodes.iter().any(|n| n.keadm_args.is_edge_upgrade());
+        if !joins && !resets && !upgrades {
             return Ok(None);
         }
         let token_for = plan
@@ -114,8 +117,10 @@ impl ClusterRun {
         Ok(Some(ClusterRun {
             cluster,
             version,
-            wait: (joins && !options.no_wait)
+            wait: ((joins || upgrades) && !options.no_wait)
                 .then(|| Duration::from_secs(options.ready_timeout_seconds.max(1))),
+            joins,
+            upgrades,
             resets,
             delete_nodes,
             nodes_before,
@@ -146,12 +151,25 @@ impl ClusterRun {
             &run.cluster.context
         };
         let mut line = match run.wait {
-            Some(timeout) => format!(
-                "joins verified in {} (context {context}, {}): each join's Node must register and be Ready within {} s of keadm's exit; the kubeconfig's user may get, list and watch nodes",
-                run.cluster.server,
-                run.version,
-                timeout.as_secs()
-            ),
+            Some(timeout) => {
+                let (what, must) = match (run.joins, run.upgrades) {
+                    (true, false) => ("joins", "each join's Node must register and be Ready"),
+                    (false, true) => (
+                        "upgrades",
+                        "each upgrade's Node must be Ready on the version edgecore runs after it",
+                    ),
+                    _ => (
+                        "joins and upgrades",
+                        "each join's Node must register and be Ready, each upgrade's Node be Ready on the version edgecore runs after it,",
+                    ),
+                };
+                format!(
+                    "{what} verified in {} (context {context}, {}): {must} within {} s of keadm's exit; the kubeconfig's user may get, list and watch nodes",
+                    run.cluster.server,
+                    run.version,
+                    timeout.as_secs()
+                )
+            }
             None => format!(
                 "{} (context {context}, {}): {}",
                 run.cluster.server,
@@ -159,7 +177,7 @@ impl ClusterRun {
                 if options.no_wait {
                     "joins are not waited for (--no-wait)"
                 } else {
-                    "no join to verify"
+                    "no join or upgrade to verify"
                 }
             ),
         };
@@ -175,11 +193,6 @@ impl ClusterRun {
                 line,
                 "; {} join(s) take the token from the cluster (secret tokensecret in kubeedge)",
                 run.token_for
-            );
-        }
-        if run.delete_nodes {
-            line.push_str(
-                "; each reset checked clean has its Node object deleted (--delete-nodes)",
             );
         }
         line

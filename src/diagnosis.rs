@@ -57,6 +57,16 @@ pub enum FailureClass {
     /// `keadm reset` exited with 0, but the node is not clean: edgecore still runs, its
     /// unit is still there, or /etc/kubeedge still exists (or the check could not finish).
     ResetIncomplete,
+    /// `--backup`'s `keadm backup edge` failed, so the upgrade did not run: nothing changed.
+    BackupFailed,
+    /// `keadm upgrade edge` (or another of its family) failed: it exited non-zero, or its
+    /// report (/etc/kubeedge/upgrade_report.json) says `success: false`.
+    UpgradeFailed,
+    /// keadm exited 0 but wrote no report: nothing was done (an unanswered `[y/N]`).
+    UpgradeNotDone,
+    /// The report says the upgrade succeeded, but the edgecore that runs on the node is
+    /// not the target version (or none runs), or the report names another version.
+    VersionMismatch,
     /// None of the above was recognised. A class this version does not know (in a file
     /// written by a newer one) reads as this too, so the node's record is not lost.
     #[serde(other)]
@@ -65,7 +75,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, in the order a recap lists them.
-    pub const ALL: [FailureClass; 18] = [
+    pub const ALL: [FailureClass; 22] = [
         FailureClass::AlreadyJoined,
         FailureClass::DirtyManagementDir,
         FailureClass::NameTaken,
@@ -83,6 +93,10 @@ impl FailureClass {
         FailureClass::NotRegistered,
         FailureClass::NotReady,
         FailureClass::ResetIncomplete,
+        FailureClass::BackupFailed,
+        FailureClass::UpgradeFailed,
+        FailureClass::UpgradeNotDone,
+        FailureClass::VersionMismatch,
         FailureClass::Unknown,
     ];
 
@@ -106,6 +120,10 @@ impl FailureClass {
             FailureClass::NotRegistered => "not_registered",
             FailureClass::NotReady => "not_ready",
             FailureClass::ResetIncomplete => "reset_incomplete",
+            FailureClass::BackupFailed => "backup_failed",
+            FailureClass::UpgradeFailed => "upgrade_failed",
+            FailureClass::UpgradeNotDone => "upgrade_not_done",
+            FailureClass::VersionMismatch => "version_mismatch",
             FailureClass::Unknown => "unknown",
         }
     }
@@ -124,6 +142,10 @@ impl FailureClass {
                 | FailureClass::NotRegistered
                 | FailureClass::NotReady
                 | FailureClass::ResetIncomplete
+                | FailureClass::BackupFailed
+                | FailureClass::UpgradeFailed
+                | FailureClass::UpgradeNotDone
+                | FailureClass::VersionMismatch
         )
     }
 
@@ -147,6 +169,10 @@ impl FailureClass {
             FailureClass::NotRegistered => "Joined, but never registered in the cluster",
             FailureClass::NotReady => "Registered, but not Ready",
             FailureClass::ResetIncomplete => "Reset left the node unclean",
+            FailureClass::BackupFailed => "Backup before the upgrade failed",
+            FailureClass::UpgradeFailed => "Upgrade failed",
+            FailureClass::UpgradeNotDone => "Upgrade not done",
+            FailureClass::VersionMismatch => "Running edgecore is not the target version",
             FailureClass::Unknown => "Unrecognised failure",
         }
     }
@@ -261,6 +287,38 @@ impl FailureClass {
                  edgecore`, or kill the pids), remove what is left (`systemctl disable \
                  edgecore`, then the unit file and /etc/kubeedge), and retry this class: the \
                  reset runs again and is checked again."
+            }
+            FailureClass::BackupFailed => {
+                "`keadm backup edge` failed, so the upgrade was not run and nothing changed on \
+                 these nodes. The node's error quotes keadm's last line: keadm backs up only an \
+                 edgecore whose version it can read (from the Node through edgecore's metaServer, \
+                 else edgecore.yaml's edgeCoreVersion) and needs room under /etc/kubeedge/backup. \
+                 Fix that and retry this class."
+            }
+            FailureClass::UpgradeFailed => {
+                "keadm's upgrade failed on these nodes: the node's error quotes the report's \
+                 errorMessage (or keadm's last line). `failed to pull image` means the \
+                 installation-package image of the target version is not in the node's runtime \
+                 and cannot be pulled: preload it or pass --image for a mirror. edgecore may have \
+                 been stopped: with --rollback-on-failure the node was rolled back (its outcome \
+                 says whether that brought it back); otherwise run `keadm rollback edge` on it, \
+                 or fix the cause and retry this class."
+            }
+            FailureClass::UpgradeNotDone => {
+                "keadm exited with 0 but wrote no /etc/kubeedge/upgrade_report.json, so nothing \
+                 was done: `keadm upgrade edge` without --force asks `[y/N]` and on any other \
+                 answer logs `aborted upgrade operation` and exits 0. keadm-batch answers the \
+                 prompt itself (`yes |`), so a keadmCmd that reads its input from elsewhere, or \
+                 a keadm that never reached its reporter, is the cause: read the transcript, \
+                 fix keadmCmd and retry this class."
+            }
+            FailureClass::VersionMismatch => {
+                "The report says the upgrade succeeded, but the edgecore that runs on the node \
+                 is not the target version, or none runs. Check `edgecore --version` and \
+                 `systemctl status edgecore` on the node: the installation-package image may \
+                 hold another version than its tag says, or edgecore failed to start. With \
+                 --rollback-on-failure the node was rolled back; otherwise run `keadm rollback \
+                 edge` there, or retry this class once fixed."
             }
             FailureClass::Unknown => {
                 "The cause was not recognised. Read the node's transcript and its edgecore log \
@@ -502,7 +560,7 @@ mod tests {
             "`token_expired` is not a failure class. Use one of: already_joined, \
              dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
              ca_mismatch, image_pull_stalled, runtime_missing, unreachable, auth, host_key, \
-             sudo, arch, upload, not_registered, not_ready, reset_incomplete, unknown."
+             sudo, arch, upload, not_registered, not_ready, reset_incomplete, backup_failed, upgrade_failed, upgrade_not_done, version_mismatch, unknown."
         );
     }
 

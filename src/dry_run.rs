@@ -129,7 +129,7 @@ fn render_waves(out: &mut String, nodes: &[NodePlan], rollout: &Rollout, ready: 
         "  gate:        each node's keadm command exits 0{}",
         match ready {
             Some(timeout) => format!(
-                ", and each node the cluster line verifies is Ready within {} s (--ready-timeout)",
+                ", and each node the cluster line verifies is Ready (an upgrade's on its new version) within {} s (--ready-timeout)",
                 timeout.as_secs()
             ),
             None => "; nothing is waited for in the cluster".to_string(),
@@ -466,13 +466,38 @@ fn render_node(out: &mut String, node: &NodePlan, images: Option<&OfflineImages>
         let _ = writeln!(out, "  images:    {}", node_images(node, images));
     }
     let _ = writeln!(out, "  exec dir:  {}", node.exec_dir);
-    if let Some(reset) = &node.reset_command {
+    if let Some(first) = &node.first_step {
         let _ = writeln!(
             out,
-            "  first:     {reset} (--reset-first; the command runs only if it exits with 0)"
+            "  first:     {} ({}; the command runs only if it exits with 0)",
+            first.command,
+            first.kind.flag()
         );
     }
     let _ = writeln!(out, "  command:   {}", r.redact(&node.command));
+    if let Some(task) = &node.edge_task {
+        let _ = writeln!(out, "  after:     {}", edge_task_after(task));
+    }
+}
+
+/// What the run checks after an upgrade-family command, for the dry run.
+fn edge_task_after(task: &crate::plan::EdgeTaskPlan) -> String {
+    let mut after = format!(
+        "{} is read: its success decides the node",
+        crate::remote::UPGRADE_REPORT
+    );
+    if task.task == crate::keadm_cmd::EdgeTask::Upgrade {
+        after.push_str(&match &task.target_version {
+            Some(v) => format!("; the running edgecore must be {v}"),
+            None => "; the running edgecore must be the report's toVersion".to_string(),
+        });
+    }
+    if let Some(rollback) = &task.rollback {
+        after.push_str(&format!(
+            "; on a failed upgrade: {rollback} (--rollback-on-failure)"
+        ));
+    }
+    after
 }
 
 #[cfg(test)]
@@ -503,7 +528,7 @@ mod tests {
         assert_eq!(
             out,
             "  waves:       3, one after another, 90s apart (--wave-pause)\n\
-             \x20 gate:        each node's keadm command exits 0, and each node the cluster line verifies is Ready within 300 s (--ready-timeout)\n\
+             \x20 gate:        each node's keadm command exits 0, and each node the cluster line verifies is Ready (an upgrade's on its new version) within 300 s (--ready-timeout)\n\
              \x20 on failure:  a wave in which more nodes fail the gate than its tolerance allows stops the rollout: no node of a later wave is touched, and --retry-failed goes on from there\n\
              \x20 wave 1:      2 nodes, at most 1 may fail (--max-fail 50%: at most 1 of 2): n0, n1\n\
              \x20 wave 2:      2 nodes, at most 1 may fail (--max-fail 50%: at most 1 of 2): n2, n3\n\

@@ -250,6 +250,12 @@ pub struct RunOptions {
     pub relay: RelayMode,
     pub preflight_only: bool,
     pub reset_first: bool,
+    /// `--backup`: `keadm backup edge` before each `keadm upgrade edge`; a failed backup
+    /// stops that node before anything changes.
+    pub backup: bool,
+    /// `--rollback-on-failure`: `keadm rollback edge` on a node whose upgrade, report,
+    /// version check or Ready gate failed.
+    pub rollback_on_failure: bool,
     pub verify_remote: bool,
     // The cluster.
     /// `--kubeconfig FILE`: the cluster joins are verified in, over the config's

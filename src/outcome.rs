@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::Arch;
 use crate::diagnosis::FailureClass;
+pub use crate::remote::UpgradeReport;
 
 /// One pre-flight finding: its id (`edgecore_running`...) and what was seen.
 pub use crate::diagnosis::Finding as PreflightFinding;
@@ -135,9 +136,78 @@ pub struct NodeOutcome {
     /// What the cluster showed of a join's node after keadm exited (with a kubeconfig).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterCheck>,
+    /// For the edge's upgrade family (`upgrade edge`, `backup edge`, `rollback edge`,
+    /// `config-update`): keadm's report, the running edgecore's version, the backup and
+    /// the rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<EdgeTaskRecord>,
     /// In a rollout in waves: the node's wave, 1-based.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave: Option<usize>,
+}
+
+/// What the run learned of an upgrade-family command on the node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EdgeTaskRecord {
+    /// keadm's event name for the command: `Upgrade`, `Backup`, `Rollback`, `ConfigUpdate`.
+    pub task: String,
+    /// What keadm wrote to /etc/kubeedge/upgrade_report.json, read right after it;
+    /// `None` when it wrote nothing (the file is removed before the command).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<UpgradeReport>,
+    /// An upgrade's target: its `--toVersion` (without it, the report's `toVersion` is checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_version: Option<String>,
+    /// What the running edgecore's executable said it is, after the command; `None` when
+    /// no edgecore ran (or it said no version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_version: Option<String>,
+    /// Whether a process named edgecore ran after the command.
+    #[serde(default)]
+    pub edgecore_running: bool,
+    /// edgecore.yaml's `hostnameOverride`: the Node name edgecore registers under, which
+    /// the Ready gate waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// `--backup`: the exit status of `keadm backup edge`, run first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_exit_status: Option<i32>,
+    /// `--rollback-on-failure`: what the rollback did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<RollbackRecord>,
+}
+
+impl EdgeTaskRecord {
+    /// The version the node ran before the command, as its report says: what a failed
+    /// upgrade rolls back to. keadm writes `unknown` when it could not tell.
+    pub fn version_before(&self) -> Option<String> {
+        let from = &self.report.as_ref()?.from_version;
+        (from.starts_with('v') && from != "unknown").then(|| from.clone())
+    }
+}
+
+/// A failed upgrade's `keadm rollback edge` and what it brought back.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RollbackRecord {
+    /// The rollback exited 0, its report says success, edgecore runs the version it went
+    /// back to, and (with a kubeconfig) the Node was Ready on it again.
+    pub succeeded: bool,
+    /// The version rolled back to (`--historical-version`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<UpgradeReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_version: Option<String>,
+    /// With a kubeconfig: whether the Node was Ready on the old version within
+    /// `--ready-timeout` of the rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// Why it did not succeed, in a sentence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A join's node as the cluster showed it after keadm exited 0: the times are seconds
@@ -246,6 +316,7 @@ impl NodeOutcome {
             transcript: None,
             preflight: Vec::new(),
             cluster: None,
+            upgrade: None,
             wave: None,
         }
     }

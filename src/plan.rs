@@ -16,7 +16,7 @@ use crate::config::{
     Config, CopyFile, HostKeyPolicy, NodeSpec, PackageMode, PinnedDigest, SshSpec,
 };
 use crate::image_ref::ImageRef;
-use crate::keadm_cmd::KeadmCommand;
+use crate::keadm_cmd::{EdgeTask, KeadmCommand};
 use crate::options::{RelayMode, RunOptions, Shard};
 use crate::redact::Redactor;
 use crate::shell::shell_quote;
@@ -82,15 +82,67 @@ pub struct NodePlan {
     pub keadm_args: KeadmCommand,
     /// `cd <dir> && ./keadm <cmd>` (with `yes |` for reset), before any sudo wrapping.
     pub command: String,
-    /// With `--reset-first` (joins only): `cd <dir> && ./keadm reset edge --force`, run
-    /// before [`NodePlan::command`], which then runs only if the reset exited with 0.
-    pub reset_command: Option<String>,
+    /// `--reset-first`'s reset before a join, `--backup`'s backup before an upgrade: run
+    /// before [`NodePlan::command`], which then runs only if it exited with 0.
+    pub first_step: Option<FirstStep>,
+    /// For the edge's upgrade family (`upgrade edge`, `backup edge`, `rollback edge`,
+    /// `config-update`): what is checked on the node after keadm, and the way back.
+    pub edge_task: Option<EdgeTaskPlan>,
     pub deadlines: Deadlines,
     pub retries: u32,
     /// Masks this node's secrets (and `--token` values) in everything written about it.
     pub redactor: Arc<Redactor>,
     /// The site the node belongs to, if any.
     pub site: Option<Site>,
+}
+
+/// A step before the node's command (see [`NodePlan::first_step`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstStep {
+    pub kind: FirstStepKind,
+    /// `cd <dir> && ./keadm reset edge --force`, `cd <dir> && ... ./keadm backup edge`.
+    pub command: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstStepKind {
+    /// `--reset-first`, before a join.
+    Reset,
+    /// `--backup`, before an upgrade.
+    Backup,
+}
+
+impl FirstStepKind {
+    /// The step as the operator would type it; also the name on its status line
+    /// (`remote::first_then`).
+    pub fn what(self) -> &'static str {
+        match self {
+            FirstStepKind::Reset => "keadm reset edge --force",
+            FirstStepKind::Backup => "keadm backup edge",
+        }
+    }
+
+    /// The flag that asked for it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            FirstStepKind::Reset => "--reset-first",
+            FirstStepKind::Backup => "--backup",
+        }
+    }
+}
+
+/// What the run knows of a node's upgrade-family command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeTaskPlan {
+    pub task: EdgeTask,
+    /// For an upgrade: the version it goes to, `--toVersion`; `None` without it (keadm
+    /// then goes to a default built into its source, v1.23.1's being 1.23.0), and the
+    /// report's `toVersion` is what the running edgecore is checked against.
+    pub target_version: Option<String>,
+    /// With `--rollback-on-failure` (upgrades): `cd <dir> && rm -f <report> && yes |
+    /// ./keadm rollback edge`, to which the run adds `--historical-version` when it knows
+    /// the version the node ran before.
+    pub rollback: Option<String>,
 }
 
 /// Nodes that share a network and one uplink: `site:` in the config, else the nodes
@@ -293,6 +345,26 @@ pub fn build(
                 .max_package_bytes
                 .unwrap_or(crate::stage::DEFAULT_MAX_PACKAGE_BYTES),
         });
+    let upgrades = nodes.iter().any(|n| n.keadm_args.is_edge_upgrade());
+    if let Some(node) = nodes
+        .iter()
+        .find(|n| n.keadm_args.is_edge_upgrade() && n.keadm_args.value("toVersion").is_none())
+    {
+        log::warn!(
+            "The keadmCmd of node {} runs `keadm upgrade edge` without --toVersion: keadm then upgrades to a version built into it, its minor release's first (1.23.0 for keadm v1.23.1), not its own version. Pass --toVersion=vX.Y.Z to say which; the run checks each node against what keadm's report says.",
+            node.name
+        );
+    }
+    for (given, flag) in [
+        (options.backup, "--backup"),
+        (options.rollback_on_failure, "--rollback-on-failure"),
+    ] {
+        if given && !upgrades {
+            log::warn!(
+                "{flag} applies to `keadm upgrade edge`, and no selected node's keadmCmd is one: it does nothing in this run."
+            );
+        }
+    }
     let offline_images =
         offline_images(config).filter(|_| nodes.iter().any(|n| n.keadm_args.is_join()));
     let known_hosts = options.known_hosts.clone().unwrap_or_else(|| {
@@ -341,14 +413,36 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         KeadmSource::Staged => upload_dir.clone(),
     };
     let command = keadm_command(&exec_dir, &node.command);
+    let in_dir = |cmd: &str| keadm_command(&exec_dir, cmd);
     // keadm's recommended clean-up of a failed join, before the join itself. A join on
     // top of a reset that failed would start from a state nobody checked, so the run
-    // stops there and reports the reset's status (remote::reset_then, docs/decisions.md).
-    let reset_command = (options.reset_first && node.keadm_args.is_join()).then(|| {
-        format!(
-            "cd {} && ./keadm reset edge --force",
-            shell_quote(&exec_dir)
-        )
+    // stops there and reports the reset's status (remote::first_then, docs/decisions.md).
+    // A backup before an upgrade stops the node the same way: nothing has changed yet.
+    let upgrade = node.keadm_args.is_edge_upgrade();
+    let first_step = if options.reset_first && node.keadm_args.is_join() {
+        Some(FirstStep {
+            kind: FirstStepKind::Reset,
+            command: format!(
+                "cd {} && ./keadm reset edge --force",
+                shell_quote(&exec_dir)
+            ),
+        })
+    } else if options.backup && upgrade {
+        Some(FirstStep {
+            kind: FirstStepKind::Backup,
+            command: in_dir("backup edge"),
+        })
+    } else {
+        None
+    };
+    let edge_task = node.keadm_args.edge_task().map(|task| EdgeTaskPlan {
+        task,
+        // keadm's own default is a constant of its source, not its version (v1.23.1's is
+        // 1.23.0): only `--toVersion` says the target; without it the report's does.
+        target_version: upgrade
+            .then(|| node.keadm_args.value("toVersion").map(str::to_string))
+            .flatten(),
+        rollback: (options.rollback_on_failure && upgrade).then(|| in_dir("rollback edge")),
     });
     let connect = options
         .connect_timeout_seconds
@@ -390,7 +484,8 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         keadm_cmd: node.command.clone(),
         keadm_args: node.keadm_args.clone(),
         command,
-        reset_command,
+        first_step,
+        edge_task,
         deadlines: Deadlines {
             connect,
             step: DEFAULT_STEP_TIMEOUT,
@@ -405,11 +500,20 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
 }
 
 /// keadm's command line: `cd <dir> && ./keadm <cmd>`, with `yes |` in front of a `reset`
-/// so its confirmation prompt is answered.
+/// so its confirmation prompt is answered. The edge's upgrade family also gets `yes |`
+/// (`upgrade edge` asks `[y/N]` unless `--force`, and on no answer exits 0 having done
+/// nothing), after the removal of the report file it writes, so the report read after it
+/// is its own (remote::edge_task).
 pub fn keadm_command(dir: &str, cmd: &str) -> String {
     let first = cmd.split_whitespace().next().unwrap_or("");
     if first == "reset" {
         format!("cd {} && yes | ./keadm {cmd}", shell_quote(dir))
+    } else if KeadmCommand::parse(cmd).edge_task().is_some() {
+        format!(
+            "cd {} && {} && yes | ./keadm {cmd}",
+            shell_quote(dir),
+            crate::remote::REMOVE_REPORT
+        )
     } else {
         format!("cd {} && ./keadm {cmd}", shell_quote(dir))
     }
@@ -483,7 +587,8 @@ impl NodePlan {
             keadm_cmd: "join".into(),
             keadm_args: KeadmCommand::parse("join"),
             command: "cd /tmp/x && ./keadm join".into(),
-            reset_command: None,
+            first_step: None,
+            edge_task: None,
             deadlines: Deadlines {
                 connect: Duration::from_secs(1),
                 step: Duration::from_secs(1),

@@ -33,6 +33,7 @@ fi
 }
 use edgecore_pids;
 
+mod edge_task;
 mod preflight_probe;
 pub mod relay;
 mod reset_check;
@@ -44,6 +45,10 @@ mod status_probe;
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
+pub use edge_task::{
+    ABORTED_LINE, EDGE_TASK_CHECK, EdgeTaskCheck, REMOVE_REPORT, ReportRead, UPGRADE_REPORT,
+    UpgradeReport, parse_edge_task_check, same_version, version_in,
+};
 pub use preflight_probe::{CloudcorePorts, JoinSide, preflight_probe_script};
 pub use reset_check::{RESET_CHECK, ResetCheck, parse_reset_check};
 pub use runtime::{
@@ -74,6 +79,16 @@ pub enum Privilege {
 }
 
 impl Privilege {
+    /// The privilege of a node's scripts: sudo where the node's scripts run under sudo,
+    /// with the password on stdin when the login has one.
+    pub fn of(sudo: bool, has_password: bool) -> Privilege {
+        match (sudo, has_password) {
+            (false, _) => Privilege::Login,
+            (true, true) => Privilege::SudoPassword,
+            (true, false) => Privilege::SudoNoPassword,
+        }
+    }
+
     /// Whether the caller must write [`password_preamble`] before any other stdin.
     pub fn needs_password_line(self) -> bool {
         self == Privilege::SudoPassword
@@ -637,21 +652,28 @@ fn read_start_time() -> String {
     format!("read -r {}kb_start _", "_ ".repeat(21))
 }
 
-/// The line [`reset_then`] prints after `--reset-first`'s reset, before its status.
-const RESET_EXIT: &str = "keadm-batch: keadm reset edge --force exited with status ";
+/// What [`first_then`] prints after the first step, before the step's name and status:
+/// `keadm-batch: keadm reset edge --force exited with status 0`.
+const FIRST_EXIT: &str = "keadm-batch: ";
 
-/// `--reset-first`: runs `reset` (`cd <dir> && ./keadm reset edge --force`), prints its
-/// exit status on a line of its own, and runs `join` only when the reset exited with 0;
-/// otherwise the script exits with `failed_exit`.
-pub fn reset_then(reset: &str, join: &str, failed_exit: i32) -> String {
+/// A step before the command: `--reset-first`'s `keadm reset edge --force` before a join,
+/// `--backup`'s `keadm backup edge` before an upgrade. Runs `first`, prints its exit
+/// status on a line of its own (naming it as `what`), and runs `then` only when `first`
+/// exited with 0; otherwise the script exits with `failed_exit`.
+pub fn first_then(what: &str, first: &str, then: &str, failed_exit: i32) -> String {
     format!(
-        "{reset}\nkb_reset=$?\necho \"{RESET_EXIT}$kb_reset\"\n[ \"$kb_reset\" -eq 0 ] || exit {failed_exit}\n{join}"
+        "{first}\nkb_first=$?\necho \"{FIRST_EXIT}{what} exited with status $kb_first\"\n[ \"$kb_first\" -eq 0 ] || exit {failed_exit}\n{then}"
     )
 }
 
-/// The reset's exit status, from the line [`reset_then`] printed.
-pub fn reset_exit(line: &str) -> Option<i32> {
-    line.trim().strip_prefix(RESET_EXIT)?.parse().ok()
+/// The first step's exit status, from the line [`first_then`] printed for `what`.
+pub fn first_exit(line: &str, what: &str) -> Option<i32> {
+    line.trim()
+        .strip_prefix(FIRST_EXIT)?
+        .strip_prefix(what)?
+        .strip_prefix(" exited with status ")?
+        .parse()
+        .ok()
 }
 
 /// Kills the process group recorded by [`run_script`], only if its leader is still the
@@ -1519,7 +1541,11 @@ mod tests {
         check("run a reset", run_script(dir, 0, &reset), Forms::Every, &[]);
         check(
             "run a join after --reset-first's reset",
-            run_script(dir, 0, &reset_then(&reset, &join, 202)),
+            run_script(
+                dir,
+                0,
+                &first_then("keadm reset edge --force", &reset, &join, 202),
+            ),
             Forms::Every,
             &[],
         );
@@ -1580,23 +1606,28 @@ mod tests {
     /// `--reset-first`: the join runs only after a reset that exited with 0, and the
     /// reset's status is on a line of its own either way.
     #[test]
-    fn reset_then_stops_before_the_join_when_the_reset_fails() {
+    fn first_then_stops_before_the_command_when_the_first_step_fails() {
+        const RESET: &str = "keadm reset edge --force";
         for (reset_status, joined, exit) in [(0, true, 0), (4, false, 202)] {
-            let script = reset_then(&format!("(exit {reset_status})"), "echo joined", 202);
+            let script = first_then(RESET, &format!("(exit {reset_status})"), "echo joined", 202);
             let out = std::process::Command::new("sh")
                 .args(["-c", &script])
                 .output()
                 .unwrap();
             let text = String::from_utf8_lossy(&out.stdout);
             let first = text.lines().next().unwrap();
-            assert_eq!(reset_exit(first), Some(reset_status), "{text}");
+            assert_eq!(first_exit(first, RESET), Some(reset_status), "{text}");
+            assert_eq!(first_exit(first, "keadm backup edge"), None, "{text}");
             assert_eq!(text.contains("joined"), joined, "{text}");
             assert_eq!(out.status.code(), Some(exit));
         }
         assert_eq!(
-            reset_exit("keadm-batch: keadm reset edge --force exited with status x"),
+            first_exit(
+                "keadm-batch: keadm reset edge --force exited with status x",
+                RESET
+            ),
             None
         );
-        assert_eq!(reset_exit("something else"), None);
+        assert_eq!(first_exit("something else", RESET), None);
     }
 }

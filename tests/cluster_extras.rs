@@ -68,7 +68,7 @@ fn delete_nodes_deletes_the_node_object_of_each_reset_verified_clean_only() {
     with_kubeconfig(&sc, &api, &["--delete-nodes", "--dry-run"])
         .status(0)
         .stdout_has(&format!(
-            "  cluster:     https://127.0.0.1:{}/ (context stand-in, v1.32.13): no join to verify; each reset checked clean has its Node object deleted (--delete-nodes)",
+            "  cluster:     https://127.0.0.1:{}/ (context stand-in, v1.32.13): no join or upgrade to verify; each reset checked clean has its Node object deleted (--delete-nodes)\n",
             api.port
         ));
     assert!(deletes(&api).is_empty());

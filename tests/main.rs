@@ -30,6 +30,7 @@ mod status;
 mod sudo;
 mod template_go;
 mod transport;
+mod upgrade;
 mod waves;
 
 /// Cargo builds this one binary only (`autotests = false` in Cargo.toml), so a file in

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::common::apiserver::{Behaviour, FakeApiServer, keadm_exited};
 use crate::common::fake_keadm::{self, FakeKeadm};
+use crate::common::fake_upgrade;
 use crate::common::fleet::Fleet;
 use crate::common::scenario::{Scenario, remote_keadm};
 use crate::common::test::{Output, Test};
@@ -161,6 +162,91 @@ fn a_failed_wave_stops_the_rollout_and_a_retry_finishes_it() {
     assert_eq!(keadm_runs(&fleet, 6), 2);
     for i in 10..20 {
         assert_eq!(keadm_runs(&fleet, i), 1, "node {i} ran once, in the retry");
+    }
+}
+
+/// The same with upgrades, which go in waves without being asked (`--wave 25%` here, to
+/// match the case): the failed upgrade of wave 2 is rolled back to its backup
+/// (`--backup --rollback-on-failure`), the nodes of
+/// waves 3 and 4 keep their old edgecore untouched, and once the fault is gone a retry
+/// upgrades the rest.
+#[test]
+fn an_upgrade_rollout_stops_at_its_failed_wave_and_a_retry_finishes_it() {
+    let fleet = Fleet::builder().nodes(20).start();
+    for (i, node) in fleet.nodes().iter().enumerate() {
+        fake_upgrade::edgecore_running(node, &Scenario::name(i), "v1.23.0");
+    }
+    fake_upgrade::fault(fleet.node(7), "kb-upgrade-fails", "");
+    let sc = Scenario::new(&fleet)
+        .keadm(fake_upgrade::keadm())
+        .cmd("upgrade edge --toVersion v1.23.1");
+    let out = sc.run(&[
+        "--wave",
+        "25%",
+        "--max-fail",
+        "0",
+        "--backup",
+        "--rollback-on-failure",
+    ]);
+    out.status(1);
+    let failed = out.node_summary(7);
+    assert_eq!(failed["phase"], "failed", "{failed}");
+    assert_eq!(failed["wave"], 2);
+    assert_eq!(failed["upgrade"]["rollback"]["succeeded"], true, "{failed}");
+    for i in 0..5 {
+        assert_eq!(out.node_summary(i)["phase"], "succeeded");
+        assert_eq!(
+            fake_upgrade::running_version(fleet.node(i)).as_deref(),
+            Some("v1.23.1")
+        );
+    }
+    assert_eq!(
+        fake_upgrade::running_version(fleet.node(7)).as_deref(),
+        Some("v1.23.0")
+    );
+    for i in 10..20 {
+        assert!(
+            !remote_keadm(fleet.node(i)).exists(),
+            "node {i} was not touched"
+        );
+        assert_eq!(
+            fake_upgrade::running_version(fleet.node(i)).as_deref(),
+            Some("v1.23.0")
+        );
+        assert_eq!(out.node_summary(i)["phase"], "skipped");
+    }
+    let results: Vec<String> = wave_results(&out.summary())
+        .into_iter()
+        .map(|w| w.4)
+        .collect();
+    assert_eq!(
+        results,
+        [
+            "passed",
+            "stopped the rollout",
+            "not started",
+            "not started"
+        ]
+    );
+    out.stderr_has("Wave 2 of 4 stopped the rollout: 1 of its 5 nodes did not succeed, more than its tolerance of 0. 10 nodes of waves 3 to 4 were not touched.");
+
+    std::fs::remove_file(fleet.node(7).tmp_path("kb-upgrade-fails")).unwrap();
+    let retry = sc.run(&[
+        "--retry-failed",
+        "--max-fail",
+        "0",
+        "--backup",
+        "--rollback-on-failure",
+    ]);
+    retry.status(0);
+    let numbers: Vec<u64> = wave_results(&retry.summary()).iter().map(|w| w.0).collect();
+    assert_eq!(numbers, [2, 3, 4]);
+    for i in 0..20 {
+        assert_eq!(
+            fake_upgrade::running_version(fleet.node(i)).as_deref(),
+            Some("v1.23.1"),
+            "node {i}"
+        );
     }
 }
 

@@ -81,6 +81,21 @@ impl NodeState {
         self.ready.as_ref().is_some_and(Condition::is_true)
     }
 
+    /// The KubeEdge version edgecore reports in its kubelet version
+    /// (`v1.32.10-kubeedge-v1.23.1` → `v1.23.1`).
+    pub fn kubeedge_version(&self) -> Option<&str> {
+        self.kubelet_version
+            .as_deref()?
+            .split_once("-kubeedge-")
+            .map(|(_, kubeedge)| kubeedge)
+    }
+
+    /// Whether the Node reports that edgecore runs KubeEdge `version`.
+    pub fn runs_kubeedge(&self, version: &str) -> bool {
+        self.kubeedge_version()
+            .is_some_and(|v| crate::remote::same_version(v, version))
+    }
+
     /// How long ago the Node was made, as kubectl's AGE column says it (`45s`, `12m`,
     /// `3h`, `9d`); `None` when the server gave no creation time.
     pub fn age(&self, now: std::time::SystemTime) -> Option<String> {

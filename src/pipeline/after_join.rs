@@ -28,11 +28,7 @@ pub fn edgecore_state(node: &NodePlan, ctx: &Context) -> Result<EdgecoreState, S
     let result = run.connect().and_then(|mut conn| {
         let conn = conn.as_mut();
         run.abort_on_second_interrupt(conn);
-        let privilege = match (node.sudo, password_of(node)) {
-            (false, _) => Privilege::Login,
-            (true, Some(_)) => Privilege::SudoPassword,
-            (true, None) => Privilege::SudoNoPassword,
-        };
+        let privilege = Privilege::of(node.sudo, password_of(node).is_some());
         let deadline = Instant::now() + node.deadlines.step;
         exec_as(
             conn,

@@ -14,7 +14,9 @@
 
 mod after_join;
 mod connect;
+mod edge_task;
 mod exchange;
+mod first_step;
 mod images;
 mod prepare;
 mod privilege;
@@ -46,6 +48,7 @@ use crate::transport::{self, Connection, TransportError};
 use exchange::Exchanged;
 
 pub use after_join::edgecore_state;
+pub use edge_task::roll_back;
 
 /// What every node's pipeline shares.
 pub struct Context<'a> {
@@ -199,6 +202,8 @@ struct Run<'a, 'c> {
     relay_no_serve: Option<String>,
     /// The transcript's last line saying which runtime keadm join will use.
     runtime_noted: Option<String>,
+    /// The edge's upgrade family: keadm's report, the running edgecore, backup, rollback.
+    edge_task: Option<crate::outcome::EdgeTaskRecord>,
 }
 
 /// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
@@ -293,6 +298,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         finished_at: now(),
         transcript: Some(transcript_path.display().to_string()),
         cluster: None,
+        upgrade: run.edge_task.take(),
         wave: None,
     }
 }
@@ -317,6 +323,7 @@ impl<'a, 'c> Run<'a, 'c> {
             relay_no_serve: None,
             probe_sent: None,
             runtime_noted: None,
+            edge_task: None,
         }
     }
 

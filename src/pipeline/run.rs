@@ -19,9 +19,10 @@ use crate::remote::relay::NOT_SERVING_LINE;
 use crate::remote::{self, Privilege};
 use crate::transport::{Connection, RemoteExit, TransportError};
 
-/// The exit status of the run's script when `--reset-first`'s reset failed, so the join
-/// did not run (the reset's own status is in the line [`remote::reset_exit`] reads).
-const RESET_FAILED: i32 = 202;
+/// The exit status of the run's script when its first step (`--reset-first`'s reset,
+/// `--backup`'s backup) failed, so the command did not run (the step's own status is in
+/// the line [`remote::first_exit`] reads).
+pub(super) const FIRST_FAILED: i32 = 202;
 
 /// The line the run's script prints once the deferred upload is on the node, before it
 /// moves anything or runs keadm: a connection that breaks before this line is an upload
@@ -291,8 +292,13 @@ impl Run<'_, '_> {
             moves.push(arrival.to_move);
         }
         script.push_str(&finalize_line(&node.upload_dir, &moves));
-        let command = match &node.reset_command {
-            Some(reset) => remote::reset_then(reset, &node.command, RESET_FAILED),
+        let command = match &node.first_step {
+            Some(first) => remote::first_then(
+                first.kind.what(),
+                &first.command,
+                &node.command,
+                FIRST_FAILED,
+            ),
             None => node.command.clone(),
         };
         script.push_str(&remote::run_script(&node.upload_dir, node.index, &command));
@@ -385,7 +391,7 @@ impl Run<'_, '_> {
     }
 
     /// The node's last line of output, as one short escaped line for the record.
-    fn last_words(&self) -> Option<String> {
+    pub(super) fn last_words(&self) -> Option<String> {
         self.transcript.tail(1).pop().map(|l| one_line(&l, 200))
     }
 
@@ -397,14 +403,17 @@ impl Run<'_, '_> {
         privilege: Privilege,
     ) -> Result<(), StepError> {
         let node = self.node;
-        if let Some(reset) = &node.reset_command {
-            self.reset_ended(reset, &result)?;
+        if let Some(first) = &node.first_step {
+            self.first_step_ended(first, &result)?;
         }
         match result {
             Ok(RemoteExit::Code(0)) => {
                 self.transcript.note("keadm exited with status 0");
                 if node.keadm_args.is_edge_reset() {
                     self.verify_reset(conn, privilege)?;
+                }
+                if let Some(task) = &node.edge_task {
+                    self.check_edge_task(conn, privilege, task, Ok(()))?;
                 }
                 Ok(())
             }
@@ -420,14 +429,19 @@ impl Run<'_, '_> {
                 // keadm's own line (`failed to execute keadm command %s: %v`), exactly:
                 // readers of batch_process_log.txt match on it, up to the status at its
                 // end. What keadm printed last goes beside it, not into it.
-                Err(StepError {
+                let failed = StepError {
                     phase: Phase::Running,
                     message: format!("failed to execute keadm command {}: {status}", node.command),
                     ending: Phase::Failed,
                     exit_status: code,
                     class: None,
                     last_output: self.last_words(),
-                })
+                };
+                match &node.edge_task {
+                    // What keadm's report says of the failure goes beside keadm's line.
+                    Some(task) => self.check_edge_task(conn, privilege, task, Err(failed)),
+                    None => Err(failed),
+                }
             }
             Err(TransportError::Timeout { .. }) => {
                 // What keadm printed last before its deadline, not what the node's logs
@@ -436,6 +450,13 @@ impl Run<'_, '_> {
                 let killed = self.kill(conn, privilege);
                 if node.keadm_args.is_join() {
                     self.edgecore_log(conn, privilege);
+                }
+                if let Some(task) = &node.edge_task {
+                    // Cut off half way, the upgrade may have stopped edgecore.
+                    let record = self.edge_task_record();
+                    record.task = task.task.report_event().to_string();
+                    record.target_version = task.target_version.clone();
+                    self.roll_back_if_planned(conn, privilege);
                 }
                 Err(StepError {
                     phase: Phase::Running,
@@ -478,49 +499,6 @@ impl Run<'_, '_> {
                 Phase::Running,
                 format!("failed to execute keadm command {}: {e}", node.command),
             )),
-        }
-    }
-
-    /// With `--reset-first`: records how the reset ended, and fails the node with keadm's
-    /// line for the reset when it failed (the script then stopped before the join).
-    fn reset_ended(
-        &mut self,
-        reset: &str,
-        result: &Result<RemoteExit, TransportError>,
-    ) -> Result<(), StepError> {
-        let tail = self.transcript.tail(usize::MAX);
-        let marker = tail.iter().rposition(|l| remote::reset_exit(l).is_some());
-        let status = marker.and_then(|i| remote::reset_exit(&tail[i]));
-        self.reset_exit_status = match (status, result) {
-            (Some(status), _) => Some(status),
-            // The marker scrolled out of the tail: the join ran, so the reset exited 0.
-            (None, Ok(RemoteExit::Code(code))) if *code != RESET_FAILED => Some(0),
-            (None, _) => None,
-        };
-        match (status, result) {
-            (Some(status), Ok(RemoteExit::Code(RESET_FAILED))) if status != 0 => {
-                self.transcript.note(&format!(
-                    "keadm reset edge --force exited with status {status}, so the join was not run"
-                ));
-                Err(StepError {
-                    phase: Phase::Running,
-                    message: format!(
-                        "failed to execute keadm command {reset}: Process exited with status {status}"
-                    ),
-                    ending: Phase::Failed,
-                    exit_status: None,
-                    class: None,
-                    // The script ended right after the reset, so its last line other
-                    // than ours is the reset's (stdout and stderr may arrive in either
-                    // order, so ours is not always last).
-                    last_output: tail
-                        .iter()
-                        .rev()
-                        .find(|l| remote::reset_exit(l).is_none())
-                        .map(|l| one_line(l, 200)),
-                })
-            }
-            _ => Ok(()),
         }
     }
 

@@ -159,6 +159,58 @@ impl FakeApiServer {
         change(&mut self.state.lock().unwrap(), "ADDED", node);
     }
 
+    /// An edge node's Node as its edgecore keeps it: there now, Ready, with the KubeEdge
+    /// version `version()` gives (`None`: edgecore is down, the Node stays as it was); when
+    /// that version changes (edgecore restarted as another version), `MODIFIED` with the
+    /// new kubeletVersion, as edgecore's node status update writes it. While `not_ready()`
+    /// holds, the Node is NotReady instead.
+    pub fn edge_node(
+        &self,
+        name: &str,
+        version: impl Fn() -> Option<String> + Send + 'static,
+        not_ready: impl Fn() -> bool + Send + 'static,
+    ) {
+        let (state, stop, name) = (self.state.clone(), self.stop.clone(), name.to_string());
+        let node = move |v: &str, ready: bool| {
+            let mut node = if ready {
+                node_object(&name, "True", "EdgeReady", "edge is posting ready status")
+            } else {
+                node_object(
+                    &name,
+                    "False",
+                    "EdgeNotReady",
+                    "edge is not posting ready status",
+                )
+            };
+            node["status"]["nodeInfo"]["kubeletVersion"] = json!(format!("v1.32.10-kubeedge-{v}"));
+            node
+        };
+        let mut shown = (version().unwrap_or_else(|| "v0.0.0".into()), !not_ready());
+        change(&mut state.lock().unwrap(), "ADDED", node(&shown.0, shown.1));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(100));
+                let Some(now) = version() else { continue };
+                let seen = (now, !not_ready());
+                if seen != shown {
+                    change(
+                        &mut state.lock().unwrap(),
+                        "MODIFIED",
+                        node(&seen.0, seen.1),
+                    );
+                    shown = seen;
+                }
+            }
+        });
+    }
+
+    /// The KubeEdge version the Node `name` shows now.
+    pub fn node_kubeedge_version(&self, name: &str) -> Option<String> {
+        let state = self.state.lock().unwrap();
+        let version = state.nodes.get(name)?["status"]["nodeInfo"]["kubeletVersion"].as_str()?;
+        version.split_once("-kubeedge-").map(|(_, v)| v.to_string())
+    }
+
     /// From now on, every DELETE of a Node fails with 500 Internal Server Error.
     pub fn fail_deletes(&self) {
         self.state.lock().unwrap().deletes_fail = true;

@@ -6,6 +6,7 @@ pub mod containerd;
 pub mod edge_state;
 pub mod fake_keadm;
 pub mod fake_release;
+pub mod fake_upgrade;
 pub mod fleet;
 pub mod hostile;
 pub mod hostile_registry;

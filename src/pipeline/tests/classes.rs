@@ -111,7 +111,10 @@ fn reset_status(status: i32) -> String {
 }
 
 fn reset_first(plan: &mut NodePlan) {
-    plan.reset_command = Some("cd /opt/bin && ./keadm reset edge --force".into());
+    plan.first_step = Some(crate::plan::FirstStep {
+        kind: crate::plan::FirstStepKind::Reset,
+        command: "cd /opt/bin && ./keadm reset edge --force".into(),
+    });
 }
 
 #[test]

@@ -92,10 +92,10 @@ fn tarball_after_a_reset() -> Sent {
     let mut h = Harness::new(fake);
     h.stage(&compressible_binary());
     let mut plan = in_odd_dir(staged_node(vec![]));
-    plan.reset_command = Some(format!(
-        "cd {} && ./keadm reset edge --force",
-        shell_quote(ODD_DIR)
-    ));
+    plan.first_step = Some(crate::plan::FirstStep {
+        kind: crate::plan::FirstStepKind::Reset,
+        command: format!("cd {} && ./keadm reset edge --force", shell_quote(ODD_DIR)),
+    });
     Sent {
         h,
         plan,

@@ -5,21 +5,31 @@
 //! deadline (`not_ready`, with the Node's condition), or never registered (`not_registered`:
 //! only then is the node asked over SSH what its edgecore says). Every node is recorded
 //! exactly once, through the same recorder as the rest.
+//!
+//! Upgrades are gated the same way: a node whose `keadm upgrade edge` passed on the node
+//! (its report and running edgecore checked, `pipeline::edge_task`) waits here for its
+//! Node to be Ready on the new version. Past `--ready-timeout` it is `not_ready`, and
+//! with `--rollback-on-failure` it is rolled back over SSH (a few at a time) and waits
+//! again, for Ready on the version it went back to; a failed upgrade that the pipeline
+//! rolled back waits for that too. The rollback's wait only says whether it brought the
+//! node back: the node's outcome stays the upgrade's failure.
 
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+mod verdicts;
+
 use crate::cancel::Cancel;
 use crate::cluster::{Cluster, NodeWatch, Seen};
-use crate::diagnosis::FailureClass;
-use crate::kubeedge::classify;
-use crate::node_text::one_line;
-use crate::outcome::{ClusterCheck, NodeOutcome, Phase};
+use crate::outcome::{NodeOutcome, Phase, RollbackRecord};
 use crate::plan::NodePlan;
 use crate::remote::EdgecoreState;
 use crate::report::Recorder;
-use crate::report::transcript::Transcript;
 use crate::{pipeline, pool};
+use verdicts::{
+    cancelled_outcome, not_ready_outcome, not_registered_outcome, plan_of, ready_outcome,
+    rollback_waited, upgrade_not_ready_outcome,
+};
 
 /// The wait for joins' Nodes in the run's cluster (`cluster_run::ClusterRun` asked it,
 /// before any node was touched).
@@ -55,8 +65,27 @@ impl Verification<'_> {
             .map(|answer| answer.unwrap_or_else(|| Err("The node was not asked.".to_string())))
             .collect()
         };
+        let roll_back = |asked: &[(&NodePlan, Option<String>)]| {
+            let owned: Vec<(NodePlan, Option<String>)> = asked
+                .iter()
+                .map(|(n, to)| ((*n).clone(), to.clone()))
+                .collect();
+            let plans: Vec<NodePlan> = owned.iter().map(|(n, _)| n.clone()).collect();
+            // The way back runs whatever the operator pressed: a node left half upgraded
+            // is worse than a slower stop.
+            pool::probe_all(&plans, max_run_num, &Cancel::new(), |node| {
+                let to = owned
+                    .iter()
+                    .find(|(n, _)| n.index == node.index)
+                    .and_then(|(_, to)| to.as_deref());
+                pipeline::roll_back(node, ctx, to)
+            })
+            .into_iter()
+            .map(Option::flatten)
+            .collect()
+        };
         std::thread::scope(|scope| {
-            scope.spawn(|| verifier.run(nodes, recorder, cancel, &ask));
+            scope.spawn(|| verifier.run(nodes, recorder, cancel, &ask, &roll_back));
             pool::run_all_handing_over(
                 nodes,
                 policy,
@@ -76,12 +105,60 @@ impl Verification<'_> {
     }
 }
 
-/// A join waiting for its Node.
+/// A node waiting for its Node.
 struct Waiting {
     outcome: NodeOutcome,
     node_name: String,
     keadm_exit: SystemTime,
     deadline: Instant,
+    expect: Expect,
+}
+
+/// What a waiting node's Node must show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expect {
+    /// A join: registered and Ready, written since the run began.
+    Joined,
+    /// An upgrade that passed on the node: Ready, on this (edgecore's) version.
+    Upgraded(String),
+    /// A failed upgrade rolled back on the node: Ready again, on this version when known.
+    RolledBack(Option<String>),
+}
+
+impl Expect {
+    /// What the node waits for, from how its pipeline ended; `None`: record it now.
+    fn of(node: &NodePlan, outcome: &NodeOutcome) -> Option<Expect> {
+        if node.keadm_args.is_join() {
+            return (outcome.phase == Phase::Succeeded).then_some(Expect::Joined);
+        }
+        if !node.keadm_args.is_edge_upgrade() {
+            return None;
+        }
+        let upgrade = outcome.upgrade.as_ref()?;
+        match outcome.phase {
+            Phase::Succeeded => upgrade.running_version.clone().map(Expect::Upgraded),
+            Phase::Failed => upgrade
+                .rollback
+                .as_ref()
+                .filter(|r| r.succeeded)
+                .map(|r| Expect::RolledBack(r.running_version.clone())),
+            _ => None,
+        }
+    }
+
+    /// Whether `seen` is what is waited for.
+    fn met(&self, seen: &Seen) -> bool {
+        match self {
+            Expect::Joined => seen.ready_now(),
+            // A new version is a write of the Node, so no baseline is needed; a rollback
+            // to the version the Node showed may write nothing new, and edgecore was seen
+            // running that version over SSH.
+            Expect::Upgraded(version) | Expect::RolledBack(Some(version)) => {
+                seen.state.is_ready() && seen.state.runs_kubeedge(version)
+            }
+            Expect::RolledBack(None) => seen.state.is_ready(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -129,6 +206,11 @@ pub struct Verifier<'a> {
 /// Asks nodes that never registered what their edgecore says, one answer per node.
 pub type AskNodes<'n> = dyn Fn(&[&NodePlan]) -> Vec<Result<EdgecoreState, String>> + Sync + 'n;
 
+/// Rolls back upgraded nodes that failed the Ready gate (each to the version given, when
+/// known), one record per node (`None`: the node plans no rollback).
+pub type RollBack<'n> =
+    dyn Fn(&[(&NodePlan, Option<String>)]) -> Vec<Option<RollbackRecord>> + Sync + 'n;
+
 /// How often the deciding thread looks again when nothing woke it.
 const TICK: Duration = Duration::from_millis(500);
 
@@ -150,22 +232,33 @@ impl<'a> Verifier<'a> {
         }
     }
 
-    /// Takes a join whose keadm exited 0 into the wait; any other outcome is returned, to
-    /// be recorded now.
+    /// Takes into the wait a join whose keadm exited 0, an upgrade that passed on the
+    /// node, and a failed upgrade the pipeline rolled back; any other outcome is
+    /// returned, to be recorded now.
     pub fn take(&self, node: &NodePlan, outcome: NodeOutcome) -> Option<NodeOutcome> {
-        if !(node.keadm_args.is_join() && outcome.phase == Phase::Succeeded) {
+        let Some(expect) = Expect::of(node, &outcome) else {
             return Some(outcome);
-        }
-        let waiting = Waiting {
-            node_name: node_name(node),
+        };
+        // edgecore.yaml's name, read on the node after an upgrade, is the Node's.
+        let node_name = outcome
+            .upgrade
+            .as_ref()
+            .and_then(|u| u.node_name.clone())
+            .unwrap_or_else(|| node_name(node));
+        self.wait_for(Waiting {
+            node_name,
             keadm_exit: SystemTime::now(),
             deadline: Instant::now() + self.timeout,
             outcome,
-        };
+            expect,
+        });
+        None
+    }
+
+    fn wait_for(&self, waiting: Waiting) {
         let mut queue = self.lock();
         queue.waiting.push(waiting);
         self.changed.notify_all();
-        None
     }
 
     /// Blocks until every node taken so far is recorded.
@@ -193,7 +286,14 @@ impl<'a> Verifier<'a> {
     /// The deciding thread: until closed and empty, records the nodes the watch shows
     /// Ready and those past their deadline. `ask` asks nodes that never registered what
     /// their edgecore says (over SSH, a few at a time).
-    pub fn run(&self, nodes: &[NodePlan], recorder: &Recorder, cancel: &Cancel, ask: &AskNodes) {
+    pub fn run(
+        &self,
+        nodes: &[NodePlan],
+        recorder: &Recorder,
+        cancel: &Cancel,
+        ask: &AskNodes,
+        roll_back: &RollBack,
+    ) {
         let _ended = Ended(self);
         loop {
             let generation = self.watch.generation();
@@ -204,13 +304,47 @@ impl<'a> Verifier<'a> {
                 closed,
             } = self.take_decided(cancel);
             for (waiting, seen) in ready {
-                recorder.record(ready_outcome(waiting, &seen, nodes));
+                recorder.record(match waiting.expect {
+                    Expect::RolledBack(_) => {
+                        rollback_waited(waiting, Some(&seen), true, self.timeout, nodes)
+                    }
+                    _ => ready_outcome(waiting, &seen, nodes),
+                });
             }
             for (waiting, seen) in cancelled {
-                recorder.record(cancelled_outcome(waiting, seen.as_ref(), nodes));
+                recorder.record(match waiting.expect {
+                    Expect::RolledBack(_) => waiting.outcome,
+                    _ => cancelled_outcome(waiting, seen.as_ref(), nodes),
+                });
             }
+            let (joins, late): (Vec<_>, Vec<_>) = late
+                .into_iter()
+                .partition(|(w, _)| w.expect == Expect::Joined);
+            let mut rolling_back = Vec::new();
+            for (waiting, seen) in late {
+                match &waiting.expect {
+                    Expect::Upgraded(_) => {
+                        let failed =
+                            upgrade_not_ready_outcome(waiting, seen.as_ref(), self.timeout, nodes);
+                        match plan_of(nodes, failed.index)
+                            .filter(|n| n.edge_task.as_ref().is_some_and(|t| t.rollback.is_some()))
+                        {
+                            Some(plan) => rolling_back.push((failed, plan)),
+                            None => recorder.record(failed),
+                        }
+                    }
+                    _ => recorder.record(rollback_waited(
+                        waiting,
+                        seen.as_ref(),
+                        false,
+                        self.timeout,
+                        nodes,
+                    )),
+                }
+            }
+            self.roll_back_late(rolling_back, recorder, roll_back);
             let (registered, missing): (Vec<_>, Vec<_>) =
-                late.into_iter().partition(|(_, seen)| seen.is_some());
+                joins.into_iter().partition(|(_, seen)| seen.is_some());
             for (waiting, seen) in registered {
                 let seen = seen.expect("partitioned");
                 recorder.record(not_ready_outcome(waiting, &seen, self.timeout, nodes));
@@ -251,6 +385,55 @@ impl<'a> Verifier<'a> {
         }
     }
 
+    /// `--rollback-on-failure` for upgrades that failed the Ready gate: rolled back a few
+    /// at a time, each then waiting for Ready on the version it went back to (before the
+    /// deciding count drops, so `settle` waits for that too), or recorded with why the
+    /// rollback did not bring it back.
+    fn roll_back_late(
+        &self,
+        failed: Vec<(NodeOutcome, &NodePlan)>,
+        recorder: &Recorder,
+        roll_back: &RollBack,
+    ) {
+        if failed.is_empty() {
+            return;
+        }
+        let asked: Vec<(&NodePlan, Option<String>)> = failed
+            .iter()
+            .map(|(outcome, plan)| {
+                (
+                    *plan,
+                    outcome.upgrade.as_ref().and_then(|u| u.version_before()),
+                )
+            })
+            .collect();
+        let records = roll_back(&asked);
+        for ((mut outcome, plan), record) in failed.into_iter().zip(records) {
+            let Some(record) = record else {
+                recorder.record(outcome);
+                continue;
+            };
+            let back_on = record.succeeded.then(|| record.running_version.clone());
+            if let Some(upgrade) = outcome.upgrade.as_mut() {
+                upgrade.rollback = Some(record);
+            }
+            match back_on {
+                Some(version) => self.wait_for(Waiting {
+                    node_name: outcome
+                        .cluster
+                        .as_ref()
+                        .map(|c| c.node_name.clone())
+                        .unwrap_or_else(|| node_name(plan)),
+                    keadm_exit: SystemTime::now(),
+                    deadline: Instant::now() + self.timeout,
+                    outcome,
+                    expect: Expect::RolledBack(version),
+                }),
+                None => recorder.record(outcome),
+            }
+        }
+    }
+
     /// Takes out the nodes that are decided: Ready now, or past their deadline (all of
     /// them after the operator's second Ctrl-C: nothing more is waited for).
     fn take_decided(&self, cancel: &Cancel) -> Decided {
@@ -263,7 +446,7 @@ impl<'a> Verifier<'a> {
         for waiting in std::mem::take(&mut queue.waiting) {
             let seen = self.watch.seen(&waiting.node_name);
             match seen {
-                Some(seen) if seen.ready_now() => ready.push((waiting, seen)),
+                Some(seen) if waiting.expect.met(&seen) => ready.push((waiting, seen)),
                 seen if now >= waiting.deadline => late.push((waiting, seen)),
                 seen if cancel.aborting() => cancelled.push((waiting, seen)),
                 _ => still.push(waiting),
@@ -278,240 +461,4 @@ impl<'a> Verifier<'a> {
             closed: queue.closed,
         }
     }
-}
-
-/// Seconds from keadm's exit to `at`; 0 for what was there before it.
-fn after(keadm_exit: SystemTime, at: SystemTime) -> f64 {
-    at.duration_since(keadm_exit)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
-fn epoch(at: SystemTime) -> f64 {
-    at.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
-/// The plan of the node at `index` in the config. `nodes` is the run's selection, in
-/// config order, so it may hold fewer nodes than the config (`--only`, `--shard`,
-/// `--retry-failed`): a node is found by its index, never by its place in the selection.
-fn plan_of(nodes: &[NodePlan], index: usize) -> Option<&NodePlan> {
-    nodes
-        .binary_search_by_key(&index, |n| n.index)
-        .ok()
-        .map(|at| &nodes[at])
-}
-
-/// Adds `lines` to the node's transcript (its pipeline has closed it).
-fn note(nodes: &[NodePlan], outcome: &NodeOutcome, lines: &[String]) {
-    let Some(node) = plan_of(nodes, outcome.index) else {
-        return;
-    };
-    let Some(path) = &outcome.transcript else {
-        return;
-    };
-    if let Ok(mut transcript) =
-        Transcript::reopen(std::path::Path::new(path), node.redactor.clone(), 64 << 10)
-    {
-        for line in lines {
-            transcript.note(line);
-        }
-        transcript.finish();
-    }
-}
-
-fn ready_outcome(waiting: Waiting, seen: &Seen, nodes: &[NodePlan]) -> NodeOutcome {
-    let Waiting {
-        mut outcome,
-        node_name,
-        keadm_exit,
-        ..
-    } = waiting;
-    let ready_at = seen.ready_since.unwrap_or_else(SystemTime::now);
-    let check = ClusterCheck {
-        node_name: node_name.clone(),
-        registered_after: Some(after(keadm_exit, seen.first_seen)),
-        ready_after: Some(after(keadm_exit, ready_at)),
-        condition: None,
-        version: seen.state.kubelet_version.clone(),
-        ..ClusterCheck::default()
-    };
-    note(
-        nodes,
-        &outcome,
-        &[format!(
-            "the cluster has the Node {node_name}: registered {:.1} s and Ready {:.1} s after keadm exited{}",
-            check.registered_after.unwrap_or(0.0),
-            check.ready_after.unwrap_or(0.0),
-            check
-                .version
-                .as_deref()
-                .map(|v| format!(" ({v})"))
-                .unwrap_or_default()
-        )],
-    );
-    outcome.finished_at = epoch(ready_at).max(outcome.finished_at);
-    outcome.cluster = Some(check);
-    outcome
-}
-
-/// Marks `outcome` failed after keadm's success, for `class`, with `error` (one line),
-/// and says so in the node's transcript.
-fn failed(
-    nodes: &[NodePlan],
-    outcome: &mut NodeOutcome,
-    class: FailureClass,
-    error: String,
-    detail: Option<String>,
-) {
-    note(nodes, outcome, &[format!("{class}: {error}")]);
-    outcome.phase = Phase::Failed;
-    outcome.failed_in = Some(Phase::Verifying);
-    outcome.failure_class = Some(class);
-    outcome.error = Some(crate::node_text::escape_controls(&one_line(&error, 2000)));
-    outcome.last_output = detail.map(|d| crate::node_text::escape_controls(&one_line(&d, 400)));
-    outcome.finished_at = epoch(SystemTime::now());
-}
-
-/// The operator cancelled the run while the node waited: it joined, and whether its Node
-/// would have been Ready is not known.
-fn cancelled_outcome(waiting: Waiting, seen: Option<&Seen>, nodes: &[NodePlan]) -> NodeOutcome {
-    let Waiting {
-        mut outcome,
-        node_name,
-        keadm_exit,
-        ..
-    } = waiting;
-    let error = format!(
-        "keadm join exited 0; the wait for the Node {node_name} to be Ready was cancelled by the operator ({})",
-        match seen {
-            Some(seen) => format!(
-                "it had registered {:.1} s after keadm exited",
-                after(keadm_exit, seen.first_seen)
-            ),
-            None => "it had not registered yet".to_string(),
-        }
-    );
-    note(nodes, &outcome, &[format!("interrupted: {error}")]);
-    outcome.phase = Phase::Interrupted;
-    outcome.failed_in = Some(Phase::Verifying);
-    outcome.error = Some(error);
-    outcome.finished_at = epoch(SystemTime::now());
-    outcome.cluster = Some(ClusterCheck {
-        node_name,
-        registered_after: seen.map(|s| after(keadm_exit, s.first_seen)),
-        condition: seen
-            .and_then(|s| s.state.ready.as_ref())
-            .map(|c| c.describe()),
-        ..ClusterCheck::default()
-    });
-    outcome
-}
-
-fn not_ready_outcome(
-    waiting: Waiting,
-    seen: &Seen,
-    timeout: Duration,
-    nodes: &[NodePlan],
-) -> NodeOutcome {
-    let Waiting {
-        mut outcome,
-        node_name,
-        keadm_exit,
-        ..
-    } = waiting;
-    let registered_after = after(keadm_exit, seen.first_seen);
-    let condition = match &seen.state.ready {
-        Some(c) if c.is_true() => {
-            "Ready, but unchanged since before this run: the Node is an earlier join's, and nothing has written it since (this node's edgecore would when it connects)".to_string()
-        }
-        Some(c) => c.describe(),
-        None => "the Node has no Ready condition yet".to_string(),
-    };
-    let error = format!(
-        "keadm join exited 0 and the Node {node_name} registered {registered_after:.1} s later, but it was not Ready within {} s of keadm's exit: {condition}",
-        timeout.as_secs()
-    );
-    failed(
-        nodes,
-        &mut outcome,
-        FailureClass::NotReady,
-        error,
-        Some(condition.clone()),
-    );
-    outcome.cluster = Some(ClusterCheck {
-        node_name,
-        registered_after: Some(registered_after),
-        condition: Some(condition),
-        version: seen.state.kubelet_version.clone(),
-        ..ClusterCheck::default()
-    });
-    outcome
-}
-
-fn not_registered_outcome(
-    waiting: Waiting,
-    answer: Result<EdgecoreState, String>,
-    watch: &NodeWatch,
-    timeout: Duration,
-    nodes: &[NodePlan],
-) -> NodeOutcome {
-    let Waiting {
-        mut outcome,
-        node_name,
-        ..
-    } = waiting;
-    let mut error = format!(
-        "keadm join exited 0, but no Node named {node_name} appeared in the cluster within {} s of its exit",
-        timeout.as_secs()
-    );
-    let mut detail = None;
-    match answer {
-        Ok(state) => {
-            match classify::cause(&state.log) {
-                Some((class, line)) => {
-                    error.push_str(&format!(
-                        "; edgecore's log names the cause ({}): {}",
-                        class.title(),
-                        one_line(&line, 600)
-                    ));
-                    detail = Some(line);
-                }
-                None => match state.running {
-                    Some(false) => error.push_str(
-                        "; edgecore is not running on the node and its log names no cause",
-                    ),
-                    _ => error.push_str(
-                        "; edgecore's log names no cause the tool knows (see the transcript)",
-                    ),
-                },
-            }
-            if let Some(hostname) = state.hostname.filter(|h| *h != node_name)
-                && watch.seen(&hostname).is_some()
-            {
-                error.push_str(&format!(
-                    "; the cluster has a Node named {hostname}, the node's hostname: pass --edgenode-name={node_name} in keadmCmd"
-                ));
-            }
-        }
-        Err(reason) => error.push_str(&format!("; the node could not be asked why: {reason}")),
-    }
-    if let Some(trouble) = watch.trouble() {
-        error.push_str(&format!(
-            "; the cluster's watch had trouble meanwhile: {trouble}"
-        ));
-    }
-    failed(
-        nodes,
-        &mut outcome,
-        FailureClass::NotRegistered,
-        error,
-        detail,
-    );
-    outcome.cluster = Some(ClusterCheck {
-        node_name,
-        ..ClusterCheck::default()
-    });
-    outcome
 }

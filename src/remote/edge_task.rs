@@ -1,0 +1,320 @@
+//! The edge's upgrade family (`keadm upgrade edge`, `backup edge`, `rollback edge`,
+//! `config-update`) on the node: each writes its result to [`UPGRADE_REPORT`] (keadm's
+//! `JSONFileReporter`: `{"event","success","fromVersion","toVersion","errorMessage"}`),
+//! and nothing else removes that file, so an old one could be taken for a new result. The
+//! plan's command removes it before keadm runs ([`REMOVE_REPORT`]); after keadm, one
+//! read-only round trip ([`EDGE_TASK_CHECK`]) prints the new report, the version the
+//! running edgecore says it is, and the Node name edgecore registers under, which
+//! [`parse_edge_task_check`] reads.
+//!
+//! A command that did not happen writes no report: `keadm upgrade edge` whose `[y/N]`
+//! prompt was not answered `y` logs `aborted upgrade operation` and exits 0 before its
+//! reporter is set up.
+
+use serde::{Deserialize, Serialize};
+
+use crate::node_text::{escape_controls, one_line};
+
+/// Where keadm writes the result of the edge's upgrade family.
+pub const UPGRADE_REPORT: &str = "/etc/kubeedge/upgrade_report.json";
+
+/// Put before keadm in the plan's command, so the report after it is this run's.
+pub const REMOVE_REPORT: &str = "rm -f /etc/kubeedge/upgrade_report.json";
+
+/// keadm's line when `upgrade edge`'s prompt was not answered `y`.
+pub const ABORTED_LINE: &str = "aborted upgrade operation";
+
+/// How much of the report is read: keadm's is one short JSON object; a node that put a
+/// huge file there gets its first 4 KiB read.
+const REPORT_BYTES: usize = 4096;
+
+/// The check: POSIX sh, read-only, run with the privileges keadm had. The running
+/// edgecore's version comes from the process's own executable (`/proc/<pid>/exe`), which
+/// is the binary that runs even after the file at /usr/local/bin was replaced. keadm
+/// starts edgecore through systemd as its last step, so the check gives it up to 15 s to
+/// appear.
+pub const EDGE_TASK_CHECK: &str = concat!(
+    r#"has() { command -v "$1" >/dev/null 2>&1; }
+f=/etc/kubeedge/upgrade_report.json
+if [ -f "$f" ]; then
+  printf 'KB_REPORT '
+  head -c 4096 "$f" | tr '\n\r' '  '
+  echo
+else
+  echo 'KB_REPORT_NONE'
+fi
+n=0
+while :; do
+"#,
+    super::edgecore_pids!(),
+    r#"  [ -n "$ec" ] || [ "$n" -ge 15 ] && break
+  n=$((n + 1))
+  sleep 1
+done
+pid=
+for p in $ec; do pid=$p; break; done
+if [ -n "$pid" ]; then
+  v=$("/proc/$pid/exe" --version 2>/dev/null | head -n 1)
+  echo "KB_RUNNING $pid $v"
+else
+  echo 'KB_RUNNING_NONE'
+fi
+name=$(sed -n 's/^[[:space:]]*hostnameOverride:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1)
+echo "KB_NODE_NAME $name"
+echo KB_EDGE_TASK_CHECKED
+"#
+);
+
+/// keadm's report, as `upgrade_reporter.go` writes it. Its texts are the node's: bounded
+/// and escaped when read.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct UpgradeReport {
+    pub event: String,
+    pub success: bool,
+    #[serde(rename = "fromVersion", default)]
+    pub from_version: String,
+    #[serde(rename = "toVersion", default)]
+    pub to_version: String,
+    #[serde(
+        rename = "errorMessage",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub error_message: Option<String>,
+}
+
+/// What the report file held after keadm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReportRead {
+    /// No file: keadm did not get to its reporter.
+    Missing,
+    /// A file that is not keadm's JSON (its first characters, escaped).
+    Unreadable(String),
+    Read(UpgradeReport),
+}
+
+/// What [`EDGE_TASK_CHECK`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EdgeTaskCheck {
+    /// Whether the check printed its last line.
+    pub finished: bool,
+    pub report: ReportRead,
+    /// `None` when no edgecore runs; else the version its executable prints (`None`
+    /// inside when it printed none).
+    pub running: Option<Option<String>>,
+    /// edgecore.yaml's `hostnameOverride`: the Node name edgecore registers under.
+    pub node_name: Option<String>,
+}
+
+impl EdgeTaskCheck {
+    /// The running edgecore's version, when one runs and says it.
+    pub fn running_version(&self) -> Option<&str> {
+        self.running.as_ref().and_then(|v| v.as_deref())
+    }
+}
+
+/// Reads the check's output (the node's lines, in order).
+pub fn parse_edge_task_check(text: &str) -> EdgeTaskCheck {
+    let mut check = EdgeTaskCheck {
+        finished: false,
+        report: ReportRead::Missing,
+        running: None,
+        node_name: None,
+    };
+    for line in text.lines() {
+        let line = line.trim_end();
+        if let Some(json) = line.strip_prefix("KB_REPORT ") {
+            check.report = read_report(json);
+        } else if line == "KB_REPORT_NONE" {
+            check.report = ReportRead::Missing;
+        } else if let Some(rest) = line.strip_prefix("KB_RUNNING ") {
+            let version = rest.split_once(' ').and_then(|(_, said)| version_in(said));
+            check.running = Some(version);
+        } else if line == "KB_RUNNING_NONE" {
+            check.running = None;
+        } else if let Some(name) = line.strip_prefix("KB_NODE_NAME") {
+            let name = name.trim().trim_matches(|c| c == '"' || c == '\'');
+            check.node_name = (!name.is_empty()
+                && name.len() <= 253
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+            .then(|| name.to_string());
+        } else if line == "KB_EDGE_TASK_CHECKED" {
+            check.finished = true;
+        }
+    }
+    check
+}
+
+fn read_report(json: &str) -> ReportRead {
+    let json = json.get(..REPORT_BYTES.min(json.len())).unwrap_or(json);
+    match serde_json::from_str::<UpgradeReport>(json.trim()) {
+        Ok(mut report) => {
+            let clean = |s: &str, chars| escape_controls(&one_line(s, chars));
+            report.event = clean(&report.event, 40);
+            report.from_version = clean(&report.from_version, 80);
+            report.to_version = clean(&report.to_version, 80);
+            report.error_message = report.error_message.map(|m| clean(&m, 1000));
+            ReportRead::Read(report)
+        }
+        Err(_) => ReportRead::Unreadable(escape_controls(&one_line(json, 120))),
+    }
+}
+
+/// The version in what `edgecore --version` printed: its last word that looks like a
+/// version (`KubeEdge v1.23.1` → `v1.23.1`).
+pub fn version_in(said: &str) -> Option<String> {
+    said.split_whitespace()
+        .rev()
+        .find(|w| {
+            w.strip_prefix('v')
+                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .filter(|w| w.len() <= 80)
+        .map(escape_controls)
+}
+
+/// Whether two KubeEdge versions are the same release: `v1.23.1` and `1.23.1` are.
+pub fn same_version(a: &str, b: &str) -> bool {
+    a.trim_start_matches('v') == b.trim_start_matches('v')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remote::sent_forms::{Forms, assert_forms_posix_sh};
+
+    #[test]
+    fn the_check_is_posix_sh() {
+        assert_forms_posix_sh("the edge task check", EDGE_TASK_CHECK, Forms::Every, &[]);
+    }
+
+    /// The check run by `sh` on this machine, with the report and edgecore.yaml moved
+    /// under `dir` (processes: this machine's, where no edgecore runs in this test's view
+    /// of interest, so only the report and the name are asserted).
+    #[test]
+    fn the_check_reads_a_report_and_a_node_name_for_real() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("upgrade_report.json");
+        let config = dir.path().join("edgecore.yaml");
+        std::fs::write(
+            &report,
+            "{\"event\":\"Backup\",\"success\":true,\"fromVersion\":\"\",\"toVersion\":\"v1.23.0\"}",
+        )
+        .unwrap();
+        std::fs::write(
+            &config,
+            "modules:\n  edged:\n    hostnameOverride: edge-7\n",
+        )
+        .unwrap();
+        let script = EDGE_TASK_CHECK
+            .replace(
+                "/etc/kubeedge/upgrade_report.json",
+                report.to_str().unwrap(),
+            )
+            .replace(
+                "/etc/kubeedge/config/edgecore.yaml",
+                config.to_str().unwrap(),
+            )
+            // No edgecore in this machine's view is waited for: no 15 s sleep here.
+            .replace("\"$n\" -ge 15", "\"$n\" -ge 0");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
+        let check = parse_edge_task_check(&String::from_utf8_lossy(&out.stdout));
+        assert!(check.finished, "{}", String::from_utf8_lossy(&out.stderr));
+        let ReportRead::Read(read) = check.report else {
+            panic!("no report read")
+        };
+        assert_eq!((read.event.as_str(), read.success), ("Backup", true));
+        assert_eq!(check.node_name.as_deref(), Some("edge-7"));
+        std::fs::remove_file(&report).unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
+        assert_eq!(
+            parse_edge_task_check(&String::from_utf8_lossy(&out.stdout)).report,
+            ReportRead::Missing
+        );
+    }
+
+    #[test]
+    fn a_report_a_running_edgecore_and_its_node_name_are_read() {
+        let check = parse_edge_task_check(
+            "KB_REPORT {\"event\":\"Upgrade\",\"success\":true,\"fromVersion\":\"v1.23.0\",\"toVersion\":\"v1.23.1\"}\n\
+             KB_RUNNING 4242 KubeEdge v1.23.1\n\
+             KB_NODE_NAME edge-1\n\
+             KB_EDGE_TASK_CHECKED\n",
+        );
+        assert!(check.finished);
+        assert_eq!(
+            check.report,
+            ReportRead::Read(UpgradeReport {
+                event: "Upgrade".into(),
+                success: true,
+                from_version: "v1.23.0".into(),
+                to_version: "v1.23.1".into(),
+                error_message: None,
+            })
+        );
+        assert_eq!(check.running_version(), Some("v1.23.1"));
+        assert_eq!(check.node_name.as_deref(), Some("edge-1"));
+    }
+
+    #[test]
+    fn no_report_no_edgecore_and_a_bad_report_are_told_apart() {
+        let check = parse_edge_task_check("KB_REPORT_NONE\nKB_RUNNING_NONE\nKB_NODE_NAME \n");
+        assert!(!check.finished);
+        assert_eq!(check.report, ReportRead::Missing);
+        assert_eq!(check.running, None);
+        assert_eq!(check.node_name, None);
+        let check = parse_edge_task_check("KB_REPORT not json \x1b[31m\nKB_RUNNING 7 \n");
+        assert!(matches!(&check.report, ReportRead::Unreadable(s) if !s.contains('\x1b')));
+        assert_eq!(check.running, Some(None));
+    }
+
+    #[test]
+    fn a_failed_report_keeps_its_message_bounded_and_escaped() {
+        let long = "x".repeat(5000);
+        let check = parse_edge_task_check(&format!(
+            "KB_REPORT {{\"event\":\"Upgrade\",\"success\":false,\"fromVersion\":\"v1.23.0\",\"toVersion\":\"v1.23.1\",\"errorMessage\":\"failed to pull image \\u001b[2J{long}\"}}\n"
+        ));
+        // Past 4 KiB the JSON is cut and so unreadable: a node cannot make us read more.
+        assert!(matches!(check.report, ReportRead::Unreadable(_)));
+        let check = parse_edge_task_check(
+            "KB_REPORT {\"event\":\"Upgrade\",\"success\":false,\"fromVersion\":\"v1.23.0\",\"toVersion\":\"v1.23.1\",\"errorMessage\":\"failed to pull image \\u001b[2J x\"}\n",
+        );
+        let ReportRead::Read(report) = check.report else {
+            panic!("not read")
+        };
+        assert!(!report.success);
+        let message = report.error_message.unwrap();
+        assert!(message.starts_with("failed to pull image"), "{message}");
+        assert!(!message.contains('\x1b'), "{message}");
+    }
+
+    #[test]
+    fn versions_are_read_from_what_edgecore_prints() {
+        assert_eq!(version_in("KubeEdge v1.23.1").as_deref(), Some("v1.23.1"));
+        assert_eq!(
+            version_in("v1.22.0-beta.0").as_deref(),
+            Some("v1.22.0-beta.0")
+        );
+        assert_eq!(version_in("no version here"), None);
+        assert!(same_version("v1.23.1", "1.23.1"));
+        assert!(!same_version("v1.23.1", "v1.23.0"));
+    }
+
+    #[test]
+    fn the_node_name_must_be_a_node_name() {
+        let check = parse_edge_task_check("KB_NODE_NAME edge; rm -rf /\n");
+        assert_eq!(check.node_name, None);
+        let check = parse_edge_task_check("KB_NODE_NAME \"edge-2\"\n");
+        assert_eq!(check.node_name.as_deref(), Some("edge-2"));
+    }
+}

@@ -1,0 +1,379 @@
+//! The verdicts of the wait: what a node's outcome becomes when its Node is Ready, late,
+//! never registered, or the wait was cancelled; each notes itself in the node's
+//! transcript.
+
+use std::time::{Duration, SystemTime};
+
+use super::{Expect, Waiting};
+use crate::cluster::{NodeWatch, Seen};
+use crate::diagnosis::FailureClass;
+use crate::kubeedge::classify;
+use crate::node_text::one_line;
+use crate::outcome::{ClusterCheck, NodeOutcome, Phase};
+use crate::plan::NodePlan;
+use crate::remote::EdgecoreState;
+use crate::report::transcript::Transcript;
+
+/// Seconds from keadm's exit to `at`; 0 for what was there before it.
+pub(super) fn after(keadm_exit: SystemTime, at: SystemTime) -> f64 {
+    at.duration_since(keadm_exit)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+pub(super) fn epoch(at: SystemTime) -> f64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// The plan of the node at `index` in the config. `nodes` is the run's selection, in
+/// config order, so it may hold fewer nodes than the config (`--only`, `--shard`,
+/// `--retry-failed`): a node is found by its index, never by its place in the selection.
+pub(super) fn plan_of(nodes: &[NodePlan], index: usize) -> Option<&NodePlan> {
+    nodes
+        .binary_search_by_key(&index, |n| n.index)
+        .ok()
+        .map(|at| &nodes[at])
+}
+
+/// Adds `lines` to the node's transcript (its pipeline has closed it).
+pub(super) fn note(nodes: &[NodePlan], outcome: &NodeOutcome, lines: &[String]) {
+    let Some(node) = plan_of(nodes, outcome.index) else {
+        return;
+    };
+    let Some(path) = &outcome.transcript else {
+        return;
+    };
+    if let Ok(mut transcript) =
+        Transcript::reopen(std::path::Path::new(path), node.redactor.clone(), 64 << 10)
+    {
+        for line in lines {
+            transcript.note(line);
+        }
+        transcript.finish();
+    }
+}
+
+pub(super) fn ready_outcome(waiting: Waiting, seen: &Seen, nodes: &[NodePlan]) -> NodeOutcome {
+    let Waiting {
+        mut outcome,
+        node_name,
+        keadm_exit,
+        expect,
+        ..
+    } = waiting;
+    let ready_at = seen
+        .ready_since
+        .unwrap_or_else(SystemTime::now)
+        .max(keadm_exit);
+    let upgraded = matches!(expect, Expect::Upgraded(_));
+    let check = ClusterCheck {
+        node_name: node_name.clone(),
+        registered_after: Some(after(keadm_exit, seen.first_seen)),
+        ready_after: Some(after(
+            keadm_exit,
+            if upgraded {
+                SystemTime::now()
+            } else {
+                ready_at
+            },
+        )),
+        condition: None,
+        version: seen.state.kubelet_version.clone(),
+        ..ClusterCheck::default()
+    };
+    let version = check
+        .version
+        .as_deref()
+        .map(|v| format!(" ({v})"))
+        .unwrap_or_default();
+    let line = if upgraded {
+        format!(
+            "the cluster has the Node {node_name} Ready on the new version {:.1} s after keadm exited{version}",
+            check.ready_after.unwrap_or(0.0),
+        )
+    } else {
+        format!(
+            "the cluster has the Node {node_name}: registered {:.1} s and Ready {:.1} s after keadm exited{version}",
+            check.registered_after.unwrap_or(0.0),
+            check.ready_after.unwrap_or(0.0),
+        )
+    };
+    note(nodes, &outcome, &[line]);
+    let finished = if upgraded {
+        SystemTime::now()
+    } else {
+        ready_at
+    };
+    outcome.finished_at = epoch(finished).max(outcome.finished_at);
+    outcome.cluster = Some(check);
+    outcome
+}
+
+/// An upgrade that passed on the node whose Node was not Ready on the new version by its
+/// deadline: `not_ready` (or `not_registered` when the cluster has no such Node).
+pub(super) fn upgrade_not_ready_outcome(
+    waiting: Waiting,
+    seen: Option<&Seen>,
+    timeout: Duration,
+    nodes: &[NodePlan],
+) -> NodeOutcome {
+    let Waiting {
+        mut outcome,
+        node_name,
+        expect,
+        ..
+    } = waiting;
+    let target = match &expect {
+        Expect::Upgraded(v) => v.clone(),
+        _ => String::new(),
+    };
+    let shows = match seen {
+        None => format!("the cluster has no Node named {node_name}"),
+        Some(seen) => {
+            let condition = match &seen.state.ready {
+                Some(c) if c.is_true() => "Ready".to_string(),
+                Some(c) => c.describe(),
+                None => "no Ready condition".to_string(),
+            };
+            format!(
+                "the Node shows {} and {condition}",
+                seen.state
+                    .kubelet_version
+                    .as_deref()
+                    .map(|v| format!("version {v}"))
+                    .unwrap_or_else(|| "no version".to_string())
+            )
+        }
+    };
+    let error = format!(
+        "keadm upgrade edge succeeded on the node (edgecore runs {target}), but the Node {node_name} was not Ready on {target} within {} s of keadm's exit: {shows}",
+        timeout.as_secs()
+    );
+    let class = if seen.is_some() {
+        FailureClass::NotReady
+    } else {
+        FailureClass::NotRegistered
+    };
+    failed(nodes, &mut outcome, class, error, Some(shows.clone()));
+    outcome.cluster = Some(ClusterCheck {
+        node_name,
+        condition: Some(shows),
+        version: seen.and_then(|s| s.state.kubelet_version.clone()),
+        ..ClusterCheck::default()
+    });
+    outcome
+}
+
+/// The end of a rolled-back node's wait: Ready again on the version it went back to, or
+/// not by its deadline. The node's outcome stays its upgrade's failure; the rollback's
+/// record says whether it brought the node back.
+pub(super) fn rollback_waited(
+    waiting: Waiting,
+    seen: Option<&Seen>,
+    ready: bool,
+    timeout: Duration,
+    nodes: &[NodePlan],
+) -> NodeOutcome {
+    let Waiting {
+        mut outcome,
+        node_name,
+        expect,
+        ..
+    } = waiting;
+    let version = match &expect {
+        Expect::RolledBack(Some(v)) => format!(" on {v}"),
+        _ => String::new(),
+    };
+    let line = if ready {
+        format!("rolled back: the Node {node_name} is Ready{version} again")
+    } else {
+        format!(
+            "the rollback did not bring the node back: the Node {node_name} was not Ready{version} within {} s{}",
+            timeout.as_secs(),
+            seen.map(|s| format!(
+                " ({})",
+                s.state
+                    .ready
+                    .as_ref()
+                    .map(|c| c.describe())
+                    .unwrap_or_else(|| "no Ready condition".to_string())
+            ))
+            .unwrap_or_else(|| " (no such Node)".to_string())
+        )
+    };
+    note(nodes, &outcome, std::slice::from_ref(&line));
+    if let Some(rollback) = outcome.upgrade.as_mut().and_then(|u| u.rollback.as_mut()) {
+        rollback.ready = Some(ready);
+        if !ready {
+            rollback.succeeded = false;
+            rollback.error = Some(line);
+        }
+    }
+    outcome
+}
+
+/// Marks `outcome` failed after keadm's success, for `class`, with `error` (one line),
+/// and says so in the node's transcript.
+pub(super) fn failed(
+    nodes: &[NodePlan],
+    outcome: &mut NodeOutcome,
+    class: FailureClass,
+    error: String,
+    detail: Option<String>,
+) {
+    note(nodes, outcome, &[format!("{class}: {error}")]);
+    outcome.phase = Phase::Failed;
+    outcome.failed_in = Some(Phase::Verifying);
+    outcome.failure_class = Some(class);
+    outcome.error = Some(crate::node_text::escape_controls(&one_line(&error, 2000)));
+    outcome.last_output = detail.map(|d| crate::node_text::escape_controls(&one_line(&d, 400)));
+    outcome.finished_at = epoch(SystemTime::now());
+}
+
+/// The operator cancelled the run while the node waited: it joined, and whether its Node
+/// would have been Ready is not known.
+pub(super) fn cancelled_outcome(
+    waiting: Waiting,
+    seen: Option<&Seen>,
+    nodes: &[NodePlan],
+) -> NodeOutcome {
+    let Waiting {
+        mut outcome,
+        node_name,
+        keadm_exit,
+        ..
+    } = waiting;
+    let error = format!(
+        "keadm join exited 0; the wait for the Node {node_name} to be Ready was cancelled by the operator ({})",
+        match seen {
+            Some(seen) => format!(
+                "it had registered {:.1} s after keadm exited",
+                after(keadm_exit, seen.first_seen)
+            ),
+            None => "it had not registered yet".to_string(),
+        }
+    );
+    note(nodes, &outcome, &[format!("interrupted: {error}")]);
+    outcome.phase = Phase::Interrupted;
+    outcome.failed_in = Some(Phase::Verifying);
+    outcome.error = Some(error);
+    outcome.finished_at = epoch(SystemTime::now());
+    outcome.cluster = Some(ClusterCheck {
+        node_name,
+        registered_after: seen.map(|s| after(keadm_exit, s.first_seen)),
+        condition: seen
+            .and_then(|s| s.state.ready.as_ref())
+            .map(|c| c.describe()),
+        ..ClusterCheck::default()
+    });
+    outcome
+}
+
+pub(super) fn not_ready_outcome(
+    waiting: Waiting,
+    seen: &Seen,
+    timeout: Duration,
+    nodes: &[NodePlan],
+) -> NodeOutcome {
+    let Waiting {
+        mut outcome,
+        node_name,
+        keadm_exit,
+        ..
+    } = waiting;
+    let registered_after = after(keadm_exit, seen.first_seen);
+    let condition = match &seen.state.ready {
+        Some(c) if c.is_true() => {
+            "Ready, but unchanged since before this run: the Node is an earlier join's, and nothing has written it since (this node's edgecore would when it connects)".to_string()
+        }
+        Some(c) => c.describe(),
+        None => "the Node has no Ready condition yet".to_string(),
+    };
+    let error = format!(
+        "keadm join exited 0 and the Node {node_name} registered {registered_after:.1} s later, but it was not Ready within {} s of keadm's exit: {condition}",
+        timeout.as_secs()
+    );
+    failed(
+        nodes,
+        &mut outcome,
+        FailureClass::NotReady,
+        error,
+        Some(condition.clone()),
+    );
+    outcome.cluster = Some(ClusterCheck {
+        node_name,
+        registered_after: Some(registered_after),
+        condition: Some(condition),
+        version: seen.state.kubelet_version.clone(),
+        ..ClusterCheck::default()
+    });
+    outcome
+}
+
+pub(super) fn not_registered_outcome(
+    waiting: Waiting,
+    answer: Result<EdgecoreState, String>,
+    watch: &NodeWatch,
+    timeout: Duration,
+    nodes: &[NodePlan],
+) -> NodeOutcome {
+    let Waiting {
+        mut outcome,
+        node_name,
+        ..
+    } = waiting;
+    let mut error = format!(
+        "keadm join exited 0, but no Node named {node_name} appeared in the cluster within {} s of its exit",
+        timeout.as_secs()
+    );
+    let mut detail = None;
+    match answer {
+        Ok(state) => {
+            match classify::cause(&state.log) {
+                Some((class, line)) => {
+                    error.push_str(&format!(
+                        "; edgecore's log names the cause ({}): {}",
+                        class.title(),
+                        one_line(&line, 600)
+                    ));
+                    detail = Some(line);
+                }
+                None => match state.running {
+                    Some(false) => error.push_str(
+                        "; edgecore is not running on the node and its log names no cause",
+                    ),
+                    _ => error.push_str(
+                        "; edgecore's log names no cause the tool knows (see the transcript)",
+                    ),
+                },
+            }
+            if let Some(hostname) = state.hostname.filter(|h| *h != node_name)
+                && watch.seen(&hostname).is_some()
+            {
+                error.push_str(&format!(
+                    "; the cluster has a Node named {hostname}, the node's hostname: pass --edgenode-name={node_name} in keadmCmd"
+                ));
+            }
+        }
+        Err(reason) => error.push_str(&format!("; the node could not be asked why: {reason}")),
+    }
+    if let Some(trouble) = watch.trouble() {
+        error.push_str(&format!(
+            "; the cluster's watch had trouble meanwhile: {trouble}"
+        ));
+    }
+    failed(
+        nodes,
+        &mut outcome,
+        FailureClass::NotRegistered,
+        error,
+        detail,
+    );
+    outcome.cluster = Some(ClusterCheck {
+        node_name,
+        ..ClusterCheck::default()
+    });
+    outcome
+}

@@ -1,0 +1,241 @@
+//! keadm's upgrade family stood in for on a test node, the way keadm v1.23.1 does it
+//! (`keadm/cmd/keadm/app/cmd/edge/{upgrade,backup,rollback}.go` and
+//! `pkg/upgrade/edge/upgrade_reporter.go`, summarised in docs/kubeedge.md):
+//!
+//! - `upgrade edge [--toVersion V] [--force]` prints keadm's warning, asks `Are you sure
+//!   you want to proceed? [y/N]: ` unless `--force`, and on any answer but `y` logs
+//!   `aborted upgrade operation` and exits 0 writing no report. Otherwise it stops
+//!   edgecore, installs the new one, starts it, and writes
+//!   `{"event":"Upgrade","success":true,"fromVersion":..,"toVersion":..}` to
+//!   /etc/kubeedge/upgrade_report.json; a failed image pull writes `success: false` with
+//!   keadm's errorMessage and exits 1.
+//! - `backup edge` copies edgecore to /etc/kubeedge/backup/<current version>/ (event
+//!   Backup); `rollback edge [--historical-version V]` puts a backup back (the newest
+//!   without the flag) and starts it (event Rollback).
+//!
+//! The node's edgecore is a small real executable ([`fake_edgecore`]) whose version is in
+//! its own file, so `/proc/<pid>/exe --version` tells the running one's version, as on a
+//! real node, even after the file was replaced. It lives at /tmp/edge/edgecore in the
+//! node's private /tmp and writes its version to /tmp/edge/running-version when it starts,
+//! which the stand-in API server reads (`FakeApiServer::edge_node`).
+//!
+//! Faults, each a file in the node's /tmp: `kb-upgrade-fails` (the image pull fails),
+//! `kb-installs` (the upgrade installs the version this file names instead of the
+//! target), `kb-backup-fails`, `kb-rollback-fails`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use super::edge_state::private_etc;
+use super::fake_keadm::FakeKeadm;
+use super::fleet::Node;
+
+/// The stand-in's shell, run by the fake keadm after it recorded its call.
+const EDGE_TASKS: &str = r#"kb_edge=/tmp/edge
+kb_report() {
+  m=
+  [ -n "$5" ] && m=$(printf ',"errorMessage":"%s"' "$5")
+  printf '{"event":"%s","success":%s,"fromVersion":"%s","toVersion":"%s"%s}' "$1" "$2" "$3" "$4" "$m" > /etc/kubeedge/upgrade_report.json
+}
+kb_current() { "$kb_edge/edgecore" --version 2>/dev/null | sed -n 's/^KubeEdge //p'; }
+kb_stop() {
+  for p in /proc/[0-9]*; do
+    read -r c 2>/dev/null < "$p/comm" || continue
+    [ "$c" = edgecore ] && kill "${p#/proc/}" 2>/dev/null
+  done
+  sleep 0.2
+}
+kb_start() { setsid "$kb_edge/edgecore" "$kb_edge/running-version" >/dev/null 2>&1 < /dev/null & }
+kb_put() { cp "$1" "$kb_edge/edgecore.new" && chmod 755 "$kb_edge/edgecore.new" && mv -f "$kb_edge/edgecore.new" "$kb_edge/edgecore"; }
+kb_install() {
+  cp "$kb_edge/fake-edgecore" "$kb_edge/built" && printf 'KBVERSION=%s\n' "$1" >> "$kb_edge/built" && kb_put "$kb_edge/built"
+}
+kb_code=0
+kb_task="$1 $2"
+[ $# -ge 2 ] && shift 2
+case $kb_task in
+"upgrade edge")
+  to=v1.23.1 force= aborted=
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --toVersion=*) to=${1#*=} ;;
+      --toVersion) to=$2; shift ;;
+      --force|--force=true) force=1 ;;
+    esac
+    shift
+  done
+  echo 'WARNING: The upgrade command no longer automatically execute backup.'
+  if [ -z "$force" ]; then
+    printf 'Are you sure you want to proceed? [y/N]: '
+    IFS= read -r a || a=
+    case $a in
+      y|Y) ;;
+      *) echo 'I1202 10:00:00.000000    1 upgrade.go:65] aborted upgrade operation'; aborted=1 ;;
+    esac
+  fi
+  if [ -z "$aborted" ]; then
+    from=$(kb_current)
+    [ -n "$from" ] || from=unknown
+    echo "I1202 10:00:01.000000    1 upgrade.go:121] Begin to download $to of edgecore"
+    if [ -e /tmp/kb-upgrade-fails ]; then
+      e="failed to get edgecore binary, err: failed to pull image kubeedge/installation-package:$to, err: rpc error: code = Unknown desc = failed to resolve reference"
+      echo "Error: $e" >&2
+      kb_report Upgrade false "$from" "$to" "$e"
+      kb_code=1
+    else
+      echo 'I1202 10:00:02.000000    1 upgrade.go:132] Upgrade process start ...'
+      kb_stop
+      v=$to
+      [ -e /tmp/kb-installs ] && v=$(cat /tmp/kb-installs)
+      kb_install "$v"
+      kb_start
+      echo 'I1202 10:00:03.000000    1 upgrade.go:148] Upgrade process successful'
+      kb_report Upgrade true "$from" "$to"
+    fi
+  fi
+  ;;
+"backup edge")
+  from=$(kb_current)
+  if [ -z "$from" ] || [ -e /tmp/kb-backup-fails ]; then
+    e="cannot get the required current version"
+    echo "Error: $e" >&2
+    kb_report Backup false "" "$from" "$e"
+    kb_code=1
+  else
+    mkdir -p "/etc/kubeedge/backup/$from" && cp "$kb_edge/edgecore" "/etc/kubeedge/backup/$from/edgecore"
+    echo 'I1202 10:00:00.000000    1 backup.go:99] backup process successful'
+    kb_report Backup true "" "$from"
+  fi
+  ;;
+"rollback edge")
+  hv=
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --historical-version=*) hv=${1#*=} ;;
+      --historical-version) hv=$2; shift ;;
+    esac
+    shift
+  done
+  from=$(kb_current)
+  [ -n "$hv" ] || hv=$(ls -t /etc/kubeedge/backup 2>/dev/null | head -n 1)
+  if [ -e /tmp/kb-rollback-fails ] || [ -z "$hv" ] || [ ! -e "/etc/kubeedge/backup/$hv/edgecore" ]; then
+    e="no historical version is found in backup dir /etc/kubeedge/backup/"
+    echo "Error: $e" >&2
+    kb_report Rollback false "$from" "$hv" "$e"
+    kb_code=1
+  else
+    echo 'I1202 10:00:00.000000    1 rollback.go:118] rollback process start ...'
+    kb_stop
+    kb_put "/etc/kubeedge/backup/$hv/edgecore"
+    kb_start
+    echo 'I1202 10:00:01.000000    1 rollback.go:137] rollback process successful'
+    kb_report Rollback true "$from" "$hv"
+  fi
+  ;;
+esac
+echo "$id end $(date +%s.%N) $kb_code" >> "$rec"
+exit "$kb_code"
+"#;
+
+/// A fake keadm that does the upgrade family as keadm v1.23.1 does.
+pub fn keadm() -> FakeKeadm {
+    FakeKeadm::new().runs(EDGE_TASKS)
+}
+
+/// A small real executable standing in for edgecore, built once per test process with
+/// rustc: `--version` prints `KubeEdge <version>`, the version being what follows the
+/// last `KBVERSION=` in its own file (appended by whoever installs it); run with a path,
+/// it writes its version there and sleeps.
+pub fn fake_edgecore() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("kb-fake-edgecore-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = dir.join("fake_edgecore.rs");
+        std::fs::write(
+            &source,
+            r#"use std::io::Read;
+fn main() {
+    let mut exe = Vec::new();
+    std::fs::File::open("/proc/self/exe").unwrap().read_to_end(&mut exe).unwrap();
+    let marker: Vec<u8> = ["KBVER", "SION="].concat().into_bytes();
+    let version = exe
+        .windows(marker.len())
+        .rposition(|w| w == marker.as_slice())
+        .map(|at| {
+            let rest = &exe[at + marker.len()..];
+            let end = rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len());
+            String::from_utf8_lossy(&rest[..end]).to_string()
+        })
+        .unwrap_or_default();
+    let arg = std::env::args().nth(1);
+    if arg.as_deref() == Some("--version") {
+        println!("KubeEdge {version}");
+        return;
+    }
+    if let Some(path) = arg {
+        let _ = std::fs::write(path, &version);
+    }
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
+}
+"#,
+        )
+        .unwrap();
+        let out = dir.join("fake-edgecore");
+        let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+        let built = Command::new(rustc)
+            .args(["--edition", "2021", "-O", "-o"])
+            .arg(&out)
+            .arg(&source)
+            .output()
+            .expect("rustc runs");
+        assert!(built.status.success(), "rustc: {built:?}");
+        out
+    })
+}
+
+/// Gives `node` an /etc of its own with edgecore's config (its Node name
+/// `hostnameOverride: <node_name>`) and starts edgecore `version` from /tmp/edge.
+pub fn edgecore_running(node: &Node, node_name: &str, version: &str) {
+    private_etc(
+        node,
+        &format!(
+            "mkdir -p /etc/kubeedge/config\n\
+             printf 'modules:\\n  edged:\\n    hostnameOverride: {node_name}\\n' > /etc/kubeedge/config/edgecore.yaml"
+        ),
+    );
+    let dir = node.tmp_path("edge");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(fake_edgecore(), dir.join("fake-edgecore")).unwrap();
+    node.shell_ok(&format!(
+        "cd /tmp/edge && cp fake-edgecore edgecore && printf 'KBVERSION=%s\\n' {version} >> edgecore\n\
+         setsid /tmp/edge/edgecore /tmp/edge/running-version >/dev/null 2>&1 < /dev/null &\n\
+         for _ in $(seq 200); do [ \"$(cat /tmp/edge/running-version 2>/dev/null)\" = {version} ] && exit 0; sleep 0.02; done; exit 1"
+    ));
+}
+
+/// The version the node's edgecore said when it last started.
+pub fn running_version(node: &Node) -> Option<String> {
+    std::fs::read_to_string(node.tmp_path("edge/running-version"))
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The version the running edgecore's own executable prints, asked on the node as the
+/// tool asks it.
+pub fn version_on_node(node: &Node) -> String {
+    let out = node.shell(
+        "for p in /proc/[0-9]*; do read -r c < \"$p/comm\" 2>/dev/null || continue; \
+         [ \"$c\" = edgecore ] && { \"$p/exe\" --version; exit; }; done; echo none",
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Makes a fault on `node` (a file in its private /tmp: `kb-upgrade-fails`, ...).
+pub fn fault(node: &Node, name: &str, contents: &str) {
+    std::fs::write(node.tmp_path(name), contents).unwrap();
+}
