@@ -195,8 +195,9 @@ struct BatchArgs {
     #[arg(long, help_heading = "Policy")]
     verify_remote: bool,
 
-    /// The cluster to verify joins in (a kubeconfig as kubectl reads it; over the config's
-    /// `kubeconfig` and $KUBECONFIG): a join succeeds once its Node is Ready. Read-only.
+    /// The cluster to verify joins and upgrades in (a kubeconfig as kubectl reads it; over
+    /// the config's `kubeconfig` and $KUBECONFIG): a join succeeds once its Node is Ready,
+    /// an upgrade once it is Ready on the new version. Read-only.
     #[arg(long, value_name = "FILE", help_heading = "Cluster")]
     kubeconfig: Option<PathBuf>,
 
@@ -204,7 +205,8 @@ struct BatchArgs {
     #[arg(long, value_name = "NAME", help_heading = "Cluster")]
     context: Option<String>,
 
-    /// How long after keadm join exits its node may take to be registered and Ready.
+    /// How long after keadm exits a joined node may take to be registered and Ready (an
+    /// upgraded one, Ready on the new version).
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Cluster")]
     ready_timeout: u64,
 

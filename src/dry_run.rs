@@ -218,7 +218,7 @@ fn site_line(
     };
     let joining = members
         .iter()
-        .filter(|&&i| nodes[i].keadm_args.is_join())
+        .filter(|&&i| nodes[i].keadm_args.is_join() || nodes[i].keadm_args.is_edge_upgrade())
         .count();
     let unresolved = || {
         let plans: Vec<&NodePlan> = members.iter().map(|&i| &nodes[i]).collect();
@@ -462,7 +462,9 @@ fn render_node(out: &mut String, node: &NodePlan, images: Option<&OfflineImages>
             );
         }
     }
-    if let Some(images) = images.filter(|_| node.keadm_args.is_join()) {
+    if let Some(images) =
+        images.filter(|_| node.keadm_args.is_join() || node.keadm_args.is_edge_upgrade())
+    {
         let _ = writeln!(out, "  images:    {}", node_images(node, images));
     }
     let _ = writeln!(out, "  exec dir:  {}", node.exec_dir);
