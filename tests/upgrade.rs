@@ -146,6 +146,10 @@ fn a_failed_upgrade_fails_with_its_reports_message_and_is_rolled_back_to_its_bac
         transcript.contains("rolled back: edgecore runs v1.23.0 again"),
         "{transcript}"
     );
+    out.stderr_has(
+        "Rolled back (--rollback-on-failure): 1 node(s), 1 back on their old version, 0 not",
+    )
+    .stderr_has(&format!("  {:<24} back on v1.23.0\n", Scenario::name(1)));
 }
 
 #[test]
@@ -263,6 +267,10 @@ fn an_upgrade_waits_for_its_node_ready_on_the_new_version_and_a_late_one_is_roll
     assert_eq!(rollback["ready"], true, "{rollback}");
     assert_eq!(rollback["running_version"], "v1.23.0");
     assert_eq!(running_version(fleet.node(1)).as_deref(), Some("v1.23.0"));
+    out.stderr_has(&format!(
+        "  {:<24} back on v1.23.0, Ready in the cluster",
+        Scenario::name(1)
+    ));
     assert_eq!(
         api.node_kubeedge_version(&Scenario::name(1)).as_deref(),
         Some("v1.23.0")
@@ -275,4 +283,30 @@ fn an_upgrade_waits_for_its_node_ready_on_the_new_version_and_a_late_one_is_roll
         )),
         "{transcript}"
     );
+}
+
+#[test]
+fn a_rollback_without_a_backup_says_it_did_not_bring_the_node_back() {
+    let fleet = fleet_at(1, "v1.23.0");
+    fault(fleet.node(0), "kb-installs", "v1.22.9");
+    let sc = upgrade(&fleet);
+    let out = sc.run(&["--rollback-on-failure"]);
+    out.status(1);
+    let node = out.node_summary(0);
+    assert_eq!(node["failure_class"], "version_mismatch");
+    let rollback = &node["upgrade"]["rollback"];
+    assert_eq!(rollback["succeeded"], false, "{rollback}");
+    assert_eq!(rollback["exit_status"], 1);
+    assert_eq!(
+        rollback["error"],
+        "keadm rollback edge exited with status 1: no historical version is found in backup dir /etc/kubeedge/backup/"
+    );
+    out.stderr_has(
+        "Rolled back (--rollback-on-failure): 1 node(s), 0 back on their old version, 1 not",
+    )
+    .stderr_has(&format!(
+        "  {:<24} NOT brought back: keadm rollback edge exited with status 1",
+        Scenario::name(0)
+    ));
+    assert_eq!(version_on_node(fleet.node(0)), "KubeEdge v1.22.9");
 }

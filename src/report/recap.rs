@@ -290,6 +290,7 @@ pub fn render(
         }
     }
     render_ready(&mut out, outcomes);
+    render_rollbacks(&mut out, outcomes);
     let mut ran: Vec<&NodeOutcome> = outcomes.iter().filter(|o| o.steps.total() > 0.0).collect();
     ran.sort_by(|a, b| b.steps.total().total_cmp(&a.steps.total()));
     if ran.len() > 1 {
@@ -350,6 +351,53 @@ fn render_ready(out: &mut String, outcomes: &[NodeOutcome]) {
         ready.len(),
         slowest.join(", ")
     );
+}
+
+/// `--rollback-on-failure`: which failed upgrades the rollback brought back, and which
+/// it did not (their failure is still the upgrade's, listed above).
+fn render_rollbacks(out: &mut String, outcomes: &[NodeOutcome]) {
+    let rolled: Vec<(&str, &crate::outcome::RollbackRecord)> = outcomes
+        .iter()
+        .filter_map(|o| Some((o.name.as_str(), o.upgrade.as_ref()?.rollback.as_ref()?)))
+        .collect();
+    if rolled.is_empty() {
+        return;
+    }
+    let (back, not_back): (Vec<_>, Vec<_>) = rolled.iter().partition(|(_, r)| r.succeeded);
+    let _ = writeln!(
+        out,
+        "\nRolled back (--rollback-on-failure): {} node(s), {} back on their old version, {} not",
+        rolled.len(),
+        back.len(),
+        not_back.len()
+    );
+    for (name, rollback) in back.iter().take(10) {
+        let _ = writeln!(
+            out,
+            "  {name:<24} back on {}{}",
+            rollback
+                .running_version
+                .as_deref()
+                .unwrap_or("its old version"),
+            match rollback.ready {
+                Some(true) => ", Ready in the cluster",
+                _ => "",
+            }
+        );
+    }
+    for (name, rollback) in not_back.iter().take(10) {
+        let _ = writeln!(
+            out,
+            "  {name:<24} NOT brought back: {}",
+            rollback.error.as_deref().unwrap_or("the rollback failed")
+        );
+    }
+    if rolled.len() > 20 {
+        let _ = writeln!(
+            out,
+            "  ... (every node's rollback is in summary.json, upgrade.rollback)"
+        );
+    }
 }
 
 #[cfg(test)]
