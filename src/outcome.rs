@@ -141,6 +141,9 @@ pub struct NodeOutcome {
     /// the rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<EdgeTaskRecord>,
+    /// In a rollout in waves: the node's wave, 1-based.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<usize>,
 }
 
 /// What the run learned of an upgrade-family command on the node.
@@ -317,6 +320,7 @@ impl NodeOutcome {
             preflight: Vec::new(),
             cluster: None,
             upgrade: None,
+            wave: None,
         }
     }
 }
