@@ -233,21 +233,7 @@ fn an_upgrade_waits_for_its_node_ready_on_the_new_version_and_a_late_one_is_roll
     let fleet = fleet_at(2, "v1.23.0");
     let api = FakeApiServer::start();
     for (i, node) in fleet.nodes().iter().enumerate() {
-        let version_file = node.tmp_path("edge/running-version");
-        let sick = node.tmp_path("kb-sick-on-v1.23.1");
-        let version = {
-            let file = version_file.clone();
-            move || {
-                std::fs::read_to_string(&file)
-                    .ok()
-                    .map(|v| v.trim().to_string())
-            }
-        };
-        let not_ready = move || {
-            sick.exists()
-                && std::fs::read_to_string(&version_file).is_ok_and(|v| v.trim() == "v1.23.1")
-        };
-        api.edge_node(&Scenario::name(i), version, not_ready);
+        fake_upgrade::node_in_cluster(&api, node, &Scenario::name(i));
     }
     fault(fleet.node(1), "kb-sick-on-v1.23.1", "");
     let sc = upgrade(&fleet);

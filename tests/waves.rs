@@ -176,11 +176,19 @@ fn an_upgrade_rollout_stops_at_its_failed_wave_and_a_retry_finishes_it() {
     for (i, node) in fleet.nodes().iter().enumerate() {
         fake_upgrade::edgecore_running(node, &Scenario::name(i), "v1.23.0");
     }
+    // The cluster's gate: each Node Ready on the version its edgecore runs.
+    let api = FakeApiServer::start();
+    for (i, node) in fleet.nodes().iter().enumerate() {
+        fake_upgrade::node_in_cluster(&api, node, &Scenario::name(i));
+    }
+    let kubeconfig = api.kubeconfig().display().to_string();
     fake_upgrade::fault(fleet.node(7), "kb-upgrade-fails", "");
     let sc = Scenario::new(&fleet)
         .keadm(fake_upgrade::keadm())
         .cmd("upgrade edge --toVersion v1.23.1");
     let out = sc.run(&[
+        "--kubeconfig",
+        &kubeconfig,
         "--wave",
         "25%",
         "--max-fail",
@@ -193,8 +201,24 @@ fn an_upgrade_rollout_stops_at_its_failed_wave_and_a_retry_finishes_it() {
     assert_eq!(failed["phase"], "failed", "{failed}");
     assert_eq!(failed["wave"], 2);
     assert_eq!(failed["upgrade"]["rollback"]["succeeded"], true, "{failed}");
+    // Back on its old version, and Ready on it in the cluster.
+    assert_eq!(failed["upgrade"]["rollback"]["ready"], true, "{failed}");
+    assert_eq!(
+        api.node_kubeedge_version(&Scenario::name(7)).as_deref(),
+        Some("v1.23.0")
+    );
     for i in 0..5 {
-        assert_eq!(out.node_summary(i)["phase"], "succeeded");
+        let node = out.node_summary(i);
+        assert_eq!(node["phase"], "succeeded");
+        // Wave 1 passed its gate: Ready in the cluster on the new version.
+        assert_eq!(
+            node["cluster"]["version"], "v1.32.10-kubeedge-v1.23.1",
+            "{node}"
+        );
+        assert_eq!(
+            api.node_kubeedge_version(&Scenario::name(i)).as_deref(),
+            Some("v1.23.1")
+        );
         assert_eq!(
             fake_upgrade::running_version(fleet.node(i)).as_deref(),
             Some("v1.23.1")
@@ -232,6 +256,8 @@ fn an_upgrade_rollout_stops_at_its_failed_wave_and_a_retry_finishes_it() {
 
     std::fs::remove_file(fleet.node(7).tmp_path("kb-upgrade-fails")).unwrap();
     let retry = sc.run(&[
+        "--kubeconfig",
+        &kubeconfig,
         "--retry-failed",
         "--max-fail",
         "0",
@@ -244,6 +270,11 @@ fn an_upgrade_rollout_stops_at_its_failed_wave_and_a_retry_finishes_it() {
     for i in 0..20 {
         assert_eq!(
             fake_upgrade::running_version(fleet.node(i)).as_deref(),
+            Some("v1.23.1"),
+            "node {i}"
+        );
+        assert_eq!(
+            api.node_kubeedge_version(&Scenario::name(i)).as_deref(),
             Some("v1.23.1"),
             "node {i}"
         );
