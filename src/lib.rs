@@ -43,5 +43,6 @@ pub mod status;
 pub mod transport;
 pub mod utc;
 pub mod verify;
+pub mod waves;
 
 pub use app::main_with_args;

@@ -144,6 +144,9 @@ pub struct NodeOutcome {
     /// the rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<EdgeTaskRecord>,
+    /// In a rollout in waves: the node's wave, 1-based.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<usize>,
     /// With `--drain`: what became of the node's Node (cordoned, drained, uncordoned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainRecord>,
@@ -214,6 +217,9 @@ pub struct EdgeTaskRecord {
     /// the Ready gate waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// An upgrade whose target the running edgecore already was: keadm was not run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unchanged: bool,
     /// `--backup`: the exit status of `keadm backup edge`, run first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_exit_status: Option<i32>,
@@ -362,6 +368,7 @@ impl NodeOutcome {
             preflight: Vec::new(),
             cluster: None,
             upgrade: None,
+            wave: None,
             drain: None,
         }
     }

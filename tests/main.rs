@@ -32,6 +32,7 @@ mod sudo;
 mod template_go;
 mod transport;
 mod upgrade;
+mod waves;
 
 /// Cargo builds this one binary only (`autotests = false` in Cargo.toml), so a file in
 /// tests/ that is not declared above would never be compiled or run.
