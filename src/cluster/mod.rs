@@ -11,6 +11,7 @@
 pub mod drain;
 mod error;
 pub mod node_state;
+pub mod pod_state;
 pub mod watch;
 
 use std::path::PathBuf;
