@@ -89,7 +89,12 @@ impl DrainRun {
             return Before::Go(lines);
         }
         ctx.progress.phase(node.index, &node.name, Phase::Draining);
-        let cordon = match cluster.cordon(&node_name, &ctx.run_token) {
+        let target = node
+            .edge_task
+            .as_ref()
+            .filter(|t| t.task == crate::keadm_cmd::EdgeTask::Upgrade)
+            .and_then(|t| t.target_version.as_deref());
+        let cordon = match cluster.cordon(&node_name, &ctx.run_token, target) {
             Ok(Some(cordon)) => cordon,
             Ok(None) => {
                 let why = format!("the cluster has no Node named {node_name}");
@@ -111,8 +116,16 @@ impl DrainRun {
                 ));
             }
         };
-        record.cordoned = true;
         let ours = match &cordon {
+            Cordon::Unneeded(version) => {
+                let why = format!(
+                    "the Node {node_name} is Ready on {version} already, the upgrade's target, so the upgrade leaves it alone"
+                );
+                lines.push(format!("drain: the node is not drained (--drain): {why}"));
+                record.not_drained = Some(why);
+                hold(record, false);
+                return Before::Go(lines);
+            }
             Cordon::Now => {
                 lines.push(format!("drain: cordoned the Node {node_name}"));
                 true
@@ -132,6 +145,7 @@ impl DrainRun {
                 true
             }
         };
+        record.cordoned = true;
         let drained = cluster.drain(&node_name, self.timeout, ctx.cancel, &mut |line| {
             lines.push(format!("drain: {line}"));
         });

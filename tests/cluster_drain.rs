@@ -30,18 +30,8 @@ fn run(sc: &Scenario, api: &FakeApiServer, extra: &[&str]) -> Output {
 /// Fleet node `i` runs edgecore v1.23.0, and the cluster has its Node, Ready on the
 /// version its edgecore runs (as cloudcore shows it).
 fn upgradable(api: &FakeApiServer, fleet: &Fleet, i: usize) {
-    let node = fleet.node(i);
-    edgecore_running(node, &Scenario::name(i), "v1.23.0");
-    let file = node.tmp_path("edge/running-version");
-    api.edge_node(
-        &Scenario::name(i),
-        move || {
-            std::fs::read_to_string(&file)
-                .ok()
-                .map(|v| v.trim().to_string())
-        },
-        || false,
-    );
+    edgecore_running(fleet.node(i), &Scenario::name(i), "v1.23.0");
+    fake_upgrade::node_in_cluster(api, fleet.node(i), &Scenario::name(i));
 }
 
 /// The upgrade to v1.23.1 on every node but `cmd_for`'s.
@@ -265,6 +255,8 @@ fn a_budget_that_never_allows_fails_the_node_before_anything_runs_and_lifts_the_
     let node = fleet.node(0);
     let api = FakeApiServer::start();
     api.existing_node("edge-00", true, 3 * DAY);
+    // Below the upgrade's target: a Node already on it would not be drained.
+    api.node_runs("edge-00", "v1.23.0");
     api.pod(
         "edge-00",
         "default",
@@ -325,6 +317,8 @@ fn a_node_whose_node_cannot_be_cordoned_fails_untouched() {
     let node = fleet.node(0);
     let api = FakeApiServer::start();
     api.existing_node("edge-00", true, 3 * DAY);
+    // Below the upgrade's target: a Node already on it would not be drained.
+    api.node_runs("edge-00", "v1.23.0");
     api.fail_patches();
     let sc = Scenario::new(&fleet).cmd(UPGRADE);
     let out = run(&sc, &api, &[]);
@@ -422,12 +416,47 @@ fn a_failed_upgrade_leaves_its_node_cordoned_and_a_rerun_that_succeeds_uncordons
     );
 }
 
+/// A node that already runs the upgrade's target is left alone: its Node is neither
+/// cordoned nor drained, and keadm does not run.
+#[test]
+fn a_node_already_on_the_target_is_neither_cordoned_nor_drained() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let api = FakeApiServer::start();
+    edgecore_running(fleet.node(0), "edge-00", "v1.23.1");
+    fake_upgrade::node_in_cluster(&api, fleet.node(0), "edge-00");
+    api.pod(
+        "edge-00",
+        "default",
+        "web-1",
+        Owner::ReplicaSet,
+        Eviction::Allowed(Duration::from_millis(100)),
+    );
+    let sc = upgrades(&fleet);
+    let out = run(&sc, &api, &[]);
+    out.status(0);
+    let n = &out.summary()["nodes"][0];
+    assert_eq!(n["phase"], "succeeded", "{n}");
+    assert_eq!(n["upgrade"]["unchanged"], true, "{n}");
+    assert_eq!(n["drain"]["cordoned"], false, "{n}");
+    assert_eq!(
+        n["drain"]["not_drained"],
+        "the Node edge-00 is Ready on v1.23.1 already, the upgrade's target, so the upgrade leaves it alone"
+    );
+    assert!(evictions(&api).is_empty());
+    assert!(!api.cordoned("edge-00"));
+    assert_eq!(api.pods_on("edge-00"), ["default/web-1"]);
+    // keadm was uploaded but not run: the node already runs the target.
+    assert!(fake_keadm::calls(&remote_keadm(fleet.node(0))).is_empty());
+}
+
 #[test]
 fn drain_needs_its_permissions_and_a_kubeconfig_before_any_node_is_touched() {
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
     let api = FakeApiServer::start();
     api.existing_node("edge-00", true, 3 * DAY);
+    // Below the upgrade's target: a Node already on it would not be drained.
+    api.node_runs("edge-00", "v1.23.0");
     let sc = Scenario::new(&fleet).cmd(UPGRADE);
     // The dry run asks for every permission and says what the drain will do.
     run(&sc, &api, &["--dry-run", "--drain-timeout", "90s"])
@@ -449,6 +478,8 @@ fn drain_needs_its_permissions_and_a_kubeconfig_before_any_node_is_touched() {
     ] {
         let api = FakeApiServer::start();
         api.existing_node("edge-00", true, 3 * DAY);
+        // Below the upgrade's target: a Node already on it would not be drained.
+        api.node_runs("edge-00", "v1.23.0");
         api.deny(verb, resource);
         run(&sc, &api, &[]).status(2).stderr_has(&format!(
             "keadm-batch: error: The kubeconfig's user may not {verb} {resource} (https://127.0.0.1:{}/ answered the access review so).",
@@ -476,6 +507,8 @@ fn a_second_ctrl_c_ends_a_drain_that_waits_and_lifts_the_cordon() {
     let node = fleet.node(0);
     let api = FakeApiServer::start();
     api.existing_node("edge-00", true, 3 * DAY);
+    // Below the upgrade's target: a Node already on it would not be drained.
+    api.node_runs("edge-00", "v1.23.0");
     // Evicted, but the node's edgecore never confirms: the drain waits (up to 10 min).
     api.pod(
         "edge-00",

@@ -68,6 +68,9 @@ pub enum Cordon {
     /// An earlier keadm-batch run (its id) cordoned it and left it so: this run takes the
     /// cordon as its own.
     EarlierRun(String),
+    /// Left alone: the Node is Ready on this version already, the upgrade's target, so
+    /// the upgrade does nothing there and nothing needs to move.
+    Unneeded(String),
 }
 
 /// Why a request of the drain got no answer.
@@ -207,9 +210,15 @@ impl Cluster {
     }
 
     /// Cordons the Node `name` (`spec.unschedulable: true`, by a merge patch that also
-    /// puts [`CORDONED_BY`] `run_id` on it), unless it is cordoned already. `Ok(None)`
-    /// when the cluster has no such Node.
-    pub fn cordon(&self, name: &str, run_id: &str) -> Result<Option<Cordon>, String> {
+    /// puts [`CORDONED_BY`] `run_id` on it), unless it is cordoned already, or it is Ready
+    /// on `unless_on` (an upgrade's target: the upgrade will leave that node alone).
+    /// `Ok(None)` when the cluster has no such Node.
+    pub fn cordon(
+        &self,
+        name: &str,
+        run_id: &str,
+        unless_on: Option<&str>,
+    ) -> Result<Option<Cordon>, String> {
         let api: Api<Node> = Api::all(self.client.clone());
         let what = format!("for the node {name}");
         let Some(node) = self
@@ -229,6 +238,11 @@ impl Cluster {
                 Some(run) => Cordon::EarlierRun(run),
                 None => Cordon::Before,
             }));
+        }
+        // Not cordoned: an upgrade that will find its target running needs no drain.
+        let state = super::NodeState::of(&node);
+        if let Some(version) = unless_on.filter(|v| state.is_ready() && state.runs_kubeedge(v)) {
+            return Ok(Some(Cordon::Unneeded(version.to_string())));
         }
         let patch = json!({
             "metadata": {"annotations": {CORDONED_BY: run_id}},

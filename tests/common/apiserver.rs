@@ -224,6 +224,16 @@ impl FakeApiServer {
         });
     }
 
+    /// The Node `name` reports that its edgecore runs KubeEdge `version` (a write of its
+    /// status, as edgecore makes when it starts).
+    pub fn node_runs(&self, name: &str, version: &str) {
+        let mut state = self.state.lock().unwrap();
+        let mut node = state.nodes.get(name).cloned().expect("the Node exists");
+        node["status"]["nodeInfo"]["kubeletVersion"] =
+            json!(format!("v1.32.10-kubeedge-{version}"));
+        change(&mut state, "MODIFIED", node);
+    }
+
     /// The KubeEdge version the Node `name` shows now.
     pub fn node_kubeedge_version(&self, name: &str) -> Option<String> {
         let state = self.state.lock().unwrap();
