@@ -24,7 +24,9 @@ use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
 use crate::stage::{Meters, OfflineImages, StageError, StageSettings, Stager, XzCopies};
-use crate::{bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status};
+use crate::{
+    bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status, waves,
+};
 
 /// Runs keadm-batch with `args` and returns the process exit code.
 pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
@@ -326,15 +328,15 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
             &plan,
             offline_images.as_ref(),
             &ClusterRun::describe(cluster_run.as_ref(), options),
+            &waves::for_run(
+                &plan.nodes,
+                options,
+                retry.as_ref().map(|r| &r.selection.waves),
+            ),
+            cluster_run.as_ref().and_then(|run| run.wait),
         ));
     }
-    execute(
-        plan,
-        &loaded.config,
-        options,
-        retry.map(|retry| retry.from),
-        cluster_run,
-    )
+    execute(plan, &loaded.config, options, retry, cluster_run)
 }
 
 /// `--preflight-only`: connects to every selected node through the same pool as a run
@@ -499,7 +501,7 @@ fn execute(
     plan: plan::Plan,
     config: &config::Config,
     options: &RunOptions,
-    retry_of: Option<PathBuf>,
+    retry: Option<rerun::Retry>,
     cluster_run: Option<ClusterRun>,
 ) -> Result<(), Error> {
     let wall = std::time::Instant::now();
@@ -525,7 +527,7 @@ fn execute(
             Some(chosen) => OutputError::file(OutputFile::ChosenRunDir, chosen),
             None => OutputError::file(OutputFile::RunDir, &cwd),
         })?;
-    if let Some(previous) = &retry_of {
+    if let Some(previous) = retry.as_ref().map(|retry| &retry.from) {
         let _ = report::files::write(
             &run_dir.path.join(rerun::RETRY_OF),
             previous.display().to_string().as_bytes(),
@@ -543,16 +545,13 @@ fn execute(
 
     let cancel = Cancel::new();
     install_signal_handler(&cancel);
+    let earlier_waves = retry.as_ref().map(|retry| &retry.selection.waves);
+    let rollout = waves::for_run(&plan.nodes, options, earlier_waves);
     if !quiet {
+        let (count, shard, at_once) = (plan.nodes.len(), plan.shard, plan.max_run_num);
         eprintln!(
             "{}",
-            recap::banner(
-                plan.nodes.len(),
-                plan.shard,
-                plan.max_run_num,
-                options.canary,
-                &run_dir.path
-            )
+            recap::banner(count, shard, at_once, &rollout, &run_dir.path)
         );
     }
     let ctx = pipeline::Context {
@@ -584,16 +583,12 @@ fn execute(
     };
     let policy = pool::Policy {
         max_run_num: plan.max_run_num,
-        max_fail: options.max_fail,
-        canary: options.canary,
+        rollout,
     };
-    // A reset checked clean has its Node deleted (--delete-nodes) by its own worker.
-    let process = |node: &plan::NodePlan| {
-        let outcome = pipeline::process(node, &ctx);
-        match &cluster_run {
-            Some(run) => run.after_reset(node, outcome),
-            None => outcome,
-        }
+    // The cluster's part of a node (--drain before it, --delete-nodes after) runs in its worker.
+    let process = |node: &plan::NodePlan| match &cluster_run {
+        Some(run) => run.process(node, &ctx),
+        None => pipeline::process(node, &ctx),
     };
     match cluster_run.as_ref().and_then(ClusterRun::verification) {
         None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, process),
@@ -601,7 +596,7 @@ fn execute(
             verification.run_all(&plan.nodes, policy, &cancel, &recorder, &ctx, &process)
         }
     }
-    // Sites the run did not finish (the operator's Ctrl-C, --max-fail) still had
+    // Sites the run did not finish (the operator's Ctrl-C, a wave past --max-fail) still had
     // sources: they serve no more.
     if let Some(relay) = &ctx.relay {
         pipeline::relay::unserve_all(&relay.remaining_sources(), &ctx);
@@ -621,6 +616,7 @@ fn execute(
             interrupted: cancel.stopping(),
             stager: stager.as_ref(),
             sites: &sites,
+            waves: &recorder.waves(),
         },
         outcomes,
     );
@@ -643,7 +639,9 @@ fn execute(
             )
         );
         eprint!("{}", recap::sites(&summary.sites));
+        eprint!("{}", recap::waves(&summary.waves, &options.config));
         eprint!("{}", cluster_run::left_behind_recap(&summary.nodes));
+        eprint!("{}", crate::drain_run::left_cordoned_recap(&summary.nodes));
         if let Some(stager) = &stager {
             // The process goes on after the run: say so, or it looks left behind.
             for (arch, pid) in stager.copies_being_made() {

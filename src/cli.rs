@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::config::HostKeyPolicy;
 use crate::diagnosis::FailureClass;
 use crate::options::{
-    BundleOptions, Command, ExtractOptions, GenConfigOptions, MergeOptions, OutputFormat,
+    Amount, BundleOptions, Command, ExtractOptions, GenConfigOptions, MergeOptions, OutputFormat,
     PreflightMode, RegistryMirror, RelayMode, RunOptions, Shard, StatusOptions, Verbosity,
     VerifyOptions,
 };
@@ -95,13 +95,25 @@ struct BatchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10000), help_heading = "Policy")]
     max_run_num: Option<u32>,
 
-    /// Stop starting nodes once N of them have not succeeded; the rest are skipped and listed.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Policy")]
-    max_fail: Option<u32>,
+    /// The tolerance per wave: a wave in which more than N nodes (or P% of its nodes,
+    /// rounded down) did not succeed stops the rollout; the rest are skipped and listed.
+    #[arg(long, value_name = "N|P%", value_parser = parse_max_fail, help_heading = "Policy")]
+    max_fail: Option<Amount>,
 
     /// Run the first N nodes alone, and go on with the rest only if all of them succeed.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Policy")]
     canary: Option<u32>,
+
+    /// Roll out in waves of N nodes or P% of the selected nodes (rounded up), in config
+    /// order, each gated by --max-fail (default 0). Upgrades go in waves of 10% unless
+    /// given; --wave 100% is one wave.
+    #[arg(long, value_name = "N|P%", value_parser = parse_wave, help_heading = "Policy")]
+    wave: Option<Amount>,
+
+    /// Wait this long between waves: seconds (90, 90s), minutes (5m) or hours (1h).
+    /// Ctrl-C during the wait stops the rollout.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Policy")]
+    wave_pause: Option<std::time::Duration>,
 
     /// Deadline in seconds for each node's keadm command (default 600).
     #[arg(long = "timeout", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Policy")]
@@ -183,8 +195,10 @@ struct BatchArgs {
     #[arg(long, help_heading = "Policy")]
     verify_remote: bool,
 
-    /// The cluster to verify joins in (a kubeconfig as kubectl reads it; over the config's
-    /// `kubeconfig` and $KUBECONFIG): a join succeeds once its Node is Ready. Read-only.
+    /// The cluster to verify joins and upgrades in (a kubeconfig as kubectl reads it; over
+    /// the config's `kubeconfig` and $KUBECONFIG): a join succeeds once its Node is Ready,
+    /// an upgrade once it is Ready on the new version. Read-only unless --delete-nodes or
+    /// --drain asks for writes.
     #[arg(long, value_name = "FILE", help_heading = "Cluster")]
     kubeconfig: Option<PathBuf>,
 
@@ -192,7 +206,8 @@ struct BatchArgs {
     #[arg(long, value_name = "NAME", help_heading = "Cluster")]
     context: Option<String>,
 
-    /// How long after keadm join exits its node may take to be registered and Ready.
+    /// How long after keadm exits a joined node may take to be registered and Ready (an
+    /// upgraded one, Ready on the new version).
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Cluster")]
     ready_timeout: u64,
 
@@ -201,10 +216,22 @@ struct BatchArgs {
     no_wait: bool,
 
     /// After a reset checked clean on its node, delete the node's Node object from the
-    /// cluster (needs a kubeconfig whose user may delete nodes). Without it, nothing is
-    /// ever written to the cluster.
+    /// cluster (needs a kubeconfig whose user may delete nodes). Without it and --drain,
+    /// nothing is ever written to the cluster.
     #[arg(long, help_heading = "Cluster")]
     delete_nodes: bool,
+
+    /// Cordon and drain each node's Node before its command (evictions honour
+    /// PodDisruptionBudgets), and uncordon it once the node succeeded; a node that failed
+    /// stays cordoned. Needs a kubeconfig whose user may patch nodes, list pods and create
+    /// pods/eviction. Joins are not drained: their Node does not exist yet.
+    #[arg(long, help_heading = "Cluster")]
+    drain: bool,
+
+    /// How long a node's drain may take, its evictions and the wait for its pods to be
+    /// gone: seconds, or a number with s, m or h.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_timeout, requires = "drain", help_heading = "Cluster")]
+    drain_timeout: std::time::Duration,
 
     /// Read every join's token from the cluster (the tokensecret secret in kubeedge, as
     /// `keadm gettoken` does) instead of keadmCmd's --token; a join whose --token is
@@ -551,6 +578,67 @@ fn parse_shard(text: &str) -> Result<Shard, String> {
     Ok(Shard { index, count })
 }
 
+/// `--wave N|P%`: at least one node, at most all of them.
+fn parse_wave(text: &str) -> Result<Amount, String> {
+    parse_amount(text)
+        .ok()
+        .filter(|amount| !matches!(amount, Amount::Nodes(0) | Amount::Percent(0)))
+        .ok_or_else(|| {
+            format!(
+                "`{}` is no wave size: write a number of nodes, at least 1 (5), or a share of the selected nodes from 1% to 100% (25%)",
+                text.trim()
+            )
+        })
+}
+
+/// `--max-fail N|P%`: 0 (no failure tolerated) or more.
+fn parse_max_fail(text: &str) -> Result<Amount, String> {
+    parse_amount(text)
+}
+
+/// `5` or `25%` (at most 100%).
+fn parse_amount(text: &str) -> Result<Amount, String> {
+    let text = text.trim();
+    let amount = match text.strip_suffix('%') {
+        Some(share) => share
+            .trim()
+            .parse::<u8>()
+            .ok()
+            .filter(|p| *p <= 100)
+            .map(Amount::Percent),
+        None => text.parse::<usize>().ok().map(Amount::Nodes),
+    };
+    amount.ok_or_else(|| {
+        format!(
+            "`{text}` is neither a number of nodes (5) nor a share of them from 0% to 100% (25%)"
+        )
+    })
+}
+
+/// `--wave-pause` and `--drain-timeout`: `90`, `90s`, `5m`, `1h`.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let digits = text.len() - text.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let (number, unit) = text.split_at(digits);
+    let unit_secs = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => 0,
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .filter(|_| unit_secs > 0)
+        .and_then(|n| n.checked_mul(unit_secs))
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| {
+            format!(
+                "`{text}` is not a duration: write seconds (90 or 90s), minutes (5m) or hours (1h)"
+            )
+        })
+}
+
 /// `--registry-mirror HOST=URL`: URL must be http:// or https://.
 fn parse_mirror(text: &str) -> Result<RegistryMirror, String> {
     let (registry, url) = text.split_once('=').ok_or_else(|| {
@@ -609,6 +697,17 @@ fn parse_size(text: &str) -> Result<u64, String> {
         Some(bytes) => Ok(bytes),
         None => Err(format!("`{text}` is too large")),
     }
+}
+
+/// `--drain-timeout`: a duration as [`parse_duration`] reads it, of at least a second.
+fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    parse_duration(text).and_then(|timeout| {
+        if timeout.is_zero() {
+            Err("a timeout must be at least 1 s".to_string())
+        } else {
+            Ok(timeout)
+        }
+    })
 }
 
 /// klog's `-v LEVEL` (`-v 4`, `-v=4`, `-v4`, `--verbose 2`) confuses clap into talking
@@ -923,8 +1022,10 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         retry_failed: batch.retry_failed,
         class: batch.class,
         max_run_num: batch.max_run_num.map(|n| n as usize),
-        max_fail: batch.max_fail.map(|n| n as usize),
+        max_fail: batch.max_fail,
         canary: batch.canary.map(|n| n as usize),
+        wave: batch.wave,
+        wave_pause: batch.wave_pause,
         timeout_seconds: batch.timeout,
         connect_timeout_seconds: batch.connect_timeout,
         host_key_policy: batch.host_key_policy.map(host_key_policy_of),
@@ -951,6 +1052,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         ready_timeout_seconds: batch.ready_timeout,
         no_wait: batch.no_wait,
         delete_nodes: batch.delete_nodes,
+        drain: batch.drain.then_some(batch.drain_timeout),
         token_from_cluster: batch.token_from_cluster,
         staging_dir: batch.staging_dir,
         run_dir: batch.run_dir,
@@ -1002,6 +1104,52 @@ mod tests {
         assert_eq!(opts.shard, Some(Shard { index: 2, count: 4 }));
         assert_eq!(opts.only, vec!["a*".to_string(), "b".to_string()]);
         assert!(run(&["k", "batch", "-c", "c", "--shard", "5/4"]).is_err());
+    }
+
+    #[test]
+    fn waves_tolerances_and_pauses_parse() {
+        let opts = |args: &[&str]| {
+            let mut all = vec!["k", "batch", "-c", "c"];
+            all.extend(args);
+            match run(&all).unwrap() {
+                Command::Run(opts) => opts,
+                other => panic!("{other:?}"),
+            }
+        };
+        let o = opts(&["--wave", "25%", "--max-fail", "0", "--wave-pause", "5m"]);
+        assert_eq!(o.wave, Some(Amount::Percent(25)));
+        assert_eq!(o.max_fail, Some(Amount::Nodes(0)));
+        assert_eq!(o.wave_pause, Some(std::time::Duration::from_secs(300)));
+        let o = opts(&["--wave", "7", "--max-fail", "20%", "--wave-pause", "90"]);
+        assert_eq!(o.wave, Some(Amount::Nodes(7)));
+        assert_eq!(o.max_fail, Some(Amount::Percent(20)));
+        assert_eq!(o.wave_pause, Some(std::time::Duration::from_secs(90)));
+        assert_eq!(
+            parse_duration("90s"),
+            Ok(std::time::Duration::from_secs(90))
+        );
+        assert_eq!(
+            parse_duration("1h"),
+            Ok(std::time::Duration::from_secs(3600))
+        );
+        for (flag, bad, says) in [
+            ("--wave", "0", "is no wave size"),
+            ("--wave", "0%", "is no wave size"),
+            ("--wave", "101%", "from 1% to 100%"),
+            ("--wave", "x", "is no wave size"),
+            ("--max-fail", "101%", "from 0% to 100%"),
+            ("--max-fail", "many", "neither a number of nodes"),
+            (
+                "--wave-pause",
+                "5x",
+                "`5x` is not a duration: write seconds (90 or 90s), minutes (5m) or hours (1h)",
+            ),
+            ("--wave-pause", "m", "is not a duration"),
+        ] {
+            let err = run(&["k", "batch", "-c", "c", flag, bad]).unwrap_err();
+            assert!(err.use_stderr(), "{flag} {bad}: a usage error, exit 2");
+            assert!(err.to_string().contains(says), "{flag} {bad}: {err}");
+        }
     }
 
     #[test]
@@ -1340,6 +1488,50 @@ mod tests {
     fn missing_config_is_a_usage_error() {
         let err = run(&["k", "batch"]).unwrap_err();
         assert!(err.to_string().contains("config file is required"));
+    }
+
+    #[test]
+    fn drain_timeouts_are_durations_of_a_second_or_more() {
+        assert_eq!(parse_timeout("90"), Ok(std::time::Duration::from_secs(90)));
+        assert_eq!(parse_timeout("5m"), Ok(std::time::Duration::from_secs(300)));
+        assert_eq!(
+            parse_timeout("0s"),
+            Err("a timeout must be at least 1 s".to_string())
+        );
+        assert!(parse_timeout("5min").is_err());
+        let drain = |args: &[&str]| match run(args) {
+            Ok(Command::Run(options)) => options.drain,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(drain(&["keadm-batch", "batch", "-c", "x.yaml"]), None);
+        assert_eq!(
+            drain(&["keadm-batch", "batch", "-c", "x.yaml", "--drain"]),
+            Some(std::time::Duration::from_secs(300))
+        );
+        assert_eq!(
+            drain(&[
+                "keadm-batch",
+                "batch",
+                "-c",
+                "x.yaml",
+                "--drain",
+                "--drain-timeout",
+                "90s"
+            ]),
+            Some(std::time::Duration::from_secs(90))
+        );
+        // A timeout without --drain would do nothing: refused.
+        assert!(
+            run(&[
+                "keadm-batch",
+                "batch",
+                "-c",
+                "x.yaml",
+                "--drain-timeout",
+                "90s"
+            ])
+            .is_err()
+        );
     }
 
     #[test]

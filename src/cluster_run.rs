@@ -2,24 +2,26 @@
 //! API server must answer and grant what the run needs (get, list and watch on nodes;
 //! `get secrets` in kubeedge for a token read from the cluster; `delete nodes` for
 //! `--delete-nodes`), joins that need the token get it, and one list of Nodes finds the
-//! join names the cluster already has (`name_taken`). After a reset, the Node objects
-//! are deleted (`--delete-nodes`, the only write this tool makes to a cluster) or, one
-//! list again, named in the recap as left behind.
+//! join names the cluster already has (`name_taken`). With `--drain` (patch nodes, list
+//! pods, create pods/eviction), each node that is not a join has its Node cordoned and
+//! drained before its pipeline and uncordoned once it succeeded (`drain_run`). After a
+//! reset, the Node objects are deleted (`--delete-nodes`) or, one list again, named in the
+//! recap as left behind. Those are the only writes this tool makes to a cluster, and only
+//! when asked.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::cluster::{self, Cluster, NodeState, Permission};
 use crate::config::Config;
+use crate::drain_run::{self, Before, DrainRun};
 use crate::error::{Error, UsageError};
 use crate::kubeedge::before_run::{Problem, ProblemKind};
 use crate::options::{PreflightMode, RunOptions};
 use crate::outcome::{ClusterCheck, NodeOutcome, Phase};
 use crate::plan::{NodePlan, Plan};
-use crate::redact::Redactor;
 use crate::report::transcript::Transcript;
-use crate::verify;
+use crate::{pipeline, verify};
 
 /// `delete nodes`: what `--delete-nodes` needs besides reading.
 const DELETE: Permission = Permission::nodes("delete");
@@ -42,6 +44,8 @@ pub struct ClusterRun {
     pub nodes_before: Vec<NodeState>,
     /// How many joins got the cluster's token.
     pub token_for: usize,
+    /// `--drain`, with a node selected that is not a join.
+    pub drain: Option<DrainRun>,
 }
 
 /// Whether a join takes its token from the cluster: `--token-from-cluster`, or a
@@ -69,6 +73,7 @@ impl ClusterRun {
             for (given, flag) in [
                 (options.delete_nodes, "--delete-nodes"),
                 (options.token_from_cluster, "--token-from-cluster"),
+                (options.drain.is_some(), "--drain"),
             ] {
                 if given {
                     return Err(UsageError::NeedsKubeconfig { flag }.into());
@@ -78,8 +83,14 @@ impl ClusterRun {
         };
         let joins = plan.nodes.iter().any(|n| n.keadm_args.is_join());
         let resets = plan.nodes.iter().any(|n| n.keadm_args.is_edge_reset());
+        let drains = options.drain.is_some() && plan.nodes.iter().any(|n| !n.keadm_args.is_join());
+        if options.drain.is_some() && !drains {
+            log::warn!(
+                "--drain drains the Nodes of nodes already in the cluster (upgrades, resets, config-update), and every selected node's keadmCmd is a join: nothing will be drained."
+            );
+        }
         let upgrades = plan.nodes.iter().any(|n| n.keadm_args.is_edge_upgrade());
-        if !joins && !resets && !upgrades {
+        if !joins && !resets && !upgrades && !drains {
             return Ok(None);
         }
         let token_for = plan
@@ -99,6 +110,9 @@ impl ClusterRun {
         }
         if delete_nodes {
             permissions.push(DELETE);
+        }
+        if drains {
+            permissions.extend(cluster::drain::PERMISSIONS);
         }
         let cluster = Cluster::connect(&access)?;
         let version = cluster.version()?;
@@ -125,15 +139,42 @@ impl ClusterRun {
             delete_nodes,
             nodes_before,
             token_for,
+            drain: options.drain.filter(|_| drains).map(DrainRun::new),
         }))
     }
 
-    /// The wait for joins' Nodes, unless joins are not waited for.
+    /// The wait for joins' Nodes, unless joins are not waited for. Each final outcome
+    /// passes through [`ClusterRun::finish`] before it is recorded.
     pub fn verification(&self) -> Option<verify::Verification<'_>> {
         self.wait.map(|timeout| verify::Verification {
             cluster: &self.cluster,
             timeout,
+            finish: self,
         })
+    }
+
+    /// One node in its worker: with `--drain` its Node cordoned and drained first (a
+    /// failed drain is its outcome, and nothing runs on the node), then its pipeline and
+    /// [`ClusterRun::after_reset`]. Without a verification every outcome here is final
+    /// and passes through [`ClusterRun::finish`]; with one, the verification does that.
+    pub fn process(&self, node: &NodePlan, ctx: &pipeline::Context) -> NodeOutcome {
+        let before = match &self.drain {
+            Some(drain) => drain.before(&self.cluster, node, ctx),
+            None => Before::Go(Vec::new()),
+        };
+        let outcome = match before {
+            Before::Stop(outcome) => *outcome,
+            Before::Go(lines) => {
+                let outcome = pipeline::process(node, ctx);
+                Transcript::add_notes(&outcome, &node.redactor, &lines);
+                self.after_reset(node, outcome)
+            }
+        };
+        if self.wait.is_some() {
+            outcome
+        } else {
+            verify::Finish::finish(self, outcome)
+        }
     }
 
     /// The plan's line about the cluster.
@@ -194,6 +235,9 @@ impl ClusterRun {
                 "; {} join(s) take the token from the cluster (secret tokensecret in kubeedge)",
                 run.token_for
             );
+        }
+        if let Some(drain) = &run.drain {
+            let _ = write!(line, "; {}", drain_run::describe(drain.timeout));
         }
         line
     }
@@ -268,7 +312,7 @@ impl ClusterRun {
                 format!("[keadm-batch] could not delete the Node {node_name}: {error}")
             }
         };
-        note(&outcome, &node.redactor, &line);
+        Transcript::add_notes(&outcome, &node.redactor, &[line]);
         outcome.cluster = Some(check);
         outcome
     }
@@ -315,6 +359,16 @@ impl ClusterRun {
     }
 }
 
+impl verify::Finish for ClusterRun {
+    /// `--drain`: a node that succeeded has its Node uncordoned; others stay cordoned.
+    fn finish(&self, outcome: NodeOutcome) -> NodeOutcome {
+        match &self.drain {
+            Some(drain) => drain.finish(&self.cluster, outcome),
+            None => outcome,
+        }
+    }
+}
+
 /// The recap's list of Node objects that resets left in the cluster: those not deleted
 /// without `--delete-nodes`, and those whose delete failed. Empty when there is none.
 pub fn left_behind_recap(outcomes: &[NodeOutcome]) -> String {
@@ -340,17 +394,4 @@ pub fn left_behind_recap(outcomes: &[NodeOutcome]) -> String {
     format!(
         "Node objects left in the cluster by resets (delete them with `kubectl delete node NAME`, or run the reset with --delete-nodes):\n{lines}"
     )
-}
-
-/// Adds `line` to the node's transcript (its pipeline has closed it).
-fn note(outcome: &NodeOutcome, redactor: &Arc<Redactor>, line: &str) {
-    let Some(path) = &outcome.transcript else {
-        return;
-    };
-    if let Ok(mut transcript) =
-        Transcript::reopen(std::path::Path::new(path), redactor.clone(), 64 << 10)
-    {
-        transcript.note(line);
-        transcript.finish();
-    }
 }

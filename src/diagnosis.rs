@@ -67,6 +67,10 @@ pub enum FailureClass {
     /// The report says the upgrade succeeded, but the edgecore that runs on the node is
     /// not the target version (or none runs), or the report names another version.
     VersionMismatch,
+    /// `--drain`: the node's Node could not be cordoned, or its pods were not all evicted
+    /// and gone within `--drain-timeout` (a PodDisruptionBudget refused, a pod stayed
+    /// terminating). Nothing ran on the node.
+    DrainFailed,
     /// None of the above was recognised. A class this version does not know (in a file
     /// written by a newer one) reads as this too, so the node's record is not lost.
     #[serde(other)]
@@ -75,7 +79,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, in the order a recap lists them.
-    pub const ALL: [FailureClass; 22] = [
+    pub const ALL: [FailureClass; 23] = [
         FailureClass::AlreadyJoined,
         FailureClass::DirtyManagementDir,
         FailureClass::NameTaken,
@@ -97,6 +101,7 @@ impl FailureClass {
         FailureClass::UpgradeFailed,
         FailureClass::UpgradeNotDone,
         FailureClass::VersionMismatch,
+        FailureClass::DrainFailed,
         FailureClass::Unknown,
     ];
 
@@ -124,6 +129,7 @@ impl FailureClass {
             FailureClass::UpgradeFailed => "upgrade_failed",
             FailureClass::UpgradeNotDone => "upgrade_not_done",
             FailureClass::VersionMismatch => "version_mismatch",
+            FailureClass::DrainFailed => "drain_failed",
             FailureClass::Unknown => "unknown",
         }
     }
@@ -146,6 +152,7 @@ impl FailureClass {
                 | FailureClass::UpgradeFailed
                 | FailureClass::UpgradeNotDone
                 | FailureClass::VersionMismatch
+                | FailureClass::DrainFailed
         )
     }
 
@@ -173,6 +180,7 @@ impl FailureClass {
             FailureClass::UpgradeFailed => "Upgrade failed",
             FailureClass::UpgradeNotDone => "Upgrade not done",
             FailureClass::VersionMismatch => "Running edgecore is not the target version",
+            FailureClass::DrainFailed => "Not drained (nothing ran on the node)",
             FailureClass::Unknown => "Unrecognised failure",
         }
     }
@@ -319,6 +327,17 @@ impl FailureClass {
                  hold another version than its tag says, or edgecore failed to start. With \
                  --rollback-on-failure the node was rolled back; otherwise run `keadm rollback \
                  edge` there, or retry this class once fixed."
+            }
+            FailureClass::DrainFailed => {
+                "The node's Node could not be cordoned, or its pods were not evicted and gone \
+                 within --drain-timeout, so its command did not run and it was uncordoned \
+                 again (unless it was cordoned before the run). The node's error names the \
+                 pods left and why: for a PodDisruptionBudget that refuses, add replicas \
+                 elsewhere or loosen its minAvailable or maxUnavailable \
+                 (`kubectl get pdb -A` shows which allow no disruption); for a pod that stays \
+                 terminating, check that the node's edgecore is connected to cloudcore. Then \
+                 raise --drain-timeout if the pods only need longer, and retry this class \
+                 (`--retry-failed --class drain_failed`)."
             }
             FailureClass::Unknown => {
                 "The cause was not recognised. Read the node's transcript and its edgecore log \
@@ -560,7 +579,8 @@ mod tests {
             "`token_expired` is not a failure class. Use one of: already_joined, \
              dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
              ca_mismatch, image_pull_stalled, runtime_missing, unreachable, auth, host_key, \
-             sudo, arch, upload, not_registered, not_ready, reset_incomplete, backup_failed, upgrade_failed, upgrade_not_done, version_mismatch, unknown."
+             sudo, arch, upload, not_registered, not_ready, reset_incomplete, backup_failed, \
+             upgrade_failed, upgrade_not_done, version_mismatch, drain_failed, unknown."
         );
     }
 

@@ -5,6 +5,7 @@
 
 use std::fmt::Write;
 use std::path::Path;
+use std::time::Duration;
 
 use crate::arch::Arch;
 use crate::config::{AuthSpec, PackageMode, SshSpec};
@@ -13,6 +14,7 @@ use crate::options::RelayMode;
 use crate::plan::{KeadmSource, NodePlan, Plan, StagingPlan, display_address};
 use crate::safe_name::shown_path;
 use crate::stage::{ImageArchive, ImageSources, OfflineImages, StageError, Stager, is_plain_http};
+use crate::waves::Rollout;
 
 /// Offline mode: stages every `archGroup` package exactly as the run will (the package
 /// is there, its checksum file and pin agree with it, it unpacks within the size limit),
@@ -34,8 +36,15 @@ pub fn check_local_packages(staging: &StagingPlan, config_path: &Path) -> Result
 }
 
 /// The whole plan as text; `images` are the offline image archives the run would list.
-/// `cluster` is what the run will verify in the cluster, one line (app has asked it).
-pub fn render(plan: &Plan, images: Option<&OfflineImages>, cluster: &str) -> String {
+/// `cluster` is what the run will verify in the cluster, one line (app has asked it);
+/// `ready`, how long a node it verifies may take to be Ready, part of each wave's gate.
+pub fn render(
+    plan: &Plan,
+    images: Option<&OfflineImages>,
+    cluster: &str,
+    rollout: &Rollout,
+    ready: Option<Duration>,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Plan for {}", plan.config_path.display());
     let _ = writeln!(
@@ -87,6 +96,7 @@ pub fn render(plan: &Plan, images: Option<&OfflineImages>, cluster: &str) -> Str
         }
     }
     let _ = writeln!(out, "  cluster:     {cluster}");
+    render_waves(&mut out, &plan.nodes, rollout, ready);
     render_sites(&mut out, plan, images.is_some());
     if let (Some(images), Some(sources)) = (images, &plan.offline_images) {
         render_images(&mut out, images, sources);
@@ -97,6 +107,58 @@ pub fn render(plan: &Plan, images: Option<&OfflineImages>, cluster: &str) -> Str
         render_node(&mut out, node, images);
     }
     out
+}
+
+/// A rollout in waves: how many and how they follow, the gate, what a failed wave does,
+/// then each wave's nodes and tolerance. Nothing for a run not in waves.
+fn render_waves(out: &mut String, nodes: &[NodePlan], rollout: &Rollout, ready: Option<Duration>) {
+    if !rollout.in_waves() {
+        return;
+    }
+    let pause = match rollout.pause.as_secs() {
+        0 => String::new(),
+        secs => format!(", {secs}s apart (--wave-pause)"),
+    };
+    let _ = writeln!(
+        out,
+        "  waves:       {}, one after another{pause}",
+        rollout.waves.len()
+    );
+    let _ = writeln!(
+        out,
+        "  gate:        each node's keadm command exits 0{}",
+        match ready {
+            Some(timeout) => format!(
+                ", and each node the cluster line verifies is Ready (an upgrade's on its new version) within {} s (--ready-timeout)",
+                timeout.as_secs()
+            ),
+            None => "; nothing is waited for in the cluster".to_string(),
+        }
+    );
+    let _ = writeln!(
+        out,
+        "  on failure:  a wave in which more nodes fail the gate than its tolerance allows stops the rollout: no node of a later wave is touched, and --retry-failed goes on from there"
+    );
+    for wave in &rollout.waves {
+        let names: Vec<&str> = wave
+            .positions
+            .iter()
+            .filter_map(|&p| nodes.get(p))
+            .map(|n| n.name.as_str())
+            .collect();
+        let may_fail = match wave.tolerance {
+            Some(t) => format!("at most {t} may fail"),
+            None => "any may fail".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:<13}{}, {may_fail} ({}): {}",
+            format!("wave {}:", wave.number),
+            crate::waves::nodes(names.len()),
+            wave.rule(),
+            names.join(", ")
+        );
+    }
 }
 
 /// The sites, their seed order and what is relayed among their nodes (keadm, and the
@@ -156,7 +218,7 @@ fn site_line(
     };
     let joining = members
         .iter()
-        .filter(|&&i| nodes[i].keadm_args.is_join())
+        .filter(|&&i| nodes[i].keadm_args.is_join() || nodes[i].keadm_args.is_edge_upgrade())
         .count();
     let unresolved = || {
         let plans: Vec<&NodePlan> = members.iter().map(|&i| &nodes[i]).collect();
@@ -400,7 +462,9 @@ fn render_node(out: &mut String, node: &NodePlan, images: Option<&OfflineImages>
             );
         }
     }
-    if let Some(images) = images.filter(|_| node.keadm_args.is_join()) {
+    if let Some(images) =
+        images.filter(|_| node.keadm_args.is_join() || node.keadm_args.is_edge_upgrade())
+    {
         let _ = writeln!(out, "  images:    {}", node_images(node, images));
     }
     let _ = writeln!(out, "  exec dir:  {}", node.exec_dir);
@@ -445,6 +509,42 @@ mod tests {
 
     /// A site one of whose nodes is a host name that does not resolve here relays
     /// nothing, and its line says why; resolved, it relays.
+    /// The plan lists the waves with their nodes and tolerance, the gate (with the
+    /// cluster's Ready wait when there is one) and what a failed wave does.
+    #[test]
+    fn the_plan_shows_the_waves_and_their_gate() {
+        use crate::options::Amount;
+        use crate::waves::{Shape, plan};
+        let nodes: Vec<NodePlan> = (0..5).map(NodePlan::sample).collect();
+        let shape = Shape {
+            size: Some(Amount::Nodes(2)),
+            max_fail: Some(Amount::Percent(50)),
+            ..Shape::default()
+        };
+        let rollout = Rollout {
+            waves: plan(5, &shape, &[]),
+            pause: Duration::from_secs(90),
+        };
+        let mut out = String::new();
+        render_waves(&mut out, &nodes, &rollout, Some(Duration::from_secs(300)));
+        assert_eq!(
+            out,
+            "  waves:       3, one after another, 90s apart (--wave-pause)\n\
+             \x20 gate:        each node's keadm command exits 0, and each node the cluster line verifies is Ready (an upgrade's on its new version) within 300 s (--ready-timeout)\n\
+             \x20 on failure:  a wave in which more nodes fail the gate than its tolerance allows stops the rollout: no node of a later wave is touched, and --retry-failed goes on from there\n\
+             \x20 wave 1:      2 nodes, at most 1 may fail (--max-fail 50%: at most 1 of 2): n0, n1\n\
+             \x20 wave 2:      2 nodes, at most 1 may fail (--max-fail 50%: at most 1 of 2): n2, n3\n\
+             \x20 wave 3:      1 node, at most 0 may fail (--max-fail 50%: at most 0 of 1): n4\n"
+        );
+        let mut out = String::new();
+        render_waves(&mut out, &nodes, &rollout, None);
+        assert!(out.contains("  gate:        each node's keadm command exits 0; nothing is waited for in the cluster\n"), "{out}");
+        // A run not in waves plans as it always did.
+        let mut out = String::new();
+        render_waves(&mut out, &nodes, &Rollout::default(), None);
+        assert_eq!(out, "");
+    }
+
     #[test]
     fn a_site_whose_name_does_not_resolve_says_why_it_relays_nothing() {
         let nodes: Vec<NodePlan> = (0..2)

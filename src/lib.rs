@@ -17,6 +17,7 @@ pub mod cluster_run;
 pub mod config;
 pub mod diagnosis;
 pub mod digest;
+pub mod drain_run;
 pub mod dry_run;
 pub mod error;
 pub mod gen_config;
@@ -42,5 +43,6 @@ pub mod status;
 pub mod transport;
 pub mod utc;
 pub mod verify;
+pub mod waves;
 
 pub use app::main_with_args;

@@ -180,6 +180,23 @@ pub enum RelayMode {
     Auto,
 }
 
+/// A number of nodes, or a share in percent of some nodes (`--wave`, `--max-fail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Amount {
+    Nodes(usize),
+    Percent(u8),
+}
+
+impl std::fmt::Display for Amount {
+    /// As the command line spells it: `5`, `20%`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Amount::Nodes(n) => write!(f, "{n}"),
+            Amount::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
 /// A shard `index` of `count` (1-based index), from `--shard I/N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {
@@ -212,8 +229,13 @@ pub struct RunOptions {
     pub class: Option<FailureClass>,
     // Policy: each overrides the config file.
     pub max_run_num: Option<usize>,
-    pub max_fail: Option<usize>,
+    /// `--max-fail N|P%`: the most nodes of each wave that may not succeed.
+    pub max_fail: Option<Amount>,
     pub canary: Option<usize>,
+    /// `--wave N|P%`: the size of each wave, a count or a share of the selected nodes.
+    pub wave: Option<Amount>,
+    /// `--wave-pause DURATION`: the wait between waves.
+    pub wave_pause: Option<std::time::Duration>,
     pub timeout_seconds: Option<u64>,
     pub connect_timeout_seconds: Option<u64>,
     pub host_key_policy: Option<HostKeyPolicy>,
@@ -248,6 +270,10 @@ pub struct RunOptions {
     pub no_wait: bool,
     /// `--delete-nodes`: after a reset verified clean, delete its Node from the cluster.
     pub delete_nodes: bool,
+    /// `--drain` with `--drain-timeout`: each node whose command is not a join is
+    /// cordoned and drained (within the timeout) before it runs, and uncordoned once it
+    /// succeeded.
+    pub drain: Option<std::time::Duration>,
     /// `--token-from-cluster`: every join's token is read from the cluster, as
     /// `keadm gettoken` reads it, whatever its keadmCmd says.
     pub token_from_cluster: bool,

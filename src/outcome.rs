@@ -10,11 +10,13 @@ pub use crate::remote::UpgradeReport;
 /// One pre-flight finding: its id (`edgecore_running`...) and what was seen.
 pub use crate::diagnosis::Finding as PreflightFinding;
 
-/// A node's phase. The first six are on the way; the rest are final.
+/// A node's phase. The first seven are on the way; the rest are final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     Pending,
+    /// `--drain`: the node's Node is cordoned and its pods evicted, before anything runs.
+    Draining,
     Connecting,
     Preparing,
     Uploading,
@@ -43,6 +45,7 @@ impl Phase {
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "pending",
+            Phase::Draining => "draining",
             Phase::Connecting => "connecting",
             Phase::Preparing => "preparing",
             Phase::Uploading => "uploading",
@@ -141,6 +144,54 @@ pub struct NodeOutcome {
     /// the rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<EdgeTaskRecord>,
+    /// In a rollout in waves: the node's wave, 1-based.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<usize>,
+    /// With `--drain`: what became of the node's Node (cordoned, drained, uncordoned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainRecord>,
+}
+
+/// What `--drain` did with a node's Node, from before its command to its final outcome
+/// (docs/summary.md).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct DrainRecord {
+    /// The Node: `--edgenode-name`, else the node's nodeName.
+    pub node_name: String,
+    /// Why it was neither cordoned nor drained: a join (no Node yet), or no Node of
+    /// that name in the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_drained: Option<String>,
+    /// The Node was cordoned for the node's command, by this run or before it.
+    pub cordoned: bool,
+    /// It was cordoned before the run by someone else, so this run leaves it cordoned.
+    pub already_cordoned: bool,
+    /// The earlier keadm-batch run (its id) that cordoned it and left it cordoned; this
+    /// run takes that cordon as its own and lifts it when the node succeeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earlier_run: Option<String>,
+    /// The pods evicted, as `namespace/name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evicted: Vec<String>,
+    /// Seconds the cordon and the drain took.
+    #[serde(default)]
+    pub seconds: f64,
+    /// Uncordoned again: after the node succeeded, or after a drain that failed.
+    pub uncordoned: bool,
+    /// The Node was gone when the node succeeded (a reset's, deleted with
+    /// `--delete-nodes`): nothing was left to uncordon.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// Why it could not be uncordoned, when that was tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncordon_error: Option<String>,
+}
+
+impl DrainRecord {
+    /// Whether the run leaves the Node cordoned.
+    pub fn left_cordoned(&self) -> bool {
+        self.cordoned && !self.uncordoned && !self.deleted
+    }
 }
 
 /// What the run learned of an upgrade-family command on the node.
@@ -166,6 +217,9 @@ pub struct EdgeTaskRecord {
     /// the Ready gate waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// An upgrade whose target the running edgecore already was: keadm was not run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unchanged: bool,
     /// `--backup`: the exit status of `keadm backup edge`, run first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_exit_status: Option<i32>,
@@ -314,6 +368,8 @@ impl NodeOutcome {
             preflight: Vec::new(),
             cluster: None,
             upgrade: None,
+            wave: None,
+            drain: None,
         }
     }
 }

@@ -365,8 +365,11 @@ pub fn build(
             );
         }
     }
-    let offline_images =
-        offline_images(config).filter(|_| nodes.iter().any(|n| n.keadm_args.is_join()));
+    let offline_images = offline_images(config).filter(|_| {
+        nodes
+            .iter()
+            .any(|n| n.keadm_args.is_join() || n.keadm_args.is_edge_upgrade())
+    });
     let known_hosts = options.known_hosts.clone().unwrap_or_else(|| {
         home.unwrap_or_else(|| PathBuf::from("/root"))
             .join(".ssh")

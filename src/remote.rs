@@ -46,8 +46,8 @@ use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
 pub use edge_task::{
-    ABORTED_LINE, EDGE_TASK_CHECK, EdgeTaskCheck, REMOVE_REPORT, ReportRead, UPGRADE_REPORT,
-    UpgradeReport, parse_edge_task_check, same_version, version_in,
+    ABORTED_LINE, ALREADY_RUNS, EDGE_TASK_CHECK, EdgeTaskCheck, REMOVE_REPORT, ReportRead,
+    UPGRADE_REPORT, UpgradeReport, parse_edge_task_check, same_version, unless_running, version_in,
 };
 pub use preflight_probe::{CloudcorePorts, JoinSide, preflight_probe_script};
 pub use reset_check::{RESET_CHECK, ResetCheck, parse_reset_check};
@@ -1545,6 +1545,22 @@ mod tests {
                 dir,
                 0,
                 &first_then("keadm reset edge --force", &reset, &join, 202),
+            ),
+            Forms::Every,
+            &[],
+        );
+        let upgrade = crate::plan::keadm_command(dir, "upgrade edge --toVersion v1.23.1");
+        let backup = crate::plan::keadm_command(dir, "backup edge");
+        check(
+            "run an upgrade: its report removed, its skip, its backup",
+            run_script(
+                dir,
+                0,
+                &format!(
+                    "{REMOVE_REPORT}\n{}{}",
+                    unless_running("v1.23.1"),
+                    first_then("keadm backup edge", &backup, &upgrade, 202)
+                ),
             ),
             Forms::Every,
             &[],

@@ -127,6 +127,9 @@ pub struct RetrySelection {
     pub names: HashSet<String>,
     /// Names recorded earlier that the config no longer has.
     pub gone: Vec<String>,
+    /// The wave each name to process had when last recorded (a rollout in waves): a
+    /// retry goes on in those waves, from where the rollout stopped.
+    pub waves: HashMap<String, usize>,
 }
 
 pub fn select(
@@ -134,7 +137,7 @@ pub fn select(
     known: &HashMap<String, NodeOutcome>,
     class: Option<FailureClass>,
 ) -> RetrySelection {
-    let names = config_names
+    let names: HashSet<String> = config_names
         .iter()
         .filter(|name| match (known.get(**name), class) {
             (Some(o), Some(class)) => !o.succeeded() && o.failure_class == Some(class),
@@ -144,6 +147,10 @@ pub fn select(
         })
         .map(|s| s.to_string())
         .collect();
+    let waves = names
+        .iter()
+        .filter_map(|name| Some((name.clone(), known.get(name)?.wave?)))
+        .collect();
     let in_config: HashSet<&str> = config_names.iter().copied().collect();
     let mut gone: Vec<String> = known
         .keys()
@@ -151,7 +158,7 @@ pub fn select(
         .cloned()
         .collect();
     gone.sort();
-    RetrySelection { names, gone }
+    RetrySelection { names, gone, waves }
 }
 
 #[cfg(test)]
@@ -196,6 +203,36 @@ mod tests {
             sel.names,
             ["c", "d"].iter().map(|s| s.to_string()).collect()
         );
+        // A journal without wave numbers (an older run): the retry gets fresh waves.
+        assert!(sel.waves.is_empty());
+    }
+
+    /// The retried nodes keep the wave they had when last recorded; a node that
+    /// succeeded (in any run of the chain) is not retried, whatever its wave.
+    #[test]
+    fn retried_nodes_keep_their_waves() {
+        let base = tempfile::tempdir().unwrap();
+        let in_wave = |name: &str, phase: Phase, wave: usize| {
+            let mut o = outcome(name, phase, None);
+            o.wave = Some(wave);
+            o
+        };
+        write_journal(
+            base.path(),
+            &[
+                in_wave("a", Phase::Succeeded, 1),
+                in_wave("b", Phase::Failed, 2),
+                in_wave("c", Phase::Skipped, 2),
+                in_wave("d", Phase::Skipped, 3),
+            ],
+        );
+        let known = last_outcomes(base.path()).unwrap();
+        let sel = select(&["a", "b", "c", "d", "e"], &known, None);
+        let expected: HashMap<String, usize> = [("b", 2), ("c", 2), ("d", 3)]
+            .map(|(n, w)| (n.to_string(), w))
+            .into();
+        assert_eq!(sel.waves, expected);
+        assert!(sel.names.contains("e") && !sel.names.contains("a"));
     }
 
     #[test]

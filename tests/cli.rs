@@ -388,6 +388,8 @@ fn completions_and_man_page_cover_every_flag() {
         "--retry-failed",
         "--max-fail",
         "--canary",
+        "--wave",
+        "--wave-pause",
         "--host-key-policy",
         "--dry-run",
     ] {

@@ -216,7 +216,7 @@ fn a_kubeconfig_without_the_permissions_stops_the_run_before_any_node() {
     let sc = Scenario::new(&fleet);
     let out = run(&sc, &api, &[]);
     out.status(2).stderr_has(&format!(
-        "keadm-batch: error: The kubeconfig's user may not watch nodes (https://127.0.0.1:{}/ answered the access review so). Verifying joins needs get, list and watch on nodes",
+        "keadm-batch: error: The kubeconfig's user may not watch nodes (https://127.0.0.1:{}/ answered the access review so). Every run with a kubeconfig needs get, list and watch on nodes",
         api.port
     ));
     assert!(

@@ -10,6 +10,7 @@ mod cli;
 mod cloud_e2e;
 mod cloud_upgrade_e2e;
 mod cluster;
+mod cluster_drain;
 mod cluster_extras;
 mod docs;
 mod faults;
@@ -32,6 +33,7 @@ mod sudo;
 mod template_go;
 mod transport;
 mod upgrade;
+mod waves;
 
 /// Cargo builds this one binary only (`autotests = false` in Cargo.toml), so a file in
 /// tests/ that is not declared above would never be compiled or run.

@@ -67,13 +67,15 @@ fn retry_failed_processes_exactly_the_failed_nodes() {
     );
 }
 
+/// `--max-fail N` tolerates N failures: the run stops starting nodes once more than N
+/// did not succeed (it used to stop once N had).
 #[test]
 fn max_fail_stops_starting_nodes_and_lists_the_rest() {
     let fleet = Fleet::builder().nodes(4).start();
     let sc = Scenario::new(&fleet)
         .login(Login::Password("wrong".into()))
         .max_run_num(1);
-    let out = sc.run(&["--max-fail", "2"]);
+    let out = sc.run(&["--max-fail", "1"]);
     out.status(1);
     let lines = out.log_lines();
     assert_eq!(lines.len(), 4, "{lines:?}");
@@ -81,9 +83,15 @@ fn max_fail_stops_starting_nodes_and_lists_the_rest() {
         lines[0].contains("rejected the password") && lines[1].contains("rejected the password")
     );
     for line in &lines[2..] {
-        assert!(line.contains("skipped: --max-fail 2 was reached"), "{line}");
+        assert!(
+            line.contains("skipped: 2 nodes did not succeed, more than the run allows (--max-fail 1), so no further node was started; nothing was done on this node"),
+            "{line}"
+        );
     }
     assert_eq!(out.summary()["totals"]["skipped"], 2);
+    // Not a rollout in waves: no wave numbers.
+    assert!(out.summary().get("waves").is_none());
+    assert!(out.node_summary(3).get("wave").is_none());
 }
 
 #[test]
@@ -104,8 +112,12 @@ fn a_failed_canary_holds_back_the_rest() {
     );
     assert_eq!(out.summary()["nodes"][0]["failure_class"], "upload");
     for line in &lines[1..] {
-        assert!(line.contains("canary node(s) did not succeed"), "{line}");
+        assert!(
+            line.contains("skipped: wave 1 of 2 (the canary) stopped the rollout: 1 of its 1 node did not succeed (--canary: every canary node must succeed)"),
+            "{line}"
+        );
     }
+    out.stderr_has("Wave 1 of 2 stopped the rollout: 1 of its 1 node did not succeed, more than its tolerance of 0. 3 nodes of wave 2 were not touched.");
     // Nodes that never started show no duration, and never `-0.0s`.
     out.stderr_lacks("-0.0s");
     out.stderr_has("SKIPPED edge-01 (");

@@ -193,6 +193,7 @@ fn summary_json(run_id: &str, nodes: Vec<NodeOutcome>) -> String {
         packages: Vec::new(),
         nodes,
         sites: Vec::new(),
+        waves: Vec::new(),
         merged_from: Vec::new(),
     })
     .unwrap()

@@ -72,6 +72,28 @@ fn an_upgrade_answers_keadms_prompt_reads_its_report_and_checks_the_running_edge
         );
     }
     assert_eq!(ran(fleet.node(0)), ["upgrade edge"]);
+
+    // Run again: both nodes already run v1.23.1, so keadm is not run (nor backed up).
+    let again = sc.run(&["--backup"]);
+    again.status(0);
+    for i in 0..2 {
+        let node = again.node_summary(i);
+        assert_eq!(node["phase"], "succeeded", "{node}");
+        assert_eq!(node["upgrade"]["unchanged"], true, "{node}");
+        assert!(node["upgrade"].get("report").is_none(), "{node}");
+        assert_eq!(ran(fleet.node(i)), ["upgrade edge"]);
+        let transcript = again.transcript(i);
+        assert!(
+            transcript.contains(
+                "keadm-batch: edgecore already runs v1.23.1, so keadm upgrade edge was not run"
+            ),
+            "{transcript}"
+        );
+        assert!(
+            transcript.contains("nothing to do: edgecore already runs v1.23.1"),
+            "{transcript}"
+        );
+    }
 }
 
 #[test]
@@ -146,6 +168,10 @@ fn a_failed_upgrade_fails_with_its_reports_message_and_is_rolled_back_to_its_bac
         transcript.contains("rolled back: edgecore runs v1.23.0 again"),
         "{transcript}"
     );
+    out.stderr_has(
+        "Rolled back (--rollback-on-failure): 1 node(s), 1 back on their old version, 0 not",
+    )
+    .stderr_has(&format!("  {:<24} back on v1.23.0\n", Scenario::name(1)));
 }
 
 #[test]
@@ -207,21 +233,7 @@ fn an_upgrade_waits_for_its_node_ready_on_the_new_version_and_a_late_one_is_roll
     let fleet = fleet_at(2, "v1.23.0");
     let api = FakeApiServer::start();
     for (i, node) in fleet.nodes().iter().enumerate() {
-        let version_file = node.tmp_path("edge/running-version");
-        let sick = node.tmp_path("kb-sick-on-v1.23.1");
-        let version = {
-            let file = version_file.clone();
-            move || {
-                std::fs::read_to_string(&file)
-                    .ok()
-                    .map(|v| v.trim().to_string())
-            }
-        };
-        let not_ready = move || {
-            sick.exists()
-                && std::fs::read_to_string(&version_file).is_ok_and(|v| v.trim() == "v1.23.1")
-        };
-        api.edge_node(&Scenario::name(i), version, not_ready);
+        fake_upgrade::node_in_cluster(&api, node, &Scenario::name(i));
     }
     fault(fleet.node(1), "kb-sick-on-v1.23.1", "");
     let sc = upgrade(&fleet);
@@ -263,6 +275,10 @@ fn an_upgrade_waits_for_its_node_ready_on_the_new_version_and_a_late_one_is_roll
     assert_eq!(rollback["ready"], true, "{rollback}");
     assert_eq!(rollback["running_version"], "v1.23.0");
     assert_eq!(running_version(fleet.node(1)).as_deref(), Some("v1.23.0"));
+    out.stderr_has(&format!(
+        "  {:<24} back on v1.23.0, Ready in the cluster",
+        Scenario::name(1)
+    ));
     assert_eq!(
         api.node_kubeedge_version(&Scenario::name(1)).as_deref(),
         Some("v1.23.0")
@@ -275,4 +291,30 @@ fn an_upgrade_waits_for_its_node_ready_on_the_new_version_and_a_late_one_is_roll
         )),
         "{transcript}"
     );
+}
+
+#[test]
+fn a_rollback_without_a_backup_says_it_did_not_bring_the_node_back() {
+    let fleet = fleet_at(1, "v1.23.0");
+    fault(fleet.node(0), "kb-installs", "v1.22.9");
+    let sc = upgrade(&fleet);
+    let out = sc.run(&["--rollback-on-failure"]);
+    out.status(1);
+    let node = out.node_summary(0);
+    assert_eq!(node["failure_class"], "version_mismatch");
+    let rollback = &node["upgrade"]["rollback"];
+    assert_eq!(rollback["succeeded"], false, "{rollback}");
+    assert_eq!(rollback["exit_status"], 1);
+    assert_eq!(
+        rollback["error"],
+        "keadm rollback edge exited with status 1: no historical version is found in backup dir /etc/kubeedge/backup/"
+    );
+    out.stderr_has(
+        "Rolled back (--rollback-on-failure): 1 node(s), 0 back on their old version, 1 not",
+    )
+    .stderr_has(&format!(
+        "  {:<24} NOT brought back: keadm rollback edge exited with status 1",
+        Scenario::name(0)
+    ));
+    assert_eq!(version_on_node(fleet.node(0)), "KubeEdge v1.22.9");
 }

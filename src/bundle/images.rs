@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::config::environment::StandIn;
 use crate::image_ref::ImageRef;
 use crate::keadm_cmd::KeadmCommand;
-use crate::kubeedge::images::{join_version, keadm_extras, own_release, required};
+use crate::kubeedge::images::{join_version, keadm_extras, own_release, required, upgrade_image};
 
 /// The images every node of an arch needs for the joins in `config`, installation
 /// packages first, without duplicates. The version of a join is its `--kubeedge-version`
@@ -59,6 +59,22 @@ pub(crate) fn for_config(
             if !images.contains(&image) {
                 images.push(image);
             }
+        }
+    }
+    // An upgrade pulls the installation-package of its target; on an air-gapped site the
+    // kit must carry it.
+    for node in config.nodes.iter() {
+        let Some(image) = upgrade_image(&node.keadm_args, Some(keadm_version)) else {
+            continue;
+        };
+        let image = image.map_err(|e| BundleError::BadImage {
+            reason: format!(
+                "keadm upgrade edge would ask for an image that is not a valid image reference: {e}"
+            ),
+            source_name: format!("the keadmCmd of {}", config.path.display()),
+        })?;
+        if !images.contains(&image) {
+            images.push(image);
         }
     }
     Ok(images)
@@ -209,6 +225,28 @@ mod tests {
             err.starts_with("keadm would ask for an image that is not a valid image reference: ")
                 && err.contains("\"Bad//installation-package:v1.23.1\""),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn an_upgrade_gets_the_installation_package_of_its_target() {
+        let pause = [ImageRef::parse("registry.k8s.io/pause:3.6").unwrap()];
+        let config = config(&[
+            "upgrade edge --toVersion v1.23.1",
+            "upgrade edge --toVersion=v1.22.2 --image my-registry.example/ke/installation-package",
+            // keadm's built-in default: its minor release's first.
+            "upgrade edge --force",
+        ]);
+        assert_eq!(
+            names(for_config(&config, "v1.23.1", &pause).unwrap()),
+            [
+                // The images of a join with keadm's version come first, as for any config
+                // without a join; the upgrade to v1.23.1 needs the same image.
+                "docker.io/kubeedge/installation-package:v1.23.1",
+                "registry.k8s.io/pause:3.6",
+                "my-registry.example/ke/installation-package:v1.22.2",
+                "docker.io/kubeedge/installation-package:v1.23.0",
+            ]
         );
     }
 

@@ -58,7 +58,7 @@ pub enum ClusterError {
         error: String,
     },
     #[error(
-        "The kubeconfig's user may not {denied} ({server} answered the access review so). Verifying joins needs get, list and watch on nodes{more}; grant them (docs/kubeedge.md has a ClusterRole that does), or leave out the kubeconfig. No node was touched."
+        "The kubeconfig's user may not {denied} ({server} answered the access review so). Every run with a kubeconfig needs get, list and watch on nodes{more}; grant them (docs/kubeedge.md has a ClusterRole that does), or leave out the kubeconfig. No node was touched."
     )]
     Denied {
         server: String,

@@ -1,14 +1,17 @@
 //! The cluster's side of a run (`--kubeconfig`): kube-rs reads the kubeconfig as kubectl
 //! does (contexts, client certificates, tokens, exec credential plugins, CA bundles,
 //! proxies) and talks to the API server; this module only asks what a run needs. It is
-//! read-only unless the operator asked to delete Node objects.
+//! read-only unless the operator asked to delete Node objects (`--delete-nodes`) or to
+//! cordon and drain them (`--drain`, in `drain`).
 //!
 //! kube-rs is async and the run is threads: one small tokio runtime, owned here, drives
 //! every request, and the methods below block on it, so nothing else in the crate knows
 //! about async. The watch (`watch`) is one task on it for the whole run.
 
+pub mod drain;
 mod error;
 pub mod node_state;
+pub mod pod_state;
 pub mod watch;
 
 use std::path::PathBuf;
@@ -84,6 +87,10 @@ const TOKEN_KEY: &str = "tokendata";
 pub struct Cluster {
     runtime: tokio::runtime::Runtime,
     client: kube::Client,
+    /// The same, without kube-rs's own retries of 429, 503 and 504 (up to 15, backing off
+    /// to minutes): an eviction a PodDisruptionBudget refuses answers 429, and the drain
+    /// retries it at its own pace, within its own deadline, naming the budget's message.
+    client_once: kube::Client,
     /// The API server's URL, for messages and the plan.
     pub server: String,
     /// The context in use.
@@ -95,6 +102,8 @@ pub struct Cluster {
 pub struct Permission {
     pub verb: &'static str,
     pub resource: &'static str,
+    /// `eviction` of `pods`; `None` for the resource itself.
+    pub subresource: Option<&'static str>,
     pub namespace: Option<&'static str>,
 }
 
@@ -110,6 +119,7 @@ impl Permission {
         Permission {
             verb,
             resource: "nodes",
+            subresource: None,
             namespace: None,
         }
     }
@@ -118,13 +128,19 @@ impl Permission {
     pub const TOKEN: Permission = Permission {
         verb: "get",
         resource: "secrets",
+        subresource: None,
         namespace: Some(TOKEN_NAMESPACE),
     };
 
+    /// `get secrets in namespace kubeedge`, `create pods/eviction`.
     pub fn describe(&self) -> String {
+        let resource = match self.subresource {
+            Some(sub) => format!("{}/{sub}", self.resource),
+            None => self.resource.to_string(),
+        };
         match self.namespace {
-            Some(ns) => format!("{} {} in namespace {ns}", self.verb, self.resource),
-            None => format!("{} {}", self.verb, self.resource),
+            Some(ns) => format!("{} {resource} in namespace {ns}", self.verb),
+            None => format!("{} {resource}", self.verb),
         }
     }
 }
@@ -185,17 +201,24 @@ impl Cluster {
         config.read_timeout = Some(REQUEST_TIMEOUT);
         config.connect_timeout = Some(REQUEST_TIMEOUT);
         let server = config.cluster_url.to_string();
-        // The client's connector is made inside the runtime (hyper needs its reactor).
-        let client = runtime
-            .block_on(async { kube::Client::try_from(config) })
-            .map_err(|e| ClusterError::Client {
-                source_of: access.source.clone(),
-                server: server.clone(),
-                error: error_chain(&e),
-            })?;
+        let mut once = config.clone();
+        once.default_retry = false;
+        // The clients' connectors are made inside the runtime (hyper needs its reactor).
+        let make = |config: kube::Config| {
+            runtime
+                .block_on(async { kube::Client::try_from(config) })
+                .map_err(|e| ClusterError::Client {
+                    source_of: access.source.clone(),
+                    server: server.clone(),
+                    error: error_chain(&e),
+                })
+        };
+        let client = make(config)?;
+        let client_once = make(once)?;
         Ok(Cluster {
             runtime,
             client,
+            client_once,
             server,
             context,
         })
@@ -228,6 +251,7 @@ impl Cluster {
                     resource_attributes: Some(ResourceAttributes {
                         verb: Some(permission.verb.to_string()),
                         resource: Some(permission.resource.to_string()),
+                        subresource: permission.subresource.map(str::to_string),
                         namespace: permission.namespace.map(str::to_string),
                         ..ResourceAttributes::default()
                     }),

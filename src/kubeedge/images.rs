@@ -114,6 +114,34 @@ pub fn installation_package(
     ))
 }
 
+/// The image `keadm upgrade edge` takes the new edgecore from: `<--image, default
+/// kubeedge/installation-package>:<--toVersion>` (keadm's `getEdgeCoreBinary`; the image
+/// flag names the whole repository, unlike join's `--image-repository`). Without
+/// `--toVersion`, keadm goes to a version built into its source, which for every release
+/// from v1.21 to v1.23 is its minor release's first (`v1.23.0` for keadm v1.23.1): that
+/// is taken from `keadm_version`. `None` for a command that is not an upgrade, or when
+/// neither version is known.
+pub fn upgrade_image(
+    command: &KeadmCommand,
+    keadm_version: Option<&str>,
+) -> Option<Result<ImageRef, ParseError>> {
+    if !command.is_edge_upgrade() {
+        return None;
+    }
+    let version = match command.value("toVersion") {
+        Some(version) => version.to_string(),
+        None => {
+            let own = own_release(keadm_version?)?;
+            let mut parts = own.splitn(3, '.');
+            format!("{}.{}.0", parts.next()?, parts.next()?)
+        }
+    };
+    let repository = command
+        .value("image")
+        .unwrap_or("kubeedge/installation-package");
+    Some(ImageRef::parse(&format!("{repository}:{version}")))
+}
+
 /// The KubeEdge version keadm join will ask for: `--kubeedge-version` when it is a release
 /// version (keadm adds a missing `v`), else keadm's own version, which is what keadm
 /// falls back to on a node that cannot reach GitHub to learn the latest release: the

@@ -150,6 +150,24 @@ impl Run<'_, '_> {
                 };
                 return Err(failed.class(class));
             }
+            (ReportRead::Missing, Ok(()))
+                if task.target_version.as_deref().is_some_and(|target| {
+                    check
+                        .running_version()
+                        .is_some_and(|v| same_version(v, target))
+                }) && self
+                    .transcript
+                    .tail(80)
+                    .iter()
+                    .any(|l| l.starts_with(remote::ALREADY_RUNS)) =>
+            {
+                self.edge_task_record().unchanged = true;
+                self.transcript.note(&format!(
+                    "nothing to do: edgecore already runs {}",
+                    check.running_version().unwrap_or_default()
+                ));
+                return Ok(());
+            }
             (ReportRead::Missing, Ok(())) => {
                 let aborted = self
                     .transcript

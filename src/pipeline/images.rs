@@ -33,14 +33,18 @@ use crate::transport::Connection;
 const ARCHIVE_MODE: u32 = 0o600;
 
 impl<'c> Run<'_, 'c> {
-    /// The offline images in play for this node: a join, in a run set up for them.
+    /// The offline images in play for this node: a join, or an upgrade (which pulls the
+    /// installation-package of its target), in a run set up for them.
     pub(super) fn images_in_play(&self) -> Option<&'c OfflineImages> {
+        let args = &self.node.keadm_args;
         self.ctx
             .offline_images
-            .filter(|_| self.node.keadm_args.is_join())
+            .filter(|_| args.is_join() || args.is_edge_upgrade())
     }
 
-    /// The socket of the runtime keadm join will use on this node.
+    /// The socket of the runtime keadm will use on this node: a join's
+    /// `--remote-runtime-endpoint`, else keadm's default, which is what keadm join writes
+    /// into edgecore.yaml for an upgrade to find.
     pub(super) fn runtime_socket(&self) -> String {
         preflight::runtime_socket(&self.node.keadm_args)
     }
@@ -54,8 +58,13 @@ impl<'c> Run<'_, 'c> {
             why: "the probe ended before it could ask".to_string(),
         });
         if let Some(told) = &probe.told {
+            let command = if self.node.keadm_args.is_edge_upgrade() {
+                "keadm upgrade edge"
+            } else {
+                "keadm join"
+            };
             let line = format!(
-                "the runtime keadm join will use is {} ({told})",
+                "the runtime {command} will use is {} ({told})",
                 runtime.name()
             );
             if self.runtime_noted.as_deref() != Some(line.as_str()) {

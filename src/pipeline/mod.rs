@@ -299,6 +299,8 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         transcript: Some(transcript_path.display().to_string()),
         cluster: None,
         upgrade: run.edge_task.take(),
+        wave: None,
+        drain: None,
     }
 }
 

@@ -292,7 +292,7 @@ impl Run<'_, '_> {
             moves.push(arrival.to_move);
         }
         script.push_str(&finalize_line(&node.upload_dir, &moves));
-        let command = match &node.first_step {
+        let mut command = match &node.first_step {
             Some(first) => remote::first_then(
                 first.kind.what(),
                 &first.command,
@@ -301,6 +301,20 @@ impl Run<'_, '_> {
             ),
             None => node.command.clone(),
         };
+        // An upgrade whose target the node already runs is not run again (nor backed up).
+        if let Some(target) = node
+            .edge_task
+            .as_ref()
+            .filter(|t| t.task == crate::keadm_cmd::EdgeTask::Upgrade)
+            .and_then(|t| t.target_version.as_deref())
+        {
+            command = format!("{}{command}", remote::unless_running(target));
+        }
+        // Before anything else: an upgrade that stops early must not leave an old report
+        // to be read as its own.
+        if node.edge_task.is_some() {
+            command = format!("{}\n{command}", remote::REMOVE_REPORT);
+        }
         script.push_str(&remote::run_script(&node.upload_dir, node.index, &command));
         self.transcript
             .note(&format!("running: {}", node.redactor.redact(&node.command)));

@@ -21,6 +21,28 @@ pub const UPGRADE_REPORT: &str = "/etc/kubeedge/upgrade_report.json";
 /// Put before keadm in the plan's command, so the report after it is this run's.
 pub const REMOVE_REPORT: &str = "rm -f /etc/kubeedge/upgrade_report.json";
 
+/// What an upgrade's script prints, before exiting 0 without running keadm, when the
+/// running edgecore already is its target ([`unless_running`]).
+pub const ALREADY_RUNS: &str = "keadm-batch: edgecore already runs ";
+
+/// Put before an upgrade with a known target: a node whose running edgecore already is
+/// `version` (as its own executable says) is left alone, so a rerun of an upgrade touches
+/// only the nodes not done yet (as KubeEdge's NodeUpgradeJob and k0sctl skip them).
+pub fn unless_running(version: &str) -> String {
+    let bare = version.trim_start_matches('v');
+    format!(
+        "{}{}kb_pid=\nfor p in $ec; do kb_pid=$p; break; done\n\
+         if [ -n \"$kb_pid\" ]; then\n\
+         \x20 kb_v=$(\"/proc/$kb_pid/exe\" --version 2>/dev/null | head -n 1)\n\
+         \x20 kb_v=${{kb_v##* }}\n\
+         \x20 if [ \"${{kb_v#v}}\" = {} ]; then echo \"{ALREADY_RUNS}$kb_v, so keadm upgrade edge was not run\"; exit 0; fi\n\
+         fi\n",
+        "has() { command -v \"$1\" >/dev/null 2>&1; }\n",
+        super::edgecore_pids!(),
+        crate::shell::shell_quote(bare)
+    )
+}
+
 /// keadm's line when `upgrade edge`'s prompt was not answered `y`.
 pub const ABORTED_LINE: &str = "aborted upgrade operation";
 
@@ -296,6 +318,25 @@ mod tests {
         let message = report.error_message.unwrap();
         assert!(message.starts_with("failed to pull image"), "{message}");
         assert!(!message.contains('\x1b'), "{message}");
+    }
+
+    #[test]
+    fn the_skip_of_an_upgrade_done_already_is_posix_sh_and_compares_versions() {
+        let script = unless_running("v1.23.1");
+        assert_forms_posix_sh("the upgrade's skip", &script, Forms::Every, &[]);
+        // With no edgecore in this shell's view it falls through to what follows.
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "{}echo ran",
+                // This machine's view holds other tests' edgecores: none is looked at.
+                script
+                    .replace("/proc/[0-9]*", "/nonexistent/[0-9]*")
+                    .replace("if has pidof", "if false")
+            ))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
     }
 
     #[test]

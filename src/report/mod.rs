@@ -14,9 +14,11 @@ pub mod stdout;
 pub mod summary;
 pub mod transcript;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::outcome::NodeOutcome;
+use crate::waves::WaveRecord;
 use progress::Progress;
 
 pub use run_dir::RunDir;
@@ -36,6 +38,9 @@ struct Inner {
     journal: run_dir::Journal,
     outcomes: Vec<NodeOutcome>,
     total: usize,
+    /// In a rollout in waves: each node's wave, by its index, stamped on its outcome.
+    wave_of: HashMap<usize, usize>,
+    waves: Vec<WaveRecord>,
 }
 
 impl Recorder {
@@ -52,6 +57,8 @@ impl Recorder {
                 journal,
                 outcomes: Vec::with_capacity(total),
                 total,
+                wave_of: HashMap::new(),
+                waves: Vec::new(),
             }),
             quiet,
             progress,
@@ -66,12 +73,15 @@ impl Recorder {
 
     /// Writes and flushes the node's result everywhere. A write failure is reported on
     /// the console but does not stop the run: the other records still hold the result.
-    pub fn record(&self, outcome: NodeOutcome) {
+    pub fn record(&self, mut outcome: NodeOutcome) {
         if !outcome.succeeded() {
             self.failures
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&wave) = inner.wave_of.get(&outcome.index) {
+            outcome.wave = Some(wave);
+        }
         if let Err(err) = inner.log.append(&outcome) {
             ::log::error!(
                 "Could not write to batch_process_log.txt: {err}. Node {}'s result is still in the journal and summary.json.",
@@ -107,5 +117,41 @@ impl Recorder {
     pub fn recorded(&self, index: usize) -> bool {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner.outcomes.iter().any(|o| o.index == index)
+    }
+
+    /// How many outcomes are recorded so far.
+    pub fn recorded_count(&self) -> usize {
+        self.lock().outcomes.len()
+    }
+
+    /// A rollout in waves: the wave of each node (by index), recorded with its outcome.
+    pub fn assign_waves(&self, wave_of: HashMap<usize, usize>) {
+        self.lock().wave_of = wave_of;
+    }
+
+    /// A wave starts: the status line shows it, and `line` says so (not with -q).
+    pub fn wave_started(&self, number: usize, last: usize, line: &str) {
+        self.progress.wave(number, last);
+        self.note(line);
+    }
+
+    /// A line of the run's own on the console, not with -q.
+    pub fn note(&self, line: &str) {
+        if !self.quiet {
+            self.progress.note(line);
+        }
+    }
+
+    /// What became of each wave, for summary.json and the recap.
+    pub fn set_waves(&self, waves: Vec<WaveRecord>) {
+        self.lock().waves = waves;
+    }
+
+    pub fn waves(&self) -> Vec<WaveRecord> {
+        self.lock().waves.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -78,6 +78,8 @@ pub struct Progress {
     started: Instant,
     nodes: Mutex<Vec<Option<NodeState>>>,
     finished: Mutex<usize>,
+    /// In a rollout in waves: the wave under way and the last wave's number.
+    wave: Mutex<Option<(usize, usize)>>,
     bar: Option<ProgressBar>,
     stop: Arc<AtomicBool>,
     ticker: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -104,6 +106,7 @@ impl Progress {
             started: Instant::now(),
             nodes: Mutex::new(vec![None; slots]),
             finished: Mutex::new(0),
+            wave: Mutex::new(None),
             bar,
             stop: Arc::new(AtomicBool::new(false)),
             ticker: Mutex::new(None),
@@ -158,12 +161,26 @@ impl Progress {
         }
     }
 
+    /// Wave `number` of `last` has started.
+    pub fn wave(&self, number: usize, last: usize) {
+        *self.wave.lock().unwrap_or_else(|e| e.into_inner()) = Some((number, last));
+    }
+
+    /// A line of the run's own (a wave starts, a pause), printed as result lines are.
+    pub fn note(&self, line: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{} {line}", timestamp()),
+        }
+    }
+
     /// The status text: counts by phase, rate, ETA, slowest running nodes.
     pub fn status(&self) -> String {
         let nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
         let finished = *self.finished.lock().unwrap_or_else(|e| e.into_inner());
         let mut counts = [0usize; 4];
         let mut verifying = 0usize;
+        let mut draining = 0usize;
         let mut running: Vec<&NodeState> = Vec::new();
         for state in nodes.iter().flatten() {
             match state.phase {
@@ -172,6 +189,7 @@ impl Progress {
                 Phase::Uploading => counts[2] += 1,
                 Phase::Running => counts[3] += 1,
                 Phase::Verifying => verifying += 1,
+                Phase::Draining => draining += 1,
                 _ => {}
             }
             running.push(state);
@@ -179,10 +197,18 @@ impl Progress {
         running.sort_by_key(|s| s.since);
         let elapsed = self.started.elapsed().as_secs_f64().max(0.001);
         let rate = finished as f64 / elapsed * 60.0;
-        let mut text = format!(
+        let wave = *self.wave.lock().unwrap_or_else(|e| e.into_inner());
+        let mut text = wave
+            .map(|(number, last)| format!("wave {number}/{last} · "))
+            .unwrap_or_default();
+        // Only --drain runs have nodes in this phase.
+        if draining > 0 {
+            text.push_str(&format!("draining {draining} · "));
+        }
+        text.push_str(&format!(
             "connecting {} · preparing {} · uploading {} · running {}",
             counts[0], counts[1], counts[2], counts[3]
-        );
+        ));
         // Only runs that verify joins in the cluster have nodes in this phase.
         if verifying > 0 {
             text.push_str(&format!(" · waiting for Ready {verifying}"));
@@ -270,6 +296,9 @@ mod tests {
             "{status}"
         );
         assert!(status.contains("ETA"), "{status}");
+        p.wave(2, 4);
+        let status = p.status();
+        assert!(status.starts_with("wave 2/4 · connecting 1 ·"), "{status}");
         p.finish();
     }
 

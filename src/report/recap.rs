@@ -4,40 +4,159 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::diagnosis::FailureClass;
+use crate::options::Amount;
 use crate::options::Shard;
 use crate::outcome::{NodeOutcome, Phase, SiteTraffic};
 use crate::shell::shell_quote;
+use crate::waves::{Gate, Rollout, WaveRecord, WaveResult, nodes as nodes_text};
 
 use super::summary::Totals;
 
 /// The line before the first node starts: `Processing 20 nodes of shard 2/4 (...) (5 at
-/// once); transcripts in batch_runs/<id>`. With `--canary N`, it says that the first N run
-/// alone before the rest: `Processing 20 nodes (first 2 as a canary, 2 at once; then the
-/// other 18, 5 at once); ...`.
+/// once); transcripts in batch_runs/<id>`. With `--canary N` alone, it says that the first
+/// N run alone before the rest: `Processing 20 nodes (first 2 as a canary, 2 at once;
+/// then the other 18, 5 at once); ...`; in waves, their shape: `Processing 20 nodes in 4
+/// waves of 5 (at most 0 failed per wave), 5 at once; ...`.
 pub fn banner(
     nodes: usize,
     shard: Option<Shard>,
     max_run_num: usize,
-    canary: Option<usize>,
+    rollout: &Rollout,
     run_dir: &Path,
 ) -> String {
     let at_once = |count: usize| max_run_num.min(count.max(1));
-    let pace = match canary.map(|c| c.min(nodes)) {
-        Some(first) if first > 0 && first < nodes => format!(
-            "first {first} as a canary, {} at once; then the other {}, {} at once",
+    let waves = &rollout.waves;
+    let canary = waves.first().filter(|w| w.gate == Gate::Canary);
+    let pace = match (canary.map(|w| w.positions.len()), waves.len()) {
+        (Some(first), 1) => format!(" (all as a canary, {} at once)", at_once(first)),
+        (Some(first), 2) if waves[1].number == 2 => format!(
+            " (first {first} as a canary, {} at once; then the other {}, {} at once)",
             at_once(first),
             nodes - first,
             at_once(nodes - first)
         ),
-        Some(first) if first > 0 => format!("all as a canary, {} at once", at_once(first)),
-        _ => format!("{} at once", at_once(nodes)),
+        _ if rollout.in_waves() => in_waves(rollout, at_once),
+        _ => format!(" ({} at once)", at_once(nodes)),
     };
     format!(
-        "Processing {nodes} node{}{} ({pace}); transcripts in {}",
+        "Processing {nodes} node{}{}{pace}; transcripts in {}",
         if nodes == 1 { "" } else { "s" },
         shard.map(|s| format!(" of shard {s}")).unwrap_or_default(),
         run_dir.display()
     )
+}
+
+/// ` in 4 waves of 5 (at most 0 failed per wave), 5 at once`, with the canary, the
+/// earlier run's numbers a retry continues, and the pause between waves.
+fn in_waves(rollout: &Rollout, at_once: impl Fn(usize) -> usize) -> String {
+    let waves = &rollout.waves;
+    let (canary, rest) = match waves.split_first() {
+        Some((first, rest)) if first.gate == Gate::Canary => (Some(first), rest),
+        _ => (None, &waves[..]),
+    };
+    let biggest = waves.iter().map(|w| w.positions.len()).max().unwrap_or(0);
+    let rest_biggest = rest.iter().map(|w| w.positions.len()).max().unwrap_or(0);
+    let of = if rest.iter().all(|w| w.positions.len() == rest_biggest) {
+        rest_biggest.to_string()
+    } else {
+        format!("up to {rest_biggest}")
+    };
+    let tolerance = match rest.first().map(|w| (w.gate, w.tolerance)) {
+        Some((Gate::MaxFail(Amount::Percent(p)), _)) => format!("at most {p}% failed per wave"),
+        Some((_, Some(t))) => format!("at most {t} failed per wave"),
+        _ => "no failure limit".to_string(),
+    };
+    let first = waves.first().map_or(1, |w| w.number);
+    let shape = match canary {
+        Some(canary) => format!(
+            "{} waves: a canary of {}, then {} of {of} ({tolerance})",
+            waves.len(),
+            canary.positions.len(),
+            rest.len()
+        ),
+        None if first != 1 => format!(
+            "waves {first} to {} of the earlier run, of {of} ({tolerance})",
+            rollout.last()
+        ),
+        None => format!("{} waves of {of} ({tolerance})", waves.len()),
+    };
+    let pause = if rollout.pause.is_zero() {
+        String::new()
+    } else {
+        format!(", {}s between waves", rollout.pause.as_secs())
+    };
+    format!(" in {shape}, {} at once{pause}", at_once(biggest))
+}
+
+/// A rollout in waves that did not finish: which wave stopped it and why, how many nodes
+/// of later waves were not touched, and how to go on. Nothing when every wave passed.
+pub fn waves(waves: &[WaveRecord], config: &Path) -> String {
+    let last = waves.iter().map(|w| w.number).max().unwrap_or(0);
+    let ended = waves
+        .iter()
+        .position(|w| matches!(w.result, WaveResult::Stopped | WaveResult::Interrupted));
+    let before = waves
+        .iter()
+        .position(|w| w.result == WaveResult::NotStarted);
+    let stopped = ended.is_some_and(|i| waves[i].result == WaveResult::Stopped);
+    let (head, later) = match (ended, before) {
+        (Some(i), _) => {
+            let w = &waves[i];
+            let head = if stopped {
+                format!(
+                    "Wave {} of {last} stopped the rollout: {} of its {} did not succeed, more than its tolerance of {}.",
+                    w.number,
+                    w.failed,
+                    nodes_text(w.nodes.len()),
+                    w.tolerance.unwrap_or_default()
+                )
+            } else {
+                format!(
+                    "The rollout was interrupted in wave {} of {last}.",
+                    w.number
+                )
+            };
+            (head, &waves[i + 1..])
+        }
+        (None, Some(i)) => (
+            format!(
+                "The rollout was stopped before wave {} of {last}.",
+                waves[i].number
+            ),
+            &waves[i..],
+        ),
+        (None, None) => return String::new(),
+    };
+    let later: Vec<&WaveRecord> = later
+        .iter()
+        .filter(|w| w.result == WaveResult::NotStarted)
+        .collect();
+    let untouched: usize = later.iter().map(|w| w.nodes.len()).sum();
+    let mut out = format!("\n{head}");
+    if let (Some(first), Some(end)) = (later.first(), later.last()) {
+        let numbers = if first.number == end.number {
+            format!("wave {}", first.number)
+        } else {
+            format!("waves {} to {}", first.number, end.number)
+        };
+        let _ = write!(
+            out,
+            " {} of {numbers} {} not touched.",
+            nodes_text(untouched),
+            if untouched == 1 { "was" } else { "were" }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n  then, {}: keadm-batch batch -c {} --retry-failed, with this run's --wave and --max-fail: it goes on where the rollout stopped, each node in the wave it had, each wave gated again",
+        if stopped {
+            "once the cause is fixed"
+        } else {
+            "to go on"
+        },
+        shell_quote(&config.display().to_string())
+    );
+    out
 }
 
 /// `[ 3/20] ok      edge-03  12.4s` or `[ 4/20] FAILED  edge-04  connect: ...`.
@@ -171,6 +290,7 @@ pub fn render(
         }
     }
     render_ready(&mut out, outcomes);
+    render_rollbacks(&mut out, outcomes);
     let mut ran: Vec<&NodeOutcome> = outcomes.iter().filter(|o| o.steps.total() > 0.0).collect();
     ran.sort_by(|a, b| b.steps.total().total_cmp(&a.steps.total()));
     if ran.len() > 1 {
@@ -233,25 +353,174 @@ fn render_ready(out: &mut String, outcomes: &[NodeOutcome]) {
     );
 }
 
+/// `--rollback-on-failure`: which failed upgrades the rollback brought back, and which
+/// it did not (their failure is still the upgrade's, listed above).
+fn render_rollbacks(out: &mut String, outcomes: &[NodeOutcome]) {
+    let rolled: Vec<(&str, &crate::outcome::RollbackRecord)> = outcomes
+        .iter()
+        .filter_map(|o| Some((o.name.as_str(), o.upgrade.as_ref()?.rollback.as_ref()?)))
+        .collect();
+    if rolled.is_empty() {
+        return;
+    }
+    let (back, not_back): (Vec<_>, Vec<_>) = rolled.iter().partition(|(_, r)| r.succeeded);
+    let _ = writeln!(
+        out,
+        "\nRolled back (--rollback-on-failure): {} node(s), {} back on their old version, {} not",
+        rolled.len(),
+        back.len(),
+        not_back.len()
+    );
+    for (name, rollback) in back.iter().take(10) {
+        let _ = writeln!(
+            out,
+            "  {name:<24} back on {}{}",
+            rollback
+                .running_version
+                .as_deref()
+                .unwrap_or("its old version"),
+            match rollback.ready {
+                Some(true) => ", Ready in the cluster",
+                _ => "",
+            }
+        );
+    }
+    for (name, rollback) in not_back.iter().take(10) {
+        let _ = writeln!(
+            out,
+            "  {name:<24} NOT brought back: {}",
+            rollback.error.as_deref().unwrap_or("the rollback failed")
+        );
+    }
+    if rolled.len() > 20 {
+        let _ = writeln!(
+            out,
+            "  ... (every node's rollback is in summary.json, upgrade.rollback)"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::waves::Shape;
+
+    fn rollout(count: usize, shape: Shape, earlier: &[Option<usize>]) -> Rollout {
+        Rollout {
+            waves: crate::waves::plan(count, &shape, earlier),
+            pause: std::time::Duration::ZERO,
+        }
+    }
+
+    fn shape(size: Option<Amount>, canary: Option<usize>, max_fail: Option<Amount>) -> Shape {
+        Shape {
+            size,
+            canary,
+            max_fail,
+        }
+    }
 
     #[test]
     fn the_banner_says_how_a_canary_runs() {
         let dir = Path::new("batch_runs/x");
         assert_eq!(
-            banner(20, None, 5, None, dir),
+            banner(20, None, 5, &Rollout::default(), dir),
             "Processing 20 nodes (5 at once); transcripts in batch_runs/x"
         );
         assert_eq!(
-            banner(20, None, 5, Some(2), dir),
+            banner(20, None, 5, &rollout(20, shape(None, None, None), &[]), dir),
+            "Processing 20 nodes (5 at once); transcripts in batch_runs/x"
+        );
+        assert_eq!(
+            banner(
+                20,
+                None,
+                5,
+                &rollout(20, shape(None, Some(2), None), &[]),
+                dir
+            ),
             "Processing 20 nodes (first 2 as a canary, 2 at once; then the other 18, 5 at once); transcripts in batch_runs/x"
         );
         assert_eq!(
-            banner(1, None, 5, Some(3), dir),
+            banner(
+                1,
+                None,
+                5,
+                &rollout(1, shape(None, Some(3), None), &[]),
+                dir
+            ),
             "Processing 1 node (all as a canary, 1 at once); transcripts in batch_runs/x"
         );
+    }
+
+    #[test]
+    fn the_banner_says_the_shape_of_the_waves() {
+        let dir = Path::new("r");
+        let quarter = Some(Amount::Percent(25));
+        let zero = Some(Amount::Nodes(0));
+        assert_eq!(
+            banner(
+                20,
+                None,
+                5,
+                &rollout(20, shape(quarter, None, zero), &[]),
+                dir
+            ),
+            "Processing 20 nodes in 4 waves of 5 (at most 0 failed per wave), 5 at once; transcripts in r"
+        );
+        let mut paused = rollout(
+            11,
+            shape(Some(Amount::Nodes(3)), Some(1), Some(Amount::Percent(20))),
+            &[],
+        );
+        paused.pause = std::time::Duration::from_secs(30);
+        assert_eq!(
+            banner(11, None, 2, &paused, dir),
+            "Processing 11 nodes in 5 waves: a canary of 1, then 4 of up to 3 (at most 20% failed per wave), 2 at once, 30s between waves; transcripts in r"
+        );
+        let retry = rollout(3, shape(None, None, None), &[Some(2), Some(3), Some(4)]);
+        assert_eq!(
+            banner(3, None, 5, &retry, dir),
+            "Processing 3 nodes in waves 2 to 4 of the earlier run, of 1 (at most 0 failed per wave), 1 at once; transcripts in r"
+        );
+    }
+
+    #[test]
+    fn the_recap_says_which_wave_stopped_the_rollout_and_what_was_not_touched() {
+        let wave = |number: usize, names: &[&str], succeeded, failed, result| WaveRecord {
+            number,
+            nodes: names.iter().map(|n| n.to_string()).collect(),
+            succeeded,
+            failed,
+            tolerance: Some(0),
+            result,
+        };
+        let config = Path::new("site a.yaml");
+        let mut record = vec![
+            wave(1, &["a", "b"], 2, 0, WaveResult::Passed),
+            wave(2, &["c", "d"], 1, 1, WaveResult::Stopped),
+            wave(3, &["e", "f"], 0, 0, WaveResult::NotStarted),
+            wave(4, &["g"], 0, 0, WaveResult::NotStarted),
+        ];
+        let text = waves(&record, config);
+        assert!(
+            text.starts_with("\nWave 2 of 4 stopped the rollout: 1 of its 2 nodes did not succeed, more than its tolerance of 0. 3 nodes of waves 3 to 4 were not touched.\n"),
+            "{text}"
+        );
+        assert!(text.contains("keadm-batch batch -c 'site a.yaml' --retry-failed, with this run's --wave and --max-fail"), "{text}");
+        record[1].result = WaveResult::Passed;
+        record[2].result = WaveResult::Interrupted;
+        assert!(waves(&record, config).starts_with(
+            "\nThe rollout was interrupted in wave 3 of 4. 1 node of wave 4 was not touched.\n  then, to go on: keadm-batch"
+        ));
+        record[2].result = WaveResult::NotStarted;
+        assert!(
+            waves(&record, config).starts_with("\nThe rollout was stopped before wave 3 of 4. 3 nodes of waves 3 to 4 were not touched.\n"),
+        );
+        record[2].result = WaveResult::Passed;
+        record[3].result = WaveResult::Passed;
+        assert_eq!(waves(&record, config), "");
+        assert_eq!(waves(&[], config), "");
     }
 
     #[test]

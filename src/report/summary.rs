@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::arch::Arch;
 use crate::outcome::{NodeOutcome, Phase, SiteTraffic, now};
 use crate::stage::Stager;
+use crate::waves::WaveRecord;
 
 pub const SUMMARY_VERSION: u32 = 1;
 
@@ -72,6 +73,9 @@ pub struct Summary {
     /// with `--relay auto`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sites: Vec<SiteTraffic>,
+    /// A rollout in waves: what became of each wave, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waves: Vec<WaveRecord>,
     /// For a summary made by `batch merge`: the run directories it combines.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub merged_from: Vec<String>,
@@ -91,6 +95,8 @@ pub struct RunFacts<'a> {
     pub stager: Option<&'a Stager>,
     /// What the sites moved (empty without a relay).
     pub sites: &'a [SiteTraffic],
+    /// What became of each wave (empty when the run was not in waves).
+    pub waves: &'a [WaveRecord],
 }
 
 impl Summary {
@@ -108,6 +114,7 @@ impl Summary {
             packages: facts.stager.map(staged_packages).unwrap_or_default(),
             nodes,
             sites: facts.sites.to_vec(),
+            waves: facts.waves.to_vec(),
             merged_from: Vec::new(),
         }
     }

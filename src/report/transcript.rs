@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::node_text::escape_controls;
+use crate::outcome::NodeOutcome;
 use crate::redact::Redactor;
 
 /// Lines kept in memory for the error message and classification.
@@ -76,6 +77,21 @@ impl Transcript {
         let mut transcript = Transcript::in_memory(redactor).capped_at(cap);
         transcript.out = Some(BufWriter::new(super::files::append(path)?));
         Ok(transcript)
+    }
+
+    /// Adds `lines` as notes to the transcript of a node whose pipeline has ended (what
+    /// the cluster did before or after it), at most 64 KiB more.
+    pub fn add_notes(outcome: &NodeOutcome, redactor: &Arc<Redactor>, lines: &[String]) {
+        let Some(path) = outcome.transcript.as_deref().filter(|_| !lines.is_empty()) else {
+            return;
+        };
+        if let Ok(mut transcript) = Transcript::reopen(Path::new(path), redactor.clone(), 64 << 10)
+        {
+            for line in lines {
+                transcript.note(line);
+            }
+            transcript.finish();
+        }
     }
 
     /// A transcript that only keeps the tail (for tests and when the file cannot be made).

@@ -36,6 +36,27 @@ use verdicts::{
 pub struct Verification<'c> {
     pub cluster: &'c Cluster,
     pub timeout: Duration,
+    /// Runs on each node's final outcome just before it is recorded, whoever records it.
+    pub finish: &'c dyn Finish,
+}
+
+/// What becomes of a node's final outcome before it is recorded (`--drain` uncordons the
+/// Node of a node that succeeded).
+pub trait Finish: Sync {
+    fn finish(&self, outcome: NodeOutcome) -> NodeOutcome;
+}
+
+/// The run's recorder as the deciding thread records through it: every verdict passes
+/// through [`Finish`] first.
+pub struct Finishing<'r> {
+    recorder: &'r Recorder,
+    finish: &'r dyn Finish,
+}
+
+impl Finishing<'_> {
+    pub fn record(&self, outcome: NodeOutcome) {
+        self.recorder.record(self.finish.finish(outcome));
+    }
 }
 
 impl Verification<'_> {
@@ -84,15 +105,21 @@ impl Verification<'_> {
             .map(Option::flatten)
             .collect()
         };
+        let finishing = Finishing {
+            recorder,
+            finish: self.finish,
+        };
         std::thread::scope(|scope| {
-            scope.spawn(|| verifier.run(nodes, recorder, cancel, &ask, &roll_back));
+            scope.spawn(|| verifier.run(nodes, &finishing, cancel, &ask, &roll_back));
             pool::run_all_handing_over(
                 nodes,
                 policy,
                 cancel,
                 recorder,
                 |node| {
-                    let outcome = verifier.take(node, process(node));
+                    let outcome = verifier
+                        .take(node, process(node))
+                        .map(|outcome| self.finish.finish(outcome));
                     if outcome.is_none() {
                         ctx.progress.phase(node.index, &node.name, Phase::Verifying);
                     }
@@ -289,7 +316,7 @@ impl<'a> Verifier<'a> {
     pub fn run(
         &self,
         nodes: &[NodePlan],
-        recorder: &Recorder,
+        recorder: &Finishing,
         cancel: &Cancel,
         ask: &AskNodes,
         roll_back: &RollBack,
@@ -392,7 +419,7 @@ impl<'a> Verifier<'a> {
     fn roll_back_late(
         &self,
         failed: Vec<(NodeOutcome, &NodePlan)>,
-        recorder: &Recorder,
+        recorder: &Finishing,
         roll_back: &RollBack,
     ) {
         if failed.is_empty() {

@@ -39,19 +39,8 @@ pub(super) fn plan_of(nodes: &[NodePlan], index: usize) -> Option<&NodePlan> {
 
 /// Adds `lines` to the node's transcript (its pipeline has closed it).
 pub(super) fn note(nodes: &[NodePlan], outcome: &NodeOutcome, lines: &[String]) {
-    let Some(node) = plan_of(nodes, outcome.index) else {
-        return;
-    };
-    let Some(path) = &outcome.transcript else {
-        return;
-    };
-    if let Ok(mut transcript) =
-        Transcript::reopen(std::path::Path::new(path), node.redactor.clone(), 64 << 10)
-    {
-        for line in lines {
-            transcript.note(line);
-        }
-        transcript.finish();
+    if let Some(node) = plan_of(nodes, outcome.index) {
+        Transcript::add_notes(outcome, &node.redactor, lines);
     }
 }
 

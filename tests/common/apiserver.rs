@@ -1,9 +1,12 @@
 //! A stand-in for the Kubernetes API server on 127.0.0.1, over TLS, answering the
 //! endpoints keadm-batch's client uses with the shapes a real kube-apiserver v1.32 gives
 //! (docs/kubeedge.md lists them): `GET /version`, the Node list and watch (newline-
-//! delimited events in a chunked body, resourceVersions counting up), `GET` and `DELETE`
-//! of one Node, the `tokensecret` secret, and self-subject access reviews. Every request
-//! must carry the kubeconfig's bearer token; denied permissions answer `allowed: false`.
+//! delimited events in a chunked body, resourceVersions counting up), `GET`, `DELETE` and
+//! merge-`PATCH` of one Node, the `tokensecret` secret, self-subject access reviews, and
+//! for `--drain` the pods list by `fieldSelector=spec.nodeName=` and the Eviction
+//! subresource (201 `Success`, or 429 with the PodDisruptionBudget's message and cause,
+//! as kube-apiserver's eviction handler words them). Every request must carry the
+//! kubeconfig's bearer token; denied permissions answer `allowed: false`.
 //!
 //! Nodes appear as edgecore makes them appear: a test says when (a condition polled every
 //! 100 ms, such as "the fake keadm on the node has exited") and how the node then behaves
@@ -31,6 +34,10 @@ pub enum Behaviour {
     NotReady { reason: String, message: String },
 }
 
+mod drain;
+use drain::FakePod;
+pub use drain::{Eviction, Owner};
+
 type When = Box<dyn Fn() -> bool + Send>;
 /// The nodes still waiting for their condition.
 type Pending = Arc<Mutex<Vec<(String, When, Behaviour)>>>;
@@ -42,10 +49,18 @@ struct State {
     /// Every change, in order: (resourceVersion, type, object).
     events: Vec<(u64, &'static str, Value)>,
     requests: Vec<String>,
+    /// When each of `requests` came, in seconds since the Unix epoch.
+    request_times: Vec<f64>,
     denied: HashSet<(String, String)>,
     token: Option<String>,
     /// DELETE of a Node answers 500, as an API server whose etcd is down does.
     deletes_fail: bool,
+    /// Pods by `namespace/name`.
+    pods: BTreeMap<String, FakePod>,
+    /// The merge patches applied to Nodes: (name, patch).
+    patches: Vec<(String, Value)>,
+    /// PATCH of a Node answers 500, as DELETE does with `deletes_fail`.
+    patches_fail: bool,
 }
 
 pub struct FakeApiServer {
@@ -171,6 +186,7 @@ impl FakeApiServer {
         not_ready: impl Fn() -> bool + Send + 'static,
     ) {
         let (state, stop, name) = (self.state.clone(), self.stop.clone(), name.to_string());
+        let key = name.clone();
         let node = move |v: &str, ready: bool| {
             let mut node = if ready {
                 node_object(&name, "True", "EdgeReady", "edge is posting ready status")
@@ -193,15 +209,29 @@ impl FakeApiServer {
                 let Some(now) = version() else { continue };
                 let seen = (now, !not_ready());
                 if seen != shown {
-                    change(
-                        &mut state.lock().unwrap(),
-                        "MODIFIED",
-                        node(&seen.0, seen.1),
-                    );
+                    // edgecore writes the Node's status: its spec (a cordon) and
+                    // annotations stay as they are.
+                    let mut state = state.lock().unwrap();
+                    let mut next = node(&seen.0, seen.1);
+                    if let Some(old) = state.nodes.get(&key) {
+                        next["spec"] = old["spec"].clone();
+                        next["metadata"]["annotations"] = old["metadata"]["annotations"].clone();
+                    }
+                    change(&mut state, "MODIFIED", next);
                     shown = seen;
                 }
             }
         });
+    }
+
+    /// The Node `name` reports that its edgecore runs KubeEdge `version` (a write of its
+    /// status, as edgecore makes when it starts).
+    pub fn node_runs(&self, name: &str, version: &str) {
+        let mut state = self.state.lock().unwrap();
+        let mut node = state.nodes.get(name).cloned().expect("the Node exists");
+        node["status"]["nodeInfo"]["kubeletVersion"] =
+            json!(format!("v1.32.10-kubeedge-{version}"));
+        change(&mut state, "MODIFIED", node);
     }
 
     /// The KubeEdge version the Node `name` shows now.
@@ -221,6 +251,18 @@ impl FakeApiServer {
         self.state.lock().unwrap().nodes.contains_key(name)
     }
 
+    /// Every request so far with when it came (seconds since the Unix epoch, this
+    /// machine's clock, as the fake keadm's records have it).
+    pub fn requests_at(&self) -> Vec<(f64, String)> {
+        let state = self.state.lock().unwrap();
+        state
+            .request_times
+            .iter()
+            .copied()
+            .zip(state.requests.iter().cloned())
+            .collect()
+    }
+
     /// Every request so far: `METHOD path?query`.
     pub fn requests(&self) -> Vec<String> {
         self.state.lock().unwrap().requests.clone()
@@ -235,6 +277,14 @@ impl Drop for FakeApiServer {
 
 fn rfc3339(at: SystemTime) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// A recorded answer of the real kube-apiserver (tests/fixtures/kube-apiserver/).
+fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/kube-apiserver")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// The Node a real kube-apiserver returned for a Ready edge node
@@ -327,13 +377,25 @@ fn edgecores(state: &Arc<Mutex<State>>, pending: &Pending, stop: &Arc<AtomicBool
 }
 
 fn respond(out: &mut impl Write, status: &str, body: &Value) {
+    respond_with(out, status, "", body);
+}
+
+/// An answer with more header lines (`Warning: ...\r\n`).
+fn respond_with(out: &mut impl Write, status: &str, headers: &str, body: &Value) {
     let body = body.to_string();
     let _ = write!(
         out,
-        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = out.flush();
+}
+
+/// A 404 for one object, as kube-apiserver words it.
+fn not_found(kind: &str, name: &str) -> Value {
+    let mut answer = status(404, "NotFound", &format!("{kind} \"{name}\" not found"));
+    answer["details"] = json!({"name": name, "kind": kind});
+    answer
 }
 
 fn status(code: u16, reason: &str, message: &str) -> Value {
@@ -353,6 +415,7 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
     let target = parts.next().unwrap_or("/").to_string();
     let mut length = 0usize;
     let mut authorized = false;
+    let mut content_type = String::new();
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).is_err() || header == "\r\n" || header.is_empty() {
@@ -362,6 +425,9 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
         if let Some(value) = lower.strip_prefix("content-length:") {
             length = value.trim().parse().unwrap_or(0);
         }
+        if let Some(value) = lower.strip_prefix("content-type:") {
+            content_type = value.trim().to_string();
+        }
         if header.trim_end() == format!("authorization: Bearer {BEARER}")
             || header.trim_end() == format!("Authorization: Bearer {BEARER}")
         {
@@ -370,11 +436,14 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
     }
     let mut body = vec![0u8; length];
     let _ = reader.read_exact(&mut body);
-    state
-        .lock()
-        .unwrap()
-        .requests
-        .push(format!("{method} {target}"));
+    {
+        let mut state = state.lock().unwrap();
+        state.requests.push(format!("{method} {target}"));
+        let at = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap();
+        state.request_times.push(at.as_secs_f64());
+    }
     let mut out = reader.into_inner();
     if !authorized {
         return respond(
@@ -384,9 +453,14 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
         );
     }
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-    let params: BTreeMap<&str, &str> = query
+    let decoded: Vec<(String, String)> = query
         .split('&')
         .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (percent_decode(k), percent_decode(v)))
+        .collect();
+    let params: BTreeMap<&str, &str> = decoded
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     match (method.as_str(), path) {
         ("GET", "/version") => respond(
@@ -418,6 +492,19 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
                 &json!({"kind": "NodeList", "apiVersion": "v1",
                         "metadata": {"resourceVersion": state.version.to_string()}, "items": items}),
             );
+        }
+        ("PATCH", _) if path.starts_with("/api/v1/nodes/") => {
+            drain::patch_node(
+                &mut out,
+                state,
+                &path["/api/v1/nodes/".len()..],
+                &content_type,
+                &body,
+            );
+        }
+        ("GET", "/api/v1/pods") => drain::list_pods(&mut out, state, params.get("fieldSelector")),
+        ("POST", _) if path.starts_with("/api/v1/namespaces/") && path.ends_with("/eviction") => {
+            drain::evict(&mut out, state, path, &body);
         }
         (method @ ("GET" | "DELETE"), _) if path.starts_with("/api/v1/nodes/") => {
             let name = &path["/api/v1/nodes/".len()..];
@@ -464,9 +551,15 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
         ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews") => {
             let mut review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let attributes = &review["spec"]["resourceAttributes"];
+            // A subresource is denied as `pods/eviction`.
+            let resource = attributes["resource"].as_str().unwrap_or("");
+            let resource = match attributes["subresource"].as_str() {
+                Some(sub) if !sub.is_empty() => format!("{resource}/{sub}"),
+                _ => resource.to_string(),
+            };
             let key = (
                 attributes["verb"].as_str().unwrap_or("").to_string(),
-                attributes["resource"].as_str().unwrap_or("").to_string(),
+                resource,
             );
             let allowed = !state.lock().unwrap().denied.contains(&key);
             review["status"] = json!({"allowed": allowed});
@@ -538,6 +631,27 @@ fn watch(
 fn chunk(out: &mut impl Write, event: &Value) -> bool {
     let line = format!("{event}\n");
     write!(out, "{:x}\r\n{line}\r\n", line.len()).is_ok() && out.flush().is_ok()
+}
+
+/// `%3D` and the like, as a query's values arrive.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(byte) = text
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(byte);
+            i += 3;
+        } else {
+            out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether the fake keadm at `calls` (its `.calls` file on the node) has exited.

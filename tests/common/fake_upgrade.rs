@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use super::apiserver::FakeApiServer;
 use super::edge_state::private_etc;
 use super::fake_keadm::FakeKeadm;
 use super::fleet::Node;
@@ -238,4 +239,25 @@ pub fn version_on_node(node: &Node) -> String {
 /// Makes a fault on `node` (a file in its private /tmp: `kb-upgrade-fails`, ...).
 pub fn fault(node: &Node, name: &str, contents: &str) {
     std::fs::write(node.tmp_path(name), contents).unwrap();
+}
+
+/// The node's Node in the stand-in API server, kept as its edgecore would keep it: Ready
+/// on the version the node's edgecore last started as, and NotReady while that version
+/// is the one a `kb-sick-on-<version>` file in the node's /tmp names.
+pub fn node_in_cluster(api: &FakeApiServer, node: &Node, name: &str) {
+    let version_file = node.tmp_path("edge/running-version");
+    let tmp = node.tmp_path("");
+    let read = move |file: &Path| {
+        std::fs::read_to_string(file)
+            .ok()
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let version = {
+        let file = version_file.clone();
+        move || read(&file)
+    };
+    let not_ready =
+        move || read(&version_file).is_some_and(|v| tmp.join(format!("kb-sick-on-{v}")).exists());
+    api.edge_node(name, version, not_ready);
 }

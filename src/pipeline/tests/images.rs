@@ -302,8 +302,67 @@ fn an_import_the_runtime_does_not_list_afterwards_is_a_failure() {
     );
 }
 
+/// keadm upgrade edge pulls the installation-package of its target through the node's
+/// runtime: on an air-gapped site the archive is imported before keadm runs, as for a
+/// join (into the runtime at keadm's default socket, which keadm join wrote into
+/// edgecore.yaml).
 #[test]
-fn only_joins_get_offline_images() {
+fn an_upgrade_gets_its_offline_images_imported_before_keadm() {
+    let fake = FakeTransport::new()
+        .on("KB_EDGE_TASK_CHECKED", Reply::ok().printing(
+            "KB_REPORT {\"event\":\"Upgrade\",\"success\":true,\"fromVersion\":\"v1.23.0\",\"toVersion\":\"v1.23.1\"}\nKB_RUNNING 9 KubeEdge v1.23.1\nKB_NODE_NAME edge-1\nKB_EDGE_TASK_CHECKED\n",
+        ))
+        .on("./keadm upgrade", Reply::ok())
+        .on(IMPORT, imported(1, &[PACKAGE, PAUSE]))
+        .on(sent::PREPARE, prepared_with_runtime(&[PAUSE]))
+        .on(&tmp(&package()), Reply::ok());
+    let mut h = Harness::new(fake);
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    let mut plan = node(vec![]);
+    plan.keadm_cmd = "upgrade edge --toVersion v1.23.1".into();
+    plan.keadm_args = KeadmCommand::parse(&plan.keadm_cmd);
+    plan.command = crate::plan::keadm_command("/opt/bin", &plan.keadm_cmd);
+    plan.edge_task = Some(crate::plan::EdgeTaskPlan {
+        task: crate::keadm_cmd::EdgeTask::Upgrade,
+        target_version: Some("v1.23.1".into()),
+        rollback: None,
+    });
+    let outcome = h.process(&plan);
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    let execs = h.execs();
+    assert_eq!(
+        execs.len(),
+        5,
+        "prepare, archive, import, run, check: {execs:#?}"
+    );
+    assert!(
+        execs[2].command.contains(&format!(
+            "ctr --connect-timeout 10s --address /run/containerd/containerd.sock -n k8s.io images import {}",
+            package()
+        )),
+        "{}",
+        execs[2].command
+    );
+    assert!(
+        execs[3]
+            .command
+            .ends_with("yes | ./keadm upgrade edge --toVersion v1.23.1"),
+        "{}",
+        execs[3].command
+    );
+    assert!(
+        transcript(&outcome).contains(
+            "the runtime keadm upgrade edge will use is containerd (/run/containerd/containerd.sock)"
+        ),
+        "{}",
+        transcript(&outcome)
+    );
+    let upgrade = outcome.upgrade.expect("an upgrade record");
+    assert_eq!(upgrade.running_version.as_deref(), Some("v1.23.1"));
+}
+
+#[test]
+fn only_joins_and_upgrades_get_offline_images() {
     let fake = FakeTransport::new()
         .on(
             "KB_RESET_CHECKED",

@@ -403,6 +403,9 @@ pub fn combine(inputs: &[(PathBuf, Summary)]) -> Result<Summary, MergeError> {
         packages,
         nodes,
         sites: merged_sites(inputs)?,
+        // Each shard was a rollout of its own: its nodes keep their `wave`, but no one
+        // list of waves describes the shards together.
+        waves: Vec::new(),
         merged_from: inputs
             .iter()
             .map(|(dir, _)| dir.display().to_string())
@@ -521,6 +524,7 @@ mod tests {
             packages: Vec::new(),
             nodes,
             sites: Vec::new(),
+            waves: Vec::new(),
             merged_from: Vec::new(),
         }
     }

@@ -99,6 +99,7 @@ pub(super) fn read_run(
             packages: Vec::new(),
             nodes,
             sites: Vec::new(),
+            waves: Vec::new(),
             merged_from: Vec::new(),
         },
         true,
