@@ -257,7 +257,10 @@ pub(crate) fn seconds(node: &serde_json::Value, key: &str) -> f64 {
 
 /// The last lines of fleet node `i`'s transcript, for failure messages and the log.
 pub(crate) fn tail(out: &Output, i: usize) -> String {
-    let text = out.transcript(i);
+    let text = match out.transcript_if_any(i) {
+        Ok(text) => text,
+        Err((path, e)) => return format!("(no transcript: {}: {e})", path.display()),
+    };
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
 }

@@ -150,9 +150,13 @@ fn a_real_keadm_upgrades_a_real_edgecore_with_a_backup_and_rolls_back_a_failed_p
     );
 
     // 3. The upgrade, its prompt answered by the tool, with a backup first and a rollback
-    //    of what fails.
+    //    of what fails, in the default waves (10%): node 0 is wave 1, gated by its Node
+    //    Ready on the new version; node 1 is wave 2.
+    // No offline images for this run: node 0 has its installation-package already, and the
+    // kit's would reach node 1 too.
     let upgrade = scenario(&fleet, &[0, 1], kit.path())
         .keadm_version(&to)
+        .keadm_yaml("offlineImages: {}")
         .cmd(&format!("upgrade edge --toVersion {to}"));
     let out = upgrade.run(&[
         "--kubeconfig",
@@ -213,11 +217,27 @@ fn a_real_keadm_upgrades_a_real_edgecore_with_a_backup_and_rolls_back_a_failed_p
 
     // Node 1: the pull failed (no image, no registry), its report says why, and the
     // rollback brought it back to the older release, Ready on it.
-    let totals = &out.summary()["totals"];
+    let summary = out.summary();
+    let totals = &summary["totals"];
     assert_eq!(
         (&totals["succeeded"], &totals["failed"]),
         (&1.into(), &1.into()),
         "{totals}"
+    );
+    let waves: Vec<(String, String)> = summary["waves"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no waves in the summary: {summary}"))
+        .iter()
+        .map(|w| (w["nodes"].to_string(), w["result"].to_string()))
+        .collect();
+    assert_eq!(
+        waves,
+        [
+            (r#"["edge-00"]"#.into(), r#""passed""#.into()),
+            (r#"["edge-01"]"#.into(), r#""stopped the rollout""#.into())
+        ],
+        "{}",
+        summary["waves"]
     );
     let failed = out.node_summary(1);
     assert_eq!(failed["phase"], "failed", "{failed}");

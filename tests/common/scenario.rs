@@ -390,11 +390,18 @@ impl Output {
     }
 
     pub fn transcript(&self, i: usize) -> String {
+        self.transcript_if_any(i)
+            .unwrap_or_else(|(path, e)| panic!("{}: {e}", path.display()))
+    }
+
+    /// Fleet node `i`'s transcript, or its path and why it cannot be read (a node a
+    /// stopped rollout never started has none).
+    pub fn transcript_if_any(&self, i: usize) -> Result<String, (PathBuf, std::io::Error)> {
         let path =
             self.latest_run()
                 .join("nodes")
                 .join(format!("{}-{}.log", i + 1, Scenario::name(i)));
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        std::fs::read_to_string(&path).map_err(|e| (path, e))
     }
 
     pub fn summary(&self) -> serde_json::Value {
