@@ -33,6 +33,27 @@ fi
 }
 use edgecore_pids;
 
+/// Two shell functions that tell which edgecore runs, without running edgecore: it has
+/// no `--version` (it ignores the flag and starts a second edgecore, which knocks the
+/// node's own off cloudcore). `kb_logged_version PID` prints the version edgecore
+/// process PID logged as it started (klog's `I1202 04:02:50.700000 3794 server.go:107]
+/// Version: v1.23.1`, the third field its pid), from the journal under systemd or from
+/// /var/log/kubeedge/edgecore.log (its last MB) otherwise; `kb_config_version` prints
+/// edgecore.yaml's `edgecoreVersion`, which edgecore rewrites to its own as it starts.
+/// One spelling for the check after an upgrade, the upgrade's skip and `batch status`.
+macro_rules! edgecore_version_fns {
+    () => {
+        r#"kb_logged_version() {
+  { journalctl "_PID=$1" -o cat --no-pager 2>/dev/null; tail -c 1000000 /var/log/kubeedge/edgecore.log 2>/dev/null; } | awk -v p="$1" '$3 == p && $5 == "Version:" { v = $6 } END { print v }'
+}
+kb_config_version() {
+  sed -n 's/^[[:space:]]*edgecoreVersion:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1 | tr -d "\"' "
+}
+"#
+    };
+}
+use edgecore_version_fns;
+
 mod edge_task;
 mod preflight_probe;
 pub mod relay;

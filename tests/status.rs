@@ -76,12 +76,18 @@ fn status_shows_each_node_read_only_as_a_table_and_as_json() {
     fleet.node(0).shell_ok(
         "set -e\n\
          mkdir -p /tmp/usr-local-bin\n\
-         printf '#!/bin/sh\\necho \"KubeEdge v1.23.1\"\\n' > /tmp/usr-local-bin/edgecore\n\
+         printf '#!/bin/sh\\ntouch /tmp/edgecore-ran\\n' > /tmp/usr-local-bin/edgecore\n\
          chmod 755 /tmp/usr-local-bin/edgecore\n\
          mount --bind /tmp/usr-local-bin /usr/local/bin\n",
     );
     start_edgecore(fleet.node(0));
     let pid = edgecore_pid(&fleet, 0);
+    // The version it logged as it started, as edgecore v1.23 does (in a /var/log of the
+    // node's own): edgecore has no --version, so status never runs it.
+    fleet.node(0).shell_ok(&format!(
+        "mkdir -p /tmp/var-log/kubeedge && mount --bind /tmp/var-log /var/log\n\
+         echo 'I1202 10:00:00.000000    {pid} server.go:107] Version: v1.23.1' > /var/log/kubeedge/edgecore.log"
+    ));
     // Node 1: no keadm (the run's is gone), no edgecore.
     std::fs::remove_file(remote_keadm(fleet.node(1))).unwrap();
 
@@ -123,7 +129,7 @@ fn status_shows_each_node_read_only_as_a_table_and_as_json() {
             address(0),
             "ok".into(),
             format!("running (pid {pid})"),
-            "KubeEdge v1.23.1".into(),
+            "v1.23.1".into(),
             "v1.23.1".into(),
             "succeeded".into(),
             "-".into()
@@ -174,7 +180,11 @@ fn status_shows_each_node_read_only_as_a_table_and_as_json() {
     assert_eq!(n0["edgecore_running"], true);
     assert_eq!(n0["edgecore_pids"], serde_json::json!([pid]));
     assert_eq!(n0["edgecore_path"], "/usr/local/bin/edgecore");
-    assert_eq!(n0["edgecore_version"], "KubeEdge v1.23.1");
+    assert_eq!(n0["edgecore_version"], "v1.23.1");
+    assert!(
+        !fleet.node(0).tmp_path("edgecore-ran").exists(),
+        "batch status ran edgecore"
+    );
     assert_eq!(n0["keadm_version"], "v1.23.1");
     assert_eq!(n0["last_run"]["phase"], "succeeded");
     assert_eq!(n0["cluster"], serde_json::Value::Null);

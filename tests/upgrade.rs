@@ -58,7 +58,7 @@ fn an_upgrade_answers_keadms_prompt_reads_its_report_and_checks_the_running_edge
         assert_eq!(upgrade["target_version"], "v1.23.1");
         assert_eq!(upgrade["running_version"], "v1.23.1");
         assert_eq!(upgrade["node_name"], Scenario::name(i));
-        assert_eq!(version_on_node(fleet.node(i)), "KubeEdge v1.23.1");
+        assert_eq!(version_on_node(fleet.node(i)), "v1.23.1");
         let transcript = out.transcript(i);
         assert!(
             transcript.contains("Are you sure you want to proceed? [y/N]"),
@@ -114,7 +114,7 @@ fn an_unanswered_prompt_is_not_a_success() {
         "keadm upgrade edge exited with status 0 but printed `aborted upgrade operation` and wrote no /etc/kubeedge/upgrade_report.json: its [y/N] prompt was not answered `y`, so nothing was done"
     );
     assert!(node["upgrade"].get("report").is_none(), "{node}");
-    assert_eq!(version_on_node(fleet.node(0)), "KubeEdge v1.23.0");
+    assert_eq!(version_on_node(fleet.node(0)), "v1.23.0");
     out.stderr_has("Upgrade not done");
 }
 
@@ -162,7 +162,7 @@ fn a_failed_upgrade_fails_with_its_reports_message_and_is_rolled_back_to_its_bac
     );
     let args = &calls(&remote_keadm(fleet.node(1)))[2].args;
     assert_eq!(args, &["rollback", "edge", "--historical-version=v1.23.0"]);
-    assert_eq!(version_on_node(fleet.node(1)), "KubeEdge v1.23.0");
+    assert_eq!(version_on_node(fleet.node(1)), "v1.23.0");
     let transcript = out.transcript(1);
     assert!(
         transcript.contains("rolled back: edgecore runs v1.23.0 again"),
@@ -189,7 +189,7 @@ fn an_upgrade_that_runs_another_version_is_a_version_mismatch() {
     );
     assert_eq!(node["upgrade"]["running_version"], "v1.22.9");
     assert_eq!(node["upgrade"]["rollback"]["succeeded"], true);
-    assert_eq!(version_on_node(fleet.node(0)), "KubeEdge v1.23.0");
+    assert_eq!(version_on_node(fleet.node(0)), "v1.23.0");
     out.stderr_has("Running edgecore is not the target version");
 }
 
@@ -213,7 +213,7 @@ fn a_failed_backup_stops_the_node_before_anything_changes() {
     assert_eq!(node["upgrade"]["backup_exit_status"], 1);
     // Neither the upgrade nor a rollback ran.
     assert_eq!(ran(fleet.node(0)), ["backup edge"]);
-    assert_eq!(version_on_node(fleet.node(0)), "KubeEdge v1.23.0");
+    assert_eq!(version_on_node(fleet.node(0)), "v1.23.0");
 }
 
 #[test]
@@ -316,5 +316,5 @@ fn a_rollback_without_a_backup_says_it_did_not_bring_the_node_back() {
         "  {:<24} NOT brought back: keadm rollback edge exited with status 1",
         Scenario::name(0)
     ));
-    assert_eq!(version_on_node(fleet.node(0)), "KubeEdge v1.22.9");
+    assert_eq!(version_on_node(fleet.node(0)), "v1.22.9");
 }

@@ -249,7 +249,10 @@ impl Run<'_, '_> {
         if let Some(expected) = expected {
             let problem = match (&check.running, check.running_version()) {
                 (None, _) => Some("no edgecore runs on the node".to_string()),
-                (Some(_), None) => Some("the running edgecore prints no version".to_string()),
+                (Some(_), None) => Some(
+                    "the running edgecore's version could not be read (it logged none, and edgecore.yaml has no edgecoreVersion)"
+                        .to_string(),
+                ),
                 (_, Some(v)) if !same_version(v, &expected) => {
                     Some(format!("the edgecore that runs on the node is {v}"))
                 }
@@ -327,6 +330,7 @@ impl Run<'_, '_> {
             record.report = Some(report.clone());
         }
         record.running_version = check.running_version().map(str::to_string);
+        let edgecore_runs = check.running.is_some();
         let went_to = to.map(str::to_string).or_else(|| {
             record
                 .report
@@ -353,7 +357,12 @@ impl Run<'_, '_> {
                         .unwrap_or("no errorMessage given")
                 ))
             }
-            (_, None, _) => Some("no edgecore runs on the node after the rollback".to_string()),
+            (_, None, _) if !edgecore_runs => {
+                Some("no edgecore runs on the node after the rollback".to_string())
+            }
+            (_, None, _) => Some(
+                "after the rollback the running edgecore's version could not be read".to_string(),
+            ),
             (_, Some(v), Some(want)) if !same_version(v, want) => Some(format!(
                 "after the rollback the edgecore that runs is {v}, not {want}"
             )),
@@ -414,7 +423,15 @@ fn describe(check: &EdgeTaskCheck) -> String {
     };
     let running = match (&check.running, check.running_version()) {
         (None, _) => "no edgecore runs".to_string(),
-        (Some(_), None) => "an edgecore runs but prints no version".to_string(),
+        (Some(_), None) => {
+            "an edgecore runs, but its version could not be read (no log line, no edgecoreVersion)"
+                .to_string()
+        }
+        (_, Some(v)) if check.version_from_config() => {
+            format!(
+                "the running edgecore is {v} (edgecore.yaml's edgecoreVersion: its log line was not found)"
+            )
+        }
         (_, Some(v)) => format!("the running edgecore is {v}"),
     };
     format!("{report}; {running}")

@@ -26,18 +26,20 @@ pub const REMOVE_REPORT: &str = "rm -f /etc/kubeedge/upgrade_report.json";
 pub const ALREADY_RUNS: &str = "keadm-batch: edgecore already runs ";
 
 /// Put before an upgrade with a known target: a node whose running edgecore already is
-/// `version` (as its own executable says) is left alone, so a rerun of an upgrade touches
-/// only the nodes not done yet (as KubeEdge's NodeUpgradeJob and k0sctl skip them).
+/// `version` (as it logged when it started, else as edgecore.yaml says) is left alone, so
+/// a rerun of an upgrade touches only the nodes not done yet (as KubeEdge's
+/// NodeUpgradeJob and k0sctl skip them).
 pub fn unless_running(version: &str) -> String {
     let bare = version.trim_start_matches('v');
     format!(
-        "{}{}kb_pid=\nfor p in $ec; do kb_pid=$p; break; done\n\
+        "{}{}{}kb_pid=\nfor p in $ec; do kb_pid=$p; break; done\n\
          if [ -n \"$kb_pid\" ]; then\n\
-         \x20 kb_v=$(\"/proc/$kb_pid/exe\" --version 2>/dev/null | head -n 1)\n\
-         \x20 kb_v=${{kb_v##* }}\n\
+         \x20 kb_v=$(kb_logged_version \"$kb_pid\")\n\
+         \x20 [ -n \"$kb_v\" ] || kb_v=$(kb_config_version)\n\
          \x20 if [ \"${{kb_v#v}}\" = {} ]; then echo \"{ALREADY_RUNS}$kb_v, so keadm upgrade edge was not run\"; exit 0; fi\n\
          fi\n",
         "has() { command -v \"$1\" >/dev/null 2>&1; }\n",
+        super::edgecore_version_fns!(),
         super::edgecore_pids!(),
         crate::shell::shell_quote(bare)
     )
@@ -51,13 +53,15 @@ pub const ABORTED_LINE: &str = "aborted upgrade operation";
 const REPORT_BYTES: usize = 4096;
 
 /// The check: POSIX sh, read-only, run with the privileges keadm had. The running
-/// edgecore's version comes from the process's own executable (`/proc/<pid>/exe`), which
-/// is the binary that runs even after the file at /usr/local/bin was replaced. keadm
-/// starts edgecore through systemd as its last step, so the check gives it up to 15 s to
-/// appear.
+/// edgecore's version is the one that process logged as it started (matched by its pid,
+/// so an edgecore that failed to start, or the file at /usr/local/bin, is not taken for
+/// it), else edgecore.yaml's `edgecoreVersion` (`KB_CONFIGURED`). keadm starts edgecore
+/// as its last step, so the check gives it up to 15 s to appear and log its version.
 pub const EDGE_TASK_CHECK: &str = concat!(
     r#"has() { command -v "$1" >/dev/null 2>&1; }
-f=/etc/kubeedge/upgrade_report.json
+"#,
+    super::edgecore_version_fns!(),
+    r#"f=/etc/kubeedge/upgrade_report.json
 if [ -f "$f" ]; then
   printf 'KB_REPORT '
   head -c 4096 "$f" | tr '\n\r' '  '
@@ -76,11 +80,18 @@ done
 pid=
 for p in $ec; do pid=$p; break; done
 if [ -n "$pid" ]; then
-  v=$("/proc/$pid/exe" --version 2>/dev/null | head -n 1)
+  n=0
+  while :; do
+    v=$(kb_logged_version "$pid")
+    [ -n "$v" ] || [ "$n" -ge 15 ] && break
+    n=$((n + 1))
+    sleep 1
+  done
   echo "KB_RUNNING $pid $v"
 else
   echo 'KB_RUNNING_NONE'
 fi
+echo "KB_CONFIGURED $(kb_config_version)"
 name=$(sed -n 's/^[[:space:]]*hostnameOverride:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1)
 echo "KB_NODE_NAME $name"
 echo KB_EDGE_TASK_CHECKED
@@ -121,17 +132,27 @@ pub struct EdgeTaskCheck {
     /// Whether the check printed its last line.
     pub finished: bool,
     pub report: ReportRead,
-    /// `None` when no edgecore runs; else the version its executable prints (`None`
-    /// inside when it printed none).
+    /// `None` when no edgecore runs; else the version it logged as it started (`None`
+    /// inside when its log line was not found).
     pub running: Option<Option<String>>,
+    /// edgecore.yaml's `edgecoreVersion`: what the last edgecore that started wrote.
+    pub configured: Option<String>,
     /// edgecore.yaml's `hostnameOverride`: the Node name edgecore registers under.
     pub node_name: Option<String>,
 }
 
 impl EdgeTaskCheck {
-    /// The running edgecore's version, when one runs and says it.
+    /// The running edgecore's version, when one runs: the one it logged, else
+    /// edgecore.yaml's.
     pub fn running_version(&self) -> Option<&str> {
-        self.running.as_ref().and_then(|v| v.as_deref())
+        let running = self.running.as_ref()?;
+        running.as_deref().or(self.configured.as_deref())
+    }
+
+    /// Whether [`EdgeTaskCheck::running_version`] comes from edgecore.yaml, its log line
+    /// not found.
+    pub fn version_from_config(&self) -> bool {
+        matches!(self.running, Some(None)) && self.configured.is_some()
     }
 }
 
@@ -141,6 +162,7 @@ pub fn parse_edge_task_check(text: &str) -> EdgeTaskCheck {
         finished: false,
         report: ReportRead::Missing,
         running: None,
+        configured: None,
         node_name: None,
     };
     for line in text.lines() {
@@ -154,6 +176,8 @@ pub fn parse_edge_task_check(text: &str) -> EdgeTaskCheck {
             check.running = Some(version);
         } else if line == "KB_RUNNING_NONE" {
             check.running = None;
+        } else if let Some(said) = line.strip_prefix("KB_CONFIGURED") {
+            check.configured = version_in(said);
         } else if let Some(name) = line.strip_prefix("KB_NODE_NAME") {
             let name = name.trim().trim_matches(|c| c == '"' || c == '\'');
             check.node_name = (!name.is_empty()
@@ -184,8 +208,8 @@ fn read_report(json: &str) -> ReportRead {
     }
 }
 
-/// The version in what `edgecore --version` printed: its last word that looks like a
-/// version (`KubeEdge v1.23.1` → `v1.23.1`).
+/// The version in what the node said of edgecore (its log's `v1.23.1`): its last word
+/// that looks like a version (`KubeEdge v1.23.1` → `v1.23.1`).
 pub fn version_in(said: &str) -> Option<String> {
     said.split_whitespace()
         .rev()
@@ -269,7 +293,8 @@ mod tests {
     fn a_report_a_running_edgecore_and_its_node_name_are_read() {
         let check = parse_edge_task_check(
             "KB_REPORT {\"event\":\"Upgrade\",\"success\":true,\"fromVersion\":\"v1.23.0\",\"toVersion\":\"v1.23.1\"}\n\
-             KB_RUNNING 4242 KubeEdge v1.23.1\n\
+             KB_RUNNING 4242 v1.23.1\n\
+             KB_CONFIGURED v1.23.1\n\
              KB_NODE_NAME edge-1\n\
              KB_EDGE_TASK_CHECKED\n",
         );

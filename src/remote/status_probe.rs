@@ -1,7 +1,9 @@
-//! `batch status`'s one round trip to a node: whether edgecore runs (its pids) and which
-//! version is installed where keadm installs it, and the version of the keadm a run of
-//! the config would use. Read-only: it starts nothing but the two binaries' `--version`
-//! and `version`, and writes nothing. [`parse_status`] reads its `KB_ST` lines.
+//! `batch status`'s one round trip to a node: whether edgecore runs (its pids), its
+//! version (the one the running edgecore logged as it started, else edgecore.yaml's
+//! `edgecoreVersion`: edgecore has no `--version`, and running it starts a second
+//! edgecore), and the version of the keadm a run of the config would use. Read-only: it
+//! starts nothing but keadm's `version`, and writes nothing. [`parse_status`] reads its
+//! `KB_ST` lines.
 
 use crate::node_text::one_line;
 use crate::shell::shell_quote;
@@ -30,12 +32,16 @@ const STATUS_PROBE_BODY: &str = concat!(
     r#"has() { command -v "$1" >/dev/null 2>&1; }
 first() { head -n 1 | cut -c 1-200; }
 "#,
+    super::edgecore_version_fns!(),
     super::edgecore_pids!(),
     r#"echo "KB_ST_EDGECORE_PIDS$ec"
 b=$EC_BIN
 [ -x "$b" ] || b=$(command -v edgecore 2>/dev/null) || b=
 if [ -n "$b" ] && [ -x "$b" ]; then
-  printf 'KB_ST_EDGECORE %s %s\n' "$b" "$("$b" --version </dev/null 2>&1 | first)"
+  v=
+  for p in $ec; do v=$(kb_logged_version "$p"); break; done
+  [ -n "$v" ] || v=$(kb_config_version)
+  printf 'KB_ST_EDGECORE %s %s\n' "$b" "$(printf '%s' "$v" | first)"
 else
   echo KB_ST_EDGECORE_NONE
 fi
@@ -62,7 +68,8 @@ pub struct NodeStatus {
     pub edgecore_pids: Vec<u32>,
     /// The edgecore binary found (/usr/local/bin/edgecore, else on PATH), when there is one.
     pub edgecore_path: Option<String>,
-    /// What `edgecore --version` printed first (`KubeEdge v1.20.0`).
+    /// The running edgecore's version as it logged it (`v1.20.0`), else edgecore.yaml's
+    /// `edgecoreVersion`; `None` when neither says one.
     pub edgecore_version: Option<String>,
     /// keadm's version (`v1.20.0`, from `keadm version`'s GitVersion, else its first
     /// line), when the keadm the config would use is on the node.
@@ -86,7 +93,8 @@ pub fn parse_status(output: &str) -> NodeStatus {
         } else if let Some(rest) = line.strip_prefix("KB_ST_EDGECORE ") {
             let (path, version) = rest.split_once(' ').unwrap_or((rest, ""));
             status.edgecore_path = Some(one_line(path, VERSION_CHARS));
-            status.edgecore_version = Some(one_line(version, VERSION_CHARS));
+            status.edgecore_version =
+                Some(one_line(version, VERSION_CHARS)).filter(|v| !v.is_empty());
         } else if let Some(version) = line.strip_prefix("KB_ST_KEADM ") {
             status.keadm_version = Some(keadm_version(version));
         }
@@ -128,8 +136,19 @@ mod tests {
             "#!/bin/sh\necho 'version: version.Info{Major:\"1\", Minor:\"23\", GitVersion:\"v1.23.1\", GitCommit:\"abc\"}'\n",
         )
         .unwrap();
+        // edgecore is never run (it has no --version: it would start a second edgecore).
         let edgecore = dir.path().join("edgecore");
-        std::fs::write(&edgecore, "#!/bin/sh\necho 'KubeEdge v1.23.1'\necho more\n").unwrap();
+        let ran = dir.path().join("edgecore-ran");
+        std::fs::write(
+            &edgecore,
+            format!(
+                "#!/bin/sh\ntouch '{}'\necho 'KubeEdge v9.9.9'\n",
+                ran.display()
+            ),
+        )
+        .unwrap();
+        let config = dir.path().join("edgecore.yaml");
+        std::fs::write(&config, "edgecoreVersion: v1.23.1\nmodules: {}\n").unwrap();
         use std::os::unix::fs::PermissionsExt;
         for f in [&keadm, &edgecore] {
             std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -139,10 +158,18 @@ mod tests {
                 // Not this machine's own edgecore, should it have one: the one on PATH.
                 .args([
                     "-c",
-                    &status_probe_script(keadm).replace(
-                        &format!("EC_BIN={}", shell_quote(EDGECORE_BIN)),
-                        "EC_BIN=/nonexistent/edgecore",
-                    ),
+                    &status_probe_script(keadm)
+                        .replace(
+                            &format!("EC_BIN={}", shell_quote(EDGECORE_BIN)),
+                            "EC_BIN=/nonexistent/edgecore",
+                        )
+                        .replace(
+                            "/etc/kubeedge/config/edgecore.yaml",
+                            config.to_str().unwrap(),
+                        )
+                        // This machine's view holds other tests' edgecores: none is looked at.
+                        .replace("/proc/[0-9]*", "/nonexistent/[0-9]*")
+                        .replace("if has pidof", "if false"),
                 ])
                 .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
                 .output()
@@ -153,7 +180,9 @@ mod tests {
         let status = run(keadm.to_str().unwrap());
         assert!(status.finished);
         assert_eq!(status.keadm_version.as_deref(), Some("v1.23.1"));
-        assert_eq!(status.edgecore_version.as_deref(), Some("KubeEdge v1.23.1"));
+        // No edgecore runs: edgecore.yaml's edgecoreVersion says the version.
+        assert_eq!(status.edgecore_version.as_deref(), Some("v1.23.1"));
+        assert!(!ran.exists(), "the probe ran edgecore");
         assert_eq!(
             status.edgecore_path.as_deref(),
             Some(edgecore.to_str().unwrap())

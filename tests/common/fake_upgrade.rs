@@ -14,10 +14,13 @@
 //!   without the flag) and starts it (event Rollback).
 //!
 //! The node's edgecore is a small real executable ([`fake_edgecore`]) whose version is in
-//! its own file, so `/proc/<pid>/exe --version` tells the running one's version, as on a
-//! real node, even after the file was replaced. It lives at /tmp/edge/edgecore in the
-//! node's private /tmp and writes its version to /tmp/edge/running-version when it starts,
-//! which the stand-in API server reads (`FakeApiServer::edge_node`).
+//! its own file. As a real edgecore v1.23 does when it starts, it logs klog's
+//! `I1202 10:00:00.000000 <pid> server.go:107] Version: <version>` (to
+//! /var/log/kubeedge/edgecore.log, the log keadm gives an edgecore it starts without
+//! systemd; private to the node) and rewrites edgecore.yaml's `edgecoreVersion`; like the
+//! real one it has no `--version`. It lives at /tmp/edge/edgecore in the node's private
+//! /tmp and also writes its version to /tmp/edge/running-version, which the stand-in API
+//! server reads (`FakeApiServer::edge_node`).
 //!
 //! Faults, each a file in the node's /tmp: `kb-upgrade-fails` (the image pull fails),
 //! `kb-installs` (the upgrade installs the version this file names instead of the
@@ -39,7 +42,7 @@ kb_report() {
   [ -n "$5" ] && m=$(printf ',"errorMessage":"%s"' "$5")
   printf '{"event":"%s","success":%s,"fromVersion":"%s","toVersion":"%s"%s}' "$1" "$2" "$3" "$4" "$m" > /etc/kubeedge/upgrade_report.json
 }
-kb_current() { "$kb_edge/edgecore" --version 2>/dev/null | sed -n 's/^KubeEdge //p'; }
+kb_current() { sed -n 's/^edgecoreVersion: *//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1; }
 kb_stop() {
   for p in /proc/[0-9]*; do
     read -r c 2>/dev/null < "$p/comm" || continue
@@ -145,9 +148,9 @@ pub fn keadm() -> FakeKeadm {
 }
 
 /// A small real executable standing in for edgecore, built once per test process with
-/// rustc: `--version` prints `KubeEdge <version>`, the version being what follows the
-/// last `KBVERSION=` in its own file (appended by whoever installs it); run with a path,
-/// it writes its version there and sleeps.
+/// rustc: its version is what follows the last `KBVERSION=` in its own file (appended by
+/// whoever installs it); it logs and writes that version as edgecore does (see the module
+/// doc), writes it to the path it is given, and sleeps.
 pub fn fake_edgecore() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -170,12 +173,29 @@ fn main() {
             String::from_utf8_lossy(&rest[..end]).to_string()
         })
         .unwrap_or_default();
-    let arg = std::env::args().nth(1);
-    if arg.as_deref() == Some("--version") {
-        println!("KubeEdge {version}");
-        return;
+    // As edgecore v1.23 starts: its version logged with its pid, and written into
+    // edgecore.yaml; it has no --version.
+    let pid = std::process::id();
+    let _ = std::fs::create_dir_all("/var/log/kubeedge");
+    if let Ok(mut log) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open("/var/log/kubeedge/edgecore.log")
+    {
+        use std::io::Write;
+        let _ = writeln!(log, "I1202 10:00:00.000000    {pid} server.go:107] Version: {version}");
     }
-    if let Some(path) = arg {
+    let config = "/etc/kubeedge/config/edgecore.yaml";
+    if let Ok(text) = std::fs::read_to_string(config) {
+        let mut kept: String = text
+            .lines()
+            .filter(|l| !l.starts_with("edgecoreVersion:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        kept.push_str(&format!("edgecoreVersion: {version}\n"));
+        let _ = std::fs::write(config, kept);
+    }
+    if let Some(path) = std::env::args().nth(1) {
         let _ = std::fs::write(path, &version);
     }
     loop {
@@ -208,6 +228,8 @@ pub fn edgecore_running(node: &Node, node_name: &str, version: &str) {
              printf 'modules:\\n  edged:\\n    hostnameOverride: {node_name}\\n' > /etc/kubeedge/config/edgecore.yaml"
         ),
     );
+    // A /var/log of the node's own, for edgecore's log.
+    node.shell_ok("mkdir -p /tmp/var-log && mount --bind /tmp/var-log /var/log");
     let dir = node.tmp_path("edge");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(fake_edgecore(), dir.join("fake-edgecore")).unwrap();
@@ -226,12 +248,12 @@ pub fn running_version(node: &Node) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// The version the running edgecore's own executable prints, asked on the node as the
-/// tool asks it.
+/// The version the node's running edgecore logged as it started, read on the node as
+/// the tool reads it (`none` when no edgecore runs).
 pub fn version_on_node(node: &Node) -> String {
     let out = node.shell(
         "for p in /proc/[0-9]*; do read -r c < \"$p/comm\" 2>/dev/null || continue; \
-         [ \"$c\" = edgecore ] && { \"$p/exe\" --version; exit; }; done; echo none",
+         [ \"$c\" = edgecore ] && { awk -v p=\"${p#/proc/}\" '$3 == p && $5 == \"Version:\" { v = $6 } END { print v }' /var/log/kubeedge/edgecore.log; exit; }; done; echo none",
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

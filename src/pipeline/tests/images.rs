@@ -310,7 +310,7 @@ fn an_import_the_runtime_does_not_list_afterwards_is_a_failure() {
 fn an_upgrade_gets_its_offline_images_imported_before_keadm() {
     let fake = FakeTransport::new()
         .on("KB_EDGE_TASK_CHECKED", Reply::ok().printing(
-            "KB_REPORT {\"event\":\"Upgrade\",\"success\":true,\"fromVersion\":\"v1.23.0\",\"toVersion\":\"v1.23.1\"}\nKB_RUNNING 9 KubeEdge v1.23.1\nKB_NODE_NAME edge-1\nKB_EDGE_TASK_CHECKED\n",
+            "KB_REPORT {\"event\":\"Upgrade\",\"success\":true,\"fromVersion\":\"v1.23.0\",\"toVersion\":\"v1.23.1\"}\nKB_RUNNING 9 v1.23.1\nKB_NODE_NAME edge-1\nKB_EDGE_TASK_CHECKED\n",
         ))
         .on("./keadm upgrade", Reply::ok())
         .on(IMPORT, imported(1, &[PACKAGE, PAUSE]))
