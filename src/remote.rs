@@ -67,8 +67,9 @@ use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
 pub use edge_task::{
-    ABORTED_LINE, ALREADY_RUNS, EDGE_TASK_CHECK, EdgeTaskCheck, REMOVE_REPORT, ReportRead,
-    UPGRADE_REPORT, UpgradeReport, parse_edge_task_check, same_version, unless_running, version_in,
+    ABORTED_LINE, ALREADY_RUNS, EDGE_TASK_CHECK, EDGECORE_RUNTIME_ENDPOINT, EdgeTaskCheck,
+    REMOVE_REPORT, ReportRead, UPGRADE_REPORT, UpgradeReport, parse_edge_task_check,
+    runtime_endpoint, same_version, unless_running, version_in,
 };
 pub use preflight_probe::{CloudcorePorts, JoinSide, preflight_probe_script};
 pub use reset_check::{RESET_CHECK, ResetCheck, parse_reset_check};

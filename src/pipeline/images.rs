@@ -42,11 +42,44 @@ impl<'c> Run<'_, 'c> {
             .filter(|_| args.is_join() || args.is_edge_upgrade())
     }
 
-    /// The socket of the runtime keadm will use on this node: a join's
-    /// `--remote-runtime-endpoint`, else keadm's default, which is what keadm join writes
-    /// into edgecore.yaml for an upgrade to find.
+    /// The socket of the runtime keadm will use on this node: for an upgrade, the one
+    /// edgecore.yaml names (read by [`Run::read_upgrade_runtime`]); for a join its
+    /// `--remote-runtime-endpoint`, else keadm's default.
     pub(super) fn runtime_socket(&self) -> String {
-        preflight::runtime_socket(&self.node.keadm_args)
+        match &self.upgrade_runtime {
+            Some(socket) => socket.clone(),
+            None => preflight::runtime_socket(&self.node.keadm_args),
+        }
+    }
+
+    /// An upgrade pulls through the runtime edgecore.yaml's `containerRuntimeEndpoint`
+    /// names (keadm join wrote it from `--remote-runtime-endpoint`): read it, before the
+    /// prepare step probes the runtime, in one read-only round trip. A node that does not
+    /// say one keeps keadm's default, and the transcript says so.
+    pub(super) fn read_upgrade_runtime(&mut self, conn: &mut dyn Connection) {
+        let mut output = crate::node_text::CappedBuffer::new(4096);
+        let deadline = std::time::Instant::now() + self.node.deadlines.step;
+        let said = conn
+            .exec(
+                remote::EDGECORE_RUNTIME_ENDPOINT,
+                None,
+                deadline,
+                &mut output,
+            )
+            .ok()
+            .and_then(|_| remote::runtime_endpoint(&output.text()));
+        match said {
+            Some(socket) => {
+                self.transcript.note(&format!(
+                    "edgecore.yaml's containerRuntimeEndpoint is {socket}: the offline images go into that runtime"
+                ));
+                self.upgrade_runtime = Some(socket);
+            }
+            None => self.transcript.note(&format!(
+                "edgecore.yaml names no containerRuntimeEndpoint this user can read: the offline images go into the runtime at {}, keadm's default",
+                self.runtime_socket()
+            )),
+        }
     }
 
     /// The runtime at that socket as `probe` told it, noted in the transcript with how it

@@ -204,6 +204,8 @@ struct Run<'a, 'c> {
     runtime_noted: Option<String>,
     /// The edge's upgrade family: keadm's report, the running edgecore, backup, rollback.
     edge_task: Option<crate::outcome::EdgeTaskRecord>,
+    /// An upgrade's runtime socket, as edgecore.yaml names it.
+    upgrade_runtime: Option<String>,
 }
 
 /// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
@@ -325,6 +327,7 @@ impl<'a, 'c> Run<'a, 'c> {
             probe_sent: None,
             runtime_noted: None,
             edge_task: None,
+            upgrade_runtime: None,
         }
     }
 
@@ -345,6 +348,9 @@ impl<'a, 'c> Run<'a, 'c> {
         let probe_in_prepare = preflight && self.preflight_rides_with_prepare();
         if preflight && !probe_in_prepare {
             self.preflight(conn)?;
+        }
+        if self.node.keadm_args.is_edge_upgrade() && self.images_in_play().is_some() {
+            self.read_upgrade_runtime(conn);
         }
         let (facts, privilege) = if self.exchange_fits() {
             match self.exchange(conn, probe_in_prepare)? {

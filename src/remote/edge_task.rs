@@ -45,6 +45,28 @@ pub fn unless_running(version: &str) -> String {
     )
 }
 
+/// Prints edgecore.yaml's `containerRuntimeEndpoint` (the runtime an upgrade pulls
+/// through). Read-only, as the login user (keadm writes edgecore.yaml readable by all).
+pub const EDGECORE_RUNTIME_ENDPOINT: &str = "sed -n 's/^[[:space:]]*containerRuntimeEndpoint:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1";
+
+/// The socket path in what [`EDGECORE_RUNTIME_ENDPOINT`] printed (`unix:///run/x.sock`
+/// → `/run/x.sock`); `None` unless it is an absolute path of plain characters (the node's
+/// text goes into later scripts, quoted, and into messages).
+pub fn runtime_endpoint(said: &str) -> Option<String> {
+    let line = said
+        .lines()
+        .next()?
+        .trim()
+        .trim_matches(|c| c == '"' || c == '\'');
+    let path = line.strip_prefix("unix://").unwrap_or(line);
+    (path.starts_with('/')
+        && path.len() <= 256
+        && path
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c)))
+    .then(|| path.to_string())
+}
+
 /// keadm's line when `upgrade edge`'s prompt was not answered `y`.
 pub const ABORTED_LINE: &str = "aborted upgrade operation";
 
@@ -362,6 +384,26 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    }
+
+    #[test]
+    fn the_runtime_endpoint_is_a_plain_absolute_path() {
+        assert_eq!(
+            runtime_endpoint("unix:///tmp/containerd/containerd.sock\n").as_deref(),
+            Some("/tmp/containerd/containerd.sock")
+        );
+        assert_eq!(
+            runtime_endpoint("\"unix:///run/k3s/containerd/containerd.sock\"").as_deref(),
+            Some("/run/k3s/containerd/containerd.sock")
+        );
+        for bad in [
+            "",
+            "tcp://10.0.0.1:1234",
+            "unix://run/x",
+            "/run/$(reboot).sock",
+        ] {
+            assert_eq!(runtime_endpoint(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -309,12 +309,22 @@ fn an_import_the_runtime_does_not_list_afterwards_is_a_failure() {
 #[test]
 fn an_upgrade_gets_its_offline_images_imported_before_keadm() {
     let fake = FakeTransport::new()
+        .on(
+            "containerRuntimeEndpoint",
+            Reply::ok().printing("unix:///run/k3s/containerd/containerd.sock\n"),
+        )
         .on("KB_EDGE_TASK_CHECKED", Reply::ok().printing(
             "KB_REPORT {\"event\":\"Upgrade\",\"success\":true,\"fromVersion\":\"v1.23.0\",\"toVersion\":\"v1.23.1\"}\nKB_RUNNING 9 v1.23.1\nKB_NODE_NAME edge-1\nKB_EDGE_TASK_CHECKED\n",
         ))
         .on("./keadm upgrade", Reply::ok())
         .on(IMPORT, imported(1, &[PACKAGE, PAUSE]))
-        .on(sent::PREPARE, prepared_with_runtime(&[PAUSE]))
+        .on(
+            sent::PREPARE,
+            prepared(&format!(
+                "KB_TOOLS openssl\n{}KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\nKB_RT_IMAGE {PAUSE}\nKB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n",
+                CONTAINERD.replace("/run/containerd/", "/run/k3s/containerd/")
+            )),
+        )
         .on(&tmp(&package()), Reply::ok());
     let mut h = Harness::new(fake);
     h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
@@ -332,19 +342,27 @@ fn an_upgrade_gets_its_offline_images_imported_before_keadm() {
     let execs = h.execs();
     assert_eq!(
         execs.len(),
-        5,
-        "prepare, archive, import, run, check: {execs:#?}"
+        6,
+        "edgecore's runtime, prepare, archive, import, run, check: {execs:#?}"
+    );
+    // The runtime edgecore.yaml names, not keadm join's default, is probed and used.
+    assert!(
+        execs[1]
+            .command
+            .contains("kb_sock=/run/k3s/containerd/containerd.sock"),
+        "{}",
+        execs[1].command
     );
     assert!(
-        execs[2].command.contains(&format!(
-            "ctr --connect-timeout 10s --address /run/containerd/containerd.sock -n k8s.io images import {}",
+        execs[3].command.contains(&format!(
+            "ctr --connect-timeout 10s --address /run/k3s/containerd/containerd.sock -n k8s.io images import {}",
             package()
         )),
         "{}",
-        execs[2].command
+        execs[3].command
     );
     assert!(
-        execs[3]
+        execs[4]
             .command
             .ends_with("yes | ./keadm upgrade edge --toVersion v1.23.1"),
         "{}",
@@ -352,7 +370,7 @@ fn an_upgrade_gets_its_offline_images_imported_before_keadm() {
     );
     assert!(
         transcript(&outcome).contains(
-            "the runtime keadm upgrade edge will use is containerd (/run/containerd/containerd.sock)"
+            "the runtime keadm upgrade edge will use is containerd (/run/k3s/containerd/containerd.sock)"
         ),
         "{}",
         transcript(&outcome)
