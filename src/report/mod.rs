@@ -4,6 +4,7 @@
 pub mod files;
 pub mod findings;
 pub mod json_path;
+pub mod junit;
 pub mod log;
 pub mod merge;
 pub mod progress;
