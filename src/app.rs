@@ -203,9 +203,12 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
             })
             .map_err(OutputError::file(OutputFile::MergedResults, into))?;
     }
+    let junit = options.output == OutputFormat::Junit;
+    report::junit::emit(&merged.summary, &Default::default(), options.junit.as_deref(), junit)?;
     print(match options.output {
         OutputFormat::Json => json(&merged.summary),
         OutputFormat::Text => report::merge::render(&merged),
+        OutputFormat::Junit => String::new(),
     })?;
     let totals = &merged.summary.totals;
     if totals.not_succeeded() > 0 {
@@ -396,7 +399,8 @@ fn preflight_only(plan: &plan::Plan, output: OutputFormat) -> Result<(), Error> 
     };
     print(match output {
         OutputFormat::Json => report.json(),
-        OutputFormat::Text => report.text(),
+        // The command line refuses --output junit with --preflight-only.
+        OutputFormat::Text | OutputFormat::Junit => report.text(),
     })?;
     let rows = &report.rows;
     if cancel.stopping() {
@@ -656,6 +660,8 @@ fn execute(
     if options.output == OutputFormat::Json {
         print(json(&summary))?;
     }
+    let (file, stdout) = (options.junit.as_deref(), options.output == OutputFormat::Junit);
+    report::junit::emit(&summary, &report::junit::sites(&plan.nodes), file, stdout)?;
     let totals = &summary.totals;
     if cancel.stopping() {
         return Err(Interruption::Run {

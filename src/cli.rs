@@ -248,10 +248,15 @@ struct BatchArgs {
     #[arg(long, value_name = "DIR", help_heading = "Places")]
     run_dir: Option<PathBuf>,
 
-    /// Print the run's summary as JSON on stdout; with --preflight-only, its findings (not
-    /// with --dry-run).
+    /// Print the run's summary as JSON on stdout, or (junit) the run as JUnit XML; with
+    /// --preflight-only, its findings as JSON (not with --dry-run).
     #[arg(long, value_name = "FORMAT", help_heading = "Output")]
-    output: Option<OutputArg>,
+    output: Option<RunOutputArg>,
+
+    /// After the run, also write it as JUnit XML to FILE (atomically, mode 0600): a test
+    /// case per selected node, a failure with its class for each that did not succeed.
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    junit: Option<PathBuf>,
 
     /// Print only errors (a line for each node that did not succeed) and the final result.
     #[arg(short, long, conflicts_with = "verbose", help_heading = "Output")]
@@ -288,12 +293,15 @@ enum BatchSub {
         /// must be set).
         #[arg(short = 'c', long = "config", value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Print the merged summary as JSON instead of text.
+        /// Print the merged summary as JSON (or the merged run as JUnit XML) instead of text.
         #[arg(long, value_name = "FORMAT")]
-        output: Option<OutputArg>,
+        output: Option<RunOutputArg>,
         /// Also write the merged summary.json and batch_process_log.txt into DIR.
         #[arg(long, value_name = "DIR")]
         into: Option<PathBuf>,
+        /// Also write the merged run as JUnit XML to FILE (atomically, mode 0600).
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
     },
     /// Show each node of the config, read-only: reachable over SSH, edgecore running and
     /// its version, keadm's version, and the node's outcome in the latest run here.
@@ -475,6 +483,14 @@ enum OutputArg {
     Json,
 }
 
+/// A run's and `batch merge`'s `--output`: their results also as JUnit XML.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum RunOutputArg {
+    Text,
+    Json,
+    Junit,
+}
+
 /// `batch bundle`'s kit directory (the one `--extract` unpacks into, too) and output
 /// format from `--into`/`-o` and `--output`; no directory when neither names one.
 /// `--output` was the kit directory before it became the format, as it is for a run; the
@@ -537,6 +553,15 @@ fn output_format(arg: Option<OutputArg>) -> OutputFormat {
     match arg {
         Some(OutputArg::Json) => OutputFormat::Json,
         Some(OutputArg::Text) | None => OutputFormat::Text,
+    }
+}
+
+/// The format a run's (or `batch merge`'s) `--output` names; text when it names none.
+fn run_output_format(arg: Option<RunOutputArg>) -> OutputFormat {
+    match arg {
+        Some(RunOutputArg::Json) => OutputFormat::Json,
+        Some(RunOutputArg::Junit) => OutputFormat::Junit,
+        Some(RunOutputArg::Text) | None => OutputFormat::Text,
     }
 }
 
@@ -905,12 +930,14 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             config,
             output,
             into,
+            junit,
         }) => {
             return Ok(Command::Merge(MergeOptions {
                 dirs,
                 config,
-                output: output_format(output),
+                output: run_output_format(output),
                 into,
+                junit,
             }));
         }
         Some(BatchSub::Status {
@@ -997,8 +1024,19 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         }
         None => {}
     }
+    // JUnit holds the nodes' outcomes, which neither the plan nor the findings are.
+    let junit = batch.junit.is_some() || batch.output == Some(RunOutputArg::Junit);
+    if junit && (batch.dry_run || batch.preflight_only) {
+        return Err(command().error(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!(
+                "--junit and --output junit write the nodes' outcomes as JUnit XML, which {} does not produce. Leave them out, or run without {0}.",
+                if batch.dry_run { "--dry-run" } else { "--preflight-only" }
+            ),
+        ));
+    }
     // --preflight-only has a JSON document of its own; the plan is for people only.
-    if batch.output == Some(OutputArg::Json) && batch.dry_run {
+    if batch.output == Some(RunOutputArg::Json) && batch.dry_run {
         return Err(command().error(
             clap::error::ErrorKind::ArgumentConflict,
             "--output json prints a run's summary.json, which --dry-run does not produce (its output is text for people). Leave out --output json, or run without --dry-run and read summary.json.",
@@ -1056,7 +1094,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         token_from_cluster: batch.token_from_cluster,
         staging_dir: batch.staging_dir,
         run_dir: batch.run_dir,
-        output: output_format(batch.output),
+        output: run_output_format(batch.output),
+        junit: batch.junit,
         verbosity: if batch.quiet {
             Verbosity::Quiet
         } else if batch.verbose {
@@ -1203,6 +1242,28 @@ mod tests {
     }
 
     #[test]
+    fn junit_is_a_run_output_with_outcomes_only() {
+        let Command::Run(options) = run(&[
+            "k", "batch", "-c", "c.yaml", "--output", "junit", "--junit", "out/j.xml",
+        ])
+        .unwrap() else {
+            panic!("not a run")
+        };
+        assert_eq!(options.output, OutputFormat::Junit);
+        assert_eq!(options.junit, Some(PathBuf::from("out/j.xml")));
+        for flags in [
+            &["--junit", "j.xml", "--dry-run"][..],
+            &["--output", "junit", "--preflight-only"],
+        ] {
+            let args = [&["k", "batch", "-c", "c.yaml"][..], flags].concat();
+            let err = run(&args).unwrap_err().to_string();
+            assert!(err.contains("does not produce"), "{err}");
+        }
+        // batch status has no JUnit of its own.
+        assert!(run(&["k", "batch", "status", "-c", "c.yaml", "--output", "junit"]).is_err());
+    }
+
+    #[test]
     fn merge_takes_dirs() {
         assert_eq!(
             run(&["k", "batch", "merge", "a", "b", "--output", "json"]).unwrap(),
@@ -1210,9 +1271,18 @@ mod tests {
                 dirs: vec!["a".into(), "b".into()],
                 config: None,
                 output: OutputFormat::Json,
-                into: None
+                into: None,
+                junit: None,
             })
         );
+        let Command::Merge(options) = run(&[
+            "k", "batch", "merge", "a", "--output", "junit", "--junit", "m.xml",
+        ])
+        .unwrap() else {
+            panic!("not a merge")
+        };
+        assert_eq!(options.output, OutputFormat::Junit);
+        assert_eq!(options.junit, Some(PathBuf::from("m.xml")));
         let Command::Merge(options) = run(&["k", "batch", "merge", "-c", "c.yaml", "a"]).unwrap()
         else {
             panic!()

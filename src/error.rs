@@ -168,6 +168,8 @@ pub enum OutputFile {
     ScratchDir,
     /// `batch merge --into`.
     MergedResults,
+    /// `--junit FILE`.
+    Junit,
 }
 
 impl fmt::Display for OutputFile {
@@ -180,6 +182,7 @@ impl fmt::Display for OutputFile {
             OutputFile::Journal => "create the journal in",
             OutputFile::ScratchDir => "create a temporary directory in",
             OutputFile::MergedResults => "write the merged results to",
+            OutputFile::Junit => "write the JUnit XML file (--junit)",
         })
     }
 }
@@ -212,6 +215,20 @@ impl OutputError {
     pub fn file(file: OutputFile, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Self {
         let path = path.into();
         move |source| OutputError::File { file, path, source }
+    }
+}
+
+impl From<crate::report::junit::JunitError> for Error {
+    fn from(error: crate::report::junit::JunitError) -> Error {
+        use crate::report::junit::JunitError;
+        Error::Output(match error {
+            JunitError::File { path, source } => OutputError::File {
+                file: OutputFile::Junit,
+                path,
+                source,
+            },
+            JunitError::Stdout(source) => OutputError::Stdout(source),
+        })
     }
 }
 

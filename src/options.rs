@@ -102,6 +102,8 @@ pub struct MergeOptions {
     pub output: OutputFormat,
     /// Also write the merged summary.json and batch_process_log.txt into this directory.
     pub into: Option<PathBuf>,
+    /// `--junit FILE`: also write the merged run as JUnit XML there.
+    pub junit: Option<PathBuf>,
 }
 
 /// `batch status -c FILE`: each selected node asked, read-only, what it runs.
@@ -157,6 +159,9 @@ pub enum OutputFormat {
     #[default]
     Text,
     Json,
+    /// A run's and `batch merge`'s JUnit XML document on stdout (`--output junit`); the
+    /// command line offers it to nothing else.
+    Junit,
 }
 
 /// How pre-flight findings count (`--preflight`).
@@ -282,5 +287,7 @@ pub struct RunOptions {
     pub run_dir: Option<PathBuf>,
     // Output.
     pub output: OutputFormat,
+    /// `--junit FILE`: the run's JUnit XML document, written there after the run.
+    pub junit: Option<PathBuf>,
     pub verbosity: Verbosity,
 }

@@ -21,6 +21,7 @@ use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use super::summary::Summary;
 use crate::node_text::{escape_controls, one_line};
 use crate::outcome::{NodeOutcome, Phase};
+use crate::plan::NodePlan;
 
 /// Transcript lines in a `<failure>` or `<error>`: the end of it, where keadm said why.
 pub const TAIL_LINES: usize = 30;
@@ -68,6 +69,15 @@ pub fn emit(
         super::stdout::print(&text).map_err(JunitError::Stdout)?;
     }
     Ok(())
+}
+
+/// Each node's site (its `site:`, else `behind <jump host>`) by its index, for the class
+/// of its case.
+pub fn sites(nodes: &[NodePlan]) -> HashMap<usize, String> {
+    nodes
+        .iter()
+        .filter_map(|node| Some((node.index, node.site.as_ref()?.to_string())))
+        .collect()
 }
 
 /// The JUnit XML document of `summary`: one suite, named after the config file, with one

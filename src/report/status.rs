@@ -101,7 +101,8 @@ impl StatusReport {
     pub fn render(&self, format: OutputFormat) -> String {
         match format {
             OutputFormat::Json => self.json(),
-            OutputFormat::Text => self.text(),
+            // `batch status --output` offers no JUnit (the command line refuses it).
+            OutputFormat::Text | OutputFormat::Junit => self.text(),
         }
     }
 
