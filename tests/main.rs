@@ -16,6 +16,7 @@ mod docs;
 mod faults;
 mod fuzz_regressions;
 mod hostile;
+mod junit;
 mod keadm_e2e;
 mod kubeedge;
 mod operator;
