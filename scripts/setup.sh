@@ -33,6 +33,8 @@ command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
+# tests/junit.rs validates --junit files against a JUnit schema with xmllint.
+command -v xmllint >/dev/null 2>&1 || need+=(libxml2-utils)
 
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -203,8 +203,7 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
             })
             .map_err(OutputError::file(OutputFile::MergedResults, into))?;
     }
-    let junit = options.output == OutputFormat::Junit;
-    report::junit::emit(&merged.summary, &Default::default(), options.junit.as_deref(), junit)?;
+    report::junit::emit(&merged.summary, &[], &options.junit, options.output)?;
     print(match options.output {
         OutputFormat::Json => json(&merged.summary),
         OutputFormat::Text => report::merge::render(&merged),
@@ -660,8 +659,7 @@ fn execute(
     if options.output == OutputFormat::Json {
         print(json(&summary))?;
     }
-    let (file, stdout) = (options.junit.as_deref(), options.output == OutputFormat::Junit);
-    report::junit::emit(&summary, &report::junit::sites(&plan.nodes), file, stdout)?;
+    report::junit::emit(&summary, &plan.nodes, &options.junit, options.output)?;
     let totals = &summary.totals;
     if cancel.stopping() {
         return Err(Interruption::Run {

@@ -1244,7 +1244,14 @@ mod tests {
     #[test]
     fn junit_is_a_run_output_with_outcomes_only() {
         let Command::Run(options) = run(&[
-            "k", "batch", "-c", "c.yaml", "--output", "junit", "--junit", "out/j.xml",
+            "k",
+            "batch",
+            "-c",
+            "c.yaml",
+            "--output",
+            "junit",
+            "--junit",
+            "out/j.xml",
         ])
         .unwrap() else {
             panic!("not a run")

@@ -66,7 +66,8 @@ fn a_run_writes_junit_that_the_schema_accepts_and_names_the_failure() {
     out.status(1);
     // The file's directory is the operator's to make; here it is not there yet.
     assert!(
-        out.stderr.contains("Could not write the JUnit XML file (--junit)"),
+        out.stderr
+            .contains("Could not write the JUnit XML file (--junit)"),
         "{}",
         out.stderr
     );
@@ -76,7 +77,10 @@ fn a_run_writes_junit_that_the_schema_accepts_and_names_the_failure() {
     out.status(1);
     let file = sc.path("reports/junit.xml");
     let written = std::fs::read_to_string(&file).unwrap();
-    assert_eq!(out.stdout, written, "--output junit prints what --junit writes");
+    assert_eq!(
+        out.stdout, written,
+        "--output junit prints what --junit writes"
+    );
     let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     assert!(!sc.path("reports/junit.xml.tmp").exists());
@@ -84,7 +88,10 @@ fn a_run_writes_junit_that_the_schema_accepts_and_names_the_failure() {
 
     let summary = out.summary();
     let class = summary["nodes"][1]["failure_class"].as_str().unwrap();
-    assert_eq!(xpath(&file, "string(/testsuites/testsuite/@name)"), "config.yaml");
+    assert_eq!(
+        xpath(&file, "string(/testsuites/testsuite/@name)"),
+        "config.yaml"
+    );
     assert_eq!(xpath(&file, "count(//testcase)"), "3");
     assert_eq!(xpath(&file, "string(//testsuite/@tests)"), "3");
     assert_eq!(xpath(&file, "string(//testsuite/@failures)"), "1");
@@ -92,20 +99,36 @@ fn a_run_writes_junit_that_the_schema_accepts_and_names_the_failure() {
     assert_eq!(xpath(&file, "string(//testsuite/@skipped)"), "0");
     let failing = Scenario::name(1);
     assert_eq!(
-        xpath(&file, &format!("string(//testcase[@name='{failing}']/failure/@type)")),
+        xpath(
+            &file,
+            &format!("string(//testcase[@name='{failing}']/failure/@type)")
+        ),
         class
     );
     let message = xpath(
         &file,
         &format!("string(//testcase[@name='{failing}']/failure/@message)"),
     );
-    assert_eq!(message, summary["nodes"][1]["error"].as_str().unwrap().to_owned()
-        + &format!(" (last output: {})", summary["nodes"][1]["last_output"].as_str().unwrap()));
+    assert_eq!(
+        message,
+        summary["nodes"][1]["error"].as_str().unwrap().to_owned()
+            + &format!(
+                " (last output: {})",
+                summary["nodes"][1]["last_output"].as_str().unwrap()
+            )
+    );
     assert!(message.contains("<b>token</b> ]]> expired"), "{message}");
     // The transcript's tail, ending where the transcript ends.
-    let tail = xpath(&file, &format!("string(//testcase[@name='{failing}']/failure)"));
+    let tail = xpath(
+        &file,
+        &format!("string(//testcase[@name='{failing}']/failure)"),
+    );
     let transcript = out.transcript(1);
-    let last = transcript.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
+    let last = transcript
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap();
     assert!(tail.trim_end().ends_with(last), "{tail}\n---\n{transcript}");
     assert!(tail.contains("Error: <b>token</b> ]]> expired"), "{tail}");
     // The others passed: no child at all.
@@ -118,11 +141,20 @@ fn a_run_writes_junit_that_the_schema_accepts_and_names_the_failure() {
         );
     }
     assert_eq!(
-        xpath(&file, &format!("string(//testcase[@name='{}']/@classname)", Scenario::name(0))),
+        xpath(
+            &file,
+            &format!(
+                "string(//testcase[@name='{}']/@classname)",
+                Scenario::name(0)
+            )
+        ),
         "store-1"
     );
     assert_eq!(
-        xpath(&file, &format!("string(//testcase[@name='{failing}']/@classname)")),
+        xpath(
+            &file,
+            &format!("string(//testcase[@name='{failing}']/@classname)")
+        ),
         "keadm-batch"
     );
 
@@ -135,15 +167,24 @@ fn a_run_writes_junit_that_the_schema_accepts_and_names_the_failure() {
         .run();
     merged.status(1);
     let merged_file = sc.path("merged.xml");
-    assert_eq!(merged.stdout, std::fs::read_to_string(&merged_file).unwrap());
+    assert_eq!(
+        merged.stdout,
+        std::fs::read_to_string(&merged_file).unwrap()
+    );
     validate(&merged_file).unwrap_or_else(|e| panic!("{e}\n{}", merged.stdout));
     assert_eq!(xpath(&merged_file, "count(//testcase)"), "3");
     assert_eq!(
-        xpath(&merged_file, &format!("string(//testcase[@name='{failing}']/failure/@type)")),
+        xpath(
+            &merged_file,
+            &format!("string(//testcase[@name='{failing}']/failure/@type)")
+        ),
         class
     );
     assert_eq!(
-        xpath(&merged_file, &format!("string(//testcase[@name='{failing}']/failure)")),
+        xpath(
+            &merged_file,
+            &format!("string(//testcase[@name='{failing}']/failure)")
+        ),
         tail,
         "the merged run's failure reads the shard's transcript"
     );

@@ -20,6 +20,7 @@ use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use super::summary::Summary;
 use crate::node_text::{escape_controls, one_line};
+use crate::options::OutputFormat;
 use crate::outcome::{NodeOutcome, Phase};
 use crate::plan::NodePlan;
 
@@ -48,17 +49,19 @@ pub enum JunitError {
 }
 
 /// After a run or a merge: writes the document to `file` (`--junit FILE`) and prints it
-/// on stdout (`--output junit`), as asked. `sites` holds each node's site by its index.
+/// on stdout (`--output junit`), as asked. `nodes` is the run's plan, for their sites
+/// (none for a merge: shards record no sites).
 pub fn emit(
     summary: &Summary,
-    sites: &HashMap<usize, String>,
-    file: Option<&Path>,
-    stdout: bool,
+    nodes: &[NodePlan],
+    file: &Option<PathBuf>,
+    output: OutputFormat,
 ) -> Result<(), JunitError> {
+    let stdout = output == OutputFormat::Junit;
     if file.is_none() && !stdout {
         return Ok(());
     }
-    let text = document(summary, sites);
+    let text = document(summary, &sites(nodes));
     if let Some(path) = file {
         write(path, &text).map_err(|source| JunitError::File {
             path: path.to_path_buf(),
@@ -73,7 +76,7 @@ pub fn emit(
 
 /// Each node's site (its `site:`, else `behind <jump host>`) by its index, for the class
 /// of its case.
-pub fn sites(nodes: &[NodePlan]) -> HashMap<usize, String> {
+fn sites(nodes: &[NodePlan]) -> HashMap<usize, String> {
     nodes
         .iter()
         .filter_map(|node| Some((node.index, node.site.as_ref()?.to_string())))

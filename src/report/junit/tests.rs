@@ -41,7 +41,12 @@ fn a_node_of_each_phase_is_its_own_kind_of_case() {
     let transcript = dir.path().join("2-edge-b.log");
     let lines: Vec<String> = (1..=50).map(|i| format!("line {i}")).collect();
     std::fs::write(&transcript, lines.join("\n") + "\n").unwrap();
-    let mut failed = node(1, "edge-b", Phase::Failed, Some("keadm exited with status 1"));
+    let mut failed = node(
+        1,
+        "edge-b",
+        Phase::Failed,
+        Some("keadm exited with status 1"),
+    );
     failed.failure_class = Some(FailureClass::TokenInvalid);
     failed.last_output = Some("Error: token expired".into());
     failed.transcript = Some(transcript.display().to_string());
@@ -51,8 +56,18 @@ fn a_node_of_each_phase_is_its_own_kind_of_case() {
         node(0, "edge-a", Phase::Succeeded, None),
         failed,
         timed_out,
-        node(3, "edge-d", Phase::Skipped, Some("pre-flight: edgecore_running")),
-        node(4, "edge-e", Phase::Interrupted, Some("interrupted before it started")),
+        node(
+            3,
+            "edge-d",
+            Phase::Skipped,
+            Some("pre-flight: edgecore_running"),
+        ),
+        node(
+            4,
+            "edge-e",
+            Phase::Interrupted,
+            Some("interrupted before it started"),
+        ),
     ];
     let sites = HashMap::from([(0, "store-1".to_string()), (1, "store-1".to_string())]);
     let text = document(&summary(nodes), &sites);
@@ -65,7 +80,10 @@ fn a_node_of_each_phase_is_its_own_kind_of_case() {
         (5, 2, 1, 1)
     );
     assert_eq!(suite.time, Some(Duration::from_secs(10)));
-    assert!(text.contains("timestamp=\"1970-01-01T00:16:40Z\""), "{text}");
+    assert!(
+        text.contains("timestamp=\"1970-01-01T00:16:40Z\""),
+        "{text}"
+    );
     let cases = &suite.test_cases;
     let names: Vec<&str> = cases.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["edge-a", "edge-b", "edge-c", "edge-d", "edge-e"]);
@@ -73,10 +91,7 @@ fn a_node_of_each_phase_is_its_own_kind_of_case() {
         .iter()
         .map(|c| c.classname.as_ref().unwrap().as_str())
         .collect();
-    assert_eq!(
-        classes,
-        ["store-1", "store-1", NO_SITE, NO_SITE, NO_SITE]
-    );
+    assert_eq!(classes, ["store-1", "store-1", NO_SITE, NO_SITE, NO_SITE]);
     assert_eq!(cases[0].status, TestCaseStatus::success());
     assert_eq!(cases[0].time, Some(Duration::from_millis(2500)));
     assert_eq!(cases[2].time, Some(Duration::from_secs(60)));
@@ -104,7 +119,13 @@ fn a_node_of_each_phase_is_its_own_kind_of_case() {
     assert!(!description.contains("line 20\n"), "{description}");
 
     // A timeout with no class has its phase as the type; no transcript, no text.
-    let TestCaseStatus::NonSuccess { kind, ty, description, .. } = &cases[2].status else {
+    let TestCaseStatus::NonSuccess {
+        kind,
+        ty,
+        description,
+        ..
+    } = &cases[2].status
+    else {
         panic!("{:?}", cases[2].status)
     };
     assert_eq!(*kind, NonSuccessKind::Failure);
@@ -212,7 +233,13 @@ fn the_file_is_written_whole_and_owner_only() {
     std::fs::write(&path, "old").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let nodes = vec![node(0, "edge-a", Phase::Succeeded, None)];
-    emit(&summary(nodes), &HashMap::new(), Some(&path), false).unwrap();
+    emit(
+        &summary(nodes),
+        &[],
+        &Some(path.clone()),
+        OutputFormat::Text,
+    )
+    .unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(parse(&text).test_suites[0].tests, 1);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
@@ -220,9 +247,9 @@ fn the_file_is_written_whole_and_owner_only() {
     assert!(!dir.path().join("junit.xml.tmp").exists());
     let err = emit(
         &summary(Vec::new()),
-        &HashMap::new(),
-        Some(&dir.path().join("missing/junit.xml")),
-        false,
+        &[],
+        &Some(dir.path().join("missing/junit.xml")),
+        OutputFormat::Text,
     )
     .unwrap_err();
     assert!(err.to_string().contains("missing/junit.xml"), "{err}");
