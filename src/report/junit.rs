@@ -26,8 +26,9 @@ use crate::plan::NodePlan;
 
 /// Transcript lines in a `<failure>` or `<error>`: the end of it, where keadm said why.
 pub const TAIL_LINES: usize = 30;
-/// The most of a transcript read for its tail (transcripts hold up to 64 MiB).
-const TAIL_BYTES: u64 = 64 << 10;
+/// The most of a transcript read for its tail (transcripts hold up to 64 MiB): what a
+/// document of 5,000 failed nodes holds stays within tens of MiB.
+const TAIL_BYTES: u64 = 16 << 10;
 /// One transcript line in the document: at most this many characters.
 const LINE_CHARS: usize = 1000;
 /// The `message` attribute: one line, at most this many characters.
@@ -172,18 +173,18 @@ fn message(node: &NodeOutcome) -> String {
 /// [`TAIL_BYTES`]; `None` when there is none to read.
 fn transcript_tail(path: &str) -> Option<String> {
     let mut file = File::open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() {
         return None;
     }
-    let len = file.metadata().ok()?.len();
-    let start = len.saturating_sub(TAIL_BYTES);
+    let start = meta.len().saturating_sub(TAIL_BYTES);
     file.seek(SeekFrom::Start(start)).ok()?;
     let mut bytes = Vec::new();
     file.take(TAIL_BYTES).read_to_end(&mut bytes).ok()?;
     let text = String::from_utf8_lossy(&bytes);
     let mut lines: Vec<&str> = text.lines().collect();
-    if start > 0 && !lines.is_empty() {
-        // The first line was cut by where the read began.
+    if start > 0 && lines.len() > 1 {
+        // The first line was cut by where the read began (unless it is all there is).
         lines.remove(0);
     }
     let tail = &lines[lines.len().saturating_sub(TAIL_LINES)..];
