@@ -5,6 +5,7 @@ pub mod files;
 pub mod findings;
 pub mod json_path;
 pub mod log;
+pub mod metrics;
 pub mod merge;
 pub mod progress;
 pub mod recap;
