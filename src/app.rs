@@ -627,6 +627,7 @@ fn execute(
             summary_path.display()
         );
     }
+    report::metrics::write_if_asked(&summary, options.metrics.as_deref());
     if !quiet {
         eprint!(
             "{}",

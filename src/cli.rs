@@ -260,6 +260,11 @@ struct BatchArgs {
     /// Print every step of every node.
     #[arg(short, long, help_heading = "Output")]
     verbose: bool,
+
+    /// Also write the run's metrics to FILE at its end, in Prometheus' text format (for
+    /// node_exporter's textfile collector: name it *.prom in its directory).
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    metrics: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -1057,6 +1062,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         staging_dir: batch.staging_dir,
         run_dir: batch.run_dir,
         output: output_format(batch.output),
+        metrics: batch.metrics,
         verbosity: if batch.quiet {
             Verbosity::Quiet
         } else if batch.verbose {

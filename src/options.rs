@@ -282,5 +282,7 @@ pub struct RunOptions {
     pub run_dir: Option<PathBuf>,
     // Output.
     pub output: OutputFormat,
+    /// `--metrics FILE`: the run in Prometheus' text format, written at its end.
+    pub metrics: Option<PathBuf>,
     pub verbosity: Verbosity,
 }

@@ -18,6 +18,7 @@ mod fuzz_regressions;
 mod hostile;
 mod keadm_e2e;
 mod kubeedge;
+mod metrics;
 mod operator;
 mod perf_modes;
 mod preflight;

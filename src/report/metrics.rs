@@ -206,9 +206,9 @@ fn bucket_of(phase: Phase) -> Phase {
 /// node name, address or secret).
 pub fn write(summary: &Summary, path: &Path) -> io::Result<()> {
     let text = render(summary);
-    let name = path.file_name().ok_or_else(|| {
-        io::Error::other(format!("{} names no file", path.display()))
-    })?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other(format!("{} names no file", path.display())))?;
     let mut tmp_name = name.to_os_string();
     tmp_name.push(format!(".{}.tmp", std::process::id()));
     let tmp = path.with_file_name(tmp_name);
@@ -228,6 +228,18 @@ pub fn write(summary: &Summary, path: &Path) -> io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     written
+}
+
+/// `--metrics FILE`, at the end of a run: a failed write is said, not fatal, as for
+/// summary.json (the results are in the run directory all the same).
+pub fn write_if_asked(summary: &Summary, path: Option<&Path>) {
+    let Some(path) = path else { return };
+    if let Err(e) = write(summary, path) {
+        log::error!(
+            "Could not write the metrics file {}: {e}. Check that its directory exists and is writable; the run's results are in its summary.json all the same.",
+            path.display()
+        );
+    }
 }
 
 #[cfg(test)]

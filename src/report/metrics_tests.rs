@@ -72,15 +72,9 @@ fn step_times_are_histograms_in_seconds() {
     assert!(l.contains(&"keadm_batch_phase_duration_seconds_count{phase=\"run\"} 2"));
     assert!(l.contains(&"keadm_batch_phase_duration_seconds_sum{phase=\"run\"} 740.0"));
     // 40 s is under 60; 700 s is past the last bucket, counted only in +Inf.
-    assert!(
-        l.contains(&"keadm_batch_phase_duration_seconds_bucket{le=\"60.0\",phase=\"run\"} 1")
-    );
-    assert!(
-        l.contains(&"keadm_batch_phase_duration_seconds_bucket{le=\"600.0\",phase=\"run\"} 1")
-    );
-    assert!(
-        l.contains(&"keadm_batch_phase_duration_seconds_bucket{le=\"+Inf\",phase=\"run\"} 2")
-    );
+    assert!(l.contains(&"keadm_batch_phase_duration_seconds_bucket{le=\"60.0\",phase=\"run\"} 1"));
+    assert!(l.contains(&"keadm_batch_phase_duration_seconds_bucket{le=\"600.0\",phase=\"run\"} 1"));
+    assert!(l.contains(&"keadm_batch_phase_duration_seconds_bucket{le=\"+Inf\",phase=\"run\"} 2"));
     assert!(l.contains(&"keadm_batch_phase_duration_seconds_count{phase=\"ready\"} 1"));
     assert!(l.contains(&"keadm_batch_phase_duration_seconds_sum{phase=\"ready\"} 12.0"));
     assert!(l.contains(&"keadm_batch_phase_duration_seconds_count{phase=\"connect\"} 2"));
@@ -101,7 +95,10 @@ fn counters_and_timestamps_are_in_base_units() {
     assert!(
         l.contains(&"keadm_batch_run_info{run_id=\"20261202T0000Z-ab12\",config=\"batch.yaml\"} 1")
     );
-    assert!(!text.contains("n0") && !text.contains("127.0.0.1"), "{text}");
+    assert!(
+        !text.contains("n0") && !text.contains("127.0.0.1"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -113,7 +110,10 @@ fn a_config_path_is_escaped_as_a_label_value() {
     );
     // The newline did not end the line: every line is a comment or a sample.
     for line in text.lines() {
-        assert!(line.starts_with('#') || line.starts_with("keadm_batch_"), "{line}");
+        assert!(
+            line.starts_with('#') || line.starts_with("keadm_batch_"),
+            "{line}"
+        );
     }
 }
 
