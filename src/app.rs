@@ -542,6 +542,12 @@ fn execute(
     let live = std::io::stderr().is_terminal() && !quiet;
     let progress = Progress::new(plan.nodes.len(), plan.total_in_config, live);
     let recorder = Recorder::new(log, journal, plan.nodes.len(), quiet, progress.clone());
+    recorder.metrics.start(
+        options.metrics.as_deref(),
+        &run_dir.id,
+        &config.path,
+        started_at,
+    );
 
     let cancel = Cancel::new();
     install_signal_handler(&cancel);
@@ -627,7 +633,7 @@ fn execute(
             summary_path.display()
         );
     }
-    report::metrics::write_if_asked(&summary, options.metrics.as_deref());
+    recorder.metrics.finish(&summary);
     if !quiet {
         eprint!(
             "{}",

@@ -9,7 +9,9 @@
 use std::fmt;
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, text};
 use prometheus_client::metrics::MetricType;
@@ -19,7 +21,7 @@ use prometheus_client::registry::Registry;
 
 use super::summary::Summary;
 use crate::diagnosis::FailureClass;
-use crate::outcome::Phase;
+use crate::outcome::{NodeOutcome, Phase, SiteTraffic};
 
 /// The final phases, as `keadm_batch_nodes{phase}` lists them.
 const FINAL_PHASES: [Phase; 5] = [
@@ -89,10 +91,34 @@ fn seconds(value: f64) -> Gauge<f64, std::sync::atomic::AtomicU64> {
     g
 }
 
+/// What the exposition is made of: a finished run's summary, or a run still going.
+struct Run<'a> {
+    run_id: &'a str,
+    config: &'a str,
+    started_at: f64,
+    /// `None` while the run goes: no end timestamp yet.
+    finished_at: Option<f64>,
+    /// The nodes finished so far.
+    nodes: &'a [NodeOutcome],
+    /// `None` while the run goes: the relay counts the sites' traffic at its end.
+    sites: Option<&'a [SiteTraffic]>,
+}
+
 /// The exposition of this summary.
 pub fn render(summary: &Summary) -> String {
+    render_run(&Run {
+        run_id: &summary.run_id,
+        config: &summary.config,
+        started_at: summary.started_at,
+        finished_at: Some(summary.finished_at),
+        nodes: &summary.nodes,
+        sites: Some(&summary.sites),
+    })
+}
+
+fn render_run(run: &Run) -> String {
     let mut registry = Registry::default();
-    let nodes = &summary.nodes;
+    let nodes = run.nodes;
 
     let by_phase = FINAL_PHASES.map(|phase| {
         let n = nodes.iter().filter(|o| bucket_of(o.phase) == phase).count();
@@ -123,7 +149,7 @@ pub fn render(summary: &Summary) -> String {
         },
     );
 
-    let steps: [(&str, fn(&crate::outcome::NodeOutcome) -> Option<f64>); 5] = [
+    let steps: [(&str, fn(&NodeOutcome) -> Option<f64>); 5] = [
         ("connect", |o| o.steps.connect),
         ("prepare", |o| o.steps.prepare),
         ("upload", |o| o.steps.upload),
@@ -152,29 +178,33 @@ pub fn render(summary: &Summary) -> String {
         "Bytes this machine uploaded to the nodes",
         RunCounter(nodes.iter().map(|o| o.bytes_uploaded).sum()),
     );
-    registry.register(
-        "keadm_batch_relayed_bytes_total",
-        "Bytes the nodes of a site copied from each other (--relay auto)",
-        RunCounter(summary.sites.iter().map(|s| s.peer_bytes).sum()),
-    );
+    if let Some(sites) = run.sites {
+        registry.register(
+            "keadm_batch_relayed_bytes_total",
+            "Bytes the nodes of a site copied from each other (--relay auto)",
+            RunCounter(sites.iter().map(|s| s.peer_bytes).sum()),
+        );
+    }
     registry.register(
         "keadm_batch_run_start_timestamp_seconds",
         "When the run started, in seconds since the Unix epoch",
-        seconds(summary.started_at),
+        seconds(run.started_at),
     );
-    registry.register(
-        "keadm_batch_run_end_timestamp_seconds",
-        "When the run ended, in seconds since the Unix epoch",
-        seconds(summary.finished_at),
-    );
+    if let Some(finished_at) = run.finished_at {
+        registry.register(
+            "keadm_batch_run_end_timestamp_seconds",
+            "When the run ended, in seconds since the Unix epoch",
+            seconds(finished_at),
+        );
+    }
     registry.register(
         "keadm_batch_run_info",
         "The run: its id and config file",
         Ordered {
             series: vec![(
                 vec![
-                    ("run_id", summary.run_id.clone()),
-                    ("config", summary.config.clone()),
+                    ("run_id", run.run_id.to_string()),
+                    ("config", run.config.to_string()),
                 ],
                 gauge(1),
             )],
@@ -205,7 +235,10 @@ fn bucket_of(phase: Phase) -> Phase {
 /// own user, and the file holds only counts, times, the run id and the config's path (no
 /// node name, address or secret).
 pub fn write(summary: &Summary, path: &Path) -> io::Result<()> {
-    let text = render(summary);
+    write_text(&render(summary), path)
+}
+
+fn write_text(text: &str, path: &Path) -> io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::other(format!("{} names no file", path.display())))?;
@@ -230,15 +263,100 @@ pub fn write(summary: &Summary, path: &Path) -> io::Result<()> {
     written
 }
 
-/// `--metrics FILE`, at the end of a run: a failed write is said, not fatal, as for
-/// summary.json (the results are in the run directory all the same).
-pub fn write_if_asked(summary: &Summary, path: Option<&Path>) {
-    let Some(path) = path else { return };
-    if let Err(e) = write(summary, path) {
-        log::error!(
-            "Could not write the metrics file {}: {e}. Check that its directory exists and is writable; the run's results are in its summary.json all the same.",
-            path.display()
-        );
+/// How often the file is rewritten while the run goes, at most.
+const REFRESH: Duration = Duration::from_secs(10);
+
+/// `--metrics FILE` for the whole run: written as the run starts, again when a node
+/// finishes and the last write is 10 s old, and for the last time from the summary.
+/// Between the first and the last write the file has no end timestamp and no relayed
+/// bytes (the relay counts them at the end). The writes are made by the worker whose
+/// node just finished, one at a time (`try_lock`: a worker never waits for another's
+/// write), and the final write holds the lock, so no live write runs after it.
+#[derive(Default)]
+pub struct Live {
+    state: Mutex<Option<LiveState>>,
+}
+
+struct LiveState {
+    path: PathBuf,
+    run_id: String,
+    config: String,
+    started_at: f64,
+    last: Instant,
+    /// A failed write is said once, not every 10 s.
+    said_failure: bool,
+}
+
+impl LiveState {
+    fn write(&mut self, text: &str) {
+        self.last = Instant::now();
+        if let Err(e) = write_text(text, &self.path) {
+            if !self.said_failure {
+                log::error!(
+                    "Could not write the metrics file {}: {e}. Check that its directory exists and is writable; the run's results are in its summary.json all the same.",
+                    self.path.display()
+                );
+            }
+            self.said_failure = true;
+        }
+    }
+}
+
+impl Live {
+    /// With `--metrics FILE` (`path`): the first write, with no node finished yet.
+    pub fn start(&self, path: Option<&Path>, run_id: &str, config: &Path, started_at: f64) {
+        let Some(path) = path else { return };
+        let mut state = LiveState {
+            path: path.to_path_buf(),
+            run_id: run_id.to_string(),
+            config: config.display().to_string(),
+            started_at,
+            last: Instant::now(),
+            said_failure: false,
+        };
+        state.write(&render_run(&Run {
+            run_id: &state.run_id,
+            config: &state.config,
+            started_at,
+            finished_at: None,
+            nodes: &[],
+            sites: None,
+        }));
+        *self.lock() = Some(state);
+    }
+
+    /// A node finished: rewrite the file if the last write is old enough and no other
+    /// worker is writing it.
+    pub fn node_finished(&self, outcomes: impl FnOnce() -> Vec<NodeOutcome>) {
+        let Ok(mut guard) = self.state.try_lock() else {
+            return;
+        };
+        let Some(state) = guard.as_mut() else { return };
+        if state.last.elapsed() < REFRESH {
+            return;
+        }
+        let nodes = outcomes();
+        let text = render_run(&Run {
+            run_id: &state.run_id,
+            config: &state.config,
+            started_at: state.started_at,
+            finished_at: None,
+            nodes: &nodes,
+            sites: None,
+        });
+        state.write(&text);
+    }
+
+    /// The run is over: the last write, from its summary; no live write comes after.
+    pub fn finish(&self, summary: &Summary) {
+        if let Some(mut state) = self.lock().take() {
+            state.said_failure = false;
+            state.write(&render(summary));
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<LiveState>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -134,3 +134,84 @@ fn the_file_is_replaced_whole_and_readable_by_node_exporter() {
         .collect();
     assert_eq!(names, vec![std::ffi::OsString::from("keadm_batch.prom")]);
 }
+
+fn live_started(path: &Path) -> Live {
+    let live = Live::default();
+    live.start(
+        Some(path),
+        "20261202T0000Z-ab12",
+        Path::new("batch.yaml"),
+        1764633600.5,
+    );
+    live
+}
+
+/// Makes the last write look 10 s old, so the next finished node rewrites the file.
+fn age(live: &Live) {
+    let mut state = live.lock();
+    let state = state.as_mut().unwrap();
+    state.last = Instant::now().checked_sub(REFRESH).unwrap();
+}
+
+#[test]
+fn a_run_in_progress_has_its_start_and_finished_nodes_but_no_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keadm_batch.prom");
+    let live = live_started(&path);
+    let first = std::fs::read_to_string(&path).unwrap();
+    assert!(first.contains("keadm_batch_run_start_timestamp_seconds 1764633600.5"));
+    assert!(first.contains("keadm_batch_nodes{phase=\"succeeded\"} 0"));
+    assert!(
+        !first.contains("keadm_batch_run_end_timestamp_seconds"),
+        "{first}"
+    );
+    assert!(
+        !first.contains("keadm_batch_relayed_bytes_total"),
+        "{first}"
+    );
+
+    let done = summary("batch.yaml");
+    age(&live);
+    live.node_finished(|| done.nodes[..2].to_vec());
+    let second = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        second.contains("keadm_batch_nodes{phase=\"failed\"} 1"),
+        "{second}"
+    );
+    assert!(
+        second.contains("keadm_batch_nodes{phase=\"skipped\"} 0"),
+        "{second}"
+    );
+    assert!(
+        !second.contains("keadm_batch_run_end_timestamp_seconds"),
+        "{second}"
+    );
+
+    live.finish(&done);
+    let last = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(last, render(&done));
+    // Nothing rewrites the file after the run's last write.
+    std::fs::remove_file(&path).unwrap();
+    live.node_finished(|| panic!("no live write after the end"));
+    assert!(!path.exists());
+}
+
+#[test]
+fn a_write_waits_for_ten_seconds_and_for_no_other_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keadm_batch.prom");
+    let live = live_started(&path);
+    // Just written: a node finishing now does not rewrite it.
+    live.node_finished(|| panic!("rewritten before 10 s"));
+    // Another worker is writing: this one does not wait for it, nor write.
+    age(&live);
+    let held = live.lock();
+    live.node_finished(|| panic!("two writers at once"));
+    drop(held);
+    live.node_finished(|| summary("batch.yaml").nodes);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("keadm_batch_nodes{phase=\"succeeded\"} 1"),
+        "{text}"
+    );
+}

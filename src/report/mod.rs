@@ -32,6 +32,8 @@ pub struct Recorder {
     failures: std::sync::atomic::AtomicUsize,
     quiet: bool,
     progress: Arc<Progress>,
+    /// `--metrics FILE`, refreshed as nodes finish.
+    pub metrics: metrics::Live,
 }
 
 struct Inner {
@@ -63,6 +65,7 @@ impl Recorder {
             }),
             quiet,
             progress,
+            metrics: metrics::Live::default(),
             failures: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -105,6 +108,7 @@ impl Recorder {
         if show {
             self.progress.finished(&line);
         }
+        self.metrics.node_finished(|| self.outcomes());
     }
 
     /// All outcomes so far, in config order.
