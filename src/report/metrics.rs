@@ -40,6 +40,9 @@ const BUCKETS: [f64; 13] = [
 
 type Labels = Vec<(&'static str, String)>;
 
+/// The seconds a node spent in one step, if it reached it.
+type StepSeconds = fn(&NodeOutcome) -> Option<f64>;
+
 /// Series of one family in a fixed order. (The crate's `Family` keeps a hash map, whose
 /// order changes from one write to the next; a file an operator diffs should not.)
 #[derive(Debug)]
@@ -149,7 +152,7 @@ fn render_run(run: &Run) -> String {
         },
     );
 
-    let steps: [(&str, fn(&NodeOutcome) -> Option<f64>); 5] = [
+    let steps: [(&str, StepSeconds); 5] = [
         ("connect", |o| o.steps.connect),
         ("prepare", |o| o.steps.prepare),
         ("upload", |o| o.steps.upload),
