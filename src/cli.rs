@@ -261,8 +261,8 @@ struct BatchArgs {
     #[arg(short, long, help_heading = "Output")]
     verbose: bool,
 
-    /// Also write the run's metrics to FILE at its end, in Prometheus' text format (for
-    /// node_exporter's textfile collector: name it *.prom in its directory).
+    /// Also write the run's metrics to FILE in Prometheus' text format, for node_exporter's
+    /// textfile collector (name it *.prom there): replaced whole as the run goes and at its end.
     #[arg(long, value_name = "FILE", help_heading = "Output")]
     metrics: Option<PathBuf>,
 }

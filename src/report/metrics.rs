@@ -364,5 +364,4 @@ impl Live {
 }
 
 #[cfg(test)]
-#[path = "metrics_tests.rs"]
 mod tests;
