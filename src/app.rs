@@ -545,6 +545,12 @@ fn execute(
     let live = std::io::stderr().is_terminal() && !quiet;
     let progress = Progress::new(plan.nodes.len(), plan.total_in_config, live);
     let recorder = Recorder::new(log, journal, plan.nodes.len(), quiet, progress.clone());
+    recorder.metrics.start(
+        options.metrics.as_deref(),
+        &run_dir.id,
+        &config.path,
+        started_at,
+    );
 
     let cancel = Cancel::new();
     install_signal_handler(&cancel);
@@ -630,6 +636,7 @@ fn execute(
             summary_path.display()
         );
     }
+    recorder.metrics.finish(&summary);
     if !quiet {
         eprint!(
             "{}",

@@ -265,6 +265,11 @@ struct BatchArgs {
     /// Print every step of every node.
     #[arg(short, long, help_heading = "Output")]
     verbose: bool,
+
+    /// Also write the run's metrics to FILE in Prometheus' text format, for node_exporter's
+    /// textfile collector (name it *.prom there): replaced whole as the run goes and at its end.
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
+    metrics: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -1096,6 +1101,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         run_dir: batch.run_dir,
         output: run_output_format(batch.output),
         junit: batch.junit,
+        metrics: batch.metrics,
         verbosity: if batch.quiet {
             Verbosity::Quiet
         } else if batch.verbose {

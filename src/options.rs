@@ -289,5 +289,7 @@ pub struct RunOptions {
     pub output: OutputFormat,
     /// `--junit FILE`: the run's JUnit XML document, written there after the run.
     pub junit: Option<PathBuf>,
+    /// `--metrics FILE`: the run in Prometheus' text format, written at its end.
+    pub metrics: Option<PathBuf>,
     pub verbosity: Verbosity,
 }

@@ -19,6 +19,7 @@ mod hostile;
 mod junit;
 mod keadm_e2e;
 mod kubeedge;
+mod metrics;
 mod operator;
 mod perf_modes;
 mod preflight;

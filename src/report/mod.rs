@@ -7,6 +7,7 @@ pub mod json_path;
 pub mod junit;
 pub mod log;
 pub mod merge;
+pub mod metrics;
 pub mod progress;
 pub mod recap;
 pub mod run_dir;
@@ -32,6 +33,8 @@ pub struct Recorder {
     failures: std::sync::atomic::AtomicUsize,
     quiet: bool,
     progress: Arc<Progress>,
+    /// `--metrics FILE`, refreshed as nodes finish.
+    pub metrics: metrics::Live,
 }
 
 struct Inner {
@@ -63,6 +66,7 @@ impl Recorder {
             }),
             quiet,
             progress,
+            metrics: metrics::Live::default(),
             failures: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -105,6 +109,7 @@ impl Recorder {
         if show {
             self.progress.finished(&line);
         }
+        self.metrics.node_finished(|| self.outcomes());
     }
 
     /// All outcomes so far, in config order.
