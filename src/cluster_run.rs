@@ -388,10 +388,8 @@ pub fn left_behind_recap(outcomes: &[NodeOutcome]) -> String {
             check.node_name, outcome.name
         );
     }
-    if lines.is_empty() {
-        return lines;
-    }
-    format!(
-        "Node objects left in the cluster by resets (delete them with `kubectl delete node NAME`, or run the reset with --delete-nodes):\n{lines}"
+    crate::report::recap::titled(
+        "Node objects left in the cluster by resets (delete them with `kubectl delete node NAME`, or run the reset with --delete-nodes)",
+        lines,
     )
 }

@@ -328,10 +328,8 @@ pub fn left_cordoned_recap(outcomes: &[NodeOutcome]) -> String {
             record.node_name, outcome.name
         );
     }
-    if lines.is_empty() {
-        return lines;
-    }
-    format!(
-        "Nodes left cordoned in the cluster (--drain; `kubectl uncordon NAME` lifts a cordon once the node is fixed, and a rerun in which the node succeeds lifts this run's):\n{lines}"
+    crate::report::recap::titled(
+        "Nodes left cordoned in the cluster (--drain; `kubectl uncordon NAME` lifts a cordon once the node is fixed, and a rerun in which the node succeeds lifts this run's)",
+        lines,
     )
 }

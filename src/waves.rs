@@ -142,6 +142,20 @@ pub struct Shape {
     pub max_fail: Option<Amount>,
 }
 
+/// A [`Shape`] in one call, for the tests of the waves and of what prints them.
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::{Amount, Shape};
+
+    pub fn shape(size: Option<Amount>, canary: Option<usize>, max_fail: Option<Amount>) -> Shape {
+        Shape {
+            size,
+            canary,
+            max_fail,
+        }
+    }
+}
+
 /// The waves of `count` selected nodes. `earlier` holds, for a retry, the wave each
 /// node had in the run it retries (by position; empty or `None` when unknown): those
 /// nodes keep their numbers, grouped by them in order, so a retry goes on where the
@@ -264,13 +278,7 @@ mod tests {
             .collect()
     }
 
-    fn shape(size: Option<Amount>, canary: Option<usize>, max_fail: Option<Amount>) -> Shape {
-        Shape {
-            size,
-            canary,
-            max_fail,
-        }
-    }
+    use super::tests_support::shape;
 
     #[test]
     fn a_share_rounds_up_and_waves_go_in_config_order() {

@@ -34,6 +34,13 @@ fn upgradable(api: &FakeApiServer, fleet: &Fleet, i: usize) {
     fake_upgrade::node_in_cluster(api, fleet.node(i), &Scenario::name(i));
 }
 
+/// edge-00's Node, there from before the run, Ready on v1.23.0: below the upgrade's
+/// target (a Node already on it would not be drained).
+fn node_below_target(api: &FakeApiServer) {
+    api.existing_node("edge-00", true, 3 * DAY);
+    api.node_runs("edge-00", "v1.23.0");
+}
+
 /// The upgrade to v1.23.1 on every node but `cmd_for`'s.
 fn upgrades(fleet: &Fleet) -> Scenario<'_> {
     Scenario::new(fleet)
@@ -254,9 +261,7 @@ fn a_budget_that_never_allows_fails_the_node_before_anything_runs_and_lifts_the_
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
     let api = FakeApiServer::start();
-    api.existing_node("edge-00", true, 3 * DAY);
-    // Below the upgrade's target: a Node already on it would not be drained.
-    api.node_runs("edge-00", "v1.23.0");
+    node_below_target(&api);
     api.pod(
         "edge-00",
         "default",
@@ -316,9 +321,7 @@ fn a_node_whose_node_cannot_be_cordoned_fails_untouched() {
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
     let api = FakeApiServer::start();
-    api.existing_node("edge-00", true, 3 * DAY);
-    // Below the upgrade's target: a Node already on it would not be drained.
-    api.node_runs("edge-00", "v1.23.0");
+    node_below_target(&api);
     api.fail_patches();
     let sc = Scenario::new(&fleet).cmd(UPGRADE);
     let out = run(&sc, &api, &[]);
@@ -454,9 +457,7 @@ fn drain_needs_its_permissions_and_a_kubeconfig_before_any_node_is_touched() {
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
     let api = FakeApiServer::start();
-    api.existing_node("edge-00", true, 3 * DAY);
-    // Below the upgrade's target: a Node already on it would not be drained.
-    api.node_runs("edge-00", "v1.23.0");
+    node_below_target(&api);
     let sc = Scenario::new(&fleet).cmd(UPGRADE);
     // The dry run asks for every permission and says what the drain will do.
     run(&sc, &api, &["--dry-run", "--drain-timeout", "90s"])
@@ -477,9 +478,7 @@ fn drain_needs_its_permissions_and_a_kubeconfig_before_any_node_is_touched() {
         ("create", "pods/eviction"),
     ] {
         let api = FakeApiServer::start();
-        api.existing_node("edge-00", true, 3 * DAY);
-        // Below the upgrade's target: a Node already on it would not be drained.
-        api.node_runs("edge-00", "v1.23.0");
+        node_below_target(&api);
         api.deny(verb, resource);
         run(&sc, &api, &[]).status(2).stderr_has(&format!(
             "keadm-batch: error: The kubeconfig's user may not {verb} {resource} (https://127.0.0.1:{}/ answered the access review so).",
@@ -506,9 +505,7 @@ fn a_second_ctrl_c_ends_a_drain_that_waits_and_lifts_the_cordon() {
     let fleet = Fleet::builder().nodes(1).start();
     let node = fleet.node(0);
     let api = FakeApiServer::start();
-    api.existing_node("edge-00", true, 3 * DAY);
-    // Below the upgrade's target: a Node already on it would not be drained.
-    api.node_runs("edge-00", "v1.23.0");
+    node_below_target(&api);
     // Evicted, but the node's edgecore never confirms: the drain waits (up to 10 min).
     api.pod(
         "edge-00",

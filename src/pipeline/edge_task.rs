@@ -34,6 +34,25 @@ impl Run<'_, '_> {
         self.edge_task.get_or_insert_with(EdgeTaskRecord::default)
     }
 
+    /// Starts the node's upgrade record with what the plan says of its command.
+    pub(super) fn edge_task_began(&mut self, task: &EdgeTaskPlan) {
+        let record = self.edge_task_record();
+        record.task = task.task.report_event().to_string();
+        record.target_version = task.target_version.clone();
+    }
+
+    /// Whether the run's script left an upgrade alone: its edgecore already ran the
+    /// target, so [`remote::unless_running`] printed [`remote::ALREADY_RUNS`] and exited
+    /// before the backup and keadm.
+    pub(super) fn left_alone(&self) -> bool {
+        self.node.edge_task.is_some()
+            && self
+                .transcript
+                .tail(80)
+                .iter()
+                .any(|l| l.starts_with(remote::ALREADY_RUNS))
+    }
+
     /// Reads keadm's report and the running edgecore after the command; `keadm` is how
     /// keadm's exit was read (its error, for a non-zero exit). Returns the node's verdict,
     /// after rolling a failed upgrade back when the plan says so.
@@ -44,11 +63,19 @@ impl Run<'_, '_> {
         task: &EdgeTaskPlan,
         keadm: Result<(), StepError>,
     ) -> Result<(), StepError> {
-        let record = self.edge_task_record();
-        record.task = task.task.report_event().to_string();
-        record.target_version = task.target_version.clone();
+        self.edge_task_began(task);
         let verdict = match self.read_edge_task(conn, privilege) {
-            Ok(check) => self.edge_task_verdict(task, &check, keadm),
+            Ok(check) => {
+                let record = self.edge_task_record();
+                record.report = match &check.report {
+                    ReportRead::Read(report) => Some(report.clone()),
+                    _ => None,
+                };
+                record.running_version = check.running_version().map(str::to_string);
+                record.edgecore_running = check.running.is_some();
+                record.node_name = check.node_name.clone();
+                self.edge_task_verdict(task, &check, keadm)
+            }
             Err(err) => {
                 self.transcript
                     .note(&format!("the report could not be read: {err}"));
@@ -92,7 +119,8 @@ impl Run<'_, '_> {
         self.edge_task_record().rollback = Some(done);
     }
 
-    /// The check's round trip; its output is the node's, bounded here.
+    /// The check's round trip (after the command, and after a rollback), noted in the
+    /// transcript; its output is the node's, bounded here.
     fn read_edge_task(
         &mut self,
         conn: &mut dyn Connection,
@@ -110,16 +138,7 @@ impl Run<'_, '_> {
             &mut output,
         )?;
         let check = remote::parse_edge_task_check(&output.text());
-        let record = self.edge_task_record();
-        record.report = match &check.report {
-            ReportRead::Read(report) => Some(report.clone()),
-            _ => None,
-        };
-        record.running_version = check.running_version().map(str::to_string);
-        record.edgecore_running = check.running.is_some();
-        record.node_name = check.node_name.clone();
-        let said = describe(&check);
-        self.transcript.note(&said);
+        self.transcript.note(&describe(&check));
         Ok(check)
     }
 
@@ -155,11 +174,7 @@ impl Run<'_, '_> {
                     check
                         .running_version()
                         .is_some_and(|v| same_version(v, target))
-                }) && self
-                    .transcript
-                    .tail(80)
-                    .iter()
-                    .any(|l| l.starts_with(remote::ALREADY_RUNS)) =>
+                }) && self.left_alone() =>
             {
                 self.edge_task_record().unchanged = true;
                 self.transcript.note(&format!(
@@ -319,7 +334,7 @@ impl Run<'_, '_> {
             }
         };
         record.exit_status = Some(status);
-        let check = match self.read_rollback(conn, privilege) {
+        let check = match self.read_edge_task(conn, privilege) {
             Ok(check) => check,
             Err(err) => {
                 record.error = Some(format!("the rollback's report could not be read: {err}"));
@@ -377,19 +392,6 @@ impl Run<'_, '_> {
             Some(error) => format!("the rollback did not bring the node back: {error}"),
         });
         record
-    }
-
-    /// The check after a rollback: the same round trip, without touching the upgrade's
-    /// record.
-    fn read_rollback(
-        &mut self,
-        conn: &mut dyn Connection,
-        privilege: Privilege,
-    ) -> Result<EdgeTaskCheck, crate::transport::TransportError> {
-        let kept = self.edge_task.clone();
-        let check = self.read_edge_task(conn, privilege);
-        self.edge_task = kept;
-        check
     }
 }
 

@@ -19,12 +19,12 @@ impl Run<'_, '_> {
         first: &FirstStep,
         result: &Result<RemoteExit, TransportError>,
     ) -> Result<(), StepError> {
-        let what = first.kind.what();
-        let tail = self.transcript.tail(usize::MAX);
         // An upgrade whose target already runs stops before its backup.
-        if tail.iter().any(|l| l.starts_with(remote::ALREADY_RUNS)) {
+        if self.left_alone() {
             return Ok(());
         }
+        let what = first.kind.what();
+        let tail = self.transcript.tail(usize::MAX);
         let marker = tail
             .iter()
             .rposition(|l| remote::first_exit(l, what).is_some());

@@ -467,9 +467,7 @@ impl Run<'_, '_> {
                 }
                 if let Some(task) = &node.edge_task {
                     // Cut off half way, the upgrade may have stopped edgecore.
-                    let record = self.edge_task_record();
-                    record.task = task.task.report_event().to_string();
-                    record.target_version = task.target_version.clone();
+                    self.edge_task_began(task);
                     self.roll_back_if_planned(conn, privilege);
                 }
                 Err(StepError {

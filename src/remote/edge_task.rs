@@ -371,19 +371,61 @@ mod tests {
     fn the_skip_of_an_upgrade_done_already_is_posix_sh_and_compares_versions() {
         let script = unless_running("v1.23.1");
         assert_forms_posix_sh("the upgrade's skip", &script, Forms::Every, &[]);
-        // With no edgecore in this shell's view it falls through to what follows.
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "{}echo ran",
-                // This machine's view holds other tests' edgecores: none is looked at.
-                script
-                    .replace("/proc/[0-9]*", "/nonexistent/[0-9]*")
-                    .replace("if has pidof", "if false")
-            ))
-            .output()
-            .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+        // The script run by sh with a /proc, an edgecore.log and an edgecore.yaml of this
+        // test's own (this machine's /proc holds other tests' edgecores; no journal).
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().display().to_string();
+        std::fs::create_dir_all(dir.path().join("proc/4242")).unwrap();
+        std::fs::write(dir.path().join("proc/4242/comm"), "edgecore\n").unwrap();
+        let run = |log: &str, config: &str| {
+            std::fs::write(dir.path().join("edgecore.log"), log).unwrap();
+            std::fs::write(dir.path().join("edgecore.yaml"), config).unwrap();
+            let script = script
+                .replace("/proc/[0-9]*", &format!("{root}/proc/[0-9]*"))
+                .replace("${p#/proc/}", &format!("${{p#{root}/proc/}}"))
+                .replace("if has pidof", "if false")
+                .replace("journalctl", "false")
+                .replace(
+                    "/var/log/kubeedge/edgecore.log",
+                    &format!("{root}/edgecore.log"),
+                )
+                .replace(
+                    "/etc/kubeedge/config/edgecore.yaml",
+                    &format!("{root}/edgecore.yaml"),
+                );
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("{script}echo ran"))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).to_string()
+        };
+        let logged = |pid: u32, version: &str| {
+            format!("I1202 10:00:00.000000    {pid} server.go:107] Version: {version}\n")
+        };
+        let skipped = format!("{ALREADY_RUNS}v1.23.1, so keadm upgrade edge was not run\n");
+        // The running edgecore logged the target: the upgrade is not run.
+        assert_eq!(run(&logged(4242, "v1.23.1"), ""), skipped);
+        // It logged another version: the upgrade runs, whatever edgecore.yaml says.
+        assert_eq!(
+            run(&logged(4242, "v1.23.0"), "edgecoreVersion: v1.23.1\n"),
+            "ran\n"
+        );
+        // Another process's line is not this one's; edgecore.yaml says then.
+        assert_eq!(
+            run(&logged(7, "v1.23.1"), "edgecoreVersion: v1.23.0\n"),
+            "ran\n"
+        );
+        assert_eq!(
+            run(&logged(7, "v1.23.0"), "edgecoreVersion: v1.23.1\n"),
+            skipped
+        );
+        // No edgecore runs: the upgrade runs.
+        std::fs::remove_dir_all(dir.path().join("proc/4242")).unwrap();
+        assert_eq!(
+            run(&logged(4242, "v1.23.1"), "edgecoreVersion: v1.23.1\n"),
+            "ran\n"
+        );
     }
 
     #[test]

@@ -353,6 +353,15 @@ fn render_ready(out: &mut String, outcomes: &[NodeOutcome]) {
     );
 }
 
+/// A recap paragraph: `title:` and its lines, or nothing when there are none.
+pub fn titled(title: &str, lines: String) -> String {
+    if lines.is_empty() {
+        lines
+    } else {
+        format!("{title}:\n{lines}")
+    }
+}
+
 /// `--rollback-on-failure`: which failed upgrades the rollback brought back, and which
 /// it did not (their failure is still the upgrade's, listed above).
 fn render_rollbacks(out: &mut String, outcomes: &[NodeOutcome]) {
@@ -412,13 +421,7 @@ mod tests {
         }
     }
 
-    fn shape(size: Option<Amount>, canary: Option<usize>, max_fail: Option<Amount>) -> Shape {
-        Shape {
-            size,
-            canary,
-            max_fail,
-        }
-    }
+    use crate::waves::tests_support::shape;
 
     #[test]
     fn the_banner_says_how_a_canary_runs() {

@@ -87,15 +87,11 @@ impl Verification<'_> {
             .collect()
         };
         let roll_back = |asked: &[(&NodePlan, Option<String>)]| {
-            let owned: Vec<(NodePlan, Option<String>)> = asked
-                .iter()
-                .map(|(n, to)| ((*n).clone(), to.clone()))
-                .collect();
-            let plans: Vec<NodePlan> = owned.iter().map(|(n, _)| n.clone()).collect();
+            let plans: Vec<NodePlan> = asked.iter().map(|(n, _)| (*n).clone()).collect();
             // The way back runs whatever the operator pressed: a node left half upgraded
             // is worse than a slower stop.
             pool::probe_all(&plans, max_run_num, &Cancel::new(), |node| {
-                let to = owned
+                let to = asked
                     .iter()
                     .find(|(n, _)| n.index == node.index)
                     .and_then(|(_, to)| to.as_deref());
