@@ -256,6 +256,13 @@ mod tests {
     #[test]
     fn the_check_is_posix_sh() {
         assert_forms_posix_sh("the edge task check", EDGE_TASK_CHECK, Forms::Every, &[]);
+        // Sent as the login user, before the prepare step.
+        assert_forms_posix_sh(
+            "edgecore.yaml's runtime endpoint",
+            EDGECORE_RUNTIME_ENDPOINT,
+            Forms::Login,
+            &[],
+        );
     }
 
     /// The check run by `sh` on this machine, with the report and edgecore.yaml moved
