@@ -109,6 +109,7 @@ fn run(command: Command) -> Result<(), Error> {
         }
         Command::Run(options) => run_batch(&options),
         Command::Merge(options) => run_merge(&options),
+        Command::Report { run_dir } => write_report(&run_dir),
         Command::Status(options) => run_status(&options),
         Command::Bundle(options) => run_bundle(&options),
         // What was checked is the result, so it goes to stdout, as a dry run's plan does.
@@ -201,9 +202,10 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
                     merged.log_text().as_bytes(),
                 )
             })
+            .and_then(|()| report::html::write(&merged.summary, into).map(drop))
             .map_err(OutputError::file(OutputFile::MergedResults, into))?;
     }
-    report::junit::emit(&merged.summary, &[], &options.junit, options.output)?;
+    report::junit::emit(&merged.summary, &options.junit, options.output)?;
     print(match options.output {
         OutputFormat::Json => json(&merged.summary),
         OutputFormat::Text => report::merge::render(&merged),
@@ -222,6 +224,15 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+/// `batch report RUN_DIR`: report.html from the run's summary.json (else its journal,
+/// for a run that did not finish); the page's path on stdout.
+fn write_report(run_dir: &std::path::Path) -> Result<(), Error> {
+    let summary = report::merge::read_run_dir(run_dir).map_err(UsageError::from)?;
+    let path = report::html::write(&summary, run_dir)
+        .map_err(OutputError::file(OutputFile::Report, run_dir))?;
+    print(format!("{}\n", path.display()))
 }
 
 /// `batch status -c FILE`: the table (or JSON) on stdout; exit 1 when a node did not answer.
@@ -614,6 +625,7 @@ fn execute(
     progress.finish();
     let sites = ctx.relay.as_ref().map(|r| r.traffic()).unwrap_or_default();
     let mut outcomes = recorder.outcomes();
+    stamp_sites(&plan.nodes, &mut outcomes);
     if let Some(run) = &cluster_run {
         run.mark_left_behind(&plan.nodes, &mut outcomes);
     }
@@ -637,6 +649,13 @@ fn execute(
         );
     }
     recorder.metrics.finish(&summary);
+    if let Err(e) = report::html::write(&summary, &run_dir.path) {
+        log::error!(
+            "Could not write {}: {e}. summary.json has the same results; `keadm-batch batch report {}` writes the page again.",
+            run_dir.path.join(report::html::REPORT).display(),
+            crate::shell::shell_quote(&run_dir.path.display().to_string())
+        );
+    }
     if !quiet {
         eprint!(
             "{}",
@@ -666,7 +685,7 @@ fn execute(
     if options.output == OutputFormat::Json {
         print(json(&summary))?;
     }
-    report::junit::emit(&summary, &plan.nodes, &options.junit, options.output)?;
+    report::junit::emit(&summary, &options.junit, options.output)?;
     let totals = &summary.totals;
     if cancel.stopping() {
         return Err(Interruption::Run {
@@ -693,6 +712,18 @@ fn execute(
         );
     }
     Ok(())
+}
+
+/// Each outcome's site, from the plan: the summary, the JUnit classes and the report's
+/// groups read it there.
+fn stamp_sites(nodes: &[plan::NodePlan], outcomes: &mut [crate::outcome::NodeOutcome]) {
+    let sites: std::collections::HashMap<usize, String> = nodes
+        .iter()
+        .filter_map(|node| Some((node.index, node.site.as_ref()?.to_string())))
+        .collect();
+    for outcome in outcomes {
+        outcome.site = sites.get(&outcome.index).cloned();
+    }
 }
 
 /// The offline image archives the plan names, listed and hashed once, before any node.

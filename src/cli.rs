@@ -301,12 +301,21 @@ enum BatchSub {
         /// Print the merged summary as JSON (or the merged run as JUnit XML) instead of text.
         #[arg(long, value_name = "FORMAT")]
         output: Option<RunOutputArg>,
-        /// Also write the merged summary.json and batch_process_log.txt into DIR.
+        /// Also write the merged summary.json, batch_process_log.txt and report.html into DIR.
         #[arg(long, value_name = "DIR")]
         into: Option<PathBuf>,
         /// Also write the merged run as JUnit XML to FILE (atomically, mode 0600).
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
+    },
+    /// Write report.html into an existing run directory, from its summary.json: the
+    /// run's header, a timeline of every node's phases, the failures by class with their
+    /// fix, and the sites. A run writes it itself; this is for older runs, and for one
+    /// whose summary was edited or copied. Exit 2 when RUN_DIR has no summary it can read.
+    Report {
+        /// The run directory (batch_runs/<id>, or --run-dir's, or batch merge --into's).
+        #[arg(value_name = "RUN_DIR")]
+        run_dir: PathBuf,
     },
     /// Show each node of the config, read-only: reachable over SSH, edgecore running and
     /// its version, keadm's version, and the node's outcome in the latest run here.
@@ -945,6 +954,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
                 junit,
             }));
         }
+        Some(BatchSub::Report { run_dir }) => return Ok(Command::Report { run_dir }),
         Some(BatchSub::Status {
             config,
             only,

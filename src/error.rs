@@ -170,6 +170,8 @@ pub enum OutputFile {
     MergedResults,
     /// `--junit FILE`.
     Junit,
+    /// `batch report RUN_DIR`'s report.html.
+    Report,
 }
 
 impl fmt::Display for OutputFile {
@@ -183,6 +185,7 @@ impl fmt::Display for OutputFile {
             OutputFile::ScratchDir => "create a temporary directory in",
             OutputFile::MergedResults => "write the merged results to",
             OutputFile::Junit => "write the JUnit XML file (--junit)",
+            OutputFile::Report => "write report.html into",
         })
     }
 }

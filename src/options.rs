@@ -15,6 +15,10 @@ pub enum Command {
     Man,
     Run(Box<RunOptions>),
     Merge(MergeOptions),
+    /// `batch report RUN_DIR`: report.html written from the run's summary.json.
+    Report {
+        run_dir: PathBuf,
+    },
     /// `batch status -c FILE`: a read-only view of the config's nodes.
     Status(StatusOptions),
     Bundle(Box<BundleOptions>),

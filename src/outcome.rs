@@ -147,6 +147,11 @@ pub struct NodeOutcome {
     /// In a rollout in waves: the node's wave, 1-based.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave: Option<usize>,
+    /// The node's site: its `site:`, else `behind <jump host>` (stamped on the run's
+    /// outcomes at the end, so the summary, the JUnit classes and the report's groups
+    /// agree; journal lines do not carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
     /// With `--drain`: what became of the node's Node (cordoned, drained, uncordoned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainRecord>,
@@ -369,6 +374,7 @@ impl NodeOutcome {
             cluster: None,
             upgrade: None,
             wave: None,
+            site: None,
             drain: None,
         }
     }

@@ -186,6 +186,7 @@ fn summary_json(run_id: &str, nodes: Vec<NodeOutcome>) -> String {
         tool: "keadm-batch".into(),
         run_id: run_id.into(),
         config: "config.yaml".into(),
+        command_line: None,
         started_at: 1.0,
         finished_at: 2.0,
         interrupted: false,

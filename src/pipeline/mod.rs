@@ -302,6 +302,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         cluster: None,
         upgrade: run.edge_task.take(),
         wave: None,
+        site: None,
         drain: None,
     }
 }

@@ -10,7 +10,6 @@
 //! to quick-junit, which escapes XML's own characters and drops whatever XML 1.0 cannot
 //! hold; the non-characters XML forbids beyond those are escaped here too.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -22,7 +21,6 @@ use super::summary::Summary;
 use crate::node_text::{escape_controls, one_line};
 use crate::options::OutputFormat;
 use crate::outcome::{NodeOutcome, Phase};
-use crate::plan::NodePlan;
 
 /// Transcript lines in a `<failure>` or `<error>`: the end of it, where keadm said why.
 pub const TAIL_LINES: usize = 30;
@@ -50,11 +48,9 @@ pub enum JunitError {
 }
 
 /// After a run or a merge: writes the document to `file` (`--junit FILE`) and prints it
-/// on stdout (`--output junit`), as asked. `nodes` is the run's plan, for their sites
-/// (none for a merge: shards record no sites).
+/// on stdout (`--output junit`), as asked.
 pub fn emit(
     summary: &Summary,
-    nodes: &[NodePlan],
     file: &Option<PathBuf>,
     output: OutputFormat,
 ) -> Result<(), JunitError> {
@@ -62,7 +58,7 @@ pub fn emit(
     if file.is_none() && !stdout {
         return Ok(());
     }
-    let text = document(summary, &sites(nodes));
+    let text = document(summary);
     if let Some(path) = file {
         write(path, &text).map_err(|source| JunitError::File {
             path: path.to_path_buf(),
@@ -75,18 +71,9 @@ pub fn emit(
     Ok(())
 }
 
-/// Each node's site (its `site:`, else `behind <jump host>`) by its index, for the class
-/// of its case.
-fn sites(nodes: &[NodePlan]) -> HashMap<usize, String> {
-    nodes
-        .iter()
-        .filter_map(|node| Some((node.index, node.site.as_ref()?.to_string())))
-        .collect()
-}
-
 /// The JUnit XML document of `summary`: one suite, named after the config file, with one
-/// case per node in config order.
-pub fn document(summary: &Summary, sites: &HashMap<usize, String>) -> String {
+/// case per node in config order, its site (the node's `site`) as its class.
+pub fn document(summary: &Summary) -> String {
     let config = Path::new(&summary.config)
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
@@ -102,7 +89,7 @@ pub fn document(summary: &Summary, sites: &HashMap<usize, String>) -> String {
         summary
             .nodes
             .iter()
-            .map(|node| test_case(node, sites.get(&node.index))),
+            .map(|node| test_case(node, node.site.as_ref())),
     );
     let mut report = Report::new("keadm-batch");
     report.set_time(seconds(summary.finished_at - summary.started_at));

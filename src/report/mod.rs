@@ -3,6 +3,7 @@
 
 pub mod files;
 pub mod findings;
+pub mod html;
 pub mod json_path;
 pub mod junit;
 pub mod log;

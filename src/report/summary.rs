@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::Arch;
 use crate::outcome::{NodeOutcome, Phase, SiteTraffic, now};
+use crate::redact;
 use crate::stage::Stager;
 use crate::waves::WaveRecord;
 
@@ -62,6 +63,9 @@ pub struct Summary {
     pub tool: String,
     pub run_id: String,
     pub config: String,
+    /// The command line that started the run, shell-quoted, secrets masked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_line: Option<String>,
     pub started_at: f64,
     pub finished_at: f64,
     pub interrupted: bool,
@@ -107,6 +111,7 @@ impl Summary {
             tool: format!("keadm-batch {}", env!("CARGO_PKG_VERSION")),
             run_id: facts.run_id.to_string(),
             config: facts.config.display().to_string(),
+            command_line: Some(masked_command_line(std::env::args())),
             started_at: facts.started_at,
             finished_at: now(),
             interrupted: facts.interrupted,
@@ -119,12 +124,63 @@ impl Summary {
         }
     }
 
+    /// What the run exits with, as `error::Error::exit_code` maps it: 130 for a run the
+    /// operator stopped, 1 when a node did not succeed, else 0.
+    pub fn exit_status(&self) -> i32 {
+        if self.interrupted {
+            130
+        } else if self.totals.not_succeeded() > 0 {
+            1
+        } else {
+            0
+        }
+    }
+
     pub fn write(&self, path: &Path) -> io::Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
         let tmp = path.with_extension("json.tmp");
         super::files::write(&tmp, (text + "\n").as_bytes())?;
         std::fs::rename(&tmp, path)
     }
+}
+
+/// A command line as a shell would take it back, with whatever looks like a secret
+/// masked: `--token` values, words shaped like a join token, and passwords in URLs.
+pub fn masked_command_line(args: impl IntoIterator<Item = String>) -> String {
+    let quoted: Vec<String> = args
+        .into_iter()
+        .map(|arg| crate::shell::shell_quote(&mask_url_password(&arg)))
+        .collect();
+    redact::mask_token_shaped(&redact::mask_token_flags(&quoted.join(" ")))
+}
+
+/// `scheme://user:password@host` with the password masked, wherever it is in `arg`.
+fn mask_url_password(arg: &str) -> String {
+    let mut out = String::with_capacity(arg.len());
+    let mut rest = arg;
+    while let Some(scheme_end) = rest.find("://") {
+        let (head, tail) = rest.split_at(scheme_end + 3);
+        out.push_str(head);
+        let authority_end = tail.find(['/', '?', '#', ' ']).unwrap_or(tail.len());
+        let authority = &tail[..authority_end];
+        match authority.rfind('@') {
+            Some(at) => {
+                let userinfo = &authority[..at];
+                match userinfo.find(':') {
+                    Some(colon) => {
+                        out.push_str(&userinfo[..=colon]);
+                        out.push_str(redact::MASK);
+                    }
+                    None => out.push_str(userinfo),
+                }
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[authority_end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Every package the stager holds, in release order.
@@ -144,6 +200,31 @@ fn staged_packages(stager: &Stager) -> Vec<StagedPackage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_line_keeps_no_secret() {
+        let token = format!("{}.{}", "a".repeat(64), "eyJh.eyJi.c2ln");
+        let line = masked_command_line(
+            [
+                "keadm-batch",
+                "batch",
+                "-c",
+                "my config.yaml",
+                "--token",
+                "s3cret",
+                &format!("--token={token}"),
+                &token,
+                "--kubeconfig=https://admin:hunter2@10.0.0.1:6443/x",
+            ]
+            .map(String::from),
+        );
+        assert!(!line.contains("s3cret"), "{line}");
+        assert!(!line.contains("hunter2"), "{line}");
+        assert!(!line.contains(&"a".repeat(64)), "{line}");
+        assert!(line.contains("'my config.yaml'"), "{line}");
+        assert!(line.contains("https://admin:"), "{line}");
+        assert!(line.contains("@10.0.0.1:6443/x"), "{line}");
+    }
 
     /// Security finding 7: summary.json is owner-only.
     #[test]

@@ -1,5 +1,3 @@
-use std::collections::HashMap;
-
 use quick_junit::{NonSuccessKind, Report, TestCaseStatus};
 
 use super::*;
@@ -52,7 +50,7 @@ fn a_node_of_each_phase_is_its_own_kind_of_case() {
     failed.transcript = Some(transcript.display().to_string());
     let mut timed_out = node(2, "edge-c", Phase::TimedOut, Some("no answer in 60 s"));
     timed_out.finished_at = 1_060.0;
-    let nodes = vec![
+    let mut nodes = vec![
         node(0, "edge-a", Phase::Succeeded, None),
         failed,
         timed_out,
@@ -69,8 +67,10 @@ fn a_node_of_each_phase_is_its_own_kind_of_case() {
             Some("interrupted before it started"),
         ),
     ];
-    let sites = HashMap::from([(0, "store-1".to_string()), (1, "store-1".to_string())]);
-    let text = document(&summary(nodes), &sites);
+    for node in &mut nodes[..2] {
+        node.site = Some("store-1".to_string());
+    }
+    let text = document(&summary(nodes));
     let report = parse(&text);
     assert_eq!(report.test_suites.len(), 1);
     let suite = &report.test_suites[0];
@@ -164,8 +164,8 @@ fn hostile_node_text_stays_text() {
     );
     hostile.transcript = Some(transcript.display().to_string());
     hostile.failure_class = Some(FailureClass::Unknown);
-    let sites = HashMap::from([(0, "<site>&\"".to_string())]);
-    let text = document(&summary(vec![hostile]), &sites);
+    hostile.site = Some("<site>&\"".to_string());
+    let text = document(&summary(vec![hostile]));
     // Nothing of the node's reaches the XML as markup, or as a character XML refuses.
     assert!(!text.contains("<script"), "{text}");
     assert!(!text.contains("]]>"), "{text}");
@@ -233,13 +233,7 @@ fn the_file_is_written_whole_and_owner_only() {
     std::fs::write(&path, "old").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let nodes = vec![node(0, "edge-a", Phase::Succeeded, None)];
-    emit(
-        &summary(nodes),
-        &[],
-        &Some(path.clone()),
-        OutputFormat::Text,
-    )
-    .unwrap();
+    emit(&summary(nodes), &Some(path.clone()), OutputFormat::Text).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(parse(&text).test_suites[0].tests, 1);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
@@ -247,7 +241,6 @@ fn the_file_is_written_whole_and_owner_only() {
     assert!(!dir.path().join("junit.xml.tmp").exists());
     let err = emit(
         &summary(Vec::new()),
-        &[],
         &Some(dir.path().join("missing/junit.xml")),
         OutputFormat::Text,
     )

@@ -352,6 +352,13 @@ pub fn merge(dirs: &[PathBuf], config: Option<&ConfigNodes>) -> Result<Merged, M
     })
 }
 
+/// One run directory's results as a merge reads them, checked and escaped: its
+/// summary.json, else a summary rebuilt from its journal (a run that did not finish).
+/// `batch report` writes its page from this.
+pub fn read_run_dir(dir: &Path) -> Result<Summary, MergeError> {
+    Ok(read_run(dir, None)?.0)
+}
+
 /// Combines summaries; pure, for tests.
 pub fn combine(inputs: &[(PathBuf, Summary)]) -> Result<Summary, MergeError> {
     let mut owner: HashMap<&str, &Path> = HashMap::new();
@@ -389,6 +396,7 @@ pub fn combine(inputs: &[(PathBuf, Summary)]) -> Result<Summary, MergeError> {
                 .join("+")
         ),
         config: first.map(|s| s.config.clone()).unwrap_or_default(),
+        command_line: None,
         started_at: inputs
             .iter()
             .map(|(_, s)| s.started_at)
@@ -517,6 +525,7 @@ mod tests {
             tool: "t".into(),
             run_id: id.into(),
             config: "c.yaml".into(),
+            command_line: None,
             started_at: 10.0,
             finished_at: 20.0,
             interrupted: false,

@@ -87,6 +87,7 @@ pub(super) fn read_run(
                     .unwrap_or_default(),
             ),
             config: String::new(),
+            command_line: None,
             started_at: if started_at.is_finite() {
                 started_at
             } else {
