@@ -26,6 +26,7 @@ mod preflight;
 mod preflight_edge;
 mod relay;
 mod relay_home;
+mod report;
 mod reset_verified;
 mod run;
 mod shards;

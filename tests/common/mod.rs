@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests, compiled once into the one test binary.
 
 pub mod apiserver;
+pub mod browser;
 pub mod cloudcore;
 pub mod containerd;
 pub mod edge_state;

@@ -1,0 +1,269 @@
+//! report.html of a real run (20 sshd nodes on loopback: three failing in three classes,
+//! two hostile), opened in a headless Chromium: a row per node, the failed nodes under
+//! their class with its fix, the filters narrowing the rows, transcript links that
+//! resolve (also from a copy of the run directory), and nothing of the nodes' run as
+//! script. The screenshot it keeps is docs/images/report.png's source.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use crate::common::browser::Browser;
+use crate::common::fleet::{Fleet, refused_endpoint};
+use crate::common::hostile::{self, HostileKeadm};
+use crate::common::scenario::Scenario;
+
+const NODES: usize = 20;
+/// keadm says the token expired: `token_invalid`.
+const TOKEN: usize = 3;
+/// Its port refuses connections: `unreachable`.
+const REFUSED: usize = 7;
+/// keadm finds edgecore running: `already_joined`.
+const JOINED: usize = 11;
+/// keadm prints markup meant to run in the report.
+const MARKUP: usize = 15;
+/// The hostile fixture's terminal escapes and forged log line.
+const ESCAPES: usize = 17;
+
+/// What the markup node prints as its last line: were it markup, `window.pwned` is set.
+const PAYLOAD: &str = r#"<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>"#;
+
+fn run() -> (tempfile::TempDir, PathBuf, serde_json::Value) {
+    let fleet = Fleet::builder().nodes(NODES).start();
+    for (node, marker) in [(TOKEN, "token"), (JOINED, "joined"), (MARKUP, "markup")] {
+        std::fs::write(fleet.node(node).tmp_path(marker), "").unwrap();
+    }
+    hostile::mark(fleet.node(ESCAPES), HostileKeadm::PrintsEscapes);
+    let keadm = hostile::keadm()
+        .runs("if [ -e /tmp/token ]; then echo 'Error: token is expired' >&2; exit 1; fi")
+        .runs("if [ -e /tmp/joined ]; then echo 'Error: edgecore is already running on this node, please run reset to clean up first' >&2; exit 1; fi")
+        .runs(&format!("if [ -e /tmp/markup ]; then echo '{PAYLOAD}'; exit 1; fi"))
+        .runs("sleep 0.$(($$ % 7))");
+    let mut sc = Scenario::new(&fleet)
+        .keadm(keadm)
+        .max_run_num(5)
+        .endpoint_for(REFUSED, refused_endpoint());
+    for i in 0..NODES {
+        sc = sc.node_yaml_for(i, if i < 10 { "site: north" } else { "site: south" });
+    }
+    let out = sc.run(&[]);
+    out.status(1);
+    let summary = out.summary();
+    // Keep the run past the fleet: the scenario's directory holds it.
+    let run_dir = std::fs::canonicalize(out.latest_run()).unwrap();
+    let keep = tempfile::tempdir().unwrap();
+    let copy = keep.path().join("run");
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&run_dir)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    (keep, copy, summary)
+}
+
+#[test]
+fn the_report_of_a_real_run_reads_in_a_browser() {
+    let (_keep, run_dir, summary) = run();
+    let classes: Vec<(&str, &str)> = summary["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| Some((n["name"].as_str()?, n["failure_class"].as_str()?)))
+        .collect();
+    assert!(
+        classes.contains(&("edge-03", "token_invalid")),
+        "{classes:?}"
+    );
+    assert!(classes.contains(&("edge-07", "unreachable")), "{classes:?}");
+    assert!(
+        classes.contains(&("edge-11", "already_joined")),
+        "{classes:?}"
+    );
+    let report = run_dir.join("report.html");
+    assert!(report.is_file(), "the run wrote no report.html");
+
+    let browser = Browser::start();
+    browser.open(&report);
+    // The page's script ran: it counted the rows.
+    assert_eq!(
+        browser.text("#shown-count").as_deref(),
+        Some("20 of 20 nodes")
+    );
+    assert_eq!(browser.count_shown("#timeline .node-row"), NODES);
+    assert_eq!(browser.text("#exit-status").as_deref(), Some("1"));
+    let count = |outcome: &str| browser.text(&format!("#counts [data-outcome={outcome}] .count"));
+    assert_eq!(count("succeeded").as_deref(), Some("15"));
+    assert_eq!(count("failed").as_deref(), Some("5"));
+    // Every row has its phases as bars; a succeeded node went through all four.
+    let phases = browser.eval(
+        "return Array.from(document.querySelectorAll('.node-row[data-name=\"edge-00\"] .bar')).map(b => b.dataset.phase);",
+        json!([]),
+    );
+    let phases: Vec<String> = serde_json::from_value(phases).unwrap();
+    let steps = &summary["nodes"][0]["steps"];
+    let expected: Vec<&str> = ["connect", "prepare", "upload", "run"]
+        .into_iter()
+        .filter(|step| steps[step].is_number())
+        .collect();
+    assert_eq!(phases, expected, "{steps}");
+    assert!(
+        expected.contains(&"connect") && expected.contains(&"run"),
+        "{steps}"
+    );
+    let bar_width = browser.eval(
+        "return document.querySelector('.node-row[data-name=\"edge-00\"] .bar[data-phase=run]').getBoundingClientRect().width;",
+        json!([]),
+    );
+    assert!(bar_width.as_f64().unwrap() >= 1.0, "{bar_width}");
+
+    // The failures under their classes, each with its fix and its nodes.
+    for (class, node) in [
+        ("token_invalid", "edge-03"),
+        ("unreachable", "edge-07"),
+        ("already_joined", "edge-11"),
+    ] {
+        let section = format!("#failures section.failure-class[data-class={class}]");
+        let names = browser
+            .text(&format!("{section} ul.fix"))
+            .unwrap_or_default();
+        assert!(names.contains(node), "{class}: {names}");
+        let fix = browser
+            .text(&format!("{section} p.fix"))
+            .unwrap_or_default();
+        assert!(fix.starts_with("Fix: ") && fix.len() > 20, "{class}: {fix}");
+    }
+
+    // The hostile node's text is text, and ran nothing.
+    assert_eq!(
+        browser.eval("return typeof window.pwned;", json!([])),
+        json!("undefined")
+    );
+    let shown = browser
+        .text(".node-row[data-name=\"edge-15\"] .node-error")
+        .unwrap_or_default();
+    assert!(shown.contains(PAYLOAD), "{shown}");
+    assert_eq!(
+        browser.eval(
+            "return document.querySelectorAll('img, #rows script').length;",
+            json!([])
+        ),
+        json!(0)
+    );
+    let escapes = browser
+        .text(".node-row[data-name=\"edge-17\"] .node-error")
+        .unwrap_or_default();
+    assert!(
+        !escapes.contains('\u{1b}') && !escapes.contains('\u{7}'),
+        "{escapes:?}"
+    );
+
+    // Filters: by name, by outcome, by class, by site; the count follows.
+    browser.type_into("#filter-text", "edge-11");
+    assert_eq!(
+        browser.text("#shown-count").as_deref(),
+        Some("1 of 20 nodes")
+    );
+    assert_eq!(browser.count_shown("#timeline .node-row"), 1);
+    assert!(browser.url().contains("#q=edge-11"), "{}", browser.url());
+    browser.type_into("#filter-text", "");
+    browser.choose("#filter-outcome", "failed");
+    assert_eq!(
+        browser.text("#shown-count").as_deref(),
+        Some("5 of 20 nodes")
+    );
+    browser.choose("#filter-class", "unreachable");
+    assert_eq!(
+        browser.text("#shown-count").as_deref(),
+        Some("1 of 20 nodes")
+    );
+    browser.choose("#filter-class", "");
+    browser.choose("#filter-outcome", "");
+    browser.choose("#filter-site", "south");
+    assert_eq!(
+        browser.text("#shown-count").as_deref(),
+        Some("10 of 20 nodes")
+    );
+    browser.choose("#filter-site", "");
+
+    // Grouped by site: a header per site, its rows under it.
+    browser.choose("#group-by", "site");
+    let groups = browser.eval(
+        "return Array.from(document.querySelectorAll('#rows .group-row')).map(g => g.textContent);",
+        json!([]),
+    );
+    assert_eq!(
+        groups,
+        json!(["site north: 10 of 10 nodes", "site south: 10 of 10 nodes"])
+    );
+    browser.choose("#group-by", "none");
+
+    // Sorted by duration: the slowest first.
+    browser.choose("#sort-by", "duration");
+    let durations = browser.eval(
+        "return Array.from(document.querySelectorAll('#rows .node-row')).map(r => parseFloat(r.dataset.duration));",
+        json!([]),
+    );
+    let durations: Vec<f64> = serde_json::from_value(durations).unwrap();
+    assert!(durations.windows(2).all(|w| w[0] >= w[1]), "{durations:?}");
+
+    // Zoomed to the first half: a bar past it is out of the track's view.
+    let span: f64 = browser
+        .eval(
+            "return parseFloat(document.getElementById('timeline').dataset.span);",
+            json!([]),
+        )
+        .as_f64()
+        .unwrap();
+    browser.eval(
+        "const to = document.getElementById('zoom-to'); to.value = arguments[0]; to.dispatchEvent(new Event('change'));",
+        json!([format!("{:.3}", span / 2.0)]),
+    );
+    let scale = browser.eval(
+        "return getComputedStyle(document.getElementById('timeline')).getPropertyValue('--span');",
+        json!([]),
+    );
+    let zoomed: f64 = scale.as_str().unwrap().trim().parse().unwrap();
+    assert!((zoomed - span / 2.0).abs() < 0.01, "{zoomed} vs {span}");
+    browser.click("#zoom-reset");
+
+    // The page made no error on its console (a refused script would be one).
+    assert_eq!(browser.console_errors(), Vec::<String>::new());
+
+    screenshot(&browser);
+
+    // A transcript link resolves, in the copy of the run directory.
+    let href = browser
+        .eval(
+            "return document.querySelector('#failures section[data-class=token_invalid] a.transcript').getAttribute('href');",
+            json!([]),
+        )
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!href.starts_with('/') && !href.contains("://"), "{href}");
+    browser.click("#failures section[data-class=token_invalid] a.transcript");
+    let url = browser.url();
+    assert!(
+        url.starts_with(&format!("file://{}/nodes/", run_dir.display())),
+        "{url}"
+    );
+    let text = browser.eval("return document.body.innerText;", json!([]));
+    assert!(
+        text.as_str().unwrap().contains("token is expired"),
+        "{url}: {text}"
+    );
+}
+
+/// The screenshot, kept where the test's output is (and, with KEADM_BATCH_SCREENSHOT set
+/// to a path, there too: docs/images/report.png is made that way).
+fn screenshot(browser: &Browser) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    browser.screenshot(&dir.join("report.png"));
+    if let Some(path) = std::env::var_os("KEADM_BATCH_SCREENSHOT") {
+        browser.full_page_screenshot(Path::new(&path), 1400, 2400);
+    }
+    let png = std::fs::read(dir.join("report.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "the screenshot is not a PNG");
+}
