@@ -7,9 +7,10 @@
 # real container runtime per test node, and the shell inside the tests' own tiny images)
 # and xz (the nodes unpack the xz copy of keadm with it), and iproute2 (the relay tests
 # put nodes on site LANs: network namespaces, veth pairs and bridges made with `ip`), and
-# shellcheck (every script sent to a node passes it for POSIX sh, in the unit tests), and
-# python3-prometheus-client (tests/metrics.rs reads `--metrics` files with Prometheus'
-# own text parser, under Debian's /usr/bin/python3).
+# the shellcheck linter (every script sent to a node passes it for POSIX sh, in the unit
+# tests), and python3-prometheus-client (tests/metrics.rs reads `--metrics` files with
+# Prometheus' own text parser, under Debian's /usr/bin/python3), and Chromium with its
+# ChromeDriver (tests/report.rs opens report.html in headless Chromium over WebDriver).
 # The packages' own services are kept from starting: the simulated nodes listen on
 # loopback addresses, and a system sshd on 0.0.0.0:22 would collide with them; the tests
 # start every containerd and registry they use themselves, each with its own state.
@@ -38,6 +39,10 @@ command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
 # tests/junit.rs validates --junit files against a JUnit schema with xmllint.
 command -v xmllint >/dev/null 2>&1 || need+=(libxml2-utils)
 /usr/bin/python3 -c 'import prometheus_client.parser' >/dev/null 2>&1 || need+=(python3-prometheus-client)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+# bench/report.sh and bench/validate.sh read peak memory with GNU time.
+[ -x /usr/bin/time ] || need+=(time)
 
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

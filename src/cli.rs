@@ -308,10 +308,13 @@ enum BatchSub {
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
     },
-    /// Write report.html into an existing run directory, from its summary.json: the
-    /// run's header, a timeline of every node's phases, the failures by class with their
-    /// fix, and the sites. A run writes it itself; this is for older runs, and for one
-    /// whose summary was edited or copied. Exit 2 when RUN_DIR has no summary it can read.
+    /// Write report.html into a run directory again, from its summary.json
+    ///
+    /// The page holds the run's header, a timeline of every node's phases, the failures
+    /// by class with their fix, and the sites. A run writes it itself; this is for older
+    /// runs, a run that never finished (its journal is read then), and a merged one.
+    /// Prints the page's path. Exit 2 when RUN_DIR has neither a summary nor a journal
+    /// it can read.
     Report {
         /// The run directory (batch_runs/<id>, or --run-dir's, or batch merge --into's).
         #[arg(value_name = "RUN_DIR")]

@@ -231,6 +231,8 @@ fn the_report_of_a_real_run_reads_in_a_browser() {
     // The page made no error on its console (a refused script would be one).
     assert_eq!(browser.console_errors(), Vec::<String>::new());
 
+    // The page as it opens, for the screenshot.
+    browser.choose("#sort-by", "start");
     screenshot(&browser);
 
     // A transcript link resolves, in the copy of the run directory.
@@ -266,4 +268,62 @@ fn screenshot(browser: &Browser) {
     }
     let png = std::fs::read(dir.join("report.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "the screenshot is not a PNG");
+}
+
+/// `batch report RUN_DIR` writes the page again from summary.json, and from the journal
+/// of a run that never wrote one; `batch merge --into` writes the merged run's, whose
+/// links lead into the shards; a directory with neither is refused with what to do.
+#[test]
+fn batch_report_and_merge_write_the_page() {
+    use crate::common::fake_keadm::FakeKeadm;
+    use crate::common::test::Test;
+    use std::os::unix::fs::PermissionsExt;
+
+    let fleet = Fleet::builder().nodes(2).start();
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("joined"));
+    sc.run(&["--run-dir", "one"]).status(0);
+    let page = sc.path("one/report.html");
+    let first = std::fs::read_to_string(&page).unwrap();
+    assert!(first.contains("data-name=\"edge-01\""), "{first}");
+    assert_eq!(
+        std::fs::metadata(&page).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // Again, from summary.json alone.
+    std::fs::remove_file(&page).unwrap();
+    let out = Test::in_dir(sc.dir.path())
+        .args(["batch", "report", "one"])
+        .run();
+    out.status(0).stdout_has("one/report.html");
+    let again = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(again.matches("class=\"node-row\"").count(), 2);
+
+    // A run that died before its summary: the journal serves.
+    std::fs::remove_file(sc.path("one/summary.json")).unwrap();
+    std::fs::remove_file(&page).unwrap();
+    Test::in_dir(sc.dir.path())
+        .args(["batch", "report", "one"])
+        .run()
+        .status(0);
+    let from_journal = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(from_journal.matches("class=\"node-row\"").count(), 2);
+
+    // The merged run's page, its transcript links into the shard beside it.
+    sc.run(&["--run-dir", "two"]).status(0);
+    Test::in_dir(sc.dir.path())
+        .args(["batch", "merge", "two", "--into", "merged"])
+        .run()
+        .status(0);
+    let merged = std::fs::read_to_string(sc.path("merged/report.html")).unwrap();
+    assert!(
+        merged.contains("href=\"../two/nodes/1-edge-00.log\""),
+        "{merged}"
+    );
+
+    let out = Test::in_dir(sc.dir.path())
+        .args(["batch", "report", "nowhere"])
+        .run();
+    out.status(2).stderr_has("nowhere");
+    assert!(!sc.path("nowhere").exists());
 }

@@ -224,7 +224,7 @@ impl Browser {
     /// A PNG of the whole page, as tall as its content (up to `max_height` pixels).
     pub fn full_page_screenshot(&self, file: &Path, width: u32, max_height: u32) {
         let height = self
-            .eval("return document.documentElement.scrollHeight;", Value::Null)
+            .eval("return document.documentElement.scrollHeight;", json!([]))
             .as_u64()
             .unwrap_or(1000) as u32;
         self.session_call(

@@ -38,7 +38,7 @@ pub use shard::{JournalPlace, MAX_SHARD_FILE_BYTES};
 #[derive(Debug, thiserror::Error)]
 pub enum MergeError {
     #[error(
-        "{} is not a run directory: {source}. Give the run directories of the shard runs (batch_runs/<id>).",
+        "{} is not a run directory: {source}. Give the directory a run wrote (batch_runs/<id>, or its --run-dir).",
         dir.display()
     )]
     NotADir {
@@ -47,7 +47,7 @@ pub enum MergeError {
         source: io::Error,
     },
     #[error(
-        "{} has neither {SUMMARY} nor {JOURNAL}, so it is not a keadm-batch run directory. Give the run directories of the shard runs (batch_runs/<id>).",
+        "{} has neither {SUMMARY} nor {JOURNAL}, so it is not a keadm-batch run directory. Give the directory a run wrote (batch_runs/<id>, or its --run-dir).",
         dir.display()
     )]
     NotARun { dir: PathBuf },
