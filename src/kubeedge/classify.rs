@@ -7,6 +7,7 @@
 //! text is matched, case-insensitively.
 
 pub use crate::diagnosis::{FailureClass, UnknownClass};
+use crate::diagnosis::{Finding, FindingId};
 
 /// Message fragments, lowercase, per class. Within one line the first class that matches
 /// wins, so the specific token and CA messages come before the generic certificate-fetch
@@ -102,6 +103,51 @@ pub fn classify(lines: &[String], timed_out: bool) -> FailureClass {
     FailureClass::Unknown
 }
 
+/// A join's class, given what pre-flight found on the node before anything changed: on a
+/// node where edgecore already ran, a failure of the steps that follow (the image import,
+/// an unrecognised keadm failure, a stalled pull) is the stale join's doing, and
+/// `already_joined`'s fix (leave it out, or reset it first) is what the operator needs;
+/// likewise `/etc/kubeedge` leftovers for `dirty_management_dir`. A failure to reach,
+/// log in to or prepare the node keeps its own class: it says nothing of the old join.
+/// Returns the class and, when pre-flight decided it, why.
+pub fn with_findings(class: FailureClass, findings: &[Finding]) -> (FailureClass, Option<String>) {
+    let consequence = matches!(
+        class,
+        FailureClass::RuntimeMissing | FailureClass::ImagePullStalled | FailureClass::Unknown
+    );
+    let found = |id: FindingId| findings.iter().find(|f| f.id == id);
+    let stale = found(FindingId::EdgecoreRunning)
+        .map(|f| (FailureClass::AlreadyJoined, "edgecore running", f))
+        .or_else(|| {
+            found(FindingId::ManagementDirNotClean).map(|f| {
+                (
+                    FailureClass::DirtyManagementDir,
+                    "/etc/kubeedge not clean",
+                    f,
+                )
+            })
+        });
+    match stale {
+        Some((stale, what, finding)) if consequence || class == stale => {
+            if class == stale {
+                return (class, None);
+            }
+            let detail = if finding.detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", finding.detail)
+            };
+            (
+                stale,
+                Some(format!(
+                    "pre-flight found {what} on the node before anything changed{detail}; the step's own class was {class}"
+                )),
+            )
+        }
+        _ => (class, None),
+    }
+}
+
 /// A numbered keadm step line, such as `5. Pull Images`.
 /// The newest line that names a known cause, and its class: what a node that joined
 /// but never registered says in edgecore's log.
@@ -151,6 +197,54 @@ fn step_of(line: &str) -> Option<Step> {
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn what_preflight_found_decides_a_stale_node_s_class() {
+        let finding = |id, detail: &str| Finding {
+            id,
+            detail: detail.to_string(),
+        };
+        let running = [
+            finding(FindingId::ManagementDirNotClean, "3 entries"),
+            finding(FindingId::EdgecoreRunning, "pid 12"),
+        ];
+        let dirty = [finding(FindingId::ManagementDirNotClean, "")];
+        let class = |class, findings: &[Finding]| with_findings(class, findings).0;
+        assert_eq!(
+            class(FailureClass::RuntimeMissing, &running),
+            FailureClass::AlreadyJoined
+        );
+        assert_eq!(
+            class(FailureClass::Unknown, &running),
+            FailureClass::AlreadyJoined
+        );
+        assert_eq!(
+            class(FailureClass::Unknown, &dirty),
+            FailureClass::DirtyManagementDir
+        );
+        // What says nothing of the old join keeps its class.
+        for own in [
+            FailureClass::Unreachable,
+            FailureClass::Auth,
+            FailureClass::TokenInvalid,
+        ] {
+            assert_eq!(class(own, &running), own);
+        }
+        assert_eq!(
+            class(FailureClass::RuntimeMissing, &[]),
+            FailureClass::RuntimeMissing
+        );
+        assert_eq!(
+            with_findings(FailureClass::AlreadyJoined, &running),
+            (FailureClass::AlreadyJoined, None)
+        );
+        assert_eq!(
+            with_findings(FailureClass::Unknown, &dirty).1.as_deref(),
+            Some(
+                "pre-flight found /etc/kubeedge not clean on the node before anything changed; the step's own class was unknown"
+            )
+        );
+    }
 
     fn lines(text: &str) -> Vec<String> {
         text.lines().map(str::to_string).collect()

@@ -272,8 +272,20 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
     } else {
         None
     };
-    if let Some(class) = &failure_class {
-        run.transcript.note(&format!("failure class: {class}"));
+    // A join on a node pre-flight found joined already: that is the cause to fix.
+    let (failure_class, decided_by) = match failure_class {
+        Some(class) if node.keadm_args.is_join() => {
+            let (class, why) = classify::with_findings(class, &run.findings);
+            (Some(class), why)
+        }
+        other => (other, None),
+    };
+    match (&failure_class, decided_by) {
+        (Some(class), Some(why)) => run
+            .transcript
+            .note(&format!("failure class: {class} ({why})")),
+        (Some(class), None) => run.transcript.note(&format!("failure class: {class}")),
+        (None, _) => {}
     }
     run.relay_done();
     run.transcript.finish();

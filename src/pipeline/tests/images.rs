@@ -742,3 +742,44 @@ fn an_archive_that_does_not_hash_on_the_node_to_what_was_sent_is_not_imported() 
         assert!(h.fake.execs_with(sent::RUN).is_empty(), "keadm did not run");
     }
 }
+
+/// Issue 33 item 4: a stale node (an old edgecore running, /etc/kubeedge full) that
+/// pre-flight in `warn` saw, whose import then failed: the cause the operator needs is
+/// `already_joined`, with its fix, not the runtime.
+#[test]
+fn a_failure_on_a_node_preflight_found_joined_is_classed_already_joined() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(
+            IMPORT,
+            Reply::exit(3).printing("ctr: content digest sha256:ab: not found\nKB_IMPORT_FAILED 0 1\n"),
+        )
+        .on(
+            sent::PROBE,
+            prepared_with_runtime_and(
+                "KB_PF edgecore_running pid 12\nKB_PF management_dir_not_clean 3 entries: ca certs edgecore.yaml\nKB_PF_DONE\n",
+                &[],
+            ),
+        )
+        .on(sent::PREPARE, prepared_with_runtime(&[]))
+        .on(&tmp(&package()), Reply::ok());
+    let mut h = Harness::new(fake);
+    h.preflight = PreflightMode::Warn;
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Failed);
+    assert_eq!(outcome.failed_in, Some(Phase::Preparing));
+    assert_eq!(
+        outcome.failure_class,
+        Some(FailureClass::AlreadyJoined),
+        "{:?}",
+        outcome.error
+    );
+    let ids: Vec<&str> = outcome.preflight.iter().map(|f| f.id.as_str()).collect();
+    assert_eq!(ids[..2], ["edgecore_running", "management_dir_not_clean"]);
+    let transcript = transcript(&outcome);
+    assert!(
+        transcript.contains("failure class: already_joined (pre-flight found edgecore running on the node before anything changed: pid 12; the step's own class was runtime_missing)"),
+        "{transcript}"
+    );
+}
