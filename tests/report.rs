@@ -245,8 +245,18 @@ fn the_report_of_a_real_run_reads_in_a_browser() {
         .unwrap()
         .to_string();
     assert!(!href.starts_with('/') && !href.contains("://"), "{href}");
+    let resolved = browser
+        .eval(
+            "return document.querySelector('#failures section[data-class=token_invalid] a.transcript').href;",
+            json!([]),
+        )
+        .as_str()
+        .unwrap()
+        .to_string();
     browser.click("#failures section[data-class=token_invalid] a.transcript");
-    let url = browser.url();
+    // The click navigates on its own time: wait for the transcript to be the page.
+    let url = browser.wait_for_url(|url| url.ends_with(".log"));
+    assert!(url == resolved, "{url} is not the link's {resolved}");
     assert!(
         url.starts_with(&format!("file://{}/nodes/", run_dir.display())),
         "{url}"

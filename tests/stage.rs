@@ -978,3 +978,100 @@ fn a_url_without_a_scheme_fails_at_once_without_retries() {
     );
     assert!(err.contains("Fix keadm.download.url"), "{err}");
 }
+
+/// A release with another keadm inside, and its checksum file, as someone else would
+/// plant them where a cache entry of `arch` would be in `dir`; owned by `nobody`.
+fn plant_cache(dir: &Path, arch: &str) {
+    use std::os::unix::fs::chown;
+    let planted = FakeRelease::new(VERSION, arch)
+        .with_binary(b"#!/bin/sh\necho planted\n")
+        .build();
+    let package = dir.join("package").join(arch);
+    fs::create_dir_all(&package).unwrap();
+    let tarball = package.join(format!("keadm-{VERSION}-linux-{arch}.tar.gz"));
+    fs::write(&tarball, &planted.bytes).unwrap();
+    let checksum = package.join(format!("checksum_keadm-{VERSION}-linux-{arch}.tar.gz.txt"));
+    fs::write(&checksum, format!("{}\n", planted.sha512)).unwrap();
+    for path in [&dir.join("package"), &package, &tarball, &checksum] {
+        chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+}
+
+/// Debian's `nobody`: another user of the control host.
+const NOBODY: u32 = 65534;
+
+/// Issue 33 item 6: keadm's default staging directory is shared with every user of the
+/// machine. A cache entry another user planted in a shared one (anyone may write it, or
+/// another user owns it) is never read: the run stages into a directory of its own inside
+/// it, downloading and checking afresh.
+#[test]
+fn a_cache_another_user_planted_in_a_shared_staging_dir_is_not_used() {
+    use std::os::unix::fs::chown;
+    for (mode, owner) in [(0o1777, None), (0o755, Some(NOBODY))] {
+        let env = Env::new();
+        let built = env.publish(&release("amd64"), true);
+        fs::create_dir_all(env.base()).unwrap();
+        plant_cache(&env.base(), "amd64");
+        chown(env.base(), owner, owner).unwrap();
+        fs::set_permissions(env.base(), fs::Permissions::from_mode(mode)).unwrap();
+
+        // Kept open: the staged paths lead through the directory it holds.
+        let stager = env.open(&[Arch::Amd64]);
+        let staged = stager.stage_all().unwrap();
+        assert_eq!(
+            env.tarball_hits("amd64"),
+            1,
+            "{mode:o}: downloaded, not the plant"
+        );
+        assert_eq!(staged[0].tarball_sha512, built.sha512, "{mode:o}");
+        assert!(staged[0].verified);
+        let binary = fs::read(&staged[0].binary).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&binary).contains("planted"),
+            "{mode:o}"
+        );
+        let own = env.base().join(format!("keadm-batch-{}", own_uid()));
+        assert!(own.join("package/amd64").is_dir(), "{}", own.display());
+        let planted = env
+            .package_dir("amd64")
+            .join(format!("keadm-{VERSION}-linux-amd64.tar.gz"));
+        assert_ne!(
+            fs::read(planted).unwrap(),
+            built.bytes,
+            "the plant is left alone"
+        );
+    }
+}
+
+/// The directory of its own, planted in the shared one by another user before the run
+/// (with a cache in it), is refused with what to do, before anything in it is read.
+#[test]
+fn a_directory_of_our_own_another_user_planted_is_refused() {
+    use std::os::unix::fs::chown;
+    let env = Env::new();
+    env.publish(&release("amd64"), true);
+    fs::create_dir_all(env.base()).unwrap();
+    fs::set_permissions(env.base(), fs::Permissions::from_mode(0o1777)).unwrap();
+    let own = env.base().join(format!("keadm-batch-{}", own_uid()));
+    fs::create_dir(&own).unwrap();
+    plant_cache(&own, "amd64");
+    chown(&own, Some(NOBODY), Some(NOBODY)).unwrap();
+    fs::set_permissions(&own, fs::Permissions::from_mode(0o700)).unwrap();
+
+    let err = match Stager::open(env.settings(&[Arch::Amd64])).and_then(|s| s.stage_all()) {
+        Ok(staged) => panic!("staged from a directory nobody planted: {staged:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.starts_with("Refusing to use the staging directory"),
+        "{err}"
+    );
+    assert!(err.contains(&own.display().to_string()), "{err}");
+    assert_eq!(env.server.total_hits(), 0, "{err}");
+}
+
+/// The test's own uid, which the stager names its directory after.
+fn own_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}

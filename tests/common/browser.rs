@@ -199,6 +199,18 @@ impl Browser {
             .to_string()
     }
 
+    /// The page's URL once `done` holds for it (up to 20 s; after that, the URL as it is).
+    pub fn wait_for_url(&self, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let url = self.url();
+            if done(&url) || Instant::now() > deadline {
+                return url;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// What the page logged to its console at level SEVERE (errors, refused scripts).
     pub fn console_errors(&self) -> Vec<String> {
         let entries = self.session_call("POST", "/se/log", json!({"type": "browser"}));

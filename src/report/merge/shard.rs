@@ -506,6 +506,9 @@ fn escape_summary(summary: &mut Summary) {
     escape(&mut summary.tool);
     escape(&mut summary.run_id);
     escape(&mut summary.config);
+    if let Some(line) = &mut summary.command_line {
+        escape(line);
+    }
     for package in &mut summary.packages {
         escape(&mut package.version);
         escape(&mut package.tarball_sha512);
@@ -516,9 +519,14 @@ fn escape_summary(summary: &mut Summary) {
 /// Every text of a node's outcome escaped; its name was checked instead.
 fn escape_node(node: &mut NodeOutcome) {
     escape(&mut node.address);
-    for text in [&mut node.error, &mut node.last_output, &mut node.transcript]
-        .into_iter()
-        .flatten()
+    for text in [
+        &mut node.error,
+        &mut node.last_output,
+        &mut node.transcript,
+        &mut node.site,
+    ]
+    .into_iter()
+    .flatten()
     {
         escape(text);
     }
