@@ -16,7 +16,7 @@
   var searchable = rows.map(function (row) {
     var error = row.querySelector(".node-error");
     return (row.dataset.name + " " + row.dataset.address + " " +
-      (error ? error.textContent : "")).toLowerCase();
+      (error ? error.title || error.textContent : "")).toLowerCase();
   });
   var order = { succeeded: 4, failed: 0, timed_out: 1, interrupted: 2, skipped: 3 };
   var keys = {

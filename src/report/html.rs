@@ -91,7 +91,11 @@ struct Row {
     duration_text: String,
     bars: Vec<Bar>,
     href: Option<String>,
+    /// What the row shows of its error: keadm's last line when it has one (the words
+    /// that differ from node to node), else the error.
     error: Option<String>,
+    /// The whole error, with keadm's last output, as the row's tooltip.
+    error_title: Option<String>,
 }
 
 struct Bar {
@@ -306,7 +310,12 @@ fn row(node: &NodeOutcome, t0: f64, run_dir: &Path) -> Row {
         duration_text: human(duration),
         bars: bars(node, t0),
         href: transcript_href(node, run_dir),
-        error: node.error_with_output().map(|e| text(&e)),
+        error: node
+            .last_output
+            .as_deref()
+            .or(node.error.as_deref())
+            .map(text),
+        error_title: node.error_with_output().map(|e| text(&e)),
     }
 }
 
