@@ -23,7 +23,7 @@ use crate::shell::shell_quote;
 use crate::stage::{ImageSources, Meters, PackageSource, Pin, StageSettings};
 
 /// keadm's BASE: where keadm batch uploads files and keadm on every node.
-pub const REMOTE_BASE_DIR: &str = "/tmp/kubeedge/keadm";
+pub const REMOTE_BASE_DIR: &str = crate::config::model::DEFAULT_REMOTE_DIR;
 
 /// Default deadlines (docs/config.md, "Placement and precedence").
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
