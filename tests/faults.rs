@@ -270,7 +270,7 @@ fn keadm_that_never_exits_is_killed_at_the_deadline() {
     let reason = one_fault(&out, 3, 1);
     assert_eq!(
         reason,
-        "The keadm command ran past its 3 s deadline and was killed on the node."
+        "The keadm command ran past its 3 s deadline and was stopped on the node (SIGTERM)."
     );
     assert_eq!(out.summary()["nodes"][1]["phase"], "timed_out");
     let ps = fleet

@@ -260,6 +260,9 @@ impl Run<'_, '_> {
             watch,
             inner: &mut self.transcript,
         };
+        // Past its deadline keadm is stopped by `stop`, as the run's privilege, with a
+        // grace period, not killed by the transport.
+        conn.leave_at_deadline(true);
         let result = exec_as(
             conn,
             script,
@@ -269,6 +272,7 @@ impl Run<'_, '_> {
             deadline,
             &mut output,
         );
+        conn.leave_at_deadline(false);
         output.flush().map_err(transcript_error)?;
         Ok((result, output.watch))
     }
@@ -461,7 +465,7 @@ impl Run<'_, '_> {
                 // What keadm printed last before its deadline, not what the node's logs
                 // read below add to the transcript.
                 let last_output = self.last_words();
-                let killed = self.kill(conn, privilege);
+                let how = self.stop(conn, privilege);
                 if node.keadm_args.is_join() {
                     self.edgecore_log(conn, privilege);
                 }
@@ -475,11 +479,7 @@ impl Run<'_, '_> {
                     message: format!(
                         "The keadm command ran past its {} s deadline and {}.",
                         node.deadlines.command.as_secs(),
-                        if killed {
-                            "was killed on the node"
-                        } else {
-                            "could not be confirmed killed on the node"
-                        }
+                        how
                     ),
                     ending: Phase::TimedOut,
                     exit_status: None,
@@ -529,6 +529,97 @@ impl Run<'_, '_> {
             deadline,
             &mut self.transcript,
         );
+    }
+
+    /// Stops the command's process group on the node after its deadline, through a fresh
+    /// channel with the run's privilege: SIGTERM, the grace period, SIGKILL
+    /// ([`remote::stop_script`]). Notes in the transcript which signal ended it, and
+    /// returns how the failure's message says it (`was stopped on the node (SIGTERM)`).
+    /// Where the run's group was not found (the deadline came before the script got to
+    /// keadm), what this connection runs on the node is killed as the transport would.
+    fn stop(&mut self, conn: &mut dyn Connection, privilege: Privilege) -> String {
+        conn.set_abort(None);
+        let grace = self.node.deadlines.kill_grace.as_secs();
+        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
+        let deadline = Instant::now() + self.node.deadlines.kill_grace + self.node.deadlines.step;
+        let result = exec_as(
+            conn,
+            &remote::stop_script(&self.node.upload_dir, self.node.index, grace),
+            privilege,
+            password_of(self.node),
+            None,
+            deadline,
+            &mut output,
+        );
+        let term = "the deadline passed: sent SIGTERM to the command's process group";
+        let stopped = match &result {
+            Ok(_) => remote::parse_stopped(&output.text()),
+            Err(_) => None,
+        };
+        let (note, said) = match (stopped, &result) {
+            (Some(remote::Stopped::ByTerm), _) => (
+                format!("{term}; it exited within the grace period"),
+                "was stopped on the node (SIGTERM)".to_string(),
+            ),
+            (Some(remote::Stopped::ByKill), _) if grace == 0 => (
+                "the deadline passed: sent SIGKILL to the command's process group (--kill-grace 0)"
+                    .to_string(),
+                "was killed on the node (SIGKILL)".to_string(),
+            ),
+            (Some(remote::Stopped::ByKill), _) => (
+                format!("{term}; it did not exit within {grace} s of SIGTERM: sent SIGKILL"),
+                format!("was killed on the node (SIGKILL, {grace} s after SIGTERM)"),
+            ),
+            (Some(remote::Stopped::Gone), _) => (
+                "the deadline passed: nothing of the command's process group was running any more; killed what else this connection ran on the node".to_string(),
+                "was killed on the node".to_string(),
+            ),
+            (None, Ok(_)) => (
+                "the deadline passed: the node had no record of the command's process group (the script had not reached keadm); killed what this connection ran on the node".to_string(),
+                "was killed on the node".to_string(),
+            ),
+            (None, Err(e)) => (
+                format!("the deadline passed: the stop of the command's process group could not be confirmed ({e})"),
+                "could not be confirmed killed on the node".to_string(),
+            ),
+        };
+        if !matches!(
+            stopped,
+            Some(remote::Stopped::ByTerm | remote::Stopped::ByKill)
+        ) && result.is_ok()
+        {
+            self.kill_siblings(conn);
+        }
+        // What it printed while it stopped (its cleanup), then how the stop went.
+        let _ = conn.finish_left(
+            &mut self.transcript,
+            Instant::now() + self.node.deadlines.step,
+        );
+        self.transcript.note(&note);
+        said
+    }
+
+    /// Kills, as the login user, every other command this connection runs on the node
+    /// ([`remote::KILL_SIBLINGS`], what the transport runs at a deadline it does not leave
+    /// to the caller).
+    pub(super) fn kill_siblings(&mut self, conn: &mut dyn Connection) {
+        conn.set_abort(None);
+        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
+        let deadline = Instant::now() + self.node.deadlines.step;
+        if let Err(e) = conn.exec(remote::KILL_SIBLINGS, None, deadline, &mut output) {
+            self.transcript.note(&format!(
+                "the commands this connection ran on the node could not be killed: {e}"
+            ));
+        }
+    }
+
+    /// After a deadline that was not keadm's (the prepare step's, in the one-channel
+    /// exchange): what runs is killed at once, as the transport kills, and its channel
+    /// closed without its output.
+    pub(super) fn kill_left(&mut self, conn: &mut dyn Connection) {
+        self.kill_siblings(conn);
+        let mut dropped = CappedBuffer::new(STEP_OUTPUT_CAP);
+        let _ = conn.finish_left(&mut dropped, Instant::now() + self.node.deadlines.step);
     }
 
     /// Kills the command's process group on the node through a fresh channel.

@@ -107,6 +107,8 @@ pub(crate) struct Exec {
     pub stdin: Option<Vec<u8>>,
     /// Whether an abort check was set while it ran.
     pub abort_set: bool,
+    /// Whether it was to be left running at its deadline (`Connection::leave_at_deadline`).
+    pub left_at_deadline: bool,
     /// Whether it ran in the channel of the exec before it: the answer of a one-channel
     /// exchange (`remote::await_answer`).
     pub same_channel: bool,
@@ -201,6 +203,7 @@ impl Connector for FakeTransport {
             transport: self.clone(),
             endpoint: spec.endpoint.clone(),
             abort: None,
+            leave_at_deadline: false,
         }))
     }
 }
@@ -210,6 +213,7 @@ struct FakeConnection {
     transport: FakeTransport,
     endpoint: Endpoint,
     abort: Option<AbortCheck>,
+    leave_at_deadline: bool,
 }
 
 impl Connection for FakeConnection {
@@ -267,6 +271,18 @@ impl Connection for FakeConnection {
 
     fn set_abort(&mut self, check: Option<AbortCheck>) {
         self.abort = check;
+    }
+
+    fn leave_at_deadline(&mut self, leave: bool) {
+        self.leave_at_deadline = leave;
+    }
+
+    fn finish_left(
+        &mut self,
+        _output: &mut dyn Write,
+        _deadline: Instant,
+    ) -> Result<Option<RemoteExit>, TransportError> {
+        Ok(None)
     }
 
     fn host_key_fingerprint(&self) -> String {
@@ -330,6 +346,7 @@ impl FakeConnection {
             command: command.to_string(),
             stdin: received,
             abort_set: self.abort.is_some(),
+            left_at_deadline: self.leave_at_deadline,
             same_channel,
         });
         result
