@@ -1159,6 +1159,24 @@ mod tests {
     }
 
     #[test]
+    fn kill_grace_is_whole_seconds_zero_included() {
+        let grace = |args: &[&str]| {
+            let mut all = vec!["k", "batch", "-c", "c"];
+            all.extend(args);
+            match run(&all) {
+                Ok(Command::Run(opts)) => Ok(opts.kill_grace_seconds),
+                Ok(_) => panic!("not a run"),
+                Err(e) => Err(e),
+            }
+        };
+        assert_eq!(grace(&[]).unwrap(), None);
+        assert_eq!(grace(&["--kill-grace", "0"]).unwrap(), Some(0));
+        assert_eq!(grace(&["--kill-grace", "30"]).unwrap(), Some(30));
+        assert!(grace(&["--kill-grace", "-1"]).is_err());
+        assert!(grace(&["--kill-grace", "1.5"]).is_err());
+    }
+
+    #[test]
     fn waves_tolerances_and_pauses_parse() {
         let opts = |args: &[&str]| {
             let mut all = vec!["k", "batch", "-c", "c"];

@@ -463,6 +463,10 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
     // The deadline passed 2 s after keadm started, or a little later (it started after the
     // deadline's clock did); the run ended once nothing of the command was left.
     let started = fake_keadm::calls(&remote_keadm(node))[0].start;
+    eprintln!(
+        "timeoutSeconds 2, --kill-grace 1: {:.2} s from keadm's start to the run's end",
+        ended - started
+    );
     assert!(
         ended - started <= 2.0 + 1.0 + 2.0,
         "{:.2} s from keadm's start to the run's end",
