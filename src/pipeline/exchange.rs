@@ -272,7 +272,7 @@ impl<'a> Run<'a, '_> {
         if matches!(result, Err(TransportError::Timeout { .. }))
             && !matches!(decided, Some((Decision::Run(..), _)))
         {
-            self.kill_left(conn);
+            conn.kill_left();
         }
         let decision = match decided {
             Some((decision, at)) => {

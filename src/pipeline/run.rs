@@ -24,6 +24,9 @@ use crate::transport::{Connection, RemoteExit, TransportError};
 /// the line [`remote::first_exit`] reads).
 pub(super) const FIRST_FAILED: i32 = 202;
 
+/// How long the output a stopped command printed before it ended may take to arrive.
+const LAST_OUTPUT_TIME: Duration = Duration::from_secs(2);
+
 /// The line the run's script prints once the deferred upload is on the node, before it
 /// moves anything or runs keadm: a connection that breaks before this line is an upload
 /// that failed, whatever share of the file had left the control host (an xz copy is read
@@ -583,43 +586,18 @@ impl Run<'_, '_> {
                 "could not be confirmed killed on the node".to_string(),
             ),
         };
-        if !matches!(
+        if matches!(
             stopped,
             Some(remote::Stopped::ByTerm | remote::Stopped::ByKill)
-        ) && result.is_ok()
-        {
-            self.kill_siblings(conn);
+        ) {
+            // What it printed while it stopped (its cleanup): already sent, since nothing
+            // of it runs any more, so a short wait reads it.
+            let _ = conn.finish_left(&mut self.transcript, Instant::now() + LAST_OUTPUT_TIME);
+        } else {
+            conn.kill_left();
         }
-        // What it printed while it stopped (its cleanup), then how the stop went.
-        let _ = conn.finish_left(
-            &mut self.transcript,
-            Instant::now() + self.node.deadlines.step,
-        );
         self.transcript.note(&note);
         said
-    }
-
-    /// Kills, as the login user, every other command this connection runs on the node
-    /// ([`remote::KILL_SIBLINGS`], what the transport runs at a deadline it does not leave
-    /// to the caller).
-    pub(super) fn kill_siblings(&mut self, conn: &mut dyn Connection) {
-        conn.set_abort(None);
-        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
-        let deadline = Instant::now() + self.node.deadlines.step;
-        if let Err(e) = conn.exec(remote::KILL_SIBLINGS, None, deadline, &mut output) {
-            self.transcript.note(&format!(
-                "the commands this connection ran on the node could not be killed: {e}"
-            ));
-        }
-    }
-
-    /// After a deadline that was not keadm's (the prepare step's, in the one-channel
-    /// exchange): what runs is killed at once, as the transport kills, and its channel
-    /// closed without its output.
-    pub(super) fn kill_left(&mut self, conn: &mut dyn Connection) {
-        self.kill_siblings(conn);
-        let mut dropped = CappedBuffer::new(STEP_OUTPUT_CAP);
-        let _ = conn.finish_left(&mut dropped, Instant::now() + self.node.deadlines.step);
     }
 
     /// Kills the command's process group on the node through a fresh channel.

@@ -92,6 +92,12 @@ pub trait Connection {
         deadline: Instant,
     ) -> Result<Option<RemoteExit>, TransportError>;
 
+    /// Kills the command left running at its deadline as the transport kills at a
+    /// deadline it keeps (every command this connection runs on the node, as the login
+    /// user, within a second whatever the node sends), and closes its channel unread: for
+    /// a command whose stop found nothing to stop, or whose deadline was not keadm's.
+    fn kill_left(&mut self);
+
     /// The node's host key as `SHA256:<base64>`, as OpenSSH prints it.
     fn host_key_fingerprint(&self) -> String;
 

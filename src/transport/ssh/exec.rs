@@ -115,6 +115,13 @@ impl Connection for SshConnection {
         self.leave_at_deadline = leave;
     }
 
+    fn kill_left(&mut self) {
+        if let Some(mut channel) = self.left.take() {
+            let _mode = NonBlocking::enter(&self.session);
+            self.kill_remote(&mut channel);
+        }
+    }
+
     fn finish_left(
         &mut self,
         output: &mut dyn Write,
