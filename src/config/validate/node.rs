@@ -88,12 +88,12 @@ struct Uploader {
 
 /// A node's upload directory, spelt as the node's shell reaches it (`//` and `/./` fold),
 /// and where it was set.
-#[derive(Clone)]
 struct UploadDir {
     path: PathBuf,
     from: DirFrom,
 }
 
+/// Where a node's upload directory was set: the warning says so, since the fix differs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum DirFrom {
     Node,
