@@ -488,6 +488,23 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
     );
 }
 
+/// The grace period is `--kill-grace`, 10 s unless given, and never more than the
+/// command's own deadline: the dry run shows each node's.
+#[test]
+fn the_kill_grace_is_at_most_the_command_deadline() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet).node_yaml("timeoutSeconds: 3");
+    sc.run(&["--dry-run"])
+        .status(0)
+        .stdout_has("deadlines: connect 10s, command 3s, kill grace 3s, retries");
+    sc.run(&["--dry-run", "--timeout", "60"])
+        .status(0)
+        .stdout_has("deadlines: connect 10s, command 60s, kill grace 10s, retries");
+    sc.run(&["--dry-run", "--timeout", "60", "--kill-grace", "0"])
+        .status(0)
+        .stdout_has("deadlines: connect 10s, command 60s, kill grace 0s, retries");
+}
+
 #[test]
 fn twenty_nodes_never_exceed_max_run_num() {
     let fleet = Fleet::builder().nodes(20).start();
