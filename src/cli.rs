@@ -119,6 +119,12 @@ struct BatchArgs {
     #[arg(long = "timeout", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Policy")]
     timeout: Option<u64>,
 
+    /// At a command's deadline its process group on the node gets SIGTERM, then SIGKILL
+    /// once it has had this many seconds to exit (default 10; at most the command's own
+    /// deadline; 0 kills at once).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=86_400), help_heading = "Policy")]
+    kill_grace: Option<u64>,
+
     /// Deadline in seconds for TCP connect, SSH handshake and authentication (default 10).
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Policy")]
     connect_timeout: Option<u64>,
@@ -1083,6 +1089,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         wave: batch.wave,
         wave_pause: batch.wave_pause,
         timeout_seconds: batch.timeout,
+        kill_grace_seconds: batch.kill_grace,
         connect_timeout_seconds: batch.connect_timeout,
         host_key_policy: batch.host_key_policy.map(host_key_policy_of),
         known_hosts: batch.known_hosts,
@@ -1162,6 +1169,24 @@ mod tests {
         assert_eq!(opts.shard, Some(Shard { index: 2, count: 4 }));
         assert_eq!(opts.only, vec!["a*".to_string(), "b".to_string()]);
         assert!(run(&["k", "batch", "-c", "c", "--shard", "5/4"]).is_err());
+    }
+
+    #[test]
+    fn kill_grace_is_whole_seconds_zero_included() {
+        let grace = |args: &[&str]| {
+            let mut all = vec!["k", "batch", "-c", "c"];
+            all.extend(args);
+            match run(&all) {
+                Ok(Command::Run(opts)) => Ok(opts.kill_grace_seconds),
+                Ok(_) => panic!("not a run"),
+                Err(e) => Err(e),
+            }
+        };
+        assert_eq!(grace(&[]).unwrap(), None);
+        assert_eq!(grace(&["--kill-grace", "0"]).unwrap(), Some(0));
+        assert_eq!(grace(&["--kill-grace", "30"]).unwrap(), Some(30));
+        assert!(grace(&["--kill-grace", "-1"]).is_err());
+        assert!(grace(&["--kill-grace", "1.5"]).is_err());
     }
 
     #[test]

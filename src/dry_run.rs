@@ -422,9 +422,10 @@ fn render_node(out: &mut String, node: &NodePlan, images: Option<&OfflineImages>
     let _ = writeln!(out, "  host keys: {}", node.host_key_policy.as_str());
     let _ = writeln!(
         out,
-        "  deadlines: connect {}s, command {}s, retries {}",
+        "  deadlines: connect {}s, command {}s, kill grace {}s, retries {}",
         node.deadlines.connect.as_secs(),
         node.deadlines.command.as_secs(),
+        node.deadlines.kill_grace.as_secs(),
         node.retries
     );
     match &node.copy_from {

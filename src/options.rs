@@ -246,6 +246,9 @@ pub struct RunOptions {
     /// `--wave-pause DURATION`: the wait between waves.
     pub wave_pause: Option<std::time::Duration>,
     pub timeout_seconds: Option<u64>,
+    /// `--kill-grace SECONDS`: how long a command past its deadline has after SIGTERM
+    /// before SIGKILL (`None`: the default, 10 s).
+    pub kill_grace_seconds: Option<u64>,
     pub connect_timeout_seconds: Option<u64>,
     pub host_key_policy: Option<HostKeyPolicy>,
     pub known_hosts: Option<PathBuf>,

@@ -23,12 +23,14 @@ use crate::shell::shell_quote;
 use crate::stage::{ImageSources, Meters, PackageSource, Pin, StageSettings};
 
 /// keadm's BASE: where keadm batch uploads files and keadm on every node.
-pub const REMOTE_BASE_DIR: &str = "/tmp/kubeedge/keadm";
+pub const REMOTE_BASE_DIR: &str = crate::config::model::DEFAULT_REMOTE_DIR;
 
 /// Default deadlines (docs/config.md, "Placement and precedence").
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+/// `--kill-grace`'s default: time for keadm and the scripts it runs to clean up.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 pub const DEFAULT_RETRIES: u32 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -42,6 +44,10 @@ pub struct Deadlines {
     pub upload_per_mib: Duration,
     /// The keadm command.
     pub command: Duration,
+    /// After the command's deadline, how long its process group has between SIGTERM and
+    /// SIGKILL: `--kill-grace`, at most `command`, so that a deadline never takes more
+    /// than twice what the operator set.
+    pub kill_grace: Duration,
 }
 
 impl Deadlines {
@@ -495,6 +501,10 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
             upload_base: Duration::from_secs(60),
             upload_per_mib: Duration::from_secs(1),
             command: command_timeout,
+            kill_grace: options
+                .kill_grace_seconds
+                .map_or(DEFAULT_KILL_GRACE, Duration::from_secs)
+                .min(command_timeout),
         },
         retries: node.retries.unwrap_or(DEFAULT_RETRIES),
         redactor: Arc::new(redactor),
@@ -598,6 +608,7 @@ impl NodePlan {
                 upload_base: Duration::from_secs(1),
                 upload_per_mib: Duration::from_secs(1),
                 command: Duration::from_secs(1),
+                kill_grace: Duration::from_secs(1),
             },
             retries: 0,
             redactor: Arc::new(Redactor::new()),

@@ -623,6 +623,15 @@ fn a_containerd_on_a_socket_named_for_nothing_is_asked_what_it_is() {
         )) && transcript.contains("imported installation-package_v1.23.1.tar (image-"),
         "{transcript}"
     );
+    // The pre-flight probe and the import both ask the runtime: the transcript says which
+    // it is once.
+    assert_eq!(
+        transcript
+            .matches("the runtime keadm join will use is ")
+            .count(),
+        1,
+        "{transcript}"
+    );
 }
 
 /// A site's nodes (one LAN) get each image archive over the uplink once: the first node to need

@@ -270,7 +270,7 @@ fn keadm_that_never_exits_is_killed_at_the_deadline() {
     let reason = one_fault(&out, 3, 1);
     assert_eq!(
         reason,
-        "The keadm command ran past its 3 s deadline and was killed on the node."
+        "The keadm command ran past its 3 s deadline and was stopped on the node (SIGTERM)."
     );
     assert_eq!(out.summary()["nodes"][1]["phase"], "timed_out");
     let ps = fleet
@@ -399,7 +399,7 @@ fn two_nodes_on_one_host_do_not_corrupt_each_others_upload() {
     out.status(0);
     assert!(
         out.stderr.contains(&format!(
-            "{}:{} is also node 1's address; both nodes will run on one host",
+            "{}:{} is also node 1's address, and both nodes upload into /tmp/kubeedge/keadm there (the default remoteDir: neither node sets one), so one node's files can replace the other's while they run; give this node a remoteDir of its own, such as remoteDir: /tmp/kubeedge/keadm-4, or remove the duplicate",
             fleet.node(0).host(),
             fleet.node(0).port()
         )),

@@ -2,7 +2,7 @@
 //! node, lines in batch_process_log.txt, and the exit code.
 
 use crate::common::fake_keadm::{self, FakeKeadm};
-use crate::common::fleet::{Fleet, KeyKind, NodeOpt};
+use crate::common::fleet::{Fleet, KeyKind, NodeOpt, Sudo, TEST_USER_PASSWORD};
 use crate::common::scenario::{Login, Scenario, remote_keadm};
 use crate::common::ssh_agent::Agent;
 
@@ -366,7 +366,7 @@ fn a_command_past_its_deadline_is_killed_on_the_node() {
     out.status(1);
     let line = out.log_line_starting("Failed to process node edge-00: ");
     assert!(
-        line.contains("ran past its 2 s deadline and was killed on the node"),
+        line.contains("ran past its 2 s deadline and was stopped on the node (SIGTERM)"),
         "{line}"
     );
     assert_eq!(out.summary()["nodes"][0]["phase"], "timed_out");
@@ -382,6 +382,127 @@ fn a_command_past_its_deadline_is_killed_on_the_node() {
         "0",
         "the sleep was killed"
     );
+}
+
+/// At the deadline the command's process group gets SIGTERM first: a keadm (or a
+/// --pre-run script) that traps it cleans up before it exits, as root and under sudo
+/// (whose command only root can signal), and the transcript says SIGTERM ended it.
+#[test]
+fn a_command_past_its_deadline_gets_sigterm_and_cleans_up() {
+    for sudo in [false, true] {
+        let fleet = if sudo {
+            Fleet::with_sudo(Sudo::WithPassword)
+        } else {
+            Fleet::builder().nodes(1).start()
+        };
+        let mut sc = Scenario::new(&fleet)
+            .keadm(
+                FakeKeadm::new()
+                    .runs("trap 'echo \"cleaned up as $(id -u)\" > /tmp/cleanup; exit 143' TERM")
+                    .sleeps(60.0),
+            )
+            .node_yaml("timeoutSeconds: 2");
+        if sudo {
+            sc = sc.login_as_test_user(Login::Password(TEST_USER_PASSWORD.into()));
+        }
+        let out = sc.run(&[]);
+        out.status(1);
+        assert_eq!(
+            out.summary()["nodes"][0]["phase"],
+            "timed_out",
+            "sudo {sudo}"
+        );
+        let cleanup =
+            std::fs::read_to_string(fleet.node(0).tmp_path("cleanup")).unwrap_or_else(|e| {
+                panic!("sudo {sudo}: no cleanup file ({e}): {}", out.transcript(0))
+            });
+        assert_eq!(cleanup, "cleaned up as 0\n");
+        let transcript = out.transcript(0);
+        assert!(
+            transcript.contains(
+                "the deadline passed: sent SIGTERM to the command's process group; it exited within the grace period"
+            ),
+            "sudo {sudo}: {transcript}"
+        );
+        assert!(!transcript.contains("SIGKILL"), "{transcript}");
+        let line = out.log_line_starting("Failed to process node edge-00: ");
+        assert!(
+            line.contains("ran past its 2 s deadline and was stopped on the node (SIGTERM)"),
+            "{line}"
+        );
+    }
+}
+
+/// A command that ignores SIGTERM gets SIGKILL once the grace period (`--kill-grace`)
+/// has passed: nothing of it runs grace + 2 s after its deadline, and the transcript says
+/// SIGKILL ended it.
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet)
+        .keadm(FakeKeadm::new().runs("echo $$ > /tmp/keadm.pid; trap '' TERM; sleep 1000"))
+        .node_yaml("timeoutSeconds: 2");
+    let out = sc.run(&["--kill-grace", "1"]);
+    let ended = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    out.status(1);
+    assert_eq!(out.summary()["nodes"][0]["phase"], "timed_out");
+    let node = fleet.node(0);
+    let pid = std::fs::read_to_string(node.tmp_path("keadm.pid")).unwrap();
+    let gone = node.shell(&format!(
+        "kill -0 {} 2>/dev/null && echo alive; ps -eo stat=,args= | grep '[s]leep 1000' | grep -v '^Z' || true",
+        pid.trim()
+    ));
+    assert_eq!(
+        String::from_utf8_lossy(&gone.stdout).trim(),
+        "",
+        "keadm was left running"
+    );
+    // The deadline passed 2 s after keadm started, or a little later (it started after the
+    // deadline's clock did); the run ended once nothing of the command was left.
+    let started = fake_keadm::calls(&remote_keadm(node))[0].start;
+    eprintln!(
+        "timeoutSeconds 2, --kill-grace 1: {:.2} s from keadm's start to the run's end",
+        ended - started
+    );
+    assert!(
+        ended - started <= 2.0 + 1.0 + 2.0,
+        "{:.2} s from keadm's start to the run's end",
+        ended - started
+    );
+    let transcript = out.transcript(0);
+    assert!(
+        transcript.contains(
+            "the deadline passed: sent SIGTERM to the command's process group; it did not exit within 1 s of SIGTERM: sent SIGKILL"
+        ),
+        "{transcript}"
+    );
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(
+        line.contains(
+            "ran past its 2 s deadline and was killed on the node (SIGKILL, 1 s after SIGTERM)"
+        ),
+        "{line}"
+    );
+}
+
+/// The grace period is `--kill-grace`, 10 s unless given, and never more than the
+/// command's own deadline: the dry run shows each node's.
+#[test]
+fn the_kill_grace_is_at_most_the_command_deadline() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet).node_yaml("timeoutSeconds: 3");
+    sc.run(&["--dry-run"])
+        .status(0)
+        .stdout_has("deadlines: connect 10s, command 3s, kill grace 3s, retries");
+    sc.run(&["--dry-run", "--timeout", "60"])
+        .status(0)
+        .stdout_has("deadlines: connect 10s, command 60s, kill grace 10s, retries");
+    sc.run(&["--dry-run", "--timeout", "60", "--kill-grace", "0"])
+        .status(0)
+        .stdout_has("deadlines: connect 10s, command 60s, kill grace 0s, retries");
 }
 
 #[test]

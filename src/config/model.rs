@@ -15,6 +15,10 @@ use crate::redact::Secret;
 
 /// keadm's default maxRunNum.
 pub const DEFAULT_MAX_RUN_NUM: usize = 5;
+
+/// keadm's BASE: where keadm batch uploads files and keadm on every node, the `remoteDir`
+/// of a node that sets none.
+pub const DEFAULT_REMOTE_DIR: &str = "/tmp/kubeedge/keadm";
 /// The arches keadm publishes Linux builds for (docs/config.md, "What is staged").
 pub const KNOWN_ARCHES: [&str; 3] = ["amd64", "arm64", "arm"];
 

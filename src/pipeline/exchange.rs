@@ -30,7 +30,7 @@ use super::{Run, StepError};
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
 use crate::outcome::Phase;
 use crate::remote::{self, FACTS_END, NodeFacts, Privilege, SUDO_WANTS_PASSWORD};
-use crate::transport::{Connection, RemoteExit};
+use crate::transport::{Connection, RemoteExit, TransportError};
 
 /// How the one-channel exchange left the node.
 #[expect(
@@ -256,7 +256,11 @@ impl<'a> Run<'a, '_> {
             times: times.clone(),
             started,
         };
+        // Past keadm's deadline keadm is stopped with a grace period (`Run::stop`); past
+        // the prepare step's, what runs is killed below.
+        conn.leave_at_deadline(true);
         let result = conn.exec_until(&script, Some(&mut Answer(&slot)), &deadline, &mut exchange);
+        conn.leave_at_deadline(false);
         let flushed = exchange.flush();
         let Exchange {
             facts,
@@ -265,6 +269,11 @@ impl<'a> Run<'a, '_> {
             ..
         } = exchange;
         flushed.map_err(transcript_error)?;
+        if matches!(result, Err(TransportError::Timeout { .. }))
+            && !matches!(decided, Some((Decision::Run(..), _)))
+        {
+            conn.kill_left();
+        }
         let decision = match decided {
             Some((decision, at)) => {
                 self.add_time(Phase::Running, at);

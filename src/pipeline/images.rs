@@ -83,8 +83,10 @@ impl<'c> Run<'_, 'c> {
     }
 
     /// The runtime at that socket as `probe` told it, noted in the transcript with how it
-    /// was told (once: the pre-flight probe and the import both ask, and mostly hear the
-    /// same); unknown when the probe did not get that far.
+    /// was told; unknown when the probe did not get that far. The pre-flight probe and the
+    /// import both ask, and may be told in other words (`ctr version` answers one, the
+    /// socket's holder the other): the line is written once per runtime, compared by what
+    /// it is and where it listens, not by the words.
     pub(super) fn told_runtime(&mut self, probe: &RuntimeFacts) -> Runtime {
         let runtime = probe.runtime.clone().unwrap_or_else(|| Runtime::Unknown {
             socket: self.runtime_socket(),
@@ -100,9 +102,13 @@ impl<'c> Run<'_, 'c> {
                 "the runtime {command} will use is {} ({told})",
                 runtime.name()
             );
-            if self.runtime_noted.as_deref() != Some(line.as_str()) {
+            if !self
+                .runtime_noted
+                .as_ref()
+                .is_some_and(|noted| noted.is_same(&runtime))
+            {
                 self.transcript.note(&line);
-                self.runtime_noted = Some(line);
+                self.runtime_noted = Some(runtime.clone());
             }
         }
         runtime

@@ -200,8 +200,9 @@ struct Run<'a, 'c> {
     host_key: Option<String>,
     /// Why the node cannot serve its site, as the prepare step found.
     relay_no_serve: Option<String>,
-    /// The transcript's last line saying which runtime keadm join will use.
-    runtime_noted: Option<String>,
+    /// The runtime the transcript last said keadm will use: said again only for another
+    /// runtime, never for other words about the same one.
+    runtime_noted: Option<crate::remote::Runtime>,
     /// The edge's upgrade family: keadm's report, the running edgecore, backup, rollback.
     edge_task: Option<crate::outcome::EdgeTaskRecord>,
     /// An upgrade's runtime socket, as edgecore.yaml names it.

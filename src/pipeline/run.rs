@@ -24,6 +24,9 @@ use crate::transport::{Connection, RemoteExit, TransportError};
 /// the line [`remote::first_exit`] reads).
 pub(super) const FIRST_FAILED: i32 = 202;
 
+/// How long the output a stopped command printed before it ended may take to arrive.
+const LAST_OUTPUT_TIME: Duration = Duration::from_secs(2);
+
 /// The line the run's script prints once the deferred upload is on the node, before it
 /// moves anything or runs keadm: a connection that breaks before this line is an upload
 /// that failed, whatever share of the file had left the control host (an xz copy is read
@@ -260,6 +263,9 @@ impl Run<'_, '_> {
             watch,
             inner: &mut self.transcript,
         };
+        // Past its deadline keadm is stopped by `stop`, as the run's privilege, with a
+        // grace period, not killed by the transport.
+        conn.leave_at_deadline(true);
         let result = exec_as(
             conn,
             script,
@@ -269,6 +275,7 @@ impl Run<'_, '_> {
             deadline,
             &mut output,
         );
+        conn.leave_at_deadline(false);
         output.flush().map_err(transcript_error)?;
         Ok((result, output.watch))
     }
@@ -461,7 +468,7 @@ impl Run<'_, '_> {
                 // What keadm printed last before its deadline, not what the node's logs
                 // read below add to the transcript.
                 let last_output = self.last_words();
-                let killed = self.kill(conn, privilege);
+                let how = self.stop(conn, privilege);
                 if node.keadm_args.is_join() {
                     self.edgecore_log(conn, privilege);
                 }
@@ -475,11 +482,7 @@ impl Run<'_, '_> {
                     message: format!(
                         "The keadm command ran past its {} s deadline and {}.",
                         node.deadlines.command.as_secs(),
-                        if killed {
-                            "was killed on the node"
-                        } else {
-                            "could not be confirmed killed on the node"
-                        }
+                        how
                     ),
                     ending: Phase::TimedOut,
                     exit_status: None,
@@ -529,6 +532,72 @@ impl Run<'_, '_> {
             deadline,
             &mut self.transcript,
         );
+    }
+
+    /// Stops the command's process group on the node after its deadline, through a fresh
+    /// channel with the run's privilege: SIGTERM, the grace period, SIGKILL
+    /// ([`remote::stop_script`]). Notes in the transcript which signal ended it, and
+    /// returns how the failure's message says it (`was stopped on the node (SIGTERM)`).
+    /// Where the run's group was not found (the deadline came before the script got to
+    /// keadm), what this connection runs on the node is killed as the transport would.
+    fn stop(&mut self, conn: &mut dyn Connection, privilege: Privilege) -> String {
+        conn.set_abort(None);
+        let grace = self.node.deadlines.kill_grace.as_secs();
+        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
+        let deadline = Instant::now() + self.node.deadlines.kill_grace + self.node.deadlines.step;
+        let result = exec_as(
+            conn,
+            &remote::stop_script(&self.node.upload_dir, self.node.index, grace),
+            privilege,
+            password_of(self.node),
+            None,
+            deadline,
+            &mut output,
+        );
+        let term = "the deadline passed: sent SIGTERM to the command's process group";
+        let stopped = match &result {
+            Ok(_) => remote::parse_stopped(&output.text()),
+            Err(_) => None,
+        };
+        let (note, said) = match (stopped, &result) {
+            (Some(remote::Stopped::ByTerm), _) => (
+                format!("{term}; it exited within the grace period"),
+                "was stopped on the node (SIGTERM)".to_string(),
+            ),
+            (Some(remote::Stopped::ByKill), _) if grace == 0 => (
+                "the deadline passed: sent SIGKILL to the command's process group (--kill-grace 0)"
+                    .to_string(),
+                "was killed on the node (SIGKILL)".to_string(),
+            ),
+            (Some(remote::Stopped::ByKill), _) => (
+                format!("{term}; it did not exit within {grace} s of SIGTERM: sent SIGKILL"),
+                format!("was killed on the node (SIGKILL, {grace} s after SIGTERM)"),
+            ),
+            (Some(remote::Stopped::Gone), _) => (
+                "the deadline passed: nothing of the command's process group was running any more; killed what else this connection ran on the node".to_string(),
+                "was killed on the node".to_string(),
+            ),
+            (None, Ok(_)) => (
+                "the deadline passed: the node had no record of the command's process group (the script had not reached keadm); killed what this connection ran on the node".to_string(),
+                "was killed on the node".to_string(),
+            ),
+            (None, Err(e)) => (
+                format!("the deadline passed: the stop of the command's process group could not be confirmed ({e})"),
+                "could not be confirmed killed on the node".to_string(),
+            ),
+        };
+        if matches!(
+            stopped,
+            Some(remote::Stopped::ByTerm | remote::Stopped::ByKill)
+        ) {
+            // What it printed while it stopped (its cleanup): already sent, since nothing
+            // of it runs any more, so a short wait reads it.
+            let _ = conn.finish_left(&mut self.transcript, Instant::now() + LAST_OUTPUT_TIME);
+        } else {
+            conn.kill_left();
+        }
+        self.transcript.note(&note);
+        said
     }
 
     /// Kills the command's process group on the node through a fresh channel.

@@ -63,6 +63,16 @@ impl Runtime {
             .map(move |(kind, _)| (*kind, Runtime::of_kind(kind, socket, "")))
     }
 
+    /// Whether `other` is this runtime: the same kind at the same socket. How it was
+    /// told (an unknown runtime's `why`) does not count.
+    pub fn is_same(&self, other: &Runtime) -> bool {
+        match (self, other) {
+            (Runtime::Containerd { socket: a }, Runtime::Containerd { socket: b })
+            | (Runtime::Unknown { socket: a, .. }, Runtime::Unknown { socket: b, .. }) => a == b,
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
+        }
+    }
+
     /// The runtime in words, for messages: `containerd (/run/containerd/containerd.sock)`.
     pub fn name(&self) -> String {
         match self {

@@ -107,6 +107,8 @@ pub(crate) struct Exec {
     pub stdin: Option<Vec<u8>>,
     /// Whether an abort check was set while it ran.
     pub abort_set: bool,
+    /// Whether it was to be left running at its deadline (`Connection::leave_at_deadline`).
+    pub left_at_deadline: bool,
     /// Whether it ran in the channel of the exec before it: the answer of a one-channel
     /// exchange (`remote::await_answer`).
     pub same_channel: bool,
@@ -201,6 +203,8 @@ impl Connector for FakeTransport {
             transport: self.clone(),
             endpoint: spec.endpoint.clone(),
             abort: None,
+            leave_at_deadline: false,
+            left: false,
         }))
     }
 }
@@ -210,10 +214,67 @@ struct FakeConnection {
     transport: FakeTransport,
     endpoint: Endpoint,
     abort: Option<AbortCheck>,
+    leave_at_deadline: bool,
+    /// Whether a command was left running at its deadline and not yet finished.
+    left: bool,
 }
 
 impl Connection for FakeConnection {
     fn exec_until(
+        &mut self,
+        command: &str,
+        stdin: Option<&mut dyn Read>,
+        deadline: &Cell<Instant>,
+        output: &mut dyn Write,
+    ) -> Result<RemoteExit, TransportError> {
+        let result = self.exec_played(command, stdin, deadline, output);
+        // A command left running at its deadline, as the SSH engine leaves it.
+        self.left |=
+            self.leave_at_deadline && matches!(result, Err(TransportError::Timeout { .. }));
+        result
+    }
+
+    fn set_abort(&mut self, check: Option<AbortCheck>) {
+        self.abort = check;
+    }
+
+    fn leave_at_deadline(&mut self, leave: bool) {
+        self.leave_at_deadline = leave;
+    }
+
+    fn finish_left(
+        &mut self,
+        _output: &mut dyn Write,
+        _deadline: Instant,
+    ) -> Result<Option<RemoteExit>, TransportError> {
+        self.left = false;
+        Ok(None)
+    }
+
+    /// Recorded as the command the SSH engine runs for it.
+    fn kill_left(&mut self) {
+        if std::mem::take(&mut self.left) {
+            let _ = self.play(
+                crate::remote::KILL_SIBLINGS,
+                None,
+                &mut std::io::sink(),
+                false,
+            );
+        }
+    }
+
+    fn host_key_fingerprint(&self) -> String {
+        "SHA256:fake-host-key".to_string()
+    }
+
+    fn host_key(&self) -> Option<String> {
+        Some("ssh-ed25519 AAAAfake".to_string())
+    }
+}
+
+impl FakeConnection {
+    /// `command` as the rules answer it: on its own, or as a one-channel exchange.
+    fn exec_played(
         &mut self,
         command: &str,
         stdin: Option<&mut dyn Read>,
@@ -265,20 +326,6 @@ impl Connection for FakeConnection {
         self.play(&script, Some(stdin), output, true)
     }
 
-    fn set_abort(&mut self, check: Option<AbortCheck>) {
-        self.abort = check;
-    }
-
-    fn host_key_fingerprint(&self) -> String {
-        "SHA256:fake-host-key".to_string()
-    }
-
-    fn host_key(&self) -> Option<String> {
-        Some("ssh-ed25519 AAAAfake".to_string())
-    }
-}
-
-impl FakeConnection {
     /// Answers `command` by the first matching rule and records it; `same_channel` when
     /// it is the answer of a one-channel exchange.
     fn play(
@@ -330,6 +377,7 @@ impl FakeConnection {
             command: command.to_string(),
             stdin: received,
             abort_set: self.abort.is_some(),
+            left_at_deadline: self.leave_at_deadline,
             same_channel,
         });
         result

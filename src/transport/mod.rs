@@ -74,6 +74,30 @@ pub trait Connection {
     /// after an abort).
     fn set_abort(&mut self, check: Option<AbortCheck>);
 
+    /// With `true`, a later command past its deadline is not killed: `Err(Timeout)` is
+    /// returned at once and the command left running, its channel open, for the caller to
+    /// stop (the run's keadm gets SIGTERM and a grace period, as root under sudo, which
+    /// the transport's own kill as the login user cannot give it). The channel stays open
+    /// because a command whose output is closed dies of SIGPIPE at its next line, before
+    /// its cleanup is done. An abort or refused output still kills it. `false`, the
+    /// default, kills at the deadline.
+    fn leave_at_deadline(&mut self, leave: bool);
+
+    /// The output of the command left running at its deadline, once the caller has
+    /// stopped it: read into `output` until the node ends it or `deadline`, then its
+    /// channel closed. How it ended, if it did; `Ok(None)` when no command was left.
+    fn finish_left(
+        &mut self,
+        output: &mut dyn Write,
+        deadline: Instant,
+    ) -> Result<Option<RemoteExit>, TransportError>;
+
+    /// Kills the command left running at its deadline as the transport kills at a
+    /// deadline it keeps (every command this connection runs on the node, as the login
+    /// user, within a second whatever the node sends), and closes its channel unread: for
+    /// a command whose stop found nothing to stop, or whose deadline was not keadm's.
+    fn kill_left(&mut self);
+
     /// The node's host key as `SHA256:<base64>`, as OpenSSH prints it.
     fn host_key_fingerprint(&self) -> String;
 

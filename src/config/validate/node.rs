@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use super::validator::Validator;
+use crate::arch::Arch;
 use crate::config::diagnostic::Diagnostic;
 use crate::config::environment::Environment;
-use crate::config::model::{CopyFile, HostKeyPolicy, NodeSpec};
+use crate::config::model::{CopyFile, DEFAULT_REMOTE_DIR, HostKeyPolicy, NodeSpec, SshSpec};
 use crate::config::schema::{RawConfig, RawNode, Spanned, non_empty};
 use crate::config::template::{self, Lookup};
 use crate::keadm_cmd::KeadmCommand;
@@ -24,6 +25,10 @@ pub(super) struct Defaults {
     pub(super) remote_dir: Option<String>,
     pub(super) keadm_bin_dir: Option<String>,
     pub(super) site: Option<String>,
+    /// Whether joins and upgrades get offline image archives uploaded into their
+    /// remoteDir (keadmBinDir or not): `keadm.offlineImages` lists some, or in offline
+    /// mode the offline directory has an `<arch>/images`.
+    pub(super) image_archives: bool,
 }
 
 impl Defaults {
@@ -41,21 +46,84 @@ impl Defaults {
             remote_dir: v.remote_dir(&raw.remote_dir, None),
             keadm_bin_dir: non_empty(&raw.keadm.keadm_bin_dir).map(|s| s.value.clone()),
             site: v.site(&raw.site, None),
+            image_archives: image_archives(v, raw),
         }
     }
 }
 
-/// What earlier nodes claimed, by node index: two nodes may share none of these names,
-/// and sharing an address is worth a warning.
-/// A node that uploads: its index and its remoteDir (`None` for the default).
-type Uploader = (usize, Option<String>);
+/// See [`Defaults::image_archives`]. Only for the warning about nodes sharing a directory:
+/// the archives themselves are checked and listed by staging.
+fn image_archives(v: &Validator, raw: &RawConfig) -> bool {
+    let keadm = &raw.keadm;
+    if let Some(listed) = &keadm.offline_images {
+        return listed.value.iter().any(|arch| !arch.paths.is_empty());
+    }
+    let offline = keadm.download_enable.as_ref().is_some_and(|e| !e.value);
+    match non_empty(&keadm.offline_package_dir) {
+        Some(dir) if offline => {
+            let dir = v.local_path(&dir.value);
+            Arch::ALL
+                .iter()
+                .any(|arch| dir.join(arch.as_str()).join("images").is_dir())
+        }
+        _ => false,
+    }
+}
 
+/// What earlier nodes claimed, by node index: two nodes may share none of these names,
+/// and two that upload into one directory on one host are worth a warning.
 #[derive(Default)]
 struct Claimed<'r> {
     node_names: HashMap<&'r str, usize>,
     edge_names: HashMap<String, usize>,
-    /// Per address, the nodes there that upload, and where.
-    endpoints: HashMap<(String, u16), Vec<Uploader>>,
+    /// Per host (its address, through its jump hosts), the nodes there that upload.
+    hosts: HashMap<Vec<(String, u16)>, Vec<Uploader>>,
+}
+
+/// A node that uploads: its index, and its upload directory and where that came from.
+struct Uploader {
+    index: usize,
+    dir: UploadDir,
+}
+
+/// A node's upload directory, spelt as the node's shell reaches it (`//` and `/./` fold),
+/// and where it was set.
+struct UploadDir {
+    path: PathBuf,
+    from: DirFrom,
+}
+
+/// Where a node's upload directory was set: the warning says so, since the fix differs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DirFrom {
+    Node,
+    TopLevel,
+    Default,
+}
+
+impl DirFrom {
+    fn said(self) -> &'static str {
+        match self {
+            DirFrom::Node => "its own remoteDir",
+            DirFrom::TopLevel => "the top-level remoteDir",
+            DirFrom::Default => "the default",
+        }
+    }
+}
+
+impl UploadDir {
+    fn of(node: &RawNode, resolved: Option<&str>) -> UploadDir {
+        let from = match (non_empty(&node.remote_dir), resolved) {
+            (Some(_), _) => DirFrom::Node,
+            (None, Some(_)) => DirFrom::TopLevel,
+            (None, None) => DirFrom::Default,
+        };
+        let dir = resolved.unwrap_or(DEFAULT_REMOTE_DIR);
+        UploadDir {
+            path: std::path::Path::new(dir).components().collect(),
+            from,
+        }
+    }
 }
 
 /// Every node of `raw` that is valid; the others are reported.
@@ -135,24 +203,53 @@ fn node_spec<'r>(
         ssh.connect_timeout_seconds = defaults.connect_timeout_seconds;
     }
     // Two nodes on one host clash only where both upload into the same directory: a node
-    // with keadmBinDir (and no copyFrom) sends nothing.
+    // with keadmBinDir sends nothing unless it has copyFrom files or image archives.
     let keadm_bin_dir = non_empty(&node.keadm_bin_dir)
         .map(|s| s.value.clone())
         .or_else(|| defaults.keadm_bin_dir.clone());
-    if keadm_bin_dir.is_none() || copy.is_some() {
-        let here = claimed
-            .endpoints
-            .entry((ssh.host.clone(), ssh.port))
-            .or_default();
-        if let Some((first, _)) = here.iter().find(|(_, dir)| *dir == remote_dir) {
+    let images = defaults.image_archives && (keadm_args.is_join() || keadm_args.is_edge_upgrade());
+    if keadm_bin_dir.is_none() || copy.is_some() || images {
+        let dir = UploadDir::of(node, remote_dir.as_deref());
+        let here = claimed.hosts.entry(host_key(&ssh)).or_default();
+        if let Some(first) = here.iter().find(|u| u.dir.path == dir.path) {
+            let how = match (first.dir.from, dir.from) {
+                (DirFrom::Default, DirFrom::Default) => {
+                    "the default remoteDir: neither node sets one".to_string()
+                }
+                (DirFrom::TopLevel, DirFrom::TopLevel) => {
+                    "the top-level remoteDir: neither node sets its own".to_string()
+                }
+                (DirFrom::Node, DirFrom::Node) => "each node's own remoteDir".to_string(),
+                (theirs, ours) => format!(
+                    "node {}'s as {}, this node's as {}",
+                    first.index + 1,
+                    theirs.said(),
+                    ours.said()
+                ),
+            };
+            let shown = dir.path.display();
             v.warn(
                 node.ssh.as_ref().and_then(|s| s.ip.as_ref()).map(|ip| ip.pos),
                 subj(),
-                format!("{}:{} is also node {}'s address; both nodes will run on one host", ssh.host, ssh.port, first + 1),
-                Some("give each node its own remoteDir so their uploads stay apart, or remove the duplicate".into()),
+                format!(
+                    "{} is also node {}'s address, and both nodes upload into {shown} there ({how}), so one node's files can replace the other's while they run",
+                    shown_host(&ssh),
+                    first.index + 1
+                ),
+                Some(format!(
+                    "give this node a remoteDir of its own, such as remoteDir: {}-{}, or remove the duplicate",
+                    // `/` itself has no name to extend.
+                    Some(shown.to_string())
+                        .filter(|d| d != "/")
+                        .unwrap_or_else(|| "/keadm-batch".to_string()),
+                    node.index + 1
+                )),
             );
         }
-        here.push((node.index, remote_dir.clone()));
+        here.push(Uploader {
+            index: node.index,
+            dir,
+        });
     }
     // Every check has reported by now; a node with any problem is left out.
     let (name, command) = (name?, command?);
@@ -187,6 +284,26 @@ fn node_spec<'r>(
         site,
         ssh,
     })
+}
+
+/// Which host a node is: its address and port, after those of the jump hosts it is
+/// reached through (one private address is a host per site).
+fn host_key(ssh: &SshSpec) -> Vec<(String, u16)> {
+    let mut key = Vec::new();
+    let mut hop = Some(ssh);
+    while let Some(spec) = hop {
+        key.push((spec.host.clone(), spec.port));
+        hop = spec.proxy_jump.as_deref();
+    }
+    key
+}
+
+/// The node's address for messages, with the jump host it is reached through.
+fn shown_host(ssh: &SshSpec) -> String {
+    match &ssh.proxy_jump {
+        Some(jump) => format!("{}:{} (through {})", ssh.host, ssh.port, shown_host(jump)),
+        None => format!("{}:{}", ssh.host, ssh.port),
+    }
 }
 
 /// What is wrong with a node name by the rules every name must pass. Results, transcripts
@@ -390,13 +507,51 @@ mod tests {
         );
     }
 
+    /// The warning both nodes at 10.0.0.1:22 get when they upload into `dir`, told as
+    /// `how`.
+    fn shared(dir: &str, how: &str) -> String {
+        format!(
+            "c.yaml:19:9: node 2 \"b\": 10.0.0.1:22 is also node 1's address, and both nodes upload into {dir} there ({how}), so one node's files can replace the other's while they run; give this node a remoteDir of its own, such as remoteDir: {dir}-2, or remove the duplicate."
+        )
+    }
+
     #[test]
-    fn nodes_sharing_an_address_are_warned_about_and_kept() {
+    fn nodes_sharing_an_address_are_warned_about_naming_the_directory_and_kept() {
         let (config, diags) = check(&two_nodes("10.0.0.1", ""));
         assert_eq!(config.unwrap().nodes.len(), 2);
         assert_eq!(
             rendered(&diags),
-            "c.yaml:19:9: node 2 \"b\": 10.0.0.1:22 is also node 1's address; both nodes will run on one host; give each node its own remoteDir so their uploads stay apart, or remove the duplicate."
+            shared(
+                "/tmp/kubeedge/keadm",
+                "the default remoteDir: neither node sets one"
+            )
+        );
+        // docs/config.md shows it as it is.
+        let docs = include_str!("../../../docs/config.md");
+        let shown = rendered(&diags).replacen("c.yaml", "config.yaml", 1);
+        assert!(docs.contains(&shown), "docs/config.md lacks {shown}");
+        // The default written out is the default.
+        let (_, diags) = check(&two_nodes(
+            "10.0.0.1",
+            "  remoteDir: /tmp//kubeedge/keadm/\n",
+        ));
+        assert_eq!(
+            rendered(&diags).replace("c.yaml:20:9", "c.yaml:19:9"),
+            shared(
+                "/tmp/kubeedge/keadm",
+                "node 1's as the default, this node's as its own remoteDir"
+            )
+        );
+        let (_, diags) = check(&format!(
+            "remoteDir: /srv/kb\n{}",
+            two_nodes("10.0.0.1", "")
+        ));
+        assert_eq!(
+            rendered(&diags).replace("c.yaml:20:9", "c.yaml:19:9"),
+            shared(
+                "/srv/kb",
+                "the top-level remoteDir: neither node sets its own"
+            )
         );
     }
 
@@ -408,6 +563,53 @@ mod tests {
             assert_eq!(config.unwrap().nodes.len(), 2);
             assert!(diags.is_empty(), "{extra}: {}", rendered(&diags));
         }
+        // keadmBinDir for every node, in a run without image archives: nothing is sent.
+        let text = two_nodes("10.0.0.1", "").replace(
+            "  archGroup: [amd64]\n",
+            "  archGroup: [amd64]\n  keadmBinDir: /usr/local/bin\n",
+        );
+        let (config, diags) = check(&text);
+        assert_eq!(config.unwrap().nodes.len(), 2);
+        assert!(diags.is_empty(), "{}", rendered(&diags));
+    }
+
+    #[test]
+    fn nodes_at_one_address_behind_different_jump_hosts_are_not_warned_about() {
+        let jump = |host: &str| {
+            format!(
+                "    proxyJump:\n      ip: {host}\n      username: root\n      auth:\n        type: agent\n"
+            )
+        };
+        let text = two_nodes("10.0.0.1", "").replace(
+            "      passwordEnv: PW\n",
+            &format!("      passwordEnv: PW\n{}", jump("192.0.2.1")),
+        ) + &jump("192.0.2.2");
+        let (config, diags) = check(&text);
+        assert_eq!(config.unwrap().nodes.len(), 2);
+        assert!(diags.is_empty(), "{}", rendered(&diags));
+    }
+
+    #[test]
+    fn nodes_with_keadm_on_them_that_get_image_archives_still_share_a_directory() {
+        // Offline image archives go into the remoteDir of every join, keadmBinDir or not.
+        let kit = tempfile::tempdir().unwrap();
+        std::fs::write(kit.path().join("pause.tar"), b"").unwrap();
+        let text = two_nodes("10.0.0.1", "").replace(
+            "  archGroup: [amd64]\n",
+            &format!(
+                "  archGroup: [amd64]\n  keadmBinDir: /usr/local/bin\n  offlineImages:\n    amd64:\n      - {}/pause.tar\n",
+                kit.path().display()
+            ),
+        );
+        let (config, diags) = check(&text);
+        assert_eq!(config.unwrap().nodes.len(), 2);
+        assert_eq!(
+            rendered(&diags).replace("c.yaml:23:9", "c.yaml:19:9"),
+            shared(
+                "/tmp/kubeedge/keadm",
+                "the default remoteDir: neither node sets one"
+            )
+        );
     }
 
     #[test]

@@ -144,7 +144,7 @@ fn keadms_failure_keeps_keadms_own_line_and_its_last_output() {
 fn the_deadline_kills_the_command_and_reads_edgecores_log_for_a_join() {
     let fake = FakeTransport::new()
         .on(sent::RUN, Reply::timeout())
-        .on(sent::KILL, Reply::ok())
+        .on(sent::KILL, Reply::ok().printing("KB_STOP exited\n"))
         .on(
             sent::EDGECORE_LOG,
             Reply::ok().printing("edgecore: waiting for the certificate\n"),
@@ -156,23 +156,50 @@ fn the_deadline_kills_the_command_and_reads_edgecores_log_for_a_join() {
     assert_eq!(outcome.failed_in, Some(Phase::Running));
     assert_eq!(
         outcome.error.as_deref(),
-        Some("The keadm command ran past its 7 s deadline and was killed on the node.")
+        Some("The keadm command ran past its 7 s deadline and was stopped on the node (SIGTERM).")
     );
     let commands: Vec<String> = h.execs().into_iter().map(|e| e.command).collect();
     assert_eq!(commands.len(), 4, "{commands:#?}");
     assert!(commands[1].contains(sent::RUN));
+    // The transport leaves keadm to the stop, which gives it SIGTERM and a grace period.
+    assert!(h.exec_with(sent::RUN).left_at_deadline);
     assert!(
-        commands[2].contains(sent::KILL) && commands[2].contains("/tmp/kb/.keadm-batch.0.pgid"),
+        commands[2].contains("kill -s TERM") && commands[2].contains("/tmp/kb/.keadm-batch.0.pgid"),
         "{}",
         commands[2]
     );
+    assert!(!h.exec_with(sent::EDGECORE_LOG).left_at_deadline);
     assert!(commands[3].contains(sent::EDGECORE_LOG));
     assert!(
         !h.exec_with(sent::KILL).abort_set,
         "the kill runs without the abort check"
     );
     assert!(transcript(&outcome).contains("edgecore: waiting for the certificate"));
+    assert!(transcript(&outcome).contains(
+        "the deadline passed: sent SIGTERM to the command's process group; it exited within the grace period"
+    ));
     assert!(outcome.failure_class.is_some());
+
+    // Where the node had no record of the group (the script had not reached keadm), what
+    // the connection runs there is killed at once, and the message says killed.
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::timeout())
+        .on(sent::KILL, Reply::ok())
+        .on(sent::PREPARE, prepared(""));
+    let h = Harness::new(fake);
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(
+        outcome.error.as_deref(),
+        Some("The keadm command ran past its 7 s deadline and was killed on the node.")
+    );
+    let killed: Vec<String> = h
+        .fake
+        .execs_with(sent::KILL)
+        .into_iter()
+        .map(|e| e.command)
+        .collect();
+    assert_eq!(killed.len(), 2, "{killed:#?}");
+    assert_eq!(killed[1], crate::remote::KILL_SIBLINGS);
 }
 
 #[test]

@@ -461,6 +461,65 @@ fn pre_flight_reports_images_neither_in_the_runtime_nor_in_an_archive() {
     assert_eq!(said, 1, "{}", transcript(&outcome));
 }
 
+/// The pre-flight probe and the import each ask the runtime what it is, and may be told
+/// in other words (here `ctr version` answers the first, and the second learns it from the
+/// socket's holder): the same runtime at the same socket is said once. Another runtime
+/// than the one pre-flight saw is said again, since that changes what the import does.
+#[test]
+fn the_runtime_is_said_once_whatever_the_words_it_was_told_in() {
+    let held = CONTAINERD.replace(
+        "ctr version answers on it",
+        "its socket is held by containerd (pid 42)",
+    );
+    let prepared_as = |runtime: &str| {
+        prepared(&format!(
+            "KB_TOOLS openssl\n{runtime}KB_RT_ARCH x86_64\nKB_RT_TOOL ctr\nKB_RT_IMAGE {PACKAGE}\nKB_RT_IMAGE {PAUSE}\nKB_RT_LISTED\nKB_RT_SANDBOX {PAUSE}\nKB_RT_DONE\n"
+        ))
+    };
+    let mut h = Harness::new(
+        FakeTransport::new()
+            .on(sent::PROBE, probed(&format!("KB_RT_IMAGE {PAUSE}\n")))
+            .on(sent::RUN, Reply::ok())
+            .on(sent::PREPARE, prepared_as(&held)),
+    );
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    h.preflight = PreflightMode::Warn;
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    let text = transcript(&outcome);
+    assert_eq!(
+        text.matches("the runtime keadm join will use is ").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "the runtime keadm join will use is containerd (/run/containerd/containerd.sock) (ctr version answers on it)"
+        ),
+        "{text}"
+    );
+
+    // CRI-O where pre-flight saw containerd: both are said.
+    let crio = "KB_RT_SOCKET /run/containerd/containerd.sock\nKB_RT_KIND crio\nKB_RT_TOLD crictl version says RuntimeName cri-o\n";
+    let mut h = Harness::new(
+        FakeTransport::new()
+            .on(sent::PROBE, probed(&format!("KB_RT_IMAGE {PAUSE}\n")))
+            .on(sent::RUN, Reply::ok())
+            .on(sent::PREPARE, prepared_as(crio)),
+    );
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    h.preflight = PreflightMode::Warn;
+    let outcome = h.process(&node(vec![]));
+    let text = transcript(&outcome);
+    assert!(
+        text.contains("the runtime keadm join will use is containerd (")
+            && text.contains(
+                "the runtime keadm join will use is CRI-O (crictl version says RuntimeName cri-o)"
+            ),
+        "{text}"
+    );
+}
+
 /// A check that could not run is a `probe_incomplete` finding saying what was not
 /// checked and why, never "nothing found".
 #[test]

@@ -38,8 +38,9 @@ impl Connection for SshConnection {
     ///
     /// The session runs non-blocking around poll(2), so large input and output in both
     /// directions never deadlock and the deadline is exact. At the deadline the command's
-    /// process group is killed on the node (see `kill_remote`), the channel is closed and
-    /// `Err(Timeout)` is returned; the connection stays usable.
+    /// process group is killed on the node (see `kill_remote`), unless the caller asked
+    /// to stop it itself (`leave_at_deadline`), the channel is closed and `Err(Timeout)`
+    /// is returned; the connection stays usable.
     ///
     /// `stdin` is read on this thread between socket waits, so it should be a reader
     /// that does not stall (a file or memory); a stalled reader delays the deadline. One
@@ -64,6 +65,12 @@ impl Connection for SshConnection {
         let result = self.pump(&mut channel, stdin, deadline, started, output);
         match result {
             Ok(()) => {}
+            Err(TransportError::Timeout { .. }) if self.leave_at_deadline => {
+                // Kept open, unread, until the caller has stopped the command: its output
+                // waits in the channel's window meanwhile.
+                self.left = Some(channel);
+                return Err(timeout(&self.endpoint, what, started));
+            }
             Err(TransportError::Timeout { .. }) => {
                 self.kill_remote(&mut channel);
                 return Err(timeout(&self.endpoint, what, started));
@@ -102,6 +109,42 @@ impl Connection for SshConnection {
     /// returns `Err(Aborted)`.
     fn set_abort(&mut self, check: Option<AbortCheck>) {
         self.abort = check;
+    }
+
+    fn leave_at_deadline(&mut self, leave: bool) {
+        self.leave_at_deadline = leave;
+    }
+
+    fn kill_left(&mut self) {
+        if let Some(mut channel) = self.left.take() {
+            let _mode = NonBlocking::enter(&self.session);
+            self.kill_remote(&mut channel);
+        }
+    }
+
+    fn finish_left(
+        &mut self,
+        output: &mut dyn Write,
+        deadline: Instant,
+    ) -> Result<Option<RemoteExit>, TransportError> {
+        let Some(mut channel) = self.left.take() else {
+            return Ok(None);
+        };
+        let what = "reading the stopped command's last output";
+        let started = Instant::now();
+        let _mode = NonBlocking::enter(&self.session);
+        let deadline = Cell::new(deadline);
+        let pumped = self.pump(&mut channel, None, &deadline, started, output);
+        deadline.set(Instant::now() + CLOSE_TIME);
+        let _ = self.retry(&deadline, started, what, |_| channel.close());
+        let closed = self.retry(&deadline, started, what, |_| channel.wait_close());
+        pumped?;
+        closed?;
+        let signal = channel.exit_signal().ok().and_then(|s| s.exit_signal);
+        Ok(Some(match signal {
+            Some(sig) if !sig.is_empty() => RemoteExit::Signal(sig),
+            _ => RemoteExit::Code(channel.exit_status().unwrap_or(-1)),
+        }))
     }
 
     fn host_key_fingerprint(&self) -> String {

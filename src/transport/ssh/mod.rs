@@ -33,6 +33,11 @@ pub struct SshConnection {
     /// Asked between socket waits; true ends a running command like a deadline would
     /// (the operator's second Ctrl-C).
     abort: Option<AbortCheck>,
+    /// See [`Connection::leave_at_deadline`].
+    leave_at_deadline: bool,
+    /// The command left running at its deadline, its channel open (see
+    /// [`Connection::finish_left`]).
+    left: Option<ssh2::Channel>,
     /// Declared after `session` and `socket` so it drops after them: our end of the
     /// socket pair closes first, which is what ends the bridge thread that `Bridge` joins.
     _bridge: Option<Bridge>,
@@ -92,6 +97,8 @@ impl SshConnection {
             endpoint: endpoint.clone(),
             fingerprint,
             abort: None,
+            leave_at_deadline: false,
+            left: None,
             _bridge: bridge,
         })
     }
