@@ -41,6 +41,8 @@ command -v xmllint >/dev/null 2>&1 || need+=(libxml2-utils)
 /usr/bin/python3 -c 'import prometheus_client.parser' >/dev/null 2>&1 || need+=(python3-prometheus-client)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+# Text in the report's screenshots (Chromium only recommends a font).
+[ -d /usr/share/fonts/truetype/liberation ] || need+=(fonts-liberation)
 # bench/report.sh and bench/validate.sh read peak memory with GNU time.
 [ -x /usr/bin/time ] || need+=(time)
 
