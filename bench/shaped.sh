@@ -26,6 +26,9 @@
 # Knobs (environment): NODES C RATE (tc syntax) REPS XZ_LEVEL (the floor's, when
 # keadm-batch made no xz copy to share; default 6) RTT_MS (added per round trip through
 # the delaying relay; default 0, no relay)
+# CPU (each node's CPU budget in cores, such as 0.25 for a small ARM board's share: every
+# node's sshd, and so all it runs, in a cgroup of its own with that CFS quota; default
+# none, the nodes share the machine's cores)
 # BENCH_KEADM (the binary to ship; default /usr/bin/containerd, Debian's Go build of
 # containerd, else the largest ELF in /usr/bin) KEEP=1 (keep the work dir). Needs root.
 set -euo pipefail
@@ -33,7 +36,7 @@ cd "$(dirname "$0")/.."
 repo="$PWD"
 
 NODES="${NODES:-20}"; C="${C:-10}"; RATE="${RATE:-20mbit}"; REPS="${REPS:-1}"; XZ_LEVEL="${XZ_LEVEL:-6}"
-RTT_MS="${RTT_MS:-0}"
+RTT_MS="${RTT_MS:-0}"; CPU="${CPU:-}"
 if [ -z "${BENCH_KEADM:-}" ]; then
   if [ -x /usr/bin/containerd ]; then BENCH_KEADM=/usr/bin/containerd
   else
@@ -54,9 +57,40 @@ fi
 # shellcheck source=bench/lib/fleet.sh
 . "$repo/bench/lib/fleet.sh"
 # Runs on exit (bench_start's trap), also on failure or Ctrl-C.
-bench_on_exit() { tc qdisc del dev lo root 2>/dev/null || true; }
+bench_on_exit() {
+  tc qdisc del dev lo root 2>/dev/null || true
+  for g in "${cpu_groups[@]}"; do
+    # Back to the root group, then the group (now empty) goes.
+    while read -r p; do echo "$p" > "$cpu_root/cgroup.procs" 2>/dev/null || true; done < "$g/cgroup.procs" 2>/dev/null
+    rmdir "$g" 2>/dev/null || true
+  done
+}
+cpu_groups=()
 bench_start keadm-shaped
 start_fleet "$NODES"
+
+# ---------------------------------------------------------------- the nodes' CPU
+# cgroup v2's cpu.max where the cpu controller is there, else v1's CFS quota.
+if [ -n "$CPU" ]; then
+  period=100000
+  quota=$(printf '%.0f' "$(echo "$CPU * $period" | bc -l)")
+  if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    cpu_root=/sys/fs/cgroup
+    echo +cpu > "$cpu_root/cgroup.subtree_control" 2>/dev/null || true
+  elif [ -w /sys/fs/cgroup/cpu/cgroup.procs ]; then
+    cpu_root=/sys/fs/cgroup/cpu
+  else
+    echo "bench: CPU=$CPU needs a cgroup cpu controller (v2 cpu.max or v1 cpu.cfs_quota_us)" >&2; exit 1
+  fi
+  echo "==> each node's CPU: $CPU of a core ($quota us per $period us, $cpu_root)"
+  for i in $(seq 0 $(( NODES - 1 ))); do
+    g="$cpu_root/keadm-bench-node$i-$$"
+    mkdir "$g"; cpu_groups+=("$g")
+    if [ -e "$g/cpu.max" ]; then echo "$quota $period" > "$g/cpu.max"
+    else echo "$period" > "$g/cpu.cfs_period_us"; echo "$quota" > "$g/cpu.cfs_quota_us"; fi
+    echo "${node_pid[$i]}" > "$g/cgroup.procs"
+  done
+fi
 ssh_opts
 export -f host_of
 
@@ -251,6 +285,8 @@ printf 'keadm-batch / floor %.2fx (target <= 1.05x)   keadm-batch / raw %.2fx (t
   "$(ratio "$O" "$F")" "$(ratio "$O" "$R")"
 printf 'cold: keadm-batch %7.2f s   tarball pipe %7.2f s   cold / tarball pipe %.2fx (target <= 1.10x)   cold / warm %.2fx\n' \
   "$CO" "$T" "$(ratio "$CO" "$T")" "$(ratio "$CO" "$O")"
+printf 'warm keadm-batch / tarball pipe %.2fx (target <= 0.80x)   warm / xz pipe %.2fx   xz pipe / tarball pipe %.2fx%s\n' \
+  "$(ratio "$O" "$T")" "$(ratio "$O" "$F")" "$(ratio "$F" "$T")" "${CPU:+   (each node $CPU of a core)}"
 printf 'cold: bytes per node %d (tarball %d, xz copy %d)\n' "$(( cold_sent / NODES ))" "$tgz" "$xzsize"
 printf 'bytes per node %d for a %d-byte keadm: %.3fx (target <= 0.20x; floor %.3fx, tarball %.3fx); %d/%d nodes byte-identical\n' \
   "$per_node" "$size" "$(ratio "$per_node" "$size")" "$(ratio "$xzsize" "$size")" "$(ratio "$tgz" "$size")" "$same" "$NODES"
