@@ -13,12 +13,9 @@ cd "$(dirname "$0")/.."
 nodes="${1:-5000}"
 runs="${2:-5}"
 # KEADM_BATCH=/path/to/keadm-batch measures that binary (a release build) instead.
-if [ -n "${KEADM_BATCH:-}" ]; then
-  bin=$(realpath "$KEADM_BATCH")
-else
-  cargo build --release --quiet
-  bin="$PWD/target/release/keadm-batch"
-fi
+# shellcheck source=bench/lib/timing.sh
+. bench/lib/timing.sh
+bench_binary
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/run/nodes"
@@ -66,24 +63,14 @@ with open(f"{run}/summary.json", "w") as f:
     json.dump(summary, f, indent=2)
 PY
 
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-time_runs() {
-  for _ in $(seq "$runs"); do
-    local start end
-    start=$(date +%s.%N)
-    "$@" > /dev/null 2>&1 || true
-    end=$(date +%s.%N)
-    echo "$end - $start" | bc -l
-  done | median
-}
 peak() {
   /usr/bin/time -o "$work/rss" -f '%M' "$@" > /dev/null 2>&1 || true
   tail -1 "$work/rss"
 }
 
 # The baseline exits 1 (the summary has failed nodes), as a merge of such a run does.
-base=$(time_runs "$bin" batch merge "$work/run" --output json)
-report=$(time_runs "$bin" batch report "$work/run")
+base=$(time_runs "$runs" "$bin" batch merge "$work/run" --output json)
+report=$(time_runs "$runs" "$bin" batch report "$work/run")
 base_rss=$(peak "$bin" batch merge "$work/run" --output json)
 report_rss=$(peak "$bin" batch report "$work/run")
 size=$(stat -c %s "$work/run/report.html")

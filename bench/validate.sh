@@ -8,12 +8,9 @@ cd "$(dirname "$0")/.."
 nodes="${1:-10000}"
 runs="${2:-5}"
 # KEADM_BATCH=/path/to/keadm-batch measures that binary (a release build) instead.
-if [ -n "${KEADM_BATCH:-}" ]; then
-  bin=$(realpath "$KEADM_BATCH")
-else
-  cargo build --release --quiet
-  bin="$PWD/target/release/keadm-batch"
-fi
+# shellcheck source=bench/lib/timing.sh
+. bench/lib/timing.sh
+bench_binary
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -25,19 +22,9 @@ for i in range(n):
     print(f"  - nodeName: edge-{i:05d}\n    keadmCmd: 'join --cloudcore-ipport={{{{.cloud}}}} --edgenode-name=edge-{i:05d} --token={{{{.token}}}}'\n    ssh:\n      <<: *ssh\n      ip: 10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}")
 PY
 
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-time_runs() {
-  for _ in $(seq "$runs"); do
-    local start end
-    start=$(date +%s.%N)
-    "$@" > /dev/null
-    end=$(date +%s.%N)
-    echo "$end - $start" | bc -l
-  done | median
-}
 
-base=$(time_runs "$bin" --help)
-dry=$(time_runs "$bin" batch -c "$work/config.yaml" --dry-run --known-hosts "$work/kh")
+base=$(time_runs "$runs" "$bin" --help)
+dry=$(time_runs "$runs" "$bin" batch -c "$work/config.yaml" --dry-run --known-hosts "$work/kh")
 rss=$( { /usr/bin/time -f '%M' "$bin" batch -c "$work/config.yaml" --dry-run --known-hosts "$work/kh" > /dev/null; } 2>&1 | tail -1)
 printf 'nodes: %s, runs: %s (median)\n' "$nodes" "$runs"
 printf 'baseline (--help):        %.3f s\n' "$base"
