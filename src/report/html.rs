@@ -127,6 +127,8 @@ struct SiteRow {
     peers: String,
     slowest: String,
     slowest_time: String,
+    /// The longest single phase of any of its nodes: `run 41.2 s (edge-7)`.
+    slowest_phase: String,
 }
 
 struct WaveRow {
@@ -464,9 +466,11 @@ fn failures(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<FailureGroup> {
 
 /// One row per site (the nodes with none as one row), with what the relay moved.
 fn site_rows(summary: &Summary) -> Vec<SiteRow> {
-    let mut members: BTreeMap<Option<&str>, Vec<&NodeOutcome>> = BTreeMap::new();
+    // By name, the nodes with no site last.
+    let mut members: BTreeMap<(bool, Option<&str>), Vec<&NodeOutcome>> = BTreeMap::new();
     for node in &summary.nodes {
-        members.entry(node.site.as_deref()).or_default().push(node);
+        let site = node.site.as_deref();
+        members.entry((site.is_none(), site)).or_default().push(node);
     }
     if members.len() < 2 && summary.sites.is_empty() {
         return Vec::new();
@@ -475,7 +479,7 @@ fn site_rows(summary: &Summary) -> Vec<SiteRow> {
         summary.sites.iter().map(|t| (t.site.as_str(), t)).collect();
     members
         .into_iter()
-        .map(|(site, nodes)| {
+        .map(|((_, site), nodes)| {
             let moved = site.and_then(|s| traffic.get(s));
             let slowest = nodes
                 .iter()
@@ -493,6 +497,11 @@ fn site_rows(summary: &Summary) -> Vec<SiteRow> {
                 }),
                 slowest: slowest.map(|n| text(&n.name)).unwrap_or_default(),
                 slowest_time: slowest.map(|n| human(node_seconds(n))).unwrap_or_default(),
+                slowest_phase: longest_phase(&nodes)
+                    .map(|(phase, secs, node)| {
+                        format!("{phase} {} ({})", human_precise(secs), text(&node.name))
+                    })
+                    .unwrap_or_else(|| "-".to_string()),
             }
         })
         .collect()
@@ -518,21 +527,38 @@ fn slowest(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<Slow> {
         .collect()
 }
 
-/// Each phase's median, 90th percentile and maximum over the nodes that reached it.
-fn phase_stats(nodes: &[NodeOutcome]) -> Vec<PhaseStat> {
-    let of = |phase: &str, node: &NodeOutcome| match phase {
+/// The seconds `node` spent in `phase`, when it reached it.
+fn phase_seconds(phase: &str, node: &NodeOutcome) -> Option<f64> {
+    match phase {
         "connect" => node.steps.connect,
         "prepare" => node.steps.prepare,
         "upload" => node.steps.upload,
         "run" => node.steps.run,
         _ => node.cluster.as_ref().and_then(|c| c.ready_after),
-    };
+    }
+    .filter(|s| s.is_finite())
+}
+
+/// The longest single phase among `nodes`: the phase, its seconds and its node.
+fn longest_phase<'n>(nodes: &[&'n NodeOutcome]) -> Option<(&'static str, f64, &'n NodeOutcome)> {
+    PHASES
+        .iter()
+        .flat_map(|phase| {
+            nodes
+                .iter()
+                .filter_map(move |n| Some((*phase, phase_seconds(phase, n)?, *n)))
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// Each phase's median, 90th percentile and maximum over the nodes that reached it.
+fn phase_stats(nodes: &[NodeOutcome]) -> Vec<PhaseStat> {
     PHASES
         .iter()
         .filter_map(|phase| {
             let mut times: Vec<(f64, &NodeOutcome)> = nodes
                 .iter()
-                .filter_map(|n| Some((of(phase, n).filter(|s| s.is_finite())?, n)))
+                .filter_map(|n| Some((phase_seconds(phase, n)?, n)))
                 .collect();
             if times.is_empty() {
                 return None;

@@ -120,3 +120,32 @@ fn failures_are_grouped_by_class_with_the_fix() {
     assert_eq!(got, [("auth", 2), ("unclassified", 1)]);
     assert_eq!(groups[0].fix, FailureClass::Auth.suggested_fix());
 }
+
+#[test]
+fn each_site_names_its_slowest_node_and_longest_phase() {
+    let mut a = node(0, "a", Phase::Succeeded);
+    a.site = Some("north".into());
+    let mut b = node(1, "b", Phase::Succeeded);
+    b.site = Some("north".into());
+    b.steps.upload = Some(7.25);
+    let c = node(2, "c", Phase::Succeeded);
+    let rows = site_rows(&summary(vec![a, b, c]));
+    let got: Vec<(&str, usize, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.site.as_str(),
+                r.nodes,
+                r.slowest.as_str(),
+                r.slowest_phase.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("north", 2, "b", "upload 7.25 s (b)"),
+            ("(no site)", 1, "c", "run 3.00 s (c)"),
+        ]
+    );
+}
