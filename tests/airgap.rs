@@ -61,6 +61,19 @@ fn write_images(dir: &std::path::Path) -> (u64, u64) {
     )
 }
 
+/// The image archives (and their sidecars) left in `node`'s upload dir.
+fn archives_left(node: &crate::common::fleet::Node) -> Vec<String> {
+    std::fs::read_dir(node.tmp_path("kubeedge/keadm"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("image-") || n.starts_with(".image-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[test]
 fn images_are_imported_before_keadm_runs_and_a_rerun_sends_and_imports_nothing() {
     let fleet = Fleet::builder().nodes(2).start();
@@ -110,6 +123,15 @@ fn images_are_imported_before_keadm_runs_and_a_rerun_sends_and_imports_nothing()
         assert!(
             transcript.contains("unpacking"),
             "ctr's own words: {transcript}"
+        );
+        // Imported and listed by the runtime: the archives are gone, keadm stays.
+        assert_eq!(archives_left(fleet.node(i)), Vec::<String>::new(), "node {i}");
+        assert!(remote_keadm(fleet.node(i)).is_file(), "node {i}");
+        assert!(
+            transcript.contains(
+                "removed the image archives from /tmp/kubeedge/keadm (2 files, "
+            ) && transcript.contains("): their images are in containerd"),
+            "{transcript}"
         );
         eprintln!(
             "first run, node {i}: {sent} bytes sent (image archives: {docker_bytes} docker-archive + {oci_bytes} OCI = {image_bytes} bytes)"
@@ -694,6 +716,21 @@ fn a_site_gets_each_image_archive_over_its_uplink_once() {
             assert!(seen.contains(PACKAGE), "node {i}: {seen}");
         }
         no_node_serves(&fleet, sudo, &out.stderr);
+        // Every node, the sources too once they served no more, removed its archives.
+        for (i, node) in fleet.nodes().iter().enumerate() {
+            assert_eq!(
+                archives_left(node),
+                Vec::<String>::new(),
+                "sudo {sudo}: node {i}\n{}",
+                out.transcript(i)
+            );
+            assert!(
+                out.transcript(i)
+                    .contains("removed the image archives from /tmp/kubeedge/keadm ("),
+                "sudo {sudo}: node {i}\n{}",
+                out.transcript(i)
+            );
+        }
         let summary = out.summary();
         let site = &summary["sites"][0];
         // keadm and the two archives, once each over the uplink; twice each from peers.
