@@ -44,7 +44,8 @@ use crate::stage::{Meters, StageSettings, Stager};
 use archive::Blob;
 use kit_dir::KitDir;
 use registry::{Platform, Registry, Resolved};
-use report::{human_size, manifest_line};
+pub(crate) use report::human_size;
+use report::manifest_line;
 use tempfile::NamedTempFile;
 
 pub use error::{BundleError, Failure};

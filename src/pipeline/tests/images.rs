@@ -106,7 +106,11 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
     assert_eq!(outcome.arch, Some(crate::arch::Arch::Amd64));
 
     let execs = h.execs();
-    assert_eq!(execs.len(), 4, "prepare, archive, import, run: {execs:#?}");
+    assert_eq!(
+        execs.len(),
+        5,
+        "prepare, archive, import, removal, run: {execs:#?}"
+    );
     // The prepare step asks for the archive's sidecar and the runtime's images at once.
     assert!(
         execs[0].command.contains(&format!("/{}.sha256", package())),
@@ -140,7 +144,8 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
         "{import}"
     );
     assert_eq!(execs[2].stdin, None);
-    assert!(execs[3].command.ends_with(JOIN));
+    assert!(execs[3].command.contains(REMOVE), "{}", execs[3].command);
+    assert!(execs[4].command.ends_with(JOIN));
     let text = transcript(&outcome);
     assert!(text.contains("unpacking image 0...done"), "{text}");
     assert!(
@@ -326,7 +331,7 @@ fn archives_are_removed_once_the_runtime_lists_their_images() {
     let script = &execs[removal].command;
     assert!(
         script.contains("cd /tmp/kb ")
-            && script.contains(&format!("for kb_f in {}; do", package()))
+            && script.contains(&format!("set -- {}\n", package()))
             && script.contains("rm -f -- \"$kb_f.sha256\"")
             && !script.contains("keadm"),
         "{script}"
@@ -381,7 +386,7 @@ fn archives_stay_after_an_import_that_failed_or_was_not_verified() {
             h.execs()
         );
     }
-    let (_, outcome) = run_importing(Reply::ok().printing("KB_IMPORTED 0\nKB_RT_DONE\n"));
+    let (_h, outcome) = run_importing(Reply::ok().printing("KB_IMPORTED 0\nKB_RT_DONE\n"));
     assert!(
         transcript(&outcome).contains("the image archives stay in /tmp/kb: containerd (/run/containerd/containerd.sock) listed no images after the import"),
         "{}",
@@ -429,8 +434,8 @@ fn an_upgrade_gets_its_offline_images_imported_before_keadm() {
     let execs = h.execs();
     assert_eq!(
         execs.len(),
-        6,
-        "edgecore's runtime, prepare, archive, import, run, check: {execs:#?}"
+        7,
+        "edgecore's runtime, prepare, archive, import, removal, run, check: {execs:#?}"
     );
     // The runtime edgecore.yaml names, not keadm join's default, is probed and used.
     assert!(
@@ -448,12 +453,13 @@ fn an_upgrade_gets_its_offline_images_imported_before_keadm() {
         "{}",
         execs[3].command
     );
+    assert!(execs[4].command.contains(REMOVE), "{}", execs[4].command);
     assert!(
-        execs[4]
+        execs[5]
             .command
             .ends_with("yes | ./keadm upgrade edge --toVersion v1.23.1"),
         "{}",
-        execs[3].command
+        execs[5].command
     );
     assert!(
         transcript(&outcome).contains(
