@@ -44,8 +44,7 @@ use crate::stage::{Meters, StageSettings, Stager};
 use archive::Blob;
 use kit_dir::KitDir;
 use registry::{Platform, Registry, Resolved};
-pub(crate) use report::human_size;
-use report::manifest_line;
+use report::{human_size, manifest_line};
 use tempfile::NamedTempFile;
 
 pub use error::{BundleError, Failure};

@@ -266,7 +266,7 @@ pub(super) fn manifest_line(sha256: &str) -> String {
 }
 
 /// `812 B`, `2.4 KiB`, `41.2 MiB`.
-pub(crate) fn human_size(bytes: u64) -> String {
+pub(super) fn human_size(bytes: u64) -> String {
     const KIB: f64 = 1024.0;
     match bytes {
         0..1024 => format!("{bytes} B"),

@@ -274,9 +274,10 @@ impl<'c> Run<'_, 'c> {
         }
         if removed.files > 0 {
             self.transcript.note(&format!(
-                "removed the image archives from {dir} ({} files, {}): their images are in {runtime}",
+                // Decimal megabytes, as the recap gives what crossed the uplink.
+                "removed the image archives from {dir} ({} files, {:.1} MB): their images are in {runtime}",
                 removed.files,
-                crate::bundle::human_size(removed.bytes)
+                removed.bytes as f64 / 1e6
             ));
         }
         if !removed.kept.is_empty() {

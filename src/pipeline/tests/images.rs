@@ -338,7 +338,7 @@ fn archives_are_removed_once_the_runtime_lists_their_images() {
     );
     let text = transcript(&outcome);
     assert!(
-        text.contains("removed the image archives from /tmp/kb (1 files, 29.1 MiB): their images are in containerd (/run/containerd/containerd.sock)"),
+        text.contains("removed the image archives from /tmp/kb (1 files, 30.5 MB): their images are in containerd (/run/containerd/containerd.sock)"),
         "{text}"
     );
 }
