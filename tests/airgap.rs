@@ -13,7 +13,9 @@ use crate::common::containerd::{
 };
 use crate::common::fake_keadm;
 use crate::common::fleet::{Fleet, NodeOpt, Sudo, TEST_USER_PASSWORD};
-use crate::common::image_archive::{docker_archive, host_arch, oci_archive, tar_of, upload_name};
+use crate::common::image_archive::{
+    archives_left, docker_archive, host_arch, oci_archive, tar_of, upload_name,
+};
 use crate::common::scenario::{Login, Scenario, remote_keadm};
 use crate::relay::no_node_serves;
 
@@ -59,19 +61,6 @@ fn write_images(dir: &std::path::Path) -> (u64, u64) {
         size("installation-package_v1.23.1.tar"),
         size("pause_3.6.tar"),
     )
-}
-
-/// The image archives (and their sidecars) left in `node`'s upload dir.
-fn archives_left(node: &crate::common::fleet::Node) -> Vec<String> {
-    std::fs::read_dir(node.tmp_path("kubeedge/keadm"))
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("image-") || n.starts_with(".image-"))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[test]
