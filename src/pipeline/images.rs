@@ -174,16 +174,18 @@ impl<'c> Run<'_, 'c> {
             .collect();
         let moves = self.upload_relaying(conn, uploads, facts, privilege, hasher)?;
         let verified = self.import(conn, &runtime, arch, &needed, &moves, privilege)?;
-        if verified {
-            self.archives_imported(conn, &runtime, &needed, privilege);
-        } else {
+        if !verified {
             self.transcript.note(&format!(
-                "the image archives stay in {}: {} listed no images after the import, so keadm-batch cannot tell theirs are in",
+                "the image archives stay in {}: {} could not be listed after the import, so keadm-batch cannot tell their images are in",
                 self.node.upload_dir,
                 runtime.name()
             ));
+            return Ok(());
         }
-        Ok(())
+        self.timed(Phase::Preparing, |run| {
+            run.archives_imported(conn, &runtime, &needed, privilege);
+            Ok(())
+        })
     }
 
     /// The archives `imported` are in the runtime, which lists their images: nothing on
@@ -210,9 +212,9 @@ impl<'c> Run<'_, 'c> {
             return;
         };
         self.transcript.note(&format!(
-            "the image archives this node serves to its site stay in {} ({} files) while it serves them: they are removed when it serves no more",
+            "the image archives this node serves to its site stay in {} ({}) while it serves them: they are removed when it serves no more",
             self.node.upload_dir,
-            served.len()
+            file_count(served.len() as u64)
         ));
         relay.remove_after_serving(
             self.node.index,
@@ -275,8 +277,8 @@ impl<'c> Run<'_, 'c> {
         if removed.files > 0 {
             self.transcript.note(&format!(
                 // Decimal megabytes, as the recap gives what crossed the uplink.
-                "removed the image archives from {dir} ({} files, {:.1} MB): their images are in {runtime}",
-                removed.files,
+                "removed the image archives from {dir} ({}, {:.1} MB): their images are in {runtime}",
+                file_count(removed.files),
                 removed.bytes as f64 / 1e6
             ));
         }
@@ -446,6 +448,14 @@ impl<'c> Run<'_, 'c> {
                 }
             Ok(true)
         })
+    }
+}
+
+/// `1 file`, `2 files`.
+fn file_count(count: u64) -> String {
+    match count {
+        1 => "1 file".to_string(),
+        n => format!("{n} files"),
     }
 }
 
