@@ -74,8 +74,9 @@ pub use edge_task::{
 pub use preflight_probe::{CloudcorePorts, JoinSide, preflight_probe_script};
 pub use reset_check::{RESET_CHECK, ResetCheck, parse_reset_check};
 pub use runtime::{
-    ArchiveImport, ImportReport, InArchive, Runtime, RuntimeFacts, cli_output, import_script,
-    parse_import, parse_runtime_facts, runtime_probe_script,
+    ArchiveImport, ImportReport, InArchive, Removed, Runtime, RuntimeFacts, cli_output,
+    import_script, parse_import, parse_removed, parse_runtime_facts, remove_archives_script,
+    runtime_probe_script,
 };
 pub use status_probe::{EDGECORE_BIN, NodeStatus, parse_status, status_probe_script};
 

@@ -13,7 +13,9 @@ use crate::common::containerd::{
 };
 use crate::common::fake_keadm;
 use crate::common::fleet::{Fleet, NodeOpt, Sudo, TEST_USER_PASSWORD};
-use crate::common::image_archive::{docker_archive, host_arch, oci_archive, tar_of, upload_name};
+use crate::common::image_archive::{
+    archives_left, docker_archive, host_arch, oci_archive, tar_of, upload_name,
+};
 use crate::common::scenario::{Login, Scenario, remote_keadm};
 use crate::relay::no_node_serves;
 
@@ -110,6 +112,18 @@ fn images_are_imported_before_keadm_runs_and_a_rerun_sends_and_imports_nothing()
         assert!(
             transcript.contains("unpacking"),
             "ctr's own words: {transcript}"
+        );
+        // Imported and listed by the runtime: the archives are gone, keadm stays.
+        assert_eq!(
+            archives_left(fleet.node(i)),
+            Vec::<String>::new(),
+            "node {i}"
+        );
+        assert!(remote_keadm(fleet.node(i)).is_file(), "node {i}");
+        assert!(
+            transcript.contains("removed the image archives from /tmp/kubeedge/keadm (2 files, ")
+                && transcript.contains("): their images are in containerd"),
+            "{transcript}"
         );
         eprintln!(
             "first run, node {i}: {sent} bytes sent (image archives: {docker_bytes} docker-archive + {oci_bytes} OCI = {image_bytes} bytes)"
@@ -432,11 +446,14 @@ fn a_non_root_login_imports_under_sudo_with_its_password() {
         "kubeedge/keadm/{}",
         upload_name(&sc.images_dir().join("installation-package_v1.23.1.tar"))
     ));
-    let meta = fs::metadata(&archive).unwrap();
-    assert_eq!(
-        (meta.uid(), meta.mode() & 0o777),
-        (0, 0o600),
-        "root's, owner-only"
+    // The archive (root's, owner-only, in root's upload dir) was removed as root once its
+    // images were in containerd: the login user could not have removed it there.
+    assert!(!archive.exists(), "{transcript}");
+    let dir = fs::metadata(fleet.node(0).tmp_path("kubeedge/keadm")).unwrap();
+    assert_eq!(dir.uid(), 0, "the upload dir is root's");
+    assert!(
+        transcript.contains("removed the image archives from /tmp/kubeedge/keadm (2 files, "),
+        "{transcript}"
     );
 }
 
@@ -694,12 +711,83 @@ fn a_site_gets_each_image_archive_over_its_uplink_once() {
             assert!(seen.contains(PACKAGE), "node {i}: {seen}");
         }
         no_node_serves(&fleet, sudo, &out.stderr);
+        // Every node, the sources too once they served no more, removed its archives. A
+        // source without sudo serves them from its upload dir, so they wait for its line
+        // to go; under sudo it serves a copy in the login user's home and they go at once.
+        let waited = (0..3)
+            .filter(|&i| {
+                out.transcript(i)
+                    .contains("stay in /tmp/kubeedge/keadm (2 files) while it serves them")
+            })
+            .count();
+        assert_eq!(waited > 0, !sudo, "sudo {sudo}: {waited} sources waited");
+        for (i, node) in fleet.nodes().iter().enumerate() {
+            assert_eq!(
+                archives_left(node),
+                Vec::<String>::new(),
+                "sudo {sudo}: node {i}\n{}",
+                out.transcript(i)
+            );
+            assert!(
+                out.transcript(i)
+                    .contains("removed the image archives from /tmp/kubeedge/keadm ("),
+                "sudo {sudo}: node {i}\n{}",
+                out.transcript(i)
+            );
+        }
         let summary = out.summary();
         let site = &summary["sites"][0];
         // keadm and the two archives, once each over the uplink; twice each from peers.
         assert_eq!(site["uplink_copies"], 3, "sudo {sudo}: {site}");
         assert_eq!(site["peer_copies"], 6, "sudo {sudo}: {site}");
     }
+}
+
+/// Two nodes of a site, one after the other: the first gets the archives from the control
+/// host and serves them from its upload dir after its own join, until the second has
+/// read them; then neither keeps an archive, and the first's transcript says, after its
+/// join, that its archives went once it served no more.
+#[test]
+fn a_source_removes_its_archives_once_the_site_read_them() {
+    let fleet = Fleet::builder().nodes(2).site_lans(&[0, 0]).start();
+    let runtimes: Vec<Containerd> = fleet.nodes().iter().map(Containerd::start).collect();
+    let sc = Scenario::new(&fleet)
+        .cmd(&join())
+        .keadm(keadm_listing_images())
+        .max_run_num(1)
+        .top_yaml("site: store-1");
+    write_images(&sc.images_dir());
+    let out = sc.run(&[]);
+    out.status(0);
+    let (t0, t1) = (out.transcript(0), out.transcript(1));
+    for file in ["installation-package_v1.23.1.tar", "pause_3.6.tar"] {
+        let archive = upload_name(&sc.images_dir().join(file));
+        assert!(
+            t1.contains(&format!(
+                "{archive} came from {} of the site",
+                fleet.node(0).host()
+            )),
+            "{t1}"
+        );
+    }
+    for runtime in &runtimes {
+        runtime.assert_has(&[PACKAGE, SANDBOX_IMAGE]);
+    }
+    for (i, node) in fleet.nodes().iter().enumerate() {
+        assert_eq!(archives_left(node), Vec::<String>::new(), "node {i}");
+    }
+    let stayed = t0
+        .find("stay in /tmp/kubeedge/keadm (2 files) while it serves them")
+        .unwrap_or_else(|| panic!("{t0}"));
+    let removed = t0
+        .find("removed the image archives from /tmp/kubeedge/keadm (2 files, ")
+        .unwrap_or_else(|| panic!("{t0}"));
+    assert!(stayed < removed, "{t0}");
+    assert!(
+        t1.contains("removed the image archives from /tmp/kubeedge/keadm (2 files, "),
+        "{t1}"
+    );
+    no_node_serves(&fleet, false, &out.stderr);
 }
 
 /// A source whose sshd answers the relay's reads with other bytes: each receiver's hash

@@ -45,7 +45,9 @@ use crate::common::containerd::{Containerd, ENDPOINT, SANDBOX_IMAGE};
 use crate::common::edge_state::clean_etc;
 use crate::common::fake_release::{ChecksumFile, FakeRelease};
 use crate::common::fleet::{Fleet, Node};
-use crate::common::image_archive::{docker_archive_carrying, host_arch, oci_archive};
+use crate::common::image_archive::{
+    archives_left, docker_archive_carrying, host_arch, oci_archive,
+};
 use crate::common::real_cloud::{CloudBinaries, RealCloud, Release, ready_condition};
 use crate::common::scenario::{Scenario, VERSION};
 use crate::common::test::Output;
@@ -327,6 +329,13 @@ fn a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_
             .unwrap_or_else(|| panic!("the API server has no Node {name}"));
         let (status, reason, message) = ready_condition(&node).expect("a Ready condition");
         assert_eq!(status, "True", "{name}: {reason}: {message}");
+        // Their images are in containerd: no archive is left in the upload dir.
+        assert_eq!(
+            archives_left(fleet.node(i)),
+            Vec::<String>::new(),
+            "{name}: {}",
+            out.transcript(i)
+        );
         assert_eq!(
             summary["cluster"]["version"], node["status"]["nodeInfo"]["kubeletVersion"],
             "{summary}"

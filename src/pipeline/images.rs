@@ -15,6 +15,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use super::privilege::{exec_as, password_of};
+use super::relay::AfterServing;
 use super::upload::{Move, Upload, finalize_line};
 use super::{Run, StepError};
 use crate::arch::Arch;
@@ -172,7 +173,121 @@ impl<'c> Run<'_, 'c> {
             })
             .collect();
         let moves = self.upload_relaying(conn, uploads, facts, privilege, hasher)?;
-        self.import(conn, &runtime, arch, &needed, &moves, privilege)
+        let verified = self.import(conn, &runtime, arch, &needed, &moves, privilege)?;
+        if !verified {
+            self.transcript.note(&format!(
+                "the image archives stay in {}: {} could not be listed after the import, so keadm-batch cannot tell their images are in",
+                self.node.upload_dir,
+                runtime.name()
+            ));
+            return Ok(());
+        }
+        self.timed(Phase::Preparing, |run| {
+            run.archives_imported(conn, &runtime, &needed, privilege);
+            Ok(())
+        })
+    }
+
+    /// The archives `imported` are in the runtime, which lists their images: nothing on
+    /// the node needs them any more, except the node's site while the node serves them
+    /// from its upload dir. Those go once it serves no more ([`Relay::take_after_serving`],
+    /// cleared with its relay line); the others go now.
+    ///
+    /// [`Relay::take_after_serving`]: super::relay::Relay::take_after_serving
+    fn archives_imported(
+        &mut self,
+        conn: &mut dyn Connection,
+        runtime: &Runtime,
+        imported: &[&ImageArchive],
+        privilege: Privilege,
+    ) {
+        let (served, unneeded): (Vec<String>, Vec<String>) = imported
+            .iter()
+            .map(|a| a.remote_name.clone())
+            .partition(|name| self.archives_served.contains(name));
+        if !unneeded.is_empty() {
+            self.remove_archives(conn, &unneeded, &runtime.name(), privilege);
+        }
+        let Some(relay) = self.ctx.relay.as_ref().filter(|_| !served.is_empty()) else {
+            return;
+        };
+        self.transcript.note(&format!(
+            "the image archives this node serves to its site stay in {} ({}) while it serves them: they are removed when it serves no more",
+            self.node.upload_dir,
+            file_count(served.len() as u64)
+        ));
+        relay.remove_after_serving(
+            self.node.index,
+            AfterServing {
+                files: served,
+                runtime: runtime.name(),
+            },
+        );
+    }
+
+    /// Removes the image archives `files` from the upload dir, with `privilege`, within a
+    /// step's deadline, and says in the transcript what went. Never fails the node: an
+    /// archive left behind is a note (a rerun finds its images in the runtime and does not
+    /// need it either).
+    pub(super) fn remove_archives(
+        &mut self,
+        conn: &mut dyn Connection,
+        files: &[String],
+        runtime: &str,
+        privilege: Privilege,
+    ) {
+        let node = self.node;
+        let script = remote::remove_archives_script(&node.upload_dir, files);
+        let deadline = Instant::now() + node.deadlines.step;
+        let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
+        let result = exec_as(
+            conn,
+            &script,
+            privilege,
+            password_of(node),
+            None,
+            deadline,
+            &mut output,
+        );
+        let dir = &node.upload_dir;
+        let removed = match result {
+            Err(e) => {
+                self.transcript.note(&format!(
+                    "the image archives stay in {dir}: removing them failed ({e})"
+                ));
+                return;
+            }
+            Ok(exit) => match remote::parse_removed(&output.text()) {
+                Some(removed) => removed,
+                None => {
+                    self.transcript.note(&format!(
+                        "the image archives stay in {dir}: removing them did not finish ({exit}): {}",
+                        remote::cli_output(&output.text())
+                    ));
+                    return;
+                }
+            },
+        };
+        if removed.no_dir {
+            self.transcript.note(&format!(
+                "the image archives stay in {dir}: the upload dir cannot be entered to remove them"
+            ));
+            return;
+        }
+        if removed.files > 0 {
+            self.transcript.note(&format!(
+                // Decimal megabytes, as the recap gives what crossed the uplink.
+                "removed the image archives from {dir} ({}, {:.1} MB): their images are in {runtime}",
+                file_count(removed.files),
+                removed.bytes as f64 / 1e6
+            ));
+        }
+        if !removed.kept.is_empty() {
+            self.transcript.note(&format!(
+                "these image archives stay in {dir}: they could not be removed: {}",
+                removed.kept.join(", ")
+            ));
+        }
     }
 
     /// Refuses, before anything is sent, a node that cannot check the archives (`hasher`,
@@ -229,7 +344,8 @@ impl<'c> Run<'_, 'c> {
     }
 
     /// Moves the uploaded archives into place, imports them, and checks that the runtime
-    /// lists every image they provide.
+    /// lists every image they provide: `true` when it listed its images afterwards (so the
+    /// check was made), `false` when it did not list them.
     fn import(
         &mut self,
         conn: &mut dyn Connection,
@@ -238,7 +354,7 @@ impl<'c> Run<'_, 'c> {
         needed: &[&ImageArchive],
         moves: &[Move],
         privilege: Privilege,
-    ) -> Result<(), StepError> {
+    ) -> Result<bool, StepError> {
         self.timed(Phase::Preparing, |run| {
             let node = run.node;
             let mut script = finalize_line(&node.upload_dir, moves);
@@ -311,7 +427,9 @@ impl<'c> Run<'_, 'c> {
                 needed.len(),
                 started.elapsed().as_secs_f64()
             ));
-            if let Some(after) = report.after.filter(|a| a.listed) {
+            let Some(after) = report.after.filter(|a| a.listed) else {
+                return Ok(false);
+            };
                 let missing: Vec<String> = needed
                     .iter()
                     .flat_map(|a| &a.images)
@@ -328,9 +446,16 @@ impl<'c> Run<'_, 'c> {
                         ),
                     ));
                 }
-            }
-            Ok(())
+            Ok(true)
         })
+    }
+}
+
+/// `1 file`, `2 files`.
+fn file_count(count: u64) -> String {
+    match count {
+        1 => "1 file".to_string(),
+        n => format!("{n} files"),
     }
 }
 

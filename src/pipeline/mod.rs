@@ -207,6 +207,8 @@ struct Run<'a, 'c> {
     edge_task: Option<crate::outcome::EdgeTaskRecord>,
     /// An upgrade's runtime socket, as edgecore.yaml names it.
     upgrade_runtime: Option<String>,
+    /// The image archives the node serves to its site from its upload dir.
+    archives_served: Vec<String>,
 }
 
 /// `--preflight-only`: connects and runs only the read-only probe. Changes nothing.
@@ -288,8 +290,10 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         (Some(class), None) => run.transcript.note(&format!("failure class: {class}")),
         (None, _) => {}
     }
-    run.relay_done();
+    // Written out before the relay is told: a source cleared now (this node, or another
+    // that served it) adds its removal's note to its transcript file.
     run.transcript.finish();
+    run.relay_done();
     ctx.progress.phase(node.index, &node.name, phase);
     NodeOutcome {
         index: node.index,
@@ -342,6 +346,7 @@ impl<'a, 'c> Run<'a, 'c> {
             runtime_noted: None,
             edge_task: None,
             upgrade_runtime: None,
+            archives_served: Vec::new(),
         }
     }
 

@@ -6,6 +6,7 @@
 //! local socket, `containerd config dump`, `crio config`, iSulad's daemon.json. Nothing
 //! asks a registry anything.
 
+use super::SIDECAR_SUFFIX;
 use crate::image_ref::ImageRef;
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
@@ -493,6 +494,64 @@ pub fn parse_import(output: &str) -> ImportReport {
     }
     report.after = parse_runtime_facts(output);
     report
+}
+
+/// Removes the image archives `files` (names in `dir`) and their sidecars once their
+/// images are in the runtime, with the node's privilege (the upload dir is root's under
+/// sudo). Only regular files are counted; each archive that is still there afterwards
+/// prints `KB_RM_KEPT <name>`, and the script ends with `KB_RM_DONE <removed> <bytes>`.
+/// It never fails the script: an upload dir it cannot enter prints `KB_RM_NODIR`.
+pub fn remove_archives_script(dir: &str, files: &[String]) -> String {
+    let names: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
+    format!(
+        r#"cd {dir} 2>/dev/null || {{ echo KB_RM_NODIR; exit 0; }}
+kb_n=0; kb_b=0
+set -- {names}
+for kb_f in "$@"; do
+  rm -f -- "$kb_f{SIDECAR_SUFFIX}" 2>/dev/null
+  if [ ! -f "$kb_f" ]; then continue; fi
+  kb_s=$(( $(wc -c < "$kb_f") ))
+  rm -f -- "$kb_f" 2>/dev/null
+  if [ -e "$kb_f" ]; then echo "KB_RM_KEPT $kb_f"; else kb_n=$(( kb_n + 1 )); kb_b=$(( kb_b + kb_s )); fi
+done
+echo "KB_RM_DONE $kb_n $kb_b"
+"#,
+        dir = shell_quote(dir),
+        names = names.join(" ")
+    )
+}
+
+/// What [`remove_archives_script`] reported: `None` when it did not get to its end.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Removed {
+    /// How many archives went, and their bytes.
+    pub files: u64,
+    pub bytes: u64,
+    /// The archives still there.
+    pub kept: Vec<String>,
+    /// The upload dir could not be entered.
+    pub no_dir: bool,
+}
+
+pub fn parse_removed(output: &str) -> Option<Removed> {
+    let mut removed = Removed::default();
+    let mut done = false;
+    for line in output.lines().map(str::trim_end) {
+        if line == "KB_RM_NODIR" {
+            removed.no_dir = true;
+            done = true;
+        } else if let Some(name) = line.strip_prefix("KB_RM_KEPT ") {
+            removed.kept.push(name.to_string());
+        } else if let Some(rest) = line.strip_prefix("KB_RM_DONE ")
+            && let Some((files, bytes)) = rest.split_once(' ')
+            && let (Ok(files), Ok(bytes)) = (files.parse(), bytes.parse())
+        {
+            removed.files = files;
+            removed.bytes = bytes;
+            done = true;
+        }
+    }
+    done.then_some(removed)
 }
 
 /// The lines of `output` that are the CLI's own words (no `KB_` lines), for messages.

@@ -295,3 +295,17 @@ fn write(path: &Path, bytes: &[u8]) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, bytes).unwrap();
 }
+
+/// The image archives (and their sidecars, and their temporary names) left in `node`'s
+/// upload dir, the default one.
+pub fn archives_left(node: &crate::common::fleet::Node) -> Vec<String> {
+    std::fs::read_dir(node.tmp_path("kubeedge/keadm"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("image-") || n.starts_with(".image-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -23,4 +23,4 @@ mod site;
 
 pub(super) use node::NodeRelay;
 pub use serving::unserve_all;
-pub use site::{Relay, Role};
+pub use site::{AfterServing, Relay, Role};

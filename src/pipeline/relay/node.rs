@@ -379,6 +379,7 @@ impl Run<'_, '_> {
             claimed.role = Role::Direct;
             claimed.serve = false;
         }
+        self.serves_archive(&claimed);
         let tmp = self.temp_name(&upload.name);
         let upload = upload.then(self.serve_line_of(&claimed, &tmp));
         let announce = self.announcer_of(&claimed);
@@ -390,6 +391,16 @@ impl Run<'_, '_> {
             announce();
         }
         Ok(result?.0)
+    }
+
+    /// Remembers that the node serves `claimed`'s archive from its upload dir, so the
+    /// archive stays there after the import until the node serves no more. Under sudo
+    /// the node serves a copy in the login user's home ([`Run::serve_line_of`]), which
+    /// its relay line takes along, so the upload dir's need not stay.
+    fn serves_archive(&mut self, claimed: &NodeRelay) {
+        if claimed.serve && !self.node.sudo {
+            self.archives_served.push(claimed.name.clone());
+        }
     }
 
     /// Reads one archive from the peer `claimed` names into its temporary name, checked
@@ -438,6 +449,7 @@ impl Run<'_, '_> {
             return Ok(None);
         }
         self.fetch_ended(claimed, true, None);
+        self.serves_archive(claimed);
         if let Some(why) = not_serving_reason(&output.text()) {
             self.transcript.note(&format!(
                 "this node serves no copy of {} to its site: {why}",

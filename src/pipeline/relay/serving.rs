@@ -13,6 +13,7 @@ use super::node::NodeRelay;
 use crate::node_text::{CappedBuffer, STEP_OUTPUT_CAP};
 use crate::pipeline::{Context, Run};
 use crate::plan::NodePlan;
+use crate::remote::Privilege;
 use crate::remote::relay::{
     Login, Serve, clear_script, direct_command, forced_command_refusal, kept_reason,
     not_serving_reason, serve_probe_as_login, serve_probe_as_root, serve_script,
@@ -176,14 +177,35 @@ pub fn unserve_all(sources: &[NodePlan], ctx: &Context) {
 /// command line other users of the node can read. Best effort: the line expires by
 /// itself, and a later run removes it then; a clearing that left the file as it was says
 /// why on the console.
+///
+/// A source that served image archives from its upload dir removes them then, on the same
+/// connection, and says so in its transcript (its pipeline has written it out by then).
 fn unserve(node: &NodePlan, ctx: &Context) {
     let Some(relay) = ctx.relay.as_ref() else {
         return;
     };
-    let mut run = Run::new(node, ctx, Transcript::in_memory(node.redactor.clone()));
-    let Ok(mut conn) = run.connect() else {
-        log::debug!("{}: cannot connect to remove the relay key", node.name);
-        return;
+    let archives = relay.take_after_serving(node.index);
+    let transcript = archives
+        .as_ref()
+        .and_then(|_| {
+            let path = ctx.run_dir.transcript_path(node.index, &node.name);
+            Transcript::reopen(&path, node.redactor.clone(), 64 << 10).ok()
+        })
+        .map(|t| t.labelled(&node.name))
+        .unwrap_or_else(|| Transcript::in_memory(node.redactor.clone()));
+    let mut run = Run::new(node, ctx, transcript);
+    let mut conn = match run.connect() {
+        Ok(conn) => conn,
+        Err(e) => {
+            log::debug!("{}: cannot connect to remove the relay key", node.name);
+            if archives.is_some() {
+                run.transcript.note(&format!(
+                    "the image archives this node served stay in {}: cannot connect to remove them ({})",
+                    node.upload_dir, e.message
+                ));
+            }
+            return;
+        }
     };
     let mut out = CappedBuffer::new(STEP_OUTPUT_CAP);
     let deadline = Instant::now() + node.deadlines.step;
@@ -198,5 +220,16 @@ fn unserve(node: &NodePlan, ctx: &Context) {
                 );
             }
         }
+    }
+    // Nobody of the site reads from it any more (the relay's word), whether or not its
+    // line could go. Only a node without sudo serves from its upload dir, so the login
+    // user is the run's privilege there.
+    if let Some(archives) = archives {
+        run.remove_archives(
+            conn.as_mut(),
+            &archives.files,
+            &archives.runtime,
+            Privilege::Login,
+        );
     }
 }

@@ -131,6 +131,19 @@ pub struct Relay {
     node_addresses: HashMap<usize, String>,
     sites: Mutex<HashMap<Site, SiteState>>,
     changed: Condvar,
+    /// The image archives each source (by its index) serves from its upload dir, to be
+    /// removed once it serves no more.
+    after_serving: Mutex<HashMap<usize, AfterServing>>,
+}
+
+/// A source's image archives, imported and listed by its runtime, that it serves from
+/// its upload dir: removed when its relay line goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AfterServing {
+    /// Their names in the upload dir.
+    pub files: Vec<String>,
+    /// The runtime that lists their images, for the note.
+    pub runtime: String,
 }
 
 impl Relay {
@@ -191,6 +204,7 @@ impl Relay {
             node_addresses,
             sites: Mutex::new(sites),
             changed: Condvar::new(),
+            after_serving: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -455,6 +469,22 @@ impl Relay {
         // Nobody reads any more: nothing may be served.
         state.payloads.clear();
         std::mem::take(&mut state.sources)
+    }
+
+    /// `node` serves `archive`s from its upload dir that it no longer needs itself: they
+    /// go when its line does ([`Relay::take_after_serving`]).
+    pub fn remove_after_serving(&self, node: usize, archives: AfterServing) {
+        let mut pending = self.after_serving.lock().unwrap();
+        let entry = pending.entry(node).or_insert(AfterServing {
+            files: Vec::new(),
+            runtime: archives.runtime,
+        });
+        entry.files.extend(archives.files);
+    }
+
+    /// What `node`, which serves no more, is to remove.
+    pub fn take_after_serving(&self, node: usize) -> Option<AfterServing> {
+        self.after_serving.lock().unwrap().remove(&node)
     }
 
     /// Every source whose line is still there (sites the run did not finish).

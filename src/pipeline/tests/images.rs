@@ -11,6 +11,8 @@ pub(super) const PACKAGE: &str = "docker.io/kubeedge/installation-package:v1.23.
 pub(super) const PAUSE: &str = "registry.k8s.io/pause:3.6";
 /// The import of the offline images.
 pub(super) const IMPORT: &str = "images import";
+/// The removal of the image archives once their images are in the runtime.
+pub(super) const REMOVE: &str = "KB_RM_DONE";
 
 impl Harness {
     /// Offline images in the offline-directory layout: for amd64, one docker-archive per
@@ -104,7 +106,11 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
     assert_eq!(outcome.arch, Some(crate::arch::Arch::Amd64));
 
     let execs = h.execs();
-    assert_eq!(execs.len(), 4, "prepare, archive, import, run: {execs:#?}");
+    assert_eq!(
+        execs.len(),
+        5,
+        "prepare, archive, import, removal, run: {execs:#?}"
+    );
     // The prepare step asks for the archive's sidecar and the runtime's images at once.
     assert!(
         execs[0].command.contains(&format!("/{}.sha256", package())),
@@ -138,7 +144,8 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
         "{import}"
     );
     assert_eq!(execs[2].stdin, None);
-    assert!(execs[3].command.ends_with(JOIN));
+    assert!(execs[3].command.contains(REMOVE), "{}", execs[3].command);
+    assert!(execs[4].command.ends_with(JOIN));
     let text = transcript(&outcome);
     assert!(text.contains("unpacking image 0...done"), "{text}");
     assert!(
@@ -302,6 +309,91 @@ fn an_import_the_runtime_does_not_list_afterwards_is_a_failure() {
     );
 }
 
+/// A verified import (the runtime lists every image afterwards): the archive and its
+/// sidecar are removed from the upload dir, after the import and before keadm runs, and
+/// the transcript says what went; keadm stays.
+#[test]
+fn archives_are_removed_once_the_runtime_lists_their_images() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(REMOVE, Reply::ok().printing("KB_RM_DONE 1 30513561\n"))
+        .on(IMPORT, imported(1, &[PACKAGE]))
+        .on(sent::PREPARE, prepared_with_runtime(&[]))
+        .on(&tmp(&package()), Reply::ok());
+    let mut h = Harness::new(fake);
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    let execs = h.execs();
+    let at = |pattern: &str| execs.iter().position(|e| e.command.contains(pattern));
+    let removal = at(REMOVE).expect("the archives are removed");
+    assert!(at(IMPORT).unwrap() < removal && removal < at(sent::RUN).unwrap());
+    let script = &execs[removal].command;
+    assert!(
+        script.contains("cd /tmp/kb ")
+            && script.contains(&format!("set -- {}\n", package()))
+            && script.contains("rm -f -- \"$kb_f.sha256\"")
+            && !script.contains("keadm"),
+        "{script}"
+    );
+    let text = transcript(&outcome);
+    assert!(
+        text.contains("removed the image archives from /tmp/kb (1 file, 30.5 MB): their images are in containerd (/run/containerd/containerd.sock)"),
+        "{text}"
+    );
+}
+
+/// An archive that could not be removed is a note, never a failure.
+#[test]
+fn an_archive_that_cannot_be_removed_is_a_note() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(
+            REMOVE,
+            Reply::ok().printing(&format!("KB_RM_KEPT {}\nKB_RM_DONE 0 0\n", package())),
+        )
+        .on(IMPORT, imported(1, &[PACKAGE]))
+        .on(sent::PREPARE, prepared_with_runtime(&[]))
+        .on(&tmp(&package()), Reply::ok());
+    let mut h = Harness::new(fake);
+    h.images(&[("package.tar", "kubeedge/installation-package:v1.23.1")]);
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    let text = transcript(&outcome);
+    assert!(
+        text.contains(&format!(
+            "these image archives stay in /tmp/kb: they could not be removed: {}",
+            package()
+        )) && !text.contains("removed the image archives"),
+        "{text}"
+    );
+}
+
+/// Nothing is removed after an import that failed, or whose images the runtime does not
+/// list afterwards, or that the runtime did not list at all.
+#[test]
+fn archives_stay_after_an_import_that_failed_or_was_not_verified() {
+    for import in [
+        Reply::exit(3).printing("ctr: content digest sha256:ab: not found\nKB_IMPORT_FAILED 0 1\n"),
+        imported(1, &["docker.io/library/other:1"]),
+        Reply::ok().printing("KB_IMPORTED 0\nKB_RT_DONE\n"),
+    ] {
+        let (h, outcome) = run_importing(import);
+        assert!(
+            h.fake.execs_with(REMOVE).is_empty(),
+            "{:?}: {:#?}",
+            outcome.phase,
+            h.execs()
+        );
+    }
+    let (_h, outcome) = run_importing(Reply::ok().printing("KB_IMPORTED 0\nKB_RT_DONE\n"));
+    assert!(
+        transcript(&outcome).contains("the image archives stay in /tmp/kb: containerd (/run/containerd/containerd.sock) could not be listed after the import"),
+        "{}",
+        transcript(&outcome)
+    );
+}
+
 /// keadm upgrade edge pulls the installation-package of its target through the node's
 /// runtime: on an air-gapped site the archive is imported before keadm runs, as for a
 /// join (into the runtime at keadm's default socket, which keadm join wrote into
@@ -342,8 +434,8 @@ fn an_upgrade_gets_its_offline_images_imported_before_keadm() {
     let execs = h.execs();
     assert_eq!(
         execs.len(),
-        6,
-        "edgecore's runtime, prepare, archive, import, run, check: {execs:#?}"
+        7,
+        "edgecore's runtime, prepare, archive, import, removal, run, check: {execs:#?}"
     );
     // The runtime edgecore.yaml names, not keadm join's default, is probed and used.
     assert!(
@@ -361,12 +453,13 @@ fn an_upgrade_gets_its_offline_images_imported_before_keadm() {
         "{}",
         execs[3].command
     );
+    assert!(execs[4].command.contains(REMOVE), "{}", execs[4].command);
     assert!(
-        execs[4]
+        execs[5]
             .command
             .ends_with("yes | ./keadm upgrade edge --toVersion v1.23.1"),
         "{}",
-        execs[3].command
+        execs[5].command
     );
     assert!(
         transcript(&outcome).contains(

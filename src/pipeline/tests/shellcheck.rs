@@ -1,13 +1,15 @@
 //! Issue 29, finding 8: every command the pipeline sends, as it assembles it from the
 //! scripts of `remote` (the pre-flight probe in the prepare step or on its own, the
 //! runtime probe, the tools probe, the one-channel exchange and its answer, each form of
-//! keadm's arrival, the copyFrom uploads, the import, the reset before the join, the
-//! free-space question, the kill, edgecore's log), passes Debian's shellcheck for POSIX
-//! sh, as the login user and under sudo. Each scenario runs a node through the fake
+//! keadm's arrival, the copyFrom uploads, the import, the image archives' removal, the
+//! reset before the join, the free-space question, the kill, edgecore's log), passes
+//! Debian's shellcheck for POSIX sh, as the login user and under sudo. Each scenario runs a node through the fake
 //! transport with an upload dir and file names as odd as a config may hold, then checks
 //! every command the fake received, and the script inside each `sudo sh -c`.
 
-use super::images::{CONTAINERD, IMPORT, PACKAGE, PAUSE, imported, prepared_with_runtime_and};
+use super::images::{
+    CONTAINERD, IMPORT, PACKAGE, PAUSE, REMOVE, imported, prepared_with_runtime_and,
+};
 use super::*;
 use crate::plan::keadm_command;
 use crate::remote::sent_forms::{CLEAN_UP_AFTER_ANY_STEP, LS_OF_PROC_FDS, assert_sent_posix_sh};
@@ -156,7 +158,7 @@ fn images_under_sudo() -> Sent {
     Sent {
         h,
         plan: under_sudo(in_odd_dir(node(vec![]))),
-        kinds: &[sent::PROBE, "cat > ", IMPORT, sent::RUN],
+        kinds: &[sent::PROBE, "cat > ", IMPORT, REMOVE, sent::RUN],
     }
 }
 
