@@ -470,7 +470,10 @@ fn site_rows(summary: &Summary) -> Vec<SiteRow> {
     let mut members: BTreeMap<(bool, Option<&str>), Vec<&NodeOutcome>> = BTreeMap::new();
     for node in &summary.nodes {
         let site = node.site.as_deref();
-        members.entry((site.is_none(), site)).or_default().push(node);
+        members
+            .entry((site.is_none(), site))
+            .or_default()
+            .push(node);
     }
     if members.len() < 2 && summary.sites.is_empty() {
         return Vec::new();
