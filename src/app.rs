@@ -206,6 +206,10 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
             .map_err(OutputError::file(OutputFile::MergedResults, into))?;
     }
     report::junit::emit(&merged.summary, &options.junit, options.output)?;
+    if let Some(path) = &options.metrics {
+        report::metrics::write(&merged.summary, path)
+            .map_err(OutputError::file(OutputFile::Metrics, path))?;
+    }
     print(match options.output {
         OutputFormat::Json => json(&merged.summary),
         OutputFormat::Text => report::merge::render(&merged),

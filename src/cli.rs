@@ -313,6 +313,11 @@ enum BatchSub {
         /// Also write the merged run as JUnit XML to FILE (atomically, mode 0600).
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
+        /// Also write the merged run's metrics to FILE in Prometheus' text format
+        /// (atomically), as a run's --metrics writes them at its end: the fleet's figures
+        /// from one file.
+        #[arg(long, value_name = "FILE")]
+        metrics: Option<PathBuf>,
     },
     /// Write report.html into a run directory again, from its summary.json
     ///
@@ -954,6 +959,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             output,
             into,
             junit,
+            metrics,
         }) => {
             return Ok(Command::Merge(MergeOptions {
                 dirs,
@@ -961,6 +967,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
                 output: run_output_format(output),
                 into,
                 junit,
+                metrics,
             }));
         }
         Some(BatchSub::Report { run_dir }) => return Ok(Command::Report { run_dir }),
@@ -1324,6 +1331,7 @@ mod tests {
                 output: OutputFormat::Json,
                 into: None,
                 junit: None,
+                metrics: None,
             })
         );
         let Command::Merge(options) = run(&[

@@ -172,6 +172,8 @@ pub enum OutputFile {
     Junit,
     /// `batch report RUN_DIR`'s report.html.
     Report,
+    /// `batch merge --metrics FILE`.
+    Metrics,
 }
 
 impl fmt::Display for OutputFile {
@@ -186,6 +188,7 @@ impl fmt::Display for OutputFile {
             OutputFile::MergedResults => "write the merged results to",
             OutputFile::Junit => "write the JUnit XML file (--junit)",
             OutputFile::Report => "write report.html into",
+            OutputFile::Metrics => "write the metrics file (--metrics)",
         })
     }
 }

@@ -108,6 +108,8 @@ pub struct MergeOptions {
     pub into: Option<PathBuf>,
     /// `--junit FILE`: also write the merged run as JUnit XML there.
     pub junit: Option<PathBuf>,
+    /// `--metrics FILE`: also write the merged run's metrics there.
+    pub metrics: Option<PathBuf>,
 }
 
 /// `batch status -c FILE`: each selected node asked, read-only, what it runs.

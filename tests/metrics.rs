@@ -153,3 +153,47 @@ fn a_run_leaves_metrics_that_prometheus_parses() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(!text.contains(&Scenario::name(0)), "{text}");
 }
+
+/// `batch merge --metrics FILE`: the merged shards' figures in one file Prometheus parses,
+/// counted over every shard; a file that cannot be written is an error that names it.
+#[test]
+fn a_merge_writes_the_fleet_s_metrics() {
+    use crate::common::test::Test;
+    let fleet = Fleet::builder().nodes(4).start();
+    std::fs::write(fleet.node(3).tmp_path("fail"), "").unwrap();
+    let sc =
+        Scenario::new(&fleet).keadm(FakeKeadm::new().runs("if [ -e /tmp/fail ]; then exit 1; fi"));
+    sc.run(&["--shard", "1/2", "--run-dir", "s1"]);
+    sc.run(&["--shard", "2/2", "--run-dir", "s2"]);
+    let path = sc.path("merged.prom");
+    let out = Test::in_dir(sc.dir.path())
+        .args(["batch", "merge", "s1", "s2", "--metrics"])
+        .arg(&path)
+        .run();
+    out.status(1);
+    let m = parse(&path);
+    let nodes = |phase| {
+        value(
+            &m,
+            "keadm_batch_nodes",
+            "keadm_batch_nodes",
+            &[("phase", phase)],
+        )
+    };
+    assert_eq!(nodes("succeeded"), 3.0);
+    assert_eq!(nodes("failed"), 1.0);
+
+    let out = Test::in_dir(sc.dir.path())
+        .args([
+            "batch",
+            "merge",
+            "s1",
+            "s2",
+            "--metrics",
+            "no/such/dir/m.prom",
+        ])
+        .run();
+    out.stderr_has("Could not write the metrics file (--metrics)")
+        .stderr_has("no/such/dir/m.prom");
+    assert_ne!(out.code(), 0);
+}
