@@ -373,7 +373,16 @@ fn bar(phase: &'static str, start: f64, secs: f64) -> Bar {
 /// percent-encoded, so it resolves from `file://` and after the directory is copied.
 fn transcript_href(node: &NodeOutcome, run_dir: &Path) -> Option<String> {
     let transcript = Path::new(node.transcript.as_deref()?);
-    let relative = relative_to(transcript, run_dir)?;
+    // The run directory's own transcript, wherever the summary says the run was (a copy,
+    // a directory moved, `batch report batch_runs/latest`): `nodes/<file>` when it is there.
+    let file = transcript.file_name()?;
+    let own = transcript.parent().and_then(Path::file_name) == Some("nodes".as_ref())
+        && run_dir.join("nodes").join(file).is_file();
+    let relative = if own {
+        Path::new("nodes").join(file)
+    } else {
+        relative_to(transcript, run_dir)?
+    };
     let mut href = String::new();
     for (i, part) in relative.components().enumerate() {
         if i > 0 {
@@ -396,8 +405,13 @@ fn relative_to(path: &Path, base: &Path) -> Option<PathBuf> {
     if let Ok(inside) = path.strip_prefix(base) {
         return Some(inside.to_path_buf());
     }
-    let path = std::path::absolute(path).ok()?;
-    let base = std::path::absolute(base).ok()?;
+    // Through links resolved where they exist (`batch_runs/latest`), else as written.
+    let path = std::fs::canonicalize(path)
+        .or_else(|_| std::path::absolute(path))
+        .ok()?;
+    let base = std::fs::canonicalize(base)
+        .or_else(|_| std::path::absolute(base))
+        .ok()?;
     let path: Vec<Component> = path.components().collect();
     let base: Vec<Component> = base.components().collect();
     let common = path.iter().zip(&base).take_while(|(a, b)| a == b).count();

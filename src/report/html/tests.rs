@@ -104,6 +104,25 @@ fn transcript_links_are_relative_and_encoded() {
     );
 }
 
+/// A run directory reached by another name (copied, moved, `batch_runs/latest`) links
+/// its own transcripts as `nodes/<file>`.
+#[test]
+fn a_copied_run_links_its_own_transcripts() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("copy");
+    std::fs::create_dir_all(copy.join("nodes")).unwrap();
+    std::fs::write(copy.join("nodes/1-a.log"), "x").unwrap();
+    let mut n = node(0, "a", Phase::Failed);
+    n.transcript = Some("batch_runs/20261202T000000Z-abcd/nodes/1-a.log".into());
+    assert_eq!(transcript_href(&n, &copy).as_deref(), Some("nodes/1-a.log"));
+    // Through a link to it, the same.
+    std::os::unix::fs::symlink(&copy, dir.path().join("latest")).unwrap();
+    assert_eq!(
+        transcript_href(&n, &dir.path().join("latest")).as_deref(),
+        Some("nodes/1-a.log")
+    );
+}
+
 #[test]
 fn failures_are_grouped_by_class_with_the_fix() {
     let mut a = node(0, "a", Phase::Failed);
