@@ -9,6 +9,10 @@
 # address on an interface and up), in which node i's sshd then runs: bench/sites.sh puts
 # each node in one this way and redefines host_of to give the addresses it chose.
 
+# bench_binary and median.
+# shellcheck source=bench/lib/timing.sh
+. "$(dirname "${BASH_SOURCE[0]}")/timing.sh"
+
 # host_of I [NET]: node I's address, 127.252.x.y unless the caller sets `node_net` (other
 # first two octets, so that two benches on one machine neither share ports nor each
 # other's shaping), or its twin in NET (shaped.sh's relay listens on 127.253.x.y, outside
@@ -38,15 +42,10 @@ bench_start() {
   fi
   command -v /usr/bin/time >/dev/null || { echo "bench: needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
   bash scripts/setup.sh
-  # KEADM_BATCH=/path/to/keadm-batch measures that binary (a release build) instead, as
-  # bench/validate.sh and bench/report.sh do: no build on a machine shared with others.
-  if [ -n "${KEADM_BATCH:-}" ]; then
-    bin=$(realpath "$KEADM_BATCH")
-  else
-    echo "==> building keadm-batch (release)"
-    cargo build --release --quiet
-    bin="$PWD/target/release/keadm-batch"
-  fi
+  # KEADM_BATCH=/path/to/keadm-batch measures that binary (a release build) instead: no
+  # build on a machine shared with others.
+  [ -n "${KEADM_BATCH:-}" ] || echo "==> building keadm-batch (release)"
+  bench_binary
   work="$(mktemp -d "/var/tmp/$1.XXXXXX")"
   pids=()
   trap bench_cleanup EXIT
@@ -167,5 +166,4 @@ ssh_opts() {
 busy() { awk -v hz="$(getconf CLK_TCK)" '/^cpu /{printf "%.2f\n", ($2+$3+$4+$7+$8)/hz}' /proc/stat; }
 
 # The middle value; of an even count, the mean of the two middle ones.
-median() { sort -n | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2] + a[NR/2+1]) / 2}'; }
 ratio() { echo "$1 / $2" | bc -l; }

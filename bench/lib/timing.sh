@@ -1,4 +1,4 @@
-# Shared by bench/validate.sh and bench/report.sh (sourced, not run): the binary measured
+# Shared by the benches (sourced, not run; bench/lib/fleet.sh sources it too): the binary measured
 # and the median of repeated runs.
 
 # bench_binary: sets `bin` to the binary measured: KEADM_BATCH=/path/to/keadm-batch (a
