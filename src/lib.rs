@@ -22,6 +22,7 @@ pub mod dry_run;
 pub mod error;
 pub mod gen_config;
 pub mod http_redirect;
+pub mod human;
 pub mod image_ref;
 pub mod keadm_cmd;
 pub mod kit;

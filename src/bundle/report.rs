@@ -265,15 +265,7 @@ pub(super) fn manifest_line(sha256: &str) -> String {
     format!("kit.json sha256: {sha256}\n")
 }
 
-/// `812 B`, `2.4 KiB`, `41.2 MiB`.
-pub(super) fn human_size(bytes: u64) -> String {
-    const KIB: f64 = 1024.0;
-    match bytes {
-        0..1024 => format!("{bytes} B"),
-        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / KIB),
-        _ => format!("{:.1} MiB", bytes as f64 / (KIB * KIB)),
-    }
-}
+pub(super) use crate::human::size as human_size;
 
 #[cfg(test)]
 mod tests {

@@ -115,6 +115,9 @@ pub fn with_findings(class: FailureClass, findings: &[Finding]) -> (FailureClass
         class,
         FailureClass::RuntimeMissing | FailureClass::ImagePullStalled | FailureClass::Unknown
     );
+    if !consequence {
+        return (class, None);
+    }
     let found = |id: FindingId| findings.iter().find(|f| f.id == id);
     let stale = found(FindingId::EdgecoreRunning)
         .map(|f| (FailureClass::AlreadyJoined, "edgecore running", f))
@@ -127,25 +130,20 @@ pub fn with_findings(class: FailureClass, findings: &[Finding]) -> (FailureClass
                 )
             })
         });
-    match stale {
-        Some((stale, what, finding)) if consequence || class == stale => {
-            if class == stale {
-                return (class, None);
-            }
-            let detail = if finding.detail.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", finding.detail)
-            };
-            (
-                stale,
-                Some(format!(
-                    "pre-flight found {what} on the node before anything changed{detail}; the step's own class was {class}"
-                )),
-            )
-        }
-        _ => (class, None),
-    }
+    let Some((stale, what, finding)) = stale else {
+        return (class, None);
+    };
+    let detail = if finding.detail.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", finding.detail)
+    };
+    (
+        stale,
+        Some(format!(
+            "pre-flight found {what} on the node before anything changed{detail}; the step's own class was {class}"
+        )),
+    )
 }
 
 /// A numbered keadm step line, such as `5. Pull Images`.

@@ -283,12 +283,11 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         }
         other => (other, None),
     };
-    match (&failure_class, decided_by) {
-        (Some(class), Some(why)) => run
-            .transcript
-            .note(&format!("failure class: {class} ({why})")),
-        (Some(class), None) => run.transcript.note(&format!("failure class: {class}")),
-        (None, _) => {}
+    if let Some(class) = &failure_class {
+        let why = decided_by
+            .map(|why| format!(" ({why})"))
+            .unwrap_or_default();
+        run.transcript.note(&format!("failure class: {class}{why}"));
     }
     // Written out before the relay is told: a source cleared now (this node, or another
     // that served it) adds its removal's note to its transcript file.

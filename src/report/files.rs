@@ -34,6 +34,22 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     create(path)?.write_all(bytes)
 }
 
+/// Replaces `path` whole with `bytes`: written into `<name>.tmp` beside it (as [`create`]
+/// opens it), then renamed over it, so a reader never sees half a file; the temporary is
+/// removed when the rename fails.
+pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other(format!("{} names no file", path.display())))?;
+    let mut tmp_name = name.to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
+    write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
 fn open(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
     let file = options
         .mode(0o600)

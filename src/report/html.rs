@@ -29,6 +29,8 @@ use crate::waves::WaveResult;
 pub const REPORT: &str = "report.html";
 /// Node text in the page: at most this many characters per value.
 const TEXT_CHARS: usize = 400;
+/// The command line in the header: at most this many characters.
+const COMMAND_LINE_CHARS: usize = 4000;
 /// The slowest nodes listed.
 const SLOWEST: usize = 10;
 
@@ -204,7 +206,10 @@ pub fn render(summary: &Summary, run_dir: &Path) -> String {
         ),
         run_id: text(&summary.run_id),
         config: text(&summary.config),
-        command_line: summary.command_line.as_deref().map(|c| bounded(c, 4000)),
+        command_line: summary
+            .command_line
+            .as_deref()
+            .map(|c| bounded(c, COMMAND_LINE_CHARS)),
         merged_from: summary.merged_from.iter().map(|d| text(d)).collect(),
         started: crate::utc::rfc3339(t0.max(0.0) as u64),
         duration: human(summary.finished_at - t0),
@@ -262,11 +267,7 @@ pub fn render(summary: &Summary, run_dir: &Path) -> String {
 /// temporary file renamed over it).
 pub fn write(summary: &Summary, run_dir: &Path) -> io::Result<PathBuf> {
     let path = run_dir.join(REPORT);
-    let tmp = run_dir.join(format!("{REPORT}.tmp"));
-    super::files::write(&tmp, render(summary, run_dir).as_bytes())?;
-    std::fs::rename(&tmp, &path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })?;
+    super::files::replace(&path, render(summary, run_dir).as_bytes())?;
     Ok(path)
 }
 
@@ -507,10 +508,18 @@ fn site_rows(summary: &Summary) -> Vec<SiteRow> {
                 succeeded: nodes.iter().filter(|n| n.phase == Phase::Succeeded).count(),
                 not_succeeded: nodes.iter().filter(|n| n.phase != Phase::Succeeded).count(),
                 uplink: moved.map_or("-".to_string(), |t| {
-                    format!("{} in {} copies", bytes(t.uplink_bytes), t.uplink_copies)
+                    format!(
+                        "{} in {} copies",
+                        crate::human::size(t.uplink_bytes),
+                        t.uplink_copies
+                    )
                 }),
                 peers: moved.map_or("-".to_string(), |t| {
-                    format!("{} in {} copies", bytes(t.peer_bytes), t.peer_copies)
+                    format!(
+                        "{} in {} copies",
+                        crate::human::size(t.peer_bytes),
+                        t.peer_copies
+                    )
                 }),
                 slowest: slowest.map(|n| text(&n.name)).unwrap_or_default(),
                 slowest_time: slowest.map(|n| human(node_seconds(n))).unwrap_or_default(),
@@ -611,10 +620,10 @@ fn ticks(span: f64) -> Vec<Tick> {
 /// Node text for the page: one line, control characters escaped, bounded. (The template
 /// escapes it for HTML.)
 fn text(value: &str) -> String {
-    escape_controls(&one_line(value, TEXT_CHARS))
+    bounded(value, TEXT_CHARS)
 }
 
-/// Text of ours that may be long (the command line): bounded, control characters escaped.
+/// [`text`] with a bound of its own (the command line's is longer).
 fn bounded(value: &str, chars: usize) -> String {
     escape_controls(&one_line(value, chars))
 }
@@ -628,14 +637,13 @@ fn number(value: f64) -> String {
     }
 }
 
+/// Seconds with tenths under a minute (a node's time on the timeline), else as the
+/// status line gives them.
 fn human(secs: f64) -> String {
-    let secs = if secs.is_finite() { secs.max(0.0) } else { 0.0 };
-    if secs < 60.0 {
-        format!("{secs:.1} s")
-    } else if secs < 3600.0 {
-        format!("{}m{:02}s", secs as u64 / 60, secs as u64 % 60)
+    if secs.is_finite() && secs < 60.0 {
+        format!("{:.1} s", secs.max(0.0))
     } else {
-        format!("{}h{:02}m", secs as u64 / 3600, (secs as u64 / 60) % 60)
+        crate::human::duration(secs)
     }
 }
 
@@ -644,17 +652,6 @@ fn human_precise(secs: f64) -> String {
         format!("{:.2} s", secs.max(0.0))
     } else {
         human(secs)
-    }
-}
-
-fn bytes(n: u64) -> String {
-    const MIB: f64 = 1024.0 * 1024.0;
-    if n >= 1 << 20 {
-        format!("{:.1} MiB", n as f64 / MIB)
-    } else if n >= 1 << 10 {
-        format!("{:.1} KiB", n as f64 / 1024.0)
-    } else {
-        format!("{n} B")
     }
 }
 

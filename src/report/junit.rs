@@ -105,16 +105,12 @@ pub fn document(summary: &Summary) -> String {
 
 /// Writes `text` to `path` atomically: into `<path>.tmp` beside it (0600), then renamed.
 pub fn write(path: &Path, text: &str) -> io::Result<()> {
-    let name = path.file_name().ok_or_else(|| {
-        io::Error::other("it names a directory; give --junit a file name, such as junit.xml")
-    })?;
-    let mut tmp_name = name.to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = path.with_file_name(tmp_name);
-    super::files::write(&tmp, text.as_bytes())?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    if path.file_name().is_none() {
+        return Err(io::Error::other(
+            "it names a directory; give --junit a file name, such as junit.xml",
+        ));
+    }
+    super::files::replace(path, text.as_bytes())
 }
 
 fn test_case(node: &NodeOutcome, site: Option<&String>) -> TestCase {

@@ -216,7 +216,7 @@ impl Progress {
         text.push_str(&format!(" | {rate:.0}/min"));
         if finished > 0 && finished < self.total {
             let eta = (self.total - finished) as f64 / (finished as f64 / elapsed);
-            text.push_str(&format!(" | ETA {}", human(eta)));
+            text.push_str(&format!(" | ETA {}", crate::human::duration(eta)));
         }
         let slowest: Vec<String> = running
             .iter()
@@ -227,7 +227,7 @@ impl Progress {
                     "{} {} {}",
                     s.name,
                     s.phase.as_str(),
-                    human(s.since.elapsed().as_secs_f64())
+                    crate::human::duration(s.since.elapsed().as_secs_f64())
                 )
             })
             .collect();
@@ -254,17 +254,6 @@ impl Progress {
             bar.finish_and_clear();
             *active_bar().lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
-    }
-}
-
-fn human(secs: f64) -> String {
-    let secs = secs.max(0.0) as u64;
-    if secs >= 3600 {
-        format!("{}h{:02}m", secs / 3600, (secs / 60) % 60)
-    } else if secs >= 60 {
-        format!("{}m{:02}s", secs / 60, secs % 60)
-    } else {
-        format!("{secs}s")
     }
 }
 
@@ -300,12 +289,5 @@ mod tests {
         let status = p.status();
         assert!(status.starts_with("wave 2/4 · connecting 1 ·"), "{status}");
         p.finish();
-    }
-
-    #[test]
-    fn durations_read_well() {
-        assert_eq!(human(5.2), "5s");
-        assert_eq!(human(125.0), "2m05s");
-        assert_eq!(human(3700.0), "1h01m");
     }
 }

@@ -138,9 +138,7 @@ impl Summary {
 
     pub fn write(&self, path: &Path) -> io::Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
-        let tmp = path.with_extension("json.tmp");
-        super::files::write(&tmp, (text + "\n").as_bytes())?;
-        std::fs::rename(&tmp, path)
+        super::files::replace(path, (text + "\n").as_bytes())
     }
 }
 
