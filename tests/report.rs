@@ -86,11 +86,9 @@ fn the_report_of_a_real_run_reads_in_a_browser() {
 
     let browser = Browser::start();
     browser.open(&report);
+    let shown = || browser.text("#shown-count").unwrap_or_default();
     // The page's script ran: it counted the rows.
-    assert_eq!(
-        browser.text("#shown-count").as_deref(),
-        Some("20 of 20 nodes")
-    );
+    assert_eq!(shown(), "20 of 20 nodes");
     assert_eq!(browser.count_shown("#timeline .node-row"), NODES);
     assert_eq!(browser.text("#exit-status").as_deref(), Some("1"));
     let count = |outcome: &str| browser.text(&format!("#counts [data-outcome={outcome}] .count"));
@@ -140,10 +138,10 @@ fn the_report_of_a_real_run_reads_in_a_browser() {
         browser.eval("return typeof window.pwned;", json!([])),
         json!("undefined")
     );
-    let shown = browser
+    let markup = browser
         .text(".node-row[data-name=\"edge-15\"] .node-error")
         .unwrap_or_default();
-    assert!(shown.contains(PAYLOAD), "{shown}");
+    assert!(markup.contains(PAYLOAD), "{markup}");
     assert_eq!(
         browser.eval(
             "return document.querySelectorAll('img, #rows script').length;",
@@ -161,30 +159,18 @@ fn the_report_of_a_real_run_reads_in_a_browser() {
 
     // Filters: by name, by outcome, by class, by site; the count follows.
     browser.type_into("#filter-text", "edge-11");
-    assert_eq!(
-        browser.text("#shown-count").as_deref(),
-        Some("1 of 20 nodes")
-    );
+    assert_eq!(shown(), "1 of 20 nodes");
     assert_eq!(browser.count_shown("#timeline .node-row"), 1);
     assert!(browser.url().contains("#q=edge-11"), "{}", browser.url());
     browser.type_into("#filter-text", "");
     browser.choose("#filter-outcome", "failed");
-    assert_eq!(
-        browser.text("#shown-count").as_deref(),
-        Some("5 of 20 nodes")
-    );
+    assert_eq!(shown(), "5 of 20 nodes");
     browser.choose("#filter-class", "unreachable");
-    assert_eq!(
-        browser.text("#shown-count").as_deref(),
-        Some("1 of 20 nodes")
-    );
+    assert_eq!(shown(), "1 of 20 nodes");
     browser.choose("#filter-class", "");
     browser.choose("#filter-outcome", "");
     browser.choose("#filter-site", "south");
-    assert_eq!(
-        browser.text("#shown-count").as_deref(),
-        Some("10 of 20 nodes")
-    );
+    assert_eq!(shown(), "10 of 20 nodes");
     browser.choose("#filter-site", "");
 
     // Grouped by site: a header per site, its rows under it.
