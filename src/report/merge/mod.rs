@@ -538,6 +538,18 @@ mod tests {
         }
     }
 
+    /// A shard's nodes keep their site through the merge's reader (the merged JUnit
+    /// classes and report groups read it), its control characters escaped.
+    #[test]
+    fn a_shard_s_sites_survive_its_reading_escaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut shard = summary("a", &[(0, "n0", Phase::Succeeded)]);
+        shard.nodes[0].site = Some("north\x1b[2J".into());
+        shard.write(&dir.path().join(SUMMARY)).unwrap();
+        let read = read_run_dir(dir.path()).unwrap();
+        assert_eq!(read.nodes[0].site.as_deref(), Some("north\\x1b[2J"));
+    }
+
     #[test]
     fn shards_merge_in_config_order() {
         let merged = combine(&[
