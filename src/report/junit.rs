@@ -89,7 +89,7 @@ pub fn document(summary: &Summary) -> String {
         summary
             .nodes
             .iter()
-            .map(|node| test_case(node, node.site.as_ref())),
+            .map(test_case),
     );
     let mut report = Report::new("keadm-batch");
     report.set_time(seconds(summary.finished_at - summary.started_at));
@@ -113,7 +113,7 @@ pub fn write(path: &Path, text: &str) -> io::Result<()> {
     super::files::replace(path, text.as_bytes())
 }
 
-fn test_case(node: &NodeOutcome, site: Option<&String>) -> TestCase {
+fn test_case(node: &NodeOutcome) -> TestCase {
     let status = match node.phase {
         Phase::Succeeded => TestCaseStatus::success(),
         Phase::Skipped => {
@@ -130,7 +130,7 @@ fn test_case(node: &NodeOutcome, site: Option<&String>) -> TestCase {
         }
     };
     let mut case = TestCase::new(xml_text(&node.name), status);
-    case.set_classname(site.map_or(NO_SITE.to_string(), |s| xml_text(s)));
+    case.set_classname(node.site.as_deref().map_or(NO_SITE.to_string(), xml_text));
     case.set_time(seconds(node.finished_at - node.started_at));
     case
 }
