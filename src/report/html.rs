@@ -19,7 +19,7 @@ use askama::Template;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use super::summary::Summary;
+use super::summary::{FINAL_PHASES, Summary, counted_as};
 use crate::diagnosis::FailureClass;
 use crate::node_text::{escape_controls, one_line};
 use crate::outcome::{NodeOutcome, Phase};
@@ -222,9 +222,9 @@ pub fn render(summary: &Summary, run_dir: &Path) -> String {
         counts: counts(&summary.nodes),
         span: number(span),
         ticks: ticks(span),
-        outcomes: OUTCOMES
+        outcomes: FINAL_PHASES
             .iter()
-            .copied()
+            .map(|p| p.as_str())
             .filter(|o| rows.iter().any(|r| r.outcome == *o))
             .collect(),
         classes: classes.into_iter().collect(),
@@ -271,27 +271,20 @@ pub fn write(summary: &Summary, run_dir: &Path) -> io::Result<PathBuf> {
     Ok(path)
 }
 
-/// The final outcomes, in the order the page lists them.
-const OUTCOMES: [&str; 5] = ["succeeded", "failed", "timed_out", "skipped", "interrupted"];
-
-/// A node's outcome as the page names it: one of [`OUTCOMES`] (a phase not final, in a
-/// summary of a run cut short, counts as failed, as the totals count it).
+/// A node's outcome as the page names it: its final phase as the totals count it.
 fn outcome(node: &NodeOutcome) -> &'static str {
-    match node.phase {
-        Phase::Succeeded => "succeeded",
-        Phase::TimedOut => "timed_out",
-        Phase::Skipped => "skipped",
-        Phase::Interrupted => "interrupted",
-        _ => "failed",
-    }
+    counted_as(node.phase).as_str()
 }
 
 fn counts(nodes: &[NodeOutcome]) -> Vec<Count> {
-    OUTCOMES
+    FINAL_PHASES
         .iter()
-        .map(|o| Count {
-            outcome: o,
-            count: nodes.iter().filter(|n| outcome(n) == *o).count(),
+        .map(|phase| Count {
+            outcome: phase.as_str(),
+            count: nodes
+                .iter()
+                .filter(|n| counted_as(n.phase) == *phase)
+                .count(),
         })
         .collect()
 }

@@ -85,12 +85,7 @@ pub fn document(summary: &Summary) -> String {
         "timestamp".into(),
         crate::utc::rfc3339(summary.started_at.max(0.0) as u64).into(),
     );
-    suite.add_test_cases(
-        summary
-            .nodes
-            .iter()
-            .map(test_case),
-    );
+    suite.add_test_cases(summary.nodes.iter().map(test_case));
     let mut report = Report::new("keadm-batch");
     report.set_time(seconds(summary.finished_at - summary.started_at));
     report.add_test_suite(suite);

@@ -19,18 +19,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::summary::Summary;
+use super::summary::{FINAL_PHASES, Summary, counted_as};
 use crate::diagnosis::FailureClass;
-use crate::outcome::{NodeOutcome, Phase, SiteTraffic};
-
-/// The final phases, as `keadm_batch_nodes{phase}` lists them.
-const FINAL_PHASES: [Phase; 5] = [
-    Phase::Succeeded,
-    Phase::Failed,
-    Phase::TimedOut,
-    Phase::Skipped,
-    Phase::Interrupted,
-];
+use crate::outcome::{NodeOutcome, SiteTraffic};
 
 /// Seconds, for SSH work: a connect takes a tenth of a second on a LAN, a keadm join
 /// or an upload over a thin uplink minutes.
@@ -124,7 +115,10 @@ fn render_run(run: &Run) -> String {
     let nodes = run.nodes;
 
     let by_phase = FINAL_PHASES.map(|phase| {
-        let n = nodes.iter().filter(|o| bucket_of(o.phase) == phase).count();
+        let n = nodes
+            .iter()
+            .filter(|o| counted_as(o.phase) == phase)
+            .count();
         (vec![("phase", phase.as_str().to_string())], gauge(n as i64))
     });
     registry.register(
@@ -219,15 +213,6 @@ fn render_run(run: &Run) -> String {
     // Writing into a String cannot fail, and every metric above encodes.
     let _ = text::encode(&mut out, &registry);
     out
-}
-
-/// A final phase as `keadm_batch_nodes` counts it: as the summary's totals do, any phase
-/// that is not one of the other four (a node that never finished) counts as failed.
-fn bucket_of(phase: Phase) -> Phase {
-    match phase {
-        Phase::Succeeded | Phase::TimedOut | Phase::Skipped | Phase::Interrupted => phase,
-        _ => Phase::Failed,
-    }
 }
 
 /// Writes the exposition to `path` atomically: a temporary file in the same directory,

@@ -15,6 +15,25 @@ use crate::waves::WaveRecord;
 
 pub const SUMMARY_VERSION: u32 = 1;
 
+/// The final phases a run's nodes are counted by, in the order the totals, the metrics
+/// and report.html list them.
+pub const FINAL_PHASES: [Phase; 5] = [
+    Phase::Succeeded,
+    Phase::Failed,
+    Phase::TimedOut,
+    Phase::Skipped,
+    Phase::Interrupted,
+];
+
+/// The final phase a node counts as: its own, or failed for a phase that is not final (a
+/// node that never finished, in a run cut short).
+pub fn counted_as(phase: Phase) -> Phase {
+    match phase {
+        Phase::Succeeded | Phase::TimedOut | Phase::Skipped | Phase::Interrupted => phase,
+        _ => Phase::Failed,
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
     pub selected: usize,
@@ -32,7 +51,7 @@ impl Totals {
             ..Totals::default()
         };
         for o in outcomes {
-            match o.phase {
+            match counted_as(o.phase) {
                 Phase::Succeeded => t.succeeded += 1,
                 Phase::TimedOut => t.timed_out += 1,
                 Phase::Skipped => t.skipped += 1,
