@@ -1314,6 +1314,36 @@ mod tests {
         assert!(facts.dir_problem.unwrap().contains("symbolic link"));
     }
 
+    /// Runs `command` under [`run_script`] (index 0, in `dir`) in a process group of its
+    /// own, once `pgid_path` holds a record other than `stale` (`""` for none): the
+    /// group's, so a kill or stop may aim at it.
+    fn start_recorded(
+        dir: &str,
+        pgid_path: &std::path::Path,
+        command: &str,
+        stale: &str,
+    ) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let child = std::process::Command::new("sh")
+            .args(["-c", &run_script(dir, 0, command)])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let recorded = || {
+            let record = std::fs::read_to_string(pgid_path).unwrap_or_default();
+            !record.trim().is_empty() && record.trim() != stale
+        };
+        let started = std::time::Instant::now();
+        while !recorded() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no pgid recorded"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    }
+
     /// Security finding 10: a process-group file left from an earlier run (its group long
     /// gone, the number reused by an unrelated process) never aims the deadline kill at
     /// that process; the group that run_script records is killed.
@@ -1345,24 +1375,7 @@ mod tests {
         }
         // A stale file is replaced by the run's own record, which the kill then uses.
         std::fs::write(&pgid_path, "1\n").unwrap();
-        let mut run = std::process::Command::new("sh")
-            .args(["-c", &run_script(d, 0, "sleep 30")])
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let started = std::time::Instant::now();
-        while matches!(
-            std::fs::read_to_string(&pgid_path)
-                .unwrap_or_default()
-                .trim(),
-            "" | "1"
-        ) {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "no pgid recorded"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut run = start_recorded(d, &pgid_path, "sleep 30", "1");
         let out = sh(&kill_script(d, 0));
         assert!(out.status.success(), "{out:?}");
         let status = run.wait().unwrap();
@@ -1374,28 +1387,11 @@ mod tests {
     /// gone is said to be.
     #[test]
     fn the_stop_terms_then_kills_what_is_left_after_the_grace() {
-        use std::os::unix::process::CommandExt;
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().to_str().unwrap();
         let pgid_path = dir.path().join(pgid_file(0));
         let run = |command: &str| {
-            let child = std::process::Command::new("sh")
-                .args(["-c", &run_script(d, 0, command)])
-                .process_group(0)
-                .spawn()
-                .unwrap();
-            let started = std::time::Instant::now();
-            while std::fs::read_to_string(&pgid_path)
-                .unwrap_or_default()
-                .trim()
-                .is_empty()
-            {
-                assert!(
-                    started.elapsed() < Duration::from_secs(10),
-                    "no pgid recorded"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            let child = start_recorded(d, &pgid_path, command, "");
             // Past the record: the command has started (its trap is set).
             std::thread::sleep(Duration::from_millis(300));
             child
