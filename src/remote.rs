@@ -704,13 +704,22 @@ pub fn first_exit(line: &str, what: &str) -> Option<i32> {
 /// can hold that number while the group lives). `kill -s KILL --` is the spelling dash,
 /// bash and busybox all accept.
 pub fn kill_script(upload_dir: &str, index: usize) -> String {
+    format!(
+        "{}kill -s KILL -- -\"$g\"",
+        recorded_group(upload_dir, index)
+    )
+}
+
+/// The lines [`kill_script`] and [`stop_script`] begin with: the group [`run_script`]
+/// recorded into `$g`, or exit 1 where there is no record, a malformed one, or a leader
+/// alive that is not the process that made it (its start time differs).
+fn recorded_group(upload_dir: &str, index: usize) -> String {
     let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
     format!(
         "read -r g st < {file} || exit 1\n\
          case \"$g\" in ''|*[!0-9]*) exit 1 ;; esac\n\
          [ \"$g\" -gt 1 ] && [ -n \"$st\" ] || exit 1\n\
-         if [ -r /proc/\"$g\"/stat ]; then {} < /proc/\"$g\"/stat; [ \"$kb_start\" = \"$st\" ] || exit 1; fi\n\
-         kill -s KILL -- -\"$g\"",
+         if [ -r /proc/\"$g\"/stat ]; then {} < /proc/\"$g\"/stat; [ \"$kb_start\" = \"$st\" ] || exit 1; fi\n",
         read_start_time()
     )
 }
@@ -749,15 +758,11 @@ pub fn parse_stopped(output: &str) -> Option<Stopped> {
 /// the group to be gone, then SIGKILL to what is left; with no grace, SIGKILL at once.
 /// The group is watched in /proc (state, parent, group after the command's name, as
 /// [`KILL_SIBLINGS`] reads them, cut out by expansion: no fork per process), so a zombie
-/// its parent has yet to reap does not count as running. The wait is in tenths of a second where `sleep` takes them (GNU, BusyBox),
-/// else in seconds.
+/// its parent has yet to reap does not count as running. The wait is in tenths of a
+/// second where `sleep` takes them (GNU, BusyBox), else in seconds.
 pub fn stop_script(upload_dir: &str, index: usize, grace_secs: u64) -> String {
-    let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
     format!(
-        "read -r g st < {file} || exit 1\n\
-         case \"$g\" in ''|*[!0-9]*) exit 1 ;; esac\n\
-         [ \"$g\" -gt 1 ] && [ -n \"$st\" ] || exit 1\n\
-         if [ -r /proc/\"$g\"/stat ]; then {} < /proc/\"$g\"/stat; [ \"$kb_start\" = \"$st\" ] || exit 1; fi\n\
+        "{}\
          kb_alive() {{\n\
          \x20 for kb_d in /proc/[0-9]*; do\n\
          \x20   read -r kb_s < \"$kb_d/stat\" 2>/dev/null || continue\n\
@@ -777,7 +782,7 @@ pub fn stop_script(upload_dir: &str, index: usize, grace_secs: u64) -> String {
          fi\n\
          kill -s KILL -- -\"$g\" 2>/dev/null\n\
          echo '{STOPPED}killed'",
-        read_start_time(),
+        recorded_group(upload_dir, index),
         tenths = grace_secs.saturating_mul(10),
     )
 }
