@@ -704,13 +704,22 @@ pub fn first_exit(line: &str, what: &str) -> Option<i32> {
 /// can hold that number while the group lives). `kill -s KILL --` is the spelling dash,
 /// bash and busybox all accept.
 pub fn kill_script(upload_dir: &str, index: usize) -> String {
+    format!(
+        "{}kill -s KILL -- -\"$g\"",
+        recorded_group(upload_dir, index)
+    )
+}
+
+/// The lines [`kill_script`] and [`stop_script`] begin with: the group [`run_script`]
+/// recorded into `$g`, or exit 1 where there is no record, a malformed one, or a leader
+/// alive that is not the process that made it (its start time differs).
+fn recorded_group(upload_dir: &str, index: usize) -> String {
     let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
     format!(
         "read -r g st < {file} || exit 1\n\
          case \"$g\" in ''|*[!0-9]*) exit 1 ;; esac\n\
          [ \"$g\" -gt 1 ] && [ -n \"$st\" ] || exit 1\n\
-         if [ -r /proc/\"$g\"/stat ]; then {} < /proc/\"$g\"/stat; [ \"$kb_start\" = \"$st\" ] || exit 1; fi\n\
-         kill -s KILL -- -\"$g\"",
+         if [ -r /proc/\"$g\"/stat ]; then {} < /proc/\"$g\"/stat; [ \"$kb_start\" = \"$st\" ] || exit 1; fi\n",
         read_start_time()
     )
 }
@@ -749,15 +758,11 @@ pub fn parse_stopped(output: &str) -> Option<Stopped> {
 /// the group to be gone, then SIGKILL to what is left; with no grace, SIGKILL at once.
 /// The group is watched in /proc (state, parent, group after the command's name, as
 /// [`KILL_SIBLINGS`] reads them, cut out by expansion: no fork per process), so a zombie
-/// its parent has yet to reap does not count as running. The wait is in tenths of a second where `sleep` takes them (GNU, BusyBox),
-/// else in seconds.
+/// its parent has yet to reap does not count as running. The wait is in tenths of a
+/// second where `sleep` takes them (GNU, BusyBox), else in seconds.
 pub fn stop_script(upload_dir: &str, index: usize, grace_secs: u64) -> String {
-    let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
     format!(
-        "read -r g st < {file} || exit 1\n\
-         case \"$g\" in ''|*[!0-9]*) exit 1 ;; esac\n\
-         [ \"$g\" -gt 1 ] && [ -n \"$st\" ] || exit 1\n\
-         if [ -r /proc/\"$g\"/stat ]; then {} < /proc/\"$g\"/stat; [ \"$kb_start\" = \"$st\" ] || exit 1; fi\n\
+        "{}\
          kb_alive() {{\n\
          \x20 for kb_d in /proc/[0-9]*; do\n\
          \x20   read -r kb_s < \"$kb_d/stat\" 2>/dev/null || continue\n\
@@ -777,7 +782,7 @@ pub fn stop_script(upload_dir: &str, index: usize, grace_secs: u64) -> String {
          fi\n\
          kill -s KILL -- -\"$g\" 2>/dev/null\n\
          echo '{STOPPED}killed'",
-        read_start_time(),
+        recorded_group(upload_dir, index),
         tenths = grace_secs.saturating_mul(10),
     )
 }
@@ -1314,6 +1319,36 @@ mod tests {
         assert!(facts.dir_problem.unwrap().contains("symbolic link"));
     }
 
+    /// Runs `command` under [`run_script`] (index 0, in `dir`) in a process group of its
+    /// own, once `pgid_path` holds a record other than `stale` (`""` for none): the
+    /// group's, so a kill or stop may aim at it.
+    fn start_recorded(
+        dir: &str,
+        pgid_path: &std::path::Path,
+        command: &str,
+        stale: &str,
+    ) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let child = std::process::Command::new("sh")
+            .args(["-c", &run_script(dir, 0, command)])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let recorded = || {
+            let record = std::fs::read_to_string(pgid_path).unwrap_or_default();
+            !record.trim().is_empty() && record.trim() != stale
+        };
+        let started = std::time::Instant::now();
+        while !recorded() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no pgid recorded"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    }
+
     /// Security finding 10: a process-group file left from an earlier run (its group long
     /// gone, the number reused by an unrelated process) never aims the deadline kill at
     /// that process; the group that run_script records is killed.
@@ -1345,24 +1380,7 @@ mod tests {
         }
         // A stale file is replaced by the run's own record, which the kill then uses.
         std::fs::write(&pgid_path, "1\n").unwrap();
-        let mut run = std::process::Command::new("sh")
-            .args(["-c", &run_script(d, 0, "sleep 30")])
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let started = std::time::Instant::now();
-        while matches!(
-            std::fs::read_to_string(&pgid_path)
-                .unwrap_or_default()
-                .trim(),
-            "" | "1"
-        ) {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "no pgid recorded"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut run = start_recorded(d, &pgid_path, "sleep 30", "1");
         let out = sh(&kill_script(d, 0));
         assert!(out.status.success(), "{out:?}");
         let status = run.wait().unwrap();
@@ -1374,28 +1392,11 @@ mod tests {
     /// gone is said to be.
     #[test]
     fn the_stop_terms_then_kills_what_is_left_after_the_grace() {
-        use std::os::unix::process::CommandExt;
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().to_str().unwrap();
         let pgid_path = dir.path().join(pgid_file(0));
         let run = |command: &str| {
-            let child = std::process::Command::new("sh")
-                .args(["-c", &run_script(d, 0, command)])
-                .process_group(0)
-                .spawn()
-                .unwrap();
-            let started = std::time::Instant::now();
-            while std::fs::read_to_string(&pgid_path)
-                .unwrap_or_default()
-                .trim()
-                .is_empty()
-            {
-                assert!(
-                    started.elapsed() < Duration::from_secs(10),
-                    "no pgid recorded"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            let child = start_recorded(d, &pgid_path, command, "");
             // Past the record: the command has started (its trap is set).
             std::thread::sleep(Duration::from_millis(300));
             child

@@ -430,22 +430,22 @@ impl<'c> Run<'_, 'c> {
             let Some(after) = report.after.filter(|a| a.listed) else {
                 return Ok(false);
             };
-                let missing: Vec<String> = needed
-                    .iter()
-                    .flat_map(|a| &a.images)
-                    .filter(|i| !after.has(&i.reference))
-                    .map(|i| i.reference.to_string())
-                    .collect();
-                if !missing.is_empty() {
-                    return Err(StepError::new(
-                        Phase::Preparing,
-                        format!(
-                            "The offline images were imported into {}, but it does not list {} afterwards, so keadm join would try to pull them. Check that the archives hold images for {arch} under those full names (registry/path:tag, as `ctr export` and `docker save` write them).",
-                            runtime.name(),
-                            missing.join(" and ")
-                        ),
-                    ));
-                }
+            let missing: Vec<String> = needed
+                .iter()
+                .flat_map(|a| &a.images)
+                .filter(|i| !after.has(&i.reference))
+                .map(|i| i.reference.to_string())
+                .collect();
+            if !missing.is_empty() {
+                return Err(StepError::new(
+                    Phase::Preparing,
+                    format!(
+                        "The offline images were imported into {}, but it does not list {} afterwards, so keadm join would try to pull them. Check that the archives hold images for {arch} under those full names (registry/path:tag, as `ctr export` and `docker save` write them).",
+                        runtime.name(),
+                        missing.join(" and ")
+                    ),
+                ));
+            }
             Ok(true)
         })
     }
