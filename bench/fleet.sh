@@ -211,7 +211,7 @@ sample_shard() {
   for _ in $(seq 6000); do
     [ -n "$main" ] || main=$(pgrep -f -- "^$bin batch .*--staging-dir $staging( |\$)" | head -1 || true)
     if [ -n "$main" ] && [ -z "$copy" ]; then
-      copy=$(pgrep -P "$main" -f '^keadm-batch xz-copy' | head -1 || true)
+      copy=$(pgrep -P "$main" -f '^keadm-batch pack-copy xz' | head -1 || true)
     fi
     read -r mr mc < <(if [ -n "$main" ]; then proc_fig "$main"; fi; echo) || true
     read -r cr cc < <(if [ -n "$copy" ]; then proc_fig "$copy"; fi; echo) || true

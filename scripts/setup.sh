@@ -34,6 +34,7 @@ command -v ctr >/dev/null 2>&1 || need+=(containerd)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
+command -v zstd >/dev/null 2>&1 || need+=(zstd)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v shellcheck >/dev/null 2>&1 || need+=(shellcheck)
 # tests/junit.rs validates --junit files against a JUnit schema with xmllint.

@@ -23,7 +23,7 @@ use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
-use crate::stage::{Meters, OfflineImages, StageError, StageSettings, Stager, XzCopies};
+use crate::stage::{CopyMaking, Meters, OfflineImages, StageError, StageSettings, Stager};
 use crate::{
     bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status, waves,
 };
@@ -128,9 +128,11 @@ fn run(command: Command) -> Result<(), Error> {
             eprint!("{}", checked.summary());
             Ok(())
         }
-        Command::XzCopy { binary, sha256 } => {
-            Ok(crate::stage::make_xz_copy_here(&binary, &sha256)?)
-        }
+        Command::PackCopy {
+            format,
+            binary,
+            sha256,
+        } => Ok(crate::stage::make_copy_here(format, &binary, &sha256)?),
     }
 }
 
@@ -529,8 +531,9 @@ fn execute(
     let stager = match &plan.staging {
         Some(staging) => {
             let mut settings = staging.stage_settings(&plan.config_path, meters(options.verbosity));
-            // The run sends keadm, so its xz copy is worth making; nothing waits for it.
-            settings.xz_copies = XzCopies::Process;
+            // The run sends keadm, so its packed copies are worth making; nothing waits
+            // for them.
+            settings.copies = CopyMaking::Process;
             Some(stage_packages(settings)?)
         }
         None => None,
@@ -677,9 +680,9 @@ fn execute(
         eprint!("{}", crate::drain_run::left_cordoned_recap(&summary.nodes));
         if let Some(stager) = &stager {
             // The process goes on after the run: say so, or it looks left behind.
-            for (arch, pid) in stager.copies_being_made() {
+            for (arch, format, pid) in stager.copies_being_made() {
                 eprintln!(
-                    "The xz copy of keadm {} for {arch} is still being made (process {pid}, at the lowest CPU priority); runs that start once it is done send it instead of the release tarball.",
+                    "The {format} copy of keadm {} for {arch} is still being made (process {pid}, at the lowest CPU priority); runs that start once it is done send it to nodes with {format} instead of a larger form.",
                     stager.settings().version
                 );
             }

@@ -13,6 +13,7 @@ use crate::options::{
     PreflightMode, RegistryMirror, RelayMode, RunOptions, Shard, StatusOptions, Verbosity,
     VerifyOptions,
 };
+use crate::stage::CopyFormat;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -41,11 +42,11 @@ enum TopCommand {
     Man,
 }
 
-/// The process that makes a staged keadm's xz copy (src/stage/recompress.rs, whose
-/// `XZ_COPY_COMMAND` this is): `keadm-batch xz-copy BINARY SHA256`, started by a run with
-/// the staging directory on its standard input. Never typed by an operator, so it is kept
-/// out of clap, and so out of --help, the man page and the shell completions.
-const XZ_COPY: &str = "xz-copy";
+/// The process that makes a staged keadm's packed copy (src/stage/recompress.rs, whose
+/// `PACK_COMMAND` this is): `keadm-batch pack-copy FORMAT BINARY SHA256`, started by a run
+/// with the staging directory on its standard input. Never typed by an operator, so it is
+/// kept out of clap, and so out of --help, the man page and the shell completions.
+const PACK_COPY: &str = "pack-copy";
 
 #[derive(Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -935,10 +936,12 @@ pub fn command() -> clap::Command {
 /// know how to print themselves and which exit code they deserve.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::Error> {
     let args: Vec<OsString> = args.into_iter().collect();
-    if let [_, command, binary, sha256] = &args[..]
-        && command == XZ_COPY
+    if let [_, command, format, binary, sha256] = &args[..]
+        && command == PACK_COPY
+        && let Some(format) = format.to_str().and_then(CopyFormat::named)
     {
-        return Ok(Command::XzCopy {
+        return Ok(Command::PackCopy {
+            format,
             binary: PathBuf::from(binary),
             sha256: sha256.to_string_lossy().into_owned(),
         });

@@ -27,8 +27,9 @@ pub enum Command {
     VerifyKit(VerifyOptions),
     /// `batch bundle --extract FILE --into DIR`.
     ExtractKit(ExtractOptions),
-    /// A staged keadm's xz copy, made for a run in a process of its own.
-    XzCopy {
+    /// A staged keadm's packed copy, made for a run in a process of its own.
+    PackCopy {
+        format: crate::stage::CopyFormat,
         binary: PathBuf,
         sha256: String,
     },

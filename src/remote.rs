@@ -165,8 +165,8 @@ pub struct NodeFacts {
     pub sudo_needs_password: Option<bool>,
     /// Whether the node has `sha256sum` (for `--verify-remote`).
     pub computed_sha256: Vec<(String, String)>,
-    /// The tools [`TOOLS_PROBE`] found working (`tar`, `gzip`, `sha512sum`, `xz`,
-    /// `sha256sum`); `None` when the probe did not run.
+    /// The tools [`TOOLS_PROBE`] found working (`tar`, `gzip`, `sha512sum`, `xz`, `zstd`,
+    /// `sha256sum`, `openssl`); `None` when the probe did not run.
     pub tools: Option<Vec<String>>,
     /// What [`runtime_probe_script`], appended for offline images, found; `None` when it
     /// did not run.
@@ -179,15 +179,11 @@ impl NodeFacts {
         self.has_tools(&["tar", "gzip", "sha512sum"])
     }
 
-    /// Whether the node can receive the binary's xz copy ([`receive_xz_script`]).
-    pub fn can_unpack_xz(&self) -> bool {
-        self.xz_hasher().is_some()
-    }
-
-    /// What the node checks the binary's xz copy with, when it can receive one: `xz` and
-    /// a working sha256 tool.
-    pub fn xz_hasher(&self) -> Option<Sha256Tool> {
-        self.sha256_tool().filter(|_| self.has_tools(&["xz"]))
+    /// What the node checks a copy of the binary packed for `tool` (`zstd`, `xz`) with,
+    /// when it can receive one ([`receive_packed_script`]): `tool` and a working sha256
+    /// tool.
+    pub fn packed_hasher(&self, tool: &str) -> Option<Sha256Tool> {
+        self.sha256_tool().filter(|_| self.has_tools(&[tool]))
     }
 
     /// The fastest working tool the node hashes with: OpenSSL's where it works (it uses
@@ -227,7 +223,7 @@ impl Sha256Tool {
 
     /// Writes what `producer` prints to the file at `quoted` (shell-quoted) and leaves the
     /// file's sha256 line in `$s`, the way that costs the node least with this tool (see
-    /// [`receive_xz_script`]): OpenSSL hashes the file after the last byte, `sha256sum`
+    /// [`receive_packed_script`]): OpenSSL hashes the file after the last byte, `sha256sum`
     /// what goes by on the way. POSIX sh has no `pipefail`: a producer that fails part-way
     /// is caught by the digest, a `tee` that cannot write (a full disk) by the size.
     fn write_and_hash(self, producer: &str, quoted: &str) -> String {
@@ -376,8 +372,8 @@ pub fn answer(script: &str) -> String {
     format!("{}\n{body}\n", body.split('\n').count())
 }
 
-/// Appended to [`prepare_script`] when the node may get the binary's xz copy or the
-/// release tarball instead of the binary: prints `KB_TOOLS` and the tools that actually work (each is run on empty
+/// Appended to [`prepare_script`] when the node may get a packed copy of the binary (zstd
+/// or xz) or the release tarball instead of the binary: prints `KB_TOOLS` and the tools that actually work (each is run on empty
 /// input, so a stub such as `/bin/false` in place of `tar` does not count). Three tiny
 /// processes per node, so the pipeline adds it only when a tarball would pay off.
 pub const TOOLS_PROBE: &str = concat!(
@@ -386,6 +382,7 @@ pub const TOOLS_PROBE: &str = concat!(
     "command -v gzip >/dev/null 2>&1 && echo | gzip -c 2>/dev/null | gzip -dc >/dev/null 2>&1 && kb_t=\"$kb_t gzip\"\n",
     "command -v tar >/dev/null 2>&1 && tar -cf - /dev/null 2>/dev/null | tar -tf - >/dev/null 2>&1 && kb_t=\"$kb_t tar\"\n",
     "command -v xz >/dev/null 2>&1 && echo | xz -c 2>/dev/null | xz -dc >/dev/null 2>&1 && kb_t=\"$kb_t xz\"\n",
+    "command -v zstd >/dev/null 2>&1 && echo | zstd -qc 2>/dev/null | zstd -dcq >/dev/null 2>&1 && kb_t=\"$kb_t zstd\"\n",
     "command -v sha256sum >/dev/null 2>&1 && sha256sum </dev/null >/dev/null 2>&1 && kb_t=\"$kb_t sha256sum\"\n",
     // OpenSSL counts only when it prints sha256("abc") in sha256sum's shape.
     "command -v openssl >/dev/null 2>&1 && kb_o=$(printf abc | openssl dgst -sha256 -r 2>/dev/null) && ",
@@ -604,11 +601,13 @@ pub fn receive_tarball_script(
     )
 }
 
-/// Receives the binary's xz copy on stdin and unpacks it to `dir/bin_tmp`; the binary's
-/// sha256 and size must be the ones the control host derived from the verified release,
-/// before anything is moved into place. Any failure removes the temporary file, reads the
-/// rest of stdin (so the sender is not left writing into a closed channel) and exits 3
-/// after printing `KB_XZ_FAILED`, so the caller can fall back to the tarball or the binary.
+/// Receives a packed copy of the binary on stdin and unpacks it to `dir/bin_tmp` with
+/// `unpack` (a command from stdin to stdout, of the node's `tool`: `zstd -dcq`, `xz -dc`);
+/// the binary's sha256 and size must be the ones the control host derived from the
+/// verified release, before anything is moved into place. Any failure removes the
+/// temporary file, reads the rest of stdin (so the sender is not left writing into a
+/// closed channel) and exits 3 after printing `KB_<TOOL>_FAILED` (`KB_XZ_FAILED`), so the
+/// caller can fall back to the next form.
 ///
 /// How it hashes is a trade the hasher decides. OpenSSL hashes the unpacked file after the
 /// last byte, in 0.05 s for a 66 MB keadm here (1 % of that keadm's transfer at 20
@@ -616,21 +615,25 @@ pub fn receive_tarball_script(
 /// against 1.09; measured in docs/decisions.md), which a node with few cores pays while it
 /// receives. `sha256sum` is five times slower, so with it the node hashes what `xz` writes
 /// while it receives: nothing is read again after the last byte.
-pub fn receive_xz_script(
+pub fn receive_packed_script(
     dir: &str,
     bin_tmp: &str,
     sha256: &str,
     binary_size: u64,
     hasher: Sha256Tool,
+    (tool, unpack): (&str, &str),
 ) -> String {
     receive_into(
         dir,
         bin_tmp,
-        "xz -dc",
+        unpack,
         0o755,
         binary_size,
         Some((sha256, hasher)),
-        Some("cat > /dev/null; echo KB_XZ_FAILED; "),
+        Some(&format!(
+            "cat > /dev/null; echo KB_{}_FAILED; ",
+            tool.to_ascii_uppercase()
+        )),
     )
 }
 
@@ -1001,7 +1004,7 @@ mod tests {
         assert_eq!(
             facts.tools,
             Some(
-                ["sha512sum", "gzip", "xz", "sha256sum", "openssl"]
+                ["sha512sum", "gzip", "xz", "zstd", "sha256sum", "openssl"]
                     .map(String::from)
                     .to_vec()
             )
@@ -1099,9 +1102,10 @@ mod tests {
     }
 
     #[test]
-    fn tools_probe_reports_xz_and_the_fastest_working_sha256() {
+    fn tools_probe_reports_zstd_xz_and_the_fastest_working_sha256() {
         let facts = probe_tools("");
-        assert!(facts.can_unpack_xz(), "{facts:?}");
+        assert!(facts.packed_hasher("xz").is_some(), "{facts:?}");
+        assert!(facts.packed_hasher("zstd").is_some(), "{facts:?}");
         assert_eq!(facts.sha256_tool(), Some(Sha256Tool::Openssl), "{facts:?}");
         // An openssl that runs but prints something else does not count.
         let facts = probe_tools("openssl() { echo 'SHA256(stdin)= x'; }");
@@ -1111,21 +1115,35 @@ mod tests {
             "{facts:?}"
         );
         let facts = probe_tools("openssl() { false; }; sha256sum() { false; }");
-        assert!(!facts.can_unpack_xz(), "{facts:?}");
+        assert_eq!(facts.packed_hasher("xz"), None, "{facts:?}");
+        assert_eq!(facts.packed_hasher("zstd"), None, "{facts:?}");
         let facts = probe_tools("xz() { false; }");
-        assert!(!facts.can_unpack_xz(), "{facts:?}");
+        assert_eq!(facts.packed_hasher("xz"), None, "{facts:?}");
+        assert!(facts.packed_hasher("zstd").is_some(), "{facts:?}");
         assert!(facts.can_unpack_tarball(), "{facts:?}");
-        assert!(!parse_facts("KB_TOOLS xz\n", &[]).can_unpack_xz());
+        // A zstd that runs but cannot unpack what it packs does not count.
+        let facts = probe_tools("zstd() { case \"$*\" in *-d*) false ;; *) cat ;; esac; }");
+        assert_eq!(facts.packed_hasher("zstd"), None, "{facts:?}");
+        assert!(facts.packed_hasher("xz").is_some(), "{facts:?}");
+        assert_eq!(parse_facts("KB_TOOLS xz\n", &[]).packed_hasher("xz"), None);
     }
 
     #[test]
-    fn xz_script_unpacks_while_hashing_and_refuses_a_wrong_binary() {
+    fn packed_scripts_unpack_while_hashing_and_refuse_a_wrong_binary() {
+        for format in crate::stage::CopyFormat::PREFERRED {
+            packed_script_unpacks_while_hashing_and_refuses_a_wrong_binary(format);
+        }
+    }
+
+    fn packed_script_unpacks_while_hashing_and_refuses_a_wrong_binary(
+        format: crate::stage::CopyFormat,
+    ) {
         use sha2::Digest;
         let dir = tempfile::tempdir().unwrap();
         let binary = b"#!/bin/sh\necho hi\n".repeat(1000);
         let packed = {
             use std::io::Write;
-            let mut child = std::process::Command::new("xz")
+            let mut child = std::process::Command::new(format.name())
                 .arg("-c")
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
@@ -1138,7 +1156,9 @@ mod tests {
         let size = binary.len() as u64;
         let run_with = |hasher, sha: &str, size: u64, input: &[u8]| {
             let dir = dir.path().to_str().unwrap();
-            sh_with_input(&receive_xz_script(dir, ".b.tmp", sha, size, hasher), input)
+            let unpack = (format.name(), format.unpack_command());
+            let script = receive_packed_script(dir, ".b.tmp", sha, size, hasher, unpack);
+            sh_with_input(&script, input)
         };
         let run =
             |sha: &str, size: u64, input: &[u8]| run_with(Sha256Tool::Openssl, sha, size, input);
@@ -1169,7 +1189,11 @@ mod tests {
         ] {
             let out = run(&sha, size, input);
             assert_eq!(out.status.code(), Some(3), "{out:?}");
-            assert!(String::from_utf8_lossy(&out.stdout).contains("KB_XZ_FAILED"));
+            let failed = format!("KB_{}_FAILED", format.name().to_ascii_uppercase());
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains(&failed),
+                "{out:?}"
+            );
             assert!(!dir.path().join(".b.tmp").exists());
         }
     }
@@ -1665,12 +1689,21 @@ mod tests {
                     &cleans_up,
                 );
             }
-            check(
-                &format!("receive xz by {hasher:?}"),
-                receive_xz_script(dir, &tmp, &sha256, 123, hasher),
-                Forms::Every,
-                &cleans_up,
-            );
+            for format in crate::stage::CopyFormat::PREFERRED {
+                check(
+                    &format!("receive {format} by {hasher:?}"),
+                    receive_packed_script(
+                        dir,
+                        &tmp,
+                        &sha256,
+                        123,
+                        hasher,
+                        (format.name(), format.unpack_command()),
+                    ),
+                    Forms::Every,
+                    &cleans_up,
+                );
+            }
         }
         // A plain file unchecked is left for the caller to clean up: no `||` in it.
         for (encoding, allowed) in [(Encoding::Plain, &[][..]), (Encoding::Gzip, &cleans_up)] {

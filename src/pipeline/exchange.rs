@@ -11,7 +11,7 @@
 //! wants the password, the password lines go first on stdin, and only then (after the
 //! facts) the answer. It fits any node without offline image archives (their import is
 //! a step of its own) and copyFrom files (keadm is then the only upload). keadm comes in
-//! the answer as its xz copy, the release tarball or itself, whichever the node can
+//! the answer as a packed copy (zstd, xz), the release tarball or itself, whichever the node can
 //! unpack; when it would come in channels of its own (a node that reads it from a node of
 //! its site), the node is told to stop after its facts and the separate steps go on with
 //! the facts already learnt.
@@ -40,7 +40,7 @@ use crate::transport::{Connection, RemoteExit, TransportError};
 pub(super) enum Exchanged {
     /// keadm ran in the channel; the node's result is decided.
     Done,
-    /// The node could not unpack the binary's xz copy or the release tarball, so keadm
+    /// The node could not unpack a packed copy of the binary or the release tarball, so keadm
     /// did not run: the upload goes the next way with the run, in a channel of its own.
     Refused(NodeFacts, Privilege, Upload),
     /// Nothing ran after the facts: the separate steps go on with them.

@@ -386,10 +386,10 @@ impl<'a, 'c> Run<'a, 'c> {
         self.upload_and_run(conn, uploads, &facts, privilege)
     }
 
-    /// Uploads what the node lacks and runs keadm. The binary's xz copy rides in the
-    /// run's channel; when the node cannot unpack it, keadm does not run and the next
-    /// form (tarball, then the binary) goes in a channel of its own, then the run again.
-    /// The next form has no xz copy, so this ends.
+    /// Uploads what the node lacks and runs keadm. The binary's best packed copy rides in
+    /// the run's channel; when the node cannot unpack it, keadm does not run and the next
+    /// form (the other copy, the tarball, then the binary) goes, then the run again. Each
+    /// refusal takes one form away and the binary itself is never refused, so this ends.
     ///
     /// A node that reads keadm from a node of its site sends the rest first, then reads
     /// keadm and runs it in one channel; should the read fail, keadm goes the direct way.

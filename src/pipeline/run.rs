@@ -29,8 +29,8 @@ const LAST_OUTPUT_TIME: Duration = Duration::from_secs(2);
 
 /// The line the run's script prints once the deferred upload is on the node, before it
 /// moves anything or runs keadm: a connection that breaks before this line is an upload
-/// that failed, whatever share of the file had left the control host (an xz copy is read
-/// whole long before the node has unpacked it).
+/// that failed, whatever share of the file had left the control host (a packed copy is
+/// read whole long before the node has unpacked it).
 const RECEIVED: &str = "KB_RECEIVED";
 
 /// Follows the run's output for the [`RECEIVED`] line: passes the output on without it
@@ -210,8 +210,8 @@ pub(super) fn transcript_error(err: io::Error) -> StepError {
 
 impl Run<'_, '_> {
     /// Receives the deferred upload, moves the uploads into place and runs keadm. Returns
-    /// the deferred upload back, without its xz copy, when the node could not unpack that
-    /// copy: keadm did not run, and the caller sends the next form.
+    /// the deferred upload back, without the form it went as, when the node could not
+    /// unpack that form: keadm did not run, and the caller sends the next form.
     pub(super) fn run_keadm(
         &mut self,
         conn: &mut dyn Connection,
@@ -338,8 +338,8 @@ impl Run<'_, '_> {
 
     /// What the run's script's end means, with `watch` telling whether the deferred
     /// upload was on the node (the [`RECEIVED`] line went by) and when, and `times` when
-    /// it left. Returns the deferred upload back, without its xz copy, when the node could
-    /// not unpack that copy.
+    /// it left. Returns the deferred upload back, without the form it went as, when the
+    /// node could not unpack that form.
     pub(super) fn keadm_result(
         &mut self,
         conn: &mut dyn Connection,
@@ -374,7 +374,7 @@ impl Run<'_, '_> {
                 let next = d.upload.next_form();
                 self.transcript.note(&format!(
                     "the node could not unpack {form} in the run's channel, so keadm did not run; sending {} instead",
-                    next.sent_as_without_xz()
+                    next.sent_as()
                 ));
                 return Ok(Some(next));
             }

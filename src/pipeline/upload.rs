@@ -1,8 +1,9 @@
 //! Uploads: which files the node needs, which it has already (sidecar match, or its own
-//! sha256 under `--verify-remote`), the binary's xz copy (once it is made) or the release
-//! tarball instead of the binary when that saves bytes (xz first, then the tarball, then
-//! the binary itself), the last upload deferred into the run's own channel, and what to
-//! say when an upload fails (including a full disk).
+//! sha256 under `--verify-remote`), a packed copy of the binary (once it is made) or the
+//! release tarball instead of the binary when that saves bytes (the zstd copy to a node
+//! with `zstd`, the xz copy to one with `xz`, then the tarball, then the binary itself),
+//! the last upload deferred into the run's own channel, and what to say when an upload
+//! fails (including a full disk).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use crate::node_text::{CappedBuffer, MESSAGE_CHARS, STEP_OUTPUT_CAP, one_line};
 use crate::outcome::Phase;
 use crate::plan::KeadmSource;
 use crate::remote::{self, Encoding, NodeFacts, Privilege, Sha256Tool};
-use crate::stage::{Gzipped, StagedBinary, Stager, XzCopy};
+use crate::stage::{CopyFormat, Gzipped, PackedCopy, StagedBinary, Stager};
 use crate::transport::{Connection, RemoteExit, TransportError};
 
 /// An uploaded file to rename into place: (temporary name, final name, sha256).
@@ -50,8 +51,8 @@ pub(super) struct Arrival {
 }
 
 /// The last upload, sent on the run's stdin instead of its own channel, in the smallest
-/// form the node can unpack: the binary's xz copy (unpacked to `tmp`), else the release
-/// tarball (checked, then the binary unpacked from it to `tmp`), else as it is.
+/// form the node can unpack: a packed copy of the binary (unpacked to `tmp`), else the
+/// release tarball (checked, then the binary unpacked from it to `tmp`), else as it is.
 pub(super) struct Deferred {
     pub(super) upload: Upload,
     pub(super) tmp: String,
@@ -63,21 +64,26 @@ impl Deferred {
     /// What goes on the run's stdin: the local file and its size.
     pub(super) fn sent(&self) -> (&Path, u64) {
         let upload = &self.upload;
-        match (&upload.xz, &upload.tarball) {
-            (Some((xz, _)), _) => (&xz.path, xz.size),
+        match (upload.copies.first(), &upload.tarball) {
+            (Some((copy, _)), _) => (&copy.path, copy.size),
             (None, Some(tarball)) => (&tarball.path, tarball.size),
             (None, None) => (&upload.local, upload.size),
         }
     }
 
-    /// The script that receives it into `tmp` in `dir`, failing (exit 3 for the xz copy
+    /// The script that receives it into `tmp` in `dir`, failing (exit 3 for a packed copy
     /// and the tarball) when it cannot.
     pub(super) fn receive_script(&self, dir: &str) -> String {
         let upload = &self.upload;
-        match (&upload.xz, &upload.tarball) {
-            (Some((_, hasher)), _) => {
-                remote::receive_xz_script(dir, &self.tmp, &upload.sha256, upload.size, *hasher)
-            }
+        match (upload.copies.first(), &upload.tarball) {
+            (Some((copy, hasher)), _) => remote::receive_packed_script(
+                dir,
+                &self.tmp,
+                &upload.sha256,
+                upload.size,
+                *hasher,
+                (copy.format.name(), copy.format.unpack_command()),
+            ),
             (None, Some(tarball)) => remote::receive_tarball_script(
                 dir,
                 &self.tar_tmp,
@@ -101,10 +107,10 @@ impl Deferred {
     /// the file itself.
     pub(super) fn sent_note(&self) -> Option<String> {
         let upload = &self.upload;
-        match (&upload.xz, &upload.tarball) {
-            (Some((xz, _)), _) => Some(format!(
-                "sent the xz copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 before moving it into place",
-                xz.size, upload.size
+        match (upload.copies.first(), &upload.tarball) {
+            (Some((copy, _)), _) => Some(format!(
+                "sent the {} copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 before moving it into place",
+                copy.format, copy.size, upload.size
             )),
             (None, Some(tarball)) => Some(format!(
                 "sent the release tarball ({} bytes for a {}-byte binary) in the run's channel; the node checked its sha512 and unpacked {}",
@@ -114,12 +120,12 @@ impl Deferred {
         }
     }
 
-    /// The smaller form it is sent as, for messages: the xz copy or the release tarball;
-    /// none when it is sent as it is.
-    pub(super) fn packed_as(&self) -> Option<&'static str> {
-        match (&self.upload.xz, &self.upload.tarball) {
-            (Some(_), _) => Some("the xz copy of the binary"),
-            (None, Some(_)) => Some("the release tarball"),
+    /// The smaller form it is sent as, for messages: a packed copy or the release
+    /// tarball; none when it is sent as it is.
+    pub(super) fn packed_as(&self) -> Option<String> {
+        match (self.upload.copies.first(), &self.upload.tarball) {
+            (Some((copy, _)), _) => Some(format!("the {} copy of the binary", copy.format)),
+            (None, Some(_)) => Some("the release tarball".to_string()),
             (None, None) => None,
         }
     }
@@ -148,12 +154,13 @@ pub(super) struct Upload {
     pub(super) mode: u32,
     pub(super) size: u64,
     sha256: String,
-    /// The binary's xz copy to send instead, and what the node checks the binary in it
-    /// with, when the node can unpack it.
-    xz: Option<(XzCopy, Sha256Tool)>,
-    /// The node could unpack the xz copy, but it was still being made when the upload was
-    /// planned (a cold run), so it goes as the next form.
-    xz_pending: bool,
+    /// The binary's packed copies to send instead, best first, each with what the node
+    /// checks the binary in it with: those the node can unpack, whole when the upload was
+    /// planned.
+    copies: Vec<(PackedCopy, Sha256Tool)>,
+    /// A copy the node could unpack, better than any in `copies`, that was still being
+    /// made when the upload was planned (a cold run), so the upload goes as the next form.
+    pending: Option<CopyFormat>,
     /// The release tarball to send instead, when it is much smaller than the file.
     tarball: Option<TarballSource>,
     /// A gzip-compressed copy to send instead (image archives), when the node has gzip.
@@ -181,8 +188,8 @@ impl Upload {
             mode,
             size,
             sha256,
-            xz: None,
-            xz_pending: false,
+            copies: Vec::new(),
+            pending: None,
             tarball: None,
             gzipped: None,
             checked: None,
@@ -251,20 +258,22 @@ impl Upload {
         ))
     }
 
-    /// For messages: what it goes as when not as the binary's xz copy.
-    pub(super) fn sent_as_without_xz(&self) -> &'static str {
-        if self.tarball.is_some() {
-            "the release tarball"
-        } else {
-            "the binary"
+    /// For messages: what it goes as.
+    pub(super) fn sent_as(&self) -> String {
+        match (self.copies.first(), &self.tarball) {
+            (Some((copy, _)), _) => format!("the {} copy", copy.format),
+            (None, Some(_)) => "the release tarball".to_string(),
+            (None, None) => "the binary".to_string(),
         }
     }
 
-    /// The same upload without the form it was just sent as (its xz copy, else the
-    /// release tarball), once the node could not unpack that: the next form goes next.
+    /// The same upload without the form it was just sent as (its best packed copy, else
+    /// the release tarball), once the node could not unpack that: the next form goes next.
     pub(super) fn next_form(mut self) -> Upload {
-        if self.xz.take().is_none() {
+        if self.copies.is_empty() {
             self.tarball = None;
+        } else {
+            self.copies.remove(0);
         }
         self
     }
@@ -363,17 +372,31 @@ impl Run<'_, '_> {
             let staged = stager.for_node(arch).map_err(|e| {
                 StepError::new(Phase::Preparing, e.to_string()).class(FailureClass::Arch)
             })?;
-            // What is ready when this node's upload is planned: on a cold run the xz copy
-            // is still being made, and the node gets the next form rather than wait.
-            let xz = staged.xz.ready().zip(facts.xz_hasher());
+            // What is ready when this node's upload is planned, of what the node can
+            // unpack: on a cold run the copies are still being made, and the node gets the
+            // next form rather than wait.
+            let mut copies = Vec::new();
+            let mut pending = None;
+            for slot in &staged.copies {
+                let Some(hasher) = facts.packed_hasher(slot.format().name()) else {
+                    continue;
+                };
+                match slot.ready() {
+                    Some(copy) => copies.push((copy, hasher)),
+                    None if copies.is_empty() && pending.is_none() && slot.being_made() => {
+                        pending = Some(slot.format());
+                    }
+                    None => {}
+                }
+            }
             uploads.push(Upload {
                 local: staged.binary.clone(),
                 name: "keadm".into(),
                 mode: 0o755,
                 size: staged.binary_size,
                 sha256: staged.binary_sha256.clone(),
-                xz_pending: xz.is_none() && facts.xz_hasher().is_some() && staged.xz.being_made(),
-                xz,
+                copies,
+                pending,
                 tarball: tarball_source(&staged).filter(|_| facts.can_unpack_tarball()),
                 gzipped: None,
                 checked: None,
@@ -430,10 +453,10 @@ impl Run<'_, '_> {
 
     /// `upload`, to ride in the run's channel.
     pub(super) fn defer(&mut self, upload: Upload) -> Deferred {
-        if upload.xz_pending {
+        if let Some(format) = upload.pending {
             self.transcript.note(&format!(
-                "the xz copy of keadm is still being made on this machine, so the node gets {} instead of waiting for it",
-                upload.sent_as_without_xz()
+                "the {format} copy of keadm is still being made on this machine, so the node gets {} instead of waiting for it",
+                upload.sent_as()
             ));
         }
         Deferred {
@@ -470,14 +493,14 @@ impl Run<'_, '_> {
                 }
                 let tmp = run.temp_name(&upload.name);
                 let last = defer_last && position + 1 == count;
-                // The last upload rides in the run's own channel, as the binary's xz copy or
-                // else the release tarball when it has one (only keadm has either, and keadm
+                // The last upload rides in the run's own channel, as a packed copy of the
+                // binary or else the release tarball when it has one (only keadm has either, and keadm
                 // comes last): one exec (two or three round trips) less per node, which is
                 // what a fleet of many small nodes (the benchmark's W3) and every node
                 // behind a long round trip pays for, and a node that serves its site (the
                 // relay) serves what arrives there. Should the node fail to unpack it
                 // there, keadm does not run and the caller sends the next form.
-                if last && (upload.xz.is_some() || upload.tarball.is_some()) {
+                if last && (!upload.copies.is_empty() || upload.tarball.is_some()) {
                     return Ok((moves, Some(run.defer(upload))));
                 }
                 let deadline = Instant::now() + node.deadlines.upload(upload.size);

@@ -288,10 +288,14 @@ pub enum StageError {
         instead: String,
     },
 
-    /// Only the `xz-copy` process's own error; a run that started it goes on without the
-    /// copy.
-    #[error("Could not make the xz copy of {}: {error}.", binary.display())]
-    XzCopy { binary: PathBuf, error: String },
+    /// Only the `pack-copy` process's own error; a run that started it goes on without
+    /// the copy.
+    #[error("Could not make the {format} copy of {}: {error}.", binary.display())]
+    PackedCopy {
+        format: super::CopyFormat,
+        binary: PathBuf,
+        error: String,
+    },
 
     #[error(
         "Could not {action} {}: {error}. Check that this user can read and write there and \

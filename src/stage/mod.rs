@@ -35,7 +35,11 @@ pub use error::StageError;
 pub use images::{ArchivedImage, Gzipped, ImageArchive, ImageSources, OfflineImages, Selector};
 pub(crate) use meter::Meter;
 pub use meter::{Lines, Meters};
-pub use recompress::{Gate, XZ_COPY_COMMAND, XzCopies, XzCopy, XzSlot, make_xz_copy_here};
+#[cfg(test)]
+pub(crate) use recompress::pretend_being_made;
+pub use recompress::{
+    CopyFormat, CopyMaking, CopySlot, Gate, PACK_COMMAND, PackedCopy, make_copy_here,
+};
 /// Unpacking a tar safely, for the kit's archive (`bundle`).
 pub(crate) use unpack::{Admitted, HashingReader, Links, Refusal, admit, unpack_tar};
 
@@ -101,9 +105,9 @@ pub struct StageSettings {
     pub url_setting: &'static str,
     /// Where downloads say how far they are.
     pub progress: Meters,
-    /// How each binary's xz copy is made when no earlier run made it: not at all unless
-    /// asked (a run asks for [`XzCopies::Process`]).
-    pub xz_copies: XzCopies,
+    /// How each binary's packed copies are made when no earlier run made them: not at all
+    /// unless asked (a run asks for [`CopyMaking::Process`]).
+    pub copies: CopyMaking,
     /// Extra attempts after a transient HTTP failure.
     pub retries: u32,
     /// First backoff delay; it doubles on each retry.
@@ -126,7 +130,7 @@ impl StageSettings {
             max_package_bytes: DEFAULT_MAX_PACKAGE_BYTES,
             url_setting: CONFIG_DOWNLOAD_URL,
             progress: Meters::Off,
-            xz_copies: XzCopies::Off,
+            copies: CopyMaking::Off,
             retries: DEFAULT_RETRIES,
             retry_base_delay: Duration::from_secs(1),
         }
@@ -201,10 +205,11 @@ pub struct StagedBinary {
     pub tarball_sha512: String,
     /// Where the binary sits inside the tarball: `keadm-<ver>-linux-<arch>/keadm/keadm`.
     pub tarball_entry: String,
-    /// The binary's xz copy, when gzip already shrinks the binary well (see `recompress`):
-    /// cached by an earlier run, or being made while nodes get the tarball; none for an
-    /// incompressible binary, or when it cannot be made.
-    pub xz: XzSlot,
+    /// The binary's packed copies, one per [`CopyFormat::PREFERRED`] in its order, when
+    /// gzip already shrinks the binary well (see `recompress`): each cached by an earlier
+    /// run, or being made while nodes get another form, or none (when it cannot be made);
+    /// no slot at all for an incompressible binary.
+    pub copies: Vec<CopySlot>,
     /// False only under `allow_unverified`, when there was neither a pin nor a checksum
     /// file (warned, marked "unverified").
     pub verified: bool,
@@ -341,13 +346,19 @@ impl Stager {
             .cloned()
     }
 
-    /// The xz copies that processes this run started are still making, by arch, with the
-    /// process's id: they go on after the run.
-    pub fn copies_being_made(&self) -> Vec<(Arch, u32)> {
+    /// The packed copies that processes this run started are still making, by arch and
+    /// format, with the process's id: they go on after the run.
+    pub fn copies_being_made(&self) -> Vec<(Arch, CopyFormat, u32)> {
         Arch::ALL
             .iter()
             .filter_map(|arch| self.staged(*arch))
-            .filter_map(|staged| Some((staged.arch, staged.xz.process_id()?)))
+            .flat_map(|staged| {
+                staged
+                    .copies
+                    .iter()
+                    .filter_map(|slot| Some((staged.arch, slot.format(), slot.process_id()?)))
+                    .collect::<Vec<_>>()
+            })
             .collect()
     }
 
@@ -406,16 +417,22 @@ impl Stager {
             extracted.binary.display(),
             if verified { "" } else { ", unverified" }
         );
-        // Started, not waited for: nodes get the tarball until it is whole.
-        let xz = if (tarball_size as f64) < recompress::WORTH_IT_BELOW * binary_size as f64 {
-            XzSlot::start(
-                &bin_dir,
-                &extracted.binary,
-                &binary_sha256,
-                &self.settings.xz_copies,
-            )
+        // Started, not waited for: nodes get another form until each is whole.
+        let copies = if (tarball_size as f64) < recompress::WORTH_IT_BELOW * binary_size as f64 {
+            CopyFormat::PREFERRED
+                .into_iter()
+                .map(|format| {
+                    CopySlot::start(
+                        format,
+                        &bin_dir,
+                        &extracted.binary,
+                        &binary_sha256,
+                        &self.settings.copies,
+                    )
+                })
+                .collect()
         } else {
-            XzSlot::none()
+            Vec::new()
         };
         Ok(StagedBinary {
             arch,
@@ -426,7 +443,7 @@ impl Stager {
             tarball_size,
             tarball_sha512: extracted.tarball_sha512,
             tarball_entry: format!("{}/keadm/keadm", self.top_dir(arch)),
-            xz,
+            copies,
             verified,
         })
     }
@@ -840,10 +857,10 @@ pub(crate) mod tests {
     }
 
     /// A cold stager (nothing staged, no copy cached) hands out the binary at once, its
-    /// xz copy still being made (so uploads send the tarball), and the copy once it is
-    /// whole; the next run finds it in place.
+    /// zstd and xz copies still being made (so uploads send the tarball), and each copy
+    /// once it is whole; the next run finds them in place.
     #[test]
-    fn a_cold_stager_hands_out_the_binary_before_its_xz_copy_and_the_copy_once_made() {
+    fn a_cold_stager_hands_out_the_binary_before_its_copies_and_each_copy_once_made() {
         let tmp = tempfile::tempdir().unwrap();
         let binary = {
             let mut binary = b"#!/bin/sh\necho keadm\n".to_vec();
@@ -858,32 +875,50 @@ pub(crate) mod tests {
         settings.base_dir = tmp.path().join("keadm");
         settings.arch_group = vec![Arch::Amd64];
         let gate = Gate::closed();
-        settings.xz_copies = XzCopies::Thread(gate.clone());
+        settings.copies = CopyMaking::Thread(gate.clone());
         let stager = Stager::open(settings.clone()).unwrap();
 
         let staged = stager.for_node(Arch::Amd64).unwrap();
-        assert!(staged.xz.being_made(), "{:?}", staged.xz);
-        assert_eq!(staged.xz.ready(), None);
+        let formats: Vec<CopyFormat> = staged.copies.iter().map(CopySlot::format).collect();
+        assert_eq!(formats, [CopyFormat::Zstd, CopyFormat::Xz]);
+        for slot in &staged.copies {
+            assert!(slot.being_made(), "{slot:?}");
+            assert_eq!(slot.ready(), None);
+        }
         assert!(staged.tarball_size < staged.binary_size / 4);
 
         gate.open();
-        let copy = staged.xz.wait().expect("the copy, once made");
-        assert_eq!(
-            copy.path,
-            tmp.path()
-                .join("keadm/bin/amd64")
-                .join(recompress::copy_name(&staged.binary_sha256))
-        );
-        assert!(copy.size < staged.tarball_size, "{copy:?}");
-        // Every holder of the staged binary sees it: later uploads send it.
+        let copies: Vec<PackedCopy> = staged
+            .copies
+            .iter()
+            .map(|slot| slot.wait().expect("the copy, once made"))
+            .collect();
+        for (copy, extension) in copies.iter().zip(["zst", "xz"]) {
+            assert_eq!(
+                copy.path,
+                tmp.path()
+                    .join("keadm/bin/amd64")
+                    .join(format!("keadm-{}.{extension}", staged.binary_sha256))
+            );
+            assert!(copy.size < staged.tarball_size, "{copy:?}");
+        }
+        // Every holder of the staged binary sees them: later uploads send them.
         let again = stager.for_node(Arch::Amd64).unwrap();
-        assert_eq!(again.xz.ready(), Some(copy.clone()));
+        let ready: Vec<Option<PackedCopy>> = again.copies.iter().map(CopySlot::ready).collect();
+        assert_eq!(ready, copies.iter().cloned().map(Some).collect::<Vec<_>>());
         drop((again, staged, stager));
 
-        // The next run, even one that would make no copy, finds it ready at once.
-        settings.xz_copies = XzCopies::Off;
+        // The next run, even one that would make no copy, finds them ready at once.
+        settings.copies = CopyMaking::Off;
         let next = Stager::open(settings).unwrap();
-        assert_eq!(next.for_node(Arch::Amd64).unwrap().xz.ready(), Some(copy));
+        let ready: Vec<Option<PackedCopy>> = next
+            .for_node(Arch::Amd64)
+            .unwrap()
+            .copies
+            .iter()
+            .map(CopySlot::ready)
+            .collect();
+        assert_eq!(ready, copies.into_iter().map(Some).collect::<Vec<_>>());
     }
 
     #[test]

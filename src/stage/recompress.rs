@@ -1,21 +1,27 @@
-//! The xz copy of a staged binary: made once per binary (named by its sha256, beside the
-//! verified release in `BASE/bin/<arch>/`) and sent instead of the gzip tarball to nodes
-//! that have `xz`. A Go binary such as keadm packs to about 0.2x with xz where the release's
-//! gzip tarball is about 0.3x: on a slow link that is a third less time per node.
+//! The packed copies of a staged binary: a zstd copy and an xz copy, each made once per
+//! binary (named by its sha256, beside the verified release in `BASE/bin/<arch>/`) and
+//! sent instead of the gzip tarball to nodes that can unpack it, zstd first. A Go binary
+//! such as keadm packs to about 0.2x with either, where the release's gzip tarball is
+//! about 0.3x: on a slow link that is a third less time per node. The two differ in what
+//! the node pays to unpack: xz costs a small edge CPU about 1.6 CPU-s for an 83 MB keadm,
+//! which on a small ARM board is slower than a 20 Mbit/s link brings the bytes, where zstd
+//! costs a sixth of that for a copy about a tenth larger (docs/decisions.md has the
+//! figures). So a node with `zstd` gets the zstd copy, one with only `xz` the xz copy.
 //!
-//! Making it takes about 35 s of two cores for an 83 MB keadm, longer than a run of tens of
-//! nodes takes to send them the release tarball, so nothing waits for it. Staging starts it
-//! and hands out the binary at once; an upload that starts before the copy is whole sends
-//! the next form (the release tarball), one that starts after sends the copy. The run does
-//! not wait for it at its end either: a run makes it in a process of its own
-//! ([`XzCopies::Process`]), which goes on when the run ends first, so the copy still lands
-//! for the next run. It is written to a temporary that stays locked while it is written (a
-//! run that starts meanwhile neither removes it nor starts a second copy), checked against
-//! the sha256 it is to be named by, and renamed into place: the final name only ever holds
-//! a whole copy, and a copy that fails is simply not there.
+//! Making a copy takes tens of seconds of the control host's cores, longer than a run of
+//! tens of nodes takes to send them the release tarball, so nothing waits for it. Staging
+//! starts both and hands out the binary at once; an upload that starts before a copy is
+//! whole sends the next form the node can unpack (the other copy, else the release
+//! tarball), one that starts after sends the copy. The run does not wait for them at its
+//! end either: a run makes each in a process of its own ([`CopyMaking::Process`]), which
+//! goes on when the run ends first, so the copy still lands for the next run. It is written
+//! to a temporary that stays locked while it is written (a run that starts meanwhile
+//! neither removes it nor starts a second copy), checked against the sha256 it is to be
+//! named by, and renamed into place: the final name only ever holds a whole copy, and a
+//! copy that fails is simply not there.
 //!
-//! liblzma is built from its bundled C source and linked statically (the `static`
-//! feature), so the binary needs no liblzma on the control host.
+//! liblzma and libzstd are built from their bundled C sources and linked statically, so
+//! the binary needs neither on the control host.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
@@ -29,6 +35,7 @@ use std::time::Instant;
 use liblzma::stream::{Check, Filters, LzmaOptions, MtStreamBuilder};
 use liblzma::write::XzEncoder;
 use sha2::{Digest, Sha256};
+use tempfile::NamedTempFile;
 
 use super::StageError;
 use super::temporary::{self, Temporary};
@@ -43,40 +50,111 @@ const PRESET: u32 = 6;
 /// pack x86 code to 0.193x: BusyBox's xz cannot unpack it.
 const DICT_SIZE: u32 = 16 << 20;
 
-/// Threads for the copy: liblzma's blocks are 3 dictionaries (48 MiB), so a binary of
+/// zstd's level 19, the highest before `--ultra`'s, whose memory a node would pay for:
+/// the copy is made once per binary, so its making may be slow; only unpacking it is
+/// paid on every node, and zstd unpacks at about the same speed whatever the level.
+const ZSTD_LEVEL: i32 = 19;
+
+/// A 2^24-byte (16 MiB) window with long-distance matching: the node needs about as
+/// much memory to unpack as for the xz copy (17 MiB), where `--long=27` would ask up to
+/// 128 MiB of small edge nodes (measured in docs/decisions.md). Windows up to 2^27
+/// unpack with a plain `zstd -d`, so the node needs no `--long` flag.
+const ZSTD_WINDOW_LOG: u32 = 24;
+
+/// Threads for a copy: liblzma's blocks are 3 dictionaries (48 MiB), so a binary of
 /// keadm's size has two, and each thread costs about 200 MiB of memory on the control
 /// host; more threads would only cost memory. Fewer would not spare the run's uploads
 /// anything that [`lower_priority`] does not already: both threads yield to them.
 const MAX_THREADS: usize = 2;
 
-/// The nice value the copy runs at: the lowest priority there is.
+/// The nice value a copy is made at: the lowest priority there is.
 const NICE: i32 = 19;
 
-/// What makes keadm-batch the process that makes a copy: `keadm-batch xz-copy BINARY
-/// SHA256`, the staging dir on its standard input. src/cli.rs reads it before clap, so it
-/// is in no help, man page or completion.
-pub const XZ_COPY_COMMAND: &str = "xz-copy";
+/// What makes keadm-batch the process that makes a copy: `keadm-batch pack-copy FORMAT
+/// BINARY SHA256`, the staging dir on its standard input. src/cli.rs reads it before clap,
+/// so it is in no help, man page or completion.
+pub const PACK_COMMAND: &str = "pack-copy";
 
 /// Recompress only a binary that gzip already shrinks to this share of its size: an
 /// incompressible one would cost CPU here and on every node for nothing.
 pub(crate) const WORTH_IT_BELOW: f64 = 0.8;
 
-/// A binary's xz copy in the staging dir.
+/// What a packed copy is packed with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CopyFormat {
+    /// zstd, level 19, long-distance matching in a 16 MiB window: about a tenth larger
+    /// than the xz copy and a sixth of its CPU to unpack.
+    Zstd,
+    /// xz, preset 6 with a 16 MiB dictionary: the smallest, for nodes without `zstd`.
+    Xz,
+}
+
+impl CopyFormat {
+    /// Every format, the one a node that can unpack both gets first: zstd, since a node's
+    /// CPU (a small board's share, or a host's cores shared by the nodes unpacking on it)
+    /// sets the pace before the link does (bench/README.md).
+    pub const PREFERRED: [CopyFormat; 2] = [CopyFormat::Zstd, CopyFormat::Xz];
+
+    /// Its name: the node's tool that unpacks it, and [`PACK_COMMAND`]'s FORMAT.
+    pub fn name(self) -> &'static str {
+        match self {
+            CopyFormat::Zstd => "zstd",
+            CopyFormat::Xz => "xz",
+        }
+    }
+
+    /// The format called `name` ([`CopyFormat::name`]).
+    pub fn named(name: &str) -> Option<CopyFormat> {
+        CopyFormat::PREFERRED.into_iter().find(|f| f.name() == name)
+    }
+
+    /// The command that unpacks a copy from its stdin to its stdout on the node (without
+    /// messages: zstd's progress would end in the transcript).
+    pub fn unpack_command(self) -> &'static str {
+        match self {
+            CopyFormat::Zstd => "zstd -dcq",
+            CopyFormat::Xz => "xz -dc",
+        }
+    }
+
+    fn extension(self) -> &'static str {
+        match self {
+            CopyFormat::Zstd => "zst",
+            CopyFormat::Xz => "xz",
+        }
+    }
+
+    fn temporary(self) -> Temporary {
+        match self {
+            CopyFormat::Zstd => Temporary::Zstd,
+            CopyFormat::Xz => Temporary::Xz,
+        }
+    }
+}
+
+impl std::fmt::Display for CopyFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A binary's packed copy in the staging dir.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct XzCopy {
+pub struct PackedCopy {
+    pub format: CopyFormat,
     pub path: PathBuf,
     pub size: u64,
 }
 
-/// How a binary's xz copy is made when no earlier run made it.
+/// How a binary's packed copies are made when no earlier run made them.
 #[derive(Clone, Debug, Default)]
-pub enum XzCopies {
+pub enum CopyMaking {
     /// Not at all: nodes get the release tarball. For staging that sends nothing to a node
     /// (the dry run's check in a scratch directory, `batch bundle`).
     #[default]
     Off,
-    /// By a process of its own ([`XZ_COPY_COMMAND`] of this executable, at the lowest CPU
-    /// priority), which the run never waits for: it goes on after the run when the run
+    /// Each by a process of its own ([`PACK_COMMAND`] of this executable, at the lowest
+    /// CPU priority), which the run never waits for: it goes on after the run when the run
     /// ends first, and a Ctrl-C in the terminal stops it with the run. What a run uses.
     Process,
     /// By a thread of this process, at the lowest CPU priority, once the gate opens; it
@@ -117,19 +195,20 @@ impl Gate {
     }
 }
 
-/// `keadm-<sha256>.xz`: the binary's digest names its copy, so a copy never outlives the
-/// binary it was made from, and two versions never share one.
-pub(crate) fn copy_name(binary_sha256: &str) -> String {
-    format!("keadm-{binary_sha256}.xz")
+/// `keadm-<sha256>.zst` or `.xz`: the binary's digest names its copy, so a copy never
+/// outlives the binary it was made from, and two versions never share one.
+pub(crate) fn copy_name(format: CopyFormat, binary_sha256: &str) -> String {
+    format!("keadm-{binary_sha256}.{}", format.extension())
 }
 
-/// A staged binary's xz copy: whole, being made, or none to be had (an incompressible
-/// binary, [`XzCopies::Off`], a copy that failed). Clones share one state, and asking
-/// never waits.
+/// A staged binary's copy in one format: whole, being made, or none to be had (an
+/// incompressible binary, [`CopyMaking::Off`], a copy that failed). Clones share one
+/// state, and asking never waits.
 #[derive(Clone)]
-pub struct XzSlot(Arc<Slot>);
+pub struct CopySlot(Arc<Slot>);
 
 struct Slot {
+    format: CopyFormat,
     /// Where the whole copy is, or will be.
     path: PathBuf,
     /// The binary it is made of, for messages.
@@ -138,7 +217,7 @@ struct Slot {
 }
 
 enum State {
-    Ready(XzCopy),
+    Ready(PackedCopy),
     Making(Maker),
     None,
 }
@@ -153,37 +232,34 @@ enum Maker {
     Elsewhere,
 }
 
-impl XzSlot {
-    /// No copy, and none coming.
-    pub fn none() -> XzSlot {
-        XzSlot(Arc::new(Slot {
-            path: PathBuf::new(),
-            binary: PathBuf::new(),
-            state: Mutex::new(State::None),
-        }))
-    }
-
-    /// The xz copy of `binary` in `dir`: the one an earlier run made, else one made `how`,
-    /// started now (or already being made by an earlier run's process). A copy that cannot
-    /// be started only costs bytes on the wire (nodes get the tarball), so it is a
+impl CopySlot {
+    /// The `format` copy of `binary` in `dir`: the one an earlier run made, else one made
+    /// `how`, started now (or already being made by an earlier run's process). A copy that
+    /// cannot be started only costs bytes on the wire (nodes get another form), so it is a
     /// warning, not an error.
-    pub(crate) fn start(dir: &Path, binary: &Path, binary_sha256: &str, how: &XzCopies) -> XzSlot {
-        let path = dir.join(copy_name(binary_sha256));
-        let state = if let Some(copy) = whole_copy(&path) {
+    pub(crate) fn start(
+        format: CopyFormat,
+        dir: &Path,
+        binary: &Path,
+        binary_sha256: &str,
+        how: &CopyMaking,
+    ) -> CopySlot {
+        let path = dir.join(copy_name(format, binary_sha256));
+        let state = if let Some(copy) = whole_copy(format, &path) {
             State::Ready(copy)
-        } else if being_made_elsewhere(dir, binary_sha256) {
+        } else if being_made_elsewhere(format, dir, binary_sha256) {
             log::info!(
-                "the xz copy of {} is being made by an earlier run's process",
+                "the {format} copy of {} is being made by an earlier run's process",
                 binary.display()
             );
             State::Making(Maker::Elsewhere)
         } else {
-            match begin(dir, binary, binary_sha256, how) {
+            match begin(format, dir, binary, binary_sha256, how) {
                 Ok(Some(maker)) => State::Making(maker),
                 Ok(None) => State::None,
                 Err(e) => {
                     log::warn!(
-                        "Could not start making the xz copy of {} in {}: {e}. Nodes get the release tarball instead.",
+                        "Could not start making the {format} copy of {} in {}: {e}. Nodes get another form instead.",
                         binary.display(),
                         dir.display()
                     );
@@ -191,15 +267,21 @@ impl XzSlot {
                 }
             }
         };
-        XzSlot(Arc::new(Slot {
+        CopySlot(Arc::new(Slot {
+            format,
             path,
             binary: binary.to_path_buf(),
             state: Mutex::new(state),
         }))
     }
 
+    /// What the copy is packed with.
+    pub fn format(&self) -> CopyFormat {
+        self.0.format
+    }
+
     /// The copy, when it is whole now.
-    pub fn ready(&self) -> Option<XzCopy> {
+    pub fn ready(&self) -> Option<PackedCopy> {
         match &*self.refreshed() {
             State::Ready(copy) => Some(copy.clone()),
             _ => None,
@@ -227,14 +309,15 @@ impl XzSlot {
         let State::Making(maker) = &mut *state else {
             return state;
         };
-        if let Some(copy) = whole_copy(&slot.path) {
+        let format = slot.format;
+        if let Some(copy) = whole_copy(format, &slot.path) {
             if let Maker::Process(child) = maker {
                 // Reaped if it has ended, so it does not linger as a zombie until the run
                 // ends (one still ending after its rename does, harmlessly).
                 let _ = child.try_wait();
             }
             log::info!(
-                "the xz copy of {} is ready ({} bytes); uploads that start from now send it",
+                "the {format} copy of {} is ready ({} bytes); uploads that start from now send it to nodes with {format}",
                 slot.binary.display(),
                 copy.size
             );
@@ -260,14 +343,14 @@ impl XzSlot {
                         .collect();
                     if said.is_empty() {
                         format!(
-                            "Could not make the xz copy of {binary}: its process ended with {status}."
+                            "Could not make the {format} copy of {binary}: its process ended with {status}."
                         )
                     } else {
                         said.join(" ")
                     }
                 }
                 Err(e) => format!(
-                    "Could not make the xz copy of {binary}: its process could not be waited for ({e})."
+                    "Could not make the {format} copy of {binary}: its process could not be waited for ({e})."
                 ),
             },
             Maker::Thread(handle) => {
@@ -283,14 +366,14 @@ impl XzSlot {
                     Ok(Err(why)) => why,
                     Ok(Ok(_)) | Err(_) => "its thread ended without one".to_string(),
                 };
-                format!("Could not make the xz copy of {binary}: {why}.")
+                format!("Could not make the {format} copy of {binary}: {why}.")
             }
         };
         // It may have landed between the look above and the maker's end.
-        *state = match whole_copy(&slot.path) {
+        *state = match whole_copy(format, &slot.path) {
             Some(copy) => State::Ready(copy),
             None => {
-                log::warn!("{failure} Nodes get the release tarball instead.");
+                log::warn!("{failure} Nodes get another form instead.");
                 State::None
             }
         };
@@ -299,12 +382,13 @@ impl XzSlot {
 
     /// Waits until the copy is whole or has failed (tests).
     #[cfg(test)]
-    pub(crate) fn wait(&self) -> Option<XzCopy> {
+    pub(crate) fn wait(&self) -> Option<PackedCopy> {
         let start = Instant::now();
         while self.being_made() {
             assert!(
                 start.elapsed() < std::time::Duration::from_secs(60),
-                "the xz copy took over 60 s"
+                "the {} copy took over 60 s",
+                self.0.format
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
@@ -312,14 +396,15 @@ impl XzSlot {
     }
 }
 
-impl std::fmt::Debug for XzSlot {
+impl std::fmt::Debug for CopySlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &*self.0.state.lock().unwrap_or_else(|e| e.into_inner()) {
             State::Ready(_) => "ready",
             State::Making(_) => "being made",
             State::None => "none",
         };
-        f.debug_struct("XzSlot")
+        f.debug_struct("CopySlot")
+            .field("format", &self.0.format)
             .field("path", &self.0.path)
             .field("state", &state)
             .finish()
@@ -327,27 +412,28 @@ impl std::fmt::Debug for XzSlot {
 }
 
 /// Two slots are the same copy when they name the same file.
-impl PartialEq for XzSlot {
-    fn eq(&self, other: &XzSlot) -> bool {
+impl PartialEq for CopySlot {
+    fn eq(&self, other: &CopySlot) -> bool {
         Arc::ptr_eq(&self.0, &other.0) || self.0.path == other.0.path
     }
 }
 
-impl Eq for XzSlot {}
+impl Eq for CopySlot {}
 
 /// The copy at `path`, if it is there: only a whole copy is ever renamed to that name.
-fn whole_copy(path: &Path) -> Option<XzCopy> {
+fn whole_copy(format: CopyFormat, path: &Path) -> Option<PackedCopy> {
     let meta = fs::metadata(path).ok()?;
-    (meta.is_file() && meta.len() > 0).then(|| XzCopy {
+    (meta.is_file() && meta.len() > 0).then(|| PackedCopy {
+        format,
         size: meta.len(),
         path: path.to_path_buf(),
     })
 }
 
-/// Whether a process is making the copy of the binary with `binary_sha256` in `dir` (an
-/// earlier run's, which outlived it): its temporary is there and locked.
-fn being_made_elsewhere(dir: &Path, binary_sha256: &str) -> bool {
-    let prefix = Temporary::Xz.tagged_prefix(binary_sha256);
+/// Whether a process is making the `format` copy of the binary with `binary_sha256` in
+/// `dir` (an earlier run's, which outlived it): its temporary is there and locked.
+fn being_made_elsewhere(format: CopyFormat, dir: &Path, binary_sha256: &str) -> bool {
+    let prefix = format.temporary().tagged_prefix(binary_sha256);
     let Ok(entries) = fs::read_dir(dir) else {
         return false;
     };
@@ -358,17 +444,18 @@ fn being_made_elsewhere(dir: &Path, binary_sha256: &str) -> bool {
 
 /// Starts making the copy `how`; `None` when it is not to be made.
 fn begin(
+    format: CopyFormat,
     dir: &Path,
     binary: &Path,
     binary_sha256: &str,
-    how: &XzCopies,
+    how: &CopyMaking,
 ) -> io::Result<Option<Maker>> {
     match how {
-        XzCopies::Off => Ok(None),
-        XzCopies::Process => {
-            spawn_process(dir, binary, binary_sha256).map(|c| Some(Maker::Process(c)))
+        CopyMaking::Off => Ok(None),
+        CopyMaking::Process => {
+            spawn_process(format, dir, binary, binary_sha256).map(|c| Some(Maker::Process(c)))
         }
-        XzCopies::Thread(gate) => {
+        CopyMaking::Thread(gate) => {
             let (dir, binary, sha256, gate) = (
                 dir.to_path_buf(),
                 binary.to_path_buf(),
@@ -376,23 +463,28 @@ fn begin(
                 gate.clone(),
             );
             let handle = std::thread::Builder::new()
-                .name("xz-copy".into())
+                .name(format!("{format}-copy"))
                 .spawn(move || {
                     gate.pass();
                     lower_priority();
-                    make(&dir, &binary, &sha256).map_err(|e| e.to_string())
+                    make(format, &dir, &binary, &sha256).map_err(|e| e.to_string())
                 })?;
             Ok(Some(Maker::Thread(handle)))
         }
     }
 }
 
-/// Starts `keadm-batch xz-copy` (this executable, through /proc/self/exe, so a binary
+/// Starts `keadm-batch pack-copy FORMAT` (this executable, through /proc/self/exe, so a binary
 /// replaced or removed since this run started still runs as itself) with `dir` on its
 /// standard input: `dir` may be reachable only through a descriptor of this process
 /// (`/proc/self/fd/N`, see `dirs`), which the child then has as its own fd 0. Its
 /// messages come back through a pipe, read when it has ended.
-fn spawn_process(dir: &Path, binary: &Path, binary_sha256: &str) -> io::Result<Child> {
+fn spawn_process(
+    format: CopyFormat,
+    dir: &Path,
+    binary: &Path,
+    binary_sha256: &str,
+) -> io::Result<Child> {
     let inside = binary.strip_prefix(dir).map_err(|_| {
         io::Error::other(format!(
             "the binary {} is not in {}",
@@ -403,7 +495,8 @@ fn spawn_process(dir: &Path, binary: &Path, binary_sha256: &str) -> io::Result<C
     let dir = File::open(dir)?;
     Command::new("/proc/self/exe")
         .arg0("keadm-batch")
-        .arg(XZ_COPY_COMMAND)
+        .arg(PACK_COMMAND)
+        .arg(format.name())
         .arg(inside)
         .arg(binary_sha256)
         .stdin(Stdio::from(dir))
@@ -412,27 +505,33 @@ fn spawn_process(dir: &Path, binary: &Path, binary_sha256: &str) -> io::Result<C
         .spawn()
 }
 
-/// `keadm-batch xz-copy BINARY SHA256`, the process [`XzCopies::Process`] starts: makes
-/// the xz copy of BINARY (a path inside the directory on its standard input) there.
-pub fn make_xz_copy_here(binary: &Path, binary_sha256: &str) -> Result<(), StageError> {
+/// `keadm-batch pack-copy FORMAT BINARY SHA256`, the process [`CopyMaking::Process`]
+/// starts: makes the `format` copy of BINARY (a path inside the directory on its standard
+/// input) there.
+pub fn make_copy_here(
+    format: CopyFormat,
+    binary: &Path,
+    binary_sha256: &str,
+) -> Result<(), StageError> {
     let dir = Path::new("/proc/self/fd/0");
-    let failed = |error: String| StageError::XzCopy {
+    let failed = |error: String| StageError::PackedCopy {
+        format,
         binary: binary.to_path_buf(),
         error,
     };
     if !dir.is_dir() {
         return Err(failed(format!(
-            "its standard input is not the staging directory (`keadm-batch {XZ_COPY_COMMAND}` is started by a run, not by hand)"
+            "its standard input is not the staging directory (`keadm-batch {PACK_COMMAND}` is started by a run, not by hand)"
         )));
     }
     lower_priority();
     let dir = fs::read_link(dir).unwrap_or_else(|_| dir.to_path_buf());
-    make(&dir, &dir.join(binary), binary_sha256)
+    make(format, &dir, &dir.join(binary), binary_sha256)
         .map(|_| ())
         .map_err(|e| failed(format!("{e} (in {})", dir.display())))
 }
 
-/// Lowers the calling thread's CPU priority to the lowest there is. The copy only helps
+/// Lowers the calling thread's CPU priority to the lowest there is. A copy only helps
 /// uploads that start later, and later runs; the uploads under way (SSH's encryption
 /// here, and on a host that is also a node, the nodes' unpacking) need the cores now,
 /// and on two cores a copy at normal priority takes one of them from the run for about
@@ -442,19 +541,59 @@ pub fn make_xz_copy_here(binary: &Path, binary_sha256: &str) -> Result<(), Stage
 /// privilege; should it fail all the same, the copy is still worth making.
 fn lower_priority() {
     if let Err(e) = rustix::process::setpriority_process(None, NICE) {
-        log::debug!("could not lower the xz copy's CPU priority: {e}");
+        log::debug!("could not lower the copy's CPU priority: {e}");
     }
 }
 
-/// Compresses `binary` on up to [`MAX_THREADS`] cores into a locked temporary in `dir`,
-/// hashing it on the way, and renames it to its name in `dir` once the binary proves to
-/// have the sha256 it is named by. Returns its size.
-/// CRC32 as the stream's check: every xz decoder has it (BusyBox's may lack CRC64), and
-/// the node checks the binary's sha256 anyway.
-fn make(dir: &Path, binary: &Path, binary_sha256: &str) -> io::Result<u64> {
+/// Packs `binary` as `format` on up to [`MAX_THREADS`] cores into a locked temporary in
+/// `dir`, hashing it on the way, and renames it to its name in `dir` once the binary
+/// proves to have the sha256 it is named by. Returns its size.
+fn make(format: CopyFormat, dir: &Path, binary: &Path, binary_sha256: &str) -> io::Result<u64> {
     let start = Instant::now();
-    let path = dir.join(copy_name(binary_sha256));
+    let path = dir.join(copy_name(format, binary_sha256));
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
+    let tmp = format
+        .temporary()
+        .tagged_file_in(dir, binary_sha256, 0o600)?;
+    temporary::hold(tmp.as_file())?;
+    let file = File::open(binary)?;
+    let binary_size = file.metadata()?.len();
+    let mut input = Hashing {
+        inner: file,
+        hasher: Sha256::new(),
+    };
+    let out = BufWriter::new(tmp);
+    let mut tmp = match format {
+        CopyFormat::Xz => pack_xz(&mut input, out, threads)?,
+        CopyFormat::Zstd => pack_zstd(&mut input, out, threads, binary_size)?,
+    };
+    let digest = hex::encode(input.hasher.finalize());
+    if digest != binary_sha256 {
+        return Err(io::Error::other(format!(
+            "the binary {} has sha256 {digest}, not the {binary_sha256} it was staged with, so it changed and no copy was kept",
+            binary.display()
+        )));
+    }
+    tmp.flush()?;
+    tmp.as_file().sync_all()?;
+    let size = tmp.as_file().metadata()?.len();
+    tmp.persist(&path).map_err(|e| e.error)?;
+    super::sync_dir(dir);
+    log::info!(
+        "made the {format} copy of {} ({size} bytes) in {:.1}s",
+        binary.display(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(size)
+}
+
+/// The xz stream of `input`. CRC32 as the stream's check: every xz decoder has it
+/// (BusyBox's may lack CRC64), and the node checks the binary's sha256 anyway.
+fn pack_xz(
+    input: &mut impl Read,
+    out: BufWriter<NamedTempFile>,
+    threads: usize,
+) -> io::Result<NamedTempFile> {
     let mut lzma2 = LzmaOptions::new_preset(PRESET).map_err(io::Error::other)?;
     lzma2.dict_size(DICT_SIZE);
     let mut filters = Filters::new();
@@ -465,33 +604,45 @@ fn make(dir: &Path, binary: &Path, binary_sha256: &str) -> io::Result<u64> {
         .check(Check::Crc32)
         .encoder()
         .map_err(io::Error::other)?;
-    let tmp = Temporary::Xz.tagged_file_in(dir, binary_sha256, 0o600)?;
-    temporary::hold(tmp.as_file())?;
-    let mut encoder = XzEncoder::new_stream(BufWriter::new(tmp), stream);
-    let mut input = Hashing {
-        inner: File::open(binary)?,
-        hasher: Sha256::new(),
-    };
-    io::copy(&mut input, &mut encoder)?;
-    let digest = hex::encode(input.hasher.finalize());
-    if digest != binary_sha256 {
-        return Err(io::Error::other(format!(
-            "the binary {} has sha256 {digest}, not the {binary_sha256} it was staged with, so it changed and no copy was kept",
-            binary.display()
-        )));
-    }
-    let mut tmp = encoder.finish()?.into_inner().map_err(|e| e.into_error())?;
-    tmp.flush()?;
-    tmp.as_file().sync_all()?;
-    let size = tmp.as_file().metadata()?.len();
-    tmp.persist(&path).map_err(|e| e.error)?;
-    super::sync_dir(dir);
-    log::info!(
-        "made the xz copy of {} ({size} bytes) in {:.1}s",
-        binary.display(),
-        start.elapsed().as_secs_f64()
-    );
-    Ok(size)
+    let mut encoder = XzEncoder::new_stream(out, stream);
+    io::copy(input, &mut encoder)?;
+    encoder.finish()?.into_inner().map_err(|e| e.into_error())
+}
+
+/// The zstd frame of `input`, `size` bytes. The frame records the size (so the node's
+/// zstd sizes its buffers to it) and carries no checksum of its own: the node checks the
+/// binary's sha256.
+fn pack_zstd(
+    input: &mut impl Read,
+    out: BufWriter<NamedTempFile>,
+    threads: usize,
+    size: u64,
+) -> io::Result<NamedTempFile> {
+    let mut encoder = zstd::stream::write::Encoder::new(out, ZSTD_LEVEL)?;
+    encoder.set_pledged_src_size(Some(size))?;
+    encoder.include_contentsize(true)?;
+    encoder.include_checksum(false)?;
+    encoder.window_log(ZSTD_WINDOW_LOG)?;
+    encoder.long_distance_matching(true)?;
+    encoder.multithread(threads as u32)?;
+    io::copy(input, &mut encoder)?;
+    encoder.finish()?.into_inner().map_err(|e| e.into_error())
+}
+
+/// A locked temporary for the `format` copy of the binary with `binary_sha256` in `dir`,
+/// as another process's copy still being made looks, while the returned file lives.
+#[cfg(test)]
+pub(crate) fn pretend_being_made(
+    format: CopyFormat,
+    dir: &Path,
+    binary_sha256: &str,
+) -> NamedTempFile {
+    let busy = format
+        .temporary()
+        .tagged_file_in(dir, binary_sha256, 0o600)
+        .unwrap();
+    temporary::hold(busy.as_file()).unwrap();
+    busy
 }
 
 /// Hashes what is read through it.
@@ -520,34 +671,72 @@ mod tests {
         (binary, sha256)
     }
 
+    /// What `path` unpacks to, as a node with the memory the format's window asks for
+    /// unpacks it (zstd: a decoder that refuses a larger window).
+    fn unpacked(format: CopyFormat, path: &Path) -> Vec<u8> {
+        let mut unpacked = Vec::new();
+        let file = File::open(path).unwrap();
+        match format {
+            CopyFormat::Xz => liblzma::read::XzDecoder::new(file)
+                .read_to_end(&mut unpacked)
+                .unwrap(),
+            CopyFormat::Zstd => {
+                let mut decoder = zstd::stream::read::Decoder::new(file).unwrap();
+                decoder.window_log_max(ZSTD_WINDOW_LOG).unwrap();
+                decoder.read_to_end(&mut unpacked).unwrap()
+            }
+        };
+        unpacked
+    }
+
     #[test]
-    fn the_copy_unpacks_to_the_binary_and_is_reused_by_name() {
+    fn each_copy_unpacks_to_the_binary_and_is_reused_by_name() {
+        for (format, extension) in [(CopyFormat::Zstd, "zst"), (CopyFormat::Xz, "xz")] {
+            let dir = tempfile::tempdir().unwrap();
+            let content: Vec<u8> = (0..200_000u32)
+                .flat_map(|i| (i % 251).to_le_bytes())
+                .collect();
+            let (binary, sha256) = binary_in(dir.path(), &content);
+            let how = CopyMaking::Thread(Gate::opened());
+            let copy = CopySlot::start(format, dir.path(), &binary, &sha256, &how)
+                .wait()
+                .unwrap();
+            let name = format!("keadm-{sha256}.{extension}");
+            assert_eq!(copy.path, dir.path().join(&name));
+            assert_eq!(copy.format, format);
+            assert!(copy.size < content.len() as u64 / 4, "{copy:?}");
+            assert!(unpacked(format, &copy.path) == content, "{format}");
+            // No temporary is left behind.
+            assert_eq!(names(dir.path()), ["keadm".into(), name]);
+            // A second staging finds it by the digest and makes none, even where none
+            // would be made.
+            fs::write(&copy.path, b"cached").unwrap();
+            let again = CopySlot::start(format, dir.path(), &binary, &sha256, &CopyMaking::Off);
+            assert_eq!(again.ready().unwrap().size, 6);
+        }
+    }
+
+    /// The zstd frame says how large the binary is and asks for no larger window than
+    /// [`ZSTD_WINDOW_LOG`], however large the binary: a small node's memory is the limit.
+    #[test]
+    fn the_zstd_copy_records_its_size_and_keeps_to_its_window() {
         let dir = tempfile::tempdir().unwrap();
-        let content: Vec<u8> = (0..200_000u32)
-            .flat_map(|i| (i % 251).to_le_bytes())
+        // Larger than the window, and repeating beyond it, so long matches would pay.
+        let block: Vec<u8> = (0..(1u32 << 20))
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();
+        let content: Vec<u8> = block.iter().cycle().take(20 << 20).copied().collect();
         let (binary, sha256) = binary_in(dir.path(), &content);
-        let how = XzCopies::Thread(Gate::opened());
-        let copy = XzSlot::start(dir.path(), &binary, &sha256, &how)
+        let how = CopyMaking::Thread(Gate::opened());
+        let copy = CopySlot::start(CopyFormat::Zstd, dir.path(), &binary, &sha256, &how)
             .wait()
             .unwrap();
-        assert_eq!(copy.path, dir.path().join(format!("keadm-{sha256}.xz")));
-        assert!(copy.size < content.len() as u64 / 4, "{copy:?}");
-        let mut unpacked = Vec::new();
-        liblzma::read::XzDecoder::new(File::open(&copy.path).unwrap())
-            .read_to_end(&mut unpacked)
-            .unwrap();
-        assert_eq!(unpacked, content);
-        // No temporary is left behind.
+        let packed = fs::read(&copy.path).unwrap();
         assert_eq!(
-            names(dir.path()),
-            ["keadm".into(), format!("keadm-{sha256}.xz")]
+            zstd::zstd_safe::get_frame_content_size(&packed).ok(),
+            Some(Some(content.len() as u64))
         );
-        // A second staging finds it by the digest and makes none, even where none would be
-        // made.
-        fs::write(&copy.path, b"cached").unwrap();
-        let again = XzSlot::start(dir.path(), &binary, &sha256, &XzCopies::Off);
-        assert_eq!(again.ready().unwrap().size, 6);
+        assert!(unpacked(CopyFormat::Zstd, &copy.path) == content);
     }
 
     #[test]
@@ -555,10 +744,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (binary, sha256) = binary_in(dir.path(), b"#!/bin/sh\n");
         let missing = dir.path().join("missing");
-        let how = XzCopies::Thread(Gate::opened());
-        let slot = XzSlot::start(&missing, &binary, &sha256, &how);
-        assert_eq!(slot.wait(), None);
-        assert!(!slot.being_made());
+        let how = CopyMaking::Thread(Gate::opened());
+        for format in CopyFormat::PREFERRED {
+            let slot = CopySlot::start(format, &missing, &binary, &sha256, &how);
+            assert_eq!(slot.wait(), None);
+            assert!(!slot.being_made());
+        }
     }
 
     /// The copy is named by the sha256 staging verified: a binary that no longer has it
@@ -568,23 +759,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (binary, _) = binary_in(dir.path(), b"#!/bin/sh\necho keadm\n");
         let staged = "ab".repeat(32);
-        let how = XzCopies::Thread(Gate::opened());
-        assert_eq!(
-            XzSlot::start(dir.path(), &binary, &staged, &how).wait(),
-            None
-        );
-        assert_eq!(names(dir.path()), ["keadm"]);
+        let how = CopyMaking::Thread(Gate::opened());
+        for format in CopyFormat::PREFERRED {
+            assert_eq!(
+                CopySlot::start(format, dir.path(), &binary, &staged, &how).wait(),
+                None
+            );
+            assert_eq!(names(dir.path()), ["keadm"]);
+        }
     }
 
     #[test]
     fn off_makes_none_and_no_slot_is_ever_ready() {
         let dir = tempfile::tempdir().unwrap();
         let (binary, sha256) = binary_in(dir.path(), b"#!/bin/sh\n");
-        let slot = XzSlot::start(dir.path(), &binary, &sha256, &XzCopies::Off);
-        assert!(!slot.being_made());
-        assert_eq!(slot.ready(), None);
-        assert_eq!(names(dir.path()), ["keadm"]);
-        assert_eq!(XzSlot::none().ready(), None);
+        for format in CopyFormat::PREFERRED {
+            let slot = CopySlot::start(format, dir.path(), &binary, &sha256, &CopyMaking::Off);
+            assert!(!slot.being_made());
+            assert_eq!(slot.ready(), None);
+            assert_eq!(names(dir.path()), ["keadm"]);
+        }
     }
 
     /// A copy an earlier run's process is still making (its temporary is locked) is
@@ -593,28 +787,48 @@ mod tests {
     fn a_copy_another_process_is_making_is_not_made_twice() {
         let dir = tempfile::tempdir().unwrap();
         let (binary, sha256) = binary_in(dir.path(), b"#!/bin/sh\n");
-        let busy = Temporary::Xz
+        let busy = Temporary::Zstd
             .tagged_file_in(dir.path(), &sha256, 0o600)
             .unwrap();
         temporary::hold(busy.as_file()).unwrap();
-        let how = XzCopies::Thread(Gate::opened());
-        let slot = XzSlot::start(dir.path(), &binary, &sha256, &how);
+        let how = CopyMaking::Thread(Gate::closed());
+        let slot = CopySlot::start(CopyFormat::Zstd, dir.path(), &binary, &sha256, &how);
         assert!(slot.being_made());
+        // The other format's copy is its own: an xz copy being made is not this one.
+        let xz = CopySlot::start(
+            CopyFormat::Xz,
+            dir.path(),
+            &binary,
+            &sha256,
+            &CopyMaking::Off,
+        );
+        assert!(!xz.being_made());
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(names(dir.path()).len(), 2, "no second copy was started");
-        fs::write(dir.path().join(copy_name(&sha256)), b"landed").unwrap();
+        fs::write(
+            dir.path().join(copy_name(CopyFormat::Zstd, &sha256)),
+            b"landed",
+        )
+        .unwrap();
         drop(busy);
         assert_eq!(slot.ready().unwrap().size, 6);
     }
 
     #[test]
     fn the_command_line_knows_the_subcommand_by_this_name() {
-        let args = ["keadm-batch", XZ_COPY_COMMAND, "keadm", "ab"].map(Into::into);
-        match crate::cli::parse(args) {
-            Ok(crate::options::Command::XzCopy { binary, sha256 }) => {
-                assert_eq!((binary, sha256), (PathBuf::from("keadm"), "ab".to_string()));
+        for format in CopyFormat::PREFERRED {
+            let args = ["keadm-batch", PACK_COMMAND, format.name(), "keadm", "ab"].map(Into::into);
+            match crate::cli::parse(args) {
+                Ok(crate::options::Command::PackCopy {
+                    format: parsed,
+                    binary,
+                    sha256,
+                }) => {
+                    assert_eq!(parsed, format);
+                    assert_eq!((binary, sha256), (PathBuf::from("keadm"), "ab".to_string()));
+                }
+                other => panic!("{other:?}"),
             }
-            other => panic!("{other:?}"),
         }
     }
 
@@ -624,7 +838,7 @@ mod tests {
         if Path::new("/proc/self/fd/0").is_dir() {
             return;
         }
-        let err = make_xz_copy_here(Path::new("keadm"), "ab")
+        let err = make_copy_here(CopyFormat::Zstd, Path::new("keadm"), "ab")
             .unwrap_err()
             .to_string();
         assert!(err.contains("is started by a run, not by hand"), "{err}");

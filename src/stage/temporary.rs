@@ -3,8 +3,8 @@
 //! exclusively created under a random name (so nothing planted there is followed or
 //! reused), removed when dropped, and renamed into place only once complete. Their names
 //! start with `.<kind>-`: a dot so they never look like a package or a binary, and the
-//! kind so the next run can remove what a crashed one left. The xz copy's temporary is
-//! locked while it is written, since the process writing it may outlive its run (see
+//! kind so the next run can remove what a crashed one left. A packed copy's temporary
+//! (xz or zstd) is locked while it is written, since the process writing it may outlive its run (see
 //! `recompress`): the next run leaves a locked one alone.
 
 use std::fs::{self, File, OpenOptions, Permissions, TryLockError};
@@ -31,16 +31,19 @@ pub(crate) enum Temporary {
     Images,
     /// A binary's xz copy being made (`recompress`), locked by its maker until renamed.
     Xz,
+    /// A binary's zstd copy being made, as [`Temporary::Xz`].
+    Zstd,
 }
 
 impl Temporary {
-    const ALL: [Temporary; 6] = [
+    const ALL: [Temporary; 7] = [
         Temporary::Download,
         Temporary::Unpack,
         Temporary::Old,
         Temporary::Write,
         Temporary::Images,
         Temporary::Xz,
+        Temporary::Zstd,
     ];
 
     /// How names of this kind start.
@@ -52,6 +55,7 @@ impl Temporary {
             Temporary::Write => ".write-",
             Temporary::Images => ".keadm-batch-images-",
             Temporary::Xz => ".xz-",
+            Temporary::Zstd => ".zst-",
         }
     }
 
@@ -105,8 +109,8 @@ pub(crate) fn remove_stale(dir: &Path) {
             continue;
         };
         let path = entry.path();
-        if *kind == Temporary::Xz && in_use(&path) {
-            log::debug!("{} is an xz copy still being made", path.display());
+        if matches!(kind, Temporary::Xz | Temporary::Zstd) && in_use(&path) {
+            log::debug!("{} is a packed copy still being made", path.display());
             continue;
         }
         let removed = match entry.file_type() {
@@ -203,34 +207,38 @@ pub(crate) mod tests {
         assert_eq!(names(tmp.path()), [".other", "bin", "keadm.tar.gz"]);
     }
 
-    /// The process making an xz copy may outlive its run: the next run must not pull the
-    /// file from under it, but removes what a process that died left.
+    /// The process making a packed copy may outlive its run: the next run must not pull
+    /// the file from under it, but removes what a process that died left.
     #[test]
-    fn an_xz_copy_being_made_is_left_alone_and_an_abandoned_one_removed() {
-        let tmp = tempfile::tempdir().unwrap();
-        let busy = Temporary::Xz
-            .tagged_file_in(tmp.path(), "ab12", 0o600)
-            .unwrap();
-        hold(busy.as_file()).unwrap();
-        let busy_name = busy
-            .path()
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
-        assert!(busy_name.starts_with(".xz-ab12-"), "{busy_name}");
-        fs::write(tmp.path().join(".xz-cd34-abandoned"), "x").unwrap();
-        assert!(in_use(busy.path()));
-        assert!(!in_use(&tmp.path().join(".xz-cd34-abandoned")));
-        remove_stale(tmp.path());
-        assert_eq!(names(tmp.path()), [busy_name]);
-        // Once its maker lets go, it is abandoned too.
-        let path = busy.path().to_path_buf();
-        let file = busy.keep().unwrap().0;
-        drop(file);
-        assert!(!in_use(&path));
-        remove_stale(tmp.path());
-        assert!(names(tmp.path()).is_empty());
+    fn a_packed_copy_being_made_is_left_alone_and_an_abandoned_one_removed() {
+        for (kind, prefix) in [(Temporary::Xz, ".xz-"), (Temporary::Zstd, ".zst-")] {
+            let tmp = tempfile::tempdir().unwrap();
+            let busy = kind.tagged_file_in(tmp.path(), "ab12", 0o600).unwrap();
+            hold(busy.as_file()).unwrap();
+            let busy_name = busy
+                .path()
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            assert!(
+                busy_name.starts_with(&format!("{prefix}ab12-")),
+                "{busy_name}"
+            );
+            let abandoned = tmp.path().join(format!("{prefix}cd34-abandoned"));
+            fs::write(&abandoned, "x").unwrap();
+            assert!(in_use(busy.path()));
+            assert!(!in_use(&abandoned));
+            remove_stale(tmp.path());
+            assert_eq!(names(tmp.path()), [busy_name]);
+            // Once its maker lets go, it is abandoned too.
+            let path = busy.path().to_path_buf();
+            let file = busy.keep().unwrap().0;
+            drop(file);
+            assert!(!in_use(&path));
+            remove_stale(tmp.path());
+            assert!(names(tmp.path()).is_empty());
+        }
     }
 
     #[test]

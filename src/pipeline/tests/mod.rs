@@ -27,7 +27,9 @@ use crate::plan::{KeadmSource, NodePlan};
 use crate::redact::Secret;
 use crate::report::RunDir;
 use crate::report::progress::Progress;
-use crate::stage::{Gate, OfflineImages, PackageSource, StageSettings, Stager, XzCopies};
+use crate::stage::{
+    CopyMaking, CopySlot, Gate, OfflineImages, PackageSource, StageSettings, Stager,
+};
 use crate::transport::fake::{Exec, FakeTransport, Reply};
 
 /// The run token, so tests can spell the temporary upload names.
@@ -87,7 +89,8 @@ impl Harness {
     }
 
     /// Stages an amd64 keadm `binary` from an offline package, as a run would before
-    /// its nodes start, and waits for its xz copy (a warm run). Returns the tarball's path.
+    /// its nodes start, and waits for its packed copies (a warm run). Returns the
+    /// tarball's path.
     fn stage(&mut self, binary: &[u8]) -> PathBuf {
         let tarball = self.stage_cold(binary, Gate::opened());
         self.stager
@@ -95,13 +98,21 @@ impl Harness {
             .unwrap()
             .staged(Arch::Amd64)
             .unwrap()
-            .xz
-            .wait();
+            .copies
+            .iter()
+            .for_each(|slot| {
+                CopySlot::wait(slot);
+            });
         tarball
     }
 
-    /// As [`Harness::stage`], on a cold run: the xz copy is made by a thread once `gate`
-    /// opens, and not waited for.
+    /// Where staging keeps the amd64 binary and its copies.
+    fn bin_dir(&self) -> PathBuf {
+        self.dir.path().join("base/bin/amd64")
+    }
+
+    /// As [`Harness::stage`], on a cold run: the packed copies are made by threads once
+    /// `gate` opens, and not waited for.
     fn stage_cold(&mut self, binary: &[u8], gate: Gate) -> PathBuf {
         let version = "v1.0.0";
         let packages = self.dir.path().join("packages");
@@ -110,7 +121,7 @@ impl Harness {
         settings.base_dir = self.dir.path().join("base");
         settings.arch_group = vec![Arch::Amd64];
         settings.allow_unverified = true;
-        settings.xz_copies = XzCopies::Thread(gate);
+        settings.copies = CopyMaking::Thread(gate);
         let stager = Stager::open(settings).unwrap();
         stager.stage_all().unwrap();
         self.stager = Some(stager);

@@ -5,6 +5,7 @@
 use super::*;
 use crate::arch::Arch;
 use crate::outcome::Phase;
+use crate::stage::{CopyFormat, CopySlot};
 
 /// What goes first on stdin under sudo with the login password.
 fn preamble() -> Vec<u8> {
@@ -259,25 +260,136 @@ fn a_node_without_the_tools_gets_the_binary_directly() {
     assert_eq!(h.exec_with(sent::RUN).stdin, Some(binary));
 }
 
-/// The xz copy staging made of the binary: its bytes, after checking they unpack to it.
-fn staged_xz(h: &Harness, binary: &[u8]) -> Vec<u8> {
+/// The `format` copy staging made of the binary: its bytes, after checking they unpack
+/// to it.
+fn staged_copy(h: &Harness, format: CopyFormat, binary: &[u8]) -> Vec<u8> {
     use std::io::Read;
     let staged = h.stager.as_ref().unwrap().staged(Arch::Amd64).unwrap();
     let copy = staged
-        .xz
-        .ready()
-        .expect("a compressible binary gets an xz copy");
+        .copies
+        .iter()
+        .find(|slot| slot.format() == format)
+        .and_then(|slot| slot.ready())
+        .expect("a compressible binary gets a copy in each format");
     let bytes = std::fs::read(&copy.path).unwrap();
     assert_eq!(bytes.len() as u64, copy.size);
     let mut unpacked = Vec::new();
-    liblzma::read::XzDecoder::new(&bytes[..])
-        .read_to_end(&mut unpacked)
-        .unwrap();
+    match format {
+        CopyFormat::Xz => liblzma::read::XzDecoder::new(&bytes[..])
+            .read_to_end(&mut unpacked)
+            .unwrap(),
+        CopyFormat::Zstd => zstd::stream::read::Decoder::new(&bytes[..])
+            .unwrap()
+            .read_to_end(&mut unpacked)
+            .unwrap(),
+    };
     assert_eq!(unpacked, binary);
     bytes
 }
 
+fn staged_xz(h: &Harness, binary: &[u8]) -> Vec<u8> {
+    staged_copy(h, CopyFormat::Xz, binary)
+}
+
+/// A node with every tool but zstd: it gets the xz copy.
 const ALL_TOOLS: &str = "KB_TOOLS sha512sum gzip tar xz sha256sum\n";
+/// A node with zstd too.
+const WITH_ZSTD: &str = "KB_TOOLS sha512sum gzip tar xz zstd sha256sum\n";
+
+/// zstd costs a node a sixth of xz's CPU to unpack: a node with both gets the zstd copy,
+/// checked by the binary's sha256; should it fail to unpack it, the xz copy goes next.
+#[test]
+fn a_node_with_zstd_gets_the_zstd_copy_and_the_xz_copy_when_that_fails() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::PREPARE, prepared(WITH_ZSTD));
+    let mut h = Harness::new(fake);
+    let binary = compressible_binary();
+    let tarball = std::fs::read(h.stage(&binary)).unwrap();
+    let zst = staged_copy(&h, CopyFormat::Zstd, &binary);
+    assert!(
+        zst.len() < tarball.len(),
+        "{} vs {}",
+        zst.len(),
+        tarball.len()
+    );
+    let outcome = h.process(&staged_node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!(outcome.bytes_uploaded, zst.len() as u64);
+    let run = h.exec_with(sent::RUN);
+    assert!(run.same_channel);
+    assert_eq!(run.stdin, Some(zst.clone()));
+    let sha256 = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&binary))
+    };
+    let (receive, _) = run.command.split_once("./keadm").unwrap();
+    assert!(
+        receive.contains("zstd -dcq") && receive.contains(&sha256) && !receive.contains("xz -dc"),
+        "{}",
+        run.command
+    );
+    assert!(transcript(&outcome).contains("sent the zstd copy of the binary"));
+
+    let fake = FakeTransport::new()
+        .once(
+            "KB_ZSTD_FAILED",
+            Reply::exit(201).printing("KB_ZSTD_FAILED\n"),
+        )
+        .on(sent::RUN, Reply::ok())
+        .on(sent::PREPARE, prepared(WITH_ZSTD));
+    let mut h = Harness::new(fake);
+    h.stage(&binary);
+    let xz = staged_xz(&h, &binary);
+    let outcome = h.process(&staged_node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!(outcome.bytes_uploaded, (zst.len() + xz.len()) as u64);
+    let runs = h.fake.execs_with(sent::RUN);
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].stdin, Some(zst));
+    assert_eq!(runs[1].stdin, Some(xz));
+    assert!(runs[1].command.contains("xz -dc |"), "{}", runs[1].command);
+    assert!(transcript(&outcome).contains(
+        "the node could not unpack the zstd copy of the binary in the run's channel, so keadm did not run; sending the xz copy instead"
+    ));
+}
+
+/// A cold run whose xz copy is whole while its zstd copy is still being made: a node with
+/// zstd gets the xz copy at once, and says why.
+#[test]
+fn a_node_with_zstd_gets_the_xz_copy_while_the_zstd_copy_is_being_made() {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok())
+        .on(sent::PREPARE, prepared(WITH_ZSTD));
+    let mut h = Harness::new(fake);
+    let binary = compressible_binary();
+    let sha256 = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&binary))
+    };
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(h.bin_dir())
+        .unwrap();
+    let _busy = crate::stage::pretend_being_made(CopyFormat::Zstd, &h.bin_dir(), &sha256);
+    h.stage_cold(&binary, Gate::opened());
+    let staged = h.stager.as_ref().unwrap().staged(Arch::Amd64).unwrap();
+    assert!(staged.copies[0].being_made(), "{:?}", staged.copies);
+    staged.copies[1].wait();
+    let xz = staged_xz(&h, &binary);
+    let outcome = h.process(&staged_node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!(h.exec_with(sent::RUN).stdin, Some(xz));
+    let text = transcript(&outcome);
+    assert!(
+        text.contains(
+            "the zstd copy of keadm is still being made on this machine, so the node gets the xz copy instead of waiting for it"
+        ),
+        "{text}"
+    );
+}
 
 #[test]
 fn the_xz_copy_goes_first_to_a_node_with_xz_and_is_checked_by_the_binarys_sha256() {
@@ -338,7 +450,7 @@ fn uploads_that_start_before_the_xz_copy_is_done_send_the_tarball_and_later_ones
     let gate = Gate::closed();
     let tarball = std::fs::read(h.stage_cold(&binary, gate.clone())).unwrap();
     let staged = h.stager.as_ref().unwrap().staged(Arch::Amd64).unwrap();
-    assert!(staged.xz.being_made());
+    assert!(staged.copies.iter().all(CopySlot::being_made));
 
     let first = h.process(&staged_node(vec![]));
     assert_eq!(first.phase, Phase::Succeeded, "{:?}", first.error);
@@ -358,7 +470,8 @@ fn uploads_that_start_before_the_xz_copy_is_done_send_the_tarball_and_later_ones
     );
 
     gate.open();
-    let xz = std::fs::read(staged.xz.wait().unwrap().path).unwrap();
+    let copies: Vec<_> = staged.copies.iter().map(CopySlot::wait).collect();
+    let xz = std::fs::read(&copies[1].as_ref().unwrap().path).unwrap();
     let mut later = staged_node(vec![]);
     later.index = 1;
     later.name = "edge-1".into();
