@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the licenses of what a release binary contains, for scripts/release.sh to ship
 next to it: the C libraries that -sys crates compile in (OpenSSL, libssh2, zlib,
-liblzma, mimalloc), whose licenses ask that binary copies carry their notices, and every crate
+liblzma, libzstd, mimalloc), whose licenses ask that binary copies carry their notices, and every crate
 linked into the binary for TARGET with FEATURES (cargo metadata; build-time-only crates
 and proc-macros are left out, since none of their code is in the binary). Identical
 license texts are printed once, with the crates that carry them.
@@ -21,6 +21,7 @@ C_LIBRARIES = {
     "libz-sys": ("zlib", ["src/zlib/LICENSE"]),
     "libmimalloc-sys": ("mimalloc", ["c_src/mimalloc/v2/LICENSE"]),
     "liblzma-sys": ("liblzma (XZ Utils)", ["xz/COPYING", "xz/COPYING.0BSD"]),
+    "zstd-sys": ("libzstd (Zstandard)", ["zstd/LICENSE", "zstd/COPYING"]),
 }
 LICENSE_FILE_PREFIXES = ("license", "licence", "copying", "notice", "unlicense")
 
