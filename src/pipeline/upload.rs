@@ -64,10 +64,10 @@ impl Deferred {
     /// What goes on the run's stdin: the local file and its size.
     pub(super) fn sent(&self) -> (&Path, u64) {
         let upload = &self.upload;
-        match (upload.copies.first(), &upload.tarball) {
-            (Some((copy, _)), _) => (&copy.path, copy.size),
-            (None, Some(tarball)) => (&tarball.path, tarball.size),
-            (None, None) => (&upload.local, upload.size),
+        match upload.form() {
+            Form::Packed(copy, _) => (&copy.path, copy.size),
+            Form::Tarball(tarball) => (&tarball.path, tarball.size),
+            Form::Itself => (&upload.local, upload.size),
         }
     }
 
@@ -75,16 +75,16 @@ impl Deferred {
     /// and the tarball) when it cannot.
     pub(super) fn receive_script(&self, dir: &str) -> String {
         let upload = &self.upload;
-        match (upload.copies.first(), &upload.tarball) {
-            (Some((copy, hasher)), _) => remote::receive_packed_script(
+        match upload.form() {
+            Form::Packed(copy, hasher) => remote::receive_packed_script(
                 dir,
                 &self.tmp,
                 &upload.sha256,
                 upload.size,
-                *hasher,
+                hasher,
                 (copy.format.name(), copy.format.unpack_command()),
             ),
-            (None, Some(tarball)) => remote::receive_tarball_script(
+            Form::Tarball(tarball) => remote::receive_tarball_script(
                 dir,
                 &self.tar_tmp,
                 &self.tmp,
@@ -92,7 +92,7 @@ impl Deferred {
                 &tarball.entry,
                 upload.size,
             ),
-            (None, None) => remote::receive_script(
+            Form::Itself => remote::receive_script(
                 dir,
                 &self.tmp,
                 upload.mode,
@@ -107,26 +107,26 @@ impl Deferred {
     /// the file itself.
     pub(super) fn sent_note(&self) -> Option<String> {
         let upload = &self.upload;
-        match (upload.copies.first(), &upload.tarball) {
-            (Some((copy, _)), _) => Some(format!(
+        match upload.form() {
+            Form::Packed(copy, _) => Some(format!(
                 "sent the {} copy of the binary ({} bytes for a {}-byte binary) in the run's channel; the node checked the binary's sha256 before moving it into place",
                 copy.format, copy.size, upload.size
             )),
-            (None, Some(tarball)) => Some(format!(
+            Form::Tarball(tarball) => Some(format!(
                 "sent the release tarball ({} bytes for a {}-byte binary) in the run's channel; the node checked its sha512 and unpacked {}",
                 tarball.size, upload.size, tarball.entry
             )),
-            (None, None) => None,
+            Form::Itself => None,
         }
     }
 
     /// The smaller form it is sent as, for messages: a packed copy or the release
     /// tarball; none when it is sent as it is.
     pub(super) fn packed_as(&self) -> Option<String> {
-        match (self.upload.copies.first(), &self.upload.tarball) {
-            (Some((copy, _)), _) => Some(format!("the {} copy of the binary", copy.format)),
-            (None, Some(_)) => Some("the release tarball".to_string()),
-            (None, None) => None,
+        match self.upload.form() {
+            Form::Packed(..) => Some(format!("{} of the binary", self.upload.sent_as())),
+            Form::Tarball(_) => Some(self.upload.sent_as()),
+            Form::Itself => None,
         }
     }
 
@@ -144,6 +144,15 @@ impl Deferred {
         let upload = &self.upload;
         (self.tmp.clone(), upload.name.clone(), upload.sha256.clone())
     }
+}
+
+/// The form an upload goes as: its best packed copy that the node can unpack (with what
+/// the node checks the binary in it with), else the release tarball, else the file itself.
+/// [`Upload::next_form`] takes the first away.
+enum Form<'a> {
+    Packed(&'a PackedCopy, Sha256Tool),
+    Tarball(&'a TarballSource),
+    Itself,
 }
 
 /// A file to put on the node, unless it is there already.
@@ -258,12 +267,21 @@ impl Upload {
         ))
     }
 
+    /// The form it goes as now.
+    fn form(&self) -> Form<'_> {
+        match (self.copies.first(), &self.tarball) {
+            (Some((copy, hasher)), _) => Form::Packed(copy, *hasher),
+            (None, Some(tarball)) => Form::Tarball(tarball),
+            (None, None) => Form::Itself,
+        }
+    }
+
     /// For messages: what it goes as.
     pub(super) fn sent_as(&self) -> String {
-        match (self.copies.first(), &self.tarball) {
-            (Some((copy, _)), _) => format!("the {} copy", copy.format),
-            (None, Some(_)) => "the release tarball".to_string(),
-            (None, None) => "the binary".to_string(),
+        match self.form() {
+            Form::Packed(copy, _) => format!("the {} copy", copy.format),
+            Form::Tarball(_) => "the release tarball".to_string(),
+            Form::Itself => "the binary".to_string(),
         }
     }
 
@@ -500,7 +518,7 @@ impl Run<'_, '_> {
                 // behind a long round trip pays for, and a node that serves its site (the
                 // relay) serves what arrives there. Should the node fail to unpack it
                 // there, keadm does not run and the caller sends the next form.
-                if last && (!upload.copies.is_empty() || upload.tarball.is_some()) {
+                if last && !matches!(upload.form(), Form::Itself) {
                     return Ok((moves, Some(run.defer(upload))));
                 }
                 let deadline = Instant::now() + node.deadlines.upload(upload.size);
