@@ -8,10 +8,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
-
 use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fleet::{Fleet, NodeOpt, Tarpit};
+use crate::common::image_archive::sha256_hex;
 use crate::common::scenario::{Scenario, remote_keadm};
 use crate::common::test::Output;
 
@@ -53,10 +52,6 @@ fn every_node_has_one_line(out: &Output, nodes: usize, faulty: Option<usize>) {
     }
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
 /// What the scenario's offline package holds as the amd64 keadm.
 fn staged_keadm(fake: &FakeKeadm) -> String {
     format!("{}# arch=amd64\n", fake.script())
@@ -88,8 +83,7 @@ fn sshd_killed_mid_upload_fails_that_node_only() {
     let fleet = Fleet::builder().nodes(3).start();
     // Uploads stream over exec; without tar on the node the 32 MiB binary goes as it is
     // (not as a small tarball), which leaves a window of a few hundred ms to hit.
-    let hide_tar = fleet.node(1).shell("mount --bind /bin/false /usr/bin/tar");
-    assert!(hide_tar.status.success(), "{hide_tar:?}");
+    fleet.node(1).hide_tool("tar");
     let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().padded_to(32 << 20));
     let running = sc.command(&[]).spawn();
     let upload_dir = fleet.node(1).tmp_path("kubeedge/keadm");

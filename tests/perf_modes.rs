@@ -1,11 +1,13 @@
-//! Bytes on the wire: a keadm package that compresses well travels as the binary's xz copy
-//! (unpacked and checked by sha256 on the node), or as its release tarball (checked by
-//! sha512 and unpacked) to nodes without xz, and nodes that can unpack neither get the
-//! plain binary. Real sshd nodes on loopback.
+//! Bytes on the wire: a keadm package that compresses well travels as the binary's zstd
+//! copy, or its xz copy to nodes without zstd (either unpacked and checked by sha256 on the
+//! node), or as its release tarball (checked by sha512 and unpacked) to nodes with
+//! neither, and nodes that can unpack none of them get the plain binary. Real sshd nodes
+//! on loopback.
 
 use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fake_release::{ChecksumFile, FakeRelease};
 use crate::common::fleet::{Fleet, Node, Sudo, TEST_USER_PASSWORD};
+use crate::common::image_archive::sha256_hex;
 use crate::common::scenario::{Login, Scenario, VERSION, remote_keadm};
 
 /// A fake keadm padded with 2 MiB of repetitive comment lines: it gzips to a few KiB.
@@ -43,14 +45,12 @@ fn node_summary(summary: &serde_json::Value, name: &str) -> serde_json::Value {
 #[test]
 fn a_compressible_package_travels_as_its_tarball_and_nodes_without_tar_get_the_binary() {
     let fleet = Fleet::builder().nodes(2).start();
-    // Neither node has a working `xz`, and node 1's `tar` is a stub that fails too: it
-    // must get the plain binary.
-    for (node, tools) in [(0, "xz"), (1, "xz tar")] {
+    // Neither node has a working `xz` or `zstd` (else a copy made before its upload
+    // starts would go instead), and node 1's `tar` is a stub that fails too: it must get
+    // the plain binary.
+    for (node, tools) in [(0, "xz zstd"), (1, "xz zstd tar")] {
         for tool in tools.split(' ') {
-            let hidden = fleet
-                .node(node)
-                .shell(&format!("mount --bind /bin/false /usr/bin/{tool}"));
-            assert!(hidden.status.success(), "{hidden:?}");
+            fleet.node(node).hide_tool(tool);
         }
     }
     let binary = compressible_keadm();
@@ -125,10 +125,7 @@ fn tarball_mode_works_under_password_sudo() {
 #[test]
 fn a_node_with_zstd_gets_the_zstd_copy_one_with_only_xz_the_xz_copy() {
     let fleet = Fleet::builder().nodes(2).start();
-    let hide_zstd = fleet
-        .node(0)
-        .shell("mount --bind /bin/false \"$(command -v zstd)\"");
-    assert!(hide_zstd.status.success(), "{hide_zstd:?}");
+    fleet.node(0).hide_tool("zstd");
     let binary = compressible_keadm();
     let sc = Scenario::new(&fleet);
     write_package(&sc, &binary);
@@ -145,10 +142,7 @@ fn a_node_with_zstd_gets_the_zstd_copy_one_with_only_xz_the_xz_copy() {
         wait_for_copy(&sc, &binary, "xz"),
         wait_for_copy(&sc, &binary, "zst"),
     ];
-    let sha256 = {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(&binary))
-    };
+    let sha256 = sha256_hex(&binary);
     for i in 0..2 {
         forget_keadm(fleet.node(i));
     }
@@ -212,10 +206,7 @@ fn slow_to_pack_keadm() -> Vec<u8> {
 /// The staged binary's packed copy (`extension`: `xz`, `zst`) in the scenario's staging
 /// dir, once a process of its own has made it (it may outlive the run that started it).
 fn wait_for_copy(sc: &Scenario, binary: &[u8], extension: &str) -> std::path::PathBuf {
-    let sha256 = {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(binary))
-    };
+    let sha256 = sha256_hex(binary);
     let dir = sc.staging_dir().join("bin/amd64");
     let copy = dir.join(format!("keadm-{sha256}.{extension}"));
     let start = std::time::Instant::now();

@@ -457,6 +457,12 @@ impl Node {
         format!("{name} {}\n", key.join(" "))
     }
 
+    /// Makes the node's `tool` a stub that fails (`/bin/false` bound over it, in the
+    /// node's mount namespace only), as on a node whose tool is missing or broken.
+    pub fn hide_tool(&self, tool: &str) {
+        self.shell_ok(&format!("mount --bind /bin/false \"$(command -v {tool})\""));
+    }
+
     /// [`Node::shell`], insisting that `script` worked (the test's own setup of the node).
     pub fn shell_ok(&self, script: &str) {
         let out = self.shell(script);

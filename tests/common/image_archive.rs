@@ -39,7 +39,7 @@ pub fn sha256(bytes: &[u8]) -> String {
 }
 
 /// The hex of [`sha256`], as blob and file names spell it.
-fn sha256_hex(bytes: &[u8]) -> String {
+pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 

@@ -88,10 +88,7 @@ fn the_staged_binary_rides_behind_the_answer() {
 #[test]
 fn a_binary_already_on_the_node_is_not_sent_and_keadm_runs_in_the_same_channel() {
     let binary = b"#!/bin/sh\necho keadm\n".to_vec();
-    let sha256 = {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(&binary))
-    };
+    let sha256 = sha256_hex(&binary);
     // keadm is the first (and only) file the prepare script asks about.
     let fake = FakeTransport::new().on(sent::RUN, Reply::ok()).on(
         sent::PREPARE,

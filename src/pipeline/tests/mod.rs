@@ -211,7 +211,12 @@ fn prepared(extra: &str) -> Reply {
     Reply::ok().printing(&format!("KB_ARCH x86_64\nKB_DIR_OK\n{extra}"))
 }
 
-/// A keadm that packs well: its tarball and xz copy are much smaller than it.
+/// The sha256 of `bytes`, in lowercase hex.
+fn sha256_hex(bytes: &[u8]) -> String {
+    crate::digest::sha256_reader(bytes).unwrap().1
+}
+
+/// A keadm that packs well: its tarball and packed copies are much smaller than it.
 fn compressible_binary() -> Vec<u8> {
     let mut binary = b"#!/bin/sh\necho keadm\n".to_vec();
     binary.resize(256 << 10, b'#');

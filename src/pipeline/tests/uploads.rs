@@ -319,10 +319,7 @@ fn a_node_with_zstd_gets_the_zstd_copy_and_the_xz_copy_when_that_fails() {
     let run = h.exec_with(sent::RUN);
     assert!(run.same_channel);
     assert_eq!(run.stdin, Some(zst.clone()));
-    let sha256 = {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(&binary))
-    };
+    let sha256 = sha256_hex(&binary);
     let (receive, _) = run.command.split_once("./keadm").unwrap();
     assert!(
         receive.contains("zstd -dcq") && receive.contains(&sha256) && !receive.contains("xz -dc"),
@@ -363,10 +360,7 @@ fn a_node_with_zstd_gets_the_xz_copy_while_the_zstd_copy_is_being_made() {
         .on(sent::PREPARE, prepared(WITH_ZSTD));
     let mut h = Harness::new(fake);
     let binary = compressible_binary();
-    let sha256 = {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(&binary))
-    };
+    let sha256 = sha256_hex(&binary);
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -415,10 +409,7 @@ fn the_xz_copy_goes_first_to_a_node_with_xz_and_is_checked_by_the_binarys_sha256
     let run = h.exec_with(sent::RUN);
     assert!(run.same_channel);
     assert_eq!(run.stdin, Some(xz));
-    let sha256 = {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(&binary))
-    };
+    let sha256 = sha256_hex(&binary);
     let (receive, rest) = run.command.split_once("./keadm").unwrap();
     assert!(
         receive.contains("xz -dc") && receive.contains(&sha256) && receive.contains(&tmp("keadm")),
