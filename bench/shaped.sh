@@ -2,10 +2,13 @@
 # Shaped-link benchmark: every node behind its own rate-limited link, a real Go binary of
 # keadm's size class as the payload, and five contenders measured alternately in one run:
 #   ours    keadm-batch (offline release, maxRunNum C), warm: the release staged and its
-#           xz copy made by an earlier run
+#           zstd and xz copies made by an earlier run (the nodes have zstd: they get the
+#           zstd copy)
 #   raw     OpenSSH, the binary on stdin: `cat > keadm && ./keadm join ...`, xargs -P C
 #   floor   OpenSSH, the xz-compressed binary on stdin: `xz -dc > keadm && ./keadm join ...`
-#           (the hand-made floor: the fewest bytes a one-line pipe sends)
+#           (the hand-made floor: the fewest bytes a one-line pipe sends; "the xz pipe")
+#   zst     OpenSSH, keadm-batch's zstd copy on stdin: `zstd -dcq > keadm && ./keadm join`
+#           (the same bytes keadm-batch sends, by hand: keadm-batch's own floor)
 #   cold    keadm-batch with nothing staged and no xz copy cached (a staging dir of its
 #           own per rep): the first run of a keadm version
 #   tgz     OpenSSH, the release tarball as it is on stdin: `tar -xzOf - .../keadm/keadm >
@@ -46,8 +49,8 @@ if [ -z "${BENCH_KEADM:-}" ]; then
   fi
 fi
 VERSION=v1.23.1
-for tool in tc xz bc /usr/bin/time python3; do
-  command -v "$tool" >/dev/null || { echo "bench: needs $tool (iproute2, xz-utils, bc, time, python3)" >&2; exit 1; }
+for tool in tc xz zstd bc /usr/bin/time python3; do
+  command -v "$tool" >/dev/null || { echo "bench: needs $tool (iproute2, xz-utils, zstd, bc, time, python3)" >&2; exit 1; }
 done
 if tc qdisc show dev lo | grep -qv 'noqueue'; then
   echo "bench: lo already has a qdisc ($(tc qdisc show dev lo | head -1)); not touching it" >&2
@@ -145,6 +148,9 @@ openssh() {
   if [ "$mode" = raw ]; then
     remote="mkdir -p /tmp/kb-base && cd /tmp/kb-base && cat > keadm && chmod 0755 keadm && $join"
     input=$keadm
+  elif [ "$mode" = zst ]; then
+    remote="mkdir -p /tmp/kb-base && cd /tmp/kb-base && zstd -dcq > keadm && chmod 0755 keadm && $join"
+    input=$work/keadm.zst
   elif [ "$mode" = tgz ]; then
     remote="mkdir -p /tmp/kb-base && cd /tmp/kb-base && tar -xzOf - keadm-$VERSION-linux-amd64/keadm/keadm > keadm && chmod 0755 keadm && $join"
     input=$tgz_path
@@ -173,17 +179,20 @@ ours() {
   echo "$(date +%s.%N) - $t0" | bc -l
 }
 
-# wait_copy STAGING: waits for the xz copy a keadm-batch run started in STAGING (its
-# process outlives a run that ends first) and prints how long that took; the next
-# contender should not share the cores with it.
+# have_copies STAGING: whether the zstd and xz copies are both in STAGING.
+have_copies() { ls "$1"/bin/amd64/keadm-*.xz "$1"/bin/amd64/keadm-*.zst >/dev/null 2>&1; }
+
+# wait_copy STAGING: waits for the zstd and xz copies a keadm-batch run started in
+# STAGING (their processes outlive a run that ends first) and prints how long that took;
+# the next contender should not share the cores with them.
 wait_copy() {
   local t0 i
   t0=$(date +%s.%N)
   for i in $(seq 6000); do
-    ls "$1"/bin/amd64/keadm-*.xz >/dev/null 2>&1 && break
+    have_copies "$1" && break
     sleep 0.1
   done
-  ls "$1"/bin/amd64/keadm-*.xz >/dev/null 2>&1 || { echo "bench: no xz copy in $1 after 600 s" >&2; exit 1; }
+  have_copies "$1" || { echo "bench: no zstd and xz copies in $1 after 600 s" >&2; exit 1; }
   echo "$(date +%s.%N) - $t0" | bc -l
 }
 
@@ -191,7 +200,7 @@ wait_copy() {
 # on one node, then waits for the copy, so the warm contest below compares transfers.
 clear_nodes
 first=$(ours run-warm warm.yaml)
-printf '    first run (staging, 1 node): %.2f s; its xz copy landed %.2f s after it\n' "$first" "$(wait_copy "$work/shaped/staging")"
+printf '    first run (staging, 1 node): %.2f s; its copies landed %.2f s after it\n' "$first" "$(wait_copy "$work/shaped/staging")"
 
 # The floor sends the same bytes as keadm-batch: its xz copy from the staging dir, when
 # the warm-up made one; else `xz -XZ_LEVEL` of the binary (kept across runs: compressing
@@ -205,44 +214,48 @@ fi
 ln -s "$floor_xz" "$work/keadm.xz"
 xzsize=$(stat -L -c %s "$work/keadm.xz")
 echo "    floor's xz stream ($floor_xz): $xzsize bytes ($(printf '%.3f' "$(ratio "$xzsize" "$size")")x)"
+ln -s "$(ls "$work"/shaped/staging/bin/amd64/keadm-*.zst | head -1)" "$work/keadm.zst"
+zstsize=$(stat -L -c %s "$work/keadm.zst")
+echo "    keadm-batch's zstd copy: $zstsize bytes ($(printf '%.3f' "$(ratio "$zstsize" "$size")")x)"
 
 # Exec channels (sessions) the nodes' sshd opened so far, all nodes together.
 sessions() { cat "$work"/node*/sshd.log | grep -c 'Starting session' || true; }
 
-o=(); r=(); f=(); c=(); t=(); ours_sessions=0; floor_sessions=0; cold_sent=0
+o=(); r=(); f=(); z=(); c=(); t=(); ours_sessions=0; floor_sessions=0; cold_sent=0
 for rep in $(seq "$REPS"); do
   clear_nodes; s0=$(sessions); f+=("$(openssh floor "$work/times-floor")")
   floor_sessions=$(( floor_sessions + $(sessions) - s0 ))
   clear_nodes; s0=$(sessions); o+=("$(ours "run-$rep")")
   ours_sessions=$(( ours_sessions + $(sessions) - s0 ))
+  clear_nodes; z+=("$(openssh zst "$work/times-zst")")
   clear_nodes; r+=("$(openssh raw "$work/times-raw")")
   clear_nodes; t+=("$(openssh tgz "$work/times-tgz")")
   # Cold: a staging dir no run has used, so nothing is staged and no xz copy is cached.
   clear_nodes; c+=("$(ours "cold-$rep" config.yaml "$work/shaped/staging-cold-$rep")")
   landed=$(wait_copy "$work/shaped/staging-cold-$rep")
   cold_sent=$(grep -o '"bytes_uploaded": [0-9]*' "$work/shaped/cold-$rep/summary.json" | awk '{s+=$2} END {printf "%d\n", s}')
-  printf '    rep %s: keadm-batch %.2f s, floor %.2f s, raw %.2f s, tarball pipe %.2f s, keadm-batch cold %.2f s (its xz copy landed %.2f s after it)\n' \
-    "$rep" "${o[-1]}" "${f[-1]}" "${r[-1]}" "${t[-1]}" "${c[-1]}" "$landed"
+  printf '    rep %s: keadm-batch %.2f s, floor %.2f s, zstd pipe %.2f s, raw %.2f s, tarball pipe %.2f s, keadm-batch cold %.2f s (its copies landed %.2f s after it)\n' \
+    "$rep" "${o[-1]}" "${f[-1]}" "${z[-1]}" "${r[-1]}" "${t[-1]}" "${c[-1]}" "$landed"
 done
 # The last keadm-batch run's binaries, checked on every node. This untimed run also times
 # the node's work after the last byte on the node's own clock (the nodes share the host's):
-# inside each node's mount namespace only, `xz -dc` becomes `cat | xz -dc`, with the time
+# inside each node's mount namespace only, `zstd -dcq` becomes `cat | zstd -dcq`, with the time
 # it started (the transfer's start, give or take a process start) and the time `cat` saw
 # the end of its input (the last byte's arrival) written to the node's /tmp; the node's
 # pgid file is written once the binary is unpacked, checked and in place, right before
 # keadm starts.
-cp "$(command -v xz)" "$work/xz-real"
-cat > "$work/xz-stopwatch" <<EOF
+cp "$(command -v zstd)" "$work/zstd-real"
+cat > "$work/zstd-stopwatch" <<EOF
 #!/bin/sh
 case "\$*" in
-  -dc) date +%s.%N > /tmp/.kb-bench-start
-       { cat; date +%s.%N > /tmp/.kb-bench-eof; } | exec $work/xz-real -dc ;;
-  *) exec $work/xz-real "\$@" ;;
+  -dcq) date +%s.%N > /tmp/.kb-bench-start
+       { cat; date +%s.%N > /tmp/.kb-bench-eof; } | exec $work/zstd-real -dcq ;;
+  *) exec $work/zstd-real "\$@" ;;
 esac
 EOF
-chmod 0755 "$work/xz-stopwatch"
+chmod 0755 "$work/zstd-stopwatch"
 for i in $(seq 0 $(( NODES - 1 ))); do
-  nsenter -t "${node_pid[$i]}" -m mount --bind "$work/xz-stopwatch" "$(command -v xz)"
+  nsenter -t "${node_pid[$i]}" -m mount --bind "$work/zstd-stopwatch" "$(command -v zstd)"
 done
 clear_nodes
 ours run-check >/dev/null
@@ -265,7 +278,7 @@ if after:
     print("node-side time after the last byte, on the node's clock: median %.3f s, %.1f%% of the node's transfer (max %.1f%%; target <= 10%%; %d of %d nodes)"
           % (statistics.median(after), 100 * statistics.median(shares), 100 * max(shares), len(after), n))
 else:
-    print("node-side time after the last byte, on the node's clock: not measured (no node unpacked an xz copy)")
+    print("node-side time after the last byte, on the node's clock: not measured (no node unpacked a zstd copy)")
 PY
 )
 same=0
@@ -277,6 +290,7 @@ per_node=$(( sent / NODES ))
 clear_nodes
 
 O=$(printf '%s\n' "${o[@]}" | median); F=$(printf '%s\n' "${f[@]}" | median); R=$(printf '%s\n' "${r[@]}" | median)
+Z=$(printf '%s\n' "${z[@]}" | median)
 CO=$(printf '%s\n' "${c[@]}" | median); T=$(printf '%s\n' "${t[@]}" | median)
 echo
 echo "==> results ($(nproc) cores; $NODES nodes at $RATE, maxRunNum $C; median of $REPS)"
@@ -287,7 +301,10 @@ printf 'cold: keadm-batch %7.2f s   tarball pipe %7.2f s   cold / tarball pipe %
   "$CO" "$T" "$(ratio "$CO" "$T")" "$(ratio "$CO" "$O")"
 printf 'warm keadm-batch / tarball pipe %.2fx (target <= 0.80x)   warm / xz pipe %.2fx   xz pipe / tarball pipe %.2fx%s\n' \
   "$(ratio "$O" "$T")" "$(ratio "$O" "$F")" "$(ratio "$F" "$T")" "${CPU:+   (each node $CPU of a core)}"
-printf 'cold: bytes per node %d (tarball %d, xz copy %d)\n' "$(( cold_sent / NODES ))" "$tgz" "$xzsize"
+better=$T; [ "$(echo "$F < $T" | bc -l)" = 1 ] && better=$F
+printf 'warm keadm-batch / zstd pipe (the same bytes) %.2fx   warm / the better of the gzip and xz pipes %.2fx   zstd pipe %.2f s\n' \
+  "$(ratio "$O" "$Z")" "$(ratio "$O" "$better")" "$Z"
+printf 'cold: bytes per node %d (tarball %d, xz copy %d, zstd copy %d)\n' "$(( cold_sent / NODES ))" "$tgz" "$xzsize" "$zstsize"
 printf 'bytes per node %d for a %d-byte keadm: %.3fx (target <= 0.20x; floor %.3fx, tarball %.3fx); %d/%d nodes byte-identical\n' \
   "$per_node" "$size" "$(ratio "$per_node" "$size")" "$(ratio "$xzsize" "$size")" "$(ratio "$tgz" "$size")" "$same" "$NODES"
 echo "$node_side"
