@@ -374,7 +374,7 @@ pub fn answer(script: &str) -> String {
 
 /// Appended to [`prepare_script`] when the node may get a packed copy of the binary (zstd
 /// or xz) or the release tarball instead of the binary: prints `KB_TOOLS` and the tools that actually work (each is run on empty
-/// input, so a stub such as `/bin/false` in place of `tar` does not count). Three tiny
+/// input, so a stub such as `/bin/false` in place of `tar` does not count). A dozen tiny
 /// processes per node, so the pipeline adds it only when a tarball would pay off.
 pub const TOOLS_PROBE: &str = concat!(
     "kb_t=\n",
@@ -613,8 +613,8 @@ pub fn receive_tarball_script(
 /// last byte, in 0.05 s for a 66 MB keadm here (1 % of that keadm's transfer at 20
 /// Mbit/s), where hashing through a `tee` on the way costs the node 0.4 CPU-s more (1.47
 /// against 1.09; measured in docs/decisions.md), which a node with few cores pays while it
-/// receives. `sha256sum` is five times slower, so with it the node hashes what `xz` writes
-/// while it receives: nothing is read again after the last byte.
+/// receives. `sha256sum` is five times slower, so with it the node hashes what `unpack`
+/// writes while it receives: nothing is read again after the last byte.
 pub fn receive_packed_script(
     dir: &str,
     bin_tmp: &str,

@@ -3,7 +3,7 @@
 //! sent instead of the gzip tarball to nodes that can unpack it, zstd first. A Go binary
 //! such as keadm packs to about 0.2x with either, where the release's gzip tarball is
 //! about 0.3x: on a slow link that is a third less time per node. The two differ in what
-//! the node pays to unpack: xz costs a small edge CPU about 1.6 CPU-s for an 83 MB keadm,
+//! the node pays to unpack: xz costs a small edge CPU 1.6-1.8 CPU-s for an 83 MB keadm,
 //! which on a small ARM board is slower than a 20 Mbit/s link brings the bytes, where zstd
 //! costs a sixth of that for a copy about a tenth larger (docs/decisions.md has the
 //! figures). So a node with `zstd` gets the zstd copy, one with only `xz` the xz copy.
@@ -63,7 +63,8 @@ const ZSTD_WINDOW_LOG: u32 = 24;
 
 /// Threads for a copy: liblzma's blocks are 3 dictionaries (48 MiB), so a binary of
 /// keadm's size has two, and each thread costs about 200 MiB of memory on the control
-/// host; more threads would only cost memory. Fewer would not spare the run's uploads
+/// host; more threads would only cost memory. zstd at level 19 takes about 230 MiB with
+/// two. Fewer would not spare the run's uploads
 /// anything that [`lower_priority`] does not already: both threads yield to them.
 const MAX_THREADS: usize = 2;
 
