@@ -62,7 +62,25 @@ fn xz_in_one_channel() -> Sent {
     }
 }
 
-/// The same under sudo that wants the password: the probe alone as the login user,
+/// Root and a node with zstd: keadm goes as its zstd copy behind the answer.
+fn zstd_in_one_channel() -> Sent {
+    let fake = FakeTransport::new()
+        .on(sent::RUN, Reply::ok().printing("KB_RECEIVED\n"))
+        .on(
+            sent::PREPARE,
+            prepared("KB_TOOLS sha512sum gzip tar xz zstd sha256sum openssl\nKB_PF_DONE\n"),
+        );
+    let mut h = Harness::new(fake);
+    h.stage(&compressible_binary());
+    h.preflight = PreflightMode::Warn;
+    Sent {
+        h,
+        plan: in_odd_dir(staged_node(vec![])),
+        kinds: &[sent::PROBE, "KB_ZSTD_FAILED", sent::RUN],
+    }
+}
+
+/// The xz copy under sudo that wants the password: the probe alone as the login user,
 /// then the exchange inside the sudo probe.
 fn xz_under_sudo_with_a_password() -> Sent {
     let fake = FakeTransport::new()
@@ -229,7 +247,8 @@ fn allowed_in(command: &str) -> Vec<(&'static str, &'static str)> {
 
 #[test]
 fn every_command_the_pipeline_sends_passes_shellcheck() {
-    let scenarios: [Scenario; 8] = [
+    let scenarios: [Scenario; 9] = [
+        ("the zstd copy in one channel", zstd_in_one_channel),
         ("the xz copy in one channel", xz_in_one_channel),
         (
             "the xz copy under sudo with a password",
