@@ -222,18 +222,12 @@ impl Sha256Tool {
     }
 
     /// Writes what `producer` prints to the file at `quoted` (shell-quoted) and leaves the
-    /// file's sha256 line in `$s`, the way that costs the node least with this tool (see
-    /// [`receive_packed_script`]): OpenSSL hashes the file after the last byte, `sha256sum`
-    /// what goes by on the way. POSIX sh has no `pipefail`: a producer that fails part-way
-    /// is caught by the digest, a `tee` that cannot write (a full disk) by the size.
+    /// file's sha256 line in `$s`, hashing what goes by on the way (see
+    /// [`receive_packed_script`]), so nothing is read again after the last byte. POSIX sh
+    /// has no `pipefail`: a producer that fails part-way is caught by the digest, a `tee`
+    /// that cannot write (a full disk) by the size.
     fn write_and_hash(self, producer: &str, quoted: &str) -> String {
-        match self {
-            Sha256Tool::Openssl => format!(
-                "{producer} > {quoted} && s=$({} < {quoted})",
-                self.command()
-            ),
-            Sha256Tool::Sha256sum => format!("s=$({producer} | tee {quoted} | {})", self.command()),
-        }
+        format!("s=$({producer} | tee {quoted} | {})", self.command())
     }
 }
 
@@ -609,12 +603,11 @@ pub fn receive_tarball_script(
 /// closed channel) and exits 3 after printing `KB_<TOOL>_FAILED` (`KB_XZ_FAILED`), so the
 /// caller can fall back to the next form.
 ///
-/// How it hashes is a trade the hasher decides. OpenSSL hashes the unpacked file after the
-/// last byte, in 0.05 s for a 66 MB keadm here (1 % of that keadm's transfer at 20
-/// Mbit/s), where hashing through a `tee` on the way costs the node 0.4 CPU-s more (1.47
-/// against 1.09; measured in docs/decisions.md), which a node with few cores pays while it
-/// receives. `sha256sum` is five times slower, so with it the node hashes what `unpack`
-/// writes while it receives: nothing is read again after the last byte.
+/// The node hashes what `unpack` writes while it receives, through a `tee`, with the
+/// fastest tool it has (OpenSSL's, else `sha256sum`): nothing is read again after the last
+/// byte. Hashing the file afterwards spared the node the `tee`'s CPU but cost it 0.11-0.12 s
+/// after the last byte for an 83 MB keadm, which the link had to wait for (measured in
+/// docs/decisions.md).
 pub fn receive_packed_script(
     dir: &str,
     bin_tmp: &str,

@@ -563,7 +563,8 @@ fn a_node_with_a_working_openssl_checks_the_unpacked_xz_copy_with_it() {
     let run = h.exec_with(sent::RUN);
     assert_eq!(run.stdin, Some(xz));
     assert!(
-        run.command.contains("xz -dc > ") && run.command.contains("s=$(openssl dgst -sha256 -r < "),
+        run.command.contains("s=$(xz -dc | tee ")
+            && run.command.contains(" | openssl dgst -sha256 -r)"),
         "{}",
         run.command
     );
