@@ -525,11 +525,40 @@ pub fn make_copy_here(
             "its standard input is not the staging directory (`keadm-batch {PACK_COMMAND}` is started by a run, not by hand)"
         )));
     }
+    leave_the_run_s_cpu_share();
     lower_priority();
     let dir = fs::read_link(dir).unwrap_or_else(|_| dir.to_path_buf());
     make(format, &dir, &dir.join(binary), binary_sha256)
         .map(|_| ())
         .map_err(|e| failed(format!("{e} (in {})", dir.display())))
+}
+
+/// Moves this copy process out of the run's scheduling group, into a session of its own
+/// whose group has the lowest weight there is. Linux's autogroup (on by default where
+/// processes are not in cgroups of their own) shares the CPU fairly between sessions
+/// first and only then by nice value inside each: at nice 19 in the run's session the
+/// copy still got a whole session's share against every other session, such as each
+/// sshd session of a node on the same machine or the operator's other work. In a session
+/// of its own at autogroup nice 19 it gets the cores only when they are idle, as nice 19
+/// promises. Also outside the terminal's process group, so a Ctrl-C that stops the run
+/// leaves the copy to finish, as a run that ends does (it is renamed into place only when
+/// whole). Without autogroup the write fails and nice 19 alone is the priority.
+fn leave_the_run_s_cpu_share() {
+    if let Err(e) = rustix::process::setsid() {
+        log::debug!("could not start a session of its own for the copy: {e}");
+        return;
+    }
+    // The kernel takes one autogroup nice change a tenth of a second; the other copy may
+    // have just made one.
+    for _ in 0..5 {
+        match fs::write("/proc/self/autogroup", NICE.to_string()) {
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::AGAIN.raw_os_error()) => {
+                std::thread::sleep(std::time::Duration::from_millis(110));
+            }
+            Err(e) => return log::debug!("could not lower the copy's autogroup priority: {e}"),
+            Ok(()) => return,
+        }
+    }
 }
 
 /// Lowers the calling thread's CPU priority to the lowest there is. A copy only helps
