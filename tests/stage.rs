@@ -1075,3 +1075,46 @@ fn own_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
 }
+
+/// A packed copy's process leaves the run's share of the CPU: it runs in a session of its
+/// own (so Linux's autogroup gives it a group of its own, not the run's session's share),
+/// that group at nice 19 where the kernel has autogroup, and still makes its copy.
+#[test]
+fn a_packed_copy_runs_in_a_session_of_its_own_at_autogroup_nice_19() {
+    let dir = tempfile::tempdir().unwrap();
+    let binary: Vec<u8> = (0..200_000u32)
+        .flat_map(|i| (i % 251).to_le_bytes())
+        .collect();
+    fs::write(dir.path().join("keadm"), &binary).unwrap();
+    let sha256 = crate::common::image_archive::sha256_hex(&binary);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_keadm-batch"))
+        .args(["pack-copy", "zstd", "keadm", &sha256])
+        .env("RUST_LOG", "keadm_batch=debug")
+        .stdin(fs::File::open(dir.path()).unwrap())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        dir.path().join(format!("keadm-{sha256}.zst")).is_file(),
+        "{stderr}: {:?}",
+        names(dir.path())
+    );
+    let line = stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("keadm-batch: debug: the copy runs in a session of its own (session ")
+        })
+        .unwrap_or_else(|| panic!("no session line: {stderr}"));
+    let (sid, rest) = line.split_once(", process ").unwrap();
+    let (pid, group) = rest.split_once("), in ").unwrap();
+    assert_eq!(sid, pid, "the copy leads its own session: {stderr}");
+    if Path::new("/proc/self/autogroup").exists() {
+        assert!(
+            group.starts_with("/autogroup-") && group.ends_with(" nice 19"),
+            "{stderr}"
+        );
+    } else {
+        assert!(group.starts_with("no autogroup"), "{stderr}");
+    }
+}

@@ -556,9 +556,19 @@ fn leave_the_run_s_cpu_share() {
                 std::thread::sleep(std::time::Duration::from_millis(110));
             }
             Err(e) => return log::debug!("could not lower the copy's autogroup priority: {e}"),
-            Ok(()) => return,
+            Ok(()) => break,
         }
     }
+    // What the kernel now says, for `-v` (and the test that the copy leaves the run's share).
+    log::debug!(
+        "the copy runs in a session of its own (session {}, process {}), in {}",
+        rustix::process::getsid(None).map_or(0, |sid| sid.as_raw_nonzero().get()),
+        std::process::id(),
+        fs::read_to_string("/proc/self/autogroup").map_or_else(
+            |e| format!("no autogroup ({e})"),
+            |group| group.trim().to_string()
+        )
+    );
 }
 
 /// Lowers the calling thread's CPU priority to the lowest there is. A copy only helps
