@@ -894,8 +894,9 @@ pub fn write_man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
 
 /// `--version`: what an operator checks a control host's copy against, for CVEs among
 /// others: the version, the commit and date it was built from and for which target, and
-/// the libssh2, OpenSSL, zlib and liblzma inside (stamped by build.rs; OpenSSL's asked of the
-/// library itself, so a dynamically linked one reports the host's). `-V` prints only the
+/// the libssh2, OpenSSL, zlib, liblzma and libzstd inside (stamped by build.rs; OpenSSL's
+/// asked of the library itself, so a dynamically linked one reports the host's, and
+/// libzstd's too: zstd-sys always compiles its bundled source in). `-V` prints only the
 /// version.
 fn long_version() -> &'static str {
     static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -914,7 +915,8 @@ fn long_version() -> &'static str {
              libssh2: {libssh2}\n\
              OpenSSL: {openssl} ({linked})\n\
              zlib:    {zlib}\n\
-             liblzma: {liblzma}",
+             liblzma: {liblzma}\n\
+             libzstd: {libzstd} (built in)",
             version = env!("CARGO_PKG_VERSION"),
             commit = env!("KEADM_BATCH_GIT_COMMIT"),
             date = env!("KEADM_BATCH_BUILD_DATE"),
@@ -923,6 +925,7 @@ fn long_version() -> &'static str {
             openssl = openssl::version::version(),
             zlib = env!("KEADM_BATCH_ZLIB"),
             liblzma = env!("KEADM_BATCH_LIBLZMA"),
+            libzstd = zstd::zstd_safe::version_string(),
         )
     })
 }
@@ -1270,7 +1273,7 @@ mod tests {
         let first = format!("keadm-batch {}", env!("CARGO_PKG_VERSION"));
         assert_eq!(text.lines().next(), Some(first.as_str()));
         for label in [
-            "commit:", "built:", "target:", "libssh2:", "OpenSSL:", "zlib:",
+            "commit:", "built:", "target:", "libssh2:", "OpenSSL:", "zlib:", "liblzma:", "libzstd:",
         ] {
             assert!(
                 text.lines().any(|line| line.starts_with(label)),
@@ -1278,6 +1281,8 @@ mod tests {
             );
         }
         assert!(text.contains(openssl::version::version()), "{text}");
+        let libzstd = format!("libzstd: {} (built in)", zstd::zstd_safe::version_string());
+        assert!(text.lines().any(|line| line == libzstd), "{text}");
         // -V stays one line, for scripts that read the version.
         let short = run(&["keadm-batch", "-V"]).unwrap_err().to_string();
         assert_eq!(short.trim_end(), first);
