@@ -249,7 +249,7 @@ check_runs() {
     }
     text=$($run "$bin" --version) || fail "The binary from the $what does not run: '$bin --version' failed."
     for want in "commit:  $commit" "libssh2: .*(built in)" "OpenSSL: OpenSSL .*(built in)" \
-        "zlib: .*(built in)" "liblzma: .*(built in)"; do
+        "zlib: .*(built in)" "liblzma: .*(built in)" "libzstd: .*(built in)"; do
         grep -q "^$want" <<<"$text" || fail "The binary from the $what prints no line '$want' for --version:
 $text"
     done
