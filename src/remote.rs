@@ -222,26 +222,41 @@ impl Sha256Tool {
     }
 
     /// Writes what `producer` prints to the file at `quoted` (shell-quoted) and leaves the
-    /// file's sha256 line in `$s`. What a producer unpacks is hashed on the way, through a
-    /// `tee` (see [`receive_packed_script`]), so nothing is read again after the last byte.
-    /// A plain copy ([`COPY_STDIN`]) goes straight to the file and OpenSSL hashes it after
-    /// the last byte, from the page cache (0.04 s for a 29 MB image archive fed at 20
-    /// Mbit/s), where a `tee` would put a second pipe in the way of every byte;
-    /// `sha256sum`, five times slower, always hashes on the way. POSIX sh has no `pipefail`: a producer that fails part-way
+    /// file's sha256 line in `$s`. What is unpacked is hashed on the way, through a `tee`
+    /// (see [`receive_packed_script`]), so nothing is read again after the last byte. A
+    /// plain copy goes straight to the file and OpenSSL hashes it after the last byte, from
+    /// the page cache (0.04 s for a 29 MB image archive fed at 20 Mbit/s), where a `tee`
+    /// would put a second pipe in the way of every byte; `sha256sum`, five times slower,
+    /// always hashes on the way. POSIX sh has no `pipefail`: a producer that fails part-way
     /// is caught by the digest, a `tee` that cannot write (a full disk) by the size.
-    fn write_and_hash(self, producer: &str, quoted: &str) -> String {
+    fn write_and_hash(self, producer: Producer, quoted: &str) -> String {
+        let command = producer.command();
         match (self, producer) {
-            (Sha256Tool::Openssl, COPY_STDIN) => format!(
-                "{producer} > {quoted} && s=$({} < {quoted})",
-                self.command()
-            ),
-            _ => format!("s=$({producer} | tee {quoted} | {})", self.command()),
+            (Sha256Tool::Openssl, Producer::Copy) => {
+                format!("{command} > {quoted} && s=$({} < {quoted})", self.command())
+            }
+            _ => format!("s=$({command} | tee {quoted} | {})", self.command()),
         }
     }
 }
 
-/// The producer of a file that arrives on stdin as it is to be written.
-const COPY_STDIN: &str = "cat";
+/// What writes a received file from the script's stdin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Producer<'a> {
+    /// The bytes as they arrive.
+    Copy,
+    /// A command from stdin to stdout that unpacks them (`gzip -dc`, `zstd -dcq`).
+    Unpack(&'a str),
+}
+
+impl Producer<'_> {
+    fn command(&self) -> &str {
+        match self {
+            Producer::Copy => "cat",
+            Producer::Unpack(command) => command,
+        }
+    }
+}
 
 /// The line a receiving script prints when what it received does not hash to what was
 /// sent, with the node's digest after it; [`received_sha256`] reads it.
@@ -514,7 +529,7 @@ fn size_is(quoted: &str, size: u64) -> String {
 fn receive_into(
     dir: &str,
     tmp: &str,
-    producer: &str,
+    producer: Producer,
     mode: u32,
     size: u64,
     check: Option<(&str, Sha256Tool)>,
@@ -527,7 +542,7 @@ fn receive_into(
             hasher.write_and_hash(producer, &quoted),
             digest_is(sha256)
         ),
-        None => format!("{producer} > {quoted}"),
+        None => format!("{} > {quoted}", producer.command()),
     };
     let script = format!(
         "umask 077 && cd {} && {write} && {} && chmod {mode:o} -- {quoted}",
@@ -565,9 +580,9 @@ pub fn receive_script(
     encoding: Encoding,
 ) -> String {
     let (producer, on_failure) = match (encoding, check) {
-        (Encoding::Gzip, _) => ("gzip -dc", Some("echo KB_GZIP_FAILED; ")),
-        (Encoding::Plain, Some(_)) => (COPY_STDIN, Some("")),
-        (Encoding::Plain, None) => (COPY_STDIN, None),
+        (Encoding::Gzip, _) => (Producer::Unpack("gzip -dc"), Some("echo KB_GZIP_FAILED; ")),
+        (Encoding::Plain, Some(_)) => (Producer::Copy, Some("")),
+        (Encoding::Plain, None) => (Producer::Copy, None),
     };
     receive_into(dir, tmp, producer, mode, size, check, on_failure)
 }
@@ -631,7 +646,7 @@ pub fn receive_packed_script(
     receive_into(
         dir,
         bin_tmp,
-        unpack,
+        Producer::Unpack(unpack),
         0o755,
         binary_size,
         Some((sha256, hasher)),
