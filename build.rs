@@ -17,6 +17,8 @@
 //!   `LIBSSH2_SYS_USE_PKG_CONFIG` is set, and libz-sys builds zlib under the `vendored`
 //!   feature (liblzma is always built, with its `static` feature); otherwise the library
 //!   is the system's, linked dynamically, and this says so. OpenSSL's version is asked of the library at run time (`openssl::version`).
+//! - `KEADM_BATCH_LIBZSTD_LINKED`: whether libzstd is compiled in (zstd-sys builds its
+//!   bundled copy unless `ZSTD_SYS_USE_PKG_CONFIG` is set); its version is asked at run time.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -69,6 +71,14 @@ fn main() {
         ))
     });
     println!("cargo:rustc-env=KEADM_BATCH_LIBLZMA={}", linked(liblzma));
+    // zstd-sys compiles its bundled libzstd unless this asks it for the system's (we do
+    // not enable its `pkg-config` feature); the version itself is asked at run time.
+    println!("cargo:rerun-if-env-changed=ZSTD_SYS_USE_PKG_CONFIG");
+    let libzstd = match std::env::var_os("ZSTD_SYS_USE_PKG_CONFIG") {
+        Some(_) => "the system library",
+        None => "built in",
+    };
+    println!("cargo:rustc-env=KEADM_BATCH_LIBZSTD_LINKED={libzstd}");
 }
 
 /// `1.11.2 (built in)` for a library compiled into the binary, else what we know.

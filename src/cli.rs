@@ -896,8 +896,7 @@ pub fn write_man_page(out: &mut dyn std::io::Write) -> std::io::Result<()> {
 /// others: the version, the commit and date it was built from and for which target, and
 /// the libssh2, OpenSSL, zlib, liblzma and libzstd inside (stamped by build.rs; OpenSSL's
 /// asked of the library itself, so a dynamically linked one reports the host's, and
-/// libzstd's too: zstd-sys always compiles its bundled source in). `-V` prints only the
-/// version.
+/// libzstd's too). `-V` prints only the version.
 fn long_version() -> &'static str {
     static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TEXT.get_or_init(|| {
@@ -916,7 +915,7 @@ fn long_version() -> &'static str {
              OpenSSL: {openssl} ({linked})\n\
              zlib:    {zlib}\n\
              liblzma: {liblzma}\n\
-             libzstd: {libzstd} (built in)",
+             libzstd: {libzstd} ({libzstd_linked})",
             version = env!("CARGO_PKG_VERSION"),
             commit = env!("KEADM_BATCH_GIT_COMMIT"),
             date = env!("KEADM_BATCH_BUILD_DATE"),
@@ -926,6 +925,7 @@ fn long_version() -> &'static str {
             zlib = env!("KEADM_BATCH_ZLIB"),
             liblzma = env!("KEADM_BATCH_LIBLZMA"),
             libzstd = zstd::zstd_safe::version_string(),
+            libzstd_linked = env!("KEADM_BATCH_LIBZSTD_LINKED"),
         )
     })
 }
@@ -1281,7 +1281,11 @@ mod tests {
             );
         }
         assert!(text.contains(openssl::version::version()), "{text}");
-        let libzstd = format!("libzstd: {} (built in)", zstd::zstd_safe::version_string());
+        let libzstd = format!(
+            "libzstd: {} ({})",
+            zstd::zstd_safe::version_string(),
+            env!("KEADM_BATCH_LIBZSTD_LINKED")
+        );
         assert!(text.lines().any(|line| line == libzstd), "{text}");
         // -V stays one line, for scripts that read the version.
         let short = run(&["keadm-batch", "-V"]).unwrap_err().to_string();
