@@ -545,6 +545,7 @@ pub fn make_copy_here(
 /// whole). Without autogroup the write fails and nice 19 alone is the priority.
 fn leave_the_run_s_cpu_share() {
     if let Err(e) = rustix::process::setsid() {
+        // Not on to the autogroup: the copy would lower the run's own session with it.
         log::debug!("could not start a session of its own for the copy: {e}");
         return;
     }
