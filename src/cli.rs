@@ -116,18 +116,20 @@ struct BatchArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Policy")]
     wave_pause: Option<std::time::Duration>,
 
-    /// Deadline in seconds for each node's keadm command (default 600).
-    #[arg(long = "timeout", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Policy")]
+    /// Deadline for each node's keadm command: seconds (600, 600s), minutes (10m) or hours
+    /// (default 600s).
+    #[arg(long = "timeout", value_name = "DURATION", value_parser = parse_timeout_seconds, help_heading = "Policy")]
     timeout: Option<u64>,
 
     /// At a command's deadline its process group on the node gets SIGTERM, then SIGKILL
-    /// once it has had this many seconds to exit (default 10; at most the command's own
-    /// deadline; 0 kills at once).
-    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=86_400), help_heading = "Policy")]
+    /// once it has had this long to exit: seconds (10, 10s) or minutes (default 10s; at
+    /// most the command's own deadline; 0 kills at once).
+    #[arg(long, value_name = "DURATION", value_parser = parse_grace_seconds, help_heading = "Policy")]
     kill_grace: Option<u64>,
 
-    /// Deadline in seconds for TCP connect, SSH handshake and authentication (default 10).
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Policy")]
+    /// Deadline for TCP connect, SSH handshake and authentication: seconds (10, 10s) or
+    /// minutes (default 10s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout_seconds, help_heading = "Policy")]
     connect_timeout: Option<u64>,
 
     /// How to treat node host keys (default accept-new: record unknown hosts, refuse changed keys).
@@ -214,8 +216,8 @@ struct BatchArgs {
     context: Option<String>,
 
     /// How long after keadm exits a joined node may take to be registered and Ready (an
-    /// upgraded one, Ready on the new version).
-    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Cluster")]
+    /// upgraded one, Ready on the new version): seconds (300, 300s) or minutes (5m).
+    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_timeout_seconds, help_heading = "Cluster")]
     ready_timeout: u64,
 
     /// With a kubeconfig: do not wait for joined nodes to be Ready (keadm's exit decides).
@@ -669,7 +671,8 @@ fn parse_amount(text: &str) -> Result<Amount, String> {
     })
 }
 
-/// `--wave-pause` and `--drain-timeout`: `90`, `90s`, `5m`, `1h`.
+/// Every duration flag (`--wave-pause`, `--drain-timeout`, `--timeout`,
+/// `--connect-timeout`, `--ready-timeout`, `--kill-grace`): `90`, `90s`, `5m`, `1h`.
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let text = text.trim();
     let digits = text.len() - text.trim_start_matches(|c: char| c.is_ascii_digit()).len();
@@ -761,6 +764,21 @@ fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
         } else {
             Ok(timeout)
         }
+    })
+}
+
+/// `--timeout`, `--connect-timeout`, `--ready-timeout`: a timeout as [`parse_timeout`]
+/// reads it, in the whole seconds the options keep.
+fn parse_timeout_seconds(text: &str) -> Result<u64, String> {
+    parse_timeout(text).map(|timeout| timeout.as_secs())
+}
+
+/// `--kill-grace`: a duration as [`parse_duration`] reads it, from 0 (kill at once) to a
+/// day.
+fn parse_grace_seconds(text: &str) -> Result<u64, String> {
+    parse_duration(text).and_then(|grace| match grace.as_secs() {
+        seconds @ 0..=86_400 => Ok(seconds),
+        _ => Err("a kill grace period can be at most a day (86400s, 24h)".to_string()),
     })
 }
 
@@ -1198,8 +1216,67 @@ mod tests {
         assert_eq!(grace(&[]).unwrap(), None);
         assert_eq!(grace(&["--kill-grace", "0"]).unwrap(), Some(0));
         assert_eq!(grace(&["--kill-grace", "30"]).unwrap(), Some(30));
+        assert_eq!(grace(&["--kill-grace", "30s"]).unwrap(), Some(30));
+        assert_eq!(grace(&["--kill-grace", "2m"]).unwrap(), Some(120));
         assert!(grace(&["--kill-grace", "-1"]).is_err());
         assert!(grace(&["--kill-grace", "1.5"]).is_err());
+        assert!(grace(&["--kill-grace", "25h"]).is_err());
+    }
+
+    /// Every duration flag takes both forms, `120` and `120s` (and minutes), and says
+    /// what it takes in words when it is given something else.
+    #[test]
+    fn every_duration_flag_takes_seconds_with_or_without_a_unit() {
+        let opts = |args: &[&str]| {
+            let mut all = vec!["k", "batch", "-c", "c", "--kubeconfig", "k"];
+            all.extend(args);
+            match run(&all) {
+                Ok(Command::Run(opts)) => Ok(opts),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        for (bare, unit) in [("120", "120s"), ("120", "2m")] {
+            for flag in ["--timeout", "--connect-timeout", "--ready-timeout"] {
+                let a = opts(&[flag, bare]).unwrap();
+                let b = opts(&[flag, unit]).unwrap();
+                assert_eq!(
+                    (
+                        a.timeout_seconds,
+                        a.connect_timeout_seconds,
+                        a.ready_timeout_seconds
+                    ),
+                    (
+                        b.timeout_seconds,
+                        b.connect_timeout_seconds,
+                        b.ready_timeout_seconds
+                    ),
+                    "{flag} {bare} and {flag} {unit}"
+                );
+            }
+        }
+        let o = opts(&[
+            "--timeout",
+            "10m",
+            "--connect-timeout",
+            "30s",
+            "--ready-timeout",
+            "5m",
+        ])
+        .unwrap();
+        assert_eq!(o.timeout_seconds, Some(600));
+        assert_eq!(o.connect_timeout_seconds, Some(30));
+        assert_eq!(o.ready_timeout_seconds, 300);
+        assert_eq!(opts(&[]).unwrap().ready_timeout_seconds, 300);
+        let zero = opts(&["--timeout", "0"]).unwrap_err();
+        assert!(zero.contains("a timeout must be at least 1 s"), "{zero}");
+        let word = opts(&["--ready-timeout", "soon"]).unwrap_err();
+        assert!(
+            word.contains(
+                "`soon` is not a duration: write seconds (90 or 90s), minutes (5m) or hours (1h)"
+            ),
+            "{word}"
+        );
     }
 
     #[test]

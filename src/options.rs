@@ -278,7 +278,7 @@ pub struct RunOptions {
     pub kubeconfig: Option<PathBuf>,
     /// `--context NAME`: the kubeconfig's context to use instead of its current one.
     pub context: Option<String>,
-    /// `--ready-timeout SECS`: how long after keadm's exit a joined node may take to be
+    /// `--ready-timeout DURATION`: how long after keadm's exit a joined node may take to be
     /// registered and Ready.
     pub ready_timeout_seconds: u64,
     /// `--no-wait`: with a kubeconfig, do not wait for joined nodes to be Ready.
