@@ -263,6 +263,14 @@ impl KeadmCommand {
             && self.positional.get(1).is_none_or(|second| second == "edge")
     }
 
+    /// Whether this is `keadm reset` with no second word: keadm v1.22 and later print
+    /// that it is "no longer supported after version v1.22" and act only where they find
+    /// edgecore or cloudcore running (they exit 0 on a node where edgecore is stopped,
+    /// leaving /etc/kubeedge); `reset edge` is the command for an edge node.
+    pub fn is_bare_reset(&self) -> bool {
+        self.subcommand() == Some("reset") && self.positional.len() == 1
+    }
+
     /// Which of the edge's upgrade family this command is: `upgrade edge`, `backup
     /// edge`, `rollback edge` (the second word must be `edge`: `upgrade cloud` is not an
     /// edge's) or `config-update`.
