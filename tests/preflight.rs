@@ -386,16 +386,45 @@ fn fix_of(id: FindingId) -> &'static str {
     .suggested_action()
 }
 
-/// Twelve nodes with the same finding (no runtime socket) under `--preflight warn`:
-/// the console groups the finding once, with its count, its nodes once (a range) and its
-/// fix once, at the end of the run, instead of a warning line per node and finding.
+/// Twelve nodes with the same finding (no runtime socket). `--preflight-only` prints its
+/// fix once, with the nodes it is for, not a fix paragraph under every node. A run under
+/// `--preflight warn` groups the finding once at its end, with its count, its nodes once
+/// (a range) and its fix once, instead of a warning line per node and finding; and
+/// report.html has it.
 #[test]
-fn twelve_nodes_with_the_same_finding_give_one_grouped_block_naming_each_once() {
+fn twelve_nodes_with_the_same_finding_get_it_once_with_its_nodes_and_its_fix() {
     let fleet = Fleet::builder().nodes(12).start();
     let cloudcore = FakeCloudcore::start();
     let sc = Scenario::new(&fleet)
         .cmd(&join_through("unix:///tmp/containerd.sock", &cloudcore))
         .preflight("warn");
+    let fix = fix_of(FindingId::RuntimeSocketMissing);
+    // What the finding's heading line says, here and in the run's recap.
+    let heading_of = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.trim_start().starts_with("runtime_socket_missing"))
+            .map(str::to_string)
+            .collect()
+    };
+
+    let probe = sc.run(&["--preflight-only"]);
+    probe.status(1);
+    eprintln!("--preflight-only table:\n{}", probe.stdout);
+    assert_eq!(probe.stdout.matches(fix).count(), 1, "{}", probe.stdout);
+    for id in FindingId::ALL {
+        assert!(
+            probe.stdout.matches(fix_of(id)).count() <= 1,
+            "{id}'s fix more than once:\n{}",
+            probe.stdout
+        );
+    }
+    let heading = heading_of(&probe.stdout);
+    assert_eq!(heading.len(), 1, "{}", probe.stdout);
+    assert!(
+        heading[0].contains("12 nodes") && heading[0].contains("edge-00..edge-11"),
+        "{heading:?}"
+    );
+
     let out = sc.run(&[]);
     eprintln!("stderr:\n{}", out.stderr);
     for i in 0..12 {
@@ -409,56 +438,17 @@ fn twelve_nodes_with_the_same_finding_give_one_grouped_block_naming_each_once() 
         assert!(ids.contains(&"runtime_socket_missing"), "node {i}: {ids:?}");
     }
     out.stderr_lacks(": pre-flight: ");
-    let grouped: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| l.contains("runtime_socket_missing"))
-        .collect();
-    assert_eq!(grouped.len(), 1, "{}", out.stderr);
+    assert_eq!(out.stderr.matches("runtime_socket_missing").count(), 1);
+    let heading = heading_of(&out.stderr);
+    assert_eq!(heading.len(), 1, "{}", out.stderr);
     assert!(
-        grouped[0].contains("12 nodes") && grouped[0].contains("edge-00..edge-11"),
-        "{}",
-        grouped[0]
+        heading[0].contains("12 nodes") && heading[0].contains("edge-00..edge-11"),
+        "{heading:?}"
     );
-    let fix = fix_of(FindingId::RuntimeSocketMissing);
     assert_eq!(out.stderr.matches(fix).count(), 1, "{}", out.stderr);
-    // The page has them too.
     let page = std::fs::read_to_string(out.latest_run().join("report.html")).unwrap();
     assert!(
         page.contains("runtime_socket_missing"),
         "report.html lacks the finding"
     );
-}
-
-/// `--preflight-only` on twelve nodes with the same finding prints its fix once, with
-/// the nodes it is for, not a fix paragraph under every node; each node's findings come
-/// in the same order (by id).
-#[test]
-fn preflight_only_prints_each_finding_s_fix_once_with_its_nodes() {
-    let fleet = Fleet::builder().nodes(12).start();
-    let cloudcore = FakeCloudcore::start();
-    let sc = Scenario::new(&fleet)
-        .cmd(&join_through("unix:///tmp/containerd.sock", &cloudcore))
-        .preflight("warn");
-    let out = sc.run(&["--preflight-only"]);
-    out.status(1);
-    eprintln!("--preflight-only table:\n{}", out.stdout);
-    let fix = fix_of(FindingId::RuntimeSocketMissing);
-    assert_eq!(out.stdout.matches(fix).count(), 1, "{}", out.stdout);
-    let heading = out
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("runtime_socket_missing"))
-        .unwrap_or_else(|| panic!("no fix heading:\n{}", out.stdout));
-    assert!(
-        heading.contains("12 nodes") && heading.contains("edge-00..edge-11"),
-        "{heading}"
-    );
-    for id in FindingId::ALL {
-        assert!(
-            out.stdout.matches(fix_of(id)).count() <= 1,
-            "{id}'s fix more than once:\n{}",
-            out.stdout
-        );
-    }
 }
