@@ -404,8 +404,8 @@ pub fn render(run: &Run) -> String {
         }
     }
     if !failed.is_empty() {
-        // Only nodes that never started (a Ctrl-C before their turn): nothing to fix.
-        let when = if ran.is_empty() {
+        // Only nodes that never started or were stopped by the operator: nothing to fix.
+        let when = if ran.iter().all(|o| o.phase == Phase::Interrupted) {
             "to go on"
         } else {
             "once the causes above are fixed"
