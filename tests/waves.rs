@@ -61,6 +61,21 @@ fn wave_results(summary: &Value) -> Vec<(u64, u64, u64, Value, String)> {
         .collect()
 }
 
+/// An API server on which fleet node `i`'s Node registers once keadm exited on it, and
+/// then does as `behaviour(i)` says.
+fn registering_after_keadm(fleet: &Fleet, behaviour: impl Fn(usize) -> Behaviour) -> FakeApiServer {
+    let api = FakeApiServer::start();
+    for (i, node) in fleet.nodes().iter().enumerate() {
+        let calls = fake_keadm::calls_path(&remote_keadm(node));
+        api.node_on(
+            &Scenario::name(i),
+            move || keadm_exited(&calls),
+            behaviour(i),
+        );
+    }
+    api
+}
+
 /// The log line of fleet node `i`.
 fn log_line(out: &Output, i: usize) -> String {
     out.log_line_starting(&format!("Failed to process node {}: ", Scenario::name(i)))
@@ -366,19 +381,16 @@ fn a_share_of_each_wave_may_fail() {
 #[test]
 fn with_a_cluster_a_wave_waits_for_ready_and_a_node_not_ready_stops_the_rollout() {
     let fleet = Fleet::builder().nodes(6).start();
-    let api = FakeApiServer::start();
-    for (i, node) in fleet.nodes().iter().enumerate() {
-        let behaviour = if i == 2 {
+    let api = registering_after_keadm(&fleet, |i| {
+        if i == 2 {
             Behaviour::NotReady {
                 reason: "KubeletNotReady".into(),
                 message: "cni plugin not initialized".into(),
             }
         } else {
             Behaviour::ReadyAfter(Duration::from_millis(1500))
-        };
-        let calls = fake_keadm::calls_path(&remote_keadm(node));
-        api.node_on(&Scenario::name(i), move || keadm_exited(&calls), behaviour);
-    }
+        }
+    });
     let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("Install Complete!"));
     let kubeconfig = api.kubeconfig().display().to_string();
     let out = sc.run(&[
@@ -542,15 +554,9 @@ fn bad_wave_values_are_usage_errors() {
 #[test]
 fn a_stopped_rollout_names_each_untouched_node_once_and_one_next_command_with_its_flags() {
     let fleet = Fleet::builder().nodes(12).start();
-    let api = FakeApiServer::start();
-    for (i, node) in fleet.nodes().iter().enumerate() {
-        let calls = fake_keadm::calls_path(&remote_keadm(node));
-        api.node_on(
-            &Scenario::name(i),
-            move || keadm_exited(&calls),
-            Behaviour::ReadyAfter(Duration::from_millis(100)),
-        );
-    }
+    let api = registering_after_keadm(&fleet, |_| {
+        Behaviour::ReadyAfter(Duration::from_millis(100))
+    });
     mark_failing(&fleet, 1);
     let sc = Scenario::new(&fleet).keadm(fails_where_marked());
     let kubeconfig = api.kubeconfig().display().to_string();
