@@ -330,9 +330,10 @@ enum BatchSub {
     /// Prints the page's path. Exit 2 when RUN_DIR has neither a summary nor a journal
     /// it can read.
     Report {
-        /// The run directory (batch_runs/<id>, or --run-dir's, or batch merge --into's).
+        /// The run directory (batch_runs/<id>, or --run-dir's, or batch merge --into's);
+        /// without it, the latest run here (batch_runs/latest).
         #[arg(value_name = "RUN_DIR")]
-        run_dir: PathBuf,
+        run_dir: Option<PathBuf>,
     },
     /// Show each node of the config, read-only: reachable over SSH, edgecore running and
     /// its version, keadm's version, and the node's outcome in the latest run here.

@@ -15,9 +15,10 @@ pub enum Command {
     Man,
     Run(Box<RunOptions>),
     Merge(MergeOptions),
-    /// `batch report RUN_DIR`: report.html written from the run's summary.json.
+    /// `batch report [RUN_DIR]`: report.html written from the run's summary.json; `None`
+    /// for the latest run (batch_runs/latest).
     Report {
-        run_dir: PathBuf,
+        run_dir: Option<PathBuf>,
     },
     /// `batch status -c FILE`: a read-only view of the config's nodes.
     Status(StatusOptions),

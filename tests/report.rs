@@ -323,3 +323,25 @@ fn batch_report_and_merge_write_the_page() {
     out.status(2).stderr_has("nowhere");
     assert!(!sc.path("nowhere").exists());
 }
+
+/// `batch report` with no run directory writes the page of batch_runs/latest, and prints
+/// where it is.
+#[test]
+fn batch_report_defaults_to_the_latest_run() {
+    use crate::common::fake_keadm::FakeKeadm;
+    use crate::common::test::Test;
+
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("joined"));
+    let out = sc.run(&[]);
+    out.status(0);
+    let page = out.latest_run().join("report.html");
+    std::fs::remove_file(&page).unwrap();
+    let out = Test::in_dir(sc.dir.path()).args(["batch", "report"]).run();
+    out.status(0);
+    assert!(page.exists(), "{}", out.stderr);
+    assert_eq!(
+        std::fs::canonicalize(out.stdout.trim()).unwrap(),
+        std::fs::canonicalize(&page).unwrap()
+    );
+}

@@ -64,6 +64,9 @@ struct Page<'a> {
     sites: Vec<String>,
     has_waves: bool,
     failures: Vec<FailureGroup>,
+    /// The pre-flight findings by id, as failures are by class: the id, what it is, its
+    /// fix, and each node that has it with what was seen there.
+    preflight: Vec<FailureGroup>,
     site_rows: Vec<SiteRow>,
     waves: Vec<WaveRow>,
     slowest: Vec<Slow>,
@@ -231,6 +234,7 @@ pub fn render(summary: &Summary, run_dir: &Path) -> String {
         has_waves: summary.nodes.iter().any(|n| n.wave.is_some()),
         sites,
         failures: failures(&summary.nodes, run_dir),
+        preflight: preflight(&summary.nodes, run_dir),
         site_rows: site_rows(summary),
         waves: summary
             .waves
@@ -470,6 +474,46 @@ fn failures(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<FailureGroup> {
     // Those with a class first, the largest first; the unclassified last.
     groups.sort_by_key(|g| (g.class == "unclassified", std::cmp::Reverse(g.nodes.len())));
     groups
+}
+
+/// The pre-flight findings of `nodes`, grouped by id as the recap groups them, each
+/// node with what its probe saw.
+fn preflight(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<FailureGroup> {
+    let found = super::findings::by_id(
+        nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.preflight.as_slice())),
+    );
+    found
+        .into_iter()
+        .map(|(id, names)| {
+            let finding = crate::diagnosis::Finding {
+                id,
+                detail: String::new(),
+            };
+            FailureGroup {
+                class: id.as_str().to_string(),
+                title: finding.message().to_string(),
+                fix: finding.suggested_action().to_string(),
+                nodes: nodes
+                    .iter()
+                    .filter(|n| names.contains(&n.name.as_str()))
+                    .map(|n| FailedNode {
+                        name: text(&n.name),
+                        error: text(
+                            &n.preflight
+                                .iter()
+                                .filter(|f| f.id == id && !f.detail.is_empty())
+                                .map(|f| f.detail.as_str())
+                                .collect::<Vec<_>>()
+                                .join("; "),
+                        ),
+                        href: transcript_href(n, run_dir),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 /// One row per site (the nodes with none as one row), with what the relay moved.
