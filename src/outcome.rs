@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::Arch;
 use crate::diagnosis::FailureClass;
+use crate::keadm_cmd::Task;
 pub use crate::remote::UpgradeReport;
 
 /// One pre-flight finding: its id (`edgecore_running`...) and what was seen.
@@ -109,6 +110,11 @@ pub struct NodeOutcome {
     pub last_output: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_class: Option<FailureClass>,
+    /// What the node's keadmCmd does (`join`, `reset`, `upgrade`...): the fix of its
+    /// failure class depends on it. Absent for a node that never ran, and in files
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<Task>,
     /// The keadm command's exit status, when it ran to the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<i32>,
@@ -320,6 +326,11 @@ impl NodeOutcome {
         self.phase == Phase::Succeeded
     }
 
+    /// What the node's keadmCmd did, [`Task::Other`] when not recorded.
+    pub fn task(&self) -> Task {
+        self.task.unwrap_or(Task::Other)
+    }
+
     /// The error as the console shows it: keadm's line, then the last output it printed.
     pub fn error_with_output(&self) -> Option<String> {
         let error = self.error.as_deref()?;
@@ -359,6 +370,7 @@ impl NodeOutcome {
             error: Some(reason.to_string()),
             last_output: None,
             failure_class: None,
+            task: None,
             exit_status: None,
             reset_exit_status: None,
             reset_verified: false,

@@ -451,12 +451,10 @@ fn failures(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<FailureGroup> {
             title: class
                 .map_or("Failures with no class", |c| c.title())
                 .to_string(),
-            fix: class
-                .map_or(
-                    "Read the node's transcript: it ends with what went wrong.",
-                    |c| c.suggested_fix(),
-                )
-                .to_string(),
+            fix: class.map_or_else(
+                || "Read the node's transcript: it ends with what went wrong.".to_string(),
+                |c| c.fixes_for(members.iter().map(|n| n.task())).join(" "),
+            ),
             nodes: members
                 .iter()
                 .map(|n| FailedNode {

@@ -280,7 +280,13 @@ pub fn render(
                 names.len(),
                 shown.join(", ")
             );
-            let _ = writeln!(out, "    fix: {}", class.suggested_fix());
+            let tasks = failed
+                .iter()
+                .filter(|o| o.failure_class == Some(*class))
+                .map(|o| o.task());
+            for fix in class.fixes_for(tasks) {
+                let _ = writeln!(out, "    fix: {fix}");
+            }
             let _ = writeln!(
                 out,
                 "    then: keadm-batch batch -c {} --retry-failed --class {}",
