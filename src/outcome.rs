@@ -283,6 +283,13 @@ pub struct ClusterCheck {
     pub registered_after: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_after: Option<f64>,
+    /// Seconds from the node's start (`started_at`, before its connect) to the Node being
+    /// Ready (an upgrade's: Ready on the new version), on this machine's clock: the time a
+    /// node takes to come up. `ready_after` alone misleads for joins, since keadm join
+    /// exits only once edgecore has run for a while (its certificates written), so the
+    /// Node is often Ready by then and `ready_after` 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_after_start: Option<f64>,
     /// The Ready condition when the wait ended (`reason: message`), when it was not Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
@@ -438,6 +445,26 @@ mod tests {
             crate::diagnosis::FindingId::ManagementDirNotClean
         );
         assert_eq!(serde_json::to_string(&outcome).unwrap(), line);
+    }
+
+    /// summary.json gives a Ready node's time from its start beside the time from
+    /// keadm's exit, and reads files written before it was recorded.
+    #[test]
+    fn the_cluster_check_records_ready_from_the_node_s_start() {
+        let check = ClusterCheck {
+            node_name: "edge-1".into(),
+            registered_after: Some(0.0),
+            ready_after: Some(0.0),
+            ready_after_start: Some(31.25),
+            ..ClusterCheck::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&check).unwrap(),
+            r#"{"node_name":"edge-1","registered_after":0.0,"ready_after":0.0,"ready_after_start":31.25}"#
+        );
+        let old: ClusterCheck =
+            serde_json::from_str(r#"{"node_name":"edge-1","ready_after":2.5}"#).unwrap();
+        assert_eq!(old.ready_after_start, None);
     }
 
     #[test]

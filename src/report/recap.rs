@@ -182,6 +182,9 @@ pub fn node_line(o: &NodeOutcome, done: usize, total: usize) -> String {
     }
     if let Some(ready) = o.cluster.as_ref().and_then(|c| c.ready_after) {
         let _ = write!(line, ", Ready {ready:.1}s after keadm");
+        if let Some(start) = o.cluster.as_ref().and_then(|c| c.ready_after_start) {
+            let _ = write!(line, " ({start:.1}s after its start)");
+        }
     }
     if let Some(error) = o.error_with_output()
         && !o.succeeded()
@@ -325,10 +328,12 @@ pub fn render(
     out
 }
 
-/// With a kubeconfig: how long the Ready joins took after keadm exited, the median and
-/// the slowest, with their time to registered.
+/// With a kubeconfig: how long the Ready nodes took after keadm exited and from their
+/// start (the time a node takes to come up: keadm join exits only after edgecore ran a
+/// while, so the first is often 0), the medians and the slowest, with their time to
+/// registered.
 fn render_ready(out: &mut String, outcomes: &[NodeOutcome]) {
-    let mut ready: Vec<(&str, f64, f64)> = outcomes
+    let mut ready: Vec<(&str, f64, f64, Option<f64>)> = outcomes
         .iter()
         .filter_map(|o| {
             let c = o.cluster.as_ref()?;
@@ -336,6 +341,7 @@ fn render_ready(out: &mut String, outcomes: &[NodeOutcome]) {
                 o.name.as_str(),
                 c.ready_after?,
                 c.registered_after.unwrap_or(0.0),
+                c.ready_after_start,
             ))
         })
         .collect();
@@ -344,16 +350,25 @@ fn render_ready(out: &mut String, outcomes: &[NodeOutcome]) {
     }
     ready.sort_by(|a, b| b.1.total_cmp(&a.1));
     let median = ready[ready.len() / 2].1;
+    let mut from_start: Vec<f64> = ready.iter().filter_map(|r| r.3).collect();
+    from_start.sort_by(|a, b| b.total_cmp(a));
+    let from_start = from_start
+        .get(from_start.len() / 2)
+        .map(|m| format!("; from the node's start: median {m:.1}s"))
+        .unwrap_or_default();
     let slowest: Vec<String> = ready
         .iter()
         .take(5)
-        .map(|(name, ready, registered)| {
-            format!("{name} {ready:.1}s (registered {registered:.1}s)")
+        .map(|(name, ready, registered, start)| {
+            let start = start
+                .map(|s| format!(", {s:.1}s from its start"))
+                .unwrap_or_default();
+            format!("{name} {ready:.1}s (registered {registered:.1}s{start})")
         })
         .collect();
     let _ = writeln!(
         out,
-        "\nReady in the cluster: {} node(s), after keadm exited: median {median:.1}s; slowest: {}",
+        "\nReady in the cluster: {} node(s), after keadm exited: median {median:.1}s{from_start}; slowest: {}",
         ready.len(),
         slowest.join(", ")
     );
