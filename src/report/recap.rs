@@ -594,4 +594,39 @@ mod tests {
             "{recap}"
         );
     }
+    /// A class's fix is the one for the command its nodes ran: an upgrade's stalled pull
+    /// is not told to retry with --reset-first, a join's is; with both, each is named.
+    #[test]
+    fn a_class_s_fix_is_worded_for_the_command_its_nodes_ran() {
+        use crate::keadm_cmd::Task;
+        let failed = |index: usize, task: Task| {
+            let mut o =
+                NodeOutcome::not_run(index, &format!("edge-{index}"), "a:22", Phase::Failed, "x");
+            o.steps.run = Some(1.0);
+            o.failure_class = Some(FailureClass::ImagePullStalled);
+            o.task = Some(task);
+            o
+        };
+        let recap = |outcomes: &[NodeOutcome]| {
+            render(
+                outcomes,
+                Path::new("run"),
+                Path::new("log"),
+                Path::new("c.yaml"),
+                1.0,
+            )
+        };
+        let upgrades = recap(&[failed(0, Task::Upgrade)]);
+        assert!(
+            upgrades.contains(&format!(
+                "    fix: {}\n",
+                FailureClass::ImagePullStalled.suggested_fix(Task::Upgrade)
+            )),
+            "{upgrades}"
+        );
+        assert!(!upgrades.contains("--reset-first"), "{upgrades}");
+        let both = recap(&[failed(0, Task::Upgrade), failed(1, Task::Join)]);
+        assert!(both.contains("    fix: keadm join: "), "{both}");
+        assert!(both.contains("    fix: keadm upgrade edge: "), "{both}");
+    }
 }
