@@ -348,14 +348,15 @@ impl FailureClass {
                 task.command(),
                 rolled_back(task)
             ),
-            FailureClass::NotReady if join => format!(
+            FailureClass::NotReady if join => {
                 "The Node registered but did not turn Ready. Its Ready condition, quoted in \
                  the node's error, says why: for `network plugin not ready` install a CNI \
                  config on the node (/etc/cni/net.d), for a cgroup driver mismatch give \
                  `--cgroupdriver` in keadmCmd to match the runtime; `kubectl describe node \
                  <name>` shows the rest. Once fixed, retry this class: it checks them again \
                  (add --reset-first if the join must be redone)."
-            ),
+                    .to_string()
+            }
             FailureClass::NotReady => format!(
                 "{} succeeded on the node, but its Node was not Ready on the expected \
                  version in time: the node's error quotes the version and condition the Node \
