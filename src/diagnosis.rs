@@ -441,32 +441,32 @@ impl FailureClass {
                 task.command()
             ),
             FailureClass::VersionMismatch => format!(
-                "{} reported success, but the edgecore that runs on the node is not the \
-                 version expected ({}), or none runs. On the node, `systemctl status \
-                 edgecore` says whether it runs, and the version it logged as it started is \
-                 in its log (`journalctl -u edgecore | grep Version`, or \
-                 /var/log/kubeedge/edgecore.log without systemd); do not run edgecore itself \
-                 to ask, which starts a second edgecore. {}{retry} once fixed.",
+                "{} reported success, but the edgecore that runs on the node is not {}, or \
+                 none runs. On the node, `systemctl status edgecore` says whether it runs, and \
+                 the version it logged as it started is in its log (`journalctl -u edgecore | \
+                 grep Version`, or /var/log/kubeedge/edgecore.log without systemd); do not \
+                 run edgecore itself to ask, which starts a second edgecore. {}",
                 task.command(),
                 match task {
+                    Task::Upgrade => "the target version",
                     Task::Rollback => "the version rolled back to",
-                    _ => "the target version",
+                    _ => "the version keadm's report names",
                 },
-                match task {
-                    Task::Upgrade => {
-                        "The installation-package image may hold another version than its \
-                         tag says, or edgecore failed to start. With --rollback-on-failure \
-                         the node was rolled back; otherwise run `keadm rollback edge \
-                         --historical-version=<the version before>` there, or "
-                    }
-                    _ => "edgecore may have failed to start. Fix that, or ",
+                if task == Task::Upgrade {
+                    format!(
+                        "The installation-package image may hold another version than its tag \
+                         says, or edgecore failed to start. With --rollback-on-failure the node \
+                         was rolled back; otherwise run `keadm rollback edge \
+                         --historical-version=<the version before>` there, or fix the cause \
+                         and {retry}."
+                    )
+                } else {
+                    format!("edgecore may have failed to start: fix that and {retry}.")
                 }
             ),
-            FailureClass::DrainFailed if join => "Joins are not drained (their Node does not \
-                 exist yet), so this failure came from a Node of the same name in the \
-                 cluster: the node's error names it. Check `kubectl get node <name>`, and \
-                 delete a stale Node (`kubectl delete node <name>`) before the join; then \
-                 retry this class."
+            FailureClass::DrainFailed if join => "A join is never drained (its Node does not \
+                 exist yet), so this class is not a join's: read the node's transcript for \
+                 what failed, and retry this class."
                 .to_string(),
             FailureClass::DrainFailed => "The node's Node could not be cordoned, or its pods \
                  were not evicted and gone within --drain-timeout, so its command did not run \
