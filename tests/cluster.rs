@@ -59,18 +59,28 @@ fn a_join_whose_node_turns_ready_succeeds_with_its_times_from_one_watch() {
             "Ready 1.5 s after registering: {cluster}"
         );
         assert_eq!(cluster["version"], "v1.32.10-kubeedge-v1.23.1");
+        // From the node's start (before its connect) to Ready: at least its own steps
+        // and the wait after keadm.
+        let since_start = cluster["ready_after_start"].as_f64().unwrap();
+        let steps: f64 = ["connect", "prepare", "upload", "run"]
+            .iter()
+            .filter_map(|s| node["steps"][s].as_f64())
+            .sum();
+        assert!(steps > 0.0, "{node}");
+        assert!(since_start >= steps + ready - 0.05, "{node}");
+        assert!(since_start < 60.0, "{node}");
         let transcript = out.transcript(i);
-        assert!(
-            transcript.contains(&format!(
-                "[keadm-batch] the cluster has the Node {}: registered ",
-                Scenario::name(i)
-            )),
-            "{transcript}"
+        let line = format!(
+            "[keadm-batch] the cluster has the Node {}: registered {registered:.1} s and Ready {ready:.1} s after keadm exited, Ready {since_start:.1} s after the node's start (v1.32.10-kubeedge-v1.23.1)",
+            Scenario::name(i)
         );
+        assert!(transcript.contains(&line), "{line}\n{transcript}");
     }
-    // The recap gives each node's time to Ready.
+    // The recap gives each node's time to Ready, from keadm's exit and from its start.
     out.stderr_has("Ready in the cluster: 3 node(s), after keadm exited: median ")
-        .stderr_has("s after keadm");
+        .stderr_has("; from the node's start: median ")
+        .stderr_has("s after keadm (")
+        .stderr_has("s after its start)");
     // One list and one watch follow every node: no request per node.
     let requests = api.requests();
     let per_node: Vec<&String> = requests

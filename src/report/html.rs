@@ -94,6 +94,9 @@ struct Row {
     start: String,
     duration: String,
     duration_text: String,
+    /// With a kubeconfig, a Node that was Ready: the time from the node's start to it
+    /// (`Ready 31.2 s`) and, as its tooltip, both figures.
+    ready: Option<(String, String)>,
     bars: Vec<Bar>,
     href: Option<String>,
     /// What the row shows of its error: keadm's last line when it has one (the words
@@ -308,6 +311,17 @@ fn row(node: &NodeOutcome, t0: f64, run_dir: &Path) -> Row {
         start: number(node.started_at - t0),
         duration: number(duration),
         duration_text: human(duration),
+        ready: node.cluster.as_ref().and_then(|c| {
+            let start = c.ready_after_start?;
+            Some((
+                format!("Ready {}", human(start)),
+                format!(
+                    "Ready {} after the node's start, {} after keadm exited",
+                    human(start),
+                    human(c.ready_after.unwrap_or(0.0))
+                ),
+            ))
+        }),
         bars: bars(node, t0),
         href: transcript_href(node, run_dir),
         error: node
@@ -455,12 +469,10 @@ fn failures(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<FailureGroup> {
             title: class
                 .map_or("Failures with no class", |c| c.title())
                 .to_string(),
-            fix: class
-                .map_or(
-                    "Read the node's transcript: it ends with what went wrong.",
-                    |c| c.suggested_fix(),
-                )
-                .to_string(),
+            fix: class.map_or_else(
+                || "Read the node's transcript: it ends with what went wrong.".to_string(),
+                |c| c.fixes_for(members.iter().map(|n| n.task())).join(" "),
+            ),
             nodes: members
                 .iter()
                 .map(|n| FailedNode {

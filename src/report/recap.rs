@@ -173,6 +173,9 @@ pub fn node_line(o: &NodeOutcome, done: usize, total: usize) -> String {
     }
     if let Some(ready) = o.cluster.as_ref().and_then(|c| c.ready_after) {
         let _ = write!(line, ", Ready {ready:.1}s after keadm");
+        if let Some(start) = o.cluster.as_ref().and_then(|c| c.ready_after_start) {
+            let _ = write!(line, " ({start:.1}s after its start)");
+        }
     }
     if let Some(reason) = short_reason(o) {
         let _ = write!(line, ": {reason}");
@@ -366,7 +369,13 @@ pub fn render(run: &Run) -> String {
                 names.len(),
                 names::compact(names)
             );
-            let _ = writeln!(out, "    fix: {}", class.suggested_fix());
+            let tasks = failed
+                .iter()
+                .filter(|o| o.failure_class == Some(*class))
+                .map(|o| o.task());
+            for fix in class.fixes_for(tasks) {
+                let _ = writeln!(out, "    fix: {fix}");
+            }
         }
     }
     let found = findings::by_id(
@@ -440,10 +449,12 @@ pub fn places(log_path: &Path, run_dir: &Path, report: Option<&Path>) -> String 
     out
 }
 
-/// With a kubeconfig: how long the Ready joins took after keadm exited, the median and
-/// the slowest, with their time to registered.
+/// With a kubeconfig: how long the Ready nodes took after keadm exited and from their
+/// start (the time a node takes to come up: keadm join exits only after edgecore ran a
+/// while, so the first is often 0), the medians and the slowest, with their time to
+/// registered.
 fn render_ready(out: &mut String, outcomes: &[NodeOutcome]) {
-    let mut ready: Vec<(&str, f64, f64)> = outcomes
+    let mut ready: Vec<(&str, f64, f64, Option<f64>)> = outcomes
         .iter()
         .filter_map(|o| {
             let c = o.cluster.as_ref()?;
@@ -451,6 +462,7 @@ fn render_ready(out: &mut String, outcomes: &[NodeOutcome]) {
                 o.name.as_str(),
                 c.ready_after?,
                 c.registered_after.unwrap_or(0.0),
+                c.ready_after_start,
             ))
         })
         .collect();
@@ -459,16 +471,25 @@ fn render_ready(out: &mut String, outcomes: &[NodeOutcome]) {
     }
     ready.sort_by(|a, b| b.1.total_cmp(&a.1));
     let median = ready[ready.len() / 2].1;
+    let mut from_start: Vec<f64> = ready.iter().filter_map(|r| r.3).collect();
+    from_start.sort_by(|a, b| b.total_cmp(a));
+    let from_start = from_start
+        .get(from_start.len() / 2)
+        .map(|m| format!("; from the node's start: median {m:.1}s"))
+        .unwrap_or_default();
     let slowest: Vec<String> = ready
         .iter()
         .take(5)
-        .map(|(name, ready, registered)| {
-            format!("{name} {ready:.1}s (registered {registered:.1}s)")
+        .map(|(name, ready, registered, start)| {
+            let start = start
+                .map(|s| format!(", {s:.1}s from its start"))
+                .unwrap_or_default();
+            format!("{name} {ready:.1}s (registered {registered:.1}s{start})")
         })
         .collect();
     let _ = writeln!(
         out,
-        "\nReady in the cluster: {} node(s), after keadm exited: median {median:.1}s; slowest: {}",
+        "\nReady in the cluster: {} node(s), after keadm exited: median {median:.1}s{from_start}; slowest: {}",
         ready.len(),
         slowest.join(", ")
     );
@@ -845,5 +866,40 @@ mod tests {
         );
         assert!(recap.contains(&expected), "{recap}");
         assert!(!recap.contains("then,"), "nothing failed: {recap}");
+    }
+    /// A class's fix is the one for the command its nodes ran: an upgrade's stalled pull
+    /// is not told to retry with --reset-first, a join's is; with both, each is named.
+    #[test]
+    fn a_class_s_fix_is_worded_for_the_command_its_nodes_ran() {
+        use crate::keadm_cmd::Task;
+        let failed = |index: usize, task: Task| {
+            let mut o =
+                NodeOutcome::not_run(index, &format!("edge-{index}"), "a:22", Phase::Failed, "x");
+            o.steps.run = Some(1.0);
+            o.failure_class = Some(FailureClass::ImagePullStalled);
+            o.task = Some(task);
+            o
+        };
+        let options = options("c.yaml");
+        let recap = |outcomes: &[NodeOutcome]| {
+            render(&Run {
+                outcomes,
+                waves: &[],
+                options: &options,
+                wall_secs: 1.0,
+            })
+        };
+        let upgrades = recap(&[failed(0, Task::Upgrade)]);
+        assert!(
+            upgrades.contains(&format!(
+                "    fix: {}\n",
+                FailureClass::ImagePullStalled.suggested_fix(Task::Upgrade)
+            )),
+            "{upgrades}"
+        );
+        assert!(!upgrades.contains("--reset-first"), "{upgrades}");
+        let both = recap(&[failed(0, Task::Upgrade), failed(1, Task::Join)]);
+        assert!(both.contains("    fix: keadm join: "), "{both}");
+        assert!(both.contains("    fix: keadm upgrade edge: "), "{both}");
     }
 }
