@@ -432,7 +432,7 @@ const WRONG_DIGEST: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123
 /// A config staging keadm for amd64, with `keadm_extra` under `keadm:` from line 4 on.
 fn staging_config(keadm_extra: &str) -> String {
     format!(
-        "keadm:\n  keadmVersion: {VERSION}\n  archGroup: [amd64]\n{keadm_extra}retries: 0\nnodes:\n  - nodeName: edge-a\n    keadmCmd: reset\n    ssh: {{ip: 127.0.0.1, port: 1, username: root, auth: {{type: agent}}}}\n"
+        "keadm:\n  keadmVersion: {VERSION}\n  archGroup: [amd64]\n{keadm_extra}retries: 0\nnodes:\n  - nodeName: edge-a\n    keadmCmd: reset edge\n    ssh: {{ip: 127.0.0.1, port: 1, username: root, auth: {{type: agent}}}}\n"
     )
 }
 

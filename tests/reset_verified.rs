@@ -111,7 +111,7 @@ fn a_reset_that_cleans_the_node_is_verified_and_succeeds() {
                   rm -rf /etc/kubeedge";
     let sc = Scenario::new(&fleet)
         .keadm(FakeKeadm::new().runs(cleans))
-        .cmd("reset");
+        .cmd("reset edge");
     let out = sc.run(&[]);
     out.status(0);
     let summary = out.node_summary(0);
