@@ -12,6 +12,7 @@ use crate::arch::Arch;
 use crate::cancel::Cancel;
 use crate::cluster_run::{self, ClusterRun};
 use crate::config::{self, validate::ProcessEnvironment};
+use crate::console::{console_line, console_text};
 use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
 use crate::kubeedge::before_run::{self, Refused};
 use crate::options::{
@@ -57,9 +58,8 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
         Ok(()) => 0,
         Err(err) => {
             // One prefix per line, so a list of config problems reads as a list.
-            let mut stderr = std::io::stderr().lock();
             for line in err.to_string().lines() {
-                let _ = writeln!(stderr, "keadm-batch: error: {line}");
+                console_line!("keadm-batch: error: {line}");
             }
             err.exit_code()
         }
@@ -125,7 +125,7 @@ fn run(command: Command) -> Result<(), Error> {
                 &options.into,
                 options.expect_sha512.as_deref(),
             )?;
-            eprint!("{}", checked.summary());
+            console_text!("{}", checked.summary());
             Ok(())
         }
         Command::PackCopy {
@@ -156,12 +156,12 @@ fn run_bundle(options: &BundleOptions) -> Result<(), Error> {
     )?;
     let mut note = |line: String| {
         if !quiet {
-            eprintln!("{line}");
+            console_line!("{line}");
         }
     };
     let report = bundle::write_kit(&settings, &mut note)?;
     report.lines().into_iter().for_each(note);
-    eprint!("{}", report.summary());
+    console_text!("{}", report.summary());
     // After the console's lines, as a run prints its summary after the recap.
     if options.output == OutputFormat::Json {
         print(report.json())?;
@@ -498,7 +498,7 @@ fn retry_selection(
         );
     }
     if selection.names.is_empty() {
-        eprintln!(
+        console_line!(
             "Nothing to retry: every node of the config {} in {}.",
             match options.class {
                 Some(class) => format!("succeeded or failed with a class other than {class}"),
@@ -508,7 +508,7 @@ fn retry_selection(
         );
         return Ok(None);
     }
-    eprintln!(
+    console_line!(
         "Retrying {} node(s) that did not succeed in {}.",
         selection.names.len(),
         retry.from.display()
@@ -576,7 +576,7 @@ fn execute(
     let rollout = waves::for_run(&plan.nodes, options, earlier_waves);
     if !quiet {
         let (count, shard, at_once) = (plan.nodes.len(), plan.shard, plan.max_run_num);
-        eprintln!(
+        console_line!(
             "{}",
             recap::banner(count, shard, at_once, &rollout, &run_dir.path)
         );
@@ -664,7 +664,7 @@ fn execute(
         );
     }
     if !quiet {
-        eprint!(
+        console_text!(
             "{}",
             recap::render(
                 &summary.nodes,
@@ -674,14 +674,14 @@ fn execute(
                 wall.elapsed().as_secs_f64()
             )
         );
-        eprint!("{}", recap::sites(&summary.sites));
-        eprint!("{}", recap::waves(&summary.waves, &options.config));
-        eprint!("{}", cluster_run::left_behind_recap(&summary.nodes));
-        eprint!("{}", crate::drain_run::left_cordoned_recap(&summary.nodes));
+        console_text!("{}", recap::sites(&summary.sites));
+        console_text!("{}", recap::waves(&summary.waves, &options.config));
+        console_text!("{}", cluster_run::left_behind_recap(&summary.nodes));
+        console_text!("{}", crate::drain_run::left_cordoned_recap(&summary.nodes));
         if let Some(stager) = &stager {
             // The process goes on after the run: say so, or it looks left behind.
             for (arch, format, pid) in stager.copies_being_made() {
-                eprintln!(
+                console_line!(
                     "The {format} copy of keadm {} for {arch} is still being made (process {pid}, at the lowest CPU priority); runs that start once it is done send it to nodes with {format} instead of a larger form.",
                     stager.settings().version
                 );
@@ -711,7 +711,7 @@ fn execute(
     }
     if quiet {
         // -q still prints the final result: on success this line, as the error is on failure.
-        eprintln!(
+        console_line!(
             "{} of {} selected nodes succeeded. See batch_process_log.txt and {}.",
             totals.succeeded,
             totals.selected,
@@ -753,11 +753,11 @@ fn install_signal_handler(cancel: &Cancel) {
     let result = ctrlc::set_handler(move || {
         let level = cancel.request();
         if level == 1 {
-            eprintln!(
+            console_line!(
                 "\nkeadm-batch: stopping: no new node will start; running nodes finish or reach their deadline. Press Ctrl-C again to cancel them."
             );
         } else if level == 2 {
-            eprintln!("\nkeadm-batch: cancelling running nodes; results are still written.");
+            console_line!("\nkeadm-batch: cancelling running nodes; results are still written.");
         }
     });
     if let Err(err) = result {
