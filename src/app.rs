@@ -15,6 +15,7 @@ use crate::config::{self, validate::ProcessEnvironment};
 use crate::console::{console_line, console_text};
 use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
 use crate::kubeedge::before_run::{self, Refused};
+use crate::node_text::escape_controls_by_line;
 use crate::options::{
     BundleOptions, Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, StatusOptions,
     Verbosity,
@@ -57,8 +58,10 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
     match run(command) {
         Ok(()) => 0,
         Err(err) => {
-            // One prefix per line, so a list of config problems reads as a list.
-            for line in err.to_string().lines() {
+            // One prefix per line, so a list of config problems reads as a list. An error
+            // may quote a registry, a node or an API server: escaped here once, so none
+            // can move the cursor or retitle the terminal, whichever error it reaches.
+            for line in escape_controls_by_line(&err.to_string()).lines() {
                 console_line!("keadm-batch: error: {line}");
             }
             err.exit_code()
@@ -83,7 +86,9 @@ fn init_logging(verbosity: Verbosity) {
                 log::Level::Info => "info",
                 log::Level::Debug | log::Level::Trace => "debug",
             };
-            writeln!(buf, "keadm-batch: {level}: {}", record.args())
+            // Records quote outside text too (a node's, a registry's): escaped as errors are.
+            let text = escape_controls_by_line(&record.args().to_string());
+            writeln!(buf, "keadm-batch: {level}: {text}")
         });
     if let Ok(spec) = std::env::var("RUST_LOG") {
         builder.parse_filters(&spec);
