@@ -326,6 +326,9 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         retry.as_ref().map(|retry| &retry.selection.names),
     )
     .map_err(UsageError::from)?;
+    if let Some(chosen) = &options.run_dir {
+        report::run_dir::check_chosen(chosen).map_err(UsageError::from)?;
+    }
     check_join_images(&loaded.config)?;
     // Before the token is checked, staging and any node: a cluster that cannot be asked
     // refuses the run, and the joins that take their token from it get it here.
