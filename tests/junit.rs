@@ -237,7 +237,7 @@ fn a_planted_junit_temporary_is_not_written_into() {
     let meta = std::fs::symlink_metadata(sc.path("junit.xml")).unwrap();
     assert_eq!(
         meta.uid(),
-        rustix_euid(),
+        crate::common::own_uid(),
         "junit.xml is another user's file"
     );
     assert_eq!(meta.mode() & 0o777, 0o600);
@@ -253,11 +253,6 @@ fn a_planted_junit_temporary_is_not_written_into() {
         .filter(|name| name.contains("junit") && name != "junit.xml" && name != "junit.xml.tmp")
         .collect();
     assert_eq!(left, Vec::<String>::new());
-}
-
-fn rustix_euid() -> u32 {
-    // SAFETY: geteuid(2) has no preconditions.
-    unsafe { libc::geteuid() }
 }
 
 /// `--run-dir DIR` that another user owns, or that anyone may write, is refused before
@@ -280,7 +275,10 @@ fn a_run_dir_another_user_could_change_is_refused() {
         (
             &theirs,
             theirs.clone(),
-            format!("it is owned by uid {NOBODY}, not by this user (uid 0)"),
+            format!(
+                "it is owned by uid {NOBODY}, not by this user (uid {})",
+                crate::common::own_uid()
+            ),
         ),
         (
             &open,
@@ -290,7 +288,10 @@ fn a_run_dir_another_user_could_change_is_refused() {
         (
             &their_nodes,
             their_nodes.join("nodes"),
-            format!("it is owned by uid {NOBODY}, not by this user (uid 0)"),
+            format!(
+                "it is owned by uid {NOBODY}, not by this user (uid {})",
+                crate::common::own_uid()
+            ),
         ),
     ] {
         let out = sc.run(&["--run-dir", dir.to_str().unwrap()]);

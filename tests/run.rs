@@ -741,4 +741,11 @@ fn a_closed_stderr_and_stdout_lose_no_result() {
     for i in 0..4 {
         assert!(report.contains(&Scenario::name(i)), "{report}");
     }
+
+    // Nodes that fail: the error that says so cannot be printed, and the code is still 1.
+    let failing = Scenario::new(&fleet).login(Login::Password("not-the-password".into()));
+    let out = failing.command(&[]).closed_stderr().run();
+    out.status(1);
+    assert_eq!(out.summary()["totals"]["failed"], 4);
+    assert_eq!(out.log_lines().len(), 4, "{:?}", out.log_lines());
 }

@@ -1030,7 +1030,9 @@ fn a_cache_another_user_planted_in_a_shared_staging_dir_is_not_used() {
             !String::from_utf8_lossy(&binary).contains("planted"),
             "{mode:o}"
         );
-        let own = env.base().join(format!("keadm-batch-{}", own_uid()));
+        let own = env
+            .base()
+            .join(format!("keadm-batch-{}", crate::common::own_uid()));
         assert!(own.join("package/amd64").is_dir(), "{}", own.display());
         let planted = env
             .package_dir("amd64")
@@ -1052,7 +1054,9 @@ fn a_directory_of_our_own_another_user_planted_is_refused() {
     env.publish(&release("amd64"), true);
     fs::create_dir_all(env.base()).unwrap();
     fs::set_permissions(env.base(), fs::Permissions::from_mode(0o1777)).unwrap();
-    let own = env.base().join(format!("keadm-batch-{}", own_uid()));
+    let own = env
+        .base()
+        .join(format!("keadm-batch-{}", crate::common::own_uid()));
     fs::create_dir(&own).unwrap();
     plant_cache(&own, "amd64");
     chown(&own, Some(NOBODY), Some(NOBODY)).unwrap();
@@ -1068,12 +1072,6 @@ fn a_directory_of_our_own_another_user_planted_is_refused() {
     );
     assert!(err.contains(&own.display().to_string()), "{err}");
     assert_eq!(env.server.total_hits(), 0, "{err}");
-}
-
-/// The test's own uid, which the stager names its directory after.
-fn own_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
 }
 
 /// A packed copy's process leaves the run's share of the CPU: it runs in a session of its
