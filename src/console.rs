@@ -60,11 +60,6 @@ macro_rules! console_text {
 
 pub(crate) use {console_line, console_text};
 
-/// Whether stderr's reader has gone (writes are no longer attempted).
-pub fn gone() -> bool {
-    GONE.load(Ordering::Relaxed)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,9 +67,12 @@ mod tests {
     #[test]
     fn only_a_broken_pipe_ends_the_console() {
         note_failure(&io::Error::from(io::ErrorKind::StorageFull));
-        assert!(!gone(), "a full disk may clear; the next line is tried");
+        assert!(
+            !GONE.load(Ordering::Relaxed),
+            "a full disk may clear; the next line is tried"
+        );
         note_failure(&io::Error::from(io::ErrorKind::BrokenPipe));
-        assert!(gone());
+        assert!(GONE.load(Ordering::Relaxed));
         // Nothing is written and nothing fails once it has gone.
         line("dropped");
     }
