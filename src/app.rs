@@ -114,7 +114,7 @@ fn run(command: Command) -> Result<(), Error> {
         }
         Command::Run(options) => run_batch(&options),
         Command::Merge(options) => run_merge(&options),
-        Command::Report { run_dir } => write_report(&run_dir),
+        Command::Report { run_dir } => write_report(&run_dir.unwrap_or_else(latest_run)),
         Command::Status(options) => run_status(&options),
         Command::Bundle(options) => run_bundle(&options),
         // What was checked is the result, so it goes to stdout, as a dry run's plan does.
@@ -235,6 +235,14 @@ fn run_merge(options: &MergeOptions) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+/// `batch report` without a run directory: the one batch_runs/latest points at, else that
+/// link's path, which the refusal then names.
+fn latest_run() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    rerun::latest_run(&cwd)
+        .unwrap_or_else(|| PathBuf::from(report::run_dir::RUNS_DIR).join(report::run_dir::LATEST))
 }
 
 /// `batch report RUN_DIR`: report.html from the run's summary.json (else its journal,
@@ -664,26 +672,26 @@ fn execute(
         );
     }
     recorder.metrics.finish(&summary);
-    if let Err(e) = report::html::write(&summary, &run_dir.path) {
-        log::error!(
-            "Could not write {}: {e}. summary.json has the same results; `keadm-batch batch report {}` writes the page again.",
-            run_dir.path.join(report::html::REPORT).display(),
-            crate::shell::shell_quote(&run_dir.path.display().to_string())
-        );
-    }
+    let report_page = report::html::write(&summary, &run_dir.path)
+        .inspect_err(|e| {
+            log::error!(
+                "Could not write {}: {e}. summary.json has the same results; `keadm-batch batch report {}` writes the page again.",
+                run_dir.path.join(report::html::REPORT).display(),
+                crate::shell::shell_quote(&run_dir.path.display().to_string())
+            )
+        })
+        .ok();
     if !quiet {
         console_text!(
             "{}",
-            recap::render(
-                &summary.nodes,
-                &run_dir.path,
-                &log_path,
-                &options.config,
-                wall.elapsed().as_secs_f64()
-            )
+            recap::render(&recap::Run {
+                outcomes: &summary.nodes,
+                waves: &summary.waves,
+                options,
+                wall_secs: wall.elapsed().as_secs_f64(),
+            })
         );
         console_text!("{}", recap::sites(&summary.sites));
-        console_text!("{}", recap::waves(&summary.waves, &options.config));
         console_text!("{}", cluster_run::left_behind_recap(&summary.nodes));
         console_text!("{}", crate::drain_run::left_cordoned_recap(&summary.nodes));
         if let Some(stager) = &stager {
@@ -695,6 +703,11 @@ fn execute(
                 );
             }
         }
+        // Last, so the run's places are where the eye ends.
+        console_text!(
+            "{}",
+            recap::places(&log_path, &run_dir.path, report_page.as_deref())
+        );
     }
     // After the recap, so a stdout that cannot be written still leaves the console whole.
     if options.output == OutputFormat::Json {

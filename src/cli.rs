@@ -116,18 +116,20 @@ struct BatchArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Policy")]
     wave_pause: Option<std::time::Duration>,
 
-    /// Deadline in seconds for each node's keadm command (default 600).
-    #[arg(long = "timeout", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Policy")]
+    /// Deadline for each node's keadm command: seconds (600, 600s), minutes (10m) or hours
+    /// (default 600s).
+    #[arg(long = "timeout", value_name = "DURATION", value_parser = parse_timeout_seconds, help_heading = "Policy")]
     timeout: Option<u64>,
 
     /// At a command's deadline its process group on the node gets SIGTERM, then SIGKILL
-    /// once it has had this many seconds to exit (default 10; at most the command's own
-    /// deadline; 0 kills at once).
-    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=86_400), help_heading = "Policy")]
+    /// once it has had this long to exit: seconds (10, 10s) or minutes (default 10s; at
+    /// most the command's own deadline; 0 kills at once).
+    #[arg(long, value_name = "DURATION", value_parser = parse_grace_seconds, help_heading = "Policy")]
     kill_grace: Option<u64>,
 
-    /// Deadline in seconds for TCP connect, SSH handshake and authentication (default 10).
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Policy")]
+    /// Deadline for TCP connect, SSH handshake and authentication: seconds (10, 10s) or
+    /// minutes (default 10s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout_seconds, help_heading = "Policy")]
     connect_timeout: Option<u64>,
 
     /// How to treat node host keys (default accept-new: record unknown hosts, refuse changed keys).
@@ -214,8 +216,8 @@ struct BatchArgs {
     context: Option<String>,
 
     /// How long after keadm exits a joined node may take to be registered and Ready (an
-    /// upgraded one, Ready on the new version).
-    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Cluster")]
+    /// upgraded one, Ready on the new version): seconds (300, 300s) or minutes (5m).
+    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_timeout_seconds, help_heading = "Cluster")]
     ready_timeout: u64,
 
     /// With a kubeconfig: do not wait for joined nodes to be Ready (keadm's exit decides).
@@ -328,9 +330,10 @@ enum BatchSub {
     /// Prints the page's path. Exit 2 when RUN_DIR has neither a summary nor a journal
     /// it can read.
     Report {
-        /// The run directory (batch_runs/<id>, or --run-dir's, or batch merge --into's).
+        /// The run directory (batch_runs/<id>, or --run-dir's, or batch merge --into's);
+        /// without it, the latest run here (batch_runs/latest).
         #[arg(value_name = "RUN_DIR")]
-        run_dir: PathBuf,
+        run_dir: Option<PathBuf>,
     },
     /// Show each node of the config, read-only: reachable over SSH, edgecore running and
     /// its version, keadm's version, and the node's outcome in the latest run here.
@@ -669,7 +672,8 @@ fn parse_amount(text: &str) -> Result<Amount, String> {
     })
 }
 
-/// `--wave-pause` and `--drain-timeout`: `90`, `90s`, `5m`, `1h`.
+/// Every duration flag (`--wave-pause`, `--drain-timeout`, `--timeout`,
+/// `--connect-timeout`, `--ready-timeout`, `--kill-grace`): `90`, `90s`, `5m`, `1h`.
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let text = text.trim();
     let digits = text.len() - text.trim_start_matches(|c: char| c.is_ascii_digit()).len();
@@ -761,6 +765,21 @@ fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
         } else {
             Ok(timeout)
         }
+    })
+}
+
+/// `--timeout`, `--connect-timeout`, `--ready-timeout`: a timeout as [`parse_timeout`]
+/// reads it, in the whole seconds the options keep.
+fn parse_timeout_seconds(text: &str) -> Result<u64, String> {
+    parse_timeout(text).map(|timeout| timeout.as_secs())
+}
+
+/// `--kill-grace`: a duration as [`parse_duration`] reads it, from 0 (kill at once) to a
+/// day.
+fn parse_grace_seconds(text: &str) -> Result<u64, String> {
+    parse_duration(text).and_then(|grace| match grace.as_secs() {
+        seconds @ 0..=86_400 => Ok(seconds),
+        _ => Err("a kill grace period can be at most a day (86400s, 24h)".to_string()),
     })
 }
 
@@ -1148,6 +1167,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keadm_cmd::Task;
 
     fn run(args: &[&str]) -> Result<Command, clap::Error> {
         parse(args.iter().map(OsString::from))
@@ -1198,8 +1218,67 @@ mod tests {
         assert_eq!(grace(&[]).unwrap(), None);
         assert_eq!(grace(&["--kill-grace", "0"]).unwrap(), Some(0));
         assert_eq!(grace(&["--kill-grace", "30"]).unwrap(), Some(30));
+        assert_eq!(grace(&["--kill-grace", "30s"]).unwrap(), Some(30));
+        assert_eq!(grace(&["--kill-grace", "2m"]).unwrap(), Some(120));
         assert!(grace(&["--kill-grace", "-1"]).is_err());
         assert!(grace(&["--kill-grace", "1.5"]).is_err());
+        assert!(grace(&["--kill-grace", "25h"]).is_err());
+    }
+
+    /// Every duration flag takes both forms, `120` and `120s` (and minutes), and says
+    /// what it takes in words when it is given something else.
+    #[test]
+    fn every_duration_flag_takes_seconds_with_or_without_a_unit() {
+        let opts = |args: &[&str]| {
+            let mut all = vec!["k", "batch", "-c", "c", "--kubeconfig", "k"];
+            all.extend(args);
+            match run(&all) {
+                Ok(Command::Run(opts)) => Ok(opts),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        for (bare, unit) in [("120", "120s"), ("120", "2m")] {
+            for flag in ["--timeout", "--connect-timeout", "--ready-timeout"] {
+                let a = opts(&[flag, bare]).unwrap();
+                let b = opts(&[flag, unit]).unwrap();
+                assert_eq!(
+                    (
+                        a.timeout_seconds,
+                        a.connect_timeout_seconds,
+                        a.ready_timeout_seconds
+                    ),
+                    (
+                        b.timeout_seconds,
+                        b.connect_timeout_seconds,
+                        b.ready_timeout_seconds
+                    ),
+                    "{flag} {bare} and {flag} {unit}"
+                );
+            }
+        }
+        let o = opts(&[
+            "--timeout",
+            "10m",
+            "--connect-timeout",
+            "30s",
+            "--ready-timeout",
+            "5m",
+        ])
+        .unwrap();
+        assert_eq!(o.timeout_seconds, Some(600));
+        assert_eq!(o.connect_timeout_seconds, Some(30));
+        assert_eq!(o.ready_timeout_seconds, 300);
+        assert_eq!(opts(&[]).unwrap().ready_timeout_seconds, 300);
+        let zero = opts(&["--timeout", "0"]).unwrap_err();
+        assert!(zero.contains("a timeout must be at least 1 s"), "{zero}");
+        let word = opts(&["--ready-timeout", "soon"]).unwrap_err();
+        assert!(
+            word.contains(
+                "`soon` is not a duration: write seconds (90 or 90s), minutes (5m) or hours (1h)"
+            ),
+            "{word}"
+        );
     }
 
     #[test]
@@ -1819,5 +1898,148 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         command().debug_assert();
+    }
+
+    /// The long flags of `keadm-batch batch`, as clap knows them.
+    fn batch_flags() -> Vec<String> {
+        let cli = command();
+        let batch = cli.find_subcommand("batch").expect("the batch subcommand");
+        batch
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect()
+    }
+
+    /// Whether keadm-batch's flag `--long` does anything for nodes whose keadmCmd does
+    /// `task` (the flags' help says which command each is for).
+    fn batch_flag_fits(long: &str, task: Task) -> bool {
+        match long {
+            "reset-first" | "token-from-cluster" | "preflight" | "preflight-only" => {
+                task == Task::Join
+            }
+            "backup" | "rollback-on-failure" => task == Task::Upgrade,
+            "delete-nodes" => task == Task::Reset,
+            // Joins are not drained: their Node does not exist yet.
+            "drain" | "drain-timeout" => task != Task::Join,
+            "ready-timeout" | "no-wait" => matches!(task, Task::Join | Task::Upgrade),
+            _ => true,
+        }
+    }
+
+    /// The `--flags` named in `text`, each with whose flag it is: keadm's (`Some(subcommand)`,
+    /// inside a backticked `keadm ...` command, or a backticked `--flag` followed by ` in
+    /// keadmCmd`) or keadm-batch's (`None`: outside backticks, or a backticked span that
+    /// starts with `--` or `keadm-batch`). Other backticked commands (`systemctl`,
+    /// `kubectl`...) have flags of their own and are left out.
+    fn flags_named(text: &str, task_command: &str) -> Vec<(Option<String>, String)> {
+        let mut out = Vec::new();
+        let flags = |span: &str| -> Vec<String> {
+            span.split(|c: char| c.is_whitespace() || "(),;".contains(c))
+                .filter_map(|w| w.strip_prefix("--"))
+                .map(|w| {
+                    w.split('=')
+                        .next()
+                        .unwrap_or("")
+                        .trim_end_matches('.')
+                        .to_string()
+                })
+                .filter(|w| !w.is_empty())
+                .collect()
+        };
+        let keadm_sub = |words: &[&str]| -> String {
+            words
+                .iter()
+                .skip(1)
+                .find(|w| !w.starts_with('-'))
+                .map_or(String::new(), |w| w.to_string())
+        };
+        for (at, span) in text.split('`').enumerate() {
+            if at % 2 == 0 {
+                out.extend(flags(span).into_iter().map(|f| (None, f)));
+                continue;
+            }
+            let words: Vec<&str> = span.split_whitespace().collect();
+            let after = text.split('`').nth(at + 1).unwrap_or("");
+            match words.first().copied() {
+                Some("keadm") => {
+                    let sub = keadm_sub(&words);
+                    out.extend(flags(span).into_iter().map(|f| (Some(sub.clone()), f)));
+                }
+                Some(first) if first.starts_with("--") && after.starts_with(" in keadmCmd") => {
+                    let sub = keadm_sub(&task_command.split_whitespace().collect::<Vec<_>>());
+                    out.extend(flags(span).into_iter().map(|f| (Some(sub.clone()), f)));
+                }
+                Some(first) if first.starts_with("--") || first == "keadm-batch" => {
+                    out.extend(flags(span).into_iter().map(|f| (None, f)));
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Every class's fix, for every task, is one an operator can copy: it never runs
+    /// `edgecore --version` (which starts a second edgecore), names `--reset-first` only
+    /// for joins, and every flag it names exists, is keadm-batch's for that task or keadm's
+    /// for the command named.
+    #[test]
+    fn every_fix_for_every_task_names_only_flags_that_exist_for_it() {
+        let batch = batch_flags();
+        assert!(batch.iter().any(|f| f == "reset-first"), "{batch:?}");
+        let mut checked = 0;
+        for class in FailureClass::ALL {
+            for task in Task::ALL {
+                let fix = class.suggested_fix(task);
+                let pair = format!("{class} for {task:?}: {fix}");
+                assert!(!fix.contains("edgecore --version"), "{pair}");
+                assert!(!fix.contains("--version"), "{pair}");
+                assert!(
+                    task == Task::Join || !fix.contains("--reset-first"),
+                    "--reset-first is for joins only: {pair}"
+                );
+                for (whose, flag) in flags_named(&fix, task.command()) {
+                    checked += 1;
+                    match whose {
+                        None => {
+                            assert!(batch.contains(&flag), "keadm-batch has no --{flag}: {pair}");
+                            assert!(
+                                batch_flag_fits(&flag, task),
+                                "--{flag} does nothing for {task:?}: {pair}"
+                            );
+                        }
+                        Some(sub) => assert!(
+                            crate::keadm_cmd::keadm_has_flag(&sub, &flag),
+                            "keadm {sub} has no --{flag}: {pair}"
+                        ),
+                    }
+                }
+            }
+        }
+        assert!(checked > 50, "the fixes name flags: {checked}");
+    }
+
+    /// The defects the review found, each for the task it was found with.
+    #[test]
+    fn the_fixes_the_review_found_wrong_are_right_for_their_task() {
+        let upgrade_pull = FailureClass::ImagePullStalled.suggested_fix(Task::Upgrade);
+        assert!(!upgrade_pull.contains("--reset-first"), "{upgrade_pull}");
+        assert!(
+            upgrade_pull.contains("`--image` in keadmCmd"),
+            "{upgrade_pull}"
+        );
+        let join_pull = FailureClass::ImagePullStalled.suggested_fix(Task::Join);
+        assert!(join_pull.contains("--reset-first"), "{join_pull}");
+        let mismatch = FailureClass::VersionMismatch.suggested_fix(Task::Upgrade);
+        assert!(!mismatch.contains("edgecore --version"), "{mismatch}");
+        assert!(
+            mismatch.contains("`journalctl -u edgecore | grep Version`")
+                && mismatch.contains("`systemctl status edgecore`"),
+            "{mismatch}"
+        );
+        assert!(mismatch.contains("--rollback-on-failure"), "{mismatch}");
+        // --rollback-on-failure is an upgrade's: a rollback's mismatch does not name it.
+        let rolled = FailureClass::VersionMismatch.suggested_fix(Task::Rollback);
+        assert!(!rolled.contains("--rollback-on-failure"), "{rolled}");
+        assert!(rolled.contains("the version rolled back to"), "{rolled}");
     }
 }

@@ -3,13 +3,17 @@
 //! reach or log in to) and what the pre-flight probe found ([`FindingId`], [`Finding`]),
 //! with the sentences that explain each and say what to do.
 //!
-//! A leaf: `kubeedge` decides classes and findings, `outcome` records them, `report`
-//! groups and prints them, and none of those has to reach into another for the names.
+//! Next to a leaf: it knows only `keadm_cmd`'s [`Task`], since what to do about a class
+//! depends on the command the node ran. `kubeedge` decides classes and findings, `outcome`
+//! records them, `report` groups and prints them, and none of those has to reach into
+//! another for the names.
 //! The ids serialize to the snake_case strings summary.json and journal.jsonl have always
 //! held (docs/summary.md), and `--class` takes.
 
 use std::fmt;
 use std::str::FromStr;
+
+pub use crate::keadm_cmd::Task;
 
 /// A failed or timed-out node's failure class. The snake_case ids ([`FailureClass::as_str`])
 /// are what summary.json holds and `--class` takes.
@@ -185,167 +189,360 @@ impl FailureClass {
         }
     }
 
-    /// What to do about it, in full sentences.
-    pub fn suggested_fix(self) -> &'static str {
+    /// What to do about it on a node whose keadmCmd does `task`, in full sentences that
+    /// an operator can follow as printed: a join is retried after a reset
+    /// (`--reset-first`), an upgrade may be rolled back, and the other commands are
+    /// simply retried, so the same class needs other words for each. keadm's own flags
+    /// are written in backticks (`--image` in keadmCmd, or inside a whole `keadm ...`
+    /// command); keadm-batch's flags outside them or in a `--retry-failed ...` span.
+    pub fn suggested_fix(self, task: Task) -> String {
+        let join = task == Task::Join;
+        let retry = retry(task);
         match self {
-            FailureClass::AlreadyJoined => {
+            FailureClass::AlreadyJoined if join => format!(
                 "edgecore already runs on these nodes, so they were probably joined before. \
-                 Leave them out, or reset them first (`keadm reset edge --force`, or --reset-first) \
-                 and retry. If nothing named edgecore runs there, install bash: without it keadm \
-                 always reports that edgecore is running."
+                 Leave them out, or {retry}. If nothing named edgecore runs there, install \
+                 bash: without it keadm always reports that edgecore is running."
+            ),
+            FailureClass::AlreadyJoined => format!(
+                "keadm printed that edgecore already runs on these nodes, which is keadm \
+                 join's first check: the node's transcript shows which command printed it. \
+                 Run `keadm reset edge --force` there first if the node is to be joined \
+                 again; otherwise check keadmCmd, and {retry}."
+            ),
+            FailureClass::DirtyManagementDir if join => format!(
+                "/etc/kubeedge (or containerd) holds leftovers of an earlier join. {}.",
+                capitalized(&retry)
+            ),
+            FailureClass::DirtyManagementDir => format!(
+                "keadm printed that /etc/kubeedge (or containerd) holds leftovers of an \
+                 earlier join, which is keadm join's second check: the node's transcript \
+                 shows which command printed it. Run `keadm reset edge --force` there first \
+                 if the node is to be joined again; otherwise check keadmCmd, and {retry}."
+            ),
+            FailureClass::NameTaken => format!(
+                "cloudcore already has a node with this name (the name keadm join gives the \
+                 node), or answered 500 when asked. Give each node a \
+                 unique name, or delete the stale node on the cloud side (`kubectl delete \
+                 node <name>`), and {retry}."
+            ),
+            FailureClass::CloudcoreUnreachable if join => format!(
+                "The nodes could not reach cloudcore over HTTPS. Check that \
+                 `--cloudcore-ipport` in keadmCmd is host:port, that the certificate port \
+                 (`--certport` in keadmCmd, default 10002; 30002 behind the Helm NodePort \
+                 service) is open from the nodes, and, for x509 errors, the nodes' clocks \
+                 and the names in cloudcore's certificate. Then {retry}."
+            ),
+            FailureClass::CloudcoreUnreachable => format!(
+                "The nodes could not reach cloudcore over HTTPS. Check that the cloudcore \
+                 address in /etc/kubeedge/config/edgecore.yaml (modules.edgeHub) is one the \
+                 nodes can reach, that its ports (10000 and 10002; 30000 and 30002 behind \
+                 the Helm NodePort service) are open from the nodes, and, for x509 errors, \
+                 the nodes' clocks and the names in cloudcore's certificate. Then {retry}."
+            ),
+            FailureClass::TokenInvalid => format!(
+                "cloudcore refused the join token: it has expired or is not a valid token. \
+                 Get a fresh one on the cloud side with `keadm gettoken`, put it in the \
+                 config, and {retry}."
+            ),
+            FailureClass::CaMismatch => format!(
+                "The token's CA hash is not cloudcore's CA: the token comes from another \
+                 cluster, or cloudcore's CA was replaced. Get the token from this cluster \
+                 with `keadm gettoken`, put it in the config, and {retry}."
+            ),
+            FailureClass::ImagePullStalled if join => format!(
+                "The kubeedge/installation-package image (or the runtime's pause image) \
+                 could not be pulled, or the pull hung. Check that the nodes reach the \
+                 registry (or name a mirror with `--image-repository` in keadmCmd), that \
+                 the image exists for their architecture, or preload the images on \
+                 air-gapped nodes (`keadm-batch batch bundle` puts them in the kit); then \
+                 {retry}."
+            ),
+            FailureClass::ImagePullStalled if task == Task::Upgrade => format!(
+                "The kubeedge/installation-package image of the target version could not be \
+                 pulled through the node's container runtime, or the pull hung until the \
+                 command's deadline (--timeout; keadm has none there). keadm pulls before it \
+                 stops edgecore, so the old edgecore still runs. Check that the nodes reach \
+                 the registry (or name a mirror with `--image` in keadmCmd) and that the \
+                 image exists for their architecture and for `--toVersion` in keadmCmd, or \
+                 preload it on \
+                 air-gapped nodes (`keadm-batch batch bundle` puts it in the kit); then \
+                 {retry}."
+            ),
+            FailureClass::ImagePullStalled => format!(
+                "An image could not be pulled through the node's container runtime, or the \
+                 pull hung until the command's deadline (--timeout). Check that the nodes \
+                 reach the registry and that the image exists for their architecture, or \
+                 preload it on air-gapped nodes; then {retry}."
+            ),
+            FailureClass::RuntimeMissing if join => format!(
+                "keadm could not use the container runtime, or keadm-batch could not import \
+                 the offline images into it (the node's error says which, and the command \
+                 to run by hand). Install and start containerd (or name its socket with \
+                 `--remote-runtime-endpoint=unix://<socket>` in keadmCmd), make sure \
+                 \"cri\" is not in disabled_plugins in /etc/containerd/config.toml, and \
+                 give `--cgroupdriver=systemd` in keadmCmd when containerd uses \
+                 SystemdCgroup = true. Then {retry}."
+            ),
+            FailureClass::RuntimeMissing => format!(
+                "keadm could not use the container runtime, or keadm-batch could not import \
+                 the offline images into it (the node's error says which, and the command \
+                 to run by hand). Install and start containerd, check that \
+                 containerRuntimeEndpoint in /etc/kubeedge/config/edgecore.yaml names its \
+                 socket (keadm uses that runtime), and make sure \"cri\" is not in \
+                 disabled_plugins in /etc/containerd/config.toml. Then {retry}."
+            ),
+            FailureClass::Unreachable => "keadm-batch could not reach sshd on these nodes, \
+                 or lost the connection before keadm ran. Check that each node is up, that \
+                 ssh.ip and ssh.port are right, that sshd runs and that no firewall drops the \
+                 port (a jump host needs the same from it); raise connectTimeoutSeconds or \
+                 retries for slow links. Nothing changed on a node that was never reached; \
+                 retry this class when it answers."
+                .to_string(),
+            FailureClass::Auth => "The nodes (or their jump host) rejected the SSH login. \
+                 Check ssh.username and the password, passwordEnv, private key or agent named \
+                 in ssh.auth, and that sshd allows that method for that user. Failed logins \
+                 are not retried, so a lockout policy is not tripped; retry this class once \
+                 the login works by hand (`ssh user@node`)."
+                .to_string(),
+            FailureClass::HostKey => "The nodes' host keys are not ones the known-hosts file \
+                 trusts: a changed, revoked or, under the strict policy, unknown key, or a \
+                 host covered only by a pattern. Check each key out of band, then fix the \
+                 known-hosts file as the node's error says (`ssh-keygen -R` for a changed \
+                 key, `ssh-keyscan` for a new one) and retry this class."
+                .to_string(),
+            FailureClass::Sudo => "sudo on these nodes needs a password that the login does \
+                 not have, or rejected the login password. Give the login user passwordless \
+                 sudo for sh, log in with the user's password (sudo uses it), or log in as \
+                 root; then retry this class."
+                .to_string(),
+            FailureClass::Arch => "No keadm could be had for these nodes' arch: their \
+                 `uname -m` has no keadm build (armv6l, or an arch keadm does not publish), \
+                 or the package for their arch, which is not in keadm.archGroup, could not be \
+                 staged. Add the arch to keadm.archGroup (and its package to \
+                 offlinePackageDir in offline mode), or leave the nodes out; then retry this \
+                 class."
+                .to_string(),
+            FailureClass::Upload => "The files could not be put on these nodes: the upload \
+                 directory cannot be used (owner, symbolic link, writable by others), it is \
+                 full, or the transfer broke. The node's error says which. Fix the directory \
+                 or set remoteDir to a usable one on a filesystem with room, and retry this \
+                 class."
+                .to_string(),
+            FailureClass::NotRegistered if join => format!(
+                "keadm join exited 0, but edgecore never registered the node in the cluster. \
+                 The node's error quotes the cause from edgecore's log: for a certificate or \
+                 token error check the cloudcore address in `--cloudcore-ipport` in keadmCmd \
+                 (the advertise address in cloudcore's certificate), that ports 10000 and \
+                 10002 (or the Helm NodePorts) are open from the node, the token's lifetime \
+                 (`keadm gettoken` for a fresh one) and the node's clock. Without \
+                 `--edgenode-name` in keadmCmd the node registers under its hostname. Then \
+                 {retry}."
+            ),
+            FailureClass::NotRegistered => format!(
+                "{} succeeded on the node, but the cluster has no Node of the name waited \
+                 for (the hostnameOverride in /etc/kubeedge/config/edgecore.yaml, else the \
+                 config's nodeName). `kubectl get nodes -o wide` shows the name edgecore \
+                 registered under, and `journalctl -u edgecore` on the node why it did not \
+                 connect.{} Then {retry}.",
+                task.command(),
+                rolled_back(task)
+            ),
+            FailureClass::NotReady if join => {
+                "The Node registered but did not turn Ready. Its Ready condition, quoted in \
+                 the node's error, says why: for `network plugin not ready` install a CNI \
+                 config on the node (/etc/cni/net.d), for a cgroup driver mismatch give \
+                 `--cgroupdriver` in keadmCmd to match the runtime; `kubectl describe node \
+                 <name>` shows the rest. Once fixed, retry this class: it checks them again \
+                 (add --reset-first if the join must be redone)."
+                    .to_string()
             }
-            FailureClass::DirtyManagementDir => {
-                "/etc/kubeedge (or containerd) holds leftovers of an earlier join. Retry with \
-                 --reset-first, which runs `keadm reset edge --force` before the join."
-            }
-            FailureClass::NameTaken => {
-                "cloudcore already has a node with this --edgenode-name, or answered 500 when asked. \
-                 Give each node a unique name, or delete the stale node on the cloud side \
-                 (`kubectl delete node <name>`), and retry."
-            }
-            FailureClass::CloudcoreUnreachable => {
-                "The nodes could not reach cloudcore over HTTPS. Check that --cloudcore-ipport is \
-                 host:port, that the certificate port (--certport, default 10002; 30002 behind \
-                 the Helm NodePort service) is open from the nodes, and, for x509 errors, the \
-                 nodes' clocks and the names in cloudcore's certificate. Then retry with --reset-first."
-            }
-            FailureClass::TokenInvalid => {
-                "cloudcore refused the join token: it has expired or is not a valid token. Get a \
-                 fresh one on the cloud side with `keadm gettoken`, put it in the config, and retry \
-                 this class with --reset-first (the failed join left /etc/kubeedge behind)."
-            }
-            FailureClass::CaMismatch => {
-                "The token's CA hash is not cloudcore's CA: the token comes from another cluster, \
-                 or cloudcore's CA was replaced. Get the token from this cluster with `keadm gettoken` \
-                 and retry with --reset-first."
-            }
-            FailureClass::ImagePullStalled => {
-                "The kubeedge/installation-package image (or the runtime's pause image) could not \
-                 be pulled, or the pull hung. Check that the nodes reach the registry (or pass \
-                 --image-repository for a mirror), that the image exists for their architecture, \
-                 or preload the images on air-gapped nodes; then retry with --reset-first."
-            }
-            FailureClass::RuntimeMissing => {
-                "keadm could not use the container runtime, or keadm-batch could not import the \
-                 offline images into it (the node's error says which, and the command to run by \
-                 hand). Install and start containerd (or pass \
-                 --remote-runtime-endpoint=unix://<socket>), make sure \"cri\" is not in \
-                 disabled_plugins in /etc/containerd/config.toml, and pass --cgroupdriver=systemd \
-                 when containerd uses SystemdCgroup = true. Then retry, with --reset-first where \
-                 keadm ran."
-            }
-            FailureClass::Unreachable => {
-                "keadm-batch could not reach sshd on these nodes, or lost the connection before \
-                 keadm ran. Check that each node is up, that ssh.ip and ssh.port are right, that \
-                 sshd runs and that no firewall drops the port (a jump host needs the same from \
-                 it); raise connectTimeoutSeconds or retries for slow links. Nothing changed on \
-                 a node that was never reached; retry when it answers."
-            }
-            FailureClass::Auth => {
-                "The nodes (or their jump host) rejected the SSH login. Check ssh.username and the \
-                 password, passwordEnv, private key or agent named in ssh.auth, and that sshd \
-                 allows that method for that user. Failed logins are not retried, so a lockout \
-                 policy is not tripped; retry once the login works by hand (`ssh user@node`)."
-            }
-            FailureClass::HostKey => {
-                "The nodes' host keys are not ones the known-hosts file trusts: a changed, revoked \
-                 or, under the strict policy, unknown key, or a host covered only by a pattern. \
-                 Check each key out of band, then fix the known-hosts file as the node's error \
-                 says (`ssh-keygen -R` for a changed key, `ssh-keyscan` for a new one) and retry."
-            }
-            FailureClass::Sudo => {
-                "sudo on these nodes needs a password that the login does not have, or rejected \
-                 the login password. Give the login user passwordless sudo for sh, log in with \
-                 the user's password (sudo uses it), or log in as root; then retry."
-            }
-            FailureClass::Arch => {
-                "No keadm could be had for these nodes' arch: their `uname -m` has no keadm build \
-                 (armv6l, or an arch keadm does not publish), or the package for their arch, \
-                 which is not in keadm.archGroup, could not be staged. Add the arch to \
-                 keadm.archGroup (and its package to offlinePackageDir in offline mode), or leave \
-                 the nodes out; then retry."
-            }
-            FailureClass::Upload => {
-                "The files could not be put on these nodes: the upload directory cannot be used \
-                 (owner, symbolic link, writable by others), it is full, or the transfer broke. \
-                 The node's error says which. Fix the directory or set remoteDir to a usable one \
-                 on a filesystem with room, and retry."
-            }
-            FailureClass::NotRegistered => {
-                "keadm join exited 0, but edgecore never registered the node in the cluster. The \
-                 node's error quotes the cause from edgecore's log: for a certificate or token \
-                 error check the cloudcore address in --cloudcore-ipport (the advertise address \
-                 in cloudcore's certificate), that ports 10000 and 10002 (or the Helm NodePorts) \
-                 are open from the node, the token's lifetime (`keadm gettoken` for a fresh one) \
-                 and the node's clock. Without --edgenode-name the node registers under its \
-                 hostname. Then retry this class with --reset-first."
-            }
-            FailureClass::NotReady => {
-                "The Node registered but did not turn Ready. Its Ready condition, quoted in the \
-                 node's error, says why: for `network plugin not ready` install a CNI config on \
-                 the node (/etc/cni/net.d), for a cgroup driver mismatch pass --cgroupdriver to \
-                 match the runtime; `kubectl describe node <name>` shows the rest. Once fixed, \
-                 `--retry-failed --class not_ready` checks them again (with --reset-first if \
-                 the join must be redone)."
-            }
-            FailureClass::ResetIncomplete => {
-                "keadm reset exited with 0, but the node is not clean: the node's error names \
-                 what is left (edgecore's pids, its unit, /etc/kubeedge). A join there would \
-                 fail as already joined or dirty. Stop what still runs (`systemctl stop \
-                 edgecore`, or kill the pids), remove what is left (`systemctl disable \
-                 edgecore`, then the unit file and /etc/kubeedge), and retry this class: the \
-                 reset runs again and is checked again."
-            }
-            FailureClass::BackupFailed => {
-                "`keadm backup edge` failed, so the upgrade was not run and nothing changed on \
-                 these nodes. The node's error quotes keadm's last line: keadm backs up only an \
-                 edgecore whose version it can read (from the Node through edgecore's metaServer, \
-                 else edgecore.yaml's edgeCoreVersion) and needs room under /etc/kubeedge/backup. \
-                 Fix that and retry this class."
-            }
-            FailureClass::UpgradeFailed => {
-                "keadm's upgrade failed on these nodes: the node's error quotes the report's \
-                 errorMessage (or keadm's last line). `failed to pull image` means the \
-                 installation-package image of the target version is not in the node's runtime \
-                 and cannot be pulled: preload it or pass --image for a mirror. edgecore may have \
-                 been stopped: with --rollback-on-failure the node was rolled back (its outcome \
-                 says whether that brought it back); otherwise run `keadm rollback edge` on it, \
-                 or fix the cause and retry this class."
-            }
-            FailureClass::UpgradeNotDone => {
-                "keadm exited with 0 but wrote no /etc/kubeedge/upgrade_report.json, so nothing \
-                 was done: `keadm upgrade edge` without --force asks `[y/N]` and on any other \
-                 answer logs `aborted upgrade operation` and exits 0. keadm-batch answers the \
-                 prompt itself (`yes |`), so a keadmCmd that reads its input from elsewhere, or \
-                 a keadm that never reached its reporter, is the cause: read the transcript, \
-                 fix keadmCmd and retry this class."
-            }
-            FailureClass::VersionMismatch => {
-                "The report says the upgrade succeeded, but the edgecore that runs on the node \
-                 is not the target version, or none runs. Check `edgecore --version` and \
-                 `systemctl status edgecore` on the node: the installation-package image may \
-                 hold another version than its tag says, or edgecore failed to start. With \
-                 --rollback-on-failure the node was rolled back; otherwise run `keadm rollback \
-                 edge` there, or retry this class once fixed."
-            }
-            FailureClass::DrainFailed => {
-                "The node's Node could not be cordoned, or its pods were not evicted and gone \
-                 within --drain-timeout, so its command did not run and it was uncordoned \
-                 again (unless it was cordoned before the run). The node's error names the \
-                 pods left and why: for a PodDisruptionBudget that refuses, add replicas \
-                 elsewhere or loosen its minAvailable or maxUnavailable \
+            FailureClass::NotReady => format!(
+                "{} succeeded on the node, but its Node was not Ready on the expected \
+                 version in time: the node's error quotes the version and condition the Node \
+                 showed. `kubectl describe node <name>` says why, and `journalctl -u \
+                 edgecore` on the node what edgecore logged.{} Then {retry}.",
+                task.command(),
+                rolled_back(task)
+            ),
+            FailureClass::ResetIncomplete => "keadm reset exited with 0, but the node is not \
+                 clean: the node's error names what is left (edgecore's pids, its unit, \
+                 /etc/kubeedge). A join there would fail as already joined or dirty. Stop \
+                 what still runs (`systemctl stop edgecore`, or kill the pids), remove what \
+                 is left (`systemctl disable edgecore`, then the unit file and \
+                 /etc/kubeedge), and retry this class: the reset runs again and is checked \
+                 again."
+                .to_string(),
+            FailureClass::BackupFailed => format!(
+                "`keadm backup edge` failed, so nothing changed on these nodes{}. The node's \
+                 error quotes keadm's last line: keadm backs up only an edgecore whose \
+                 version it can read (from the Node through edgecore's metaServer, else \
+                 edgecore.yaml's edgeCoreVersion) and needs room under /etc/kubeedge/backup. \
+                 Fix that and {retry}.",
+                if task == Task::Upgrade {
+                    " (the upgrade was not run)"
+                } else {
+                    ""
+                }
+            ),
+            FailureClass::UpgradeFailed => match task {
+                Task::Upgrade => format!(
+                    "keadm's upgrade failed on these nodes: the node's error quotes the \
+                     report's errorMessage (or keadm's last line). `failed to pull image` \
+                     means the installation-package image of the target version is not in \
+                     the node's runtime and cannot be pulled: preload it or name a mirror \
+                     with `--image` in keadmCmd. edgecore may have been stopped (`systemctl \
+                     status edgecore` says whether it runs): with --rollback-on-failure the \
+                     node was rolled back (its outcome says whether that brought it back); \
+                     otherwise run `keadm rollback edge --historical-version=<the version \
+                     before>` on it, or fix the cause and {retry}. {MUTUALLY_EXCLUSIVE}"
+                ),
+                Task::Backup => format!(
+                    "`keadm backup edge` failed on these nodes, so nothing changed: the \
+                     node's error quotes the report's errorMessage (or keadm's last line). \
+                     keadm backs up only an edgecore whose version it can read and needs \
+                     room under /etc/kubeedge/backup. Fix that and {retry}. \
+                     {MUTUALLY_EXCLUSIVE}"
+                ),
+                Task::Rollback => format!(
+                    "`keadm rollback edge` failed on these nodes: the node's error quotes the \
+                     report's errorMessage (or keadm's last line). `no historical version is \
+                     found` means /etc/kubeedge/backup has no backup of that version (`ls \
+                     /etc/kubeedge/backup` lists them; `keadm rollback edge \
+                     --historical-version=<version>` names one). edgecore may have been \
+                     stopped: `systemctl status edgecore` says whether it runs. Fix the \
+                     cause and {retry}. {MUTUALLY_EXCLUSIVE}"
+                ),
+                Task::ConfigUpdate => format!(
+                    "`keadm config-update` failed on these nodes: the node's error quotes the \
+                     report's errorMessage (or keadm's last line), for example a key given \
+                     with `--set` in keadmCmd that edgecore.yaml does not have. `systemctl status \
+                     edgecore` says whether edgecore still runs. Fix keadmCmd or the cause \
+                     and {retry}. {MUTUALLY_EXCLUSIVE}"
+                ),
+                Task::Join | Task::Reset | Task::Other => format!(
+                    "keadm's command failed on these nodes: the node's error quotes keadm's \
+                     report or its last line. Read the node's transcript, fix the cause and \
+                     {retry}."
+                ),
+            },
+            FailureClass::UpgradeNotDone if task == Task::Upgrade => format!(
+                "keadm exited with 0 but wrote no /etc/kubeedge/upgrade_report.json, so \
+                 nothing was done: `keadm upgrade edge` asks `[y/N]` (unless given `--force` in \
+                 keadmCmd) and on any other answer logs `aborted upgrade operation` and exits 0. keadm-batch \
+                 answers the prompt itself (`yes |`), so a keadmCmd that reads its input from \
+                 elsewhere, or a keadm that never reached its reporter, is the cause: read \
+                 the transcript, fix keadmCmd and {retry}."
+            ),
+            FailureClass::UpgradeNotDone => format!(
+                "{} exited with 0 but wrote no /etc/kubeedge/upgrade_report.json (or a \
+                 report of another command), so it did not get to do its work: read the \
+                 transcript for what keadm printed, fix keadmCmd and {retry}.",
+                task.command()
+            ),
+            FailureClass::VersionMismatch => format!(
+                "{} reported success, but the edgecore that runs on the node is not {}, or \
+                 none runs. On the node, `systemctl status edgecore` says whether it runs, and \
+                 the version it logged as it started is in its log (`journalctl -u edgecore | \
+                 grep Version`, or /var/log/kubeedge/edgecore.log without systemd); do not \
+                 run edgecore itself to ask, which starts a second edgecore. {}",
+                task.command(),
+                match task {
+                    Task::Upgrade => "the target version",
+                    Task::Rollback => "the version rolled back to",
+                    _ => "the version keadm's report names",
+                },
+                if task == Task::Upgrade {
+                    format!(
+                        "The installation-package image may hold another version than its tag \
+                         says, or edgecore failed to start. With --rollback-on-failure the node \
+                         was rolled back; otherwise run `keadm rollback edge \
+                         --historical-version=<the version before>` there, or fix the cause \
+                         and {retry}."
+                    )
+                } else {
+                    format!("edgecore may have failed to start: fix that and {retry}.")
+                }
+            ),
+            FailureClass::DrainFailed if join => "A join is never drained (its Node does not \
+                 exist yet), so this class is not a join's: read the node's transcript for \
+                 what failed, and retry this class."
+                .to_string(),
+            FailureClass::DrainFailed => "The node's Node could not be cordoned, or its pods \
+                 were not evicted and gone within --drain-timeout, so its command did not run \
+                 and it was uncordoned again (unless it was cordoned before the run). The \
+                 node's error names the pods left and why: for a PodDisruptionBudget that \
+                 refuses, add replicas elsewhere or loosen its minAvailable or maxUnavailable \
                  (`kubectl get pdb -A` shows which allow no disruption); for a pod that stays \
                  terminating, check that the node's edgecore is connected to cloudcore. Then \
                  raise --drain-timeout if the pods only need longer, and retry this class \
-                 (`--retry-failed --class drain_failed`)."
-            }
-            FailureClass::Unknown => {
-                "The cause was not recognised. Read the node's transcript and its edgecore log \
-                 (`journalctl -u edgecore -xe` or /var/log/kubeedge/edgecore.log)."
-            }
+                 (`--retry-failed --class drain_failed --drain`)."
+                .to_string(),
+            FailureClass::Unknown => "The cause was not recognised. Read the node's \
+                 transcript and its edgecore log (`journalctl -u edgecore -xe` or \
+                 /var/log/kubeedge/edgecore.log)."
+                .to_string(),
         }
     }
+
+    /// The fixes of this class for the tasks its nodes ran, each fix once: one when they
+    /// all need the same words, else one per task, each starting with the command it is
+    /// for (`keadm upgrade edge: ...`). What the recap and report.html print under a class.
+    pub fn fixes_for(self, tasks: impl IntoIterator<Item = Task>) -> Vec<String> {
+        let mut tasks: Vec<Task> = tasks.into_iter().collect();
+        tasks.sort();
+        tasks.dedup();
+        let mut fixes: Vec<(Task, String)> = Vec::new();
+        for task in tasks {
+            let fix = self.suggested_fix(task);
+            if !fixes.iter().any(|(_, f)| *f == fix) {
+                fixes.push((task, fix));
+            }
+        }
+        if fixes.len() == 1 {
+            return fixes.into_iter().map(|(_, fix)| fix).collect();
+        }
+        fixes
+            .into_iter()
+            .map(|(task, fix)| format!("{}: {fix}", task.command()))
+            .collect()
+    }
 }
+
+/// How a failed node is run again: a join whose keadm ran has left /etc/kubeedge behind,
+/// which keadm join refuses, so it is retried after `keadm reset edge --force`; any
+/// other command is retried as it is (the recap's `then:` line gives the command).
+fn retry(task: Task) -> String {
+    if task == Task::Join {
+        "retry this class with --reset-first, which runs `keadm reset edge --force` before \
+         the join"
+            .to_string()
+    } else {
+        "retry this class".to_string()
+    }
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
+/// What became of an upgrade that failed after keadm: rolled back or not.
+fn rolled_back(task: Task) -> &'static str {
+    if task == Task::Upgrade {
+        " With --rollback-on-failure the node was rolled back; otherwise run `keadm \
+         rollback edge --historical-version=<the version before>` there if it must go back."
+    } else {
+        ""
+    }
+}
+
+/// What keadm's upgrade family says when an earlier one of them was killed.
+const MUTUALLY_EXCLUSIVE: &str = "`the mutually exclusive command is being executed` means an \
+     earlier keadm of the family was killed: remove /etc/kubeedge/idempotency_record first.";
 
 impl fmt::Display for FailureClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -569,7 +766,9 @@ mod tests {
         for class in FailureClass::ALL {
             assert_eq!(class.as_str().parse::<FailureClass>(), Ok(class));
             assert_eq!(class.to_string(), class.as_str());
-            assert!(class.suggested_fix().ends_with('.'), "{class}");
+            for task in Task::ALL {
+                assert!(class.suggested_fix(task).ends_with('.'), "{class} {task:?}");
+            }
             assert!(!class.title().is_empty());
         }
         assert_eq!("token-invalid".parse(), Ok(FailureClass::TokenInvalid));

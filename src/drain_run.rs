@@ -219,6 +219,7 @@ impl DrainRun {
         );
         outcome.failed_in = Some(Phase::Draining);
         outcome.failure_class = Some(FailureClass::DrainFailed);
+        outcome.task = Some(node.keadm_args.task());
         outcome.started_at = started_at;
         outcome.drain = Some(record);
         lines.push(format!("failed: {error}"));

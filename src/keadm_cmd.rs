@@ -124,6 +124,86 @@ impl EdgeTask {
     }
 }
 
+/// What a node's keadmCmd does, as far as what to do about its failure depends on it:
+/// a failed join is retried after a reset, an upgrade can be rolled back, and so on. The
+/// snake_case ids are what summary.json's `task` holds.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Task {
+    /// `keadm join`.
+    Join,
+    /// `keadm reset` of an edge node (`reset edge`, or `reset` alone).
+    Reset,
+    /// `keadm upgrade edge`.
+    Upgrade,
+    /// `keadm backup edge`.
+    Backup,
+    /// `keadm rollback edge`.
+    Rollback,
+    /// `keadm config-update`.
+    ConfigUpdate,
+    /// Any other keadmCmd (`reset cloud`, `version`...). A task this version does not
+    /// know (in a file written by a newer one) reads as this too.
+    #[serde(other)]
+    Other,
+}
+
+impl Task {
+    pub const ALL: [Task; 7] = [
+        Task::Join,
+        Task::Reset,
+        Task::Upgrade,
+        Task::Backup,
+        Task::Rollback,
+        Task::ConfigUpdate,
+        Task::Other,
+    ];
+
+    /// The command as the operator would type it, to label what is said of it.
+    pub fn command(self) -> &'static str {
+        match self {
+            Task::Join => "keadm join",
+            Task::Reset => "keadm reset edge",
+            Task::Upgrade => EdgeTask::Upgrade.command(),
+            Task::Backup => EdgeTask::Backup.command(),
+            Task::Rollback => EdgeTask::Rollback.command(),
+            Task::ConfigUpdate => EdgeTask::ConfigUpdate.command(),
+            Task::Other => "another keadm command",
+        }
+    }
+}
+
+impl From<EdgeTask> for Task {
+    fn from(task: EdgeTask) -> Task {
+        match task {
+            EdgeTask::Upgrade => Task::Upgrade,
+            EdgeTask::Backup => Task::Backup,
+            EdgeTask::Rollback => Task::Rollback,
+            EdgeTask::ConfigUpdate => Task::ConfigUpdate,
+        }
+    }
+}
+
+/// Whether keadm's `subcommand` (`join`, `reset`, `upgrade`, `backup`, `rollback`,
+/// `config-update`) has the flag `long`: for the tests that check the keadm commands
+/// keadm-batch tells the operator to run.
+#[cfg(test)]
+pub(crate) fn keadm_has_flag(subcommand: &str, long: &str) -> bool {
+    // The boolean flags of those commands the fixes may name; the rest take a value.
+    let booleans: &[&str] = match subcommand {
+        "reset" | "upgrade" => &["force"],
+        _ => &[],
+    };
+    let values = match subcommand {
+        "join" => JOIN_VALUE_FLAGS,
+        "upgrade" | "backup" | "rollback" | "config-update" => EDGE_TASK_VALUE_FLAGS,
+        _ => &[],
+    };
+    booleans.contains(&long) || values.iter().any(|(name, _)| *name == long)
+}
+
 /// klog's global flags keadm accepts before or after any subcommand, which take a value.
 const GLOBAL_VALUE_FLAGS: &[(&str, Option<char>)] = &[
     ("v", Some('v')),
@@ -263,6 +343,14 @@ impl KeadmCommand {
             && self.positional.get(1).is_none_or(|second| second == "edge")
     }
 
+    /// Whether this is `keadm reset` with no second word: keadm v1.22 and later print
+    /// that it is "no longer supported after version v1.22" and act only where they find
+    /// edgecore or cloudcore running (they exit 0 on a node where edgecore is stopped,
+    /// leaving /etc/kubeedge); `reset edge` is the command for an edge node.
+    pub fn is_bare_reset(&self) -> bool {
+        self.subcommand() == Some("reset") && self.positional.len() == 1
+    }
+
     /// Which of the edge's upgrade family this command is: `upgrade edge`, `backup
     /// edge`, `rollback edge` (the second word must be `edge`: `upgrade cloud` is not an
     /// edge's) or `config-update`.
@@ -274,6 +362,17 @@ impl KeadmCommand {
             ("rollback", Some("edge")) => Some(EdgeTask::Rollback),
             ("config-update", _) => Some(EdgeTask::ConfigUpdate),
             _ => None,
+        }
+    }
+
+    /// What the command does, for the fixes of its failures.
+    pub fn task(&self) -> Task {
+        if self.is_join() {
+            Task::Join
+        } else if self.is_edge_reset() {
+            Task::Reset
+        } else {
+            self.edge_task().map_or(Task::Other, Task::from)
         }
     }
 

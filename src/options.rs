@@ -15,9 +15,10 @@ pub enum Command {
     Man,
     Run(Box<RunOptions>),
     Merge(MergeOptions),
-    /// `batch report RUN_DIR`: report.html written from the run's summary.json.
+    /// `batch report [RUN_DIR]`: report.html written from the run's summary.json; `None`
+    /// for the latest run (batch_runs/latest).
     Report {
-        run_dir: PathBuf,
+        run_dir: Option<PathBuf>,
     },
     /// `batch status -c FILE`: a read-only view of the config's nodes.
     Status(StatusOptions),
@@ -278,7 +279,7 @@ pub struct RunOptions {
     pub kubeconfig: Option<PathBuf>,
     /// `--context NAME`: the kubeconfig's context to use instead of its current one.
     pub context: Option<String>,
-    /// `--ready-timeout SECS`: how long after keadm's exit a joined node may take to be
+    /// `--ready-timeout DURATION`: how long after keadm's exit a joined node may take to be
     /// registered and Ready.
     pub ready_timeout_seconds: u64,
     /// `--no-wait`: with a kubeconfig, do not wait for joined nodes to be Ready.

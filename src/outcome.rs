@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::Arch;
 use crate::diagnosis::FailureClass;
+use crate::keadm_cmd::Task;
 pub use crate::remote::UpgradeReport;
 
 /// One pre-flight finding: its id (`edgecore_running`...) and what was seen.
@@ -109,6 +110,11 @@ pub struct NodeOutcome {
     pub last_output: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_class: Option<FailureClass>,
+    /// What the node's keadmCmd does (`join`, `reset`, `upgrade`...): the fix of its
+    /// failure class depends on it. Absent for a node that never ran, and in files
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<Task>,
     /// The keadm command's exit status, when it ran to the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<i32>,
@@ -277,6 +283,13 @@ pub struct ClusterCheck {
     pub registered_after: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_after: Option<f64>,
+    /// Seconds from the node's start (`started_at`, before its connect) to the Node being
+    /// Ready (an upgrade's: Ready on the new version), on this machine's clock: the time a
+    /// node takes to come up. `ready_after` alone misleads for joins, since keadm join
+    /// exits only once edgecore has run for a while (its certificates written), so the
+    /// Node is often Ready by then and `ready_after` 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_after_start: Option<f64>,
     /// The Ready condition when the wait ended (`reason: message`), when it was not Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
@@ -320,6 +333,11 @@ impl NodeOutcome {
         self.phase == Phase::Succeeded
     }
 
+    /// What the node's keadmCmd did, [`Task::Other`] when not recorded.
+    pub fn task(&self) -> Task {
+        self.task.unwrap_or(Task::Other)
+    }
+
     /// The error as the console shows it: keadm's line, then the last output it printed.
     pub fn error_with_output(&self) -> Option<String> {
         let error = self.error.as_deref()?;
@@ -359,6 +377,7 @@ impl NodeOutcome {
             error: Some(reason.to_string()),
             last_output: None,
             failure_class: None,
+            task: None,
             exit_status: None,
             reset_exit_status: None,
             reset_verified: false,
@@ -426,6 +445,26 @@ mod tests {
             crate::diagnosis::FindingId::ManagementDirNotClean
         );
         assert_eq!(serde_json::to_string(&outcome).unwrap(), line);
+    }
+
+    /// summary.json gives a Ready node's time from its start beside the time from
+    /// keadm's exit, and reads files written before it was recorded.
+    #[test]
+    fn the_cluster_check_records_ready_from_the_node_s_start() {
+        let check = ClusterCheck {
+            node_name: "edge-1".into(),
+            registered_after: Some(0.0),
+            ready_after: Some(0.0),
+            ready_after_start: Some(31.25),
+            ..ClusterCheck::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&check).unwrap(),
+            r#"{"node_name":"edge-1","registered_after":0.0,"ready_after":0.0,"ready_after_start":31.25}"#
+        );
+        let old: ClusterCheck =
+            serde_json::from_str(r#"{"node_name":"edge-1","ready_after":2.5}"#).unwrap();
+        assert_eq!(old.ready_after_start, None);
     }
 
     #[test]

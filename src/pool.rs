@@ -128,7 +128,9 @@ pub fn run_all_handing_over<F>(
         }
         records.push(record);
     }
-    // Every node gets exactly one line, even those never started.
+    // Every node gets exactly one outcome, even those never started; the console counts
+    // those in one line.
+    let mut not_started = Vec::new();
     for node in nodes {
         if !recorder.recorded(node.index) {
             let (phase, reason) = if cancel.stopping() {
@@ -144,7 +146,7 @@ pub fn run_all_handing_over<F>(
                         .unwrap_or_else(|| "skipped: not started".to_string()),
                 )
             };
-            recorder.record(NodeOutcome::not_run(
+            not_started.push(NodeOutcome::not_run(
                 node.index,
                 &node.name,
                 &node.address(),
@@ -153,6 +155,7 @@ pub fn run_all_handing_over<F>(
             ));
         }
     }
+    recorder.record_not_started(not_started);
     if in_waves {
         recorder.set_waves(records);
     }

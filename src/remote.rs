@@ -33,6 +33,29 @@ fi
 }
 use edgecore_pids;
 
+/// The shell text that leaves in `$kd` why /etc/kubeedge (`$KE`) stops a join, by keadm join's own
+/// rule (its management-directory check): nothing when the directory is absent or empty
+/// (an empty one is often a mount point, as on read-only-root devices), else the count
+/// and first names of its entries, that it cannot be read, or that it is not a directory.
+/// One spelling for the pre-flight probe and the check after a reset, so a node the reset
+/// left clean is one the next join's pre-flight finds clean.
+macro_rules! management_dir_state {
+    () => {
+        r#"KE=/etc/kubeedge
+kd=
+if [ -d "$KE" ]; then
+  if ! l=$(ls -A "$KE" 2>&1); then kd="cannot read $KE: $l"
+  elif [ -n "$l" ]; then
+    kd="$(printf '%s\n' "$l" | wc -l | tr -d ' ') entries: $(printf '%s\n' "$l" | head -n 6 | tr '\n' ' ' | sed 's/ $//')"
+  fi
+elif [ -e "$KE" ] || [ -L "$KE" ]; then
+  kd="$KE is not a directory"
+fi
+"#
+    };
+}
+use management_dir_state;
+
 /// Two shell functions that tell which edgecore runs, without running edgecore: it has
 /// no `--version` (it ignores the flag and starts a second edgecore, which knocks the
 /// node's own off cloudcore). `kb_logged_version PID` prints the version edgecore

@@ -59,18 +59,28 @@ fn a_join_whose_node_turns_ready_succeeds_with_its_times_from_one_watch() {
             "Ready 1.5 s after registering: {cluster}"
         );
         assert_eq!(cluster["version"], "v1.32.10-kubeedge-v1.23.1");
+        // From the node's start (before its connect) to Ready: at least its own steps
+        // and the wait after keadm.
+        let since_start = cluster["ready_after_start"].as_f64().unwrap();
+        let steps: f64 = ["connect", "prepare", "upload", "run"]
+            .iter()
+            .filter_map(|s| node["steps"][s].as_f64())
+            .sum();
+        assert!(steps > 0.0, "{node}");
+        assert!(since_start >= steps + ready - 0.05, "{node}");
+        assert!(since_start < 60.0, "{node}");
         let transcript = out.transcript(i);
-        assert!(
-            transcript.contains(&format!(
-                "[keadm-batch] the cluster has the Node {}: registered ",
-                Scenario::name(i)
-            )),
-            "{transcript}"
+        let line = format!(
+            "[keadm-batch] the cluster has the Node {}: registered {registered:.1} s and Ready {ready:.1} s after keadm exited, Ready {since_start:.1} s after the node's start (v1.32.10-kubeedge-v1.23.1)",
+            Scenario::name(i)
         );
+        assert!(transcript.contains(&line), "{line}\n{transcript}");
     }
-    // The recap gives each node's time to Ready.
+    // The recap gives each node's time to Ready, from keadm's exit and from its start.
     out.stderr_has("Ready in the cluster: 3 node(s), after keadm exited: median ")
-        .stderr_has("s after keadm");
+        .stderr_has("; from the node's start: median ")
+        .stderr_has("s after keadm (")
+        .stderr_has("s after its start)");
     // One list and one watch follow every node: no request per node.
     let requests = api.requests();
     let per_node: Vec<&String> = requests
@@ -126,6 +136,67 @@ fn a_join_that_never_registers_fails_as_not_registered_with_the_cause_from_edgec
         "{transcript}"
     );
     out.stderr_has("not_registered");
+}
+
+/// A real kube-apiserver sends nothing on a watch while no Node changes (its first
+/// bookmark comes about a minute in): the watch must outlive the 15 s that any other
+/// request may take, and a node that never registers is not told of watch trouble.
+#[test]
+fn a_quiet_watch_is_held_past_the_request_timeout_and_is_no_trouble() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let api = FakeApiServer::start();
+    api.quiet_watches();
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("Install Complete!"));
+    let out = run(&sc, &api, &["--ready-timeout", "20"]);
+    out.status(1);
+    let summary = out.summary();
+    assert_eq!(summary["nodes"][0]["failure_class"], "not_registered");
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(!line.contains("watch"), "{line}");
+    assert_eq!(api.watches(), 1, "{:?}", api.requests());
+}
+
+/// Connections drop (load balancers, an API server's restart): the watch resumes from
+/// the last version it saw, a node that turns Ready meanwhile is seen, and a node that
+/// never registers is not told of trouble that was routine.
+#[test]
+fn a_dropped_watch_is_resumed_without_a_word() {
+    let fleet = Fleet::builder().nodes(2).start();
+    let api = FakeApiServer::start();
+    api.quiet_watches();
+    api.drop_watches_after(Duration::from_millis(700));
+    api.node_on(
+        &Scenario::name(0),
+        after_keadm(fleet.node(0)),
+        Behaviour::ReadyAfter(Duration::from_millis(1500)),
+    );
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("Install Complete!"));
+    let out = run(&sc, &api, &["--ready-timeout", "6"]);
+    out.status(1);
+    let summary = out.summary();
+    assert_eq!(summary["nodes"][0]["phase"], "succeeded", "{summary}");
+    assert_eq!(summary["nodes"][1]["failure_class"], "not_registered");
+    let line = out.log_line_starting("Failed to process node edge-01: ");
+    assert!(!line.contains("watch"), "{line}");
+    assert!(api.watches() >= 3, "{:?}", api.requests());
+}
+
+/// A watch dropped again and again as soon as it begins is trouble worth naming.
+#[test]
+fn a_watch_that_breaks_as_soon_as_it_begins_is_named_in_the_verdict() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let api = FakeApiServer::start();
+    api.quiet_watches();
+    api.drop_watches_after(Duration::ZERO);
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("Install Complete!"));
+    let out = run(&sc, &api, &["--ready-timeout", "10"]);
+    out.status(1);
+    let line = out.log_line_starting("Failed to process node edge-00: ");
+    assert!(
+        line.contains("the cluster's watch had trouble meanwhile: the cluster's node watch broke as soon as it began, ")
+            && line.contains(" times in a row: Error reading events stream: "),
+        "{line}"
+    );
 }
 
 #[test]

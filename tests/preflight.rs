@@ -376,3 +376,79 @@ fn preflight_only_lists_each_site_s_sandbox_images_as_bundle_flags() {
     assert_eq!(json["nodes"][2]["sandbox_image"], pause("3.6").as_str());
     crate::docs::documented_fields("docs/summary.md", "preflight-json", &json);
 }
+
+/// What the fix of `id` says, as the console prints it.
+fn fix_of(id: FindingId) -> &'static str {
+    Finding {
+        id,
+        detail: String::new(),
+    }
+    .suggested_action()
+}
+
+/// Twelve nodes with the same finding (no runtime socket). `--preflight-only` prints its
+/// fix once, with the nodes it is for, not a fix paragraph under every node. A run under
+/// `--preflight warn` groups the finding once at its end, with its count, its nodes once
+/// (a range) and its fix once, instead of a warning line per node and finding; and
+/// report.html has it.
+#[test]
+fn twelve_nodes_with_the_same_finding_get_it_once_with_its_nodes_and_its_fix() {
+    let fleet = Fleet::builder().nodes(12).start();
+    let cloudcore = FakeCloudcore::start();
+    let sc = Scenario::new(&fleet)
+        .cmd(&join_through("unix:///tmp/containerd.sock", &cloudcore))
+        .preflight("warn");
+    let fix = fix_of(FindingId::RuntimeSocketMissing);
+    // What the finding's heading line says, here and in the run's recap.
+    let heading_of = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.trim_start().starts_with("runtime_socket_missing"))
+            .map(str::to_string)
+            .collect()
+    };
+
+    let probe = sc.run(&["--preflight-only"]);
+    probe.status(1);
+    eprintln!("--preflight-only table:\n{}", probe.stdout);
+    assert_eq!(probe.stdout.matches(fix).count(), 1, "{}", probe.stdout);
+    for id in FindingId::ALL {
+        assert!(
+            probe.stdout.matches(fix_of(id)).count() <= 1,
+            "{id}'s fix more than once:\n{}",
+            probe.stdout
+        );
+    }
+    let heading = heading_of(&probe.stdout);
+    assert_eq!(heading.len(), 1, "{}", probe.stdout);
+    assert!(
+        heading[0].contains("12 nodes") && heading[0].contains("edge-00..edge-11"),
+        "{heading:?}"
+    );
+
+    let out = sc.run(&[]);
+    eprintln!("stderr:\n{}", out.stderr);
+    for i in 0..12 {
+        let node = out.node_summary(i);
+        let ids: Vec<&str> = node["preflight"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["id"].as_str().unwrap())
+            .collect();
+        assert!(ids.contains(&"runtime_socket_missing"), "node {i}: {ids:?}");
+    }
+    out.stderr_lacks(": pre-flight: ");
+    assert_eq!(out.stderr.matches("runtime_socket_missing").count(), 1);
+    let heading = heading_of(&out.stderr);
+    assert_eq!(heading.len(), 1, "{}", out.stderr);
+    assert!(
+        heading[0].contains("12 nodes") && heading[0].contains("edge-00..edge-11"),
+        "{heading:?}"
+    );
+    assert_eq!(out.stderr.matches(fix).count(), 1, "{}", out.stderr);
+    let page = std::fs::read_to_string(out.latest_run().join("report.html")).unwrap();
+    assert!(
+        page.contains("runtime_socket_missing"),
+        "report.html lacks the finding"
+    );
+}

@@ -323,3 +323,81 @@ fn batch_report_and_merge_write_the_page() {
     out.status(2).stderr_has("nowhere");
     assert!(!sc.path("nowhere").exists());
 }
+
+/// `batch report` with no run directory writes the page of batch_runs/latest, and prints
+/// where it is.
+#[test]
+fn batch_report_defaults_to_the_latest_run() {
+    use crate::common::fake_keadm::FakeKeadm;
+    use crate::common::test::Test;
+
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("joined"));
+    let out = sc.run(&[]);
+    out.status(0);
+    let page = out.latest_run().join("report.html");
+    std::fs::remove_file(&page).unwrap();
+    let out = Test::in_dir(sc.dir.path()).args(["batch", "report"]).run();
+    out.status(0);
+    assert!(page.exists(), "{}", out.stderr);
+    assert_eq!(
+        std::fs::canonicalize(out.stdout.trim()).unwrap(),
+        std::fs::canonicalize(&page).unwrap()
+    );
+}
+
+/// With a kubeconfig, each joined node's row shows how long it took from its start to its
+/// Node Ready (summary.json's `cluster.ready_after_start`), with both figures as its
+/// tooltip: keadm join exits only after edgecore ran a while, so the time from keadm's
+/// exit alone is often 0.
+#[test]
+fn a_ready_node_s_row_shows_its_time_from_its_start_to_ready() {
+    use crate::common::apiserver::{Behaviour, FakeApiServer, keadm_exited};
+    use crate::common::fake_keadm::FakeKeadm;
+    use crate::common::scenario::remote_keadm;
+    use std::time::Duration;
+
+    let fleet = Fleet::builder().nodes(2).start();
+    let api = FakeApiServer::start();
+    for (i, node) in fleet.nodes().iter().enumerate() {
+        let calls = remote_keadm(node).with_extension("calls");
+        api.node_on(
+            &Scenario::name(i),
+            move || keadm_exited(&calls),
+            Behaviour::ReadyAfter(Duration::from_millis(300)),
+        );
+    }
+    let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("Install Complete!"));
+    let kubeconfig = api.kubeconfig().display().to_string();
+    let out = sc.run(&["--kubeconfig", &kubeconfig]);
+    out.status(0);
+    let summary = out.summary();
+    let browser = Browser::start();
+    browser.open(&out.latest_run().join("report.html"));
+    for i in 0..2 {
+        let node = &summary["nodes"][i];
+        let cluster = &node["cluster"];
+        let since_start = cluster["ready_after_start"].as_f64().unwrap();
+        let ready = cluster["ready_after"].as_f64().unwrap();
+        let row = format!(
+            ".node-row[data-name=\"{}\"] .node-time .ready",
+            Scenario::name(i)
+        );
+        assert_eq!(
+            browser.text(&row).as_deref(),
+            Some(format!("Ready {since_start:.1} s").as_str()),
+            "{node}"
+        );
+        let title = browser.eval(
+            "return document.querySelector(arguments[0]).title;",
+            json!([row]),
+        );
+        assert_eq!(
+            title,
+            json!(format!(
+                "Ready {since_start:.1} s after the node's start, {ready:.1} s after keadm exited"
+            )),
+            "{node}"
+        );
+    }
+}

@@ -46,7 +46,7 @@ fn a_reset_that_exits_0_but_leaves_edgecore_or_etc_kubeedge_fails_with_reset_inc
     assert_eq!(node0["exit_status"], 0);
     assert_eq!(
         node0["error"],
-        "keadm reset exited with status 0, but the node is not clean: /etc/kubeedge still exists. Stop and remove what is left, then retry the reset."
+        "keadm reset exited with status 0, but the node is not clean: /etc/kubeedge (2 entries: ca certs) still exists. Stop and remove what is left, then retry the reset."
     );
     let node1 = out.node_summary(1);
     assert_eq!(node1["failure_class"], "reset_incomplete");
@@ -61,7 +61,7 @@ fn a_reset_that_exits_0_but_leaves_edgecore_or_etc_kubeedge_fails_with_reset_inc
     assert_eq!(node2["reset_verified"], true);
     assert!(node0.get("reset_verified").is_none(), "{node0}");
 
-    out.log_has("Failed to process node edge-00: keadm reset exited with status 0, but the node is not clean: /etc/kubeedge still exists. Stop and remove what is left, then retry the reset.");
+    out.log_has("Failed to process node edge-00: keadm reset exited with status 0, but the node is not clean: /etc/kubeedge (2 entries: ca certs) still exists. Stop and remove what is left, then retry the reset.");
     assert!(
         out.transcript(1).contains(&format!(
             "reset not verified: edgecore still runs (pid {pid})"
@@ -80,7 +80,8 @@ fn a_reset_that_exits_0_but_leaves_edgecore_or_etc_kubeedge_fails_with_reset_inc
         out.stderr
     );
     assert!(
-        out.stderr.contains("/etc/kubeedge still exists")
+        out.stderr
+            .contains("/etc/kubeedge (2 entries: ca certs) still exists")
             && out
                 .stderr
                 .contains(&format!("edgecore still runs (pid {pid})")),
@@ -117,6 +118,43 @@ fn a_reset_that_cleans_the_node_is_verified_and_succeeds() {
     assert_eq!(summary["phase"], "succeeded");
     assert_eq!(summary["reset_verified"], true);
     assert!(out.transcript(0).contains(
-        "reset verified: no edgecore process, no edgecore unit, no /etc/kubeedge on the node"
+        "reset verified: no edgecore process, no edgecore unit, and no /etc/kubeedge or an empty one on the node"
     ));
+}
+
+/// keadm join accepts an /etc/kubeedge that is empty (a mount point, as on read-only-root
+/// devices), so a reset that leaves it empty left the node clean.
+#[test]
+fn a_reset_that_leaves_etc_kubeedge_empty_is_clean_as_keadm_join_says() {
+    let fleet = Fleet::builder().nodes(2).start();
+    // Node 0's /etc/kubeedge is a mount point the reset empties; node 1's keeps a file
+    // that no listing of names alone would show as more than a dot file.
+    private_etc(
+        fleet.node(0),
+        "mkdir -p /etc/kubeedge && mount -t tmpfs kb-kubeedge /etc/kubeedge && mkdir /etc/kubeedge/config",
+    );
+    private_etc(
+        fleet.node(1),
+        "mkdir -p /etc/kubeedge && touch /etc/kubeedge/.kept",
+    );
+    let empties = "rm -rf /etc/kubeedge/config";
+    let sc = Scenario::new(&fleet)
+        .keadm(
+            FakeKeadm::new()
+                .prints("Reset edge node successfully")
+                .runs(empties),
+        )
+        .cmd("reset edge --force");
+    let out = sc.run(&[]);
+    out.status(1);
+    let node0 = out.node_summary(0);
+    assert_eq!(node0["phase"], "succeeded", "{node0}");
+    assert_eq!(node0["reset_verified"], true);
+    fleet.node(0).shell_ok("test -d /etc/kubeedge");
+    let node1 = out.node_summary(1);
+    assert_eq!(node1["failure_class"], "reset_incomplete", "{node1}");
+    assert_eq!(
+        node1["error"],
+        "keadm reset exited with status 0, but the node is not clean: /etc/kubeedge (1 entries: .kept) still exists. Stop and remove what is left, then retry the reset."
+    );
 }

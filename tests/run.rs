@@ -110,7 +110,7 @@ fn wrong_password_fails_without_retry() {
     assert_eq!(out.summary()["nodes"][0]["failure_class"], "auth");
     out.stderr_has("SSH login rejected [auth]: 1 node(s): edge-00")
         // The config as given with -c, so the line can be pasted as it is.
-        .stderr_has("then: keadm-batch batch -c config.yaml --retry-failed --class auth")
+        .stderr_has("then, once the causes above are fixed: keadm-batch batch -c config.yaml --retry-failed --known-hosts ")
         .stderr_lacks("journalctl");
     assert!(!remote_keadm(fleet.node(0)).exists());
 }

@@ -118,6 +118,26 @@ fn an_unanswered_prompt_is_not_a_success() {
     out.stderr_has("Upgrade not done");
 }
 
+/// An upgrade our deadline cut off while keadm pulled its image (after `Begin to
+/// download`) is a stalled pull, not `unknown`, and the recap's fix for it is an
+/// upgrade's: no `--reset-first`, which only joins take.
+#[test]
+fn an_upgrade_cut_off_during_its_download_is_a_stalled_pull_with_an_upgrade_s_fix() {
+    let fleet = fleet_at(1, "v1.23.0");
+    fault(fleet.node(0), "kb-upgrade-hangs", "");
+    let sc = upgrade(&fleet);
+    let out = sc.run(&["--timeout", "3", "--kill-grace", "1"]);
+    out.status(1);
+    let node = out.node_summary(0);
+    assert_eq!(node["phase"], "timed_out", "{node}");
+    assert_eq!(node["failure_class"], "image_pull_stalled", "{node}");
+    assert_eq!(node["task"], "upgrade", "{node}");
+    out.stderr_has("Image pull failed or stalled [image_pull_stalled]")
+        .stderr_has("keadm pulls before it stops edgecore, so the old edgecore still runs")
+        .stderr_lacks("--reset-first");
+    assert_eq!(version_on_node(fleet.node(0)), "v1.23.0");
+}
+
 #[test]
 fn a_failed_upgrade_fails_with_its_reports_message_and_is_rolled_back_to_its_backup() {
     let fleet = fleet_at(2, "v1.23.0");

@@ -61,6 +61,21 @@ fn wave_results(summary: &Value) -> Vec<(u64, u64, u64, Value, String)> {
         .collect()
 }
 
+/// An API server on which fleet node `i`'s Node registers once keadm exited on it, and
+/// then does as `behaviour(i)` says.
+fn registering_after_keadm(fleet: &Fleet, behaviour: impl Fn(usize) -> Behaviour) -> FakeApiServer {
+    let api = FakeApiServer::start();
+    for (i, node) in fleet.nodes().iter().enumerate() {
+        let calls = fake_keadm::calls_path(&remote_keadm(node));
+        api.node_on(
+            &Scenario::name(i),
+            move || keadm_exited(&calls),
+            behaviour(i),
+        );
+    }
+    api
+}
+
 /// The log line of fleet node `i`.
 fn log_line(out: &Output, i: usize) -> String {
     out.log_line_starting(&format!("Failed to process node {}: ", Scenario::name(i)))
@@ -106,8 +121,12 @@ fn a_failed_wave_stops_the_rollout_and_a_retry_finishes_it() {
             log_line(&out, i),
             format!("Failed to process node {}: {reason}", Scenario::name(i))
         );
-        out.stderr_has(&format!("SKIPPED {} (", Scenario::name(i)));
     }
+    // Each untouched node once (in a range), not a SKIPPED line each and again in the recap.
+    // (Wave 2's nodes that had not started when node 6 failed are among them.)
+    out.stderr_has(" nodes, not started: skipped: wave 2 of 4")
+        .stderr_has("..edge-19\n")
+        .stderr_lacks("SKIPPED edge-");
     let zero = Value::from(0);
     let waves = wave_results(&summary);
     assert_eq!(waves[0], (1, 5, 0, zero.clone(), "passed".to_string()));
@@ -122,7 +141,7 @@ fn a_failed_wave_stops_the_rollout_and_a_retry_finishes_it() {
         serde_json::json!(["edge-15", "edge-16", "edge-17", "edge-18", "edge-19"])
     );
     out.stderr_has("Wave 2 of 4 stopped the rollout: 1 of its 5 nodes did not succeed, more than its tolerance of 0. 10 nodes of waves 3 to 4 were not touched.");
-    out.stderr_has("--retry-failed, with this run's --wave and --max-fail");
+    out.stderr_has("--retry-failed --wave '25%' --max-fail 0");
     // What a rollout in waves writes is documented.
     crate::docs::documented_fields("docs/summary.md", "summary-example", &summary);
     let journal = std::fs::read_to_string(out.latest_run().join("journal.jsonl")).unwrap();
@@ -362,19 +381,16 @@ fn a_share_of_each_wave_may_fail() {
 #[test]
 fn with_a_cluster_a_wave_waits_for_ready_and_a_node_not_ready_stops_the_rollout() {
     let fleet = Fleet::builder().nodes(6).start();
-    let api = FakeApiServer::start();
-    for (i, node) in fleet.nodes().iter().enumerate() {
-        let behaviour = if i == 2 {
+    let api = registering_after_keadm(&fleet, |i| {
+        if i == 2 {
             Behaviour::NotReady {
                 reason: "KubeletNotReady".into(),
                 message: "cni plugin not initialized".into(),
             }
         } else {
             Behaviour::ReadyAfter(Duration::from_millis(1500))
-        };
-        let calls = fake_keadm::calls_path(&remote_keadm(node));
-        api.node_on(&Scenario::name(i), move || keadm_exited(&calls), behaviour);
-    }
+        }
+    });
     let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("Install Complete!"));
     let kubeconfig = api.kubeconfig().display().to_string();
     let out = sc.run(&[
@@ -528,4 +544,88 @@ fn bad_wave_values_are_usage_errors() {
         out.stderr_has(says);
         assert!(out.stdout.is_empty(), "{args:?}: no plan");
     }
+}
+
+/// At scale a stopped rollout says what matters first and each node once: the wave that
+/// stopped it before any list of nodes, the untouched nodes once (as a range, not a line
+/// each while running and again in the recap), the failed node with its class and a
+/// short reason (not the whole keadm command), ONE command to go on that carries the
+/// run's own flags with their values, and report.html named at the end.
+#[test]
+fn a_stopped_rollout_names_each_untouched_node_once_and_one_next_command_with_its_flags() {
+    let fleet = Fleet::builder().nodes(12).start();
+    let api = registering_after_keadm(&fleet, |_| {
+        Behaviour::ReadyAfter(Duration::from_millis(100))
+    });
+    mark_failing(&fleet, 1);
+    let sc = Scenario::new(&fleet).keadm(fails_where_marked());
+    let kubeconfig = api.kubeconfig().display().to_string();
+    let out = sc.run(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "--wave",
+        "4",
+        "--max-fail",
+        "0",
+    ]);
+    out.status(1);
+    eprintln!("stderr:\n{}", out.stderr);
+    // Each untouched node once: the range's ends in the range, the others in it.
+    for i in 4..12 {
+        assert!(!remote_keadm(fleet.node(i)).exists(), "node {i} untouched");
+        let name = Scenario::name(i);
+        assert_eq!(
+            out.stderr.matches(name.as_str()).count(),
+            usize::from(i == 4 || i == 11),
+            "{name} is named once: {}",
+            out.stderr
+        );
+    }
+    assert_eq!(out.stderr.matches("edge-04..edge-11").count(), 1);
+    out.stderr_lacks("SKIPPED edge-");
+    let head = out
+        .stderr
+        .find("Wave 1 of 3 stopped the rollout")
+        .expect("the wave's verdict");
+    let listed = out.stderr.find("edge-04..edge-11").unwrap();
+    assert!(head < listed, "the verdict comes first:\n{}", out.stderr);
+    // The failed node: its class and a short reason, never the keadm command.
+    let failed: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("edge-01 ") || l.contains("edge-01,"))
+        .collect();
+    assert!(!failed.is_empty(), "{}", out.stderr);
+    for line in &failed {
+        assert!(!line.contains("./keadm join"), "{line}");
+        assert!(line.len() < 200, "{line}");
+    }
+    out.stderr_has("[unknown]");
+    // One command to go on, with the flags this run was given.
+    let then: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("--retry-failed"))
+        .collect();
+    assert_eq!(then.len(), 1, "{}", out.stderr);
+    for flags in [
+        "--wave 4 --max-fail 0".to_string(),
+        format!("--known-hosts {}", fleet.known_hosts().display()),
+        format!("--kubeconfig {kubeconfig}"),
+        format!("--staging-dir {}", sc.staging_dir().display()),
+    ] {
+        assert!(then[0].contains(&flags), "{flags} in {}", then[0]);
+    }
+    // report.html is named with the run's places, at the end.
+    let latest = out.latest_run();
+    let run = latest
+        .parent()
+        .unwrap()
+        .join(std::fs::read_link(&latest).unwrap());
+    let report = format!("Report: {}", run.join("report.html").display());
+    let tail: Vec<&str> = out.stderr.lines().rev().take(4).collect();
+    assert!(
+        tail.iter().any(|l| *l == report),
+        "{report} in the last lines: {tail:?}"
+    );
 }

@@ -91,6 +91,11 @@ pub struct Cluster {
     /// to minutes): an eviction a PodDisruptionBudget refuses answers 429, and the drain
     /// retries it at its own pace, within its own deadline, naming the budget's message.
     client_once: kube::Client,
+    /// The same with a read timeout past the watch's own: a watch is a request whose
+    /// body stays quiet for as long as no Node changes, and [`REQUEST_TIMEOUT`] as its
+    /// read timeout broke every quiet watch after 15 s (seen against a real
+    /// kube-apiserver, which sends its first bookmark after about a minute).
+    client_watch: kube::Client,
     /// The API server's URL, for messages and the plan.
     pub server: String,
     /// The context in use.
@@ -203,6 +208,8 @@ impl Cluster {
         let server = config.cluster_url.to_string();
         let mut once = config.clone();
         once.default_retry = false;
+        let mut quiet = config.clone();
+        quiet.read_timeout = Some(watch::READ_TIMEOUT);
         // The clients' connectors are made inside the runtime (hyper needs its reactor).
         let make = |config: kube::Config| {
             runtime
@@ -215,10 +222,12 @@ impl Cluster {
         };
         let client = make(config)?;
         let client_once = make(once)?;
+        let client_watch = make(quiet)?;
         Ok(Cluster {
             runtime,
             client,
             client_once,
+            client_watch,
             server,
             context,
         })
@@ -351,7 +360,7 @@ impl Cluster {
 
     /// Starts the run's one watch on the cluster's Nodes.
     pub fn watch(&self) -> NodeWatch {
-        NodeWatch::start(&self.runtime, self.client.clone())
+        NodeWatch::start(&self.runtime, self.client_watch.clone())
     }
 }
 

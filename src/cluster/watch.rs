@@ -105,8 +105,18 @@ impl Drop for NodeWatch {
 
 /// How long one watch request asks the server to hold it open.
 const WATCH_SECONDS: u32 = 290;
+/// The watch client's read timeout: past the server's own end of a watch, as kube-rs's
+/// default (295 s for its 290 s watches), so only a dead connection times out.
+pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(WATCH_SECONDS as u64 + 30);
 /// After an error, the pause before the next list or watch.
 const RETRY_PAUSE: Duration = Duration::from_secs(2);
+/// A watch that broke after this long, or after an event, was routine: connections are
+/// dropped by load balancers, API server restarts and idle timeouts, and the next watch
+/// resumes from the last version seen.
+const ROUTINE_BREAK_AFTER: Duration = Duration::from_secs(5);
+/// Breaks in a row, each soon after its watch began and with no event, that make trouble
+/// worth telling: the connection is dropped as soon as it is made.
+const BREAKS_THAT_ARE_TROUBLE: u32 = 3;
 
 /// Lists, then watches from the list's version, forever (until stopped).
 async fn follow(api: Api<Node>, shared: &Arc<(Mutex<State>, Condvar)>) {
@@ -142,8 +152,12 @@ async fn follow(api: Api<Node>, shared: &Arc<(Mutex<State>, Condvar)>) {
 }
 
 /// Watches from `version` until the server says it is gone (the caller lists again).
+/// A watch that breaks is resumed at once from the last version seen, and said nowhere:
+/// only a watch that cannot be started, or one dropped again and again as soon as it
+/// starts, is trouble the waiting nodes' messages name.
 async fn watch_from(api: &Api<Node>, mut version: String, shared: &Arc<(Mutex<State>, Condvar)>) {
     let params = WatchParams::default().timeout(WATCH_SECONDS);
+    let mut quick_breaks = 0;
     loop {
         let stream = match api.watch(&params, &version).await {
             Ok(stream) => stream,
@@ -156,8 +170,11 @@ async fn watch_from(api: &Api<Node>, mut version: String, shared: &Arc<(Mutex<St
                 continue;
             }
         };
+        let started = Instant::now();
+        let mut events = 0u64;
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
+            events += 1;
             match event {
                 Ok(WatchEvent::Added(node)) | Ok(WatchEvent::Modified(node)) => {
                     if let Some(v) = &node.metadata.resource_version {
@@ -188,12 +205,29 @@ async fn watch_from(api: &Api<Node>, mut version: String, shared: &Arc<(Mutex<St
                     break;
                 }
                 Err(err) => {
-                    update(shared, |state| {
-                        state.trouble = Some(format!("the cluster's node watch broke: {err}"))
-                    });
-                    tokio::time::sleep(RETRY_PAUSE).await;
+                    events -= 1;
+                    let routine = events > 0 || started.elapsed() >= ROUTINE_BREAK_AFTER;
+                    quick_breaks = if routine { 0 } else { quick_breaks + 1 };
+                    log::debug!("the cluster's node watch broke, resuming it: {err}");
+                    if quick_breaks >= BREAKS_THAT_ARE_TROUBLE {
+                        update(shared, |state| {
+                            state.trouble = Some(format!(
+                                "the cluster's node watch broke as soon as it began, {quick_breaks} times in a row: {err}"
+                            ))
+                        });
+                    }
+                    if quick_breaks > 0 {
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                    }
                     break;
                 }
+            }
+            if events == 1 {
+                // A watch that delivers again ends any run of breaks, and the trouble
+                // before it is moot: the watch resumed from the last version seen, so
+                // nothing was missed.
+                quick_breaks = 0;
+                update(shared, |state| state.trouble = None);
             }
         }
     }

@@ -86,21 +86,52 @@ const RULES: &[(FailureClass, &[&str])] = &[
     ),
 ];
 
-/// The class of a failed or timed-out join.
+/// The class of a failed or timed-out keadm command.
 ///
 /// `lines` is the transcript, followed (for joins that timed out waiting for their
 /// certificate) by the last lines of the edgecore log. The last line that matches a known
 /// message decides, because edgecore restarts every 10 s and its newest complaint is the
 /// current one. With nothing recognised, a run our own deadline cut off (`timed_out`)
-/// while keadm was at its `Pull Images` step is a stalled pull: keadm has no timeout there.
+/// while keadm was pulling an image ([`stopped_pulling`]) is a stalled pull: keadm has no
+/// timeout there.
 pub fn classify(lines: &[String], timed_out: bool) -> FailureClass {
     if let Some((class, _)) = cause(lines) {
         return class;
     }
-    if timed_out && last_step(lines).is_some_and(|s| s.title.eq_ignore_ascii_case("Pull Images")) {
+    if timed_out && stopped_pulling(lines) {
         return FailureClass::ImagePullStalled;
     }
     FailureClass::Unknown
+}
+
+/// What `keadm upgrade edge` logs before it pulls the installation-package image of its
+/// target (`Begin to download v1.23.1 of edgecore`), and the lines it logs once it has the
+/// image, lowercase.
+const UPGRADE_PULL_BEGINS: &str = "begin to download";
+const UPGRADE_PULL_DONE: &[&str] = &["upgrade process start", "upgrade process successful"];
+
+/// Whether keadm was pulling an image where the transcript ends: a join's last step is
+/// `Pull Images`, or an upgrade's last progress line is `Begin to download`, with none
+/// of the lines it logs once it has the image after it. Lines of neither kind (keadm's
+/// `Pulling ...`, our own notes) do not count.
+fn stopped_pulling(lines: &[String]) -> bool {
+    lines
+        .iter()
+        .rev()
+        .find_map(|line| {
+            if let Some(step) = step_of(line) {
+                return Some(step.title.eq_ignore_ascii_case("Pull Images"));
+            }
+            let text = klog_text(line)?.trim().to_lowercase();
+            if text.starts_with(UPGRADE_PULL_BEGINS) {
+                Some(true)
+            } else if UPGRADE_PULL_DONE.iter().any(|done| text.starts_with(done)) {
+                Some(false)
+            } else {
+                None
+            }
+        })
+        .unwrap_or(false)
 }
 
 /// A join's class, given what pre-flight found on the node before anything changed: on a
@@ -175,12 +206,16 @@ pub fn last_step(lines: &[String]) -> Option<Step> {
     lines.iter().rev().find_map(|line| step_of(line))
 }
 
-fn step_of(line: &str) -> Option<Step> {
+/// The text of a klog line (`I0806 14:58:26.123456 12345 join.go:78] 5. Pull Images`,
+/// possibly behind a journald prefix): what follows its header. A klog header names the Go
+/// source file, which keeps the same words in other text from counting.
+fn klog_text(line: &str) -> Option<&str> {
     let (header, text) = line.split_once("] ")?;
-    // A klog header names the Go source file; this keeps "1. " in other text from counting.
-    if !header.contains(".go:") {
-        return None;
-    }
+    header.contains(".go:").then_some(text)
+}
+
+fn step_of(line: &str) -> Option<Step> {
+    let text = klog_text(line)?;
     let (number, title) = text.trim_end().split_once(". ")?;
     if number.is_empty() || number.len() > 2 || !number.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -319,6 +354,29 @@ mod tests {
         let t = lines("I0806 14:58:26.123456   12345 join.go:78] 9. Run EdgeCore daemon");
         assert_eq!(classify(&t, true), FailureClass::Unknown);
         assert_eq!(classify(&[], true), FailureClass::Unknown);
+    }
+
+    /// An upgrade our deadline cut off after keadm's `Begin to download` and before it
+    /// had the image was pulling it: a stalled pull, as for a join at `Pull Images`.
+    #[test]
+    fn a_deadline_during_an_upgrade_s_download_is_a_stalled_pull() {
+        let t = lines(
+            "WARNING: The upgrade command no longer automatically execute backup.\n\
+             I1202 10:00:01.000000    1 upgrade.go:121] Begin to download v1.23.1 of edgecore\n\
+             [keadm-batch] timed_out: keadm upgrade edge did not finish within 600 s",
+        );
+        assert_eq!(classify(&t, true), FailureClass::ImagePullStalled);
+        assert_eq!(classify(&t, false), FailureClass::Unknown);
+        // Past the download, the deadline says nothing of a pull.
+        let mut past = t.clone();
+        past.insert(
+            2,
+            "I1202 10:00:02.000000    1 upgrade.go:132] Upgrade process start ...".into(),
+        );
+        assert_eq!(classify(&past, true), FailureClass::Unknown);
+        // The words without klog's header are not keadm's.
+        let echoed = lines("[keadm-batch] Begin to download the kit");
+        assert_eq!(classify(&echoed, true), FailureClass::Unknown);
     }
 
     #[test]

@@ -303,6 +303,7 @@ pub fn process(node: &NodePlan, ctx: &Context) -> NodeOutcome {
         error,
         last_output,
         failure_class,
+        task: Some(node.keadm_args.task()),
         preflight: std::mem::take(&mut run.findings),
         exit_status,
         reset_exit_status: run.reset_exit_status,

@@ -87,7 +87,6 @@ impl<'a> Run<'a, '_> {
     /// Reads the probe's findings from `text`, notes them, and in strict mode turns the
     /// first into the node's skip.
     fn preflight_findings(&mut self, text: &str) -> Result<(), StepError> {
-        let node = self.node;
         let mut findings = preflight::parse(text);
         // Before a "probe incomplete" finding, which parse puts last.
         let at = findings
@@ -104,15 +103,12 @@ impl<'a> Run<'a, '_> {
         }
         findings.splice(at..at, found_here);
         for finding in &findings {
-            let note = format!("pre-flight: {finding}; {}", finding.suggested_action());
-            // Under warn the console gets the finding as a warning, so the note
-            // stays out of -v's info lines: one line per finding, not two.
-            if self.ctx.preflight == PreflightMode::Warn {
-                log::warn!("{}: pre-flight: {finding}", node.name);
-                self.transcript.note_unlogged(&note);
-            } else {
-                self.transcript.note(&note);
-            }
+            // The console groups a run's findings by id in its recap: a warning per node
+            // and finding buried everything else at scale. -v still shows each here.
+            self.transcript.note(&format!(
+                "pre-flight: {finding}; {}",
+                finding.suggested_action()
+            ));
         }
         self.findings = findings
             .iter()

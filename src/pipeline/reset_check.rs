@@ -41,7 +41,7 @@ impl Run<'_, '_> {
         let check = remote::parse_reset_check(&output.text());
         if check.clean() {
             self.transcript.note(
-                "reset verified: no edgecore process, no edgecore unit, no /etc/kubeedge on the node",
+                "reset verified: no edgecore process, no edgecore unit, and no /etc/kubeedge or an empty one on the node",
             );
             self.reset_verified = true;
             return Ok(());

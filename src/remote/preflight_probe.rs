@@ -84,14 +84,9 @@ elif has systemctl && [ -d /run/systemd/system ] && systemctl is-active --quiet 
   pf edgecore_running "edgecore.service is active"
 fi
 # 2. /etc/kubeedge must be absent or empty: keadm refuses any entry in it.
-if [ -d /etc/kubeedge ]; then
-  if ! l=$(ls -A /etc/kubeedge 2>&1); then pf management_dir_not_clean "cannot read /etc/kubeedge: $l"
-  elif [ -n "$l" ]; then
-    pf management_dir_not_clean "$(printf '%s\n' "$l" | wc -l | tr -d ' ') entries: $(printf '%s\n' "$l" | head -n 6 | tr '\n' ' ')"
-  fi
-elif [ -e /etc/kubeedge ] || [ -L /etc/kubeedge ]; then
-  pf management_dir_not_clean "/etc/kubeedge is not a directory"
-fi
+"#,
+    super::management_dir_state!(),
+    r#"if [ -n "$kd" ]; then pf management_dir_not_clean "$kd"; fi
 # 3. The runtime socket keadm will dial; name other well-known sockets that do exist.
 case $SOCK in
   unix://*) s=${SOCK#unix://} ;;

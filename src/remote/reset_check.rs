@@ -1,7 +1,8 @@
 //! The check after `keadm reset` exited with 0: that the node is clean, as keadm's reset
 //! promises, in one round trip: no process named edgecore, no edgecore unit (the unit file
 //! keadm writes, /etc/systemd/system/edgecore.service, nor one systemd still has loaded),
-//! no /etc/kubeedge. It changes nothing; it prints a `KB_LEFT` line for each thing left
+//! no /etc/kubeedge, or an empty one (keadm join's own rule: an empty directory is
+//! often a mount point). It changes nothing; it prints a `KB_LEFT` line for each thing left
 //! and [`CHECKED`] at its end, which [`parse_reset_check`] reads.
 
 use crate::node_text::one_line;
@@ -34,8 +35,9 @@ if has systemctl && [ -d "$SD" ]; then
   esac
   if [ -n "$fp" ] && [ "$fp" != "$u" ] && { [ -e "$fp" ] || [ -L "$fp" ]; }; then left unit "$fp"; fi
 fi
-KE=/etc/kubeedge
-if [ -e "$KE" ] || [ -L "$KE" ]; then left path "$KE"; fi
+"#,
+    super::management_dir_state!(),
+    r#"if [ -n "$kd" ]; then left path "$KE ($kd)"; fi
 echo KB_RESET_CHECKED
 "#
 );
@@ -165,10 +167,17 @@ mod tests {
             check.finished && check.units.is_empty() && check.paths.is_empty(),
             "{check:?}"
         );
+        // Empty, as keadm join accepts it (a mount point): clean.
         let ke = dir.path().join("etc-kubeedge");
         std::fs::create_dir(&ke).unwrap();
         let check = run_check(dir.path(), dir.path());
-        assert_eq!(check.paths, [ke.to_str().unwrap()]);
+        assert!(check.clean(), "{check:?}");
+        std::fs::create_dir(ke.join("ca")).unwrap();
+        let check = run_check(dir.path(), dir.path());
+        assert_eq!(
+            check.paths,
+            [format!("{} (1 entries: ca)", ke.to_str().unwrap())]
+        );
     }
 
     /// Where systemd runs, its view counts: an active unit and a unit file systemd loaded

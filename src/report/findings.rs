@@ -1,14 +1,19 @@
-//! `--preflight-only`'s report on stdout: a table with one row per node, and for each
-//! finding what was seen and what to do about it; after it, when the image check ran,
-//! the sandbox images each site's runtimes are configured with, as the `--sandbox-image`
+//! `--preflight-only`'s report on stdout: a table with one row per node and what was
+//! seen, then each finding once with its nodes and what to do about it (a fleet's table
+//! would repeat the same fix under every node); after it, when the image check ran, the
+//! sandbox images each site's runtimes are configured with, as the `--sandbox-image`
 //! flags of the next `batch bundle`. With `--output json`, the same as one JSON document
 //! (its shape is in docs/summary.md, "--preflight-only --output json").
 //!
 //! ```text
 //! NODE     ADDRESS                 FINDINGS
 //! edge-00  10.0.0.1:22             none
-//! edge-01  10.0.0.2:22             edgecore is already running on this node, ... (pid 42)
-//!                                    -> Leave the node out if it is joined already, ...
+//! edge-01  10.0.0.2:22             [edgecore_running] edgecore is already running on this node, ... (pid 42)
+//!
+//! What to do, once per finding:
+//! edgecore_running, 1 node: edge-01
+//!   edgecore is already running on this node, so keadm join would stop at its first check.
+//!   -> Leave the node out if it is joined already, ...
 //!
 //! Sandbox images the nodes' runtimes are configured with, as flags for the next `keadm-batch batch bundle`:
 //! site store-1: --sandbox-image registry.k8s.io/pause:3.9 --sandbox-image registry.k8s.io/pause:3.6
@@ -19,7 +24,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::diagnosis::Finding;
+use crate::diagnosis::{Finding, FindingId};
 use crate::outcome::{Phase, ProbeError, Probed};
 
 /// The ADDRESS column's width: `[2001:db8::31]:2222` fits.
@@ -39,10 +44,16 @@ pub enum Probe {
 }
 
 impl Probe {
-    /// The probe's result as the pipeline returns it.
+    /// The probe's result as the pipeline returns it, its findings in one order on every
+    /// node (by id, then detail), so that a fleet's table reads down its columns.
     pub fn of(result: Result<Probed, ProbeError>) -> Probe {
         match result {
-            Ok(probed) => Probe::Ran(probed),
+            Ok(mut probed) => {
+                probed
+                    .findings
+                    .sort_by(|a, b| (a.id, &a.detail).cmp(&(b.id, &b.detail)));
+                Probe::Ran(probed)
+            }
             Err(error) => Probe::Failed(error),
         }
     }
@@ -109,6 +120,14 @@ impl Report {
     /// site when the image check ran.
     pub fn text(&self) -> String {
         let mut out = table(&self.rows);
+        let found = by_id(self.rows.iter().filter_map(|row| match &row.probe {
+            Probe::Ran(probed) => Some((row.name.as_str(), probed.findings.as_slice())),
+            _ => None,
+        }));
+        if !found.is_empty() {
+            out.push_str("\nWhat to do, once per finding:\n");
+            out.push_str(&grouped(&found, ""));
+        }
         if self.image_check {
             out.push_str("\nSandbox images the nodes' runtimes are configured with, as flags for the next `keadm-batch batch bundle`:\n");
             for site in self.sites() {
@@ -247,7 +266,54 @@ struct JsonError<'a> {
     reason: &'a str,
 }
 
-/// The table, header first, rows in the order given.
+/// Each finding seen on `nodes` (name, findings), in [`FindingId`]'s order, with the
+/// nodes that have it, each once and in the order given.
+pub fn by_id<'a>(
+    nodes: impl IntoIterator<Item = (&'a str, &'a [Finding])>,
+) -> Vec<(FindingId, Vec<&'a str>)> {
+    let mut found: Vec<(FindingId, Vec<&'a str>)> = Vec::new();
+    for (name, findings) in nodes {
+        for finding in findings {
+            match found.iter_mut().find(|(id, _)| *id == finding.id) {
+                Some((_, names)) if names.last() == Some(&name) => {}
+                Some((_, names)) => names.push(name),
+                None => found.push((finding.id, vec![name])),
+            }
+        }
+    }
+    found.sort_by_key(|(id, _)| *id);
+    found
+}
+
+/// Each finding once: its id, how many nodes have it and which, what it is and what to do
+/// about it, every line after `indent`:
+///
+/// ```text
+/// runtime_socket_missing, 12 nodes: edge-00..edge-11
+///   The container runtime socket keadm join will use does not exist, ...
+///   -> Install and start containerd (or the node's runtime), ...
+/// ```
+pub fn grouped(found: &[(FindingId, Vec<&str>)], indent: &str) -> String {
+    let mut out = String::new();
+    for (id, names) in found {
+        let finding = Finding {
+            id: *id,
+            detail: String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{indent}{id}, {}: {}\n{indent}  {}\n{indent}  -> {}",
+            crate::waves::nodes(names.len()),
+            super::names::compact(names),
+            finding.message(),
+            finding.suggested_action()
+        );
+    }
+    out
+}
+
+/// The table, header first, rows in the order given: each finding's id and what was seen,
+/// its fix once below the table.
 fn table(rows: &[Row]) -> String {
     let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
     let mut out = String::new();
@@ -270,12 +336,11 @@ fn table(rows: &[Row]) -> String {
                 for (i, finding) in probed.findings.iter().enumerate() {
                     // The node's name and address only on its first line.
                     let (name, address) = if i == 0 { (name, address) } else { ("", "") };
-                    line(&mut out, name, address, finding);
                     line(
                         &mut out,
-                        "",
-                        "",
-                        &format_args!("  -> {}", finding.suggested_action()),
+                        name,
+                        address,
+                        &format_args!("[{}] {finding}", finding.id),
                     );
                 }
             }
@@ -361,19 +426,48 @@ mod tests {
     }
 
     #[test]
-    fn the_table_has_a_row_per_node_and_an_action_per_finding() {
-        let rows = table_rows();
-        let expected = "\
+    fn the_table_has_a_row_per_node_and_each_finding_s_fix_once_below_it() {
+        let mut rows = table_rows();
+        // A second node with one of the first's findings: its fix is still given once.
+        rows.insert(
+            2,
+            row(
+                "edge-02",
+                ran(vec![Finding {
+                    id: FindingId::BashMissing,
+                    detail: String::new(),
+                }]),
+            ),
+        );
+        let fix = |id| {
+            Finding {
+                id,
+                detail: String::new(),
+            }
+            .suggested_action()
+        };
+        let expected = format!(
+            "\
 NODE      ADDRESS                 FINDINGS
 edge-00   10.0.0.1:22             none
-edge-001  10.0.0.1:22             edgecore is already running on this node, so keadm join would stop at its first check (pid 42)
-                                    -> Leave the node out if it is joined already, or reset it first with `keadm reset edge --force` (--reset-first).
-                                  bash is not installed; keadm runs its checks through bash and without it always reports that edgecore is already running.
-                                    -> Install bash on the node (for example `apk add bash` on Alpine, `opkg install bash` on OpenWrt).
+edge-001  10.0.0.1:22             [edgecore_running] edgecore is already running on this node, so keadm join would stop at its first check (pid 42)
+                                  [bash_missing] bash is not installed; keadm runs its checks through bash and without it always reports that edgecore is already running.
+edge-02   10.0.0.1:22             [bash_missing] bash is not installed; keadm runs its checks through bash and without it always reports that edgecore is already running.
 r         10.0.0.1:22             none (not a join)
 edge-03   10.0.0.1:22             not probed: failed to connect to edge-03
 edge-04   10.0.0.1:22             not probed: the probes were stopped before this node's turn
-";
+
+What to do, once per finding:
+edgecore_running, 1 node: edge-001
+  edgecore is already running on this node, so keadm join would stop at its first check.
+  -> {}
+bash_missing, 2 nodes: edge-001, edge-02
+  bash is not installed; keadm runs its checks through bash and without it always reports that edgecore is already running.
+  -> {}
+",
+            fix(FindingId::EdgecoreRunning),
+            fix(FindingId::BashMissing)
+        );
         let report = Report {
             rows,
             image_check: false,
@@ -388,8 +482,8 @@ edge-04   10.0.0.1:22             not probed: the probes were stopped before thi
             .iter()
             .map(|r| r.probe.needs_attention())
             .collect();
-        assert_eq!(attention, [false, true, false, true, false]);
-        assert!(!report.rows[4].probe.started() && report.rows[3].probe.started());
+        assert_eq!(attention, [false, true, true, false, true, false]);
+        assert!(!report.rows[5].probe.started() && report.rows[4].probe.started());
     }
 
     #[test]

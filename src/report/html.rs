@@ -64,6 +64,9 @@ struct Page<'a> {
     sites: Vec<String>,
     has_waves: bool,
     failures: Vec<FailureGroup>,
+    /// The pre-flight findings by id, as failures are by class: the id, what it is, its
+    /// fix, and each node that has it with what was seen there.
+    preflight: Vec<FailureGroup>,
     site_rows: Vec<SiteRow>,
     waves: Vec<WaveRow>,
     slowest: Vec<Slow>,
@@ -91,6 +94,9 @@ struct Row {
     start: String,
     duration: String,
     duration_text: String,
+    /// With a kubeconfig, a Node that was Ready: the time from the node's start to it
+    /// (`Ready 31.2 s`) and, as its tooltip, both figures.
+    ready: Option<(String, String)>,
     bars: Vec<Bar>,
     href: Option<String>,
     /// What the row shows of its error: keadm's last line when it has one (the words
@@ -231,6 +237,7 @@ pub fn render(summary: &Summary, run_dir: &Path) -> String {
         has_waves: summary.nodes.iter().any(|n| n.wave.is_some()),
         sites,
         failures: failures(&summary.nodes, run_dir),
+        preflight: preflight(&summary.nodes, run_dir),
         site_rows: site_rows(summary),
         waves: summary
             .waves
@@ -304,6 +311,17 @@ fn row(node: &NodeOutcome, t0: f64, run_dir: &Path) -> Row {
         start: number(node.started_at - t0),
         duration: number(duration),
         duration_text: human(duration),
+        ready: node.cluster.as_ref().and_then(|c| {
+            let start = c.ready_after_start?;
+            Some((
+                format!("Ready {}", human(start)),
+                format!(
+                    "Ready {} after the node's start, {} after keadm exited",
+                    human(start),
+                    human(c.ready_after.unwrap_or(0.0))
+                ),
+            ))
+        }),
         bars: bars(node, t0),
         href: transcript_href(node, run_dir),
         error: node
@@ -451,12 +469,10 @@ fn failures(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<FailureGroup> {
             title: class
                 .map_or("Failures with no class", |c| c.title())
                 .to_string(),
-            fix: class
-                .map_or(
-                    "Read the node's transcript: it ends with what went wrong.",
-                    |c| c.suggested_fix(),
-                )
-                .to_string(),
+            fix: class.map_or_else(
+                || "Read the node's transcript: it ends with what went wrong.".to_string(),
+                |c| c.fixes_for(members.iter().map(|n| n.task())).join(" "),
+            ),
             nodes: members
                 .iter()
                 .map(|n| FailedNode {
@@ -470,6 +486,46 @@ fn failures(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<FailureGroup> {
     // Those with a class first, the largest first; the unclassified last.
     groups.sort_by_key(|g| (g.class == "unclassified", std::cmp::Reverse(g.nodes.len())));
     groups
+}
+
+/// The pre-flight findings of `nodes`, grouped by id as the recap groups them, each
+/// node with what its probe saw.
+fn preflight(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<FailureGroup> {
+    let found = super::findings::by_id(
+        nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.preflight.as_slice())),
+    );
+    found
+        .into_iter()
+        .map(|(id, names)| {
+            let finding = crate::diagnosis::Finding {
+                id,
+                detail: String::new(),
+            };
+            FailureGroup {
+                class: id.as_str().to_string(),
+                title: finding.message().to_string(),
+                fix: finding.suggested_action().to_string(),
+                nodes: nodes
+                    .iter()
+                    .filter(|n| names.contains(&n.name.as_str()))
+                    .map(|n| FailedNode {
+                        name: text(&n.name),
+                        error: text(
+                            &n.preflight
+                                .iter()
+                                .filter(|f| f.id == id && !f.detail.is_empty())
+                                .map(|f| f.detail.as_str())
+                                .collect::<Vec<_>>()
+                                .join("; "),
+                        ),
+                        href: transcript_href(n, run_dir),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 /// One row per site (the nodes with none as one row), with what the relay moved.

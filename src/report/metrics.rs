@@ -169,6 +169,18 @@ fn render_run(run: &Run) -> String {
             kind: MetricType::Histogram,
         },
     );
+    // keadm join exits only after edgecore ran a while, so `ready` above is often 0: the
+    // time from the node's start to its Node Ready is the time a node takes to come up.
+    let from_start = Histogram::new(BUCKETS);
+    nodes
+        .iter()
+        .filter_map(|o| o.cluster.as_ref()?.ready_after_start)
+        .for_each(|s| from_start.observe(s));
+    registry.register(
+        "keadm_batch_node_ready_seconds",
+        "Seconds from each node's start (its connect) to its Node Ready in the cluster",
+        from_start,
+    );
 
     registry.register(
         "keadm_batch_uploaded_bytes_total",

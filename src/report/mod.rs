@@ -9,6 +9,8 @@ pub mod junit;
 pub mod log;
 pub mod merge;
 pub mod metrics;
+pub mod names;
+pub mod next_command;
 pub mod progress;
 pub mod recap;
 pub mod run_dir;
@@ -79,7 +81,38 @@ impl Recorder {
 
     /// Writes and flushes the node's result everywhere. A write failure is reported on
     /// the console but does not stop the run: the other records still hold the result.
-    pub fn record(&self, mut outcome: NodeOutcome) {
+    pub fn record(&self, outcome: NodeOutcome) {
+        let line = self.keep(outcome);
+        if let Some(line) = line {
+            self.progress.finished(&line);
+        }
+        self.metrics.node_finished(|| self.outcomes());
+    }
+
+    /// Records the nodes a run ended without starting (a stopped rollout, the operator's
+    /// Ctrl-C) everywhere as [`Recorder::record`] does, with one console line for all of
+    /// them instead of a line each: at scale those lines buried what stopped the run, and
+    /// the recap names each of them once.
+    pub fn record_not_started(&self, outcomes: Vec<NodeOutcome>) {
+        let count = outcomes.len();
+        for outcome in outcomes.iter().cloned() {
+            self.keep(outcome);
+        }
+        if count > 0 {
+            let (done, total) = {
+                let inner = self.lock();
+                (inner.outcomes.len(), inner.total)
+            };
+            // With -q there is no recap to name them, so this line does.
+            let line = recap::not_started_line(&outcomes, done, total, self.quiet);
+            self.progress.finished_many(count, &line);
+            self.metrics.node_finished(|| self.outcomes());
+        }
+    }
+
+    /// Writes the node's result to the log and the journal and keeps it; its console
+    /// line, unless `-q` hides it.
+    fn keep(&self, mut outcome: NodeOutcome) -> Option<String> {
         if !outcome.succeeded() {
             self.failures
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -104,13 +137,8 @@ impl Recorder {
         let done = inner.outcomes.len();
         let total = inner.total;
         let last = inner.outcomes.last().expect("just pushed");
-        let line = recap::node_line(last, done, total);
         let show = !self.quiet || !last.succeeded();
-        drop(inner);
-        if show {
-            self.progress.finished(&line);
-        }
-        self.metrics.node_finished(|| self.outcomes());
+        show.then(|| recap::node_line(last, done, total))
     }
 
     /// All outcomes so far, in config order.

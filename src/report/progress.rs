@@ -151,9 +151,15 @@ impl Progress {
 
     /// A node finished; `line` is its result line.
     pub fn finished(&self, line: &str) {
+        self.finished_many(1, line);
+    }
+
+    /// `count` nodes finished together (those a stopped run never started); `line` says
+    /// so for all of them.
+    pub fn finished_many(&self, count: usize, line: &str) {
         let done = {
             let mut finished = self.finished.lock().unwrap_or_else(|e| e.into_inner());
-            *finished += 1;
+            *finished += count;
             *finished
         };
         match &self.bar {

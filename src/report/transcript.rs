@@ -142,13 +142,6 @@ impl Transcript {
         escape_controls(&self.redactor.redact(text))
     }
 
-    /// Our own line, for the transcript only: the console has said it already (as a
-    /// warning), so `-v` must not say it again.
-    pub fn note_unlogged(&mut self, text: &str) {
-        self.flush_partial();
-        self.emit(Kind::Note, &format!("{NOTE_PREFIX} {text}"));
-    }
-
     /// Writes one line of `kind`. Where a line came from is decided here, by the caller,
     /// never by its text: a node cannot write a line that reads as the tool's note, and
     /// every byte of the node's lines counts against the cap.

@@ -52,52 +52,60 @@ pub(super) fn ready_outcome(waiting: Waiting, seen: &Seen, nodes: &[NodePlan]) -
         expect,
         ..
     } = waiting;
-    let ready_at = seen
-        .ready_since
-        .unwrap_or_else(SystemTime::now)
-        .max(keadm_exit);
     let upgraded = matches!(expect, Expect::Upgraded(_));
+    // An upgrade is Ready on the new version when the gate saw it so (now); a join when
+    // its Ready condition turned true, never before keadm's exit.
+    let ready_at = if upgraded {
+        SystemTime::now()
+    } else {
+        seen.ready_since
+            .unwrap_or_else(SystemTime::now)
+            .max(keadm_exit)
+    };
     let check = ClusterCheck {
         node_name: node_name.clone(),
         registered_after: Some(after(keadm_exit, seen.first_seen)),
-        ready_after: Some(after(
-            keadm_exit,
-            if upgraded {
-                SystemTime::now()
-            } else {
-                ready_at
-            },
-        )),
+        ready_after: Some(after(keadm_exit, ready_at)),
+        ready_after_start: Some((epoch(ready_at) - outcome.started_at).max(0.0)),
         condition: None,
         version: seen.state.kubelet_version.clone(),
         ..ClusterCheck::default()
     };
+    note(nodes, &outcome, &[ready_line(&check, upgraded)]);
+    outcome.finished_at = epoch(ready_at).max(outcome.finished_at);
+    outcome.cluster = Some(check);
+    outcome
+}
+
+/// The transcript's line for a Node found Ready: both figures, from keadm's exit and from
+/// the node's start, e.g. `the cluster has the Node edge-1: registered 0.0 s and Ready 0.0
+/// s after keadm exited, Ready 31.2 s after the node's start (v1.32.10-kubeedge-v1.23.1)`.
+pub(super) fn ready_line(check: &ClusterCheck, upgraded: bool) -> String {
+    let node_name = &check.node_name;
     let version = check
         .version
         .as_deref()
         .map(|v| format!(" ({v})"))
         .unwrap_or_default();
-    let line = if upgraded {
+    let ready = check.ready_after.unwrap_or(0.0);
+    let since_start = check
+        .ready_after_start
+        .map(|s| format!(", {s:.1} s after the node's start"))
+        .unwrap_or_default();
+    if upgraded {
         format!(
-            "the cluster has the Node {node_name} Ready on the new version {:.1} s after keadm exited{version}",
-            check.ready_after.unwrap_or(0.0),
+            "the cluster has the Node {node_name} Ready on the new version {ready:.1} s after keadm exited{since_start}{version}"
         )
     } else {
         format!(
-            "the cluster has the Node {node_name}: registered {:.1} s and Ready {:.1} s after keadm exited{version}",
+            "the cluster has the Node {node_name}: registered {:.1} s and Ready {ready:.1} s after keadm exited{}{version}",
             check.registered_after.unwrap_or(0.0),
-            check.ready_after.unwrap_or(0.0),
+            check
+                .ready_after_start
+                .map(|s| format!(", Ready {s:.1} s after the node's start"))
+                .unwrap_or_default(),
         )
-    };
-    note(nodes, &outcome, &[line]);
-    let finished = if upgraded {
-        SystemTime::now()
-    } else {
-        ready_at
-    };
-    outcome.finished_at = epoch(finished).max(outcome.finished_at);
-    outcome.cluster = Some(check);
-    outcome
+    }
 }
 
 /// An upgrade that passed on the node whose Node was not Ready on the new version by its
@@ -365,4 +373,77 @@ pub(super) fn not_registered_outcome(
         ..ClusterCheck::default()
     });
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::cluster::NodeState;
+
+    fn waiting(started_ago: f64, keadm_exit: SystemTime, expect: Expect) -> Waiting {
+        let mut outcome = NodeOutcome::not_run(0, "edge-1", "10.0.0.1:22", Phase::Verifying, "");
+        outcome.error = None;
+        outcome.started_at = epoch(SystemTime::now()) - started_ago;
+        Waiting {
+            outcome,
+            node_name: "edge-1".into(),
+            keadm_exit,
+            deadline: Instant::now(),
+            expect,
+        }
+    }
+
+    fn seen(at: SystemTime) -> Seen {
+        Seen {
+            state: NodeState {
+                kubelet_version: Some("v1.32.10-kubeedge-v1.23.1".into()),
+                ..NodeState::default()
+            },
+            first_seen: at,
+            ready_since: Some(at),
+            baseline_version: None,
+        }
+    }
+
+    /// keadm join exits only after edgecore ran a while, so its Node is often Ready
+    /// before keadm's exit: 0 s after it. The time from the node's start says how long
+    /// the node took; the outcome and the transcript's line give both.
+    #[test]
+    fn a_ready_join_gives_its_time_from_keadm_s_exit_and_from_the_node_s_start() {
+        let keadm_exit = SystemTime::now() - Duration::from_secs(2);
+        let w = waiting(30.0, keadm_exit, Expect::Joined);
+        let outcome = ready_outcome(w, &seen(keadm_exit - Duration::from_secs(1)), &[]);
+        let check = outcome.cluster.clone().unwrap();
+        assert_eq!(check.registered_after, Some(0.0));
+        assert_eq!(check.ready_after, Some(0.0));
+        let since_start = check.ready_after_start.unwrap();
+        assert!((27.5..28.5).contains(&since_start), "{check:?}");
+        assert!(outcome.finished_at >= outcome.started_at + since_start - 0.01);
+        assert_eq!(
+            ready_line(&check, false),
+            format!(
+                "the cluster has the Node edge-1: registered 0.0 s and Ready 0.0 s after keadm exited, Ready {since_start:.1} s after the node's start (v1.32.10-kubeedge-v1.23.1)"
+            )
+        );
+    }
+
+    #[test]
+    fn an_upgrade_ready_on_its_new_version_gives_both_figures() {
+        let keadm_exit = SystemTime::now() - Duration::from_secs(3);
+        let w = waiting(12.0, keadm_exit, Expect::Upgraded("v1.23.1".into()));
+        let outcome = ready_outcome(w, &seen(keadm_exit), &[]);
+        let check = outcome.cluster.unwrap();
+        let ready = check.ready_after.unwrap();
+        let since_start = check.ready_after_start.unwrap();
+        assert!((2.5..4.0).contains(&ready), "{check:?}");
+        assert!((11.5..13.0).contains(&since_start), "{check:?}");
+        assert_eq!(
+            ready_line(&check, true),
+            format!(
+                "the cluster has the Node edge-1 Ready on the new version {ready:.1} s after keadm exited, {since_start:.1} s after the node's start (v1.32.10-kubeedge-v1.23.1)"
+            )
+        );
+    }
 }

@@ -61,6 +61,12 @@ struct State {
     patches: Vec<(String, Value)>,
     /// PATCH of a Node answers 500, as DELETE does with `deletes_fail`.
     patches_fail: bool,
+    /// Watches get no bookmarks: a real kube-apiserver sends its first about a minute
+    /// into a quiet watch, so a test's watch stays silent while no Node changes.
+    quiet_watches: bool,
+    /// Each watch's body is broken off this long after it began (a chunk that is not
+    /// one), as a connection reset under a watch breaks it.
+    watch_drop_after: Option<Duration>,
 }
 
 pub struct FakeApiServer {
@@ -129,6 +135,25 @@ impl FakeApiServer {
         )
         .unwrap();
         path
+    }
+
+    /// Watches stay silent while no Node changes (no bookmarks), as a real
+    /// kube-apiserver's do for their first minute or so.
+    pub fn quiet_watches(&self) {
+        self.state.lock().unwrap().quiet_watches = true;
+    }
+
+    /// Every watch's connection is dropped `after` it began, mid-body.
+    pub fn drop_watches_after(&self, after: Duration) {
+        self.state.lock().unwrap().watch_drop_after = Some(after);
+    }
+
+    /// How many watches of the Nodes were asked for.
+    pub fn watches(&self) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| r.starts_with("GET /api/v1/nodes?") && r.contains("watch=true"))
+            .count()
     }
 
     /// Access reviews for `verb` on `resource` answer not allowed.
@@ -591,10 +616,22 @@ fn watch(
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
     );
     let _ = out.flush();
-    let until = Instant::now() + timeout;
+    let started = Instant::now();
+    let until = started + timeout;
+    let (quiet, drop_after) = {
+        let state = state.lock().unwrap();
+        (state.quiet_watches, state.watch_drop_after)
+    };
     let mut sent = from;
     let mut last_bookmark = Instant::now();
     while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+        if drop_after.is_some_and(|after| started.elapsed() >= after) {
+            // Broken off mid-body: the client's read of the body fails, as it does when
+            // a connection is reset under a watch.
+            let _ = write!(out, "zz\r\n");
+            let _ = out.flush();
+            return;
+        }
         let events: Vec<(u64, &'static str, Value)> = state
             .lock()
             .unwrap()
@@ -611,7 +648,7 @@ fn watch(
         }
         // A quiet watch gets bookmarks, as the real server sends (about once a minute
         // there; more often here, so the client meets them).
-        if last_bookmark.elapsed() >= Duration::from_secs(1) {
+        if !quiet && last_bookmark.elapsed() >= Duration::from_secs(1) {
             // The recorded bookmark's shape (tests/fixtures/kube-apiserver/watch-join.jsonl).
             let bookmark = json!({"type": "BOOKMARK", "object": {"kind": "Node", "apiVersion": "v1",
                 "metadata": {"resourceVersion": sent.to_string(), "creationTimestamp": null},

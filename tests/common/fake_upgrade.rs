@@ -23,6 +23,7 @@
 //! server reads (`FakeApiServer::edge_node`).
 //!
 //! Faults, each a file in the node's /tmp: `kb-upgrade-fails` (the image pull fails),
+//! `kb-upgrade-hangs` (the image pull hangs for two minutes),
 //! `kb-installs` (the upgrade installs the version this file names instead of the
 //! target), `kb-backup-fails`, `kb-rollback-fails`.
 
@@ -82,6 +83,8 @@ case $kb_task in
     from=$(kb_current)
     [ -n "$from" ] || from=unknown
     echo "I1202 10:00:01.000000    1 upgrade.go:121] Begin to download $to of edgecore"
+    # A pull that hangs: keadm has no deadline of its own there.
+    [ -e /tmp/kb-upgrade-hangs ] && sleep 120
     if [ -e /tmp/kb-upgrade-fails ]; then
       e="failed to get edgecore binary, err: failed to pull image kubeedge/installation-package:$to, err: rpc error: code = Unknown desc = failed to resolve reference"
       echo "Error: $e" >&2

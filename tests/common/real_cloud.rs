@@ -4,7 +4,7 @@
 //! the harness makes with the `openssl` command.
 //!
 //! ```ignore
-//! let Some(bins) = CloudBinaries::from_env() else { return };   // KECLOUD_BIN unset
+//! let bins = CloudBinaries::from_env().expect("KECLOUD_BIN is not set"); // an #[ignore] test
 //! let cloud = RealCloud::start(&bins);
 //! // keadmCmd: join --cloudcore-ipport=127.0.0.1:{cloud.hub_port} --certport={cloud.cert_port} --token={cloud.token()}
 //! let nodes = cloud.nodes();                                     // `kubectl get nodes -o json`'s items
@@ -13,13 +13,13 @@
 //! `KECLOUD_BIN` is a directory holding `etcd`, `kube-apiserver`, `kubectl`, `cloudcore`,
 //! `keadm` and `edgecore`; `KECLOUD_CRDS` is KubeEdge's `build/crds` directory of the same
 //! release as cloudcore (what `keadm init` would install). A variable that is set but
-//! names something missing fails the test: only an unset `KECLOUD_BIN` skips it.
+//! names something missing fails the test, and so does an unset one: the tests that use
+//! them are `#[ignore]`d, run only with `--ignored`.
 //!
 //! `KECLOUD_OLD_BIN` is a directory holding `keadm` and `edgecore` of an older release than
 //! `KECLOUD_BIN`'s (built the same way), for the upgrade test (tests/cloud_upgrade_e2e.rs):
-//! its nodes join at the older release and are upgraded to `KECLOUD_BIN`'s. Unset, that
-//! test is skipped as an unset `KECLOUD_BIN` skips both; set to a place without them, it
-//! fails.
+//! its nodes join at the older release and are upgraded to `KECLOUD_BIN`'s. Unset, or set
+//! to a place without them, that test fails.
 //!
 //! What the cloud is: kube-apiserver with `Node,RBAC` authorization, its serving
 //! certificate for 127.0.0.1, an admin client certificate (`system:masters`) in the

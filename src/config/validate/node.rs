@@ -25,6 +25,8 @@ pub(super) struct Defaults {
     pub(super) remote_dir: Option<String>,
     pub(super) keadm_bin_dir: Option<String>,
     pub(super) site: Option<String>,
+    /// `keadm.keadmVersion`'s major and minor numbers, where it reads as a release.
+    pub(super) keadm_release: Option<(u64, u64)>,
     /// Whether joins and upgrades get offline image archives uploaded into their
     /// remoteDir (keadmBinDir or not): `keadm.offlineImages` lists some, or in offline
     /// mode the offline directory has an `<arch>/images`.
@@ -46,9 +48,22 @@ impl Defaults {
             remote_dir: v.remote_dir(&raw.remote_dir, None),
             keadm_bin_dir: non_empty(&raw.keadm.keadm_bin_dir).map(|s| s.value.clone()),
             site: v.site(&raw.site, None),
+            keadm_release: raw
+                .keadm
+                .keadm_version
+                .as_ref()
+                .and_then(|version| release(&version.value)),
             image_archives: image_archives(v, raw),
         }
     }
+}
+
+/// `v1.23.1` (or `1.23.1`) as `(1, 23)`.
+fn release(version: &str) -> Option<(u64, u64)> {
+    let mut numbers = version.trim().trim_start_matches('v').split('.');
+    let major = numbers.next()?.parse().ok()?;
+    let minor = numbers.next()?.parse().ok()?;
+    Some((major, minor))
 }
 
 /// See [`Defaults::image_archives`]. Only for the warning about nodes sharing a directory:
@@ -164,6 +179,23 @@ fn node_spec<'r>(
             subj(),
             format!("keadmCmd passes {flag}= with an empty value"),
             Some("fill in the value (an empty keadm.cmdTplArgs entry?)".into()),
+        );
+    }
+    // A bare `reset` is a mistake only for a keadm that is known: one staged at
+    // keadmVersion (a node's own keadmBinDir may hold any release).
+    let staged = non_empty(&node.keadm_bin_dir).is_none() && defaults.keadm_bin_dir.is_none();
+    if let Some(release @ (1, 22..) | release @ (2.., _)) = defaults
+        .keadm_release
+        .filter(|_| staged && keadm_args.is_bare_reset())
+    {
+        v.error(
+            node.keadm_cmd.as_ref().map(|c| c.pos),
+            subj(),
+            format!(
+                "keadmCmd runs `keadm reset` with no second word, which keadm v{}.{} no longer supports (since v1.22 it prints \"'keadm reset' is no longer supported after version v1.22\" and resets only where it finds edgecore running, leaving /etc/kubeedge on a node whose edgecore is stopped)",
+                release.0, release.1
+            ),
+            "write `reset edge` for an edge node, as in `keadmCmd: reset edge --force`",
         );
     }
     let mut edge_name_ok = true;
@@ -645,6 +677,42 @@ mod tests {
             rendered(&diags),
             "c.yaml:7:13: node 1 \"a\\x0aSuccessfully processed node b\\x1b]0;x\\x07\": nodeName `a\\x0aSuccessfully processed node b\\x1b]0;x\\x07` contains control characters (a line break or a terminal escape), which would forge lines in batch_process_log.txt and on the console; write the name without them."
         );
+    }
+
+    /// keadm v1.22 and later print that a bare `keadm reset` is no longer supported, and
+    /// reset only a node whose edgecore runs: refused before any node is touched, with
+    /// `reset edge` as the fix. An older keadm, or one the node holds itself (any
+    /// release), is left to its own rules.
+    #[test]
+    fn a_bare_reset_is_refused_for_keadm_v1_22_and_later() {
+        let reset = |version: &str, cmd: &str, bin_dir: &str| {
+            check(
+                &GOOD
+                    .replace("v1.23.1", version)
+                    .replace("'{{.cmd}} --edgenode-name=a'", cmd)
+                    .replace("  ssh:\n", &format!("{bin_dir}  ssh:\n")),
+            )
+        };
+        let (config, diags) = reset("v1.23.1", "reset --force", "");
+        assert!(config.is_none());
+        assert_eq!(
+            rendered(&diags),
+            "c.yaml:8:13: node 1 \"a\": keadmCmd runs `keadm reset` with no second word, which keadm v1.23 no longer supports (since v1.22 it prints \"'keadm reset' is no longer supported after version v1.22\" and resets only where it finds edgecore running, leaving /etc/kubeedge on a node whose edgecore is stopped); write `reset edge` for an edge node, as in `keadmCmd: reset edge --force`."
+        );
+        assert!(reset("v1.22.0", "reset", "").0.is_none());
+        for (version, cmd, bin_dir) in [
+            ("v1.23.1", "reset edge --force", ""),
+            ("v1.23.1", "reset cloud", ""),
+            ("v1.21.4", "reset", ""),
+            ("v1.23.1", "reset", "  keadmBinDir: /opt/keadm\n"),
+        ] {
+            let (config, diags) = reset(version, cmd, bin_dir);
+            assert!(
+                config.is_some(),
+                "{version} {cmd} {bin_dir}: {}",
+                rendered(&diags)
+            );
+        }
     }
 
     #[test]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::keadm_cmd::Task;
 use crate::outcome::{ClusterCheck, StepTimes};
 
 fn node(index: usize, name: &str, phase: Phase) -> NodeOutcome {
@@ -137,7 +138,33 @@ fn failures_are_grouped_by_class_with_the_fix() {
         .map(|g| (g.class.as_str(), g.nodes.len()))
         .collect();
     assert_eq!(got, [("auth", 2), ("unclassified", 1)]);
-    assert_eq!(groups[0].fix, FailureClass::Auth.suggested_fix());
+    assert_eq!(groups[0].fix, FailureClass::Auth.suggested_fix(Task::Other));
+}
+
+/// A class whose nodes ran different commands gets the fix for each, named by its
+/// command: an upgrade's stalled pull is not told to retry with --reset-first.
+#[test]
+fn a_class_s_fix_is_the_one_for_each_command_its_nodes_ran() {
+    let mut join = node(0, "j", Phase::Failed);
+    join.failure_class = Some(FailureClass::ImagePullStalled);
+    join.task = Some(Task::Join);
+    let mut upgrade = node(1, "u", Phase::TimedOut);
+    upgrade.failure_class = Some(FailureClass::ImagePullStalled);
+    upgrade.task = Some(Task::Upgrade);
+    let groups = failures(&[join.clone(), upgrade.clone()], Path::new("/r"));
+    let fix = &groups[0].fix;
+    let (for_join, for_upgrade) = fix
+        .split_once("keadm upgrade edge: ")
+        .expect("the upgrade's fix, named");
+    assert!(for_join.starts_with("keadm join: "), "{fix}");
+    assert!(for_join.contains("--reset-first"), "{fix}");
+    assert!(!for_upgrade.contains("--reset-first"), "{fix}");
+    // Nodes of one command: its fix alone, unlabelled.
+    let groups = failures(&[upgrade], Path::new("/r"));
+    assert_eq!(
+        groups[0].fix,
+        FailureClass::ImagePullStalled.suggested_fix(Task::Upgrade)
+    );
 }
 
 #[test]

@@ -15,7 +15,7 @@ fn summary(config: &str) -> Summary {
             0,
             "succeeded",
             r#","steps":{"connect":0.2,"prepare":1.5,"upload":3,"run":40},
-               "cluster":{"node_name":"n0","ready_after":12}"#,
+               "cluster":{"node_name":"n0","ready_after":12,"ready_after_start":55.5}"#,
         ),
         node(
             1,
@@ -77,6 +77,12 @@ fn step_times_are_histograms_in_seconds() {
     assert!(l.contains(&"keadm_batch_phase_duration_seconds_bucket{le=\"+Inf\",phase=\"run\"} 2"));
     assert!(l.contains(&"keadm_batch_phase_duration_seconds_count{phase=\"ready\"} 1"));
     assert!(l.contains(&"keadm_batch_phase_duration_seconds_sum{phase=\"ready\"} 12.0"));
+    // From the node's start to Ready: what the node took to come up.
+    assert!(l.contains(&"# TYPE keadm_batch_node_ready_seconds histogram"));
+    assert!(l.contains(&"keadm_batch_node_ready_seconds_count 1"));
+    assert!(l.contains(&"keadm_batch_node_ready_seconds_sum 55.5"));
+    assert!(l.contains(&"keadm_batch_node_ready_seconds_bucket{le=\"30.0\"} 0"));
+    assert!(l.contains(&"keadm_batch_node_ready_seconds_bucket{le=\"60.0\"} 1"));
     assert!(l.contains(&"keadm_batch_phase_duration_seconds_count{phase=\"connect\"} 2"));
 }
 

@@ -1,0 +1,163 @@
+//! The one command the recap suggests after a run in which some node did not succeed:
+//! `--retry-failed` with the run's own flags and their values, built from the typed
+//! options (never from argv), so that pasted as printed it checks the same host keys,
+//! asks the same cluster and rolls out in the same waves.
+
+use crate::config::HostKeyPolicy;
+use crate::options::{PreflightMode, RelayMode, RunOptions};
+use crate::shell::shell_quote;
+
+/// `--ready-timeout`'s default, which the command leaves out.
+const DEFAULT_READY_TIMEOUT_SECS: u64 = 300;
+/// `--drain-timeout`'s default, which the command leaves out.
+const DEFAULT_DRAIN_TIMEOUT_SECS: u64 = 300;
+
+/// `keadm-batch batch -c FILE --retry-failed --wave 25% --max-fail 0 --known-hosts ...`.
+///
+/// Left out on purpose: the selection (`--only`, `--class`: the retry selects the nodes
+/// that did not succeed), what the run only printed or wrote elsewhere (`--dry-run`,
+/// `--output`, `--junit`, `--metrics`, `-q`, `-v`, whose files the retry would replace)
+/// and `--run-dir` (a retry needs a new one, and reads the earlier run from
+/// batch_runs/latest).
+pub fn retry(options: &RunOptions) -> String {
+    let mut words: Vec<String> = vec![
+        "keadm-batch batch -c".into(),
+        shell_quote(&options.config.display().to_string()),
+        "--retry-failed".into(),
+    ];
+    let mut flag = |name: &str, value: Option<String>| {
+        if let Some(value) = value {
+            words.push(format!("--{name} {}", shell_quote(&value)));
+        }
+    };
+    let string = |v: &Option<std::path::PathBuf>| v.as_ref().map(|p| p.display().to_string());
+    flag(
+        "shard",
+        options.shard.map(|s| format!("{}/{}", s.index, s.count)),
+    );
+    flag("max-run-num", options.max_run_num.map(|n| n.to_string()));
+    flag("canary", options.canary.map(|n| n.to_string()));
+    flag("wave", options.wave.map(|a| a.to_string()));
+    flag("max-fail", options.max_fail.map(|a| a.to_string()));
+    flag(
+        "wave-pause",
+        options.wave_pause.map(|d| format!("{}s", d.as_secs())),
+    );
+    flag("timeout", options.timeout_seconds.map(|s| s.to_string()));
+    flag(
+        "kill-grace",
+        options.kill_grace_seconds.map(|s| s.to_string()),
+    );
+    flag(
+        "connect-timeout",
+        options.connect_timeout_seconds.map(|s| s.to_string()),
+    );
+    flag(
+        "host-key-policy",
+        options.host_key_policy.map(|p| {
+            match p {
+                HostKeyPolicy::AcceptNew => "accept-new",
+                HostKeyPolicy::Strict => "strict",
+                HostKeyPolicy::Off => "off",
+            }
+            .to_string()
+        }),
+    );
+    flag("known-hosts", string(&options.known_hosts));
+    flag(
+        "max-package-bytes",
+        options.max_package_bytes.map(|b| b.to_string()),
+    );
+    flag(
+        "preflight",
+        match options.preflight {
+            PreflightMode::Warn => None,
+            PreflightMode::Off => Some("off".into()),
+            PreflightMode::Strict => Some("strict".into()),
+        },
+    );
+    flag(
+        "relay",
+        (options.relay == RelayMode::Off).then(|| "off".into()),
+    );
+    flag("kubeconfig", string(&options.kubeconfig));
+    flag("context", options.context.clone());
+    flag(
+        "ready-timeout",
+        (options.ready_timeout_seconds != DEFAULT_READY_TIMEOUT_SECS
+            && options.ready_timeout_seconds != 0)
+            .then(|| options.ready_timeout_seconds.to_string()),
+    );
+    flag(
+        "drain-timeout",
+        options
+            .drain
+            .filter(|d| d.as_secs() != DEFAULT_DRAIN_TIMEOUT_SECS)
+            .map(|d| format!("{}s", d.as_secs())),
+    );
+    flag("staging-dir", string(&options.staging_dir));
+    for (name, on) in [
+        ("allow-unverified", options.allow_unverified),
+        ("insecure-http", options.insecure_http),
+        ("reset-first", options.reset_first),
+        ("backup", options.backup),
+        ("rollback-on-failure", options.rollback_on_failure),
+        ("verify-remote", options.verify_remote),
+        ("no-wait", options.no_wait),
+        ("delete-nodes", options.delete_nodes),
+        ("drain", options.drain.is_some()),
+        ("token-from-cluster", options.token_from_cluster),
+    ] {
+        if on {
+            words.push(format!("--{name}"));
+        }
+    }
+    words.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::options::{Amount, Shard};
+
+    #[test]
+    fn the_retry_carries_the_run_s_flags_with_their_values_quoted() {
+        let plain = RunOptions {
+            config: "config.yaml".into(),
+            ready_timeout_seconds: 300,
+            ..RunOptions::default()
+        };
+        assert_eq!(
+            retry(&plain),
+            "keadm-batch batch -c config.yaml --retry-failed"
+        );
+        let full = RunOptions {
+            config: "site a.yaml".into(),
+            only: vec!["edge-*".into()],
+            shard: Some(Shard { index: 2, count: 4 }),
+            wave: Some(Amount::Percent(25)),
+            max_fail: Some(Amount::Nodes(0)),
+            canary: Some(2),
+            wave_pause: Some(Duration::from_secs(90)),
+            host_key_policy: Some(HostKeyPolicy::Strict),
+            known_hosts: Some(PathBuf::from("/etc/ssh/fleet hosts")),
+            kubeconfig: Some(PathBuf::from("/root/.kube/config")),
+            context: Some("prod".into()),
+            preflight: PreflightMode::Off,
+            staging_dir: Some(PathBuf::from("/var/tmp/stage")),
+            run_dir: Some(PathBuf::from("/tmp/run")),
+            junit: Some(PathBuf::from("j.xml")),
+            ready_timeout_seconds: 600,
+            drain: Some(Duration::from_secs(120)),
+            backup: true,
+            ..RunOptions::default()
+        };
+        assert_eq!(
+            retry(&full),
+            "keadm-batch batch -c 'site a.yaml' --retry-failed --shard 2/4 --canary 2 --wave '25%' --max-fail 0 --wave-pause 90s --host-key-policy strict --known-hosts '/etc/ssh/fleet hosts' --preflight off --kubeconfig /root/.kube/config --context prod --ready-timeout 600 --drain-timeout 120s --staging-dir /var/tmp/stage --backup --drain"
+        );
+    }
+}
