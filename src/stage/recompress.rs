@@ -18,7 +18,9 @@
 //! to a temporary that stays locked while it is written (a run that starts meanwhile
 //! neither removes it nor starts a second copy), checked against the sha256 it is to be
 //! named by, and renamed into place: the final name only ever holds a whole copy, and a
-//! copy that fails is simply not there.
+//! copy that fails is simply not there. A copy whose staging directory is removed stops
+//! ([`Wanted`]), and one binary is packed as one format by one process at a time on the
+//! host, whatever the staging directory ([`host_turn`]).
 //!
 //! liblzma and libzstd are built from their bundled C sources and linked statically, so
 //! the binary needs neither on the control host.
