@@ -44,14 +44,14 @@ pub fn line(line: impl fmt::Display) {
     write(format!("{line}\n").as_bytes());
 }
 
-/// `eprintln!` that never fails: formats its arguments and writes them with [`line`].
+/// `eprintln!` that never fails: formats its arguments and writes them with [`line()`].
 macro_rules! console_line {
     ($($arg:tt)*) => {
         $crate::console::line(format_args!($($arg)*))
     };
 }
 
-/// `eprint!` that never fails: formats its arguments and writes them with [`text`].
+/// `eprint!` that never fails: formats its arguments and writes them with [`text()`].
 macro_rules! console_text {
     ($($arg:tt)*) => {
         $crate::console::text(format_args!($($arg)*))
