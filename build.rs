@@ -20,6 +20,9 @@
 //! - `KEADM_BATCH_LIBZSTD_LINKED`: whether libzstd is compiled in (zstd-sys builds its
 //!   bundled copy unless `ZSTD_SYS_USE_PKG_CONFIG` is set); its version is asked at run time.
 
+// println! is how a build script speaks to cargo (clippy.toml refuses it in the crate).
+#![allow(clippy::disallowed_macros)]
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

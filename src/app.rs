@@ -12,8 +12,10 @@ use crate::arch::Arch;
 use crate::cancel::Cancel;
 use crate::cluster_run::{self, ClusterRun};
 use crate::config::{self, validate::ProcessEnvironment};
+use crate::console::{console_line, console_text};
 use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
 use crate::kubeedge::before_run::{self, Refused};
+use crate::node_text::escape_controls_by_line;
 use crate::options::{
     BundleOptions, Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, StatusOptions,
     Verbosity,
@@ -56,10 +58,11 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
     match run(command) {
         Ok(()) => 0,
         Err(err) => {
-            // One prefix per line, so a list of config problems reads as a list.
-            let mut stderr = std::io::stderr().lock();
-            for line in err.to_string().lines() {
-                let _ = writeln!(stderr, "keadm-batch: error: {line}");
+            // One prefix per line, so a list of config problems reads as a list. An error
+            // may quote a registry, a node or an API server: escaped here once, so none
+            // can move the cursor or retitle the terminal, whichever error it reaches.
+            for line in escape_controls_by_line(&err.to_string()).lines() {
+                console_line!("keadm-batch: error: {line}");
             }
             err.exit_code()
         }
@@ -83,7 +86,9 @@ fn init_logging(verbosity: Verbosity) {
                 log::Level::Info => "info",
                 log::Level::Debug | log::Level::Trace => "debug",
             };
-            writeln!(buf, "keadm-batch: {level}: {}", record.args())
+            // Records quote outside text too (a node's, a registry's): escaped as errors are.
+            let text = escape_controls_by_line(&record.args().to_string());
+            writeln!(buf, "keadm-batch: {level}: {text}")
         });
     if let Ok(spec) = std::env::var("RUST_LOG") {
         builder.parse_filters(&spec);
@@ -125,7 +130,7 @@ fn run(command: Command) -> Result<(), Error> {
                 &options.into,
                 options.expect_sha512.as_deref(),
             )?;
-            eprint!("{}", checked.summary());
+            console_text!("{}", checked.summary());
             Ok(())
         }
         Command::PackCopy {
@@ -156,12 +161,12 @@ fn run_bundle(options: &BundleOptions) -> Result<(), Error> {
     )?;
     let mut note = |line: String| {
         if !quiet {
-            eprintln!("{line}");
+            console_line!("{line}");
         }
     };
     let report = bundle::write_kit(&settings, &mut note)?;
     report.lines().into_iter().for_each(note);
-    eprint!("{}", report.summary());
+    console_text!("{}", report.summary());
     // After the console's lines, as a run prints its summary after the recap.
     if options.output == OutputFormat::Json {
         print(report.json())?;
@@ -329,6 +334,9 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         retry.as_ref().map(|retry| &retry.selection.names),
     )
     .map_err(UsageError::from)?;
+    if let Some(chosen) = &options.run_dir {
+        report::run_dir::check_chosen(chosen).map_err(UsageError::from)?;
+    }
     check_join_images(&loaded.config)?;
     // Before the token is checked, staging and any node: a cluster that cannot be asked
     // refuses the run, and the joins that take their token from it get it here.
@@ -506,7 +514,7 @@ fn retry_selection(
         );
     }
     if selection.names.is_empty() {
-        eprintln!(
+        console_line!(
             "Nothing to retry: every node of the config {} in {}.",
             match options.class {
                 Some(class) => format!("succeeded or failed with a class other than {class}"),
@@ -516,7 +524,7 @@ fn retry_selection(
         );
         return Ok(None);
     }
-    eprintln!(
+    console_line!(
         "Retrying {} node(s) that did not succeed in {}.",
         selection.names.len(),
         retry.from.display()
@@ -584,7 +592,7 @@ fn execute(
     let rollout = waves::for_run(&plan.nodes, options, earlier_waves);
     if !quiet {
         let (count, shard, at_once) = (plan.nodes.len(), plan.shard, plan.max_run_num);
-        eprintln!(
+        console_line!(
             "{}",
             recap::banner(count, shard, at_once, &rollout, &run_dir.path)
         );
@@ -674,7 +682,7 @@ fn execute(
         })
         .ok();
     if !quiet {
-        eprint!(
+        console_text!(
             "{}",
             recap::render(&recap::Run {
                 outcomes: &summary.nodes,
@@ -683,20 +691,20 @@ fn execute(
                 wall_secs: wall.elapsed().as_secs_f64(),
             })
         );
-        eprint!("{}", recap::sites(&summary.sites));
-        eprint!("{}", cluster_run::left_behind_recap(&summary.nodes));
-        eprint!("{}", crate::drain_run::left_cordoned_recap(&summary.nodes));
+        console_text!("{}", recap::sites(&summary.sites));
+        console_text!("{}", cluster_run::left_behind_recap(&summary.nodes));
+        console_text!("{}", crate::drain_run::left_cordoned_recap(&summary.nodes));
         if let Some(stager) = &stager {
             // The process goes on after the run: say so, or it looks left behind.
             for (arch, format, pid) in stager.copies_being_made() {
-                eprintln!(
+                console_line!(
                     "The {format} copy of keadm {} for {arch} is still being made (process {pid}, at the lowest CPU priority); runs that start once it is done send it to nodes with {format} instead of a larger form.",
                     stager.settings().version
                 );
             }
         }
         // Last, so the run's places are where the eye ends.
-        eprint!(
+        console_text!(
             "{}",
             recap::places(&log_path, &run_dir.path, report_page.as_deref())
         );
@@ -724,7 +732,7 @@ fn execute(
     }
     if quiet {
         // -q still prints the final result: on success this line, as the error is on failure.
-        eprintln!(
+        console_line!(
             "{} of {} selected nodes succeeded. See batch_process_log.txt and {}.",
             totals.succeeded,
             totals.selected,
@@ -766,11 +774,11 @@ fn install_signal_handler(cancel: &Cancel) {
     let result = ctrlc::set_handler(move || {
         let level = cancel.request();
         if level == 1 {
-            eprintln!(
+            console_line!(
                 "\nkeadm-batch: stopping: no new node will start; running nodes finish or reach their deadline. Press Ctrl-C again to cancel them."
             );
         } else if level == 2 {
-            eprintln!("\nkeadm-batch: cancelling running nodes; results are still written.");
+            console_line!("\nkeadm-batch: cancelling running nodes; results are still written.");
         }
     });
     if let Err(err) = result {

@@ -141,6 +141,9 @@ pub enum UsageError {
     /// `batch merge` was given directories it cannot combine.
     #[error(transparent)]
     Merge(#[from] MergeError),
+    /// A `--run-dir` another user could change.
+    #[error(transparent)]
+    RunDir(#[from] crate::report::run_dir::NotPrivate),
     /// A flag that works in the cluster, given without a kubeconfig.
     #[error(
         "{flag} needs the cluster, and no kubeconfig is given: add --kubeconfig FILE (or the config's kubeconfig, or set KUBECONFIG), or leave out {flag}. No node was touched."

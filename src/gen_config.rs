@@ -3,6 +3,7 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 
+use crate::console::console_line;
 use crate::options::GenConfigOptions;
 
 /// The template: plain YAML with comments, whose only placeholders are the two markers
@@ -73,7 +74,7 @@ pub fn run(options: &GenConfigOptions) -> Result<(), GenConfigError> {
             path: path.clone(),
             source,
         })?;
-    eprintln!(
+    console_line!(
         "Config template written to {}. Fill in the REQUIRED values, then run `keadm-batch batch -c {} --dry-run`.",
         path.display(),
         path.display()

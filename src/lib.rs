@@ -15,6 +15,7 @@ pub mod cloudcore;
 pub mod cluster;
 pub mod cluster_run;
 pub mod config;
+pub mod console;
 pub mod diagnosis;
 pub mod digest;
 pub mod drain_run;

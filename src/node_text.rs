@@ -133,6 +133,18 @@ pub fn escape_controls(text: &str) -> String {
     out
 }
 
+/// `text` with the control characters of each line escaped and its line breaks kept: for
+/// a message of several lines of our own that may quote outside text (an error, a log
+/// record), so no quoted byte can move the cursor or hide a line. A line break in the
+/// quoted text still starts a line, but one that carries our prefix: the quoting places
+/// escape their text with [`one_line`] so it stays on its line.
+pub fn escape_controls_by_line(text: &str) -> String {
+    text.split('\n')
+        .map(escape_controls)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Node text for a one-line message: lines joined with ` | `, control characters
 /// escaped, at most `max` characters (then `...` and how much was left out).
 pub fn one_line(text: &str, max: usize) -> String {
@@ -172,5 +184,9 @@ mod tests {
         assert_eq!(one_line("\u{1b}]0;x\u{7}", 100), "\\x1b]0;x\\x07");
         assert_eq!(one_line(&"A".repeat(10), 4), "AAAA... (6 more characters)");
         assert_eq!(escape_controls("a\tb\u{9b}c"), "a\tb\\x9bc");
+        assert_eq!(
+            escape_controls_by_line("one\u{1b}[2K\r\ntwo\n"),
+            "one\\x1b[2K\\x0d\ntwo\n"
+        );
     }
 }

@@ -214,3 +214,119 @@ fn the_schema_refuses_what_junit_readers_refuse() {
         assert!(validate(&path).is_err(), "accepted: {bad}");
     }
 }
+
+/// Another local user's uid, for files planted where ours go.
+const NOBODY: u32 = 65534;
+
+/// `--junit FILE` is written through a temporary of our own: a `FILE.tmp` another user
+/// made beforehand (and holds open) gets not a byte, and FILE ends up ours, 0600.
+#[test]
+fn a_planted_junit_temporary_is_not_written_into() {
+    use std::os::unix::fs::MetadataExt;
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet);
+    let planted = sc.path("junit.xml.tmp");
+    std::fs::write(&planted, "").unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::os::unix::fs::chown(&planted, Some(NOBODY), Some(NOBODY)).unwrap();
+    let out = sc.run(&["--junit", "junit.xml"]);
+    out.status(0);
+    let planted_meta = std::fs::metadata(&planted).unwrap();
+    assert_eq!(planted_meta.len(), 0, "the planted file was written into");
+    assert_eq!(planted_meta.uid(), NOBODY);
+    let meta = std::fs::symlink_metadata(sc.path("junit.xml")).unwrap();
+    assert_eq!(
+        meta.uid(),
+        crate::common::own_uid(),
+        "junit.xml is another user's file"
+    );
+    assert_eq!(meta.mode() & 0o777, 0o600);
+    assert!(
+        std::fs::read_to_string(sc.path("junit.xml"))
+            .unwrap()
+            .contains("<testcase")
+    );
+    // No temporary of ours is left beside it.
+    let left: Vec<String> = std::fs::read_dir(sc.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains("junit") && name != "junit.xml" && name != "junit.xml.tmp")
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
+}
+
+/// `--run-dir DIR` that another user owns, or that anyone may write, is refused before
+/// any node is touched, with the fix; nothing is written into it.
+#[test]
+fn a_run_dir_another_user_could_change_is_refused() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let sc = Scenario::new(&fleet);
+    let theirs = sc.path("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(NOBODY), Some(NOBODY)).unwrap();
+    let open = sc.path("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let their_nodes = sc.path("ours-but-their-nodes");
+    std::fs::create_dir_all(their_nodes.join("nodes")).unwrap();
+    std::fs::set_permissions(&their_nodes, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(their_nodes.join("nodes"), Some(NOBODY), Some(NOBODY)).unwrap();
+    for (dir, shown, reason) in [
+        (
+            &theirs,
+            theirs.clone(),
+            format!(
+                "it is owned by uid {NOBODY}, not by this user (uid {})",
+                crate::common::own_uid()
+            ),
+        ),
+        (
+            &open,
+            open.clone(),
+            "it is writable by group or others (mode 777)".to_string(),
+        ),
+        (
+            &their_nodes,
+            their_nodes.join("nodes"),
+            format!(
+                "it is owned by uid {NOBODY}, not by this user (uid {})",
+                crate::common::own_uid()
+            ),
+        ),
+    ] {
+        let out = sc.run(&["--run-dir", dir.to_str().unwrap()]);
+        out.status(2).stderr_has(&format!(
+            "keadm-batch: error: --run-dir: {} cannot hold the run's results: {reason}",
+            shown.display()
+        ));
+        out.stderr_has("No node was touched.");
+        let left: Vec<_> = walk(dir);
+        assert!(
+            left == ["nodes"] && shown.ends_with("nodes") || left.is_empty(),
+            "{}: {left:?}",
+            dir.display()
+        );
+        assert!(
+            crate::common::fake_keadm::calls(&crate::common::scenario::remote_keadm(fleet.node(0)))
+                .is_empty(),
+            "keadm ran"
+        );
+    }
+}
+
+/// Every path under `dir`, relative to it.
+fn walk(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            found.push(path.strip_prefix(dir).unwrap().display().to_string());
+            if path.is_dir() {
+                todo.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}

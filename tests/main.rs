@@ -1,6 +1,9 @@
 //! The integration tests, one binary: a module per area, the shared fakes and the
 //! launcher in `common`. Run one area with `cargo test --test main <area>::`.
 
+// The tests print freely: a closed console there only fails the test that printed.
+#![allow(clippy::disallowed_macros)]
+
 mod common;
 
 mod airgap;

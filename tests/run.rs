@@ -710,3 +710,42 @@ fn copy_from_file_names_stay_data_on_the_node() {
     );
     assert_eq!(String::from_utf8_lossy(&found.stdout), "keadm\n");
 }
+
+#[test]
+fn a_closed_stderr_and_stdout_lose_no_result() {
+    // `keadm-batch batch ... 2>&1 | head` after head has quit: every console write fails
+    // with EPIPE. The run still processes every node and writes every record of it.
+    let fleet = Fleet::builder().nodes(4).start();
+    let sc = Scenario::new(&fleet).max_run_num(2);
+    let out = sc
+        .command(&["-v", "--output", "json"])
+        .closed_stderr()
+        .closed_stdout()
+        .run();
+    out.status(0);
+    for i in 0..4 {
+        out.log_has(&format!(
+            "Successfully processed node {}",
+            Scenario::name(i)
+        ));
+        assert_eq!(out.node_summary(i)["phase"], "succeeded");
+        assert_eq!(fake_keadm::calls(&remote_keadm(fleet.node(i))).len(), 1);
+    }
+    assert_eq!(out.summary()["totals"]["succeeded"], 4);
+    let journal = std::fs::read_to_string(out.latest_run().join("journal.jsonl")).unwrap();
+    assert_eq!(journal.lines().count(), 4, "{journal}");
+    for i in 0..4 {
+        assert!(journal.contains(&Scenario::name(i)), "{journal}");
+    }
+    let report = std::fs::read_to_string(out.latest_run().join("report.html")).unwrap();
+    for i in 0..4 {
+        assert!(report.contains(&Scenario::name(i)), "{report}");
+    }
+
+    // Nodes that fail: the error that says so cannot be printed, and the code is still 1.
+    let failing = Scenario::new(&fleet).login(Login::Password("not-the-password".into()));
+    let out = failing.command(&[]).closed_stderr().run();
+    out.status(1);
+    assert_eq!(out.summary()["totals"]["failed"], 4);
+    assert_eq!(out.log_lines().len(), 4, "{:?}", out.log_lines());
+}

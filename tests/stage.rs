@@ -1030,7 +1030,9 @@ fn a_cache_another_user_planted_in_a_shared_staging_dir_is_not_used() {
             !String::from_utf8_lossy(&binary).contains("planted"),
             "{mode:o}"
         );
-        let own = env.base().join(format!("keadm-batch-{}", own_uid()));
+        let own = env
+            .base()
+            .join(format!("keadm-batch-{}", crate::common::own_uid()));
         assert!(own.join("package/amd64").is_dir(), "{}", own.display());
         let planted = env
             .package_dir("amd64")
@@ -1052,7 +1054,9 @@ fn a_directory_of_our_own_another_user_planted_is_refused() {
     env.publish(&release("amd64"), true);
     fs::create_dir_all(env.base()).unwrap();
     fs::set_permissions(env.base(), fs::Permissions::from_mode(0o1777)).unwrap();
-    let own = env.base().join(format!("keadm-batch-{}", own_uid()));
+    let own = env
+        .base()
+        .join(format!("keadm-batch-{}", crate::common::own_uid()));
     fs::create_dir(&own).unwrap();
     plant_cache(&own, "amd64");
     chown(&own, Some(NOBODY), Some(NOBODY)).unwrap();
@@ -1068,12 +1072,6 @@ fn a_directory_of_our_own_another_user_planted_is_refused() {
     );
     assert!(err.contains(&own.display().to_string()), "{err}");
     assert_eq!(env.server.total_hits(), 0, "{err}");
-}
-
-/// The test's own uid, which the stager names its directory after.
-fn own_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
 }
 
 /// A packed copy's process leaves the run's share of the CPU: it runs in a session of its
@@ -1116,5 +1114,138 @@ fn a_packed_copy_runs_in_a_session_of_its_own_at_autogroup_nice_19() {
         );
     } else {
         assert!(group.starts_with("no autogroup"), "{stderr}");
+    }
+}
+
+/// [`incompressible`] bytes, different in every test run (so no other copy of the same
+/// binary on this host, another test's, is packed meanwhile), and their sha256.
+fn unique_incompressible(n: usize) -> (Vec<u8>, String) {
+    let mut bytes = incompressible(n);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    bytes[..16].copy_from_slice(&now.to_le_bytes());
+    bytes[16..20].copy_from_slice(&std::process::id().to_le_bytes());
+    let sha256 = crate::common::image_archive::sha256_hex(&bytes);
+    (bytes, sha256)
+}
+
+/// `keadm-batch pack-copy xz keadm SHA256` in `dir`, as a run starts it.
+fn start_copy(dir: &Path, sha256: &str) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_keadm-batch"))
+        .args(["pack-copy", "xz", "keadm", sha256])
+        .env("RUST_LOG", "keadm_batch=debug")
+        .stdin(fs::File::open(dir).unwrap())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The CPU time process `pid` has used so far, from /proc (user and system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name in parentheses: field 3 on; utime and stime are 14 and 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// A copy whose staging directory is removed (a test's scratch directory, an operator's
+/// `rm -rf`) stops within seconds instead of packing for minutes into a file nobody can
+/// reach, and leaves nothing behind.
+#[test]
+fn a_copy_whose_staging_directory_is_removed_stops() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("staging");
+    fs::create_dir(&dir).unwrap();
+    let (binary, sha256) = unique_incompressible(32 << 20);
+    fs::write(dir.join("keadm"), &binary).unwrap();
+    drop(binary);
+    let mut copy = start_copy(&dir, &sha256);
+    // Under way: it has used some CPU.
+    let started = std::time::Instant::now();
+    while cpu_seconds(copy.id()) < 0.5 && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        copy.try_wait().unwrap().is_none(),
+        "the copy ended too soon"
+    );
+    fs::remove_dir_all(&dir).unwrap();
+    let removed = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = copy.try_wait().unwrap() {
+            break status;
+        }
+        if removed.elapsed() > Duration::from_secs(5) {
+            copy.kill().unwrap();
+            panic!("the copy still ran 5 s after its staging directory was removed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut copy.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("was removed"),
+        "it says why it stopped: {stderr}"
+    );
+    assert_eq!(names(parent.path()), Vec::<String>::new());
+}
+
+/// Two stagings of the same binary in two directories (two operators' runs, two test
+/// runs) pack it one at a time: the second copy waits, using no CPU, until the first is
+/// done, and then makes its own.
+#[test]
+fn two_copies_of_one_binary_pack_one_at_a_time() {
+    let (binary, sha256) = unique_incompressible(4 << 20);
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    for dir in &dirs {
+        fs::write(dir.path().join("keadm"), &binary).unwrap();
+    }
+    let mut first = start_copy(dirs[0].path(), &sha256);
+    // The first has the binary to itself before the second starts.
+    let started = std::time::Instant::now();
+    while cpu_seconds(first.id()) < 0.3 && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let second = start_copy(dirs[1].path(), &sha256);
+    let (second_pid, mut second_cpu, mut first_cpu) = (second.id(), 0.0, 0.0);
+    while first.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the first copy did not end"
+        );
+        // Read while the first still runs: a reading taken after its end may include
+        // the start of the second's own turn.
+        second_cpu = cpu_seconds(second_pid);
+        first_cpu = cpu_seconds(first.id());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(first.wait().unwrap().success());
+    assert!(first_cpu > 1.0, "the first copy took {first_cpu} s of CPU");
+    assert!(
+        second_cpu < 0.3,
+        "the second copy packed alongside the first: {second_cpu} s of CPU against {first_cpu} s"
+    );
+    let out = second.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for dir in &dirs {
+        assert!(
+            dir.path().join(format!("keadm-{sha256}.xz")).is_file(),
+            "{:?}",
+            names(dir.path())
+        );
     }
 }

@@ -10,7 +10,6 @@
 //! to quick-junit, which escapes XML's own characters and drops whatever XML 1.0 cannot
 //! hold; the non-characters XML forbids beyond those are escaped here too.
 
-use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -98,7 +97,8 @@ pub fn document(summary: &Summary) -> String {
     })
 }
 
-/// Writes `text` to `path` atomically: into `<path>.tmp` beside it (0600), then renamed.
+/// Writes `text` to `path` atomically: into a new temporary of our own beside it (0600),
+/// then renamed.
 pub fn write(path: &Path, text: &str) -> io::Result<()> {
     if path.file_name().is_none() {
         return Err(io::Error::other(
@@ -150,11 +150,11 @@ fn message(node: &NodeOutcome) -> String {
 /// The last [`TAIL_LINES`] lines of the transcript at `path`, read from its last
 /// [`TAIL_BYTES`]; `None` when there is none to read.
 fn transcript_tail(path: &str) -> Option<String> {
-    let mut file = File::open(path).ok()?;
+    // `batch merge` checked the path, but the shard's directory may be another user's,
+    // who could swap in a link to a file they cannot read themselves: opened without
+    // following one, and checked once open.
+    let mut file = super::files::open_regular(Path::new(path)).ok()?;
     let meta = file.metadata().ok()?;
-    if !meta.is_file() {
-        return None;
-    }
     let start = meta.len().saturating_sub(TAIL_BYTES);
     file.seek(SeekFrom::Start(start)).ok()?;
     let mut bytes = Vec::new();

@@ -1,7 +1,8 @@
 //! The live console: on a terminal, one status line (counts by phase, nodes per minute,
 //! ETA, the slowest running nodes) under the per-node result lines; elsewhere, plain
 //! timestamped lines. Log records go through [`ConsoleWriter`] so they never tear the
-//! status line.
+//! status line. Every line goes through [`crate::console`], so a closed stderr ends none
+//! of it.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::console::console_line;
 use crate::outcome::Phase;
 
 /// Every bar on stderr draws through this one target: the status line, and the bar of a
@@ -36,7 +38,7 @@ pub fn println(line: &str) {
         .clone();
     match bar {
         Some(bar) => bar.println(line),
-        None => eprintln!("{line}"),
+        None => crate::console::line(line),
     }
 }
 
@@ -51,16 +53,18 @@ impl Write for ConsoleWriter {
             .clone();
         match bar {
             Some(bar) => {
-                let text = String::from_utf8_lossy(buf);
-                bar.suspend(|| io::stderr().write_all(text.as_bytes()))?;
+                bar.suspend(|| crate::console::write(buf));
             }
-            None => io::stderr().write_all(buf)?,
+            None => crate::console::write(buf),
         }
+        // A record the console could not show is still a record written: the run's own
+        // files keep what matters, and a logger that failed would only be noise.
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        io::stderr().flush()
+        // Every write above flushed already.
+        Ok(())
     }
 }
 
@@ -163,7 +167,7 @@ impl Progress {
                 bar.println(line);
                 bar.set_position(done as u64);
             }
-            None => eprintln!("{} {line}", timestamp()),
+            None => console_line!("{} {line}", timestamp()),
         }
     }
 
@@ -176,7 +180,7 @@ impl Progress {
     pub fn note(&self, line: &str) {
         match &self.bar {
             Some(bar) => bar.println(line),
-            None => eprintln!("{} {line}", timestamp()),
+            None => console_line!("{} {line}", timestamp()),
         }
     }
 

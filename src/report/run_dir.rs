@@ -29,7 +29,10 @@ impl RunDir {
     pub fn create(chosen: Option<&Path>, base: &Path) -> io::Result<RunDir> {
         let id = run_id();
         if let Some(dir) = chosen {
+            check_chosen(dir).map_err(io::Error::other)?;
             files::create_dir_all(&dir.join("nodes"))?;
+            // Again, now that both are there: made by us, or checked above.
+            check_chosen(dir).map_err(io::Error::other)?;
             return Ok(RunDir {
                 path: dir.to_path_buf(),
                 id,
@@ -57,6 +60,34 @@ impl RunDir {
     pub fn summary_path(&self) -> PathBuf {
         self.path.join(SUMMARY)
     }
+}
+
+/// A `--run-dir` (or its `nodes`) that exists and is not this user's alone.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--run-dir: {} cannot hold the run's results: {reason}. Whoever else can write there could read the transcripts, or replace summary.json and journal.jsonl, which --retry-failed, `batch report` and `batch merge` trust. Give a directory of your own that only you can write, or a path that does not exist yet (keadm-batch creates it owner-only). No node was touched.",
+    path.display()
+)]
+pub struct NotPrivate {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// Refuses a `--run-dir` that exists and is not a directory only this user can change
+/// (owned by another user, writable by group or others, a symbolic link), and the same
+/// for its `nodes`. A path that does not exist yet is fine: the run creates it owner-only.
+/// The directories above it are the operator's choice, as for any output path.
+pub fn check_chosen(dir: &Path) -> Result<(), NotPrivate> {
+    let euid = crate::stage::effective_uid();
+    for path in [dir.to_path_buf(), dir.join("nodes")] {
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if let Some(reason) = crate::stage::not_private(&meta, euid) {
+            return Err(NotPrivate { path, reason });
+        }
+    }
+    Ok(())
 }
 
 /// A run directory that lives only as long as this value: `--preflight-only` needs one

@@ -126,16 +126,27 @@ impl Transcript {
     pub fn note(&mut self, text: &str) {
         self.flush_partial();
         self.emit(Kind::Note, &format!("{NOTE_PREFIX} {text}"));
-        if !self.label.is_empty() {
-            log::info!("{}: {}", self.label, self.redactor.redact(text));
+        if let Some(record) = self.record(text) {
+            log::info!("{record}");
         }
+    }
+
+    /// The `-v` record of the note `text` (none when the transcript names no node): clean
+    /// as the transcript's line is, since a note may quote a node or an SSH server.
+    fn record(&self, text: &str) -> Option<String> {
+        (!self.label.is_empty()).then(|| format!("{}: {}", self.label, self.clean(text)))
+    }
+
+    /// `text` as it may be shown: secrets masked, control characters escaped.
+    fn clean(&self, text: &str) -> String {
+        escape_controls(&self.redactor.redact(text))
     }
 
     /// Writes one line of `kind`. Where a line came from is decided here, by the caller,
     /// never by its text: a node cannot write a line that reads as the tool's note, and
     /// every byte of the node's lines counts against the cap.
     fn emit(&mut self, kind: Kind, line: &str) {
-        let mut clean = escape_controls(&self.redactor.redact(line));
+        let mut clean = self.clean(line);
         if kind == Kind::Node && clean.starts_with(NOTE_PREFIX) {
             // The opening bracket as the escape a control character gets.
             clean.replace_range(..1, "\\x5b");
@@ -262,6 +273,25 @@ impl Drop for Transcript {
 mod tests {
     use super::*;
     use crate::redact::Secret;
+
+    #[test]
+    fn a_note_s_console_record_is_masked_and_escaped() {
+        let mut r = Redactor::new();
+        r.add(&Secret::new("hunter22"));
+        let t = Transcript::in_memory(Arc::new(r)).labelled("edge-1");
+        // A note may quote what a node or an SSH server said.
+        let record = t
+            .record("signal KILL\u{1b}]0;x\u{7}\nedge-2: keadm exited with status 0 hunter22")
+            .unwrap();
+        assert_eq!(
+            record,
+            "edge-1: signal KILL\\x1b]0;x\\x07\\x0aedge-2: keadm exited with status 0 ***"
+        );
+        assert_eq!(
+            Transcript::in_memory(Arc::new(Redactor::new())).record("x"),
+            None
+        );
+    }
 
     #[test]
     fn secrets_split_across_writes_are_still_masked() {

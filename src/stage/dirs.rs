@@ -221,35 +221,44 @@ fn create_one(path: &Path) -> Result<bool, StageError> {
     }
 }
 
-/// The effective user id, which must own the staging directories.
-fn effective_uid() -> u32 {
+/// The effective user id, which must own the staging directories (and the run's).
+pub(crate) fn effective_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
 fn check_owned(path: &Path, meta: &fs::Metadata, euid: u32) -> Result<(), StageError> {
-    let unsafe_dir = |reason: String| StageError::UnsafeDir {
-        path: path.to_path_buf(),
-        reason,
-    };
+    match not_private(meta, euid) {
+        Some(reason) => Err(StageError::UnsafeDir {
+            path: path.to_path_buf(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Why the directory `meta` (from `symlink_metadata`) is not one only `euid` can change,
+/// as a clause (`it is owned by uid 65534, ...`); `None` when it is: a real directory,
+/// owned by `euid`, not writable by group or others.
+pub(crate) fn not_private(meta: &fs::Metadata, euid: u32) -> Option<String> {
     if meta.file_type().is_symlink() {
-        return Err(unsafe_dir("it is a symbolic link".into()));
+        return Some("it is a symbolic link".into());
     }
     if !meta.is_dir() {
-        return Err(unsafe_dir("it is not a directory".into()));
+        return Some("it is not a directory".into());
     }
     if meta.uid() != euid {
-        return Err(unsafe_dir(format!(
+        return Some(format!(
             "it is owned by uid {}, not by this user (uid {euid})",
             meta.uid()
-        )));
+        ));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(unsafe_dir(format!(
+        return Some(format!(
             "it is writable by group or others (mode {:o}); `chmod go-w` it",
             meta.mode() & 0o7777
-        )));
+        ));
     }
-    Ok(())
+    None
 }
 
 fn check_ancestor(path: &Path, meta: &fs::Metadata, euid: u32) -> Result<(), StageError> {

@@ -49,7 +49,7 @@ impl Meters {
     pub fn lines() -> Meters {
         Meters::Lines(Lines {
             every: LINE_EVERY,
-            out: Arc::new(|line| eprintln!("{line}")),
+            out: Arc::new(|line| crate::console::line(line)),
         })
     }
 }

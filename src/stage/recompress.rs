@@ -18,13 +18,16 @@
 //! to a temporary that stays locked while it is written (a run that starts meanwhile
 //! neither removes it nor starts a second copy), checked against the sha256 it is to be
 //! named by, and renamed into place: the final name only ever holds a whole copy, and a
-//! copy that fails is simply not there.
+//! copy that fails is simply not there. A copy whose staging directory is removed stops
+//! ([`Wanted`]), and one binary is packed as one format by one process at a time on the
+//! host, whatever the staging directory ([`host_turn`]).
 //!
 //! liblzma and libzstd are built from their bundled C sources and linked statically, so
 //! the binary needs neither on the control host.
 
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -527,10 +530,118 @@ pub fn make_copy_here(
     }
     leave_the_run_s_cpu_share();
     lower_priority();
+    let wanted = Wanted::open(dir).map_err(|e| failed(e.to_string()))?;
     let dir = fs::read_link(dir).unwrap_or_else(|_| dir.to_path_buf());
+    // The encoders take the binary in blocks of tens of MiB and then compress for many
+    // seconds without reading more, so a check in their loop would come late. This
+    // process is the copy's alone: it ends as soon as the copy is no longer wanted
+    // (its temporary went with the directory).
+    let stopped = failed(format!(
+        "its staging directory {} was removed, so the copy is no longer wanted and was stopped",
+        dir.display()
+    ));
+    wanted.watch(move || {
+        crate::console::line(format_args!("keadm-batch: error: {stopped}"));
+        std::process::exit(1);
+    });
     make(format, &dir, &dir.join(binary), binary_sha256)
         .map(|_| ())
         .map_err(|e| failed(format!("{e} (in {})", dir.display())))
+}
+
+/// Whether a copy is still wanted: its staging directory is still there. `rm -rf` of it
+/// (an operator's, a test's scratch directory) leaves the copy writing into a file
+/// nobody can reach; once removed, the directory's link count is 0.
+struct Wanted {
+    dir: File,
+}
+
+/// How often a copy looks whether it is still wanted.
+const WANTED_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Wanted {
+    fn open(dir: &Path) -> io::Result<Wanted> {
+        Ok(Wanted {
+            dir: File::open(dir)?,
+        })
+    }
+
+    fn gone(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        self.dir.metadata().is_ok_and(|meta| meta.nlink() == 0)
+    }
+
+    /// Runs `stop` once the directory is gone, from a thread of its own that looks every
+    /// [`WANTED_EVERY`].
+    fn watch(self, stop: impl FnOnce() + Send + 'static) {
+        std::thread::spawn(move || {
+            while !self.gone() {
+                std::thread::sleep(WANTED_EVERY);
+            }
+            stop();
+        });
+    }
+}
+
+/// The host-wide turn to pack the binary with `binary_sha256` as `format`: one copy of
+/// one binary is made at a time on this host, whatever the staging directory (two
+/// operators' runs, a test run's scratch staging), since each takes every core it can get
+/// for tens of seconds to minutes. Waits, looking every [`WANTED_EVERY`] whether the
+/// copy is still wanted, while another process has it. The lock is a file in a directory
+/// only this user can change (`/run/keadm-batch` for root, else `$XDG_RUNTIME_DIR`'s),
+/// so another local user can neither plant a link there nor hold our turn. Where there
+/// is no such directory the copy goes ahead without one: it is only worth making, never
+/// needed. The turn lasts as long as the returned file is open.
+fn host_turn(format: CopyFormat, binary_sha256: &str, wanted: &Wanted) -> io::Result<Option<File>> {
+    let Some(dir) = host_lock_dir() else {
+        return Ok(None);
+    };
+    let path = dir.join(format!("{}-{binary_sha256}.lock", format.name()));
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC).bits() as i32)
+        .open(&path)?;
+    let mut said = false;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(fs::TryLockError::WouldBlock) => {}
+            Err(fs::TryLockError::Error(e)) => return Err(e),
+        }
+        if !said {
+            log::info!(
+                "waiting for another process on this host to finish packing the same binary as {format} ({})",
+                path.display()
+            );
+            said = true;
+        }
+        if wanted.gone() {
+            return Err(io::Error::other(
+                "its staging directory was removed while it waited for its turn, so the copy is no longer wanted",
+            ));
+        }
+        std::thread::sleep(WANTED_EVERY);
+    }
+}
+
+/// Where [`host_turn`] keeps its locks, created owner-only and checked as staging
+/// directories are; `None` when there is no such place.
+fn host_lock_dir() -> Option<PathBuf> {
+    let dir = if super::effective_uid() == 0 {
+        PathBuf::from("/run/keadm-batch")
+    } else {
+        PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?).join("keadm-batch")
+    };
+    if !dir.is_absolute() {
+        return None;
+    }
+    super::dirs::ensure_private_dir(&dir)
+        .inspect_err(|e| log::debug!("packed copies are made without a host-wide turn: {e}"))
+        .ok()
 }
 
 /// Moves this copy process out of the run's scheduling group, into a session of its own
@@ -593,10 +704,13 @@ fn make(format: CopyFormat, dir: &Path, binary: &Path, binary_sha256: &str) -> i
     let start = Instant::now();
     let path = dir.join(copy_name(format, binary_sha256));
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
+    // The temporary first: while this copy waits for its turn, a run that starts in
+    // this directory sees it being made and starts no other.
     let tmp = format
         .temporary()
         .tagged_file_in(dir, binary_sha256, 0o600)?;
     temporary::hold(tmp.as_file())?;
+    let _turn = host_turn(format, binary_sha256, &Wanted::open(dir)?)?;
     let file = File::open(binary)?;
     let binary_size = file.metadata()?.len();
     let mut input = Hashing {

@@ -204,6 +204,23 @@ pub enum RemoteExit {
 }
 
 impl RemoteExit {
+    /// The signal `name` an SSH server reported in its exit-signal message. The name is
+    /// the server's word, and it reaches transcripts, the log and the console: a name
+    /// as signals are named (`KILL`, `RTMIN+3`: capitals, digits, `+`, `_`, `-`, at most
+    /// 32) is kept; anything else is shown in quotes, on one line, escaped and short,
+    /// so it reads as the server's text and cannot forge a line or drive a terminal.
+    pub fn signal(name: &str) -> RemoteExit {
+        let plain = (1..=32).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b"+_-".contains(&b));
+        if plain {
+            RemoteExit::Signal(name.to_string())
+        } else {
+            RemoteExit::Signal(format!("\"{}\"", crate::node_text::one_line(name, 32)))
+        }
+    }
+
     pub fn success(&self) -> bool {
         *self == RemoteExit::Code(0)
     }
@@ -239,5 +256,27 @@ mod tests {
             RemoteExit::Signal("KILL".into()).to_string(),
             "killed by signal KILL"
         );
+    }
+
+    #[test]
+    fn a_signal_name_from_the_server_is_a_signal_name_or_shown_as_quoted_text() {
+        for name in ["KILL", "TERM", "RTMIN+3", "XCPU"] {
+            assert_eq!(RemoteExit::signal(name), RemoteExit::Signal(name.into()));
+        }
+        let forged = "KILL\u{1b}]0;owned\u{7}\nSuccessfully processed node edge-9";
+        let RemoteExit::Signal(shown) = RemoteExit::signal(forged) else {
+            panic!("a signal name stays a signal");
+        };
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert_eq!(
+            shown,
+            "\"KILL\\x1b]0;owned\\x07 | Successfu... (25 more characters)\""
+        );
+        for odd in ["", "kill", &"A".repeat(33), "KILL TERM"] {
+            let RemoteExit::Signal(shown) = RemoteExit::signal(odd) else {
+                panic!("a signal name stays a signal");
+            };
+            assert!(shown.starts_with('"'), "{odd:?} -> {shown}");
+        }
     }
 }

@@ -501,3 +501,62 @@ fn endless_headers_are_refused() {
     ));
     assert_eq!(registry.hits(PAUSE_MANIFEST), 1, "not retried");
 }
+
+/// What a registry says is its own text: an error code, a platform's name, a media type
+/// full of terminal escapes and line breaks reaches the console escaped, on the line it
+/// belongs to.
+#[test]
+fn a_registry_s_words_reach_the_console_escaped() {
+    const FORGED: &str = "\u{1b}]0;owned\u{7}\u{1b}[2K\rFORGED: every image is fine\n";
+    let tmp = site();
+    let registry = HostileRegistry::start("127.0.0.1");
+    serve_images(&registry);
+    let releases = release_server("#!/bin/sh\n");
+    let no_escape = |out: &Output| {
+        assert!(!out.stderr.contains('\u{1b}'), "{:?}", out.stderr);
+        assert!(!out.stderr.contains('\u{7}'), "{:?}", out.stderr);
+        assert!(
+            !out.stderr.lines().any(|l| l.starts_with("FORGED")),
+            "{}",
+            out.stderr
+        );
+    };
+
+    // An error code in a 404's body.
+    let body = serde_json::json!({"errors": [{"code": FORGED, "message": "no"}]});
+    registry.reply(
+        PAUSE_MANIFEST,
+        Reply::status(404, serde_json::to_vec(&body).unwrap()),
+    );
+    let out = plain_bundle(tmp.path(), &registry, &releases).run();
+    out.status(3).stderr_has("\\x1b]0;owned\\x07");
+    no_escape(&out);
+
+    // The platforms of an index that has none for the arch.
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": Format::Docker.index(),
+        "manifests": [{
+            "mediaType": Format::Docker.manifest(),
+            "digest": format!("sha256:{}", "0".repeat(64)),
+            "size": 10,
+            "platform": {"architecture": "riscv64", "os": FORGED},
+        }],
+    }))
+    .unwrap();
+    registry.reply(PAUSE_MANIFEST, Reply::ok(index));
+    let out = plain_bundle(tmp.path(), &registry, &releases).run();
+    out.status(3).stderr_has("\\x1b]0;owned\\x07");
+    no_escape(&out);
+
+    // A manifest of schema 1 whose media type is the forgery.
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 1,
+        "mediaType": FORGED,
+    }))
+    .unwrap();
+    registry.reply(PAUSE_MANIFEST, Reply::ok(manifest));
+    let out = plain_bundle(tmp.path(), &registry, &releases).run();
+    out.status(3).stderr_has("\\x1b]0;owned\\x07");
+    no_escape(&out);
+}

@@ -20,3 +20,9 @@ pub mod registry;
 pub mod scenario;
 pub mod ssh_agent;
 pub mod test;
+
+/// The test's own uid (the owner the binary expects of its own files and directories).
+pub fn own_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}

@@ -33,6 +33,8 @@ pub struct Test {
     /// Stdout is a pipe nobody reads, closed before the binary starts (`| head` that has
     /// already quit).
     closed_stdout: bool,
+    /// The same for stderr (`2>&1 | head`, a `less` left with `q`, a `tee` that died).
+    closed_stderr: bool,
 }
 
 impl Test {
@@ -57,6 +59,7 @@ impl Test {
             env: Vec::new(),
             owned: Vec::new(),
             closed_stdout: false,
+            closed_stderr: false,
         }
     }
 
@@ -64,6 +67,13 @@ impl Test {
     /// EPIPE. The output's `stdout` is then empty.
     pub fn closed_stdout(mut self) -> Test {
         self.closed_stdout = true;
+        self
+    }
+
+    /// Gives the binary a stderr whose reader has gone away, as [`Test::closed_stdout`]
+    /// does for stdout. The output's `stderr` is then empty.
+    pub fn closed_stderr(mut self) -> Test {
+        self.closed_stderr = true;
         self
     }
 
@@ -122,13 +132,16 @@ impl Test {
         }
         let stdout = tempfile::tempfile().unwrap();
         let stderr = tempfile::tempfile().unwrap();
-        let child_stdout = if self.closed_stdout {
-            // The read end is dropped here, before the binary can write anything.
-            let (_reader, writer) = std::io::pipe().unwrap();
-            Stdio::from(writer)
-        } else {
-            Stdio::from(stdout.try_clone().unwrap())
+        // The read end of a closed stream is dropped here, before the binary can write.
+        let closed_or = |closed: bool, file: &File| {
+            if closed {
+                Stdio::from(std::io::pipe().unwrap().1)
+            } else {
+                Stdio::from(file.try_clone().unwrap())
+            }
         };
+        let child_stdout = closed_or(self.closed_stdout, &stdout);
+        let child_stderr = closed_or(self.closed_stderr, &stderr);
         let child = Command::new(env!("CARGO_BIN_EXE_keadm-batch"))
             .current_dir(&self.dir)
             .env_remove("RUST_LOG")
@@ -138,7 +151,7 @@ impl Test {
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(child_stdout)
-            .stderr(stderr.try_clone().unwrap())
+            .stderr(child_stderr)
             .spawn()
             .expect("start keadm-batch");
         Running {

@@ -93,6 +93,13 @@ pub(super) fn limit_text(bytes: u64) -> String {
     format!("{} MiB ({bytes} bytes)", bytes >> 20)
 }
 
+/// A registry's own words in a message (an error code, a platform, a media type): on one
+/// line, control characters escaped, and short, so a registry cannot forge a line or
+/// drive the terminal of the machine that bundles. Real ones are a word or two.
+pub(super) fn quoted(text: &str) -> String {
+    crate::node_text::one_line(text, 80)
+}
+
 /// `0.3 s`, `60 s`.
 fn seconds(duration: Duration) -> String {
     format!("{} s", duration.as_secs_f64())

@@ -247,3 +247,44 @@ fn the_file_is_written_whole_and_owner_only() {
     .unwrap_err();
     assert!(err.to_string().contains("missing/junit.xml"), "{err}");
 }
+
+/// The tail is read only from a regular file in a real `nodes` directory, whatever was
+/// put in their place after `batch merge` checked them: a symbolic link to a secret
+/// file, a `nodes` that links to a directory holding one, a FIFO that would block.
+#[test]
+fn a_transcript_swapped_for_a_link_or_a_fifo_is_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret_dir = dir.path().join("secret");
+    std::fs::create_dir(&secret_dir).unwrap();
+    let secret = secret_dir.join("1-edge-0.log");
+    std::fs::write(&secret, "TOP-SECRET-LINE-42\n").unwrap();
+    let nodes = dir.path().join("shard").join("nodes");
+    std::fs::create_dir_all(&nodes).unwrap();
+    let transcript = nodes.join("1-edge-0.log");
+
+    std::fs::write(&transcript, "keadm said no\n").unwrap();
+    assert_eq!(
+        transcript_tail(transcript.to_str().unwrap()).as_deref(),
+        Some("\nkeadm said no\n")
+    );
+
+    std::fs::remove_file(&transcript).unwrap();
+    std::os::unix::fs::symlink(&secret, &transcript).unwrap();
+    assert_eq!(transcript_tail(transcript.to_str().unwrap()), None);
+
+    std::fs::remove_dir_all(&nodes).unwrap();
+    std::os::unix::fs::symlink(&secret_dir, &nodes).unwrap();
+    assert_eq!(transcript_tail(transcript.to_str().unwrap()), None);
+
+    std::fs::remove_file(&nodes).unwrap();
+    std::fs::create_dir(&nodes).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &transcript,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    assert_eq!(transcript_tail(transcript.to_str().unwrap()), None);
+}

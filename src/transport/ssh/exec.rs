@@ -93,10 +93,9 @@ impl Connection for SshConnection {
         }
         self.retry(deadline, started, what, |_| channel.wait_close())?;
 
-        let signal = channel.exit_signal().ok().and_then(|s| s.exit_signal);
-        match signal {
-            Some(sig) if !sig.is_empty() => Ok(RemoteExit::Signal(sig)),
-            _ => {
+        match signal_exit(&channel) {
+            Some(exit) => Ok(exit),
+            None => {
                 let code = channel
                     .exit_status()
                     .map_err(|e| session_error(&self.endpoint, what, e))?;
@@ -140,11 +139,9 @@ impl Connection for SshConnection {
         let closed = self.retry(&deadline, started, what, |_| channel.wait_close());
         pumped?;
         closed?;
-        let signal = channel.exit_signal().ok().and_then(|s| s.exit_signal);
-        Ok(Some(match signal {
-            Some(sig) if !sig.is_empty() => RemoteExit::Signal(sig),
-            _ => RemoteExit::Code(channel.exit_status().unwrap_or(-1)),
-        }))
+        Ok(Some(signal_exit(&channel).unwrap_or_else(|| {
+            RemoteExit::Code(channel.exit_status().unwrap_or(-1))
+        })))
     }
 
     fn host_key_fingerprint(&self) -> String {
@@ -441,4 +438,11 @@ fn read_retrying(reader: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
             other => return other,
         }
     }
+}
+
+/// How the command ended when the server reported a signal: its name, checked as
+/// [`RemoteExit::signal`] checks the server's words.
+fn signal_exit(channel: &Channel) -> Option<RemoteExit> {
+    let name = channel.exit_signal().ok()?.exit_signal?;
+    (!name.is_empty()).then(|| RemoteExit::signal(&name))
 }
