@@ -12,11 +12,12 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use crate::cluster::{self, Cluster, NodeState, Permission};
+use crate::cluster::{self, Cluster, Deleted, Guard, NodeState, Permission};
 use crate::config::Config;
 use crate::drain_run::{self, Before, DrainRun};
 use crate::error::{Error, UsageError};
 use crate::kubeedge::before_run::{Problem, ProblemKind};
+use crate::node_text::escape_controls;
 use crate::options::{PreflightMode, RunOptions};
 use crate::outcome::{ClusterCheck, NodeOutcome, Phase};
 use crate::plan::{NodePlan, Plan};
@@ -157,17 +158,37 @@ impl ClusterRun {
     /// failed drain is its outcome, and nothing runs on the node), then its pipeline and
     /// [`ClusterRun::after_reset`]. Without a verification every outcome here is final
     /// and passes through [`ClusterRun::finish`]; with one, the verification does that.
+    ///
+    /// A node for which the run may write to the cluster (its drain, its Node's delete)
+    /// is first asked, over SSH, which Node is its own: nothing is written to a Node it
+    /// does not name as its own (`cluster::Guard`).
     pub fn process(&self, node: &NodePlan, ctx: &pipeline::Context) -> NodeOutcome {
+        let asked = self.writes_for(node);
+        let guard = Guard::new(
+            if asked {
+                pipeline::identity(node, ctx)
+            } else {
+                Err("it was not asked, since nothing is written to the cluster for it".to_string())
+            },
+            &node.ssh.host,
+        );
+        let said: Vec<String> = asked
+            .then(|| format!("before its command: {}", guard.said()))
+            .into_iter()
+            .collect();
         let before = match &self.drain {
-            Some(drain) => drain.before(&self.cluster, node, ctx),
+            Some(drain) => drain.before(&self.cluster, node, ctx, &guard),
             None => Before::Go(Vec::new()),
         };
         let outcome = match before {
-            Before::Stop(outcome) => *outcome,
+            Before::Stop(outcome) => {
+                Transcript::add_notes(&outcome, &node.redactor, &said);
+                *outcome
+            }
             Before::Go(lines) => {
                 let outcome = pipeline::process(node, ctx);
-                Transcript::add_notes(&outcome, &node.redactor, &lines);
-                self.after_reset(node, outcome)
+                Transcript::add_notes(&outcome, &node.redactor, &[said, lines].concat());
+                self.after_reset(node, outcome, &guard)
             }
         };
         if self.wait.is_some() {
@@ -175,6 +196,13 @@ impl ClusterRun {
         } else {
             verify::Finish::finish(self, outcome)
         }
+    }
+
+    /// Whether the run may write to the cluster for `node`: drain its Node (any node but
+    /// a join) or delete it (a reset, `--delete-nodes`).
+    fn writes_for(&self, node: &NodePlan) -> bool {
+        (self.drain.is_some() && !node.keadm_args.is_join())
+            || (self.delete_nodes && node.keadm_args.is_edge_reset())
     }
 
     /// The plan's line about the cluster.
@@ -239,6 +267,9 @@ impl ClusterRun {
         if let Some(drain) = &run.drain {
             let _ = write!(line, "; {}", drain_run::describe(drain.timeout));
         }
+        if run.drain.is_some() || run.delete_nodes {
+            let _ = write!(line, "; {}", cluster::guard::RULE);
+        }
         line
     }
 
@@ -282,7 +313,16 @@ impl ClusterRun {
     /// After a node's run: a reset checked clean on its node has its Node object deleted
     /// (`--delete-nodes`), and the outcome and transcript say what became of it. Other
     /// outcomes pass unchanged.
-    pub fn after_reset(&self, node: &NodePlan, mut outcome: NodeOutcome) -> NodeOutcome {
+    ///
+    /// The Node is deleted only when `guard` (what the node said before the reset) finds
+    /// it this node's; otherwise nothing is written, and the refusal is recorded as the
+    /// delete's error, so the recap lists the Node as left behind.
+    pub fn after_reset(
+        &self,
+        node: &NodePlan,
+        mut outcome: NodeOutcome,
+        guard: &Guard,
+    ) -> NodeOutcome {
         if !self.delete_nodes || !outcome.reset_verified || !node.keadm_args.is_edge_reset() {
             return outcome;
         }
@@ -291,16 +331,27 @@ impl ClusterRun {
             node_name: node_name.clone(),
             ..ClusterCheck::default()
         };
-        let line = match self.cluster.delete_node(&node_name) {
-            Ok(true) => {
+        let line = match self.cluster.delete_node(&node_name, guard) {
+            Ok(Deleted::Deleted(this)) => {
                 check.deleted = Some(true);
                 format!(
-                    "[keadm-batch] deleted the Node {node_name} from the cluster (--delete-nodes)"
+                    "[keadm-batch] deleted the Node {node_name} from the cluster (--delete-nodes): {this}"
                 )
             }
-            Ok(false) => {
+            Ok(Deleted::Absent) => {
                 check.deleted = Some(false);
                 format!("[keadm-batch] the cluster has no Node {node_name}: nothing to delete")
+            }
+            Ok(Deleted::Refused(why)) => {
+                let why = escape_controls(&node.redactor.redact(&why));
+                log::warn!(
+                    "Node {}: its reset was verified, but its Node object {node_name} was not deleted: --delete-nodes deletes only the node's own Node, and {why}. Nothing was written to the cluster for it.",
+                    node.name
+                );
+                check.delete_error = Some(format!("refused: {why}"));
+                format!(
+                    "[keadm-batch] did not delete the Node {node_name} (--delete-nodes deletes only the node's own Node): {why}; nothing was written to the cluster"
+                )
             }
             Err(error) => {
                 let error = node.redactor.redact(&error.to_string());

@@ -10,6 +10,7 @@
 
 pub mod drain;
 mod error;
+pub mod guard;
 pub mod node_state;
 pub mod pod_state;
 pub mod watch;
@@ -22,12 +23,13 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::stage::error_chain;
 
 pub use error::{ClusterError, KubeconfigSource};
+pub use guard::Guard;
 pub use node_state::NodeState;
 pub use watch::{NodeWatch, Seen};
 
@@ -72,6 +74,31 @@ impl Access {
             std::env::var("KUBECONFIG").ok(),
             context,
         )
+    }
+}
+
+/// What [`Cluster::delete_node`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deleted {
+    /// Deleted: the Node was this node's, as the sentence says.
+    Deleted(String),
+    /// The cluster has no Node of that name.
+    Absent,
+    /// Not deleted, nor anything else written: the Node is not this node's, as the
+    /// sentence says.
+    Refused(String),
+}
+
+/// `name` as it may go into an API path: a Node name, or a sentence why not. Validation
+/// refuses other names already; this keeps any name that got past it (a `/`, `?` or `%`
+/// would address another object) out of a request.
+pub fn api_name(name: &str) -> Result<&str, String> {
+    match crate::kube_name::problem(name) {
+        None => Ok(name),
+        Some(why) => Err(format!(
+            "`{}` is not a Node name ({why}), so it was not put into a request",
+            crate::node_text::escape_controls(name)
+        )),
     }
 }
 
@@ -307,16 +334,43 @@ impl Cluster {
             .map_err(|e| self.api_error("for its nodes", &e))
     }
 
-    /// Deletes the Node `name`; `Ok(false)` when there was none.
-    pub fn delete_node(&self, name: &str) -> Result<bool, ClusterError> {
+    /// Deletes the Node `name` if `guard` finds it this node's, and only the object read
+    /// (a precondition on its uid): the Node is read first, and nothing is written when
+    /// it is not this node's.
+    pub fn delete_node(&self, name: &str, guard: &Guard) -> Result<Deleted, ClusterError> {
+        let what = format!("to delete the node {name}");
+        let name = api_name(name).map_err(|error| ClusterError::Api {
+            server: self.server.clone(),
+            what: what.clone(),
+            error,
+        })?;
+        if let Err(why) = guard.names(name) {
+            return Ok(Deleted::Refused(why));
+        }
         let api: Api<Node> = Api::all(self.client.clone());
-        match self
+        let Some(node) = self
             .runtime
-            .block_on(api.delete(name, &DeleteParams::default()))
-        {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-            Err(e) => Err(self.api_error(&format!("to delete the node {name}"), &e)),
+            .block_on(api.get_opt(name))
+            .map_err(|e| self.api_error(&format!("for the node {name}"), &e))?
+        else {
+            return Ok(Deleted::Absent);
+        };
+        let state = NodeState::of(&node);
+        let this = match guard.check(&state) {
+            Ok(this) => this,
+            Err(why) => return Ok(Deleted::Refused(why)),
+        };
+        let params = DeleteParams {
+            preconditions: state.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.runtime.block_on(api.delete(name, &params)) {
+            Ok(_) => Ok(Deleted::Deleted(this)),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Deleted::Absent),
+            Err(e) => Err(self.api_error(&what, &e)),
         }
     }
 
