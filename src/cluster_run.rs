@@ -49,6 +49,59 @@ pub struct ClusterRun {
     pub drain: Option<DrainRun>,
 }
 
+/// The kubeconfig the run reads: `--kubeconfig`, the config's, else `$KUBECONFIG`; none
+/// with `--no-cluster`.
+fn access(config: &Config, options: &RunOptions) -> Option<cluster::Access> {
+    if options.no_cluster {
+        return None;
+    }
+    cluster::Access::of_process(
+        options.kubeconfig.clone(),
+        config.kubeconfig.clone(),
+        options.context.clone(),
+    )
+}
+
+/// The dry run's line about the cluster when the kubeconfig's user runs a command on
+/// this machine for its credentials (an exec credential plugin): a dry run runs nothing,
+/// so it neither runs that command nor asks the API server anything, and says so. `None`
+/// when the dry run may ask the API server (or has no kubeconfig), as a run would.
+pub fn unasked(config: &Config, options: &RunOptions) -> Result<Option<String>, Error> {
+    if !options.dry_run {
+        return Ok(None);
+    }
+    let Some(access) = access(config, options) else {
+        return Ok(None);
+    };
+    let inspected = access.inspect()?;
+    Ok(inspected.command.map(|command| {
+        format!(
+            "not asked: the kubeconfig's user runs `{command}` on this machine for its credentials (an exec credential plugin), and a dry run runs nothing, so it was not run and the API server was asked nothing (its version, the permissions the run needs, the Nodes it has, the join token); the run would run it first (--no-cluster runs without the cluster)"
+        )
+    }))
+}
+
+/// The plan's line naming the kubeconfig the run reads and its context.
+pub fn kubeconfig_line(run: Option<&ClusterRun>, config: &Config, options: &RunOptions) -> String {
+    if options.no_cluster {
+        return match std::env::var("KUBECONFIG").ok().filter(|v| !v.is_empty()) {
+            Some(value) => format!("none read (--no-cluster; $KUBECONFIG={value} is ignored)"),
+            None => "none read (--no-cluster)".to_string(),
+        };
+    }
+    let Some(access) = access(config, options) else {
+        return "none (no --kubeconfig, no kubeconfig in the config, $KUBECONFIG unset)"
+            .to_string();
+    };
+    let context = match run {
+        Some(run) => Some(run.cluster.context.clone()),
+        None => access.inspect().ok().map(|i| i.context),
+    }
+    .filter(|c| !c.is_empty())
+    .unwrap_or_else(|| "-".to_string());
+    format!("{}, context {context}", access.source)
+}
+
 /// Whether a join takes its token from the cluster: `--token-from-cluster`, or a
 /// keadmCmd whose `--token` is empty or missing.
 fn wants_token(node: &NodePlan, options: &RunOptions) -> bool {
@@ -66,11 +119,7 @@ impl ClusterRun {
         config: &Config,
         options: &RunOptions,
     ) -> Result<Option<ClusterRun>, Error> {
-        let Some(access) = cluster::Access::of_process(
-            options.kubeconfig.clone(),
-            config.kubeconfig.clone(),
-            options.context.clone(),
-        ) else {
+        let Some(access) = access(config, options) else {
             for (given, flag) in [
                 (options.delete_nodes, "--delete-nodes"),
                 (options.token_from_cluster, "--token-from-cluster"),
@@ -118,7 +167,8 @@ impl ClusterRun {
         let cluster = Cluster::connect(&access)?;
         let version = cluster.version()?;
         cluster.require(&permissions)?;
-        if token_for > 0 {
+        // A dry run reads no secret: it says which joins would take the token.
+        if token_for > 0 && !options.dry_run {
             let token = cluster.join_token()?;
             for node in plan.nodes.iter_mut().filter(|n| wants_token(n, options)) {
                 node.put_token(&token)
@@ -208,7 +258,9 @@ impl ClusterRun {
     /// The plan's line about the cluster.
     pub fn describe(run: Option<&ClusterRun>, options: &RunOptions) -> String {
         let Some(run) = run else {
-            return if options.no_wait {
+            return if options.no_cluster {
+                "verification off (--no-cluster): a join succeeds when keadm exits 0, and nothing is read from or written to a cluster".to_string()
+            } else if options.no_wait {
                 "verification off (--no-wait): a join succeeds when keadm exits 0".to_string()
             } else {
                 "verification off (no kubeconfig, or no join selected): a join succeeds when keadm exits 0".to_string()
@@ -260,8 +312,13 @@ impl ClusterRun {
         if run.token_for > 0 {
             let _ = write!(
                 line,
-                "; {} join(s) take the token from the cluster (secret tokensecret in kubeedge)",
-                run.token_for
+                "; {} join(s) take the token from the cluster (secret tokensecret in kubeedge{})",
+                run.token_for,
+                if options.dry_run {
+                    "; a dry run does not read it"
+                } else {
+                    ""
+                }
             );
         }
         if let Some(drain) = &run.drain {

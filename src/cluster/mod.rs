@@ -102,6 +102,87 @@ pub fn api_name(name: &str) -> Result<&str, String> {
     }
 }
 
+impl Access {
+    /// The kubeconfig as kube-rs reads it, and the context in use; a `--context` it does
+    /// not have is refused. Reading runs nothing.
+    fn read(&self) -> Result<(Kubeconfig, String), ClusterError> {
+        let kubeconfig_error = |error: String| ClusterError::Kubeconfig {
+            source_of: self.source.clone(),
+            error,
+        };
+        let kubeconfig = match &self.source {
+            KubeconfigSource::CommandLine(path) | KubeconfigSource::ConfigFile(path) => {
+                Kubeconfig::read_from(path)
+            }
+            KubeconfigSource::Environment(_) => Kubeconfig::from_env()
+                .and_then(|found| found.ok_or(kube::config::KubeconfigError::FindPath)),
+        }
+        .map_err(|e| kubeconfig_error(error_chain(&e)))?;
+        let context = self
+            .context
+            .clone()
+            .or_else(|| kubeconfig.current_context.clone())
+            .unwrap_or_default();
+        if let Some(wanted) = &self.context
+            && !kubeconfig.contexts.iter().any(|c| &c.name == wanted)
+        {
+            let known: Vec<&str> = kubeconfig
+                .contexts
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            return Err(kubeconfig_error(format!(
+                "it has no context named {wanted} (it has: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+        Ok((kubeconfig, context))
+    }
+
+    /// What the kubeconfig would do before its first request, read without running
+    /// anything: the context in use, and the command its user runs on this machine for
+    /// its credentials (an exec credential plugin, or an auth provider's `cmd-path`).
+    pub fn inspect(&self) -> Result<Inspected, ClusterError> {
+        let (kubeconfig, context) = self.read()?;
+        let user = kubeconfig
+            .contexts
+            .iter()
+            .find(|c| c.name == context)
+            .and_then(|c| c.context.as_ref())
+            .and_then(|c| c.user.clone());
+        let auth = user.and_then(|user| {
+            kubeconfig
+                .auth_infos
+                .iter()
+                .find(|a| a.name == user)
+                .and_then(|a| a.auth_info.clone())
+        });
+        let command = auth.and_then(|auth| {
+            auth.exec.and_then(|exec| exec.command).or_else(|| {
+                auth.auth_provider
+                    .and_then(|p| p.config.get("cmd-path").cloned())
+            })
+        });
+        Ok(Inspected {
+            context,
+            command: command.map(|c| crate::node_text::escape_controls(&c)),
+        })
+    }
+}
+
+/// What [`Access::inspect`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspected {
+    /// The context in use (empty when the kubeconfig names none).
+    pub context: String,
+    /// The command the context's user runs for its credentials, escaped for messages.
+    pub command: Option<String>,
+}
+
 /// How long one request to the API server may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -188,36 +269,7 @@ impl Cluster {
             source_of: access.source.clone(),
             error,
         };
-        let kubeconfig = match &access.source {
-            KubeconfigSource::CommandLine(path) | KubeconfigSource::ConfigFile(path) => {
-                Kubeconfig::read_from(path)
-            }
-            KubeconfigSource::Environment(_) => Kubeconfig::from_env()
-                .and_then(|found| found.ok_or(kube::config::KubeconfigError::FindPath)),
-        }
-        .map_err(|e| kubeconfig_error(error_chain(&e)))?;
-        let context = access
-            .context
-            .clone()
-            .or_else(|| kubeconfig.current_context.clone())
-            .unwrap_or_default();
-        if let Some(wanted) = &access.context
-            && !kubeconfig.contexts.iter().any(|c| &c.name == wanted)
-        {
-            let known: Vec<&str> = kubeconfig
-                .contexts
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect();
-            return Err(kubeconfig_error(format!(
-                "it has no context named {wanted} (it has: {})",
-                if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                }
-            )));
-        }
+        let (kubeconfig, context) = access.read()?;
         let options = KubeConfigOptions {
             context: access.context.clone(),
             ..KubeConfigOptions::default()

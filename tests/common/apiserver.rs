@@ -131,6 +131,35 @@ impl FakeApiServer {
         path
     }
 
+    /// A kubeconfig for this server whose user gets its token from an exec credential
+    /// plugin (the script `exec-plugin` beside it), which first creates the file `ran`:
+    /// what a dry run must not run. Returns the kubeconfig and the plugin's path.
+    pub fn kubeconfig_with_exec_plugin(&self, ran: &Path) -> (PathBuf, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let plugin = self.dir.path().join("exec-plugin");
+        std::fs::write(
+            &plugin,
+            format!(
+                "#!/bin/sh\ntouch '{}'\necho '{{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{BEARER}\"}}}}'\n",
+                ran.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = self.dir.path().join("kubeconfig-exec");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: plugin\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: {}\n      interactiveMode: Never\ncontexts:\n- name: with-plugin\n  context:\n    cluster: stand-in\n    user: plugin\ncurrent-context: with-plugin\n",
+                self.port,
+                self.dir.path().join("cert.pem").display(),
+                plugin.display()
+            ),
+        )
+        .unwrap();
+        (path, plugin)
+    }
+
     /// Access reviews for `verb` on `resource` answer not allowed.
     pub fn deny(&self, verb: &str, resource: &str) {
         self.state
