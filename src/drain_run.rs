@@ -99,6 +99,17 @@ impl DrainRun {
             return Before::Go(lines);
         }
         ctx.progress.phase(node.index, &node.name, Phase::Draining);
+        // Nothing ran on the node: its outcome is this failure.
+        let stop = |record, lines, error, class| {
+            Before::Stop(Box::new(self.stopped(
+                node,
+                ctx,
+                (record, lines),
+                started_at,
+                error,
+                class,
+            )))
+        };
         let target = node
             .edge_task
             .as_ref()
@@ -123,14 +134,7 @@ impl DrainRun {
                 let error = format!(
                     "the Node {node_name} could not be cordoned (--drain), so nothing ran on the node: {error}"
                 );
-                return Before::Stop(Box::new(self.stopped(
-                    node,
-                    ctx,
-                    (record, lines),
-                    started_at,
-                    error,
-                    FailureClass::DrainFailed,
-                )));
+                return stop(record, lines, error, FailureClass::DrainFailed);
             }
         };
         let ours = match &cordon {
@@ -139,14 +143,7 @@ impl DrainRun {
                     "--drain writes only to this node's own Node, and {why}: the Node {node_name} was not cordoned or drained, nothing was written to the cluster, and nothing ran on the node"
                 );
                 record.not_drained = Some(why.clone());
-                return Before::Stop(Box::new(self.stopped(
-                    node,
-                    ctx,
-                    (record, lines),
-                    started_at,
-                    error,
-                    FailureClass::NameMismatch,
-                )));
+                return stop(record, lines, error, FailureClass::NameMismatch);
             }
             Cordon::Unneeded(version) => {
                 let why = format!(

@@ -31,6 +31,13 @@ fn deletes(api: &FakeApiServer) -> Vec<String> {
         .collect()
 }
 
+/// Node 0's `cluster.delete_error`: why its Node was not deleted (and it was not).
+fn not_deleted_because(out: &Output) -> String {
+    let cluster = &out.node_summary(0)["cluster"];
+    assert!(cluster.get("deleted").is_none(), "{cluster}");
+    cluster["delete_error"].as_str().unwrap().to_string()
+}
+
 /// Every file under `dir`, with its text, for a search of what the run wrote.
 fn files_under(dir: &Path) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -133,15 +140,8 @@ fn a_delete_the_api_server_fails_is_a_warning_and_the_node_is_listed_as_left_beh
         .stderr_has("etcdserver: request timed out")
         .stderr_has("Node objects left in the cluster by resets")
         .stderr_has("  edge-00 (node edge-00): not deleted: ");
-    let cluster = &out.node_summary(0)["cluster"];
-    assert!(cluster.get("deleted").is_none(), "{cluster}");
-    assert!(
-        cluster["delete_error"]
-            .as_str()
-            .unwrap()
-            .contains("to delete the node edge-00"),
-        "{cluster}"
-    );
+    let error = not_deleted_because(&out);
+    assert!(error.contains("to delete the node edge-00"), "{error}");
     assert!(api.has_node("edge-00"));
     assert!(
         out.transcript(0)
@@ -401,14 +401,10 @@ fn delete_nodes_refuses_a_node_that_is_not_the_resets_own_edge_node() {
         .stderr_has("  edge-00 (node edge-00): not deleted: refused: the node has no /etc/kubeedge/config/edgecore.yaml");
     assert!(deletes(&api).is_empty(), "{:?}", api.requests());
     assert!(api.has_node("edge-00"));
-    let cluster = &out.node_summary(0)["cluster"];
-    assert!(cluster.get("deleted").is_none(), "{cluster}");
+    let error = not_deleted_because(&out);
     assert!(
-        cluster["delete_error"]
-            .as_str()
-            .unwrap()
-            .starts_with("refused: the node has no /etc/kubeedge/config/edgecore.yaml"),
-        "{cluster}"
+        error.starts_with("refused: the node has no /etc/kubeedge/config/edgecore.yaml"),
+        "{error}"
     );
     assert!(
         out.transcript(0).contains("[keadm-batch] did not delete the Node edge-00 (--delete-nodes deletes only the node's own Node)"),
