@@ -465,6 +465,17 @@ impl Cluster {
 mod tests {
     use super::*;
 
+    /// A name that would address another path (`nodes/worker-1?x` is `nodes/worker-1`)
+    /// never reaches a request.
+    #[test]
+    fn only_node_names_go_into_api_paths() {
+        assert_eq!(api_name("edge-0"), Ok("edge-0"));
+        for bad in ["worker-1?x", "a/b", "x%2Fy", "Edge", ""] {
+            let error = api_name(bad).unwrap_err();
+            assert!(error.contains("is not a Node name"), "{bad}: {error}");
+        }
+    }
+
     #[test]
     fn the_command_line_wins_then_the_config_then_the_environment() {
         let cli = Some(PathBuf::from("/a"));
