@@ -340,7 +340,13 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
     check_join_images(&loaded.config)?;
     // Before the token is checked, staging and any node: a cluster that cannot be asked
     // refuses the run, and the joins that take their token from it get it here.
-    let cluster_run = ClusterRun::prepare(&mut plan, &loaded.config, options)?;
+    // A dry run that may not ask the cluster (its kubeconfig runs a command) says so
+    // instead, and runs nothing.
+    let unasked = cluster_run::unasked(&loaded.config, options)?;
+    let cluster_run = match unasked {
+        Some(_) => None,
+        None => ClusterRun::prepare(&mut plan, &loaded.config, options)?,
+    };
     kubeedge_checks(&plan, options, cluster_run.as_ref())?;
     if options.preflight_only {
         return preflight_only(&plan, options.output);
@@ -362,7 +368,8 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
         return print(dry_run::render(
             &plan,
             offline_images.as_ref(),
-            &ClusterRun::describe(cluster_run.as_ref(), options),
+            &cluster_run::kubeconfig_line(cluster_run.as_ref(), &loaded.config, options),
+            &unasked.unwrap_or_else(|| ClusterRun::describe(cluster_run.as_ref(), options)),
             &waves::for_run(
                 &plan.nodes,
                 options,

@@ -215,6 +215,16 @@ struct BatchArgs {
     #[arg(long, value_name = "NAME", help_heading = "Cluster")]
     context: Option<String>,
 
+    /// Run without the cluster: read no kubeconfig (not even $KUBECONFIG or the config's
+    /// `kubeconfig`, whose exec credential plugins run commands on this machine), verify
+    /// nothing in a cluster, write nothing to one.
+    #[arg(
+        long,
+        conflicts_with_all = ["kubeconfig", "context", "no_wait", "delete_nodes", "drain", "token_from_cluster"],
+        help_heading = "Cluster"
+    )]
+    no_cluster: bool,
+
     /// How long after keadm exits a joined node may take to be registered and Ready (an
     /// upgraded one, Ready on the new version): seconds (300, 300s) or minutes (5m).
     #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = parse_timeout_seconds, help_heading = "Cluster")]
@@ -1144,6 +1154,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         verify_remote: batch.verify_remote,
         kubeconfig: batch.kubeconfig,
         context: batch.context,
+        no_cluster: batch.no_cluster,
         ready_timeout_seconds: batch.ready_timeout,
         no_wait: batch.no_wait,
         delete_nodes: batch.delete_nodes,

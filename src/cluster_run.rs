@@ -12,11 +12,12 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use crate::cluster::{self, Cluster, NodeState, Permission};
+use crate::cluster::{self, Cluster, Deleted, Guard, NodeState, Permission};
 use crate::config::Config;
 use crate::drain_run::{self, Before, DrainRun};
 use crate::error::{Error, UsageError};
 use crate::kubeedge::before_run::{Problem, ProblemKind};
+use crate::node_text::escape_controls;
 use crate::options::{PreflightMode, RunOptions};
 use crate::outcome::{ClusterCheck, NodeOutcome, Phase};
 use crate::plan::{NodePlan, Plan};
@@ -48,6 +49,59 @@ pub struct ClusterRun {
     pub drain: Option<DrainRun>,
 }
 
+/// The kubeconfig the run reads: `--kubeconfig`, the config's, else `$KUBECONFIG`; none
+/// with `--no-cluster`.
+fn access(config: &Config, options: &RunOptions) -> Option<cluster::Access> {
+    if options.no_cluster {
+        return None;
+    }
+    cluster::Access::of_process(
+        options.kubeconfig.clone(),
+        config.kubeconfig.clone(),
+        options.context.clone(),
+    )
+}
+
+/// The dry run's line about the cluster when the kubeconfig's user runs a command on
+/// this machine for its credentials (an exec credential plugin): a dry run runs nothing,
+/// so it neither runs that command nor asks the API server anything, and says so. `None`
+/// when the dry run may ask the API server (or has no kubeconfig), as a run would.
+pub fn unasked(config: &Config, options: &RunOptions) -> Result<Option<String>, Error> {
+    if !options.dry_run {
+        return Ok(None);
+    }
+    let Some(access) = access(config, options) else {
+        return Ok(None);
+    };
+    let inspected = access.inspect()?;
+    Ok(inspected.command.map(|command| {
+        format!(
+            "not asked: the kubeconfig's user runs `{command}` on this machine for its credentials (an exec credential plugin), and a dry run runs nothing, so it was not run and the API server was asked nothing (its version, the permissions the run needs, the Nodes it has, the join token); the run would run it first (--no-cluster runs without the cluster)"
+        )
+    }))
+}
+
+/// The plan's line naming the kubeconfig the run reads and its context.
+pub fn kubeconfig_line(run: Option<&ClusterRun>, config: &Config, options: &RunOptions) -> String {
+    if options.no_cluster {
+        return match std::env::var("KUBECONFIG").ok().filter(|v| !v.is_empty()) {
+            Some(value) => format!("none read (--no-cluster; $KUBECONFIG={value} is ignored)"),
+            None => "none read (--no-cluster)".to_string(),
+        };
+    }
+    let Some(access) = access(config, options) else {
+        return "none (no --kubeconfig, no kubeconfig in the config, $KUBECONFIG unset)"
+            .to_string();
+    };
+    let context = match run {
+        Some(run) => Some(run.cluster.context.clone()),
+        None => access.inspect().ok().map(|i| i.context),
+    }
+    .filter(|c| !c.is_empty())
+    .unwrap_or_else(|| "-".to_string());
+    format!("{}, context {context}", access.source)
+}
+
 /// Whether a join takes its token from the cluster: `--token-from-cluster`, or a
 /// keadmCmd whose `--token` is empty or missing.
 fn wants_token(node: &NodePlan, options: &RunOptions) -> bool {
@@ -65,11 +119,7 @@ impl ClusterRun {
         config: &Config,
         options: &RunOptions,
     ) -> Result<Option<ClusterRun>, Error> {
-        let Some(access) = cluster::Access::of_process(
-            options.kubeconfig.clone(),
-            config.kubeconfig.clone(),
-            options.context.clone(),
-        ) else {
+        let Some(access) = access(config, options) else {
             for (given, flag) in [
                 (options.delete_nodes, "--delete-nodes"),
                 (options.token_from_cluster, "--token-from-cluster"),
@@ -117,7 +167,8 @@ impl ClusterRun {
         let cluster = Cluster::connect(&access)?;
         let version = cluster.version()?;
         cluster.require(&permissions)?;
-        if token_for > 0 {
+        // A dry run reads no secret: it says which joins would take the token.
+        if token_for > 0 && !options.dry_run {
             let token = cluster.join_token()?;
             for node in plan.nodes.iter_mut().filter(|n| wants_token(n, options)) {
                 node.put_token(&token)
@@ -157,17 +208,37 @@ impl ClusterRun {
     /// failed drain is its outcome, and nothing runs on the node), then its pipeline and
     /// [`ClusterRun::after_reset`]. Without a verification every outcome here is final
     /// and passes through [`ClusterRun::finish`]; with one, the verification does that.
+    ///
+    /// A node for which the run may write to the cluster (its drain, its Node's delete)
+    /// is first asked, over SSH, which Node is its own: nothing is written to a Node it
+    /// does not name as its own (`cluster::Guard`).
     pub fn process(&self, node: &NodePlan, ctx: &pipeline::Context) -> NodeOutcome {
+        let asked = self.writes_for(node);
+        let guard = Guard::new(
+            if asked {
+                pipeline::identity(node, ctx)
+            } else {
+                Err("it was not asked, since nothing is written to the cluster for it".to_string())
+            },
+            &node.ssh.host,
+        );
+        let said: Vec<String> = asked
+            .then(|| format!("before its command: {}", guard.said()))
+            .into_iter()
+            .collect();
         let before = match &self.drain {
-            Some(drain) => drain.before(&self.cluster, node, ctx),
+            Some(drain) => drain.before(&self.cluster, node, ctx, &guard),
             None => Before::Go(Vec::new()),
         };
         let outcome = match before {
-            Before::Stop(outcome) => *outcome,
+            Before::Stop(outcome) => {
+                Transcript::add_notes(&outcome, &node.redactor, &said);
+                *outcome
+            }
             Before::Go(lines) => {
                 let outcome = pipeline::process(node, ctx);
-                Transcript::add_notes(&outcome, &node.redactor, &lines);
-                self.after_reset(node, outcome)
+                Transcript::add_notes(&outcome, &node.redactor, &[said, lines].concat());
+                self.after_reset(node, outcome, &guard)
             }
         };
         if self.wait.is_some() {
@@ -177,10 +248,19 @@ impl ClusterRun {
         }
     }
 
+    /// Whether the run may write to the cluster for `node`: drain its Node (any node but
+    /// a join) or delete it (a reset, `--delete-nodes`).
+    fn writes_for(&self, node: &NodePlan) -> bool {
+        (self.drain.is_some() && !node.keadm_args.is_join())
+            || (self.delete_nodes && node.keadm_args.is_edge_reset())
+    }
+
     /// The plan's line about the cluster.
     pub fn describe(run: Option<&ClusterRun>, options: &RunOptions) -> String {
         let Some(run) = run else {
-            return if options.no_wait {
+            return if options.no_cluster {
+                "verification off (--no-cluster): a join succeeds when keadm exits 0, and nothing is read from or written to a cluster".to_string()
+            } else if options.no_wait {
                 "verification off (--no-wait): a join succeeds when keadm exits 0".to_string()
             } else {
                 "verification off (no kubeconfig, or no join selected): a join succeeds when keadm exits 0".to_string()
@@ -232,12 +312,20 @@ impl ClusterRun {
         if run.token_for > 0 {
             let _ = write!(
                 line,
-                "; {} join(s) take the token from the cluster (secret tokensecret in kubeedge)",
-                run.token_for
+                "; {} join(s) take the token from the cluster (secret tokensecret in kubeedge{})",
+                run.token_for,
+                if options.dry_run {
+                    "; a dry run does not read it"
+                } else {
+                    ""
+                }
             );
         }
         if let Some(drain) = &run.drain {
             let _ = write!(line, "; {}", drain_run::describe(drain.timeout));
+        }
+        if run.drain.is_some() || run.delete_nodes {
+            let _ = write!(line, "; {}", cluster::guard::RULE);
         }
         line
     }
@@ -282,7 +370,16 @@ impl ClusterRun {
     /// After a node's run: a reset checked clean on its node has its Node object deleted
     /// (`--delete-nodes`), and the outcome and transcript say what became of it. Other
     /// outcomes pass unchanged.
-    pub fn after_reset(&self, node: &NodePlan, mut outcome: NodeOutcome) -> NodeOutcome {
+    ///
+    /// The Node is deleted only when `guard` (what the node said before the reset) finds
+    /// it this node's; otherwise nothing is written, and the refusal is recorded as the
+    /// delete's error, so the recap lists the Node as left behind.
+    pub fn after_reset(
+        &self,
+        node: &NodePlan,
+        mut outcome: NodeOutcome,
+        guard: &Guard,
+    ) -> NodeOutcome {
         if !self.delete_nodes || !outcome.reset_verified || !node.keadm_args.is_edge_reset() {
             return outcome;
         }
@@ -291,16 +388,27 @@ impl ClusterRun {
             node_name: node_name.clone(),
             ..ClusterCheck::default()
         };
-        let line = match self.cluster.delete_node(&node_name) {
-            Ok(true) => {
+        let line = match self.cluster.delete_node(&node_name, guard) {
+            Ok(Deleted::Deleted(this)) => {
                 check.deleted = Some(true);
                 format!(
-                    "[keadm-batch] deleted the Node {node_name} from the cluster (--delete-nodes)"
+                    "[keadm-batch] deleted the Node {node_name} from the cluster (--delete-nodes): {this}"
                 )
             }
-            Ok(false) => {
+            Ok(Deleted::Absent) => {
                 check.deleted = Some(false);
                 format!("[keadm-batch] the cluster has no Node {node_name}: nothing to delete")
+            }
+            Ok(Deleted::Refused(why)) => {
+                let why = escape_controls(&node.redactor.redact(&why));
+                log::warn!(
+                    "Node {}: its reset was verified, but its Node object {node_name} was not deleted: --delete-nodes deletes only the node's own Node, and {why}. Nothing was written to the cluster for it.",
+                    node.name
+                );
+                check.delete_error = Some(format!("refused: {why}"));
+                format!(
+                    "[keadm-batch] did not delete the Node {node_name} (--delete-nodes deletes only the node's own Node): {why}; nothing was written to the cluster"
+                )
             }
             Err(error) => {
                 let error = node.redactor.redact(&error.to_string());

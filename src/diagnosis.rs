@@ -75,6 +75,11 @@ pub enum FailureClass {
     /// and gone within `--drain-timeout` (a PodDisruptionBudget refused, a pod stayed
     /// terminating). Nothing ran on the node.
     DrainFailed,
+    /// The node and the cluster disagree on which Node is this node's: edgecore.yaml on the
+    /// node names another Node than the config's `nodeName` (or `--edgenode-name`), or the
+    /// Node of that name is not this node's (no KubeEdge edge Node, none of the node's
+    /// addresses). Nothing in the cluster was written for it.
+    NameMismatch,
     /// None of the above was recognised. A class this version does not know (in a file
     /// written by a newer one) reads as this too, so the node's record is not lost.
     #[serde(other)]
@@ -83,7 +88,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, in the order a recap lists them.
-    pub const ALL: [FailureClass; 23] = [
+    pub const ALL: [FailureClass; 24] = [
         FailureClass::AlreadyJoined,
         FailureClass::DirtyManagementDir,
         FailureClass::NameTaken,
@@ -106,6 +111,7 @@ impl FailureClass {
         FailureClass::UpgradeNotDone,
         FailureClass::VersionMismatch,
         FailureClass::DrainFailed,
+        FailureClass::NameMismatch,
         FailureClass::Unknown,
     ];
 
@@ -134,6 +140,7 @@ impl FailureClass {
             FailureClass::UpgradeNotDone => "upgrade_not_done",
             FailureClass::VersionMismatch => "version_mismatch",
             FailureClass::DrainFailed => "drain_failed",
+            FailureClass::NameMismatch => "name_mismatch",
             FailureClass::Unknown => "unknown",
         }
     }
@@ -157,6 +164,7 @@ impl FailureClass {
                 | FailureClass::UpgradeNotDone
                 | FailureClass::VersionMismatch
                 | FailureClass::DrainFailed
+                | FailureClass::NameMismatch
         )
     }
 
@@ -185,6 +193,7 @@ impl FailureClass {
             FailureClass::UpgradeNotDone => "Upgrade not done",
             FailureClass::VersionMismatch => "Running edgecore is not the target version",
             FailureClass::DrainFailed => "Not drained (nothing ran on the node)",
+            FailureClass::NameMismatch => "The node is not the Node of its name",
             FailureClass::Unknown => "Unrecognised failure",
         }
     }
@@ -481,6 +490,16 @@ impl FailureClass {
             FailureClass::Unknown => "The cause was not recognised. Read the node's \
                  transcript and its edgecore log (`journalctl -u edgecore -xe` or \
                  /var/log/kubeedge/edgecore.log)."
+                .to_string(),
+            FailureClass::NameMismatch => "The config's nodeName (or `--edgenode-name` in \
+                 keadmCmd) and the node disagree on which Node is this node's, so nothing in \
+                 the cluster was changed or trusted for it: the error names the Node, what the \
+                 node's /etc/kubeedge/config/edgecore.yaml says (`grep hostnameOverride \
+                 /etc/kubeedge/config/edgecore.yaml` on the node) and what the Node shows \
+                 (`kubectl get node NAME -o wide --show-labels`). Set the config's nodeName to \
+                 the node's own Node name, or fix the node's hostnameOverride if it was copied \
+                 from another node, and retry this class (`--retry-failed --class \
+                 name_mismatch`)."
                 .to_string(),
         }
     }
@@ -779,7 +798,7 @@ mod tests {
              dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
              ca_mismatch, image_pull_stalled, runtime_missing, unreachable, auth, host_key, \
              sudo, arch, upload, not_registered, not_ready, reset_incomplete, backup_failed, \
-             upgrade_failed, upgrade_not_done, version_mismatch, drain_failed, unknown."
+             upgrade_failed, upgrade_not_done, version_mismatch, drain_failed, name_mismatch, unknown."
         );
     }
 

@@ -12,8 +12,8 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::cluster::Cluster;
 use crate::cluster::drain::{Cordon, DrainFailure};
+use crate::cluster::{Cluster, Guard};
 use crate::diagnosis::FailureClass;
 use crate::node_text::escape_controls;
 use crate::outcome::{DrainRecord, NodeOutcome, Phase, now};
@@ -62,7 +62,17 @@ impl DrainRun {
 
     /// Cordons and drains the node's Node before anything runs on the node. A join's is
     /// left alone, and so is a Node the cluster does not have (there is nothing on it).
-    pub fn before(&self, cluster: &Cluster, node: &NodePlan, ctx: &pipeline::Context) -> Before {
+    ///
+    /// `guard` holds what the node said of itself before this: nothing is written to a
+    /// Node it does not find this node's, and the node then fails as `name_mismatch`
+    /// with nothing run on it.
+    pub fn before(
+        &self,
+        cluster: &Cluster,
+        node: &NodePlan,
+        ctx: &pipeline::Context,
+        guard: &Guard,
+    ) -> Before {
         let started_at = now();
         let started = Instant::now();
         let node_name = verify::node_name(node);
@@ -89,12 +99,25 @@ impl DrainRun {
             return Before::Go(lines);
         }
         ctx.progress.phase(node.index, &node.name, Phase::Draining);
+        // Nothing ran on the node: its outcome is this failure.
+        let stop = |record, lines, error, class| {
+            Before::Stop(Box::new(self.stopped(
+                node,
+                ctx,
+                (record, lines),
+                started_at,
+                error,
+                class,
+            )))
+        };
         let target = node
             .edge_task
             .as_ref()
             .filter(|t| t.task == crate::keadm_cmd::EdgeTask::Upgrade)
             .and_then(|t| t.target_version.as_deref());
-        let cordon = match cluster.cordon(&node_name, &ctx.run_token, target) {
+        let cordon = match cluster.cordon(&node_name, &ctx.run_token, target, guard, &mut |this| {
+            lines.push(format!("drain: {this}"));
+        }) {
             Ok(Some(cordon)) => cordon,
             Ok(None) => {
                 let why = format!("the cluster has no Node named {node_name}");
@@ -111,12 +134,17 @@ impl DrainRun {
                 let error = format!(
                     "the Node {node_name} could not be cordoned (--drain), so nothing ran on the node: {error}"
                 );
-                return Before::Stop(Box::new(
-                    self.stopped(node, ctx, record, lines, started_at, error),
-                ));
+                return stop(record, lines, error, FailureClass::DrainFailed);
             }
         };
         let ours = match &cordon {
+            Cordon::Refused(why) => {
+                let error = format!(
+                    "--drain writes only to this node's own Node, and {why}: the Node {node_name} was not cordoned or drained, nothing was written to the cluster, and nothing ran on the node"
+                );
+                record.not_drained = Some(why.clone());
+                return stop(record, lines, error, FailureClass::NameMismatch);
+            }
             Cordon::Unneeded(version) => {
                 let why = format!(
                     "the Node {node_name} is Ready on {version} already, the upgrade's target, so the upgrade leaves it alone"
@@ -190,7 +218,14 @@ impl DrainRun {
                 "the Node {node_name} was not drained, so nothing ran on the node; {lifted}: {failure}"
             ),
         };
-        let mut outcome = self.stopped(node, ctx, record, lines, started_at, error);
+        let mut outcome = self.stopped(
+            node,
+            ctx,
+            (record, lines),
+            started_at,
+            error,
+            FailureClass::DrainFailed,
+        );
         if failure == DrainFailure::Cancelled {
             outcome.phase = Phase::Interrupted;
             outcome.failure_class = None;
@@ -198,16 +233,16 @@ impl DrainRun {
         Before::Stop(Box::new(outcome))
     }
 
-    /// The outcome of a node whose drain failed: failed in `draining`, `drain_failed`,
-    /// its transcript holding `lines` and the error.
+    /// The outcome of a node whose drain failed or was refused: failed in `draining`, as
+    /// `class`, its transcript holding the lines so far and the error.
     fn stopped(
         &self,
         node: &NodePlan,
         ctx: &pipeline::Context,
-        record: DrainRecord,
-        mut lines: Vec<String>,
+        (record, mut lines): (DrainRecord, Vec<String>),
         started_at: f64,
         error: String,
+        class: FailureClass,
     ) -> NodeOutcome {
         let error = escape_controls(&node.redactor.redact(&error));
         let mut outcome = NodeOutcome::not_run(
@@ -218,12 +253,12 @@ impl DrainRun {
             &error,
         );
         outcome.failed_in = Some(Phase::Draining);
-        outcome.failure_class = Some(FailureClass::DrainFailed);
+        outcome.failure_class = Some(class);
         outcome.task = Some(node.keadm_args.task());
         outcome.started_at = started_at;
         outcome.drain = Some(record);
         lines.push(format!("failed: {error}"));
-        lines.push(format!("failure class: {}", FailureClass::DrainFailed));
+        lines.push(format!("failure class: {class}"));
         let path = ctx.run_dir.transcript_path(node.index, &node.name);
         match Transcript::create(&path, node.redactor.clone()) {
             Ok(transcript) => {

@@ -36,11 +36,13 @@ pub fn check_local_packages(staging: &StagingPlan, config_path: &Path) -> Result
 }
 
 /// The whole plan as text; `images` are the offline image archives the run would list.
-/// `cluster` is what the run will verify in the cluster, one line (app has asked it);
+/// `kubeconfig` names the kubeconfig the run reads and its context, one line; `cluster`
+/// is what the run will verify in the cluster, one line (app has asked it);
 /// `ready`, how long a node it verifies may take to be Ready, part of each wave's gate.
 pub fn render(
     plan: &Plan,
     images: Option<&OfflineImages>,
+    kubeconfig: &str,
     cluster: &str,
     rollout: &Rollout,
     ready: Option<Duration>,
@@ -95,6 +97,7 @@ pub fn render(
             );
         }
     }
+    let _ = writeln!(out, "  kubeconfig:  {kubeconfig}");
     let _ = writeln!(out, "  cluster:     {cluster}");
     render_waves(&mut out, &plan.nodes, rollout, ready);
     render_sites(&mut out, plan, images.is_some());

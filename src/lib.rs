@@ -27,6 +27,7 @@ pub mod human;
 pub mod image_ref;
 pub mod keadm_cmd;
 pub mod kit;
+pub mod kube_name;
 pub mod kubeedge;
 pub mod node_text;
 pub mod options;

@@ -279,6 +279,8 @@ pub struct RunOptions {
     pub kubeconfig: Option<PathBuf>,
     /// `--context NAME`: the kubeconfig's context to use instead of its current one.
     pub context: Option<String>,
+    /// `--no-cluster`: no kubeconfig is read, not even `KUBECONFIG` or the config's.
+    pub no_cluster: bool,
     /// `--ready-timeout DURATION`: how long after keadm's exit a joined node may take to be
     /// registered and Ready.
     pub ready_timeout_seconds: u64,

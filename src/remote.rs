@@ -77,7 +77,19 @@ kb_config_version() {
 }
 use edgecore_version_fns;
 
+/// The shell text that prints edgecore.yaml's `hostnameOverride` (the Node name edgecore
+/// registers under), unquoted by nothing: the reader checks it is a Node name. One
+/// spelling for the check after an upgrade and the node's identity before a write to its
+/// Node.
+macro_rules! hostname_override {
+    () => {
+        "sed -n 's/^[[:space:]]*hostnameOverride:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1"
+    };
+}
+use hostname_override;
+
 mod edge_task;
+mod identity;
 mod preflight_probe;
 pub mod relay;
 mod reset_check;
@@ -94,6 +106,7 @@ pub use edge_task::{
     REMOVE_REPORT, ReportRead, UPGRADE_REPORT, UpgradeReport, parse_edge_task_check,
     runtime_endpoint, same_version, unless_running, version_in,
 };
+pub use identity::{NODE_IDENTITY, NodeIdentity, parse_node_identity};
 pub use preflight_probe::{CloudcorePorts, JoinSide, preflight_probe_script};
 pub use reset_check::{RESET_CHECK, ResetCheck, parse_reset_check};
 pub use runtime::{

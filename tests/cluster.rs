@@ -465,3 +465,54 @@ fn verdicts_of_a_selection_find_their_own_nodes() {
         "edge-00 was not selected"
     );
 }
+
+/// Review finding N7: a dry run runs nothing, a kubeconfig's exec credential plugin
+/// included. The plan names the plugin and says the API server was not asked; the real
+/// run runs it (and verifies the join). `--no-cluster` with $KUBECONFIG set to that
+/// kubeconfig reads no kubeconfig, runs no plugin and says verification is off.
+#[test]
+fn a_dry_run_runs_no_exec_plugin_and_no_cluster_reads_no_kubeconfig() {
+    let fleet = Fleet::builder().nodes(1).start();
+    let api = FakeApiServer::start();
+    let scratch = tempfile::tempdir().unwrap();
+    let ran = scratch.path().join("exec-plugin-ran");
+    let (kubeconfig, plugin) = api.kubeconfig_with_exec_plugin(&ran);
+    let kubeconfig_arg = kubeconfig.display().to_string();
+    let sc = Scenario::new(&fleet);
+    let dry = sc.run(&["--dry-run", "--kubeconfig", &kubeconfig_arg]);
+    dry.status(0)
+        .stdout_has(&format!(
+            "  kubeconfig:  the kubeconfig {kubeconfig_arg} (--kubeconfig), context with-plugin\n"
+        ))
+        .stdout_has(&format!("  cluster:     not asked: the kubeconfig's user runs `{}` on this machine for its credentials (an exec credential plugin), and a dry run runs nothing, so it was not run and the API server was asked nothing", plugin.display()));
+    assert!(!ran.exists(), "the dry run ran the exec plugin");
+    assert!(api.requests().is_empty(), "{:?}", api.requests());
+
+    // --no-cluster: $KUBECONFIG is set, and neither read nor run.
+    let no_cluster = sc
+        .command(&["--dry-run", "--no-cluster"])
+        .env("KUBECONFIG", &kubeconfig)
+        .run();
+    no_cluster
+        .status(0)
+        .stdout_has(&format!(
+            "  kubeconfig:  none read (--no-cluster; $KUBECONFIG={kubeconfig_arg} is ignored)\n"
+        ))
+        .stdout_has("  cluster:     verification off (--no-cluster): a join succeeds when keadm exits 0, and nothing is read from or written to a cluster\n");
+    let run = sc
+        .command(&["--no-cluster"])
+        .env("KUBECONFIG", &kubeconfig)
+        .run();
+    run.status(0);
+    assert!(!ran.exists(), "--no-cluster ran the exec plugin");
+    assert!(api.requests().is_empty(), "{:?}", api.requests());
+    // It conflicts with what needs the cluster.
+    sc.command(&["--no-cluster", "--kubeconfig", &kubeconfig_arg])
+        .run()
+        .status(2)
+        .stderr_has("'--no-cluster' cannot be used with '--kubeconfig <FILE>'");
+    // The control: a run does run the plugin, so its absence above means something.
+    sc.run(&["--kubeconfig", &kubeconfig_arg, "--no-wait"])
+        .status(0);
+    assert!(ran.exists(), "the run did not run the exec plugin");
+}

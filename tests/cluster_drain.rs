@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::common::apiserver::{Behaviour, Eviction, FakeApiServer, Owner, keadm_exited};
-use crate::common::fake_keadm;
+use crate::common::edge_state::edge_etc;
+use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fake_upgrade::{self, edgecore_running, fault};
 use crate::common::fleet::{Fleet, Node};
 use crate::common::scenario::{Scenario, remote_keadm};
@@ -262,6 +263,7 @@ fn a_budget_that_never_allows_fails_the_node_before_anything_runs_and_lifts_the_
     let node = fleet.node(0);
     let api = FakeApiServer::start();
     node_below_target(&api);
+    edge_etc(node, "edge-00");
     api.pod(
         "edge-00",
         "default",
@@ -322,6 +324,7 @@ fn a_node_whose_node_cannot_be_cordoned_fails_untouched() {
     let node = fleet.node(0);
     let api = FakeApiServer::start();
     node_below_target(&api);
+    edge_etc(node, "edge-00");
     api.fail_patches();
     let sc = Scenario::new(&fleet).cmd(UPGRADE);
     let out = run(&sc, &api, &[]);
@@ -506,6 +509,7 @@ fn a_second_ctrl_c_ends_a_drain_that_waits_and_lifts_the_cordon() {
     let node = fleet.node(0);
     let api = FakeApiServer::start();
     node_below_target(&api);
+    edge_etc(node, "edge-00");
     // Evicted, but the node's edgecore never confirms: the drain waits (up to 10 min).
     api.pod(
         "edge-00",
@@ -549,4 +553,125 @@ fn a_second_ctrl_c_ends_a_drain_that_waits_and_lifts_the_cordon() {
     );
     assert!(!api.cordoned("edge-00"));
     assert!(!remote_keadm(node).exists());
+}
+
+/// The requests that write to the cluster: cordons, uncordons, deletes, evictions.
+fn writes(api: &FakeApiServer) -> Vec<String> {
+    api.requests()
+        .into_iter()
+        .filter(|r| {
+            r.starts_with("PATCH ")
+                || r.starts_with("DELETE ")
+                || (r.starts_with("POST ") && r.contains("/eviction"))
+        })
+        .collect()
+}
+
+/// Review finding N1, reproduced: a reset with --drain and --delete-nodes writes only to
+/// the node's own edge Node. Node 0's Node of its name is a control-plane Node (with
+/// coredns on it); node 1's edgecore.yaml names another Node than its Node; node 2's Node
+/// lists an address node 2 does not have. None is cordoned, drained or deleted, and none
+/// runs its reset. Node 3, whose edge Node is at its SSH address, is drained and deleted.
+#[test]
+fn drain_and_delete_nodes_write_only_to_the_nodes_own_edge_node() {
+    let fleet = Fleet::builder().nodes(4).start();
+    let api = FakeApiServer::start();
+    edge_etc(fleet.node(0), "edge-00");
+    api.kubelet_node("edge-00", "control-plane", "10.9.9.9");
+    api.pod(
+        "edge-00",
+        "kube-system",
+        "coredns-abc",
+        Owner::ReplicaSet,
+        Eviction::Allowed(Duration::ZERO),
+    );
+    edge_etc(fleet.node(1), "edge-99");
+    api.existing_node("edge-01", true, DAY);
+    api.node_runs("edge-01", "v1.23.0");
+    edge_etc(fleet.node(2), "edge-02");
+    api.existing_node("edge-02", true, DAY);
+    api.node_runs("edge-02", "v1.23.0");
+    api.node_address("edge-02", "10.9.9.9");
+    edge_etc(fleet.node(3), "edge-03");
+    api.existing_node("edge-03", true, DAY);
+    api.node_runs("edge-03", "v1.23.0");
+    api.node_address("edge-03", fleet.node(3).host());
+    api.pod(
+        "edge-03",
+        "default",
+        "web-3",
+        Owner::ReplicaSet,
+        Eviction::Allowed(Duration::ZERO),
+    );
+    let sc = Scenario::new(&fleet)
+        .keadm(FakeKeadm::new().runs("rm -rf /etc/kubeedge"))
+        .cmd("reset edge --force");
+    // The dry run says which Nodes are written to.
+    run(&sc, &api, &["--delete-nodes", "--dry-run"])
+        .status(0)
+        .stdout_has("; a Node is written to only when it is the node's own: a KubeEdge edge Node that the node's edgecore.yaml, read over SSH before its command, names, at one of the node's addresses where it lists any (otherwise the node is refused as name_mismatch)\n");
+    let out = run(&sc, &api, &["--delete-nodes"]);
+    out.status(1);
+    let written = writes(&api);
+    assert_eq!(
+        written,
+        [
+            "PATCH /api/v1/nodes/edge-03?",
+            "POST /api/v1/namespaces/default/pods/web-3/eviction?",
+            "DELETE /api/v1/nodes/edge-03?"
+        ],
+        "only node 3's Node, and the pod on it, are written to"
+    );
+    assert!(api.has_node("edge-00") && api.has_node("edge-01") && api.has_node("edge-02"));
+    assert!(!api.has_node("edge-03"), "node 3's own Node is deleted");
+    assert_eq!(api.pods_on("edge-00"), ["kube-system/coredns-abc"]);
+    assert!(!api.cordoned("edge-00") && !api.cordoned("edge-01") && !api.cordoned("edge-02"));
+    for (i, why) in [
+        (
+            0,
+            "the Node edge-00 is not a KubeEdge edge Node (no node-role.kubernetes.io/edge label, kubelet version v1.31.0)",
+        ),
+        (
+            1,
+            "the node's /etc/kubeedge/config/edgecore.yaml says its Node is edge-99 (hostnameOverride), not edge-01",
+        ),
+        (
+            2,
+            "the Node edge-02 lists the address(es) 10.9.9.9, and the node has none of them",
+        ),
+    ] {
+        let n = out.node_summary(i);
+        assert_eq!(n["phase"], "failed", "{n}");
+        assert_eq!(n["failure_class"], "name_mismatch", "{n}");
+        assert_eq!(n["failed_in"], "draining", "{n}");
+        let error = n["error"].as_str().unwrap();
+        assert!(
+            error.starts_with(&format!(
+                "--drain writes only to this node's own Node, and {why}"
+            )),
+            "{error}"
+        );
+        assert!(
+            error.ends_with("nothing was written to the cluster, and nothing ran on the node"),
+            "{error}"
+        );
+        assert!(
+            fake_keadm::calls(&remote_keadm(fleet.node(i))).is_empty(),
+            "node {i}'s reset did not run"
+        );
+        assert!(out.transcript(i).contains(why), "{}", out.transcript(i));
+    }
+    out.stderr_has("name_mismatch");
+    let ok = out.node_summary(3);
+    assert_eq!(ok["phase"], "succeeded", "{ok}");
+    assert_eq!(ok["cluster"]["deleted"], true, "{ok}");
+    assert_eq!(evicted(&ok), ["default/web-3"]);
+    let transcript = out.transcript(3);
+    assert!(
+        transcript.contains(&format!(
+            "the Node edge-03 is a KubeEdge edge Node, named as the node's edgecore.yaml names it, at {}, an address of the node",
+            fleet.node(3).host()
+        )),
+        "{transcript}"
+    );
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::common::apiserver::FakeApiServer;
 use crate::common::cloudcore;
-use crate::common::edge_state::{clean_etc, private_etc};
+use crate::common::edge_state::{clean_etc, edge_etc, private_etc};
 use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fleet::{Fleet, closing_port};
 use crate::common::scenario::{Scenario, remote_keadm};
@@ -29,6 +29,13 @@ fn deletes(api: &FakeApiServer) -> Vec<String> {
         .into_iter()
         .filter(|r| r.starts_with("DELETE "))
         .collect()
+}
+
+/// Node 0's `cluster.delete_error`: why its Node was not deleted (and it was not).
+fn not_deleted_because(out: &Output) -> String {
+    let cluster = &out.node_summary(0)["cluster"];
+    assert!(cluster.get("deleted").is_none(), "{cluster}");
+    cluster["delete_error"].as_str().unwrap().to_string()
 }
 
 /// Every file under `dir`, with its text, for a search of what the run wrote.
@@ -55,20 +62,25 @@ fn files_under(dir: &Path) -> Vec<(String, String)> {
 #[test]
 fn delete_nodes_deletes_the_node_object_of_each_reset_verified_clean_only() {
     let fleet = Fleet::builder().nodes(2).start();
-    clean_etc(fleet.node(0));
-    // Node 1's reset leaves /etc/kubeedge: not verified, so its Node stays.
+    // Node 0 is an edge node (its edgecore.yaml names its Node) whose reset leaves it
+    // clean; node 1's reset leaves /etc/kubeedge: not verified, so its Node stays.
+    edge_etc(fleet.node(0), "edge-00");
     private_etc(fleet.node(1), "mkdir -p /etc/kubeedge/ca");
     let api = FakeApiServer::start();
     api.existing_node("edge-00", false, 3 * DAY);
     api.existing_node("edge-01", false, 3 * DAY);
     let sc = Scenario::new(&fleet)
-        .keadm(FakeKeadm::new().prints("Reset edge node successfully"))
+        .keadm(
+            FakeKeadm::new()
+                .prints("Reset edge node successfully")
+                .runs("rm -rf /etc/kubeedge/config && rmdir /etc/kubeedge 2>/dev/null; true"),
+        )
         .cmd("reset edge --force");
     // The dry run says what will be deleted, and deletes nothing.
     with_kubeconfig(&sc, &api, &["--delete-nodes", "--dry-run"])
         .status(0)
         .stdout_has(&format!(
-            "  cluster:     https://127.0.0.1:{}/ (context stand-in, v1.32.13): no join or upgrade to verify; each reset checked clean has its Node object deleted (--delete-nodes)\n",
+            "  cluster:     https://127.0.0.1:{}/ (context stand-in, v1.32.13): no join or upgrade to verify; each reset checked clean has its Node object deleted (--delete-nodes); a Node is written to only when it is the node's own: a KubeEdge edge Node that the node's edgecore.yaml, read over SSH before its command, names, at one of the node's addresses where it lists any (otherwise the node is refused as name_mismatch)\n",
             api.port
         ));
     assert!(deletes(&api).is_empty());
@@ -114,11 +126,13 @@ fn delete_nodes_deletes_the_node_object_of_each_reset_verified_clean_only() {
 #[test]
 fn a_delete_the_api_server_fails_is_a_warning_and_the_node_is_listed_as_left_behind() {
     let fleet = Fleet::builder().nodes(1).start();
-    clean_etc(fleet.node(0));
+    edge_etc(fleet.node(0), "edge-00");
     let api = FakeApiServer::start();
     api.existing_node("edge-00", true, DAY);
     api.fail_deletes();
-    let sc = Scenario::new(&fleet).cmd("reset edge --force");
+    let sc = Scenario::new(&fleet)
+        .keadm(FakeKeadm::new().runs("rm -rf /etc/kubeedge"))
+        .cmd("reset edge --force");
     let out = with_kubeconfig(&sc, &api, &["--delete-nodes"]);
     // The reset itself was verified: the node succeeded, its Node stays.
     out.status(0)
@@ -126,15 +140,8 @@ fn a_delete_the_api_server_fails_is_a_warning_and_the_node_is_listed_as_left_beh
         .stderr_has("etcdserver: request timed out")
         .stderr_has("Node objects left in the cluster by resets")
         .stderr_has("  edge-00 (node edge-00): not deleted: ");
-    let cluster = &out.node_summary(0)["cluster"];
-    assert!(cluster.get("deleted").is_none(), "{cluster}");
-    assert!(
-        cluster["delete_error"]
-            .as_str()
-            .unwrap()
-            .contains("to delete the node edge-00"),
-        "{cluster}"
-    );
+    let error = not_deleted_because(&out);
+    assert!(error.contains("to delete the node edge-00"), "{error}");
     assert!(api.has_node("edge-00"));
     assert!(
         out.transcript(0)
@@ -262,8 +269,16 @@ fn an_empty_token_is_read_from_the_cluster_reaches_keadm_and_is_masked_everywher
             "join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name={name}",
         );
     let dry = with_kubeconfig(&sc, &api, &["--dry-run", "--no-wait"]);
-    dry.status(0)
-        .stdout_has("2 join(s) take the token from the cluster (secret tokensecret in kubeedge)");
+    dry.status(0);
+    // A dry run reads no secret (review finding N7).
+    assert!(
+        !api.requests().iter().any(|r| r.contains("tokensecret")),
+        "{:?}",
+        api.requests()
+    );
+    dry.stdout_has(
+        "2 join(s) take the token from the cluster (secret tokensecret in kubeedge; a dry run does not read it)",
+    );
     let out = with_kubeconfig(&sc, &api, &["--no-wait"]);
     out.status(0);
     for i in 0..2 {
@@ -367,5 +382,34 @@ fn status_with_a_kubeconfig_shows_each_nodes_ready_state_and_age_from_one_list()
     assert_eq!(
         lists, 2,
         "one list per status, no request per node: {requests:?}"
+    );
+}
+
+/// Review finding N1 without --drain: a reset on a host that never ran KubeEdge passes
+/// its check, and the Node of its name (a control-plane Node) is not deleted: nothing is
+/// written, and the recap and summary.json say why.
+#[test]
+fn delete_nodes_refuses_a_node_that_is_not_the_resets_own_edge_node() {
+    let fleet = Fleet::builder().nodes(1).start();
+    clean_etc(fleet.node(0));
+    let api = FakeApiServer::start();
+    api.kubelet_node("edge-00", "control-plane", "10.9.9.9");
+    let sc = Scenario::new(&fleet).cmd("reset edge --force");
+    let out = with_kubeconfig(&sc, &api, &["--delete-nodes"]);
+    out.status(0)
+        .stderr_has("keadm-batch: warning: Node edge-00: its reset was verified, but its Node object edge-00 was not deleted: --delete-nodes deletes only the node's own Node, and the node has no /etc/kubeedge/config/edgecore.yaml")
+        .stderr_has("Node objects left in the cluster by resets")
+        .stderr_has("  edge-00 (node edge-00): not deleted: refused: the node has no /etc/kubeedge/config/edgecore.yaml");
+    assert!(deletes(&api).is_empty(), "{:?}", api.requests());
+    assert!(api.has_node("edge-00"));
+    let error = not_deleted_because(&out);
+    assert!(
+        error.starts_with("refused: the node has no /etc/kubeedge/config/edgecore.yaml"),
+        "{error}"
+    );
+    assert!(
+        out.transcript(0).contains("[keadm-batch] did not delete the Node edge-00 (--delete-nodes deletes only the node's own Node)"),
+        "{}",
+        out.transcript(0)
     );
 }

@@ -338,3 +338,42 @@ fn a_rollback_without_a_backup_says_it_did_not_bring_the_node_back() {
     ));
     assert_eq!(version_on_node(fleet.node(0)), "v1.22.9");
 }
+
+/// The Ready gate waits on the config's name: a node whose edgecore.yaml names another
+/// Node (here a Ready one on the target version) is not passed by that Node's state, it
+/// fails as `name_mismatch`.
+#[test]
+fn an_upgrade_whose_edgecore_names_another_node_fails_as_a_name_mismatch() {
+    let fleet = Fleet::builder().nodes(1).start();
+    edgecore_running(fleet.node(0), "control-plane-1", "v1.23.0");
+    let api = FakeApiServer::start();
+    api.existing_node(
+        &Scenario::name(0),
+        false,
+        std::time::Duration::from_secs(600),
+    );
+    api.edge_node("control-plane-1", || Some("v1.23.1".to_string()), || false);
+    let sc = upgrade(&fleet);
+    let kubeconfig = api.kubeconfig().display().to_string();
+    let out = sc.run(&["--kubeconfig", &kubeconfig, "--ready-timeout", "3"]);
+    out.status(1);
+    let node = out.node_summary(0);
+    assert_eq!(node["phase"], "failed", "{node}");
+    assert_eq!(node["failure_class"], "name_mismatch", "{node}");
+    assert_eq!(node["cluster"]["node_name"], Scenario::name(0), "{node}");
+    let error = node["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!(
+            "names the Node control-plane-1 (hostnameOverride), not {}",
+            Scenario::name(0)
+        )),
+        "{error}"
+    );
+    assert!(
+        out.transcript(0)
+            .contains("name_mismatch: keadm upgrade edge succeeded"),
+        "{}",
+        out.transcript(0)
+    );
+    out.stderr_has("name_mismatch");
+}

@@ -20,7 +20,7 @@ use kube::api::{EvictParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::pod_state::{PodLeft, PodOnNode};
-use super::{Cluster, Permission, REQUEST_TIMEOUT};
+use super::{Cluster, Guard, Permission, REQUEST_TIMEOUT};
 use crate::cancel::Cancel;
 use crate::node_text::{escape_controls, one_line};
 use crate::stage::error_chain;
@@ -71,6 +71,9 @@ pub enum Cordon {
     /// Left alone: the Node is Ready on this version already, the upgrade's target, so
     /// the upgrade does nothing there and nothing needs to move.
     Unneeded(String),
+    /// Not cordoned, nor anything else written: the Node is not this node's (see
+    /// `cluster::guard`), as the sentence says.
+    Refused(String),
 }
 
 /// Why a request of the drain got no answer.
@@ -213,12 +216,21 @@ impl Cluster {
     /// puts [`CORDONED_BY`] `run_id` on it), unless it is cordoned already, or it is Ready
     /// on `unless_on` (an upgrade's target: the upgrade will leave that node alone).
     /// `Ok(None)` when the cluster has no such Node.
+    ///
+    /// Before anything is written, `guard` must find the Node this node's; `note` hears
+    /// why it is, for the node's transcript.
     pub fn cordon(
         &self,
         name: &str,
         run_id: &str,
         unless_on: Option<&str>,
+        guard: &Guard,
+        note: &mut dyn FnMut(String),
     ) -> Result<Option<Cordon>, String> {
+        let name = super::api_name(name)?;
+        if let Err(why) = guard.names(name) {
+            return Ok(Some(Cordon::Refused(why)));
+        }
         let api: Api<Node> = Api::all(self.client.clone());
         let what = format!("for the node {name}");
         let Some(node) = self
@@ -227,6 +239,10 @@ impl Cluster {
         else {
             return Ok(None);
         };
+        match guard.check(&super::NodeState::of(&node)) {
+            Ok(this) => note(this),
+            Err(why) => return Ok(Some(Cordon::Refused(why))),
+        }
         if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
             let ours = node
                 .metadata
@@ -260,6 +276,7 @@ impl Cluster {
     /// Uncordons the Node `name` and takes [`CORDONED_BY`] off it; `Ok(false)` when the
     /// cluster has no such Node (a reset's, deleted with `--delete-nodes`).
     pub fn uncordon(&self, name: &str) -> Result<bool, String> {
+        let name = super::api_name(name)?;
         let api: Api<Node> = Api::all(self.client.clone());
         // null removes a field in a merge patch: the Node reads as one never cordoned,
         // as after `kubectl uncordon`.

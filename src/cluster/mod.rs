@@ -10,6 +10,7 @@
 
 pub mod drain;
 mod error;
+pub mod guard;
 pub mod node_state;
 pub mod pod_state;
 pub mod watch;
@@ -22,12 +23,13 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::stage::error_chain;
 
 pub use error::{ClusterError, KubeconfigSource};
+pub use guard::Guard;
 pub use node_state::NodeState;
 pub use watch::{NodeWatch, Seen};
 
@@ -73,6 +75,112 @@ impl Access {
             context,
         )
     }
+}
+
+/// What [`Cluster::delete_node`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deleted {
+    /// Deleted: the Node was this node's, as the sentence says.
+    Deleted(String),
+    /// The cluster has no Node of that name.
+    Absent,
+    /// Not deleted, nor anything else written: the Node is not this node's, as the
+    /// sentence says.
+    Refused(String),
+}
+
+/// `name` as it may go into an API path: a Node name, or a sentence why not. Validation
+/// refuses other names already; this keeps any name that got past it (a `/`, `?` or `%`
+/// would address another object) out of a request.
+pub fn api_name(name: &str) -> Result<&str, String> {
+    match crate::kube_name::problem(name) {
+        None => Ok(name),
+        Some(why) => Err(format!(
+            "`{}` is not a Node name ({why}), so it was not put into a request",
+            crate::node_text::escape_controls(name)
+        )),
+    }
+}
+
+impl Access {
+    /// The kubeconfig as kube-rs reads it, and the context in use; a `--context` it does
+    /// not have is refused. Reading runs nothing.
+    fn read(&self) -> Result<(Kubeconfig, String), ClusterError> {
+        let kubeconfig_error = |error: String| ClusterError::Kubeconfig {
+            source_of: self.source.clone(),
+            error,
+        };
+        let kubeconfig = match &self.source {
+            KubeconfigSource::CommandLine(path) | KubeconfigSource::ConfigFile(path) => {
+                Kubeconfig::read_from(path)
+            }
+            KubeconfigSource::Environment(_) => Kubeconfig::from_env()
+                .and_then(|found| found.ok_or(kube::config::KubeconfigError::FindPath)),
+        }
+        .map_err(|e| kubeconfig_error(error_chain(&e)))?;
+        let context = self
+            .context
+            .clone()
+            .or_else(|| kubeconfig.current_context.clone())
+            .unwrap_or_default();
+        if let Some(wanted) = &self.context
+            && !kubeconfig.contexts.iter().any(|c| &c.name == wanted)
+        {
+            let known: Vec<&str> = kubeconfig
+                .contexts
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            return Err(kubeconfig_error(format!(
+                "it has no context named {wanted} (it has: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+        Ok((kubeconfig, context))
+    }
+
+    /// What the kubeconfig would do before its first request, read without running
+    /// anything: the context in use, and the command its user runs on this machine for
+    /// its credentials (an exec credential plugin, or an auth provider's `cmd-path`).
+    pub fn inspect(&self) -> Result<Inspected, ClusterError> {
+        let (kubeconfig, context) = self.read()?;
+        let user = kubeconfig
+            .contexts
+            .iter()
+            .find(|c| c.name == context)
+            .and_then(|c| c.context.as_ref())
+            .and_then(|c| c.user.clone());
+        let auth = user.and_then(|user| {
+            kubeconfig
+                .auth_infos
+                .iter()
+                .find(|a| a.name == user)
+                .and_then(|a| a.auth_info.clone())
+        });
+        let command = auth.and_then(|auth| {
+            auth.exec.and_then(|exec| exec.command).or_else(|| {
+                auth.auth_provider
+                    .and_then(|p| p.config.get("cmd-path").cloned())
+            })
+        });
+        Ok(Inspected {
+            context,
+            command: command.map(|c| crate::node_text::escape_controls(&c)),
+        })
+    }
+}
+
+/// What [`Access::inspect`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspected {
+    /// The context in use (empty when the kubeconfig names none).
+    pub context: String,
+    /// The command the context's user runs for its credentials, escaped for messages.
+    pub command: Option<String>,
 }
 
 /// How long one request to the API server may take.
@@ -166,36 +274,7 @@ impl Cluster {
             source_of: access.source.clone(),
             error,
         };
-        let kubeconfig = match &access.source {
-            KubeconfigSource::CommandLine(path) | KubeconfigSource::ConfigFile(path) => {
-                Kubeconfig::read_from(path)
-            }
-            KubeconfigSource::Environment(_) => Kubeconfig::from_env()
-                .and_then(|found| found.ok_or(kube::config::KubeconfigError::FindPath)),
-        }
-        .map_err(|e| kubeconfig_error(error_chain(&e)))?;
-        let context = access
-            .context
-            .clone()
-            .or_else(|| kubeconfig.current_context.clone())
-            .unwrap_or_default();
-        if let Some(wanted) = &access.context
-            && !kubeconfig.contexts.iter().any(|c| &c.name == wanted)
-        {
-            let known: Vec<&str> = kubeconfig
-                .contexts
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect();
-            return Err(kubeconfig_error(format!(
-                "it has no context named {wanted} (it has: {})",
-                if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                }
-            )));
-        }
+        let (kubeconfig, context) = access.read()?;
         let options = KubeConfigOptions {
             context: access.context.clone(),
             ..KubeConfigOptions::default()
@@ -316,16 +395,43 @@ impl Cluster {
             .map_err(|e| self.api_error("for its nodes", &e))
     }
 
-    /// Deletes the Node `name`; `Ok(false)` when there was none.
-    pub fn delete_node(&self, name: &str) -> Result<bool, ClusterError> {
+    /// Deletes the Node `name` if `guard` finds it this node's, and only the object read
+    /// (a precondition on its uid): the Node is read first, and nothing is written when
+    /// it is not this node's.
+    pub fn delete_node(&self, name: &str, guard: &Guard) -> Result<Deleted, ClusterError> {
+        let what = format!("to delete the node {name}");
+        let name = api_name(name).map_err(|error| ClusterError::Api {
+            server: self.server.clone(),
+            what: what.clone(),
+            error,
+        })?;
+        if let Err(why) = guard.names(name) {
+            return Ok(Deleted::Refused(why));
+        }
         let api: Api<Node> = Api::all(self.client.clone());
-        match self
+        let Some(node) = self
             .runtime
-            .block_on(api.delete(name, &DeleteParams::default()))
-        {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-            Err(e) => Err(self.api_error(&format!("to delete the node {name}"), &e)),
+            .block_on(api.get_opt(name))
+            .map_err(|e| self.api_error(&format!("for the node {name}"), &e))?
+        else {
+            return Ok(Deleted::Absent);
+        };
+        let state = NodeState::of(&node);
+        let this = match guard.check(&state) {
+            Ok(this) => this,
+            Err(why) => return Ok(Deleted::Refused(why)),
+        };
+        let params = DeleteParams {
+            preconditions: state.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.runtime.block_on(api.delete(name, &params)) {
+            Ok(_) => Ok(Deleted::Deleted(this)),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Deleted::Absent),
+            Err(e) => Err(self.api_error(&what, &e)),
         }
     }
 
@@ -367,6 +473,17 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name that would address another path (`nodes/worker-1?x` is `nodes/worker-1`)
+    /// never reaches a request.
+    #[test]
+    fn only_node_names_go_into_api_paths() {
+        assert_eq!(api_name("edge-0"), Ok("edge-0"));
+        for bad in ["worker-1?x", "a/b", "x%2Fy", "Edge", ""] {
+            let error = api_name(bad).unwrap_err();
+            assert!(error.contains("is not a Node name"), "{bad}: {error}");
+        }
+    }
 
     #[test]
     fn the_command_line_wins_then_the_config_then_the_environment() {

@@ -16,7 +16,18 @@ pub struct NodeState {
     pub kubelet_version: Option<String>,
     /// `metadata.resourceVersion`: moves on every write to the Node.
     pub resource_version: Option<String>,
+    /// `metadata.uid`: a delete is made on this object only, not on one of the same name
+    /// made since it was read.
+    pub uid: Option<String>,
+    /// Whether the Node is a KubeEdge edge Node: labelled `node-role.kubernetes.io/edge`
+    /// (keadm join's label), or its kubelet version names KubeEdge (`-kubeedge-`).
+    pub edge: bool,
+    /// The addresses the Node lists as `InternalIP` or `ExternalIP`.
+    pub addresses: Vec<std::net::IpAddr>,
 }
+
+/// The label keadm join gives an edge Node.
+pub const EDGE_LABEL: &str = "node-role.kubernetes.io/edge";
 
 /// A node condition, as `kubectl describe node` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -59,6 +70,29 @@ impl NodeState {
                 message: c.message.clone().filter(|m| !m.is_empty()),
                 heartbeat: c.last_heartbeat_time.as_ref().map(|t| t.0.to_string()),
             });
+        let kubelet_version = node
+            .status
+            .as_ref()
+            .and_then(|status| status.node_info.as_ref())
+            .map(|info| info.kubelet_version.clone())
+            .filter(|v| !v.is_empty());
+        let edge = node
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(EDGE_LABEL))
+            || kubelet_version
+                .as_deref()
+                .is_some_and(|v| v.contains("-kubeedge-"));
+        let addresses = node
+            .status
+            .as_ref()
+            .and_then(|status| status.addresses.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+            .filter_map(|a| a.address.parse().ok())
+            .collect();
         NodeState {
             name: node.metadata.name.clone().unwrap_or_default(),
             created: node
@@ -67,13 +101,11 @@ impl NodeState {
                 .as_ref()
                 .map(|t| t.0.to_string()),
             ready,
-            kubelet_version: node
-                .status
-                .as_ref()
-                .and_then(|status| status.node_info.as_ref())
-                .map(|info| info.kubelet_version.clone())
-                .filter(|v| !v.is_empty()),
+            kubelet_version,
             resource_version: node.metadata.resource_version.clone(),
+            uid: node.metadata.uid.clone(),
+            edge,
+            addresses,
         }
     }
 

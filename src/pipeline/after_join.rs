@@ -5,7 +5,10 @@
 use std::time::Instant;
 
 use super::privilege::{exec_as, password_of};
-use super::{Context, Run};
+use std::io::Write;
+
+use super::{Context, Run, StepError};
+use crate::outcome::Phase;
 use crate::plan::NodePlan;
 use crate::redact::Redactor;
 use crate::remote::{self, EdgecoreState, Privilege};
@@ -25,28 +28,12 @@ pub fn edgecore_state(node: &NodePlan, ctx: &Context) -> Result<EdgecoreState, S
     let mut run = Run::new(node, ctx, transcript);
     run.transcript
         .note("asking the node for edgecore's state and the last lines of its log");
-    let result = run.connect().and_then(|mut conn| {
-        let conn = conn.as_mut();
-        run.abort_on_second_interrupt(conn);
-        let privilege = Privilege::of(node.sudo, password_of(node).is_some());
-        let deadline = Instant::now() + node.deadlines.step;
-        exec_as(
-            conn,
-            remote::EDGECORE_STATE,
-            privilege,
-            password_of(node),
-            None,
-            deadline,
-            &mut run.transcript,
-        )
-        .map_err(|err| {
-            super::StepError::transport(
-                crate::outcome::Phase::Verifying,
-                "Could not ask for edgecore's state.".to_string(),
-                err,
-            )
-        })
-    });
+    let result = run.ask_alone(
+        remote::EDGECORE_STATE,
+        Phase::Verifying,
+        "Could not ask for edgecore's state.",
+        None,
+    );
     let answer = match result {
         Ok(_) => Ok(EdgecoreState::parse(&run.transcript.tail(40))),
         Err(e) => Err(node.redactor.redact(&e.message)),
@@ -56,4 +43,39 @@ pub fn edgecore_state(node: &NodePlan, ctx: &Context) -> Result<EdgecoreState, S
     }
     run.transcript.finish();
     answer
+}
+
+impl Run<'_, '_> {
+    /// Connects to the node on a connection of its own and runs one read-only `script`
+    /// with the privileges the node's scripts have; its output goes to `output`, else to
+    /// the transcript. `failed` is the sentence for a node that could not be asked.
+    pub(super) fn ask_alone(
+        &mut self,
+        script: &str,
+        phase: Phase,
+        failed: &str,
+        output: Option<&mut dyn Write>,
+    ) -> Result<(), StepError> {
+        let node = self.node;
+        let mut conn = self.connect()?;
+        let conn = conn.as_mut();
+        self.abort_on_second_interrupt(conn);
+        let privilege = Privilege::of(node.sudo, password_of(node).is_some());
+        let deadline = Instant::now() + node.deadlines.step;
+        let output: &mut dyn Write = match output {
+            Some(output) => output,
+            None => &mut self.transcript,
+        };
+        exec_as(
+            conn,
+            script,
+            privilege,
+            password_of(node),
+            None,
+            deadline,
+            output,
+        )
+        .map(|_| ())
+        .map_err(|err| StepError::transport(phase, failed.to_string(), err))
+    }
 }

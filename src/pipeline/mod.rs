@@ -17,6 +17,7 @@ mod connect;
 mod edge_task;
 mod exchange;
 mod first_step;
+mod identity;
 mod images;
 mod prepare;
 mod privilege;
@@ -49,6 +50,7 @@ use exchange::Exchanged;
 
 pub use after_join::edgecore_state;
 pub use edge_task::roll_back;
+pub use identity::identity;
 
 /// What every node's pipeline shares.
 pub struct Context<'a> {

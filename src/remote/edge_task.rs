@@ -114,7 +114,9 @@ else
   echo 'KB_RUNNING_NONE'
 fi
 echo "KB_CONFIGURED $(kb_config_version)"
-name=$(sed -n 's/^[[:space:]]*hostnameOverride:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1)
+name=$("#,
+    super::hostname_override!(),
+    r#")
 echo "KB_NODE_NAME $name"
 echo KB_EDGE_TASK_CHECKED
 "#
@@ -201,13 +203,7 @@ pub fn parse_edge_task_check(text: &str) -> EdgeTaskCheck {
         } else if let Some(said) = line.strip_prefix("KB_CONFIGURED") {
             check.configured = version_in(said);
         } else if let Some(name) = line.strip_prefix("KB_NODE_NAME") {
-            let name = name.trim().trim_matches(|c| c == '"' || c == '\'');
-            check.node_name = (!name.is_empty()
-                && name.len() <= 253
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
-            .then(|| name.to_string());
+            check.node_name = super::identity::node_name_said(name);
         } else if line == "KB_EDGE_TASK_CHECKED" {
             check.finished = true;
         }

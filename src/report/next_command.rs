@@ -107,6 +107,7 @@ pub fn retry(options: &RunOptions) -> String {
         ("delete-nodes", options.delete_nodes),
         ("drain", options.drain.is_some()),
         ("token-from-cluster", options.token_from_cluster),
+        ("no-cluster", options.no_cluster),
     ] {
         if on {
             words.push(format!("--{name}"));
@@ -158,6 +159,21 @@ mod tests {
         assert_eq!(
             retry(&full),
             "keadm-batch batch -c 'site a.yaml' --retry-failed --shard 2/4 --canary 2 --wave '25%' --max-fail 0 --wave-pause 90s --host-key-policy strict --known-hosts '/etc/ssh/fleet hosts' --preflight off --kubeconfig /root/.kube/config --context prod --ready-timeout 600 --drain-timeout 120s --staging-dir /var/tmp/stage --backup --drain"
+        );
+    }
+
+    /// A run kept away from the cluster ($KUBECONFIG set) is retried away from it too.
+    #[test]
+    fn a_run_without_the_cluster_is_retried_without_it() {
+        let options = RunOptions {
+            config: "c.yaml".into(),
+            ready_timeout_seconds: 300,
+            no_cluster: true,
+            ..RunOptions::default()
+        };
+        assert_eq!(
+            retry(&options),
+            "keadm-batch batch -c c.yaml --retry-failed --no-cluster"
         );
     }
 }

@@ -27,8 +27,8 @@ use crate::remote::EdgecoreState;
 use crate::report::Recorder;
 use crate::{pipeline, pool};
 use verdicts::{
-    cancelled_outcome, not_ready_outcome, not_registered_outcome, plan_of, ready_outcome,
-    rollback_waited, upgrade_not_ready_outcome,
+    cancelled_outcome, name_mismatch_outcome, not_ready_outcome, not_registered_outcome, plan_of,
+    ready_outcome, rollback_waited, upgrade_not_ready_outcome,
 };
 
 /// The wait for joins' Nodes in the run's cluster (`cluster_run::ClusterRun` asked it,
@@ -262,12 +262,16 @@ impl<'a> Verifier<'a> {
         let Some(expect) = Expect::of(node, &outcome) else {
             return Some(outcome);
         };
-        // edgecore.yaml's name, read on the node after an upgrade, is the Node's.
-        let node_name = outcome
-            .upgrade
-            .as_ref()
-            .and_then(|u| u.node_name.clone())
-            .unwrap_or_else(|| node_name(node));
+        // The gate waits on the config's name, never on the one the node reports: a node
+        // must not choose which Node passes its gate. An upgrade whose edgecore.yaml names
+        // another Node fails here, before any wait.
+        let node_name = node_name(node);
+        if let Expect::Upgraded(_) = expect
+            && let Some(reported) = outcome.upgrade.as_ref().and_then(|u| u.node_name.clone())
+            && reported != node_name
+        {
+            return Some(name_mismatch_outcome(outcome, &node_name, &reported, node));
+        }
         self.wait_for(Waiting {
             node_name,
             keadm_exit: SystemTime::now(),

@@ -375,6 +375,32 @@ pub(super) fn not_registered_outcome(
     outcome
 }
 
+/// An upgrade whose node names another Node in its edgecore.yaml (`hostnameOverride`)
+/// than the config's `name`: failed as `name_mismatch`, before any wait, since which of
+/// the two Nodes is this node's cannot be told from the cluster.
+pub(super) fn name_mismatch_outcome(
+    mut outcome: NodeOutcome,
+    name: &str,
+    reported: &str,
+    node: &NodePlan,
+) -> NodeOutcome {
+    let error = format!(
+        "keadm upgrade edge succeeded on the node, but its /etc/kubeedge/config/edgecore.yaml names the Node {reported} (hostnameOverride), not {name}, the config's name for it: the Ready gate waits only on {name}, and was not waited for. Set nodeName to {reported} if that is this node's Node, or fix hostnameOverride on the node"
+    );
+    failed(
+        std::slice::from_ref(node),
+        &mut outcome,
+        FailureClass::NameMismatch,
+        error,
+        Some(format!("edgecore.yaml: hostnameOverride: {reported}")),
+    );
+    outcome.cluster = Some(ClusterCheck {
+        node_name: name.to_string(),
+        ..ClusterCheck::default()
+    });
+    outcome
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Instant;

@@ -156,6 +156,35 @@ impl FakeApiServer {
             .count()
     }
 
+    /// A kubeconfig for this server whose user gets its token from an exec credential
+    /// plugin (the script `exec-plugin` beside it), which first creates the file `ran`:
+    /// what a dry run must not run. Returns the kubeconfig and the plugin's path.
+    pub fn kubeconfig_with_exec_plugin(&self, ran: &Path) -> (PathBuf, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let plugin = self.dir.path().join("exec-plugin");
+        std::fs::write(
+            &plugin,
+            format!(
+                "#!/bin/sh\ntouch '{}'\necho '{{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{BEARER}\"}}}}'\n",
+                ran.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = self.dir.path().join("kubeconfig-exec");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: plugin\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: {}\n      interactiveMode: Never\ncontexts:\n- name: with-plugin\n  context:\n    cluster: stand-in\n    user: plugin\ncurrent-context: with-plugin\n",
+                self.port,
+                self.dir.path().join("cert.pem").display(),
+                plugin.display()
+            ),
+        )
+        .unwrap();
+        (path, plugin)
+    }
+
     /// Access reviews for `verb` on `resource` answer not allowed.
     pub fn deny(&self, verb: &str, resource: &str) {
         self.state
@@ -259,6 +288,33 @@ impl FakeApiServer {
         change(&mut state, "MODIFIED", node);
     }
 
+    /// A Node that no edgecore made: a kubelet's (`node-role.kubernetes.io/<role>`, a
+    /// plain kubelet version), Ready, made a day ago, at the InternalIP `address`.
+    pub fn kubelet_node(&self, name: &str, role: &str, address: &str) {
+        let mut node = node_object(
+            name,
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status",
+        );
+        let labels = node["metadata"]["labels"].as_object_mut().unwrap();
+        labels.retain(|k, _| !k.starts_with("node-role.kubernetes.io/"));
+        labels.insert(format!("node-role.kubernetes.io/{role}"), json!(""));
+        node["status"]["nodeInfo"]["kubeletVersion"] = json!("v1.31.0");
+        node["status"]["addresses"] = json!([{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}]);
+        node["metadata"]["creationTimestamp"] =
+            json!(rfc3339(SystemTime::now() - Duration::from_secs(86_400)));
+        change(&mut self.state.lock().unwrap(), "ADDED", node);
+    }
+
+    /// The Node `name` lists `address` as its InternalIP.
+    pub fn node_address(&self, name: &str, address: &str) {
+        let mut state = self.state.lock().unwrap();
+        let mut node = state.nodes.get(name).cloned().expect("the Node exists");
+        node["status"]["addresses"] = json!([{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}]);
+        change(&mut state, "MODIFIED", node);
+    }
+
     /// The KubeEdge version the Node `name` shows now.
     pub fn node_kubeedge_version(&self, name: &str) -> Option<String> {
         let state = self.state.lock().unwrap();
@@ -323,6 +379,10 @@ fn node_object(name: &str, ready: &str, reason: &str, message: &str) -> Value {
     node["metadata"]["uid"] = json!(format!("uid-{name}"));
     node["metadata"]["creationTimestamp"] = json!(now);
     node["metadata"]["labels"]["kubernetes.io/hostname"] = json!(name);
+    // The recorded InternalIP is a machine's of its own; a Node here lists an address only
+    // where a test gives one (`node_address`), since --drain and --delete-nodes compare
+    // it with the node's (the loopback nodes' addresses differ from machine to machine).
+    node["status"]["addresses"] = json!([{"type": "Hostname", "address": name}]);
     for condition in node["status"]["conditions"].as_array_mut().unwrap() {
         condition["lastHeartbeatTime"] = json!(now);
         condition["lastTransitionTime"] = json!(now);

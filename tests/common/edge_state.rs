@@ -82,3 +82,16 @@ pub fn clean_etc(node: &Node) {
         "[ ! -e /etc/kubeedge ] && [ ! -e /etc/systemd/system/edgecore.service ]",
     );
 }
+
+/// An /etc of its own for `node` ([`private_etc`]) holding the edgecore.yaml keadm join
+/// writes, naming the Node `node_name` (`hostnameOverride`): what --drain and
+/// --delete-nodes read before a node's command to know its Node.
+pub fn edge_etc(node: &Node, node_name: &str) {
+    private_etc(
+        node,
+        &format!(
+            "mkdir -p /etc/kubeedge/config\n\
+             printf 'modules:\\n  edged:\\n    hostnameOverride: {node_name}\\n' > /etc/kubeedge/config/edgecore.yaml"
+        ),
+    );
+}

@@ -32,7 +32,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use super::apiserver::FakeApiServer;
-use super::edge_state::private_etc;
+use super::edge_state::edge_etc;
 use super::fake_keadm::FakeKeadm;
 use super::fleet::Node;
 
@@ -224,13 +224,7 @@ fn main() {
 /// Gives `node` an /etc of its own with edgecore's config (its Node name
 /// `hostnameOverride: <node_name>`) and starts edgecore `version` from /tmp/edge.
 pub fn edgecore_running(node: &Node, node_name: &str, version: &str) {
-    private_etc(
-        node,
-        &format!(
-            "mkdir -p /etc/kubeedge/config\n\
-             printf 'modules:\\n  edged:\\n    hostnameOverride: {node_name}\\n' > /etc/kubeedge/config/edgecore.yaml"
-        ),
-    );
+    edge_etc(node, node_name);
     // A /var/log of the node's own, for edgecore's log.
     node.shell_ok("mkdir -p /tmp/var-log && mount --bind /tmp/var-log /var/log");
     let dir = node.tmp_path("edge");

@@ -398,6 +398,21 @@ fn node_name<'r>(
     }
     // Not empty, so present.
     let n = node.node_name.as_ref()?;
+    // The name goes into the cluster's API paths (the Ready gate, --drain,
+    // --delete-nodes) and is the Node name a join registers under.
+    if let Some(why) = crate::kube_name::problem(&n.value) {
+        v.error(
+            Some(n.pos),
+            Some(subject.to_string()),
+            format!("nodeName `{}` is not a Node name: {why}", n.value),
+            format!(
+                "write the node's Node name as Kubernetes and edgecore take it ({}), such as `{}`",
+                crate::kube_name::RULE,
+                crate::kube_name::suggestion(&n.value)
+            ),
+        );
+        return None;
+    }
     if let Some(first) = claimed.node_names.insert(&n.value, node.index) {
         v.error(
             Some(n.pos),
@@ -713,6 +728,19 @@ mod tests {
                 rendered(&diags)
             );
         }
+    }
+
+    /// A nodeName goes into the cluster's API paths: one that is not a Node name (here
+    /// one that would address `nodes/worker-1` with a query) is refused with a name that is.
+    #[test]
+    fn a_node_name_that_is_not_a_kubernetes_node_name_is_refused_with_the_fix() {
+        let text = GOOD.replace("- nodeName: a\n", "- nodeName: 'Worker_1?x'\n");
+        let (config, diags) = check(&text);
+        assert!(config.is_none());
+        assert_eq!(
+            rendered(&diags),
+            "c.yaml:7:13: node 1 \"Worker_1?x\": nodeName `Worker_1?x` is not a Node name: it has uppercase letters; write the node's Node name as Kubernetes and edgecore take it (lowercase letters, digits, '-' and '.', at most 253 characters, in dot-separated parts of at most 63 that start and end with a letter or digit), such as `worker-1-x`."
+        );
     }
 
     #[test]
