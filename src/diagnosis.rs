@@ -491,9 +491,9 @@ impl FailureClass {
                  transcript and its edgecore log (`journalctl -u edgecore -xe` or \
                  /var/log/kubeedge/edgecore.log)."
                 .to_string(),
-            FailureClass::NameMismatch => "The config's nodeName (or `--edgenode-name` in \
-                 keadmCmd) and the node disagree on which Node is this node's, so nothing in \
-                 the cluster was changed or trusted for it: the error names the Node, what the \
+            FailureClass::NameMismatch => "The config's nodeName and the node disagree on \
+                 which Node is this node's, so nothing in the cluster was changed or trusted \
+                 for it: the error names the Node, what the \
                  node's /etc/kubeedge/config/edgecore.yaml says (`grep hostnameOverride \
                  /etc/kubeedge/config/edgecore.yaml` on the node) and what the Node shows \
                  (`kubectl get node NAME -o wide --show-labels`). Set the config's nodeName to \

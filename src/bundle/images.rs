@@ -197,7 +197,7 @@ mod tests {
             ),
             join,
             &format!("{join} --kubeedge-version=latest"),
-            "reset --force",
+            "reset edge --force",
         ]);
         assert_eq!(
             names(for_config(&config, &config.keadm_version.clone().unwrap(), &pause).unwrap()),
@@ -209,7 +209,7 @@ mod tests {
             ]
         );
         // No join at all: the images of a join with keadm's version, for joins added later.
-        let config = self::config(&["reset --force"]);
+        let config = self::config(&["reset edge --force"]);
         assert_eq!(
             names(for_config(&config, "v1.23.1", &pause).unwrap()),
             [
