@@ -185,7 +185,9 @@ pub fn node_line(o: &NodeOutcome, done: usize, total: usize) -> String {
 
 /// The longest reason a console line gives; the whole error is in the transcript,
 /// summary.json and batch_process_log.txt.
-const REASON_CHARS: usize = 160;
+const REASON_CHARS: usize = 240;
+/// How much of a longer reason's start is kept; the rest of [`REASON_CHARS`] is its end.
+const REASON_HEAD_CHARS: usize = 60;
 
 /// Why a node did not succeed, for a console line: its class and a short reason. keadm's
 /// own line (`failed to execute keadm command <the whole command>: <status>`), which
@@ -216,12 +218,20 @@ fn short_reason(o: &NodeOutcome) -> Option<String> {
 /// keadm's words for a command that failed, as batch_process_log.txt keeps them.
 const KEADM_FAILED: &str = "failed to execute keadm command ";
 
-/// `text` cut to `chars` characters, with `...` where it was cut.
+/// `text` cut to about `chars` characters in its middle, with ` ... ` where it was cut:
+/// a reason names what failed first and why last (the Node's condition, edgecore's log
+/// line, keadm's last output), and the why is what an operator acts on.
 fn bounded(text: String, chars: usize) -> String {
-    match text.char_indices().nth(chars) {
-        Some((at, _)) => format!("{}...", &text[..at]),
-        None => text,
+    let count = text.chars().count();
+    if count <= chars {
+        return text;
     }
+    let head: String = text.chars().take(REASON_HEAD_CHARS).collect();
+    let tail: String = text
+        .chars()
+        .skip(count - (chars - REASON_HEAD_CHARS))
+        .collect();
+    format!("{} ... {}", head.trim_end(), tail.trim_start())
 }
 
 /// Whether `o` is a node that never started (skipped, or not started before the
@@ -786,9 +796,15 @@ mod tests {
             node_line(&failed, 1, 2),
             "[1/2] FAILED  edge-0 (10.0.0.0:22) 1.5s: [unknown] the keadm command failed: Process exited with status 1 (last output: Error: boom)"
         );
-        failed.last_output = Some("x".repeat(400));
+        // A long reason keeps its start and its end, where the cause is.
+        failed.last_output = Some(format!("{}: the cause", "x".repeat(400)));
         let line = node_line(&failed, 1, 2);
-        assert!(line.len() < 220 && line.ends_with("..."), "{line}");
+        assert!(line.len() < 300, "{line}");
+        assert!(
+            line.contains(": [unknown] the keadm command failed: Process exited with stat ... ")
+                && line.ends_with("xxx: the cause)"),
+            "{line}"
+        );
         failed.last_output = Some("Error: boom".into());
         let options = RunOptions {
             config: "site a.yaml".into(),
