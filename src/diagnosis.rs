@@ -13,7 +13,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-pub use crate::keadm_cmd::Task;
+use crate::keadm_cmd::Task;
 
 /// A failed or timed-out node's failure class. The snake_case ids ([`FailureClass::as_str`])
 /// are what summary.json holds and `--class` takes.
@@ -219,10 +219,10 @@ impl FailureClass {
                  Run `keadm reset edge --force` there first if the node is to be joined \
                  again; otherwise check keadmCmd, and {retry}."
             ),
-            FailureClass::DirtyManagementDir if join => format!(
-                "/etc/kubeedge (or containerd) holds leftovers of an earlier join. {}.",
-                capitalized(&retry)
-            ),
+            FailureClass::DirtyManagementDir if join => "/etc/kubeedge (or containerd) holds \
+                 leftovers of an earlier join. Retry this class with --reset-first, which runs \
+                 `keadm reset edge --force` before the join."
+                .to_string(),
             FailureClass::DirtyManagementDir => format!(
                 "keadm printed that /etc/kubeedge (or containerd) holds leftovers of an \
                  earlier join, which is keadm join's second check: the node's transcript \
@@ -505,17 +505,19 @@ impl FailureClass {
     }
 
     /// The fixes of this class for the tasks its nodes ran, each fix once: one when they
-    /// all need the same words, else one per task, each starting with the command it is
-    /// for (`keadm upgrade edge: ...`). What the recap and report.html print under a class.
+    /// all need the same words, else one per distinct fix, each starting with the
+    /// commands it is for (`keadm reset edge, keadm upgrade edge: ...`). What the recap
+    /// and report.html print under a class.
     pub fn fixes_for(self, tasks: impl IntoIterator<Item = Task>) -> Vec<String> {
         let mut tasks: Vec<Task> = tasks.into_iter().collect();
         tasks.sort();
         tasks.dedup();
-        let mut fixes: Vec<(Task, String)> = Vec::new();
+        let mut fixes: Vec<(Vec<&str>, String)> = Vec::new();
         for task in tasks {
             let fix = self.suggested_fix(task);
-            if !fixes.iter().any(|(_, f)| *f == fix) {
-                fixes.push((task, fix));
+            match fixes.iter_mut().find(|(_, f)| *f == fix) {
+                Some((commands, _)) => commands.push(task.command()),
+                None => fixes.push((vec![task.command()], fix)),
             }
         }
         if fixes.len() == 1 {
@@ -523,14 +525,14 @@ impl FailureClass {
         }
         fixes
             .into_iter()
-            .map(|(task, fix)| format!("{}: {fix}", task.command()))
+            .map(|(commands, fix)| format!("{}: {fix}", commands.join(", ")))
             .collect()
     }
 }
 
 /// How a failed node is run again: a join whose keadm ran has left /etc/kubeedge behind,
 /// which keadm join refuses, so it is retried after `keadm reset edge --force`; any
-/// other command is retried as it is (the recap's `then:` line gives the command).
+/// other command is retried as it is (the recap's next command carries the run's flags).
 fn retry(task: Task) -> String {
     if task == Task::Join {
         "retry this class with --reset-first, which runs `keadm reset edge --force` before \
@@ -539,14 +541,6 @@ fn retry(task: Task) -> String {
     } else {
         "retry this class".to_string()
     }
-}
-
-fn capitalized(text: &str) -> String {
-    let mut chars = text.chars();
-    chars
-        .next()
-        .map(|first| first.to_uppercase().chain(chars).collect())
-        .unwrap_or_default()
 }
 
 /// What became of an upgrade that failed after keadm: rolled back or not.
@@ -800,6 +794,36 @@ mod tests {
              sudo, arch, upload, not_registered, not_ready, reset_incomplete, backup_failed, \
              upgrade_failed, upgrade_not_done, version_mismatch, drain_failed, name_mismatch, unknown."
         );
+    }
+
+    /// Under a class whose nodes ran several commands, each fix is labelled with every
+    /// command it is for: a fix two commands share names both, never only the first.
+    #[test]
+    fn each_fix_is_labelled_with_every_command_it_is_for() {
+        let tasks = [Task::Join, Task::Reset, Task::Upgrade, Task::Backup];
+        for class in FailureClass::ALL {
+            let fixes = class.fixes_for(tasks);
+            if fixes.len() == 1 {
+                assert!(
+                    tasks.iter().all(|t| class.suggested_fix(*t) == fixes[0]),
+                    "{class}"
+                );
+                continue;
+            }
+            for task in tasks {
+                let fix = class.suggested_fix(task);
+                let shown: Vec<&String> = fixes.iter().filter(|f| f.ends_with(&fix)).collect();
+                assert_eq!(shown.len(), 1, "{class} {task:?}: {fixes:?}");
+                let label = shown[0].strip_suffix(&fix).unwrap();
+                assert!(
+                    label
+                        .split(", ")
+                        .any(|c| c.trim_end_matches(": ") == task.command()),
+                    "{class}: the fix for {} is labelled {label:?}",
+                    task.command()
+                );
+            }
+        }
     }
 
     /// summary.json and journal.jsonl hold exactly the ids `as_str` names, as before these
