@@ -109,17 +109,14 @@ impl Guard {
                 state.name
             ));
         }
-        let listed = self
-            .identity
-            .as_ref()
-            .ok()
-            .and_then(|i| i.addresses.as_ref());
-        let own: Vec<IpAddr> = listed
-            .into_iter()
-            .flatten()
-            .copied()
-            .chain(self.ssh)
-            .collect();
+        let identity = self.identity.as_ref().ok();
+        let listed = identity.and_then(|i| i.addresses.as_ref());
+        let mut own: Vec<IpAddr> = listed.into_iter().flatten().copied().collect();
+        for address in identity.and_then(|i| i.node_ip).into_iter().chain(self.ssh) {
+            if !own.contains(&address) {
+                own.push(address);
+            }
+        }
         if let Some(at) = state.addresses.iter().find(|a| own.contains(a)) {
             return Ok(format!(
                 "the Node {} is a KubeEdge edge Node, named as the node's edgecore.yaml names it, at {at}, an address of the node",
@@ -164,6 +161,7 @@ mod tests {
             node_name: Some(name.to_string()),
             said_name: name.to_string(),
             addresses: addresses.map(|a| a.iter().map(|a| a.parse().unwrap()).collect()),
+            node_ip: None,
         }
     }
 
@@ -197,13 +195,22 @@ mod tests {
             refused(node("edge-0", true, &["10.9.9.9"])),
             "the Node edge-0 lists the address(es) 10.9.9.9, and the node has none of them (it has 192.0.2.2, 127.77.0.2)"
         );
-        // A node that could not list its addresses: not compared, and said so.
-        let unlisted = Guard::new(Ok(identity("edge-0", None)), "h.example");
+        // A node that could not list its addresses: not compared, and said so, also
+        // when its edgecore.yaml's nodeIP is another address; a nodeIP that matches passes.
+        let mut unlisted = identity("edge-0", None);
+        unlisted.node_ip = "192.0.2.9".parse().ok();
+        let unlisted = Guard::new(Ok(unlisted), "h.example");
         assert!(
             unlisted
                 .check(&node("edge-0", true, &["10.9.9.9"]))
                 .unwrap()
                 .contains("were not compared")
+        );
+        assert!(
+            unlisted
+                .check(&node("edge-0", true, &["192.0.2.9"]))
+                .unwrap()
+                .contains("at 192.0.2.9, an address of the node")
         );
     }
 

@@ -49,9 +49,11 @@ pub struct NodeIdentity {
     /// What the node said its name is, escaped and bounded, for a message when it is not
     /// a Node name.
     pub said_name: String,
-    /// The node's addresses, edgecore.yaml's `nodeIP` among them; `None` when the node
+    /// The addresses the node lists (`ip -o addr`, else `hostname -I`); `None` when it
     /// could not list them.
     pub addresses: Option<Vec<IpAddr>>,
+    /// edgecore.yaml's `nodeIP`, the address edgecore reports, listed or not.
+    pub node_ip: Option<IpAddr>,
 }
 
 /// The Node name in what a node printed (edgecore.yaml's value, quotes and all): `None`
@@ -82,12 +84,15 @@ pub fn parse_node_identity(text: &str) -> NodeIdentity {
         } else if line == "KB_NO_EDGECORE_YAML" {
             identity.edgecore_yaml = false;
         } else if let Some(said) = line.strip_prefix("KB_NODE_IP") {
-            addresses.extend(address(said));
+            identity.node_ip = address(said);
         } else if let Some(said) = line.strip_prefix("KB_HOSTNAME") {
             hostname = Some(said.trim().to_ascii_lowercase());
         } else if let Some(said) = line.strip_prefix("KB_ADDR ") {
-            if addresses.len() < ADDRESSES {
-                addresses.extend(address(said));
+            if let Some(address) = address(said)
+                && addresses.len() < ADDRESSES
+                && !addresses.contains(&address)
+            {
+                addresses.push(address);
             }
         } else if line == "KB_ADDRS_LISTED" {
             listed = true;
@@ -102,8 +107,7 @@ pub fn parse_node_identity(text: &str) -> NodeIdentity {
         .unwrap_or_default();
     identity.node_name = node_name_said(&said);
     identity.said_name = escape_controls(&one_line(&said, 80));
-    addresses.dedup();
-    identity.addresses = (listed || !addresses.is_empty()).then_some(addresses);
+    identity.addresses = listed.then_some(addresses);
     identity
 }
 
@@ -124,11 +128,20 @@ mod tests {
         );
         assert!(id.finished && id.edgecore_yaml);
         assert_eq!(id.node_name.as_deref(), Some("edge-7"));
-        let want: Vec<IpAddr> = ["10.0.0.7", "127.0.0.1", "fd00::2"]
+        let want: Vec<IpAddr> = ["127.0.0.1", "fd00::2"]
             .iter()
             .map(|a| a.parse().unwrap())
             .collect();
         assert_eq!(id.addresses, Some(want));
+        assert_eq!(id.node_ip, "10.0.0.7".parse().ok());
+        // An address listed twice is kept once; nodeIP without a listing is no listing.
+        let id = parse_node_identity(
+            "KB_NODE_NAME e\nKB_NODE_IP 10.0.0.7\nKB_ADDR 10.0.0.7/24\nKB_ADDR 10.0.0.7/24\nKB_ADDRS_LISTED\nKB_IDENTITY_END\n",
+        );
+        assert_eq!(id.addresses, Some(vec!["10.0.0.7".parse().unwrap()]));
+        let id = parse_node_identity("KB_NODE_NAME e\nKB_NODE_IP 10.0.0.7\nKB_IDENTITY_END\n");
+        assert_eq!(id.addresses, None);
+        assert_eq!(id.node_ip, "10.0.0.7".parse().ok());
         let id = parse_node_identity("KB_NODE_NAME \nKB_HOSTNAME Edge-9\nKB_IDENTITY_END\n");
         assert_eq!(id.node_name.as_deref(), Some("edge-9"));
         assert_eq!(id.addresses, None, "not listed");
