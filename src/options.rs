@@ -231,6 +231,12 @@ impl std::fmt::Display for Shard {
     }
 }
 
+/// `--ready-timeout`'s default (the command line says `300s`), which the recap's next
+/// command leaves out.
+pub const DEFAULT_READY_TIMEOUT_SECS: u64 = 300;
+/// `--drain-timeout`'s default (the command line says `5m`), likewise.
+pub const DEFAULT_DRAIN_TIMEOUT_SECS: u64 = 300;
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunOptions {
     pub config: PathBuf,

@@ -3,27 +3,28 @@
 //! options (never from argv), so that pasted as printed it checks the same host keys,
 //! asks the same cluster and rolls out in the same waves.
 
-use crate::config::HostKeyPolicy;
-use crate::options::{PreflightMode, RelayMode, RunOptions};
+use crate::options::{
+    DEFAULT_DRAIN_TIMEOUT_SECS, DEFAULT_READY_TIMEOUT_SECS, PreflightMode, RelayMode, RunOptions,
+};
 use crate::shell::shell_quote;
-
-/// `--ready-timeout`'s default, which the command leaves out.
-const DEFAULT_READY_TIMEOUT_SECS: u64 = 300;
-/// `--drain-timeout`'s default, which the command leaves out.
-const DEFAULT_DRAIN_TIMEOUT_SECS: u64 = 300;
 
 /// `keadm-batch batch -c FILE --retry-failed --wave 25% --max-fail 0 --known-hosts ...`.
 ///
 /// Left out on purpose: the selection (`--only`, `--class`: the retry selects the nodes
 /// that did not succeed), what the run only printed or wrote elsewhere (`--dry-run`,
 /// `--output`, `--junit`, `--metrics`, `-q`, `-v`, whose files the retry would replace)
-/// and `--run-dir` (a retry needs a new one, and reads the earlier run from
-/// batch_runs/latest).
-pub fn retry(options: &RunOptions) -> String {
+/// and `--run-dir` (a retry needs a new one). `--retry-failed` reads the earlier run from
+/// batch_runs/latest, which a `--run-dir` run leaves alone, so after one the nodes that
+/// did not succeed, `not_succeeded`, are named with `--only`.
+pub fn retry(options: &RunOptions, not_succeeded: &[&str]) -> String {
+    let select = match &options.run_dir {
+        Some(_) => format!("--only {}", shell_quote(&not_succeeded.join(","))),
+        None => "--retry-failed".to_string(),
+    };
     let mut words: Vec<String> = vec![
         "keadm-batch batch -c".into(),
         shell_quote(&options.config.display().to_string()),
-        "--retry-failed".into(),
+        select,
     ];
     let mut flag = |name: &str, value: Option<String>| {
         if let Some(value) = value {
@@ -54,14 +55,7 @@ pub fn retry(options: &RunOptions) -> String {
     );
     flag(
         "host-key-policy",
-        options.host_key_policy.map(|p| {
-            match p {
-                HostKeyPolicy::AcceptNew => "accept-new",
-                HostKeyPolicy::Strict => "strict",
-                HostKeyPolicy::Off => "off",
-            }
-            .to_string()
-        }),
+        options.host_key_policy.map(|p| p.as_str().to_string()),
     );
     flag("known-hosts", string(&options.known_hosts));
     flag(
@@ -122,6 +116,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::config::HostKeyPolicy;
     use crate::options::{Amount, Shard};
 
     #[test]
@@ -132,7 +127,7 @@ mod tests {
             ..RunOptions::default()
         };
         assert_eq!(
-            retry(&plain),
+            retry(&plain, &[]),
             "keadm-batch batch -c config.yaml --retry-failed"
         );
         let full = RunOptions {
@@ -157,8 +152,32 @@ mod tests {
             ..RunOptions::default()
         };
         assert_eq!(
-            retry(&full),
-            "keadm-batch batch -c 'site a.yaml' --retry-failed --shard 2/4 --canary 2 --wave '25%' --max-fail 0 --wave-pause 90s --host-key-policy strict --known-hosts '/etc/ssh/fleet hosts' --preflight off --kubeconfig /root/.kube/config --context prod --ready-timeout 600 --drain-timeout 120s --staging-dir /var/tmp/stage --backup --drain"
+            retry(&full, &["edge-1", "edge-7"]),
+            "keadm-batch batch -c 'site a.yaml' --only edge-1,edge-7 --shard 2/4 --canary 2 --wave '25%' --max-fail 0 --wave-pause 90s --host-key-policy strict --known-hosts '/etc/ssh/fleet hosts' --preflight off --kubeconfig /root/.kube/config --context prod --ready-timeout 600 --drain-timeout 120s --staging-dir /var/tmp/stage --backup --drain"
+        );
+    }
+
+    /// A run with `--run-dir` left batch_runs/latest alone, so `--retry-failed` would
+    /// read another run: its nodes that did not succeed are named instead.
+    #[test]
+    fn a_run_dir_run_is_retried_by_name() {
+        let options = RunOptions {
+            config: "c.yaml".into(),
+            ready_timeout_seconds: 300,
+            run_dir: Some(PathBuf::from("/srv/runs/s1")),
+            ..RunOptions::default()
+        };
+        assert_eq!(
+            retry(&options, &["edge-1", "edge 2"]),
+            "keadm-batch batch -c c.yaml --only 'edge-1,edge 2'"
+        );
+        let options = RunOptions {
+            run_dir: None,
+            ..options
+        };
+        assert_eq!(
+            retry(&options, &["edge-1"]),
+            "keadm-batch batch -c c.yaml --retry-failed"
         );
     }
 
@@ -172,7 +191,7 @@ mod tests {
             ..RunOptions::default()
         };
         assert_eq!(
-            retry(&options),
+            retry(&options, &[]),
             "keadm-batch batch -c c.yaml --retry-failed --no-cluster"
         );
     }

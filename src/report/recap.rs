@@ -212,31 +212,31 @@ fn short_reason(o: &NodeOutcome) -> Option<String> {
     if let Some(last) = &o.last_output {
         let _ = write!(reason, " (last output: {last})");
     }
-    Some(bounded(reason, REASON_CHARS))
+    Some(bounded(reason))
 }
 
 /// keadm's words for a command that failed, as batch_process_log.txt keeps them.
 const KEADM_FAILED: &str = "failed to execute keadm command ";
 
-/// `text` cut to about `chars` characters in its middle, with ` ... ` where it was cut:
-/// a reason names what failed first and why last (the Node's condition, edgecore's log
-/// line, keadm's last output), and the why is what an operator acts on.
-fn bounded(text: String, chars: usize) -> String {
+/// `text` cut to about [`REASON_CHARS`] characters in its middle, with ` ... ` where it
+/// was cut: a reason names what failed first and why last (the Node's condition,
+/// edgecore's log line, keadm's last output), and the why is what an operator acts on.
+fn bounded(text: String) -> String {
     let count = text.chars().count();
-    if count <= chars {
+    if count <= REASON_CHARS {
         return text;
     }
     let head: String = text.chars().take(REASON_HEAD_CHARS).collect();
     let tail: String = text
         .chars()
-        .skip(count - (chars - REASON_HEAD_CHARS))
+        .skip(count - (REASON_CHARS - REASON_HEAD_CHARS))
         .collect();
     format!("{} ... {}", head.trim_end(), tail.trim_start())
 }
 
 /// Whether `o` is a node that never started (skipped, or not started before the
 /// operator's Ctrl-C): the console counts these and names each once, in the recap.
-pub fn never_started(o: &NodeOutcome) -> bool {
+fn never_started(o: &NodeOutcome) -> bool {
     matches!(o.phase, Phase::Skipped | Phase::Interrupted) && !o.steps.started()
 }
 
@@ -429,7 +429,7 @@ pub fn render(run: &Run) -> String {
         } else {
             "once the causes above are fixed"
         };
-        out.push_str(&then(run, when));
+        out.push_str(&then(run, &failed, when));
     }
     out
 }
@@ -437,9 +437,15 @@ pub fn render(run: &Run) -> String {
 /// The one command to go on with, once what the nodes need is fixed: the retry of the
 /// nodes that did not succeed, the untouched ones of a stopped rollout included, with
 /// this run's flags.
-fn then(run: &Run, when: &str) -> String {
-    let mut out = format!("\nthen, {when}: {}\n", next_command::retry(run.options));
-    if !run.waves.is_empty() {
+fn then(run: &Run, failed: &[&NodeOutcome], when: &str) -> String {
+    let names: Vec<&str> = failed.iter().map(|o| o.name.as_str()).collect();
+    let mut out = format!(
+        "\nthen, {when}: {}\n",
+        next_command::retry(run.options, &names)
+    );
+    if run.options.run_dir.is_some() {
+        out.push_str("  (by name: --retry-failed reads batch_runs/latest, which a --run-dir run leaves alone)\n");
+    } else if !run.waves.is_empty() {
         out.push_str("  (it goes on where the rollout stopped, each node in the wave it had, each wave gated again)\n");
     }
     out
