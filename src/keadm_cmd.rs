@@ -533,6 +533,33 @@ fn shell_segments(text: &str) -> Vec<Vec<String>> {
     segments
 }
 
+/// keadm's `GetCurrentVersion` for a version it accepts as written: `1.23.1` becomes
+/// `v1.23.1`; anything that is not `[v]MAJOR.MINOR.PATCH[suffix]` is `None` (keadm then
+/// falls back to its own version).
+pub fn release_version(text: &str) -> Option<String> {
+    let bare = text.strip_prefix('v').unwrap_or(text);
+    let number = |part: &str| {
+        !part.is_empty()
+            && part.bytes().all(|b| b.is_ascii_digit())
+            && (part == "0" || !part.starts_with('0'))
+    };
+    let mut parts = bare.splitn(3, '.');
+    let (major, minor, rest) = (parts.next()?, parts.next()?, parts.next()?);
+    let patch_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let (patch, suffix) = rest.split_at(patch_len);
+    let suffix_ok = suffix
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+'));
+    (number(major) && number(minor) && number(patch) && suffix_ok).then(|| format!("v{bare}"))
+}
+
+/// `(major, minor)` of a release version (`v1.15.4`, `1.15.4`).
+pub fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let release = release_version(version)?;
+    let mut parts = release[1..].split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ pub(super) struct Defaults {
     pub(super) keadm_bin_dir: Option<String>,
     pub(super) site: Option<String>,
     /// `keadm.keadmVersion`'s major and minor numbers, where it reads as a release.
-    pub(super) keadm_release: Option<(u64, u64)>,
+    pub(super) keadm_release: Option<(u32, u32)>,
     /// Whether joins and upgrades get offline image archives uploaded into their
     /// remoteDir (keadmBinDir or not): `keadm.offlineImages` lists some, or in offline
     /// mode the offline directory has an `<arch>/images`.
@@ -52,18 +52,10 @@ impl Defaults {
                 .keadm
                 .keadm_version
                 .as_ref()
-                .and_then(|version| release(&version.value)),
+                .and_then(|version| crate::keadm_cmd::major_minor(version.value.trim())),
             image_archives: image_archives(v, raw),
         }
     }
-}
-
-/// `v1.23.1` (or `1.23.1`) as `(1, 23)`.
-fn release(version: &str) -> Option<(u64, u64)> {
-    let mut numbers = version.trim().trim_start_matches('v').split('.');
-    let major = numbers.next()?.parse().ok()?;
-    let minor = numbers.next()?.parse().ok()?;
-    Some((major, minor))
 }
 
 /// See [`Defaults::image_archives`]. Only for the warning about nodes sharing a directory:
