@@ -130,31 +130,24 @@ pub fn run_all_handing_over<F>(
     }
     // Every node gets exactly one outcome, even those never started; the console counts
     // those in one line.
-    let mut not_started = Vec::new();
-    for node in nodes {
-        if !recorder.recorded(node.index) {
-            let (phase, reason) = if cancel.stopping() {
-                (
-                    Phase::Interrupted,
-                    "not started: run interrupted".to_string(),
-                )
-            } else {
-                (
-                    Phase::Skipped,
-                    skip_reason
-                        .clone()
-                        .unwrap_or_else(|| "skipped: not started".to_string()),
-                )
-            };
-            not_started.push(NodeOutcome::not_run(
-                node.index,
-                &node.name,
-                &node.address(),
-                phase,
-                &reason,
-            ));
-        }
-    }
+    // Decided once: a Ctrl-C during the loop must not split them into two kinds, which
+    // the console's one line would give the first one's words.
+    let (phase, reason) = if cancel.stopping() {
+        (
+            Phase::Interrupted,
+            "not started: run interrupted".to_string(),
+        )
+    } else {
+        (
+            Phase::Skipped,
+            skip_reason.unwrap_or_else(|| "skipped: not started".to_string()),
+        )
+    };
+    let not_started: Vec<NodeOutcome> = nodes
+        .iter()
+        .filter(|node| !recorder.recorded(node.index))
+        .map(|node| NodeOutcome::not_run(node.index, &node.name, &node.address(), phase, &reason))
+        .collect();
     recorder.record_not_started(not_started);
     if in_waves {
         recorder.set_waves(records);

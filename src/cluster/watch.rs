@@ -171,42 +171,13 @@ async fn watch_from(api: &Api<Node>, mut version: String, shared: &Arc<(Mutex<St
             }
         };
         let started = Instant::now();
-        let mut events = 0u64;
+        let mut delivered = false;
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
-            events += 1;
-            match event {
-                Ok(WatchEvent::Added(node)) | Ok(WatchEvent::Modified(node)) => {
-                    if let Some(v) = &node.metadata.resource_version {
-                        version = v.clone();
-                    }
-                    update(shared, |state| saw(state, NodeState::of(&node), false));
-                }
-                Ok(WatchEvent::Deleted(node)) => {
-                    if let Some(v) = &node.metadata.resource_version {
-                        version = v.clone();
-                    }
-                    let name = node.metadata.name.clone().unwrap_or_default();
-                    update(shared, |state| {
-                        state.nodes.remove(&name);
-                    });
-                }
-                Ok(WatchEvent::Bookmark(bookmark)) => {
-                    version = bookmark.metadata.resource_version;
-                }
-                Ok(WatchEvent::Error(status)) if status.code == 410 => return,
-                Ok(WatchEvent::Error(status)) => {
-                    update(shared, |state| {
-                        state.trouble = Some(format!(
-                            "the cluster's node watch ended: {} ({})",
-                            status.message, status.code
-                        ))
-                    });
-                    break;
-                }
+            let event = match event {
+                Ok(event) => event,
                 Err(err) => {
-                    events -= 1;
-                    let routine = events > 0 || started.elapsed() >= ROUTINE_BREAK_AFTER;
+                    let routine = delivered || started.elapsed() >= ROUTINE_BREAK_AFTER;
                     quick_breaks = if routine { 0 } else { quick_breaks + 1 };
                     log::debug!("the cluster's node watch broke, resuming it: {err}");
                     if quick_breaks >= BREAKS_THAT_ARE_TROUBLE {
@@ -221,13 +192,44 @@ async fn watch_from(api: &Api<Node>, mut version: String, shared: &Arc<(Mutex<St
                     }
                     break;
                 }
-            }
-            if events == 1 {
+            };
+            if !delivered {
                 // A watch that delivers again ends any run of breaks, and the trouble
                 // before it is moot: the watch resumed from the last version seen, so
                 // nothing was missed.
+                delivered = true;
                 quick_breaks = 0;
                 update(shared, |state| state.trouble = None);
+            }
+            match event {
+                WatchEvent::Added(node) | WatchEvent::Modified(node) => {
+                    if let Some(v) = &node.metadata.resource_version {
+                        version = v.clone();
+                    }
+                    update(shared, |state| saw(state, NodeState::of(&node), false));
+                }
+                WatchEvent::Deleted(node) => {
+                    if let Some(v) = &node.metadata.resource_version {
+                        version = v.clone();
+                    }
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    update(shared, |state| {
+                        state.nodes.remove(&name);
+                    });
+                }
+                WatchEvent::Bookmark(bookmark) => {
+                    version = bookmark.metadata.resource_version;
+                }
+                WatchEvent::Error(status) if status.code == 410 => return,
+                WatchEvent::Error(status) => {
+                    update(shared, |state| {
+                        state.trouble = Some(format!(
+                            "the cluster's node watch ended: {} ({})",
+                            status.message, status.code
+                        ))
+                    });
+                    break;
+                }
             }
         }
     }

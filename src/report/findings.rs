@@ -266,12 +266,12 @@ struct JsonError<'a> {
     reason: &'a str,
 }
 
-/// Each finding seen on `nodes` (name, findings), in [`FindingId`]'s order, with the
-/// nodes that have it, each once and in the order given.
-pub fn by_id<'a>(
-    nodes: impl IntoIterator<Item = (&'a str, &'a [Finding])>,
-) -> Vec<(FindingId, Vec<&'a str>)> {
-    let mut found: Vec<(FindingId, Vec<&'a str>)> = Vec::new();
+/// Each finding seen on `nodes` (a node, as its name or its index, and its findings), in
+/// [`FindingId`]'s order, with the nodes that have it, each once and in the order given.
+pub fn by_id<'a, N: Copy + PartialEq>(
+    nodes: impl IntoIterator<Item = (N, &'a [Finding])>,
+) -> Vec<(FindingId, Vec<N>)> {
+    let mut found: Vec<(FindingId, Vec<N>)> = Vec::new();
     for (name, findings) in nodes {
         for finding in findings {
             match found.iter_mut().find(|(id, _)| *id == finding.id) {

@@ -491,14 +491,16 @@ fn failures(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<FailureGroup> {
 /// The pre-flight findings of `nodes`, grouped by id as the recap groups them, each
 /// node with what its probe saw.
 fn preflight(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<FailureGroup> {
+    // By index: each finding's nodes are then at hand, not looked up by name.
     let found = super::findings::by_id(
         nodes
             .iter()
-            .map(|n| (n.name.as_str(), n.preflight.as_slice())),
+            .enumerate()
+            .map(|(i, n)| (i, n.preflight.as_slice())),
     );
     found
         .into_iter()
-        .map(|(id, names)| {
+        .map(|(id, members)| {
             let finding = crate::diagnosis::Finding {
                 id,
                 detail: String::new(),
@@ -507,9 +509,9 @@ fn preflight(nodes: &[NodeOutcome], run_dir: &Path) -> Vec<FailureGroup> {
                 class: id.as_str().to_string(),
                 title: finding.message().to_string(),
                 fix: finding.suggested_action().to_string(),
-                nodes: nodes
-                    .iter()
-                    .filter(|n| names.contains(&n.name.as_str()))
+                nodes: members
+                    .into_iter()
+                    .map(|i| &nodes[i])
                     .map(|n| FailedNode {
                         name: text(&n.name),
                         error: text(

@@ -126,7 +126,10 @@ impl Transcript {
     pub fn note(&mut self, text: &str) {
         self.flush_partial();
         self.emit(Kind::Note, &format!("{NOTE_PREFIX} {text}"));
-        if let Some(record) = self.record(text) {
+        // Masked and escaped again only when -v will show it: notes come on every node.
+        if log::log_enabled!(log::Level::Info)
+            && let Some(record) = self.record(text)
+        {
             log::info!("{record}");
         }
     }
