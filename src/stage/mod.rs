@@ -29,8 +29,8 @@ use download::Http;
 use temporary::{Temporary, write_atomically};
 use unpack::{Expected, Extracted, unpack_package};
 
-/// An error and its causes on one line, for messages about HTTP failures.
 pub(crate) use dirs::{effective_uid, not_private};
+/// An error and its causes on one line, for messages about HTTP failures.
 pub(crate) use download::error_chain;
 pub use error::StageError;
 pub use images::{ArchivedImage, Gzipped, ImageArchive, ImageSources, OfflineImages, Selector};

@@ -46,8 +46,7 @@ impl SiteLans {
     /// LANs numbered from 0 with none skipped). Panics saying what the machine lacks when
     /// it cannot: a test that asked for LANs must not run on loopback instead.
     pub fn create(lans: &[usize]) -> SiteLans {
-        // SAFETY: geteuid(2) has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if super::own_uid() != 0 {
             panic!("{}", needs("the tests run as a user other than root"));
         }
         let count = lans.iter().max().map_or(0, |m| m + 1);

@@ -96,7 +96,7 @@ pub(super) fn limit_text(bytes: u64) -> String {
 /// A registry's own words in a message (an error code, a platform, a media type): on one
 /// line, control characters escaped, and short, so a registry cannot forge a line or
 /// drive the terminal of the machine that bundles. Real ones are a word or two.
-pub(super) fn quoted(text: &str) -> String {
+pub(super) fn registry_words(text: &str) -> String {
     crate::node_text::one_line(text, 80)
 }
 

@@ -11,7 +11,9 @@ use reqwest::StatusCode;
 use reqwest::blocking::{RequestBuilder, Response};
 use reqwest::header::{ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
 
-use super::body::{BodyFailure, MAX_ERROR_BYTES, MAX_TOKEN_BYTES, limit_text, quoted, read_whole};
+use super::body::{
+    BodyFailure, MAX_ERROR_BYTES, MAX_TOKEN_BYTES, limit_text, read_whole, registry_words,
+};
 use super::{Failure, Place, Registry, bad_manifest};
 use crate::backoff::backoff;
 use crate::bundle::error::BundleError;
@@ -313,7 +315,7 @@ fn registry_error_code(response: Response, within: Duration) -> String {
                 .as_str()
                 .map(str::to_string)
         })
-        .map(|code| format!(" ({})", quoted(&code)))
+        .map(|code| format!(" ({})", registry_words(&code)))
         .unwrap_or_default()
 }
 

@@ -6,7 +6,7 @@ use reqwest::header::CONTENT_TYPE;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::body::{BodyFailure, MAX_DOCUMENT_BYTES, limit_text, quoted, read_whole};
+use super::body::{BodyFailure, MAX_DOCUMENT_BYTES, limit_text, read_whole, registry_words};
 use super::http::with_retries;
 use super::{Failure, Place, Registry, bad_manifest};
 use crate::arch::Arch;
@@ -136,7 +136,7 @@ impl Registry {
                     .iter()
                     .filter_map(|d| d.platform.as_ref().map(ToString::to_string))
                     .filter(|p| !p.starts_with("unknown/"))
-                    .map(|p| quoted(&p))
+                    .map(|p| registry_words(&p))
                     .collect();
                 return Err(BundleError::NoPlatform {
                     image: image.to_string(),
@@ -169,7 +169,7 @@ impl Registry {
                 &format!(
                     "it is schema version {} (media type {}), and only schema 2 can be imported",
                     doc.schema_version,
-                    quoted(&manifest.media_type)
+                    registry_words(&manifest.media_type)
                 ),
             ));
         }
