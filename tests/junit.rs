@@ -218,8 +218,10 @@ fn the_schema_refuses_what_junit_readers_refuse() {
 /// Another local user's uid, for files planted where ours go.
 const NOBODY: u32 = 65534;
 
-/// `--junit FILE` is written through a temporary of our own: a `FILE.tmp` another user
-/// made beforehand (and holds open) gets not a byte, and FILE ends up ours, 0600.
+/// `--junit FILE` is written through a temporary of our own, randomly named: a
+/// `FILE.tmp` another user made beforehand (the name the temporary had) gets not a byte,
+/// and FILE ends up ours, 0600. That another user's file is refused whatever its name is
+/// the unit test in src/report/files.rs.
 #[test]
 fn a_planted_junit_temporary_is_not_written_into() {
     use std::os::unix::fs::MetadataExt;

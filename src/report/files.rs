@@ -126,3 +126,60 @@ fn open(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
     file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     Ok(file)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A file another user made where a run file goes is neither written into nor
+    /// emptied; a FIFO there neither blocks nor is used. (Run as root, as the suite is:
+    /// the file is handed to uid 65534.)
+    #[test]
+    fn another_user_s_file_or_a_fifo_is_refused_and_left_as_it_was() {
+        if crate::stage::effective_uid() != 0 {
+            panic!("this test hands a file to another user, which needs root");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let theirs = dir.path().join("batch_process_log.txt");
+        std::fs::write(&theirs, "theirs\n").unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o666)).unwrap();
+        rustix::fs::chown(
+            &theirs,
+            Some(rustix::fs::Uid::from_raw(65534)),
+            Some(rustix::fs::Gid::from_raw(65534)),
+        )
+        .unwrap();
+        for error in [create(&theirs).unwrap_err(), append(&theirs).unwrap_err()] {
+            assert!(
+                error
+                    .to_string()
+                    .contains("belongs to uid 65534, not to this user"),
+                "{error}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "theirs\n");
+        let fifo = dir.path().join("summary.json");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        // With no reader the open itself fails (ENXIO, thanks to O_NONBLOCK); with one,
+        // the fstat refuses it.
+        assert!(create(&fifo).is_err());
+        let _reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(OFlags::NONBLOCK.bits() as i32)
+            .open(&fifo)
+            .unwrap();
+        let error = create(&fifo).unwrap_err();
+        assert!(
+            error.to_string().contains("is not a regular file"),
+            "{error}"
+        );
+    }
+}
