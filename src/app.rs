@@ -55,7 +55,11 @@ pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
         _ => Verbosity::Normal,
     };
     init_logging(verbosity);
-    match run(command) {
+    let result = run(command);
+    // Every node is done: the shared jump-host connections are closed and their driver
+    // threads joined, so none outlives the run on a socket.
+    crate::transport::close_jump_connections();
+    match result {
         Ok(()) => 0,
         Err(err) => {
             // One prefix per line, so a list of config problems reads as a list. An error
@@ -399,6 +403,7 @@ fn preflight_only(plan: &plan::Plan, output: OutputFormat) -> Result<(), Error> 
         connector: &crate::transport::SshConnector,
         stager: None,
         known_hosts: plan.known_hosts.clone(),
+        jump_connections: plan.jump_connections,
         run_dir,
         cancel: &cancel,
         verify_remote: false,
@@ -608,6 +613,7 @@ fn execute(
         connector: &crate::transport::SshConnector,
         stager: stager.as_ref(),
         known_hosts: plan.known_hosts.clone(),
+        jump_connections: plan.jump_connections,
         run_dir: &run_dir,
         cancel: &cancel,
         verify_remote: options.verify_remote,

@@ -127,6 +127,11 @@ struct BatchArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_grace_seconds, help_heading = "Policy")]
     kill_grace: Option<u64>,
 
+    /// How many SSH connections to each jump host (proxyJump) the nodes behind it share,
+    /// each node a channel on the least busy one (default 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16), help_heading = "Policy")]
+    jump_connections: Option<u32>,
+
     /// Deadline for TCP connect, SSH handshake and authentication: seconds (10, 10s) or
     /// minutes (default 10s).
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout_seconds, help_heading = "Policy")]
@@ -1133,6 +1138,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         timeout_seconds: batch.timeout,
         kill_grace_seconds: batch.kill_grace,
         connect_timeout_seconds: batch.connect_timeout,
+        jump_connections: batch.jump_connections.map(|n| n as usize),
         host_key_policy: batch.host_key_policy.map(host_key_policy_of),
         known_hosts: batch.known_hosts,
         allow_unverified: batch.allow_unverified,

@@ -260,6 +260,8 @@ pub struct RunOptions {
     /// before SIGKILL (`None`: the default, 10 s).
     pub kill_grace_seconds: Option<u64>,
     pub connect_timeout_seconds: Option<u64>,
+    /// `--jump-connections N`: the shared connections per jump host (`None`: 1).
+    pub jump_connections: Option<usize>,
     pub host_key_policy: Option<HostKeyPolicy>,
     pub known_hosts: Option<PathBuf>,
     /// Use a package with neither a checksum file nor a pin, marked unverified.

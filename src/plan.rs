@@ -32,6 +32,9 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 /// `--kill-grace`'s default: time for keadm and the scripts it runs to clean up.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 pub const DEFAULT_RETRIES: u32 = 2;
+/// Shared SSH connections per jump host: one authentication on the bastion (see
+/// docs/architecture.md, "The jump hub", for why one driver thread is enough).
+pub const DEFAULT_JUMP_CONNECTIONS: usize = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Deadlines {
@@ -235,6 +238,8 @@ pub struct Plan {
     pub config_path: PathBuf,
     pub max_run_num: usize,
     pub known_hosts: PathBuf,
+    /// The shared connections per jump host (`--jump-connections`).
+    pub jump_connections: usize,
     pub nodes: Vec<NodePlan>,
     /// How many nodes the config lists, before selection.
     pub total_in_config: usize,
@@ -385,6 +390,7 @@ pub fn build(
         config_path: config.path.clone(),
         max_run_num: options.max_run_num.unwrap_or(config.max_run_num),
         known_hosts,
+        jump_connections: options.jump_connections.unwrap_or(DEFAULT_JUMP_CONNECTIONS),
         nodes,
         total_in_config: config.nodes.len(),
         shard: options.shard,

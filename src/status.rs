@@ -49,6 +49,7 @@ pub fn gather(
         connector: &crate::transport::SshConnector,
         stager: None,
         known_hosts: plan.known_hosts.clone(),
+        jump_connections: plan.jump_connections,
         run_dir: &scratch.run,
         cancel,
         verify_remote: false,

@@ -25,6 +25,7 @@ fn spec_for(endpoint: Endpoint, auth: Auth, known_hosts: PathBuf) -> ConnectSpec
         known_hosts,
         connect_timeout: Duration::from_secs(10),
         keepalive_secs: 15,
+        jump_connections: 1,
         jump: None,
     }
 }

@@ -38,6 +38,7 @@ pub(super) fn connect_spec(
         known_hosts: known_hosts.to_path_buf(),
         connect_timeout: timeout,
         keepalive_secs: KEEPALIVE_SECS,
+        jump_connections: 1,
         jump: ssh.proxy_jump.as_ref().map(|j| {
             let jump_policy = jump_policy.unwrap_or(policy);
             Box::new(connect_spec(j, jump_policy, None, known_hosts, timeout))
@@ -51,13 +52,14 @@ impl Run<'_, '_> {
     pub(super) fn connect(&mut self) -> Result<Box<dyn Connection>, StepError> {
         self.timed(Phase::Connecting, |run| {
             let node = run.node;
-            let spec = connect_spec(
+            let mut spec = connect_spec(
                 &node.ssh,
                 node.host_key_policy,
                 node.jump_host_key_policy,
                 &run.ctx.known_hosts,
                 node.deadlines.connect,
             );
+            spec.jump_connections = run.ctx.jump_connections;
             let attempts = 1 + node.retries;
             let mut attempt = 0;
             loop {

@@ -59,6 +59,8 @@ pub struct Context<'a> {
     /// None when no node needs a staged binary.
     pub stager: Option<&'a Stager>,
     pub known_hosts: PathBuf,
+    /// The shared connections per jump host (`--jump-connections`).
+    pub jump_connections: usize,
     pub run_dir: &'a RunDir,
     pub cancel: &'a Cancel,
     pub verify_remote: bool,

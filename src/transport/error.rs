@@ -173,6 +173,157 @@ impl TransportError {
         }
     }
 
+    /// The same error again, for each of several nodes that waited on one attempt (a
+    /// shared jump connection that could not be opened). An `io::Error` is rebuilt from
+    /// its kind and text, which is all a message or a class reads of it.
+    pub(super) fn duplicate(&self) -> TransportError {
+        let io = |e: &io::Error| io::Error::new(e.kind(), e.to_string());
+        match self {
+            TransportError::Resolve { endpoint, source } => TransportError::Resolve {
+                endpoint: endpoint.clone(),
+                source: io(source),
+            },
+            TransportError::Refused { endpoint } => TransportError::Refused {
+                endpoint: endpoint.clone(),
+            },
+            TransportError::Connect { endpoint, source } => TransportError::Connect {
+                endpoint: endpoint.clone(),
+                source: io(source),
+            },
+            TransportError::ConnectTimeout {
+                endpoint,
+                phase,
+                after,
+            } => TransportError::ConnectTimeout {
+                endpoint: endpoint.clone(),
+                phase,
+                after: *after,
+            },
+            TransportError::Handshake {
+                endpoint,
+                message,
+                transient,
+            } => TransportError::Handshake {
+                endpoint: endpoint.clone(),
+                message: message.clone(),
+                transient: *transient,
+            },
+            TransportError::AuthRejected {
+                endpoint,
+                user,
+                method,
+            } => TransportError::AuthRejected {
+                endpoint: endpoint.clone(),
+                user: user.clone(),
+                method: method.clone(),
+            },
+            TransportError::AuthSetup {
+                endpoint,
+                user,
+                message,
+            } => TransportError::AuthSetup {
+                endpoint: endpoint.clone(),
+                user: user.clone(),
+                message: message.clone(),
+            },
+            TransportError::HostKeyChanged {
+                endpoint,
+                host_entry,
+                fingerprint,
+                known_hosts,
+            } => TransportError::HostKeyChanged {
+                endpoint: endpoint.clone(),
+                host_entry: host_entry.clone(),
+                fingerprint: fingerprint.clone(),
+                known_hosts: known_hosts.clone(),
+            },
+            TransportError::HostKeyUnknown {
+                endpoint,
+                fingerprint,
+                known_hosts,
+            } => TransportError::HostKeyUnknown {
+                endpoint: endpoint.clone(),
+                fingerprint: fingerprint.clone(),
+                known_hosts: known_hosts.clone(),
+            },
+            TransportError::HostKeyRevoked {
+                endpoint,
+                fingerprint,
+                known_hosts,
+                line,
+            } => TransportError::HostKeyRevoked {
+                endpoint: endpoint.clone(),
+                fingerprint: fingerprint.clone(),
+                known_hosts: known_hosts.clone(),
+                line: *line,
+            },
+            TransportError::HostKeyNotVerifiable {
+                endpoint,
+                fingerprint,
+                known_hosts,
+                line,
+                covered_by,
+            } => TransportError::HostKeyNotVerifiable {
+                endpoint: endpoint.clone(),
+                fingerprint: fingerprint.clone(),
+                known_hosts: known_hosts.clone(),
+                line: *line,
+                covered_by: covered_by.clone(),
+            },
+            TransportError::KnownHosts { path, message } => TransportError::KnownHosts {
+                path: path.clone(),
+                message: message.clone(),
+            },
+            TransportError::Timeout {
+                endpoint,
+                what,
+                after,
+            } => TransportError::Timeout {
+                endpoint: endpoint.clone(),
+                what: what.clone(),
+                after: *after,
+            },
+            TransportError::Session {
+                endpoint,
+                what,
+                message,
+                transient,
+            } => TransportError::Session {
+                endpoint: endpoint.clone(),
+                what: what.clone(),
+                message: message.clone(),
+                transient: *transient,
+            },
+            TransportError::Jump {
+                endpoint,
+                jump,
+                source,
+            } => TransportError::Jump {
+                endpoint: endpoint.clone(),
+                jump: jump.clone(),
+                source: Box::new(source.duplicate()),
+            },
+            TransportError::Aborted { endpoint } => TransportError::Aborted {
+                endpoint: endpoint.clone(),
+            },
+            TransportError::LocalRead { endpoint, source } => TransportError::LocalRead {
+                endpoint: endpoint.clone(),
+                source: io(source),
+            },
+            TransportError::OutputWrite { endpoint, source } => TransportError::OutputWrite {
+                endpoint: endpoint.clone(),
+                source: io(source),
+            },
+            // Only a running command meets endless output; kept as its sentence.
+            TransportError::EndlessOutput { endpoint, .. } => TransportError::Session {
+                endpoint: endpoint.clone(),
+                what: "reading the output".to_string(),
+                message: self.to_string(),
+                transient: false,
+            },
+        }
+    }
+
     /// Whether a retry with backoff may succeed: the network or the node's sshd was not
     /// (yet) there. Authentication failures, host-key problems and command deadlines are
     /// final, because retrying them only repeats the same answer (or locks accounts).

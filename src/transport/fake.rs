@@ -432,6 +432,7 @@ mod tests {
             known_hosts: "/dev/null".into(),
             connect_timeout: Duration::from_secs(1),
             keepalive_secs: 0,
+            jump_connections: 1,
             jump: None,
         }
     }

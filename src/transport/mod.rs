@@ -30,6 +30,7 @@ use crate::redact::Secret;
 /// transport acts on it, with no second enum to map between.
 pub use crate::config::HostKeyPolicy;
 pub use error::TransportError;
+pub use jump::{MAX_JUMP_DEPTH, close_all as close_jump_connections};
 pub use known_hosts::{host_entry, sha256_fingerprint};
 pub use ssh::SshConnection;
 
@@ -193,6 +194,9 @@ pub struct ConnectSpec {
     /// key and auth are checked by its own spec; its connect time counts against this
     /// spec's `connect_timeout`.
     pub jump: Option<Box<ConnectSpec>>,
+    /// How many connections the nodes behind `jump` share (`--jump-connections`): each
+    /// node is a channel on the one with the fewest. 0 counts as 1.
+    pub jump_connections: usize,
 }
 
 /// How a remote command ended.

@@ -270,6 +270,7 @@ impl Fleet {
             known_hosts: self.known_hosts(),
             connect_timeout: Duration::from_secs(10),
             keepalive_secs: 15,
+            jump_connections: 1,
             jump: None,
         }
     }

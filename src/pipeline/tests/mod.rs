@@ -145,6 +145,7 @@ impl Harness {
             connector: &self.fake,
             stager: self.stager.as_ref(),
             known_hosts: self.dir.path().join("known_hosts"),
+            jump_connections: 1,
             run_dir: &self.run_dir,
             cancel: &self.cancel,
             verify_remote: self.verify_remote,

@@ -7,14 +7,13 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ssh2::{Channel, MethodType, Session};
+use ssh2::{MethodType, Session};
 
 use super::SshConnection;
 use super::auth::authenticate;
 use super::errors::{clamp_ms, connect_error};
-use crate::transport::jump::Bridge;
 use crate::transport::known_hosts;
-use crate::transport::{ConnectSpec, Endpoint, TransportError};
+use crate::transport::{ConnectSpec, TransportError};
 
 /// Key exchanges, fastest first. curve25519 costs about a tenth of the CPU of OpenSSH's
 /// default sntrup761 hybrid; the rest stay as fallbacks for older servers.
@@ -44,57 +43,35 @@ const CIPHER_PREFERENCE: &[&str] = &[
 ];
 
 /// The socket the session runs over: a TCP connection to the node, or, with a jump host,
-/// one end of a socket pair whose other end the [`Bridge`] relays.
+/// one end of a socket pair whose other end the jump host's shared connection relays.
 pub(super) fn open_socket(
     spec: &ConnectSpec,
     deadline: Instant,
-) -> Result<(Arc<OwnedFd>, Option<Bridge>), TransportError> {
+) -> Result<Arc<OwnedFd>, TransportError> {
     match &spec.jump {
         Some(jump) => {
-            let mut jump = jump.as_ref().clone();
-            // The jump leg spends the target's connect budget, not a budget of its own.
-            jump.connect_timeout = jump
-                .connect_timeout
-                .min(deadline.saturating_duration_since(Instant::now()));
-            let jump_endpoint = jump.endpoint.clone();
-            let target = spec.endpoint.clone();
-            let (stream, bridge) = Bridge::open(&jump_endpoint, &spec.endpoint, deadline, {
-                move || open_forwarded(&jump, &target, deadline)
-            })?;
-            Ok((Arc::new(OwnedFd::from(stream)), Some(bridge)))
+            let stream = crate::transport::jump::open(
+                jump,
+                spec.jump_connections,
+                &spec.endpoint,
+                deadline,
+                || {
+                    // The hub's own connection: a chain beyond this jump host goes through
+                    // that host's hub in turn, with the same number of connections.
+                    let mut jump = jump.as_ref().clone();
+                    jump.jump_connections = spec.jump_connections;
+                    Box::new(move || SshConnection::connect(&jump))
+                },
+            )?;
+            Ok(Arc::new(OwnedFd::from(stream)))
         }
         None => {
             let tcp = connect_tcp(spec, deadline)?;
             // Nagle only delays the many small packets of handshake, auth and exec.
             let _ = tcp.set_nodelay(true);
-            Ok((Arc::new(OwnedFd::from(tcp)), None))
+            Ok(Arc::new(OwnedFd::from(tcp)))
         }
     }
-}
-
-/// On the bridge thread: connects to the jump host and opens a `direct-tcpip` channel
-/// from it to `target`.
-fn open_forwarded(
-    jump: &ConnectSpec,
-    target: &Endpoint,
-    deadline: Instant,
-) -> Result<(SshConnection, Channel), TransportError> {
-    let conn = SshConnection::connect(jump)?;
-    let left = deadline.saturating_duration_since(Instant::now());
-    conn.session.set_timeout(clamp_ms(left));
-    let channel = conn
-        .session
-        .channel_direct_tcpip(&target.host, target.port, None)
-        .map_err(|e| TransportError::Session {
-            endpoint: jump.endpoint.clone(),
-            what: format!("opening a forwarded connection to {target}"),
-            message: e.message().to_string(),
-            // "connect failed" is the target not (yet) listening; other reasons, such
-            // as "administratively prohibited" (AllowTcpForwarding no), are final.
-            transient: e.message().contains("connect failed") || e.message().contains("Timed out"),
-        })?;
-    conn.session.set_timeout(0);
-    Ok((conn, channel))
 }
 
 /// The time left until `deadline` as libssh2's millisecond timeout, or `ConnectTimeout`

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use ssh2::{MethodType, Session};
 
-use super::jump::{Bridge, JumpSession};
+use super::jump::JumpSession;
 use super::{AbortCheck, ConnectSpec, Endpoint, TransportError};
 
 /// One authenticated SSH connection to one node.
@@ -38,9 +38,6 @@ pub struct SshConnection {
     /// The command left running at its deadline, its channel open (see
     /// [`Connection::finish_left`]).
     left: Option<ssh2::Channel>,
-    /// Declared after `session` and `socket` so it drops after them: our end of the
-    /// socket pair closes first, which is what ends the bridge thread that `Bridge` joins.
-    _bridge: Option<Bridge>,
 }
 
 impl std::fmt::Debug for SshConnection {
@@ -66,19 +63,12 @@ impl SshConnection {
             transient: false,
         })?;
         connect::set_preferences(&session);
-        let (socket, bridge) = connect::open_socket(spec, deadline)?;
+        let socket = connect::open_socket(spec, deadline)?;
         session.set_tcp_stream(Arc::clone(&socket));
 
         let fingerprint = match connect::handshake_and_auth(&mut session, spec, deadline) {
             Ok(fingerprint) => fingerprint,
-            Err(e) => {
-                // The session and `socket` hold the bridge's socket end: they must go
-                // first, or joining the bridge thread would wait for them forever.
-                drop(session);
-                drop(socket);
-                drop(bridge);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         };
 
         session.set_timeout(0);
@@ -99,7 +89,6 @@ impl SshConnection {
             abort: None,
             leave_at_deadline: false,
             left: None,
-            _bridge: bridge,
         })
     }
 
@@ -122,7 +111,7 @@ impl SshConnection {
     }
 }
 
-/// A connection to a jump host carries the bridge to the node behind it.
+/// A connection to a jump host carries the channels to the nodes behind it.
 impl JumpSession for SshConnection {
     fn session(&self) -> &Session {
         &self.session
@@ -130,5 +119,9 @@ impl JumpSession for SshConnection {
 
     fn socket(&self) -> BorrowedFd<'_> {
         self.socket.as_fd()
+    }
+
+    fn is_lost(&self, e: &ssh2::Error) -> bool {
+        errors::is_socket_error(e)
     }
 }
