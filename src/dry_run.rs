@@ -413,7 +413,9 @@ fn render_node(out: &mut String, node: &NodePlan, images: Option<&OfflineImages>
             ""
         }
     );
-    if let Some(jump) = &node.ssh.proxy_jump {
+    // A chain of jump hosts, the nearest first (the last is the one reached directly).
+    let mut hop = node.ssh.proxy_jump.as_deref();
+    while let Some(jump) = hop {
         let _ = writeln!(
             out,
             "  via:       {}@{} with {}",
@@ -421,6 +423,7 @@ fn render_node(out: &mut String, node: &NodePlan, images: Option<&OfflineImages>
             display_address(&jump.host, jump.port),
             auth_line(jump)
         );
+        hop = jump.proxy_jump.as_deref();
     }
     let _ = writeln!(out, "  host keys: {}", node.host_key_policy.as_str());
     let _ = writeln!(

@@ -74,8 +74,8 @@ pub struct NodePlan {
     pub name: String,
     pub ssh: SshSpec,
     pub host_key_policy: HostKeyPolicy,
-    /// The jump host's policy, when there is a jump host.
-    pub jump_host_key_policy: Option<HostKeyPolicy>,
+    /// Each jump host's policy, the nearest first (empty without a jump host).
+    pub jump_host_key_policies: Vec<HostKeyPolicy>,
     /// Whether the remote command runs under `sudo -S -p '' sh -c`.
     pub sudo: bool,
     pub copy_files: Vec<CopyFile>,
@@ -483,12 +483,16 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         // The flag, then the jump host's own setting, then the file's default (which
         // validation already put in the jump host's spec): a file default never
         // overrules the operator's command line for the bastion either.
-        jump_host_key_policy: node.ssh.proxy_jump.as_ref().map(|jump| {
+        jump_host_key_policies: std::iter::successors(node.ssh.proxy_jump.as_deref(), |jump| {
+            jump.proxy_jump.as_deref()
+        })
+        .map(|jump| {
             options
                 .host_key_policy
                 .or(jump.host_key_policy)
                 .unwrap_or(HostKeyPolicy::AcceptNew)
-        }),
+        })
+        .collect(),
         // Non-root logins need root for keadm; root needs no sudo.
         sudo: node.ssh.sudo.unwrap_or(node.ssh.username != "root"),
         copy_files: node.copy_files.clone(),
@@ -596,7 +600,7 @@ impl NodePlan {
                 proxy_jump: None,
             },
             host_key_policy: HostKeyPolicy::AcceptNew,
-            jump_host_key_policy: None,
+            jump_host_key_policies: Vec::new(),
             sudo: false,
             copy_files: vec![],
             copy_from: None,

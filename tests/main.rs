@@ -19,6 +19,7 @@ mod docs;
 mod faults;
 mod fuzz_regressions;
 mod hostile;
+mod jump_hub;
 mod junit;
 mod keadm_e2e;
 mod kubeedge;

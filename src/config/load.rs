@@ -54,7 +54,14 @@ const SSH_KEYS: &[&str] = &[
     "sudo",
     "proxyJump",
 ];
-const JUMP_KEYS: &[&str] = &["ip", "port", "username", "auth", "hostKeyPolicy"];
+const JUMP_KEYS: &[&str] = &[
+    "ip",
+    "port",
+    "username",
+    "auth",
+    "hostKeyPolicy",
+    "proxyJump",
+];
 const AUTH_KEYS: &[&str] = &["type", "passwordAuth", "privateKeyAuth"];
 const PASSWORD_KEYS: &[&str] = &["password", "passwordEnv"];
 const PRIVATE_KEY_KEYS: &[&str] = &["privateKeyPath", "passphrase", "passphraseEnv"];
@@ -503,11 +510,13 @@ impl Reader<'_> {
         if known.contains(&"sudo") {
             ssh.connect_timeout_seconds = self.int(&fields, "connectTimeoutSeconds");
             ssh.sudo = self.boolean(&fields, "sudo");
-            if let Some(jump) = fields.get("proxyJump") {
-                ssh.proxy_jump = self
-                    .ssh(jump, &fields.path("proxyJump"), JUMP_KEYS)
-                    .map(Box::new);
-            }
+        }
+        // A jump host may have its own (a chain, as `ssh -J a,b`); validation bounds
+        // its length.
+        if let Some(jump) = fields.get("proxyJump") {
+            ssh.proxy_jump = self
+                .ssh(jump, &fields.path("proxyJump"), JUMP_KEYS)
+                .map(Box::new);
         }
         Some(ssh)
     }

@@ -144,6 +144,10 @@ pub struct CopyFile {
     pub sha256: String,
 }
 
+/// The longest chain of jump hosts (`proxyJump` inside `proxyJump`) a node may be
+/// reached through.
+pub const MAX_JUMP_HOPS: usize = 4;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct SshSpec {
     pub host: String,

@@ -14,12 +14,13 @@ use crate::transport::{self, ConnectSpec, Connection, Endpoint};
 /// a few of these instead of at the command deadline.
 const KEEPALIVE_SECS: u32 = 15;
 
-/// The transport's view of a node's `ssh` settings. Both policies are resolved by the
-/// plan: the flag, then the host's own setting, then the file's default.
+/// The transport's view of a node's `ssh` settings. The policies (the node's, then one
+/// per jump host, nearest first) are resolved by the plan: the flag, then the host's own
+/// setting, then the file's default.
 pub(super) fn connect_spec(
     ssh: &SshSpec,
     policy: HostKeyPolicy,
-    jump_policy: Option<HostKeyPolicy>,
+    jump_policies: &[HostKeyPolicy],
     known_hosts: &Path,
     timeout: Duration,
 ) -> ConnectSpec {
@@ -40,8 +41,11 @@ pub(super) fn connect_spec(
         keepalive_secs: KEEPALIVE_SECS,
         jump_connections: 1,
         jump: ssh.proxy_jump.as_ref().map(|j| {
-            let jump_policy = jump_policy.unwrap_or(policy);
-            Box::new(connect_spec(j, jump_policy, None, known_hosts, timeout))
+            let (jump_policy, beyond) = match jump_policies.split_first() {
+                Some((first, beyond)) => (*first, beyond),
+                None => (policy, &[][..]),
+            };
+            Box::new(connect_spec(j, jump_policy, beyond, known_hosts, timeout))
         }),
     }
 }
@@ -55,7 +59,7 @@ impl Run<'_, '_> {
             let mut spec = connect_spec(
                 &node.ssh,
                 node.host_key_policy,
-                node.jump_host_key_policy,
+                &node.jump_host_key_policies,
                 &run.ctx.known_hosts,
                 node.deadlines.connect,
             );

@@ -30,7 +30,7 @@ use crate::redact::Secret;
 /// transport acts on it, with no second enum to map between.
 pub use crate::config::HostKeyPolicy;
 pub use error::TransportError;
-pub use jump::{MAX_JUMP_DEPTH, close_all as close_jump_connections};
+pub use jump::close_all as close_jump_connections;
 pub use known_hosts::{host_entry, sha256_fingerprint};
 pub use ssh::SshConnection;
 

@@ -2,7 +2,7 @@
 //! host-key policy and connect timeout, into an [`SshSpec`].
 
 use super::validator::Validator;
-use crate::config::model::{AuthSpec, HostKeyPolicy, SshSpec};
+use crate::config::model::{AuthSpec, HostKeyPolicy, MAX_JUMP_HOPS, SshSpec};
 use crate::config::schema::{RawPasswordAuth, RawPrivateKeyAuth, RawSsh, non_empty};
 use crate::config::yaml::Pos;
 
@@ -52,6 +52,17 @@ impl Validator<'_> {
         );
         // The last check: a jump host that fails fails the block, after its own reports.
         let proxy_jump = match &raw.proxy_jump {
+            Some(jump) if path.matches("proxyJump").count() >= MAX_JUMP_HOPS => {
+                self.error(
+                    Some(jump.pos),
+                    subj(),
+                    format!("{path}.proxyJump makes a chain of more than {MAX_JUMP_HOPS} jump hosts"),
+                    format!(
+                        "reach the node through at most {MAX_JUMP_HOPS} jump hosts (each proxyJump inside the one before)"
+                    ),
+                );
+                return None;
+            }
             Some(jump) => {
                 let path = format!("{path}.proxyJump");
                 Some(Box::new(self.ssh(jump, subject, &path, default_policy)?))
@@ -254,7 +265,7 @@ impl Validator<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::model::{AuthSpec, HostKeyPolicy};
+    use crate::config::model::{AuthSpec, HostKeyPolicy, MAX_JUMP_HOPS};
     use crate::config::validate::tests::{GOOD, check, rendered};
 
     /// GOOD with its node's ssh block replaced by `ssh` (indented as a node field).
@@ -288,6 +299,49 @@ mod tests {
             rendered(&diags),
             "c.yaml:16:7: node 1 \"a\": ssh.proxyJump.ip is empty; set ssh.proxyJump.ip to the node's IP address or host name.\n\
              c.yaml:17:13: node 1 \"a\": ssh.proxyJump.port is 0, outside 1..65535; set the node's SSH port, usually 22, or remove the line."
+        );
+    }
+
+    /// `depth` jump hosts, each inside the one before, as YAML under the node's `ssh`.
+    fn chain(depth: usize) -> String {
+        let mut yaml =
+            "  ssh:\n    ip: 10.0.0.1\n    username: u\n    auth:\n      type: agent\n".to_string();
+        for hop in 1..=depth {
+            let pad = "  ".repeat(hop + 1);
+            yaml += &format!(
+                "{pad}proxyJump:\n{pad}  ip: hop{hop}\n{pad}  username: j{hop}\n{pad}  auth:\n{pad}    type: agent\n"
+            );
+        }
+        yaml
+    }
+
+    #[test]
+    fn a_jump_host_may_have_its_own_up_to_four_hops() {
+        let (config, diags) = check(&with_ssh(&chain(MAX_JUMP_HOPS)));
+        assert!(diags.is_empty(), "{}", rendered(&diags));
+        let ssh = &config.unwrap().nodes[0].ssh;
+        let hops: Vec<(&str, &str)> =
+            std::iter::successors(ssh.proxy_jump.as_deref(), |j| j.proxy_jump.as_deref())
+                .map(|j| (j.host.as_str(), j.username.as_str()))
+                .collect();
+        assert_eq!(
+            hops,
+            [
+                ("hop1", "j1"),
+                ("hop2", "j2"),
+                ("hop3", "j3"),
+                ("hop4", "j4")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_chain_of_five_jump_hosts_is_refused_at_the_fifth() {
+        let (config, diags) = check(&with_ssh(&chain(MAX_JUMP_HOPS + 1)));
+        assert!(config.is_none());
+        assert_eq!(
+            rendered(&diags),
+            "c.yaml:36:15: node 1 \"a\": ssh.proxyJump.proxyJump.proxyJump.proxyJump.proxyJump makes a chain of more than 4 jump hosts; reach the node through at most 4 jump hosts (each proxyJump inside the one before)."
         );
     }
 

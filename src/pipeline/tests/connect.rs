@@ -108,7 +108,7 @@ fn the_connect_spec_carries_the_plans_policies_auth_and_jump_host() {
     ssh.proxy_jump = Some(Box::new(bastion));
     let kh = Path::new("/kh");
     let timeout = Duration::from_secs(4);
-    let spec = connect_spec(&ssh, HostKeyPolicy::Off, None, kh, timeout);
+    let spec = connect_spec(&ssh, HostKeyPolicy::Off, &[], kh, timeout);
     let jump = spec.jump.as_deref().unwrap();
     assert_eq!(jump.endpoint.to_string(), "[fd00::1]:22");
     assert_eq!(
@@ -120,7 +120,7 @@ fn the_connect_spec_carries_the_plans_policies_auth_and_jump_host() {
     let spec = connect_spec(
         &ssh,
         HostKeyPolicy::Off,
-        Some(HostKeyPolicy::Strict),
+        &[HostKeyPolicy::Strict],
         kh,
         timeout,
     );

@@ -187,7 +187,10 @@ impl<J: JumpSession> Driver<J> {
             }
             return;
         }
-        match (self.connect)() {
+        let attempt = (self.connect)();
+        // The requests queued while connecting were waiting on this attempt too.
+        let _ = self.take_requests();
+        match attempt {
             Ok(conn) => {
                 conn.session().set_blocking(false);
                 self.connects += 1;
@@ -332,6 +335,7 @@ impl<J: JumpSession> Driver<J> {
 
     fn publish_load(&self) {
         let mut state = self.shared.state();
+        state.connected = self.conn.is_some();
         state.load = state.requests.len()
             + self.waiting.len()
             + usize::from(self.opening.is_some())

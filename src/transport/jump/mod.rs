@@ -29,10 +29,6 @@ use ssh2::Session;
 
 use super::{Auth, ConnectSpec, Endpoint, TransportError};
 
-/// The deepest chain of jump hosts a node may be reached through (the config refuses
-/// more; see `config::load`).
-pub const MAX_JUMP_DEPTH: usize = 4;
-
 /// The jump host's side: its session and the socket under it. The SSH engine implements
 /// it for its connection.
 pub(super) trait JumpSession: Send + 'static {
@@ -74,6 +70,9 @@ struct State {
     closed: bool,
     /// Set by [`close_all`]: the driver closes its channels and ends.
     stop: bool,
+    /// Whether the driver holds a live connection, for the message of a node that gave
+    /// up waiting.
+    connected: bool,
 }
 
 impl Shared {
@@ -166,7 +165,7 @@ pub(super) fn open<J: JumpSession>(
         deadline,
         reply: tx,
     };
-    let hub = {
+    let hub: Arc<Shared> = {
         let key = HubKey::of(jump);
         let mut hubs = hubs();
         let mine = hubs
@@ -203,13 +202,16 @@ pub(super) fn open<J: JumpSession>(
     match rx.recv_timeout(wait) {
         Ok(Ok(stream)) => Ok(stream),
         Ok(Err(e)) => Err(wrap(e)),
-        // The driver answers a request it can no longer serve by dropping it; a late
-        // answer finds no receiver and its channel is closed.
-        Err(_) => Err(TransportError::ConnectTimeout {
-            endpoint: target.clone(),
-            phase: "connecting through the jump host",
+        // A late answer finds no receiver and its channel is closed.
+        Err(_) => Err(wrap(TransportError::ConnectTimeout {
+            endpoint: jump.endpoint.clone(),
+            phase: if hub.state().connected {
+                "waiting for it to open a forwarded connection to the node"
+            } else {
+                "waiting for the shared connection to it to be set up"
+            },
             after: left,
-        }),
+        })),
     }
 }
 
