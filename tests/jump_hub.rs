@@ -63,7 +63,7 @@ fn twelve_nodes_behind_one_bastion_cost_it_one_login_or_one_per_connection_asked
     let sc = Scenario::new(&fleet)
         .only_nodes(&targets)
         .max_run_num(12)
-        .keadm(FakeKeadm::new().sleeps(0.5))
+        .keadm(FakeKeadm::new().sleeps(1.5))
         .ssh_yaml(&proxy_jump_yaml(&fleet, &[bastion]));
 
     sc.run(&[]).status(0);

@@ -239,8 +239,54 @@ pub fn close_all() {
     }
 }
 
-/// How many hubs (shared jump connections) are live; for tests.
 #[cfg(test)]
-fn live() -> usize {
-    hubs().len()
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::redact::Secret;
+    use crate::transport::HostKeyPolicy;
+
+    fn spec(host: &str, password: &str) -> ConnectSpec {
+        ConnectSpec {
+            endpoint: Endpoint::new(host, 22),
+            username: "jump".into(),
+            auth: Auth::Password(Secret::new(password)),
+            host_key_policy: HostKeyPolicy::AcceptNew,
+            known_hosts: "/kh".into(),
+            connect_timeout: Duration::from_secs(10),
+            keepalive_secs: 15,
+            jump: None,
+            jump_connections: 1,
+        }
+    }
+
+    #[test]
+    fn nodes_share_a_jump_connection_only_with_the_same_host_login_policy_and_chain() {
+        let key = HubKey::of(&spec("10.0.0.1", "pw"));
+        let mut same = spec("10.0.0.1", "pw");
+        // Deadlines are the node's, not the connection's identity.
+        same.connect_timeout = Duration::from_secs(3);
+        assert!(HubKey::of(&same) == key);
+
+        let mut others = vec![spec("10.0.0.2", "pw"), spec("10.0.0.1", "other")];
+        let mut user = spec("10.0.0.1", "pw");
+        user.username = "root".into();
+        others.push(user);
+        let mut policy = spec("10.0.0.1", "pw");
+        policy.host_key_policy = HostKeyPolicy::Off;
+        others.push(policy);
+        let mut chained = spec("10.0.0.1", "pw");
+        chained.jump = Some(Box::new(spec("10.0.0.9", "pw")));
+        others.push(chained);
+        let mut key_file = spec("10.0.0.1", "pw");
+        key_file.auth = Auth::PrivateKey {
+            path: "/k".into(),
+            passphrase: None,
+        };
+        others.push(key_file);
+        for other in &others {
+            assert!(HubKey::of(other) != key, "{other:?}");
+        }
+    }
 }
