@@ -42,6 +42,21 @@ fn proxy_jump_yaml(fleet: &Fleet, hops: &[&Node]) -> String {
     yaml.trim_end().to_string()
 }
 
+/// The run of `targets` (fleet indexes) behind the fleet's node 0, `at_once` at a time,
+/// each keadm sleeping `sleep` seconds.
+fn behind_bastion<'f>(
+    fleet: &'f Fleet,
+    targets: &[usize],
+    at_once: usize,
+    sleep: f64,
+) -> Scenario<'f> {
+    Scenario::new(fleet)
+        .only_nodes(targets)
+        .max_run_num(at_once)
+        .keadm(FakeKeadm::new().sleeps(sleep))
+        .ssh_yaml(&proxy_jump_yaml(fleet, &[fleet.node(0)]))
+}
+
 fn through(fleet: &Fleet, target: &Node, jump: &Node) -> ConnectSpec {
     let mut spec = fleet.root_password_spec(target);
     spec.jump = Some(Box::new(fleet.root_password_spec(jump)));
@@ -60,11 +75,7 @@ fn twelve_nodes_behind_one_bastion_cost_it_one_login_or_one_per_connection_asked
     let fleet = Fleet::builder().nodes(13).start();
     let bastion = fleet.node(0);
     let targets: Vec<usize> = (1..=12).collect();
-    let sc = Scenario::new(&fleet)
-        .only_nodes(&targets)
-        .max_run_num(12)
-        .keadm(FakeKeadm::new().sleeps(1.5))
-        .ssh_yaml(&proxy_jump_yaml(&fleet, &[bastion]));
+    let sc = behind_bastion(&fleet, &targets, 12, 1.5);
 
     sc.run(&[]).status(0);
     for &i in &targets {
@@ -131,11 +142,7 @@ fn a_bastion_killed_mid_run_is_reconnected_for_the_nodes_that_had_not_started() 
     let fleet = Fleet::builder().nodes(7).start();
     let bastion = fleet.node(0);
     let targets: Vec<usize> = (1..=6).collect();
-    let sc = Scenario::new(&fleet)
-        .only_nodes(&targets)
-        .max_run_num(3)
-        .keadm(FakeKeadm::new().sleeps(3.0))
-        .ssh_yaml(&proxy_jump_yaml(&fleet, &[bastion]));
+    let sc = behind_bastion(&fleet, &targets, 3, 3.0);
     let running = sc.command(&[]).spawn();
     let started = |i: &usize| !fake_keadm::calls(&remote_keadm(fleet.node(*i))).is_empty();
     let until = Instant::now() + Duration::from_secs(60);

@@ -425,12 +425,8 @@ impl Relay {
         if !self.to_remote.is_empty() {
             // Retried until written: a packet libssh2 sent in part must be finished by
             // the same call before the session sends anything else.
-            match self.channel.write(&self.to_remote) {
-                Ok(n) => {
-                    self.to_remote.drain(..n);
-                    progress |= n > 0;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            match send(&mut self.channel, &mut self.to_remote) {
+                Ok(sent) => progress |= sent,
                 Err(_) => return failed(),
             }
         }
@@ -449,12 +445,8 @@ impl Relay {
             }
         }
         if !self.to_local.is_empty() {
-            match self.sock.write(&self.to_local) {
-                Ok(n) => {
-                    self.to_local.drain(..n);
-                    progress |= n > 0;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            match send(&mut self.sock, &mut self.to_local) {
+                Ok(sent) => progress |= sent,
                 // The node's session is gone: what was on its way to it is dropped.
                 Err(_) => {
                     self.to_local.clear();
@@ -466,6 +458,19 @@ impl Relay {
             return Step::Done;
         }
         Step::Progress(progress)
+    }
+}
+
+/// Writes what `pending` holds to `to` and drops what was written; whether anything was.
+/// Nothing written for now (`WouldBlock`) is not an error.
+fn send(to: &mut impl Write, pending: &mut Vec<u8>) -> io::Result<bool> {
+    match to.write(pending) {
+        Ok(n) => {
+            pending.drain(..n);
+            Ok(n > 0)
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

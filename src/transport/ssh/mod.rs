@@ -66,10 +66,7 @@ impl SshConnection {
         let socket = connect::open_socket(spec, deadline)?;
         session.set_tcp_stream(Arc::clone(&socket));
 
-        let fingerprint = match connect::handshake_and_auth(&mut session, spec, deadline) {
-            Ok(fingerprint) => fingerprint,
-            Err(e) => return Err(e),
-        };
+        let fingerprint = connect::handshake_and_auth(&mut session, spec, deadline)?;
 
         session.set_timeout(0);
         if spec.keepalive_secs > 0 {
