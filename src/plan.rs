@@ -234,6 +234,8 @@ pub fn display_address(host: &str, port: u16) -> String {
 pub struct Plan {
     pub config_path: PathBuf,
     pub max_run_num: usize,
+    /// At most this many SSH handshakes in flight to one sshd (`transport::pace`).
+    pub handshakes_per_host: usize,
     pub known_hosts: PathBuf,
     pub nodes: Vec<NodePlan>,
     /// How many nodes the config lists, before selection.
@@ -384,6 +386,9 @@ pub fn build(
     Ok(Plan {
         config_path: config.path.clone(),
         max_run_num: options.max_run_num.unwrap_or(config.max_run_num),
+        handshakes_per_host: options
+            .handshakes_per_host
+            .unwrap_or(crate::transport::DEFAULT_HANDSHAKES_PER_HOST),
         known_hosts,
         nodes,
         total_in_config: config.nodes.len(),

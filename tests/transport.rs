@@ -26,6 +26,7 @@ fn spec_for(endpoint: Endpoint, auth: Auth, known_hosts: PathBuf) -> ConnectSpec
         connect_timeout: Duration::from_secs(10),
         keepalive_secs: 15,
         jump: None,
+        handshakes_per_host: keadm_batch::transport::DEFAULT_HANDSHAKES_PER_HOST,
     }
 }
 

@@ -433,6 +433,7 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             keepalive_secs: 0,
             jump: None,
+            handshakes_per_host: 1,
         }
     }
 

@@ -15,6 +15,7 @@
 mod error;
 mod jump;
 mod known_hosts;
+mod pace;
 mod socket;
 mod ssh;
 
@@ -31,6 +32,7 @@ use crate::redact::Secret;
 pub use crate::config::HostKeyPolicy;
 pub use error::TransportError;
 pub use known_hosts::{host_entry, sha256_fingerprint};
+pub use pace::{DEFAULT_HANDSHAKES_PER_HOST, describe as describe_pace};
 pub use ssh::SshConnection;
 
 /// Opens connections. Shared by every worker thread of a run.
@@ -193,6 +195,10 @@ pub struct ConnectSpec {
     /// key and auth are checked by its own spec; its connect time counts against this
     /// spec's `connect_timeout`.
     pub jump: Option<Box<ConnectSpec>>,
+    /// At most this many handshakes (TCP connect to authentication done) in flight to
+    /// this spec's endpoint at once, in this process (`pace`); the wait for a turn counts
+    /// against `connect_timeout`.
+    pub handshakes_per_host: usize,
 }
 
 /// How a remote command ended.
