@@ -5,7 +5,7 @@
 
 use crate::common::fleet::{Fleet, NodeOpt, closing_port};
 use crate::common::scenario::Scenario;
-use crate::common::test::Test;
+use crate::common::test::{Output, Test};
 
 /// What libssh2 makes of a real sshd's drop past MaxStartups: sshd writes `Exceeded
 /// MaxStartups` and resets the connection before its SSH banner.
@@ -99,16 +99,34 @@ fn a_listener_that_closes_before_the_banner_fails_the_node_as_ssh_admission_refu
     );
 }
 
-/// The config of `sc` with `count` nodes that all point at fleet node 0's sshd, each
-/// with its own name and upload directory.
-fn on_one_sshd(sc: &Scenario<'_>, count: usize) -> String {
+/// Sixteen config nodes, each with its own name and upload directory, that all point at
+/// fleet node 0's sshd, run at maxRunNum 16 with `args`. The scenario holds the run's
+/// directory that the output reads.
+fn sixteen_on_one_sshd<'f>(fleet: &'f Fleet, args: &[&str]) -> (Scenario<'f>, Output) {
+    let sc = Scenario::new(fleet)
+        .max_run_num(NODES)
+        .node_yaml("remoteDir: /tmp/{name}/keadm");
+    let block = sc.node_block(0, fleet.node(0));
     let mut text = sc.config_text();
-    let block = sc.node_block(0, sc.fleet.node(0));
-    for i in 1..count {
+    for i in 1..NODES {
         text.push_str(&block.replace("edge-00", &Scenario::name(i)));
     }
-    text
+    let text = (0..NODES).fold(text, |t, i| {
+        t.replacen("/tmp/{name}/", &format!("/tmp/{}/", Scenario::name(i)), 1)
+    });
+    std::fs::write(sc.path("config.yaml"), text).unwrap();
+    let out = sc.run(&[&["--relay", "off"], args].concat());
+    out.status(0);
+    for i in 0..NODES {
+        out.log_has(&format!(
+            "Successfully processed node {}",
+            Scenario::name(i)
+        ));
+    }
+    (sc, out)
 }
+
+const NODES: usize = 16;
 
 /// `MaxStartups 4:100:4`: sshd drops every unauthenticated connection past four. Paced
 /// to two, as the default 8 is to sshd's 10: sshd still counts a connection as a startup
@@ -132,24 +150,10 @@ fn dropped(fleet: &Fleet) -> usize {
 
 #[test]
 fn sixteen_nodes_on_one_sshd_of_max_startups_4_paced_to_two_are_all_admitted() {
-    const NODES: usize = 16;
     let fleet = strict_sshd();
-    let sc = Scenario::new(&fleet)
-        .max_run_num(NODES)
-        .node_yaml("remoteDir: /tmp/{name}/keadm");
-    let text = on_one_sshd(&sc, NODES);
-    let text = (0..NODES).fold(text, |t, i| {
-        t.replacen("/tmp/{name}/", &format!("/tmp/{}/", Scenario::name(i)), 1)
-    });
-    std::fs::write(sc.path("config.yaml"), text).unwrap();
-    let out = sc.run(&["--handshakes-per-host", "2", "--relay", "off"]);
-    out.status(0);
+    let (_sc, out) = sixteen_on_one_sshd(&fleet, &["--handshakes-per-host", "2"]);
     assert_eq!(out.log_lines().len(), NODES, "{}", out.stderr);
     for i in 0..NODES {
-        out.log_has(&format!(
-            "Successfully processed node {}",
-            Scenario::name(i)
-        ));
         assert!(
             !out.transcript(i).contains("was not admitted"),
             "{}",
@@ -169,31 +173,11 @@ fn sixteen_nodes_on_one_sshd_of_max_startups_4_paced_to_two_are_all_admitted() {
 
 #[test]
 fn sixteen_nodes_on_one_sshd_of_max_startups_4_unpaced_are_retried_until_admitted() {
-    const NODES: usize = 16;
     let fleet = strict_sshd();
-    let sc = Scenario::new(&fleet)
-        .max_run_num(NODES)
-        .node_yaml("remoteDir: /tmp/{name}/keadm");
-    let text = on_one_sshd(&sc, NODES);
-    let text = (0..NODES).fold(text, |t, i| {
-        t.replacen("/tmp/{name}/", &format!("/tmp/{}/", Scenario::name(i)), 1)
-    });
-    std::fs::write(sc.path("config.yaml"), text).unwrap();
-    let out = sc.run(&[
-        "--handshakes-per-host",
-        "16",
-        "--relay",
-        "off",
-        "--connect-timeout",
-        "30",
-    ]);
-    out.status(0);
-    for i in 0..NODES {
-        out.log_has(&format!(
-            "Successfully processed node {}",
-            Scenario::name(i)
-        ));
-    }
+    let (_sc, out) = sixteen_on_one_sshd(
+        &fleet,
+        &["--handshakes-per-host", "16", "--connect-timeout", "30"],
+    );
     // How many handshakes overlap is up to the scheduler; each one sshd dropped is a
     // retry in some node's transcript.
     let retries: usize = (0..NODES)
