@@ -51,25 +51,16 @@ $jump" "$work/bastion/direct.yaml" > "$work/bastion/bastion.yaml"
 
 # ---------------------------------------------------------------- the bastion
 bastion_pid=''
-# start_bastion SPEC: the bastion's sshd with MaxStartups SPEC, its log emptied.
+# start_bastion SPEC: the bastion's sshd with MaxStartups SPEC, its log emptied. Its config
+# is the nodes' (start_fleet's) on the bastion's address, with TCP forwarding and its own
+# MaxStartups (sshd keeps the last MaxStartups it reads, so the nodes' line goes).
 start_bastion() {
   local d="$work/bastion-sshd"
   mkdir -p "$d"
-  cat > "$d/sshd_config" <<CFG
-ListenAddress $bastion:22
-HostKey $work/host_key
-PidFile none
-UsePAM no
-StrictModes no
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-AuthorizedKeysFile $work/authorized_keys
-AllowTcpForwarding yes
-UseDNS no
-MaxStartups $1
-LogLevel VERBOSE
-CFG
+  { sed -e "s/^ListenAddress .*/ListenAddress $bastion:22/" -e '/^MaxStartups /d' -e '/^Subsystem /d' \
+      "$work/node0/sshd_config"
+    printf 'AllowTcpForwarding yes\nMaxStartups %s\n' "$1"
+  } > "$d/sshd_config"
   : > "$d/sshd.log"
   /usr/sbin/sshd -D -f "$d/sshd_config" -E "$d/sshd.log" </dev/null &
   bastion_pid=$!
