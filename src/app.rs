@@ -409,6 +409,7 @@ fn preflight_only(plan: &plan::Plan, output: OutputFormat) -> Result<(), Error> 
         verify_remote: false,
         run_token: run_dir.id.clone(),
         retry_base: std::time::Duration::from_secs(1),
+        handshakes_per_host: plan.handshakes_per_host,
         progress: &progress,
         // Findings are reported, never acted on, in this mode.
         preflight: PreflightMode::Warn,
@@ -619,6 +620,7 @@ fn execute(
         verify_remote: options.verify_remote,
         run_token: run_dir.id.clone(),
         retry_base: std::time::Duration::from_secs(1),
+        handshakes_per_host: plan.handshakes_per_host,
         progress: &progress,
         preflight: options.preflight,
         binary_size_hint: stager

@@ -96,6 +96,12 @@ struct BatchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10000), help_heading = "Policy")]
     max_run_num: Option<u32>,
 
+    /// At most N SSH handshakes (TCP connect to login done) in flight to any one sshd, a
+    /// jump host's or a node address that several nodes share (default 8, below sshd's
+    /// MaxStartups of 10, past which sshd drops new connections at random).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000), help_heading = "Policy")]
+    handshakes_per_host: Option<u32>,
+
     /// The tolerance per wave: a wave in which more than N nodes (or P% of its nodes,
     /// rounded down) did not succeed stops the rollout; the rest are skipped and listed.
     #[arg(long, value_name = "N|P%", value_parser = parse_max_fail, help_heading = "Policy")]
@@ -1131,6 +1137,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         retry_failed: batch.retry_failed,
         class: batch.class,
         max_run_num: batch.max_run_num.map(|n| n as usize),
+        handshakes_per_host: batch.handshakes_per_host.map(|n| n as usize),
         max_fail: batch.max_fail,
         canary: batch.canary.map(|n| n as usize),
         wave: batch.wave,

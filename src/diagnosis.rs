@@ -41,6 +41,9 @@ pub enum FailureClass {
     /// keadm-batch could not reach the node's sshd: refused, no route, no answer within the
     /// connect deadline, a failed SSH handshake, or a connection lost before keadm ran.
     Unreachable,
+    /// The node's sshd (or its jump host's) closed the connection before its SSH banner
+    /// on every try within the connect deadline, as sshd does past `MaxStartups`.
+    SshAdmissionRefused,
     /// The node (or its jump host) rejected the login, or the key could not be used.
     Auth,
     /// The node's host key is not one the known-hosts file trusts: changed, unknown under
@@ -88,7 +91,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, in the order a recap lists them.
-    pub const ALL: [FailureClass; 24] = [
+    pub const ALL: [FailureClass; 25] = [
         FailureClass::AlreadyJoined,
         FailureClass::DirtyManagementDir,
         FailureClass::NameTaken,
@@ -98,6 +101,7 @@ impl FailureClass {
         FailureClass::ImagePullStalled,
         FailureClass::RuntimeMissing,
         FailureClass::Unreachable,
+        FailureClass::SshAdmissionRefused,
         FailureClass::Auth,
         FailureClass::HostKey,
         FailureClass::Sudo,
@@ -127,6 +131,7 @@ impl FailureClass {
             FailureClass::ImagePullStalled => "image_pull_stalled",
             FailureClass::RuntimeMissing => "runtime_missing",
             FailureClass::Unreachable => "unreachable",
+            FailureClass::SshAdmissionRefused => "ssh_admission_refused",
             FailureClass::Auth => "auth",
             FailureClass::HostKey => "host_key",
             FailureClass::Sudo => "sudo",
@@ -151,6 +156,7 @@ impl FailureClass {
         !matches!(
             self,
             FailureClass::Unreachable
+                | FailureClass::SshAdmissionRefused
                 | FailureClass::Auth
                 | FailureClass::HostKey
                 | FailureClass::Sudo
@@ -180,6 +186,9 @@ impl FailureClass {
             FailureClass::ImagePullStalled => "Image pull failed or stalled",
             FailureClass::RuntimeMissing => "Container runtime missing or misconfigured",
             FailureClass::Unreachable => "Node unreachable over SSH",
+            FailureClass::SshAdmissionRefused => {
+                "sshd refused to admit the connection (MaxStartups)"
+            }
             FailureClass::Auth => "SSH login rejected",
             FailureClass::HostKey => "Host key not trusted",
             FailureClass::Sudo => "sudo refused",
@@ -307,6 +316,15 @@ impl FailureClass {
                  port (a jump host needs the same from it); raise connectTimeoutSeconds or \
                  retries for slow links. Nothing changed on a node that was never reached; \
                  retry this class when it answers."
+                .to_string(),
+            FailureClass::SshAdmissionRefused => "The sshd these nodes were reached through (the \
+                 node's, or the jump host's that the node's error names) closed each connection \
+                 before its SSH banner, on every try within the connect deadline: sshd does \
+                 that to connections past its MaxStartups limit of unauthenticated ones (its log \
+                 says `drop connection ... past MaxStartups`). Raise MaxStartups (and \
+                 PerSourceMaxStartups) on that host, or lower --handshakes-per-host (default 8) \
+                 so that fewer handshakes are in flight to it at once; nothing changed on these \
+                 nodes, so retry this class then."
                 .to_string(),
             FailureClass::Auth => "The nodes (or their jump host) rejected the SSH login. \
                  Check ssh.username and the password, passwordEnv, private key or agent named \
@@ -790,7 +808,7 @@ mod tests {
             err.to_string(),
             "`token_expired` is not a failure class. Use one of: already_joined, \
              dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
-             ca_mismatch, image_pull_stalled, runtime_missing, unreachable, auth, host_key, \
+             ca_mismatch, image_pull_stalled, runtime_missing, unreachable, ssh_admission_refused, auth, host_key, \
              sudo, arch, upload, not_registered, not_ready, reset_incomplete, backup_failed, \
              upgrade_failed, upgrade_not_done, version_mismatch, drain_failed, name_mismatch, unknown."
         );

@@ -56,6 +56,11 @@ pub fn render(
         plan.total_in_config,
         plan.max_run_num
     );
+    let _ = writeln!(
+        out,
+        "  handshakes:  {}",
+        crate::transport::describe_pace(plan.handshakes_per_host)
+    );
     if let Some(shard) = plan.shard {
         let _ = writeln!(out, "  shard:       {shard}");
     }

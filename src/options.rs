@@ -248,6 +248,8 @@ pub struct RunOptions {
     pub class: Option<FailureClass>,
     // Policy: each overrides the config file.
     pub max_run_num: Option<usize>,
+    /// `--handshakes-per-host`: at most this many SSH handshakes in flight to one sshd.
+    pub handshakes_per_host: Option<usize>,
     /// `--max-fail N|P%`: the most nodes of each wave that may not succeed.
     pub max_fail: Option<Amount>,
     pub canary: Option<usize>,

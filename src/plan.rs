@@ -237,6 +237,8 @@ pub fn display_address(host: &str, port: u16) -> String {
 pub struct Plan {
     pub config_path: PathBuf,
     pub max_run_num: usize,
+    /// At most this many SSH handshakes in flight to one sshd (`transport::pace`).
+    pub handshakes_per_host: usize,
     pub known_hosts: PathBuf,
     /// The shared connections per jump host (`--jump-connections`).
     pub jump_connections: usize,
@@ -389,6 +391,9 @@ pub fn build(
     Ok(Plan {
         config_path: config.path.clone(),
         max_run_num: options.max_run_num.unwrap_or(config.max_run_num),
+        handshakes_per_host: options
+            .handshakes_per_host
+            .unwrap_or(crate::transport::DEFAULT_HANDSHAKES_PER_HOST),
         known_hosts,
         jump_connections: options.jump_connections.unwrap_or(DEFAULT_JUMP_CONNECTIONS),
         nodes,

@@ -55,6 +55,7 @@ pub fn gather(
         verify_remote: false,
         run_token: scratch.run.id.clone(),
         retry_base: std::time::Duration::from_secs(1),
+        handshakes_per_host: plan.handshakes_per_host,
         progress: &progress,
         preflight: PreflightMode::Off,
         binary_size_hint: 0,

@@ -25,6 +25,7 @@ mod keadm_e2e;
 mod kubeedge;
 mod metrics;
 mod operator;
+mod pacing;
 mod perf_modes;
 mod preflight;
 mod preflight_edge;

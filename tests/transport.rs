@@ -27,6 +27,7 @@ fn spec_for(endpoint: Endpoint, auth: Auth, known_hosts: PathBuf) -> ConnectSpec
         keepalive_secs: 15,
         jump_connections: 1,
         jump: None,
+        handshakes_per_host: keadm_batch::transport::DEFAULT_HANDSHAKES_PER_HOST,
     }
 }
 

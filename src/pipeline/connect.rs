@@ -1,5 +1,7 @@
 //! Connecting: the node's connect spec from its plan, and retries with backoff on
-//! transient failures (refused, reset, timed out before authentication).
+//! transient failures (refused, reset, timed out before authentication), and on an sshd
+//! that dropped the connection before its banner (MaxStartups) within the connect
+//! deadline.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -8,7 +10,8 @@ use super::{Run, StepError, transport_class};
 use crate::backoff::backoff;
 use crate::config::{AuthSpec, HostKeyPolicy, SshSpec};
 use crate::outcome::Phase;
-use crate::transport::{self, ConnectSpec, Connection, Endpoint};
+use crate::plan::NodePlan;
+use crate::transport::{self, ConnectSpec, Connection, Endpoint, TransportError};
 
 /// Seconds between SSH keepalives while a command runs: a dead peer is noticed within
 /// a few of these instead of at the command deadline.
@@ -23,6 +26,7 @@ pub(super) fn connect_spec(
     jump_policies: &[HostKeyPolicy],
     known_hosts: &Path,
     timeout: Duration,
+    handshakes_per_host: usize,
 ) -> ConnectSpec {
     ConnectSpec {
         endpoint: Endpoint::new(ssh.host.clone(), ssh.port),
@@ -45,8 +49,16 @@ pub(super) fn connect_spec(
                 Some((first, beyond)) => (*first, beyond),
                 None => (policy, &[][..]),
             };
-            Box::new(connect_spec(j, jump_policy, beyond, known_hosts, timeout))
+            Box::new(connect_spec(
+                j,
+                jump_policy,
+                beyond,
+                known_hosts,
+                timeout,
+                handshakes_per_host,
+            ))
         }),
+        handshakes_per_host,
     }
 }
 
@@ -62,10 +74,16 @@ impl Run<'_, '_> {
                 &node.jump_host_key_policies,
                 &run.ctx.known_hosts,
                 node.deadlines.connect,
+                run.ctx.handshakes_per_host,
             );
             spec.jump_connections = run.ctx.jump_connections;
             let attempts = 1 + node.retries;
             let mut attempt = 0;
+            // An sshd that drops the connection before its banner is retried sooner and
+            // without spending `retries`, for as long as the connect deadline lasts from
+            // the first refusal: turns at that sshd come free within milliseconds.
+            let mut refusals = 0;
+            let mut refused_since: Option<Instant> = None;
             loop {
                 attempt += 1;
                 run.connect_attempts = attempt;
@@ -81,6 +99,21 @@ impl Run<'_, '_> {
                         ));
                         return Ok(conn);
                     }
+                    Err(err) if err.is_admission_refused() && !run.ctx.cancel.stopping() => {
+                        let since = *refused_since.get_or_insert(start);
+                        refusals += 1;
+                        let delay = backoff(run.ctx.retry_base / 4, refusals);
+                        if since.elapsed() + delay >= node.deadlines.connect {
+                            return Err(connect_failed(node, attempt, &err));
+                        }
+                        run.transcript.note(&format!(
+                            "Attempt {attempt} was not admitted. {err} Retrying in {:.2} s \
+                             (within the connect deadline of {:.0} s).",
+                            delay.as_secs_f64(),
+                            node.deadlines.connect.as_secs_f64()
+                        ));
+                        std::thread::sleep(delay);
+                    }
                     Err(err)
                         if err.is_transient()
                             && attempt < attempts
@@ -93,21 +126,24 @@ impl Run<'_, '_> {
                         ));
                         std::thread::sleep(delay);
                     }
-                    Err(err) => {
-                        let tries = if attempt > 1 {
-                            format!(" after {attempt} attempts")
-                        } else {
-                            String::new()
-                        };
-                        let mut error = StepError::new(
-                            Phase::Connecting,
-                            format!("Cannot connect to node {}{tries}. {err}", node.name),
-                        );
-                        error.class = transport_class(&err);
-                        return Err(error);
-                    }
+                    Err(err) => return Err(connect_failed(node, attempt, &err)),
                 }
             }
         })
     }
+}
+
+/// The node's failure after `attempt` attempts to connect ended in `err`.
+fn connect_failed(node: &NodePlan, attempt: u32, err: &TransportError) -> StepError {
+    let tries = if attempt > 1 {
+        format!(" after {attempt} attempts")
+    } else {
+        String::new()
+    };
+    let mut error = StepError::new(
+        Phase::Connecting,
+        format!("Cannot connect to node {}{tries}. {err}", node.name),
+    );
+    error.class = transport_class(err);
+    error
 }

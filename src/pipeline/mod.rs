@@ -68,6 +68,8 @@ pub struct Context<'a> {
     pub run_token: String,
     /// Base of the connect retry backoff (1 s by default; tests shorten it).
     pub retry_base: Duration,
+    /// `--handshakes-per-host`: at most this many SSH handshakes in flight to one sshd.
+    pub handshakes_per_host: usize,
     /// Told of every phase change, for the live status line.
     pub progress: &'a Progress,
     pub preflight: PreflightMode,
@@ -164,6 +166,7 @@ fn transport_class(err: &TransportError) -> Option<FailureClass> {
         | TransportError::HostKeyRevoked { .. }
         | TransportError::HostKeyNotVerifiable { .. }
         | TransportError::KnownHosts { .. } => FailureClass::HostKey,
+        TransportError::AdmissionRefused { .. } => FailureClass::SshAdmissionRefused,
         TransportError::LocalRead { .. } => FailureClass::Upload,
         // Neither the network nor the login: the node (or what runs on it) misbehaved.
         TransportError::EndlessOutput { .. } => FailureClass::Unknown,
@@ -173,6 +176,7 @@ fn transport_class(err: &TransportError) -> Option<FailureClass> {
         | TransportError::Refused { .. }
         | TransportError::Connect { .. }
         | TransportError::ConnectTimeout { .. }
+        | TransportError::PaceTimeout { .. }
         | TransportError::Handshake { .. }
         | TransportError::Session { .. }
         | TransportError::Timeout { .. } => FailureClass::Unreachable,

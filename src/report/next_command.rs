@@ -37,6 +37,10 @@ pub fn retry(options: &RunOptions, not_succeeded: &[&str]) -> String {
         options.shard.map(|s| format!("{}/{}", s.index, s.count)),
     );
     flag("max-run-num", options.max_run_num.map(|n| n.to_string()));
+    flag(
+        "handshakes-per-host",
+        options.handshakes_per_host.map(|n| n.to_string()),
+    );
     flag("canary", options.canary.map(|n| n.to_string()));
     flag("wave", options.wave.map(|a| a.to_string()));
     flag("max-fail", options.max_fail.map(|a| a.to_string()));
@@ -134,6 +138,7 @@ mod tests {
             config: "site a.yaml".into(),
             only: vec!["edge-*".into()],
             shard: Some(Shard { index: 2, count: 4 }),
+            handshakes_per_host: Some(4),
             wave: Some(Amount::Percent(25)),
             max_fail: Some(Amount::Nodes(0)),
             canary: Some(2),
@@ -153,7 +158,7 @@ mod tests {
         };
         assert_eq!(
             retry(&full, &["edge-1", "edge-7"]),
-            "keadm-batch batch -c 'site a.yaml' --only edge-1,edge-7 --shard 2/4 --canary 2 --wave '25%' --max-fail 0 --wave-pause 90s --host-key-policy strict --known-hosts '/etc/ssh/fleet hosts' --preflight off --kubeconfig /root/.kube/config --context prod --ready-timeout 600 --drain-timeout 120s --staging-dir /var/tmp/stage --backup --drain"
+            "keadm-batch batch -c 'site a.yaml' --only edge-1,edge-7 --shard 2/4 --handshakes-per-host 4 --canary 2 --wave '25%' --max-fail 0 --wave-pause 90s --host-key-policy strict --known-hosts '/etc/ssh/fleet hosts' --preflight off --kubeconfig /root/.kube/config --context prod --ready-timeout 600 --drain-timeout 120s --staging-dir /var/tmp/stage --backup --drain"
         );
     }
 

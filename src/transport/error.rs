@@ -35,6 +35,26 @@ pub enum TransportError {
         after: Duration,
     },
 
+    #[error(
+        "Connecting to the node at {endpoint} timed out after {:.1} s while waiting for its turn at that sshd: \
+         {limit} other SSH handshakes with it were in flight all that time (--handshakes-per-host {limit}). \
+         Raise connectTimeoutSeconds (--connect-timeout), or --handshakes-per-host if that sshd's MaxStartups admits more.",
+        .waited.as_secs_f64()
+    )]
+    PaceTimeout {
+        endpoint: Endpoint,
+        limit: usize,
+        waited: Duration,
+    },
+
+    /// sshd closed the connection before its SSH banner: what it does past MaxStartups.
+    #[error(
+        "The sshd at {endpoint} closed the connection before the SSH handshake ({detail}), as sshd does with connections past its MaxStartups limit of unauthenticated connections. \
+         Raise MaxStartups (and PerSourceMaxStartups) on {}, or lower --handshakes-per-host.",
+        .endpoint.host
+    )]
+    AdmissionRefused { endpoint: Endpoint, detail: String },
+
     #[error("The SSH handshake with the node at {endpoint} failed: {message}.")]
     Handshake {
         endpoint: Endpoint,
@@ -208,6 +228,21 @@ impl TransportError {
                 message: message.clone(),
                 transient: *transient,
             },
+            TransportError::PaceTimeout {
+                endpoint,
+                limit,
+                waited,
+            } => TransportError::PaceTimeout {
+                endpoint: endpoint.clone(),
+                limit: *limit,
+                waited: *waited,
+            },
+            TransportError::AdmissionRefused { endpoint, detail } => {
+                TransportError::AdmissionRefused {
+                    endpoint: endpoint.clone(),
+                    detail: detail.clone(),
+                }
+            }
             TransportError::AuthRejected {
                 endpoint,
                 user,
@@ -329,7 +364,11 @@ impl TransportError {
     /// final, because retrying them only repeats the same answer (or locks accounts).
     pub fn is_transient(&self) -> bool {
         match self {
-            TransportError::Refused { .. } | TransportError::ConnectTimeout { .. } => true,
+            TransportError::Refused { .. }
+            | TransportError::ConnectTimeout { .. }
+            | TransportError::PaceTimeout { .. } => true,
+            // Retried on its own budget, within the connect deadline (pipeline::connect).
+            TransportError::AdmissionRefused { .. } => false,
             TransportError::Connect { source, .. } => matches!(
                 source.kind(),
                 io::ErrorKind::ConnectionReset
@@ -347,6 +386,16 @@ impl TransportError {
         }
     }
 
+    /// Whether sshd (the node's, or a jump host's) dropped the connection before its
+    /// banner, as it does past MaxStartups.
+    pub fn is_admission_refused(&self) -> bool {
+        match self {
+            TransportError::AdmissionRefused { .. } => true,
+            TransportError::Jump { source, .. } => source.is_admission_refused(),
+            _ => false,
+        }
+    }
+
     /// The node this error is about, when there is one.
     pub fn endpoint(&self) -> Option<&Endpoint> {
         match self {
@@ -356,6 +405,8 @@ impl TransportError {
             | TransportError::Jump { endpoint, .. }
             | TransportError::Connect { endpoint, .. }
             | TransportError::ConnectTimeout { endpoint, .. }
+            | TransportError::PaceTimeout { endpoint, .. }
+            | TransportError::AdmissionRefused { endpoint, .. }
             | TransportError::Handshake { endpoint, .. }
             | TransportError::AuthRejected { endpoint, .. }
             | TransportError::AuthSetup { endpoint, .. }

@@ -434,6 +434,7 @@ mod tests {
             keepalive_secs: 0,
             jump_connections: 1,
             jump: None,
+            handshakes_per_host: 1,
         }
     }
 

@@ -15,6 +15,7 @@
 mod error;
 mod jump;
 mod known_hosts;
+mod pace;
 mod socket;
 mod ssh;
 
@@ -32,6 +33,7 @@ pub use crate::config::HostKeyPolicy;
 pub use error::TransportError;
 pub use jump::close_all as close_jump_connections;
 pub use known_hosts::{host_entry, sha256_fingerprint};
+pub use pace::{DEFAULT_HANDSHAKES_PER_HOST, describe as describe_pace};
 pub use ssh::SshConnection;
 
 /// Opens connections. Shared by every worker thread of a run.
@@ -197,6 +199,10 @@ pub struct ConnectSpec {
     /// How many connections the nodes behind `jump` share (`--jump-connections`): each
     /// node is a channel on the one with the fewest. 0 counts as 1.
     pub jump_connections: usize,
+    /// At most this many handshakes (TCP connect to authentication done) in flight to
+    /// this spec's endpoint at once, in this process (`pace`); the wait for a turn counts
+    /// against `connect_timeout`.
+    pub handshakes_per_host: usize,
 }
 
 /// How a remote command ended.

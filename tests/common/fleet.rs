@@ -272,6 +272,7 @@ impl Fleet {
             keepalive_secs: 15,
             jump_connections: 1,
             jump: None,
+            handshakes_per_host: keadm_batch::transport::DEFAULT_HANDSHAKES_PER_HOST,
         }
     }
 
@@ -666,12 +667,20 @@ impl Node {
              UseDNS no\n\
              PrintMotd no\n\
              PrintLastLog no\n\
-             MaxStartups 200\n\
              MaxSessions 50\n\
              LogLevel VERBOSE\n",
             hostkey = self.host_key_path().display(),
             keys = self.authorized_keys.display(),
         ));
+        // MaxStartups is the exception: sshd keeps the last value it reads, so the
+        // default goes in only when the test gives none.
+        let own_startups = self
+            .opts
+            .iter()
+            .any(|o| matches!(o, NodeOpt::SshdConfig(line) if line.starts_with("MaxStartups")));
+        if !own_startups {
+            cfg.push_str("MaxStartups 200\n");
+        }
         // sshd refuses a second `Subsystem sftp`: a test's own (a wrapper) replaces ours.
         let own_sftp = self
             .opts

@@ -12,6 +12,13 @@ fn refused(endpoint: &Endpoint) -> TransportError {
     }
 }
 
+fn not_admitted(endpoint: &Endpoint) -> TransportError {
+    TransportError::AdmissionRefused {
+        endpoint: endpoint.clone(),
+        detail: "it said \"Exceeded MaxStartups\"".into(),
+    }
+}
+
 fn healthy() -> FakeTransport {
     FakeTransport::new()
         .on(sent::RUN, Reply::ok())
@@ -60,6 +67,59 @@ fn retries_end_at_the_nodes_limit_with_sentences_naming_the_node() {
 }
 
 #[test]
+fn a_connection_not_admitted_is_retried_within_the_connect_deadline_without_spending_retries() {
+    // More refusals than `retries` (2) allows: they have their own budget.
+    let h = Harness::new(healthy().failing_connects(5, not_admitted));
+    let outcome = h.process(&node(vec![]));
+    assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+    assert_eq!(outcome.connect_attempts, 6);
+    let text = transcript(&outcome);
+    for attempt in 1..=5 {
+        assert!(
+            text.contains(&format!(
+                "Attempt {attempt} was not admitted. The sshd at 10.0.0.9:22 closed the connection before the SSH handshake"
+            )),
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains("(within the connect deadline of 1 s)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_connection_never_admitted_fails_as_ssh_admission_refused_naming_the_fix() {
+    let h = Harness::new(healthy().failing_connects(10_000, not_admitted));
+    let mut plan = node(vec![]);
+    plan.deadlines.connect = Duration::from_millis(100);
+    let started = std::time::Instant::now();
+    let outcome = h.process(&plan);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(outcome.phase, Phase::Failed);
+    assert_eq!(outcome.failed_in, Some(Phase::Connecting));
+    assert_eq!(
+        outcome.failure_class,
+        Some(crate::diagnosis::FailureClass::SshAdmissionRefused)
+    );
+    assert!(outcome.connect_attempts > 3, "{}", outcome.connect_attempts);
+    let error = outcome.error.unwrap();
+    assert!(
+        error.starts_with(&format!(
+            "Cannot connect to node edge-0 after {} attempts. The sshd at 10.0.0.9:22 closed the connection before the SSH handshake",
+            outcome.connect_attempts
+        )),
+        "{error}"
+    );
+    assert!(
+        error.ends_with(
+            "Raise MaxStartups (and PerSourceMaxStartups) on 10.0.0.9, or lower --handshakes-per-host."
+        ),
+        "{error}"
+    );
+}
+
+#[test]
 fn permanent_failures_are_not_retried() {
     let rejected = |endpoint: &Endpoint| TransportError::AuthRejected {
         endpoint: endpoint.clone(),
@@ -98,6 +158,10 @@ fn the_connect_spec_carries_the_plans_policies_auth_and_jump_host() {
     assert_eq!(spec.host_key_policy, HostKeyPolicy::Strict);
     assert!(matches!(&spec.auth, Auth::Password(p) if p.expose() == PASSWORD));
     assert_eq!(spec.connect_timeout, Duration::from_secs(1));
+    assert_eq!(
+        spec.handshakes_per_host,
+        crate::transport::DEFAULT_HANDSHAKES_PER_HOST
+    );
     assert_eq!(spec.known_hosts, h.dir.path().join("known_hosts"));
     assert!(spec.jump.is_none());
 
@@ -108,9 +172,13 @@ fn the_connect_spec_carries_the_plans_policies_auth_and_jump_host() {
     ssh.proxy_jump = Some(Box::new(bastion));
     let kh = Path::new("/kh");
     let timeout = Duration::from_secs(4);
-    let spec = connect_spec(&ssh, HostKeyPolicy::Off, &[], kh, timeout);
+    let spec = connect_spec(&ssh, HostKeyPolicy::Off, &[], kh, timeout, 3);
     let jump = spec.jump.as_deref().unwrap();
     assert_eq!(jump.endpoint.to_string(), "[fd00::1]:22");
+    assert_eq!(
+        jump.handshakes_per_host, 3,
+        "the bastion is paced as the node"
+    );
     assert_eq!(
         jump.host_key_policy,
         HostKeyPolicy::Off,
@@ -123,6 +191,7 @@ fn the_connect_spec_carries_the_plans_policies_auth_and_jump_host() {
         &[HostKeyPolicy::Strict],
         kh,
         timeout,
+        3,
     );
     assert_eq!(spec.jump.unwrap().host_key_policy, HostKeyPolicy::Strict);
 }

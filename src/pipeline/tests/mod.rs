@@ -151,6 +151,7 @@ impl Harness {
             verify_remote: self.verify_remote,
             run_token: TOKEN.to_string(),
             retry_base: Duration::from_millis(1),
+            handshakes_per_host: crate::transport::DEFAULT_HANDSHAKES_PER_HOST,
             progress: &self.progress,
             preflight: self.preflight,
             binary_size_hint: 0,

@@ -258,6 +258,7 @@ mod tests {
             keepalive_secs: 15,
             jump: None,
             jump_connections: 1,
+            handshakes_per_host: 8,
         }
     }
 

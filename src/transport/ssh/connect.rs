@@ -11,7 +11,7 @@ use ssh2::{MethodType, Session};
 
 use super::SshConnection;
 use super::auth::authenticate;
-use super::errors::{clamp_ms, connect_error};
+use super::errors::{clamp_ms, handshake_error};
 use crate::transport::known_hosts;
 use crate::transport::{ConnectSpec, TransportError};
 
@@ -175,9 +175,9 @@ pub(super) fn handshake_and_auth(
     // this node, and are fixed once the handshake starts.
     let recorded = known_hosts::prefer_recorded_types(session, spec)?;
     session.set_timeout(remaining_ms(spec, deadline, "starting the SSH handshake")?);
-    session
-        .handshake()
-        .map_err(|e| connect_error(spec, deadline, "performing the SSH handshake", e))?;
+    if let Err(e) = session.handshake() {
+        return Err(handshake_error(session, spec, deadline, e));
+    }
     let fingerprint = known_hosts::session_fingerprint(session);
     known_hosts::verify(session, spec, &recorded)?;
     session.set_timeout(remaining_ms(spec, deadline, "authenticating")?);

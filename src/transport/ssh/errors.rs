@@ -8,7 +8,7 @@ use libssh2_sys::{
     LIBSSH2_ERROR_SOCKET_RECV, LIBSSH2_ERROR_SOCKET_SEND, LIBSSH2_ERROR_SOCKET_TIMEOUT,
     LIBSSH2_ERROR_TIMEOUT,
 };
-use ssh2::ErrorCode;
+use ssh2::{ErrorCode, Session};
 
 use crate::transport::{ConnectSpec, Endpoint, TransportError};
 
@@ -39,7 +39,7 @@ pub(super) fn clamp_ms(d: Duration) -> u32 {
 }
 
 /// A failure of the handshake during `phase` of connecting.
-pub(super) fn connect_error(
+fn connect_error(
     spec: &ConnectSpec,
     deadline: Instant,
     phase: &'static str,
@@ -57,6 +57,48 @@ pub(super) fn connect_error(
         message: e.message().to_string(),
         transient: is_socket_error(&e),
     }
+}
+
+/// A failure of the handshake itself. sshd drops a connection past its MaxStartups
+/// before its banner: it writes `Exceeded MaxStartups` and closes (a reset, as the
+/// client's banner is unread), and libssh2, which reads lines until one starts with
+/// `SSH-`, reports a socket error while "getting banner". A connection closed with no
+/// line at all (the reset can discard the line) is taken for the same. A connection lost
+/// after the server's SSH banner, or a line of another server, is not.
+pub(super) fn handshake_error(
+    session: &Session,
+    spec: &ConnectSpec,
+    deadline: Instant,
+    e: ssh2::Error,
+) -> TransportError {
+    let in_time = !is_code(&e, LIBSSH2_ERROR_TIMEOUT)
+        && !is_code(&e, LIBSSH2_ERROR_SOCKET_TIMEOUT)
+        && Instant::now() < deadline;
+    if in_time
+        && is_socket_error(&e)
+        && let Some(detail) = admission_detail(session.banner_bytes())
+    {
+        return TransportError::AdmissionRefused {
+            endpoint: spec.endpoint.clone(),
+            detail,
+        };
+    }
+    connect_error(spec, deadline, "performing the SSH handshake", e)
+}
+
+/// What sshd said when it closed before the handshake, when that reads as a refusal to
+/// admit the connection: nothing, or one of sshd's lines for it (`Exceeded MaxStartups`;
+/// `Not allowed at this time`, OpenSSH 9.8's PerSourcePenalties).
+fn admission_detail(banner: Option<&[u8]>) -> Option<String> {
+    let Some(line) = banner else {
+        return Some("it sent no SSH banner".to_string());
+    };
+    let line = String::from_utf8_lossy(line);
+    let sshd_words = ["Exceeded MaxStartups", "Not allowed at this time"];
+    sshd_words
+        .iter()
+        .any(|w| line.contains(w))
+        .then(|| format!("it said \"{}\"", crate::node_text::one_line(&line, 64)))
 }
 
 /// A failure of the connected session while doing `what`.
@@ -79,5 +121,25 @@ pub(super) fn timeout(endpoint: &Endpoint, what: &str, started: Instant) -> Tran
         endpoint: endpoint.clone(),
         what,
         after: started.elapsed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sshd_s_refusals_and_silence_read_as_admission_refused_other_lines_do_not() {
+        assert_eq!(
+            admission_detail(None).as_deref(),
+            Some("it sent no SSH banner")
+        );
+        assert_eq!(
+            admission_detail(Some(b"Exceeded MaxStartups")).as_deref(),
+            Some("it said \"Exceeded MaxStartups\"")
+        );
+        assert!(admission_detail(Some(b"Not allowed at this time")).is_some());
+        assert_eq!(admission_detail(Some(b"HTTP/1.1 400 Bad Request")), None);
+        assert_eq!(admission_detail(Some(b"SSH-2.0-OpenSSH_9.2p1")), None);
     }
 }

@@ -17,6 +17,7 @@ use std::time::Instant;
 use ssh2::{MethodType, Session};
 
 use super::jump::JumpSession;
+use super::pace;
 use super::{AbortCheck, ConnectSpec, Endpoint, TransportError};
 
 /// One authenticated SSH connection to one node.
@@ -55,6 +56,10 @@ impl SshConnection {
     /// takes its own deadline) and keepalives are on.
     pub fn connect(spec: &ConnectSpec) -> Result<SshConnection, TransportError> {
         let deadline = Instant::now() + spec.connect_timeout;
+        // This handshake's turn at the sshd it is made with (`pace`), held from the TCP
+        // connect until authentication is done or has failed: dropped on every return.
+        // With a jump host, the jump's own connect below takes its turn at the bastion.
+        let _turn = pace::turn(spec, deadline)?;
         let endpoint = &spec.endpoint;
         let mut session = Session::new().map_err(|e| TransportError::Session {
             endpoint: endpoint.clone(),
