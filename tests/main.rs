@@ -13,6 +13,7 @@ mod cli;
 mod cloud_e2e;
 mod cloud_upgrade_e2e;
 mod cluster;
+mod cluster_capacity;
 mod cluster_drain;
 mod cluster_extras;
 mod docs;

@@ -65,6 +65,11 @@ impl NodeWatch {
         self.lock().nodes.get(name).cloned()
     }
 
+    /// How many KubeEdge edge Nodes the cluster has now, as far as the watch has seen.
+    pub fn edge_nodes(&self) -> usize {
+        self.lock().nodes.values().filter(|s| s.state.edge).count()
+    }
+
     /// The watch's last error while it retries, if it has one.
     pub fn trouble(&self) -> Option<String> {
         self.lock().trouble.clone()

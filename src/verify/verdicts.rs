@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::{Expect, Waiting};
-use crate::cluster::{NodeWatch, Seen};
+use crate::cluster::{Capacity, NodeWatch, Seen};
 use crate::diagnosis::FailureClass;
 use crate::kubeedge::classify;
 use crate::node_text::one_line;
@@ -313,6 +313,7 @@ pub(super) fn not_registered_outcome(
     waiting: Waiting,
     answer: Result<EdgecoreState, String>,
     watch: &NodeWatch,
+    capacity: Option<&Capacity>,
     timeout: Duration,
     nodes: &[NodePlan],
 ) -> NodeOutcome {
@@ -325,6 +326,8 @@ pub(super) fn not_registered_outcome(
         "keadm join exited 0, but no Node named {node_name} appeared in the cluster within {} s of its exit",
         timeout.as_secs()
     );
+    // Counted now, as the wait ends: what cloudhub had when it refused the node.
+    let full = at_capacity(capacity, watch.edge_nodes(), &node_name);
     let mut detail = None;
     match answer {
         Ok(state) => {
@@ -361,6 +364,9 @@ pub(super) fn not_registered_outcome(
             "; the cluster's watch had trouble meanwhile: {trouble}"
         ));
     }
+    if let Some(full) = full {
+        error.push_str(&format!(". {full}"));
+    }
     failed(
         nodes,
         &mut outcome,
@@ -373,6 +379,24 @@ pub(super) fn not_registered_outcome(
         ..ClusterCheck::default()
     });
     outcome
+}
+
+/// The cause of a join that never registered while the cloud served all it may: cloudhub
+/// refuses the session of a node past `nodeLimit` ("Fail to serve node ..., reach node
+/// limit") after keadm join has finished. `None` below the limit, or when it is unknown.
+pub(super) fn at_capacity(
+    capacity: Option<&Capacity>,
+    registered: usize,
+    node_name: &str,
+) -> Option<String> {
+    let capacity = capacity?;
+    (registered as u64 >= capacity.total()).then(|| {
+        format!(
+            "{} and {registered} {} registered: cloudhub refuses node {node_name} (\"reach node limit\"). Raise nodeLimit or add cloudcore replicas",
+            capacity.describe(),
+            if registered == 1 { "is" } else { "are" }
+        )
+    })
 }
 
 /// An upgrade whose node names another Node in its edgecore.yaml (`hostnameOverride`)
@@ -431,6 +455,25 @@ mod tests {
             ready_since: Some(at),
             baseline_version: None,
         }
+    }
+
+    /// A node that never registered while the cloud was at its limit names the limit, the
+    /// count and the fix; below the limit, or with no limit known, nothing is said.
+    #[test]
+    fn a_refused_node_names_the_cloud_s_limit_only_at_it() {
+        let capacity = Capacity {
+            node_limit: Some(2),
+            replicas: Some(1),
+            from: "the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore".into(),
+            flag: None,
+        };
+        assert_eq!(
+            at_capacity(Some(&capacity), 2, "edge-3").unwrap(),
+            "CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore) and 2 are registered: cloudhub refuses node edge-3 (\"reach node limit\"). Raise nodeLimit or add cloudcore replicas"
+        );
+        assert!(at_capacity(Some(&capacity), 3, "edge-3").is_some());
+        assert_eq!(at_capacity(Some(&capacity), 1, "edge-3"), None);
+        assert_eq!(at_capacity(None, 900, "edge-3"), None);
     }
 
     /// keadm join exits only after edgecore ran a while, so its Node is often Ready
