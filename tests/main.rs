@@ -10,6 +10,7 @@ mod airgap;
 mod archive_names;
 mod bundle;
 mod cli;
+mod cloud_capacity_e2e;
 mod cloud_e2e;
 mod cloud_upgrade_e2e;
 mod cluster;
