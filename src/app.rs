@@ -20,13 +20,13 @@ use crate::options::{
     BundleOptions, Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, StatusOptions,
     Verbosity,
 };
+use crate::pace::{self, JoinSlots};
 use crate::report::findings::{Probe, Report, Row};
 use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
 use crate::stage::{CopyMaking, Meters, OfflineImages, StageError, StageSettings, Stager};
-use crate::pace::{self, JoinSlots};
 use crate::{
     bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status, waves,
 };

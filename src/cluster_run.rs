@@ -543,7 +543,8 @@ fn capacity(cluster: &Cluster, flag: Option<u64>) -> Result<Capacity, String> {
         (Some(total), Ok(read)) => Ok(Capacity {
             from: format!(
                 "--cloud-node-limit, over nodeLimit {} × {} read from {}",
-                read.node_limit.unwrap_or(cluster::capacity::DEFAULT_NODE_LIMIT),
+                read.node_limit
+                    .unwrap_or(cluster::capacity::DEFAULT_NODE_LIMIT),
                 read.replicas.unwrap_or(1),
                 read.from
             ),

@@ -15,13 +15,15 @@
 
 use std::time::Instant;
 
-use crate::cloud_e2e::{READY_TIMEOUT, edge_node, join_cmd, mount_points, scenario, tail, write_kit};
+use crate::cloud_e2e::{
+    READY_TIMEOUT, edge_node, join_cmd, mount_points, scenario, tail, write_kit,
+};
 use crate::common::containerd::Containerd;
 use crate::common::fleet::Fleet;
 use crate::common::real_cloud::{CloudBinaries, RealCloud};
 use crate::common::scenario::{Scenario, VERSION};
 use crate::common::test::Output;
-use crate::keadm_e2e::keadm_version;
+use crate::keadm_e2e::{MadeMountPoints, keadm_version};
 
 fn binaries() -> CloudBinaries {
     let bins = CloudBinaries::from_env().expect(
@@ -30,6 +32,34 @@ fn binaries() -> CloudBinaries {
     let version = keadm_version(&bins.path("keadm"));
     assert_eq!(version, VERSION, "KECLOUD_BIN's keadm is {version}");
     bins
+}
+
+/// `n` edge nodes (tests/cloud_e2e.rs's, each with a CNI bridge) and the offline kit
+/// their joins read; what it made goes, runtimes first, when it is dropped.
+struct EdgeFleet {
+    _runtimes: Vec<Containerd>,
+    _made: MadeMountPoints,
+    kit: tempfile::TempDir,
+    fleet: Fleet,
+}
+
+impl EdgeFleet {
+    fn start(bins: &CloudBinaries, n: usize) -> EdgeFleet {
+        let fleet = Fleet::builder().nodes(n).start();
+        let made = mount_points();
+        let runtimes = (0..n).map(|i| edge_node(fleet.node(i), true)).collect();
+        let kit = tempfile::Builder::new()
+            .prefix("cloud-capacity-kit-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        write_kit(kit.path(), bins);
+        EdgeFleet {
+            _runtimes: runtimes,
+            _made: made,
+            kit,
+            fleet,
+        }
+    }
 }
 
 /// Joins of fleet nodes `nodes` to `cloud`, each with its own kubelet port.
@@ -64,23 +94,20 @@ fn a_real_cloud_at_its_node_limit_is_found_before_any_node_and_names_the_refused
     cloud.chart_objects(2, 1);
     let token = cloud.token();
     let kubeconfig = cloud.kubeconfig.display().to_string();
-    let fleet = Fleet::builder().nodes(3).start();
-    let _made = mount_points();
-    let _runtimes: Vec<Containerd> = (0..3).map(|i| edge_node(fleet.node(i), true)).collect();
-    let kit = tempfile::Builder::new()
-        .prefix("cloud-capacity-kit-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    write_kit(kit.path(), &bins);
+    let edges = EdgeFleet::start(&bins, 3);
+    let (fleet, kit) = (&edges.fleet, &edges.kit);
     let all = [0, 1, 2];
 
     // Strict: stopped before any node is touched, with the figures.
-    let out = joins(&fleet, &all, kit.path(), &cloud, &token)
-        .run(&["--kubeconfig", &kubeconfig, "--dry-run"]);
+    let out = joins(fleet, &all, kit.path(), &cloud, &token).run(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "--dry-run",
+    ]);
     show("the dry run", &out);
     out.status(0)
         .stdout_has("CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore), and 0 edge Node(s) are registered");
-    let out = joins(&fleet, &all, kit.path(), &cloud, &token).run(&["--kubeconfig", &kubeconfig]);
+    let out = joins(fleet, &all, kit.path(), &cloud, &token).run(&["--kubeconfig", &kubeconfig]);
     show("strict", &out);
     out.status(2).stderr_has(
         "CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore); 0 edge Node(s) are registered in the cluster at ",
@@ -94,14 +121,23 @@ fn a_real_cloud_at_its_node_limit_is_found_before_any_node_and_names_the_refused
     assert!(cloud.nodes().is_empty(), "no Node registered");
 
     // Warn: the three join; cloudhub refuses the third session, whose cause says why.
-    let out = joins(&fleet, &all, kit.path(), &cloud, &token)
+    let out = joins(fleet, &all, kit.path(), &cloud, &token)
         .preflight("warn")
-        .run(&["--kubeconfig", &kubeconfig, "--ready-timeout", READY_TIMEOUT]);
+        .run(&[
+            "--kubeconfig",
+            &kubeconfig,
+            "--ready-timeout",
+            READY_TIMEOUT,
+        ]);
     show("warn", &out);
     for i in all {
-        eprintln!("cloud_capacity_e2e: edge-0{i}'s transcript ends:\n{}", tail(&out, i));
+        eprintln!(
+            "cloud_capacity_e2e: edge-0{i}'s transcript ends:\n{}",
+            tail(&out, i)
+        );
     }
-    out.status(1).stderr_has("and 3 of these joins would add theirs, 1 more than it serves");
+    out.status(1)
+        .stderr_has("and 3 of these joins would add theirs, 1 more than it serves");
     let summary = out.summary();
     let nodes = summary["nodes"].as_array().unwrap();
     let ready = nodes.iter().filter(|n| n["phase"] == "succeeded").count();
@@ -156,19 +192,17 @@ fn three_joins_at_once_and_one_at_a_time_on_a_real_cloudcore() {
     let cloud = RealCloud::start(&bins);
     let token = cloud.token();
     let kubeconfig = cloud.kubeconfig.display().to_string();
-    let fleet = Fleet::builder().nodes(6).start();
-    let _made = mount_points();
-    let _runtimes: Vec<Containerd> = (0..6).map(|i| edge_node(fleet.node(i), true)).collect();
-    let kit = tempfile::Builder::new()
-        .prefix("cloud-pace-kit-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    write_kit(kit.path(), &bins);
+    let edges = EdgeFleet::start(&bins, 6);
+    let (fleet, kit) = (&edges.fleet, &edges.kit);
     for (label, nodes, pace) in [
         ("3 joins at once (--joins-in-flight 3)", [0, 1, 2], "3"),
-        ("3 joins one at a time (--joins-in-flight 1)", [3, 4, 5], "1"),
+        (
+            "3 joins one at a time (--joins-in-flight 1)",
+            [3, 4, 5],
+            "1",
+        ),
     ] {
-        let sc = joins(&fleet, &nodes, kit.path(), &cloud, &token);
+        let sc = joins(fleet, &nodes, kit.path(), &cloud, &token);
         let started = Instant::now();
         let out = sc.run(&[
             "--kubeconfig",

@@ -6,19 +6,15 @@
 
 use std::time::Duration;
 
-use crate::common::apiserver::{Behaviour, CLOUDCORE_CONFIGMAP, FakeApiServer, keadm_exited};
+use crate::common::apiserver::{Behaviour, CLOUDCORE_CONFIGMAP, FakeApiServer};
 use crate::common::fake_keadm::{self, FakeKeadm};
-use crate::common::fleet::{Fleet, Node, closing_port};
+use crate::common::fleet::{Fleet, closing_port};
 use crate::common::scenario::{Scenario, remote_keadm};
 use crate::common::test::Output;
+use crate::waves::registering_after_keadm;
 
 /// A token keadm-batch can read (its CA hash is nobody's; it expires in 2100).
 const TOKEN: &str = "0814fda185db6ddb8324d682653b1b389fb6b41ed2eac2235897e47e3496ee07.eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJleHAiOjQxMDI0NDQ4MDB9.bm90LWEtcmVhbC1zaWduYXR1cmU";
-
-fn after_keadm(node: &Node) -> impl Fn() -> bool + Send + 'static {
-    let calls = remote_keadm(node).with_extension("calls");
-    move || keadm_exited(&calls)
-}
 
 /// Joins to cloudcore ports that close every connection (so the token's CA check
 /// cannot ask it, a warning), with a token whose lifetime is no finding.
@@ -84,16 +80,15 @@ fn warn_goes_on_and_the_refused_node_names_the_limit_in_its_cause() {
     let node = fleet.node(0);
     node.shell_ok("mount -t tmpfs kb-test-log /var/log && mkdir -p /var/log/kubeedge");
     let api = full_cloud();
-    let refused = "W1206 05:00:01.000000 4242 edgehub.go:178] connection is broken, will reconnect after 30s";
-    let sc = scenario(&fleet, "warn").keadm(
-        FakeKeadm::new()
-            .prints("Install Complete!")
-            .runs(&format!("echo '{refused}' >> /var/log/kubeedge/edgecore.log")),
-    );
+    let refused =
+        "W1206 05:00:01.000000 4242 edgehub.go:178] connection is broken, will reconnect after 30s";
+    let sc = scenario(&fleet, "warn").keadm(FakeKeadm::new().prints("Install Complete!").runs(
+        &format!("echo '{refused}' >> /var/log/kubeedge/edgecore.log"),
+    ));
     let out = run(&sc, &api, &["--ready-timeout", "2"]);
-    out.status(1).stderr_has(FINDING).stderr_has(
-        "and 1 of these joins would add theirs, 1 more than it serves",
-    );
+    out.status(1)
+        .stderr_has(FINDING)
+        .stderr_has("and 1 of these joins would add theirs, 1 more than it serves");
     assert_eq!(fake_keadm::calls(&remote_keadm(node)).len(), 1, "keadm ran");
     let n = out.node_summary(0);
     assert_eq!(n["failure_class"], "not_registered", "{n}");
@@ -178,7 +173,9 @@ fn the_dry_run_shows_the_capacity_and_the_joins_pace() {
     out.status(0).stdout_has("  joins:       at most 10 in flight to the cloud at once (--joins-in-flight, the default), each from its start to keadm's exit (no Ready wait in this run)");
     // Past the limit, the dry run warns as the run would.
     let full = full_cloud();
-    run(&sc, &full, &["--dry-run"]).status(0).stderr_has(FINDING);
+    run(&sc, &full, &["--dry-run"])
+        .status(0)
+        .stderr_has(FINDING);
     untouched(&fleet);
 }
 
@@ -188,14 +185,9 @@ fn the_dry_run_shows_the_capacity_and_the_joins_pace() {
 #[test]
 fn no_more_joins_than_the_bound_are_in_flight_between_keadms_start_and_ready() {
     let fleet = Fleet::builder().nodes(4).start();
-    let api = FakeApiServer::start();
-    for (i, node) in fleet.nodes().iter().enumerate() {
-        api.node_on(
-            &Scenario::name(i),
-            after_keadm(node),
-            Behaviour::ReadyAfter(Duration::from_millis(1500)),
-        );
-    }
+    let api = registering_after_keadm(&fleet, |_| {
+        Behaviour::ReadyAfter(Duration::from_millis(1500))
+    });
     let sc = scenario(&fleet, "off")
         .keadm(FakeKeadm::new().prints("Install Complete!"))
         .max_run_num(4);

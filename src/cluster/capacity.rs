@@ -72,7 +72,10 @@ impl Capacity {
                 if replicas == 1 { "replica" } else { "replicas" },
                 self.from
             ),
-            _ => format!("CloudCore serves at most {total} edge {nodes} ({})", self.from),
+            _ => format!(
+                "CloudCore serves at most {total} edge {nodes} ({})",
+                self.from
+            ),
         }
     }
 }
@@ -128,7 +131,9 @@ fn unread(kind: &str, resource: &str, error: &kube::Error) -> String {
             format!("the kubeconfig's user may not get {resource} in namespace {NAMESPACE}")
         }
         kube::Error::Api(status) if status.code == 404 => {
-            format!("there is no {kind} {NAMESPACE}/{NAME} (cloudcore was not installed by keadm init or the Helm chart)")
+            format!(
+                "there is no {kind} {NAMESPACE}/{NAME} (cloudcore was not installed by keadm init or the Helm chart)"
+            )
         }
         other => format!(
             "the {kind} {NAMESPACE}/{NAME} could not be read: {}",
@@ -151,9 +156,7 @@ impl Cluster {
             .data
             .as_ref()
             .and_then(|data| data.get(CONFIG_KEY))
-            .ok_or_else(|| {
-                format!("the ConfigMap {NAMESPACE}/{NAME} has no key {CONFIG_KEY}")
-            })?;
+            .ok_or_else(|| format!("the ConfigMap {NAMESPACE}/{NAME} has no key {CONFIG_KEY}"))?;
         let limit = node_limit_of(text)
             .map_err(|why| format!("the ConfigMap {NAMESPACE}/{NAME}: {why}"))?;
         let mut from = format!("the ConfigMap {NAMESPACE}/{NAME}");
@@ -200,11 +203,18 @@ mod tests {
             node_limit_of("modules:\n  cloudHub:\n    nodeLimit: \"2\"\n"),
             Ok(Some(2))
         );
-        assert_eq!(node_limit_of("modules:\n  cloudHub:\n    websocket: {}\n"), Ok(None));
+        assert_eq!(
+            node_limit_of("modules:\n  cloudHub:\n    websocket: {}\n"),
+            Ok(None)
+        );
         assert_eq!(node_limit_of("kind: CloudCore\n"), Ok(None));
         let bad = node_limit_of("modules:\n  cloudHub:\n    nodeLimit: lots\n").unwrap_err();
         assert!(bad.contains("`lots` is not a count"), "{bad}");
-        assert!(node_limit_of("modules: [\n").unwrap_err().contains("is not YAML"));
+        assert!(
+            node_limit_of("modules: [\n")
+                .unwrap_err()
+                .contains("is not YAML")
+        );
     }
 
     #[test]
@@ -212,8 +222,7 @@ mod tests {
         let read = Capacity {
             node_limit: Some(2),
             replicas: Some(1),
-            from: "the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore"
-                .into(),
+            from: "the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore".into(),
             flag: None,
         };
         assert_eq!(read.total(), 2);

@@ -29,8 +29,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::stage::error_chain;
 
-pub use error::{ClusterError, KubeconfigSource};
 pub use capacity::Capacity;
+pub use error::{ClusterError, KubeconfigSource};
 pub use guard::Guard;
 pub use node_state::NodeState;
 pub use watch::{NodeWatch, Seen};

@@ -609,7 +609,9 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
             &status(
                 403,
                 "Forbidden",
-                &format!("{resource} \"{name}\" is forbidden: User \"operator\" cannot get resource \"{resource}\"{group} in the namespace \"kubeedge\""),
+                &format!(
+                    "{resource} \"{name}\" is forbidden: User \"operator\" cannot get resource \"{resource}\"{group} in the namespace \"kubeedge\""
+                ),
             ),
         );
     }
