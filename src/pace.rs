@@ -17,13 +17,12 @@ use std::time::{Duration, Instant};
 use crate::cancel::Cancel;
 use crate::report::progress::Progress;
 
-/// The default bound. Measured on the real cloudcore v1.23.1 of this project's
-/// end-to-end checks (docs/kubeedge.md, "Joins paced to the cloud"): cloudcore signs a
-/// join's certificates and admits its session in well under a second of CPU, so a handful
-/// of joins at once costs it nothing, while the peers' and KubeEdge's own reports of
-/// bursts (hundreds of joins at once timing out an API server) are an order of magnitude
-/// above. Ten keeps a default `maxRunNum` of 5 unpaced and a fleet run at `maxRunNum` 50
-/// from arriving at the cloud fifty at a time.
+/// The default bound, from the real cloud of tests/cloud_capacity_e2e.rs (figures in
+/// docs/kubeedge.md, "Joins paced to the cloud"): three joins at once took half the wall
+/// time of three one at a time, each a third slower only because the same two cores ran
+/// the three nodes, so a small bound throws time away; the bursts reported to hurt an API
+/// server are hundreds of joins at once. Ten leaves a run at the default `maxRunNum` 5
+/// unpaced and keeps one at `maxRunNum` 50 from reaching cloudcore fifty at a time.
 pub const DEFAULT_JOINS_IN_FLIGHT: usize = 10;
 
 /// How often a waiting join looks at the operator's Ctrl-C.

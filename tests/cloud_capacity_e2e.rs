@@ -98,15 +98,15 @@ fn a_real_cloud_at_its_node_limit_is_found_before_any_node_and_names_the_refused
     let (fleet, kit) = (&edges.fleet, &edges.kit);
     let all = [0, 1, 2];
 
-    // Strict: stopped before any node is touched, with the figures.
-    let out = joins(fleet, &all, kit.path(), &cloud, &token).run(&[
-        "--kubeconfig",
-        &kubeconfig,
-        "--dry-run",
-    ]);
+    // The dry run (under warn) shows the figures and warns; strict stops before any node
+    // is touched.
+    let out = joins(fleet, &all, kit.path(), &cloud, &token)
+        .preflight("warn")
+        .run(&["--kubeconfig", &kubeconfig, "--dry-run"]);
     show("the dry run", &out);
     out.status(0)
-        .stdout_has("CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore), and 0 edge Node(s) are registered");
+        .stdout_has("CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore), and 0 edge Node(s) are registered")
+        .stderr_has("and 3 of these joins would add theirs, 1 more than it serves");
     let out = joins(fleet, &all, kit.path(), &cloud, &token).run(&["--kubeconfig", &kubeconfig]);
     show("strict", &out);
     out.status(2).stderr_has(
@@ -203,6 +203,10 @@ fn three_joins_at_once_and_one_at_a_time_on_a_real_cloudcore() {
         ),
     ] {
         let sc = joins(fleet, &nodes, kit.path(), &cloud, &token);
+        let cpu = (
+            cloud.cpu_seconds("cloudcore"),
+            cloud.cpu_seconds("kube-apiserver"),
+        );
         let started = Instant::now();
         let out = sc.run(&[
             "--kubeconfig",
@@ -218,6 +222,11 @@ fn three_joins_at_once_and_one_at_a_time_on_a_real_cloudcore() {
         }
         out.status(0);
         timed(label, &out, wall);
+        eprintln!(
+            "cloud_capacity_e2e: {label}: CPU used meanwhile: cloudcore {:.2} s, kube-apiserver {:.2} s",
+            cloud.cpu_seconds("cloudcore") - cpu.0,
+            cloud.cpu_seconds("kube-apiserver") - cpu.1
+        );
     }
     assert_eq!(cloud.nodes().len(), 6);
 }

@@ -89,6 +89,14 @@ pub fn retry(options: &RunOptions, not_succeeded: &[&str]) -> String {
             .filter(|d| d.as_secs() != DEFAULT_DRAIN_TIMEOUT_SECS)
             .map(|d| format!("{}s", d.as_secs())),
     );
+    flag(
+        "cloud-node-limit",
+        options.cloud_node_limit.map(|n| n.to_string()),
+    );
+    flag(
+        "joins-in-flight",
+        options.joins_in_flight.map(|n| n.to_string()),
+    );
     flag("staging-dir", string(&options.staging_dir));
     for (name, on) in [
         ("allow-unverified", options.allow_unverified),
@@ -149,11 +157,13 @@ mod tests {
             ready_timeout_seconds: 600,
             drain: Some(Duration::from_secs(120)),
             backup: true,
+            cloud_node_limit: Some(2000),
+            joins_in_flight: Some(4),
             ..RunOptions::default()
         };
         assert_eq!(
             retry(&full, &["edge-1", "edge-7"]),
-            "keadm-batch batch -c 'site a.yaml' --only edge-1,edge-7 --shard 2/4 --canary 2 --wave '25%' --max-fail 0 --wave-pause 90s --host-key-policy strict --known-hosts '/etc/ssh/fleet hosts' --preflight off --kubeconfig /root/.kube/config --context prod --ready-timeout 600 --drain-timeout 120s --staging-dir /var/tmp/stage --backup --drain"
+            "keadm-batch batch -c 'site a.yaml' --only edge-1,edge-7 --shard 2/4 --canary 2 --wave '25%' --max-fail 0 --wave-pause 90s --host-key-policy strict --known-hosts '/etc/ssh/fleet hosts' --preflight off --kubeconfig /root/.kube/config --context prod --ready-timeout 600 --drain-timeout 120s --cloud-node-limit 2000 --joins-in-flight 4 --staging-dir /var/tmp/stage --backup --drain"
         );
     }
 

@@ -368,6 +368,21 @@ impl RealCloud {
         self.processes.push((name, child));
     }
 
+    /// The CPU time (user and system, in seconds) the process started as `name` has used.
+    pub fn cpu_seconds(&self, name: &str) -> f64 {
+        let (_, child) = self
+            .processes
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no process {name} was started"));
+        let stat = fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+        // Past the command's parentheses: state is field 3, utime and stime 14 and 15.
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        // SAFETY: sysconf(_SC_CLK_TCK) reads a constant of the system.
+        ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    }
+
     /// The log of the process started as `name`.
     pub fn log(&self, name: &str) -> String {
         fs::read_to_string(self.path(&format!("{name}.log"))).unwrap_or_default()
