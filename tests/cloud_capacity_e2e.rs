@@ -20,7 +20,7 @@ use crate::cloud_e2e::{
 };
 use crate::common::containerd::Containerd;
 use crate::common::fleet::Fleet;
-use crate::common::real_cloud::{CloudBinaries, RealCloud};
+use crate::common::real_cloud::{CloudBinaries, RealCloud, ready_condition};
 use crate::common::scenario::{Scenario, VERSION};
 use crate::common::test::Output;
 use crate::keadm_e2e::{MadeMountPoints, keadm_version};
@@ -100,14 +100,15 @@ fn a_real_cloud_at_its_node_limit_is_found_before_any_node_and_names_the_refused
 
     // The dry run (under warn) shows the figures and warns; strict stops before any node
     // is touched.
-    let out = joins(fleet, &all, kit.path(), &cloud, &token)
-        .preflight("warn")
-        .run(&["--kubeconfig", &kubeconfig, "--dry-run"]);
+    // Each run's scenario is kept while its output is read: its directory holds the run.
+    let plan = joins(fleet, &all, kit.path(), &cloud, &token).preflight("warn");
+    let out = plan.run(&["--kubeconfig", &kubeconfig, "--dry-run"]);
     show("the dry run", &out);
     out.status(0)
         .stdout_has("CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore), and 0 edge Node(s) are registered")
         .stderr_has("and 3 of these joins would add theirs, 1 more than it serves");
-    let out = joins(fleet, &all, kit.path(), &cloud, &token).run(&["--kubeconfig", &kubeconfig]);
+    let strict = joins(fleet, &all, kit.path(), &cloud, &token);
+    let out = strict.run(&["--kubeconfig", &kubeconfig]);
     show("strict", &out);
     out.status(2).stderr_has(
         "CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore); 0 edge Node(s) are registered in the cluster at ",
@@ -120,15 +121,12 @@ fn a_real_cloud_at_its_node_limit_is_found_before_any_node_and_names_the_refused
     }
     assert!(cloud.nodes().is_empty(), "no Node registered");
 
-    // Warn: the three join; cloudhub refuses the third session, whose cause says why.
-    let out = joins(fleet, &all, kit.path(), &cloud, &token)
-        .preflight("warn")
-        .run(&[
-            "--kubeconfig",
-            &kubeconfig,
-            "--ready-timeout",
-            READY_TIMEOUT,
-        ]);
+    // Warn: the three join; cloudhub refuses the third session, whose cause says why. On
+    // KubeEdge v1.23.1 that node's Node still registers (its first messages reach the
+    // cloud) and stays NotReady: `not_ready`; a release that drops them would make it
+    // `not_registered`. Either names the limit.
+    let warn = joins(fleet, &all, kit.path(), &cloud, &token).preflight("warn");
+    let out = warn.run(&["--kubeconfig", &kubeconfig, "--ready-timeout", "150"]);
     show("warn", &out);
     for i in all {
         eprintln!(
@@ -141,15 +139,18 @@ fn a_real_cloud_at_its_node_limit_is_found_before_any_node_and_names_the_refused
     let summary = out.summary();
     let nodes = summary["nodes"].as_array().unwrap();
     let ready = nodes.iter().filter(|n| n["phase"] == "succeeded").count();
-    let refused: Vec<&serde_json::Value> = nodes
-        .iter()
-        .filter(|n| n["failure_class"] == "not_registered")
-        .collect();
+    let refused: Vec<&serde_json::Value> =
+        nodes.iter().filter(|n| n["phase"] != "succeeded").collect();
     assert_eq!((ready, refused.len()), (2, 1), "{summary}");
+    let class = refused[0]["failure_class"].as_str().unwrap();
+    assert!(
+        ["not_ready", "not_registered"].contains(&class),
+        "{summary}"
+    );
     let error = refused[0]["error"].as_str().unwrap();
     let name = refused[0]["name"].as_str().unwrap();
     assert!(
-        error.contains(&format!("CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore) and 2 are registered: cloudhub refuses node {name} (\"reach node limit\"). Raise nodeLimit or add cloudcore replicas")),
+        error.contains(&format!("CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore) and 2 other edge Nodes are registered: cloudhub refuses node {name} (\"reach node limit\") and serves it nothing. Raise nodeLimit or add cloudcore replicas")),
         "{error}"
     );
     let log = cloud.log("cloudcore");
@@ -158,8 +159,15 @@ fn a_real_cloud_at_its_node_limit_is_found_before_any_node_and_names_the_refused
         .find(|l| l.contains("reach node limit"))
         .unwrap_or_else(|| panic!("cloudcore never refused a node:\n{log}"));
     eprintln!("cloud_capacity_e2e: cloudcore: {limit_line}");
-    assert!(limit_line.contains(name), "{limit_line}");
-    assert_eq!(cloud.nodes().len(), 2);
+    assert!(
+        limit_line.contains(&format!("Fail to serve node {name}, reach node limit")),
+        "{limit_line}"
+    );
+    let node = cloud.node(name);
+    eprintln!(
+        "cloud_capacity_e2e: {name} ({class}): its Node: {:?}",
+        node.as_ref().and_then(ready_condition)
+    );
 }
 
 /// Each run's wall time and its nodes' start-to-Ready times, as printed.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::common::apiserver::{Behaviour, CLOUDCORE_CONFIGMAP, FakeApiServer};
+use crate::common::apiserver::{Behaviour, CLOUDCORE_CONFIGMAP, FakeApiServer, keadm_exited};
 use crate::common::fake_keadm::{self, FakeKeadm};
 use crate::common::fleet::{Fleet, closing_port};
 use crate::common::scenario::{Scenario, remote_keadm};
@@ -72,38 +72,59 @@ fn strict_refuses_joins_past_the_clouds_limit_before_any_node_is_touched() {
     untouched(&fleet);
 }
 
-/// Under warn the finding is a warning and the run goes on; the join that never
-/// registers while the cloud is full names the limit in its cause, with edgecore's line.
+/// Under warn the finding is a warning and the run goes on; a join that misses Ready
+/// while the cloud is full names the limit in its cause: one whose Node never registers
+/// (with edgecore's own line), and one whose Node registers and stays NotReady, as a
+/// refused KubeEdge v1.23.1 node does (seen on the real cloud, tests/cloud_capacity_e2e.rs).
 #[test]
-fn warn_goes_on_and_the_refused_node_names_the_limit_in_its_cause() {
-    let fleet = Fleet::builder().nodes(1).start();
-    let node = fleet.node(0);
-    node.shell_ok("mount -t tmpfs kb-test-log /var/log && mkdir -p /var/log/kubeedge");
+fn warn_goes_on_and_the_refused_nodes_name_the_limit_in_their_cause() {
+    let fleet = Fleet::builder().nodes(2).start();
+    for node in fleet.nodes() {
+        node.shell_ok("mount -t tmpfs kb-test-log /var/log && mkdir -p /var/log/kubeedge");
+    }
     let api = full_cloud();
+    let calls = fake_keadm::calls_path(&remote_keadm(fleet.node(1)));
+    api.node_on(
+        &Scenario::name(1),
+        move || keadm_exited(&calls),
+        Behaviour::NotReady {
+            reason: "KubeletNotReady".into(),
+            message: "CSINode is not yet initialized".into(),
+        },
+    );
     let refused =
         "W1206 05:00:01.000000 4242 edgehub.go:178] connection is broken, will reconnect after 30s";
     let sc = scenario(&fleet, "warn").keadm(FakeKeadm::new().prints("Install Complete!").runs(
         &format!("echo '{refused}' >> /var/log/kubeedge/edgecore.log"),
     ));
-    let out = run(&sc, &api, &["--ready-timeout", "2"]);
+    let out = run(&sc, &api, &["--ready-timeout", "3"]);
     out.status(1)
         .stderr_has(FINDING)
-        .stderr_has("and 1 of these joins would add theirs, 1 more than it serves");
-    assert_eq!(fake_keadm::calls(&remote_keadm(node)).len(), 1, "keadm ran");
-    let n = out.node_summary(0);
-    assert_eq!(n["failure_class"], "not_registered", "{n}");
+        .stderr_has("and 2 of these joins would add theirs, 2 more than it serves");
+    for node in fleet.nodes() {
+        assert_eq!(fake_keadm::calls(&remote_keadm(node)).len(), 1, "keadm ran");
+    }
+    let limit = "CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore) and";
+    assert_eq!(out.node_summary(0)["failure_class"], "not_registered");
     let line = out.log_line_starting("Failed to process node edge-00: ");
     assert!(
-        line.contains("keadm join exited 0, but no Node named edge-00 appeared in the cluster within 2 s of its exit;"),
+        line.contains("keadm join exited 0, but no Node named edge-00 appeared in the cluster within 3 s of its exit;"),
         "{line}"
     );
     assert!(
-        line.contains(". CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore) and 2 are registered: cloudhub refuses node edge-00 (\"reach node limit\"). Raise nodeLimit or add cloudcore replicas"),
+        line.contains(&format!("{limit} 3 other edge Nodes are registered: cloudhub refuses node edge-00 (\"reach node limit\") and serves it nothing. Raise nodeLimit or add cloudcore replicas")),
         "{line}"
     );
     assert!(
         line.contains("edgehub.go:178] connection is broken, will reconnect after 30s"),
         "edgecore's own line stays: {line}"
+    );
+    assert_eq!(out.node_summary(1)["failure_class"], "not_ready");
+    let line = out.log_line_starting("Failed to process node edge-01: ");
+    assert!(
+        line.contains("but it was not Ready within 3 s of keadm's exit: KubeletNotReady: CSINode is not yet initialized. ")
+            && line.contains(&format!("{limit} 2 other edge Nodes are registered: cloudhub refuses node edge-01 (\"reach node limit\") and serves it nothing.")),
+        "{line}"
     );
 }
 

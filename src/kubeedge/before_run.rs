@@ -94,7 +94,7 @@ pub enum ProblemKind {
         reset_first: bool,
     },
     #[error(
-        "{capacity}; {registered} edge Node(s) are registered in the cluster at {server} and {planned} of these joins would add theirs, {over} more than it serves: cloudhub would refuse the session of the joins past the limit (\"reach node limit\") after keadm join reports them installed, and their Nodes would never register. Raise cloudcore's nodeLimit or add cloudcore replicas, or join fewer nodes (--only, --shard); --cloud-node-limit N states the cloud's total when the cluster's cloudcore ConfigMap and Deployment do not."
+        "{capacity}; {registered} edge Node(s) are registered in the cluster at {server} and {planned} of these joins would add theirs, {over} more than it serves: cloudhub would refuse the session of the joins past the limit (\"reach node limit\") after keadm join reports them installed, and their Nodes would never be Ready (on KubeEdge v1.23.1 such a Node registers and stays NotReady, \"CSINode is not yet initialized\"). Raise cloudcore's nodeLimit or add cloudcore replicas, or join fewer nodes (--only, --shard); --cloud-node-limit N states the cloud's total when the cluster's cloudcore ConfigMap and Deployment do not."
     )]
     OverCapacity {
         server: String,

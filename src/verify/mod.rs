@@ -393,7 +393,8 @@ impl<'a> Verifier<'a> {
                 joins.into_iter().partition(|(_, seen)| seen.is_some());
             for (waiting, seen) in registered {
                 let seen = seen.expect("partitioned");
-                recorder.record(not_ready_outcome(waiting, &seen, self.timeout, nodes));
+                let full = self.at_capacity(&waiting.node_name);
+                recorder.record(not_ready_outcome(waiting, &seen, full, self.timeout, nodes));
             }
             if !missing.is_empty() {
                 let plans: Vec<Option<&NodePlan>> = missing
@@ -406,11 +407,12 @@ impl<'a> Verifier<'a> {
                     let answer = plan
                         .and_then(|_| answers.next())
                         .unwrap_or_else(|| Err("The node was not asked.".to_string()));
+                    let full = self.at_capacity(&waiting.node_name);
                     let outcome = not_registered_outcome(
                         waiting,
                         answer,
                         self.watch,
-                        self.capacity.as_ref(),
+                        full,
                         self.timeout,
                         nodes,
                     );
@@ -435,6 +437,16 @@ impl<'a> Verifier<'a> {
                 .min(Instant::now() + TICK);
             self.watch.wait_past(generation, next);
         }
+    }
+
+    /// Why a join missed Ready when the cloud is at its limit, counted as its wait ends:
+    /// what cloudhub had when it refused the node.
+    fn at_capacity(&self, node_name: &str) -> Option<String> {
+        verdicts::at_capacity(
+            self.capacity.as_ref(),
+            self.watch.edge_nodes_but(node_name),
+            node_name,
+        )
     }
 
     /// `--rollback-on-failure` for upgrades that failed the Ready gate: rolled back a few

@@ -268,9 +268,11 @@ pub(super) fn cancelled_outcome(
     outcome
 }
 
+/// `full`: the cloud's limit, when it was reached ([`at_capacity`]).
 pub(super) fn not_ready_outcome(
     waiting: Waiting,
     seen: &Seen,
+    full: Option<String>,
     timeout: Duration,
     nodes: &[NodePlan],
 ) -> NodeOutcome {
@@ -288,10 +290,13 @@ pub(super) fn not_ready_outcome(
         Some(c) => c.describe(),
         None => "the Node has no Ready condition yet".to_string(),
     };
-    let error = format!(
+    let mut error = format!(
         "keadm join exited 0 and the Node {node_name} registered {registered_after:.1} s later, but it was not Ready within {} s of keadm's exit: {condition}",
         timeout.as_secs()
     );
+    if let Some(full) = full {
+        error.push_str(&format!(". {full}"));
+    }
     failed(
         nodes,
         &mut outcome,
@@ -309,11 +314,12 @@ pub(super) fn not_ready_outcome(
     outcome
 }
 
+/// `full`: the cloud's limit, when it was reached ([`at_capacity`]).
 pub(super) fn not_registered_outcome(
     waiting: Waiting,
     answer: Result<EdgecoreState, String>,
     watch: &NodeWatch,
-    capacity: Option<&Capacity>,
+    full: Option<String>,
     timeout: Duration,
     nodes: &[NodePlan],
 ) -> NodeOutcome {
@@ -326,8 +332,6 @@ pub(super) fn not_registered_outcome(
         "keadm join exited 0, but no Node named {node_name} appeared in the cluster within {} s of its exit",
         timeout.as_secs()
     );
-    // Counted now, as the wait ends: what cloudhub had when it refused the node.
-    let full = at_capacity(capacity, watch.edge_nodes(), &node_name);
     let mut detail = None;
     match answer {
         Ok(state) => {
@@ -381,20 +385,23 @@ pub(super) fn not_registered_outcome(
     outcome
 }
 
-/// The cause of a join that never registered while the cloud served all it may: cloudhub
-/// refuses the session of a node past `nodeLimit` ("Fail to serve node ..., reach node
-/// limit") after keadm join has finished. `None` below the limit, or when it is unknown.
+/// The cause of a join that did not turn Ready while the cloud served all it may, with
+/// `others` edge Nodes registered besides it: cloudhub drops the session of a node past
+/// `nodeLimit` ("Fail to serve node ..., reach node limit") after keadm join has finished.
+/// On KubeEdge v1.23.1 the node's first messages still reach the cloud, so its Node
+/// registers and stays NotReady (`CSINode is not yet initialized`: no answer comes back);
+/// elsewhere it may never register. `None` below the limit, or when it is unknown.
 pub(super) fn at_capacity(
     capacity: Option<&Capacity>,
-    registered: usize,
+    others: usize,
     node_name: &str,
 ) -> Option<String> {
     let capacity = capacity?;
-    (registered as u64 >= capacity.total()).then(|| {
+    (others as u64 >= capacity.total()).then(|| {
         format!(
-            "{} and {registered} {} registered: cloudhub refuses node {node_name} (\"reach node limit\"). Raise nodeLimit or add cloudcore replicas",
+            "{} and {others} other edge {} registered: cloudhub refuses node {node_name} (\"reach node limit\") and serves it nothing. Raise nodeLimit or add cloudcore replicas",
             capacity.describe(),
-            if registered == 1 { "is" } else { "are" }
+            if others == 1 { "Node is" } else { "Nodes are" }
         )
     })
 }
@@ -469,7 +476,7 @@ mod tests {
         };
         assert_eq!(
             at_capacity(Some(&capacity), 2, "edge-3").unwrap(),
-            "CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore) and 2 are registered: cloudhub refuses node edge-3 (\"reach node limit\"). Raise nodeLimit or add cloudcore replicas"
+            "CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore) and 2 other edge Nodes are registered: cloudhub refuses node edge-3 (\"reach node limit\") and serves it nothing. Raise nodeLimit or add cloudcore replicas"
         );
         assert!(at_capacity(Some(&capacity), 3, "edge-3").is_some());
         assert_eq!(at_capacity(Some(&capacity), 1, "edge-3"), None);
