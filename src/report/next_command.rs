@@ -89,14 +89,13 @@ pub fn retry(options: &RunOptions, not_succeeded: &[&str]) -> String {
             .filter(|d| d.as_secs() != DEFAULT_DRAIN_TIMEOUT_SECS)
             .map(|d| format!("{}s", d.as_secs())),
     );
-    flag(
-        "cloud-node-limit",
-        options.cloud_node_limit.map(|n| n.to_string()),
-    );
-    flag(
-        "joins-in-flight",
-        options.joins_in_flight.map(|n| n.to_string()),
-    );
+    let counts = [
+        ("cloud-node-limit", options.cloud_node_limit),
+        ("joins-in-flight", options.joins_in_flight.map(|n| n as u64)),
+    ];
+    for (name, count) in counts {
+        flag(name, count.map(|n| n.to_string()));
+    }
     flag("staging-dir", string(&options.staging_dir));
     for (name, on) in [
         ("allow-unverified", options.allow_unverified),
