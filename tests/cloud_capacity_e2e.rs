@@ -6,8 +6,9 @@
 //! 1. cloudcore with `nodeLimit` 2, its ConfigMap and Deployment made as the Helm chart
 //!    makes them, 3 edge nodes: under `--preflight strict` the run stops before any node
 //!    is touched, naming the figures; under `warn` the three join, two are Ready, and
-//!    the third (cloudhub refused its session, "reach node limit" in cloudcore's log) is
-//!    `not_registered` with the limit as its cause.
+//!    the third (cloudhub refused its session, "reach node limit" in cloudcore's log) names
+//!    the limit in its cause: on v1.23.1 its Node registers and stays NotReady
+//!    (`not_ready`, `CSINode is not yet initialized`).
 //! 2. The figures behind `--joins-in-flight`'s default: three joins at once, then three
 //!    one at a time, on fresh nodes each, against cloudcore's default limit; each run's
 //!    wall time and its nodes' times from start to Ready are printed (a measurement, not a
