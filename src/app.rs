@@ -20,6 +20,7 @@ use crate::options::{
     BundleOptions, Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, StatusOptions,
     Verbosity,
 };
+use crate::pace::{self, JoinSlots};
 use crate::report::findings::{Probe, Report, Row};
 use crate::report::log::ResultLog;
 use crate::report::progress::{ConsoleWriter, Progress};
@@ -374,6 +375,19 @@ fn run_batch(options: &RunOptions) -> Result<(), Error> {
             offline_images.as_ref(),
             &cluster_run::kubeconfig_line(cluster_run.as_ref(), &loaded.config, options),
             &unasked.unwrap_or_else(|| ClusterRun::describe(cluster_run.as_ref(), options)),
+            plan.nodes
+                .iter()
+                .any(|n| n.keadm_args.is_join())
+                .then(|| {
+                    JoinSlots::describe(
+                        options
+                            .joins_in_flight
+                            .unwrap_or(pace::DEFAULT_JOINS_IN_FLIGHT),
+                        cluster_run.as_ref().is_some_and(|r| r.wait.is_some()),
+                        options.joins_in_flight.is_some(),
+                    )
+                })
+                .as_deref(),
             &waves::for_run(
                 &plan.nodes,
                 options,
@@ -498,6 +512,7 @@ fn kubeedge_checks(
     problems.extend(
         cluster_run.and_then(|run| run.names_taken(plan, options.preflight, options.reset_first)),
     );
+    problems.extend(cluster_run.and_then(|run| run.over_capacity(plan, options.preflight)));
     let (fatal, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(|p| p.fatal);
     for warning in warnings {
         log::warn!("{warning}");
@@ -643,16 +658,56 @@ fn execute(
         max_run_num: plan.max_run_num,
         rollout,
     };
-    // The cluster's part of a node (--drain before it, --delete-nodes after) runs in its worker.
-    let process = |node: &plan::NodePlan| match &cluster_run {
-        Some(run) => run.process(node, &ctx),
-        None => pipeline::process(node, &ctx),
+    let slots = JoinSlots::new(
+        options
+            .joins_in_flight
+            .unwrap_or(pace::DEFAULT_JOINS_IN_FLIGHT),
+        Some(progress.clone()),
+    );
+    // The cluster's part of a node (--drain before it, --delete-nodes after) runs in its
+    // worker; a join first waits for its turn (--joins-in-flight).
+    let process = |node: &plan::NodePlan| {
+        let mut waited = None;
+        if node.keadm_args.is_join() {
+            match slots.take(node.index, &cancel) {
+                Some(time) => waited = slots.waited_line(time),
+                None => {
+                    return outcome::NodeOutcome::not_run(
+                        node.index,
+                        &node.name,
+                        &node.address(),
+                        outcome::Phase::Interrupted,
+                        "not started: run interrupted while it waited for its turn (--joins-in-flight)",
+                    );
+                }
+            }
+        }
+        let outcome = match &cluster_run {
+            Some(run) => run.process(node, &ctx),
+            None => pipeline::process(node, &ctx),
+        };
+        report::transcript::Transcript::add_notes(
+            &outcome,
+            &node.redactor,
+            &waited.into_iter().collect::<Vec<_>>(),
+        );
+        outcome
     };
     match cluster_run.as_ref().and_then(ClusterRun::verification) {
-        None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, process),
-        Some(verification) => {
-            verification.run_all(&plan.nodes, policy, &cancel, &recorder, &ctx, &process)
-        }
+        None => pool::run_all(&plan.nodes, policy, &cancel, &recorder, |node| {
+            let outcome = process(node);
+            slots.give_back(node.index);
+            outcome
+        }),
+        Some(verification) => verification.run_all(
+            &plan.nodes,
+            policy,
+            &cancel,
+            &recorder,
+            &ctx,
+            &process,
+            &slots,
+        ),
     }
     // Sites the run did not finish (the operator's Ctrl-C, a wave past --max-fail) still had
     // sources: they serve no more.

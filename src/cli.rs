@@ -263,6 +263,17 @@ struct BatchArgs {
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_timeout, requires = "drain", help_heading = "Cluster")]
     drain_timeout: std::time::Duration,
 
+    /// The most edge nodes the cloud serves in all (cloudcore's nodeLimit times its
+    /// replicas), over what the cluster's cloudcore ConfigMap and Deployment in kubeedge
+    /// say: joins past it are a pre-flight finding (--preflight strict stops the run).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Cluster")]
+    cloud_node_limit: Option<u64>,
+
+    /// The most joins in flight to the cloud at once, from a join's start to its Node's
+    /// Ready (or the end of its wait); a join past it waits for its turn (default 10).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Cluster")]
+    joins_in_flight: Option<u64>,
+
     /// Read every join's token from the cluster (the tokensecret secret in kubeedge, as
     /// `keadm gettoken` does) instead of keadmCmd's --token; a join whose --token is
     /// empty or missing gets it so without this flag.
@@ -1173,6 +1184,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         delete_nodes: batch.delete_nodes,
         drain: batch.drain.then_some(batch.drain_timeout),
         token_from_cluster: batch.token_from_cluster,
+        cloud_node_limit: batch.cloud_node_limit,
+        joins_in_flight: batch.joins_in_flight.map(|n| n as usize),
         staging_dir: batch.staging_dir,
         run_dir: batch.run_dir,
         output: run_output_format(batch.output),

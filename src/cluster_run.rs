@@ -12,7 +12,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use crate::cluster::{self, Cluster, Deleted, Guard, NodeState, Permission};
+use crate::cluster::{self, Capacity, Cluster, Deleted, Guard, NodeState, Permission};
 use crate::config::Config;
 use crate::drain_run::{self, Before, DrainRun};
 use crate::error::{Error, UsageError};
@@ -45,6 +45,9 @@ pub struct ClusterRun {
     pub nodes_before: Vec<NodeState>,
     /// How many joins got the cluster's token.
     pub token_for: usize,
+    /// What the cloud serves (`--cloud-node-limit`, else cloudcore's ConfigMap and
+    /// Deployment), or why that is unknown; `None` when no join is selected.
+    pub capacity: Option<Result<Capacity, String>>,
     /// `--drain`, with a node selected that is not a join.
     pub drain: Option<DrainRun>,
 }
@@ -179,6 +182,10 @@ impl ClusterRun {
             }
         }
         let nodes_before = if joins { cluster.nodes()? } else { Vec::new() };
+        let capacity = joins.then(|| capacity(&cluster, options.cloud_node_limit));
+        if let Some(Err(why)) = &capacity {
+            log::info!("{}", unknown_capacity(why));
+        }
         Ok(Some(ClusterRun {
             cluster,
             version,
@@ -190,6 +197,7 @@ impl ClusterRun {
             delete_nodes,
             nodes_before,
             token_for,
+            capacity,
             drain: options.drain.filter(|_| drains).map(DrainRun::new),
         }))
     }
@@ -201,6 +209,7 @@ impl ClusterRun {
             cluster: &self.cluster,
             timeout,
             finish: self,
+            capacity: self.capacity.clone().and_then(Result::ok),
         })
     }
 
@@ -321,6 +330,20 @@ impl ClusterRun {
                 }
             );
         }
+        match &run.capacity {
+            Some(Ok(capacity)) => {
+                let registered = cluster::capacity::edge_nodes(&run.nodes_before);
+                let _ = write!(
+                    line,
+                    "; {}, and {registered} edge Node(s) are registered",
+                    capacity.describe()
+                );
+            }
+            Some(Err(why)) => {
+                let _ = write!(line, "; {}", unknown_capacity(why));
+            }
+            None => {}
+        }
         if let Some(drain) = &run.drain {
             let _ = write!(line, "; {}", drain_run::describe(drain.timeout));
         }
@@ -363,6 +386,40 @@ impl ClusterRun {
                 server: self.cluster.server.clone(),
                 names: taken,
                 reset_first,
+            },
+        })
+    }
+
+    /// `over_capacity`: the edge Nodes registered now plus the joins whose Node does not
+    /// exist yet, against what the cloud serves. Past it, cloudhub would refuse the
+    /// sessions of the last joins after keadm reports them installed; refused under
+    /// `--preflight strict`, a warning otherwise.
+    pub fn over_capacity(&self, plan: &Plan, mode: PreflightMode) -> Option<Problem> {
+        if mode == PreflightMode::Off {
+            return None;
+        }
+        let Some(Ok(capacity)) = &self.capacity else {
+            return None;
+        };
+        let registered = cluster::capacity::edge_nodes(&self.nodes_before);
+        let planned = plan
+            .nodes
+            .iter()
+            .filter(|n| n.keadm_args.is_join())
+            .filter(|n| {
+                let name = verify::node_name(n);
+                !self.nodes_before.iter().any(|s| s.name == name)
+            })
+            .count();
+        let total = capacity.total();
+        (registered as u64 + planned as u64 > total).then(|| Problem {
+            fatal: mode == PreflightMode::Strict,
+            kind: ProblemKind::OverCapacity {
+                server: self.cluster.server.clone(),
+                capacity: capacity.describe(),
+                registered,
+                planned,
+                over: (registered as u64 + planned as u64 - total) as usize,
             },
         })
     }
@@ -475,6 +532,34 @@ impl verify::Finish for ClusterRun {
             None => outcome,
         }
     }
+}
+
+/// What the cloud serves, for the joins: `--cloud-node-limit` wins over cloudcore's
+/// ConfigMap and Deployment, which are read either way (what they say goes into the
+/// message); `Err` says why neither gives it.
+fn capacity(cluster: &Cluster, flag: Option<u64>) -> Result<Capacity, String> {
+    let read = cluster.cloudcore_capacity();
+    match (flag, read) {
+        (Some(total), Ok(read)) => Ok(Capacity {
+            from: format!(
+                "--cloud-node-limit, over nodeLimit {} × {} read from {}",
+                read.node_limit
+                    .unwrap_or(cluster::capacity::DEFAULT_NODE_LIMIT),
+                read.replicas.unwrap_or(1),
+                read.from
+            ),
+            ..Capacity::of_flag(total)
+        }),
+        (Some(total), Err(_)) => Ok(Capacity::of_flag(total)),
+        (None, read) => read,
+    }
+}
+
+/// The note when the cloud's capacity is unknown: the joins are not counted against it.
+fn unknown_capacity(why: &str) -> String {
+    format!(
+        "cloudcore's capacity was not checked: {why}, and no --cloud-node-limit was given (it is the most edge nodes the cloud serves: cloudcore's nodeLimit times its replicas)"
+    )
 }
 
 /// The recap's list of Node objects that resets left in the cluster: those not deleted

@@ -38,12 +38,14 @@ pub fn check_local_packages(staging: &StagingPlan, config_path: &Path) -> Result
 /// The whole plan as text; `images` are the offline image archives the run would list.
 /// `kubeconfig` names the kubeconfig the run reads and its context, one line; `cluster`
 /// is what the run will verify in the cluster, one line (app has asked it);
-/// `ready`, how long a node it verifies may take to be Ready, part of each wave's gate.
+/// `ready`, how long a node it verifies may take to be Ready, part of each wave's gate;
+/// `joins`, how the joins are paced to the cloud (`None` when no join is selected).
 pub fn render(
     plan: &Plan,
     images: Option<&OfflineImages>,
     kubeconfig: &str,
     cluster: &str,
+    joins: Option<&str>,
     rollout: &Rollout,
     ready: Option<Duration>,
 ) -> String {
@@ -104,6 +106,9 @@ pub fn render(
     }
     let _ = writeln!(out, "  kubeconfig:  {kubeconfig}");
     let _ = writeln!(out, "  cluster:     {cluster}");
+    if let Some(joins) = joins {
+        let _ = writeln!(out, "  joins:       {joins}");
+    }
     render_waves(&mut out, &plan.nodes, rollout, ready);
     render_sites(&mut out, plan, images.is_some());
     if let (Some(images), Some(sources)) = (images, &plan.offline_images) {

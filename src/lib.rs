@@ -32,6 +32,7 @@ pub mod kubeedge;
 pub mod node_text;
 pub mod options;
 pub mod outcome;
+pub mod pace;
 pub mod pipeline;
 pub mod plan;
 pub mod pool;

@@ -305,6 +305,12 @@ pub struct RunOptions {
     /// `--token-from-cluster`: every join's token is read from the cluster, as
     /// `keadm gettoken` reads it, whatever its keadmCmd says.
     pub token_from_cluster: bool,
+    /// `--cloud-node-limit N`: the most edge nodes the cloud serves in all, over what the
+    /// cluster's cloudcore ConfigMap and Deployment say.
+    pub cloud_node_limit: Option<u64>,
+    /// `--joins-in-flight N`: the most joins between their start and their Node's Ready
+    /// at once (`None`: the default, `pace::DEFAULT_JOINS_IN_FLIGHT`).
+    pub joins_in_flight: Option<usize>,
     // Places.
     pub staging_dir: Option<PathBuf>,
     pub run_dir: Option<PathBuf>,

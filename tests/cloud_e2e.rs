@@ -163,7 +163,7 @@ fn edge_node_sharing(node: &Node, cni: bool, upgrade_dir: bool) -> Containerd {
 
 /// keadm join of `version` to the real cloud for fleet node `i` (`{name}` is its node
 /// name), with the token cloudcore made; the kubelet's read-only port is the node's own.
-fn join_cmd(cloud: &RealCloud, token: &str, i: usize, version: &str) -> String {
+pub(crate) fn join_cmd(cloud: &RealCloud, token: &str, i: usize, version: &str) -> String {
     let kubelet = "modules.edged.tailoredKubeletConfig";
     format!(
         "join --cloudcore-ipport=127.0.0.1:{hub} --certport={cert} --kubeedge-version={version} \
@@ -179,7 +179,7 @@ fn join_cmd(cloud: &RealCloud, token: &str, i: usize, version: &str) -> String {
 /// Writes the offline directory into `dir/packages` (and makes `dir/staging`): the real
 /// keadm in its release package, and the two images keadm join runs, the
 /// installation-package carrying the real edgecore.
-fn write_kit(dir: &Path, bins: &CloudBinaries) {
+pub(crate) fn write_kit(dir: &Path, bins: &CloudBinaries) {
     let packages = dir.join("packages");
     fs::create_dir_all(dir.join("staging")).unwrap();
     write_keadm_package(&packages, &bins.release(), VERSION);
@@ -280,6 +280,8 @@ fn the_tests_that_need_real_binaries_are_ignored_unless_asked_for() {
         "cloud_e2e::a_real_cloud_sees_every_joined_node_ready_and_none_after_a_reset_with_delete_nodes",
         "cloud_upgrade_e2e::a_real_keadm_upgrades_a_real_edgecore_with_a_backup_and_rolls_back_a_failed_pull",
         "keadm_e2e::a_real_keadm_joins_with_images_only_from_the_offline_directory",
+        "cloud_capacity_e2e::a_real_cloud_at_its_node_limit_is_found_before_any_node_and_names_the_refused_node",
+        "cloud_capacity_e2e::three_joins_at_once_and_one_at_a_time_on_a_real_cloudcore",
     ] {
         assert!(
             listed.contains(&format!("{test}: test")),

@@ -63,7 +63,10 @@ fn wave_results(summary: &Value) -> Vec<(u64, u64, u64, Value, String)> {
 
 /// An API server on which fleet node `i`'s Node registers once keadm exited on it, and
 /// then does as `behaviour(i)` says.
-fn registering_after_keadm(fleet: &Fleet, behaviour: impl Fn(usize) -> Behaviour) -> FakeApiServer {
+pub(crate) fn registering_after_keadm(
+    fleet: &Fleet,
+    behaviour: impl Fn(usize) -> Behaviour,
+) -> FakeApiServer {
     let api = FakeApiServer::start();
     for (i, node) in fleet.nodes().iter().enumerate() {
         let calls = fake_keadm::calls_path(&remote_keadm(node));

@@ -8,6 +8,7 @@
 //! every request, and the methods below block on it, so nothing else in the crate knows
 //! about async. The watch (`watch`) is one task on it for the whole run.
 
+pub mod capacity;
 pub mod drain;
 mod error;
 pub mod guard;
@@ -28,6 +29,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::stage::error_chain;
 
+pub use capacity::Capacity;
 pub use error::{ClusterError, KubeconfigSource};
 pub use guard::Guard;
 pub use node_state::NodeState;

@@ -65,6 +65,16 @@ impl NodeWatch {
         self.lock().nodes.get(name).cloned()
     }
 
+    /// How many KubeEdge edge Nodes other than `name` the cluster has now, as far as the
+    /// watch has seen.
+    pub fn edge_nodes_but(&self, name: &str) -> usize {
+        self.lock()
+            .nodes
+            .iter()
+            .filter(|(n, s)| s.state.edge && n.as_str() != name)
+            .count()
+    }
+
     /// The watch's last error while it retries, if it has one.
     pub fn trouble(&self) -> Option<String> {
         self.lock().trouble.clone()

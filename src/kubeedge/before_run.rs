@@ -94,6 +94,17 @@ pub enum ProblemKind {
         reset_first: bool,
     },
     #[error(
+        "{capacity}; {registered} edge Node(s) are registered in the cluster at {server} and {planned} of these joins would add theirs, {over} more than it serves: cloudhub would refuse the session of the joins past the limit (\"reach node limit\") after keadm join reports them installed, and their Nodes would never be Ready (on KubeEdge v1.23.1 such a Node registers and stays NotReady, \"CSINode is not yet initialized\"). Raise cloudcore's nodeLimit or add cloudcore replicas, or join fewer nodes (--only, --shard); --cloud-node-limit N states the cloud's total when the cluster's cloudcore ConfigMap and Deployment do not."
+    )]
+    OverCapacity {
+        server: String,
+        /// `CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from ...)`.
+        capacity: String,
+        registered: usize,
+        planned: usize,
+        over: usize,
+    },
+    #[error(
         "Could not check the node names with cloudcore at {base}: {source}. Names cloudcore already has would make keadm join fail on those nodes."
     )]
     NamesUnchecked {

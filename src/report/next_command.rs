@@ -37,10 +37,12 @@ pub fn retry(options: &RunOptions, not_succeeded: &[&str]) -> String {
         options.shard.map(|s| format!("{}/{}", s.index, s.count)),
     );
     flag("max-run-num", options.max_run_num.map(|n| n.to_string()));
-    flag(
-        "handshakes-per-host",
-        options.handshakes_per_host.map(|n| n.to_string()),
-    );
+    for (name, count) in [
+        ("handshakes-per-host", options.handshakes_per_host),
+        ("jump-connections", options.jump_connections),
+    ] {
+        flag(name, count.map(|n| n.to_string()));
+    }
     flag("canary", options.canary.map(|n| n.to_string()));
     flag("wave", options.wave.map(|a| a.to_string()));
     flag("max-fail", options.max_fail.map(|a| a.to_string()));
@@ -93,6 +95,13 @@ pub fn retry(options: &RunOptions, not_succeeded: &[&str]) -> String {
             .filter(|d| d.as_secs() != DEFAULT_DRAIN_TIMEOUT_SECS)
             .map(|d| format!("{}s", d.as_secs())),
     );
+    let counts = [
+        ("cloud-node-limit", options.cloud_node_limit),
+        ("joins-in-flight", options.joins_in_flight.map(|n| n as u64)),
+    ];
+    for (name, count) in counts {
+        flag(name, count.map(|n| n.to_string()));
+    }
     flag("staging-dir", string(&options.staging_dir));
     for (name, on) in [
         ("allow-unverified", options.allow_unverified),
@@ -139,6 +148,7 @@ mod tests {
             only: vec!["edge-*".into()],
             shard: Some(Shard { index: 2, count: 4 }),
             handshakes_per_host: Some(4),
+            jump_connections: Some(2),
             wave: Some(Amount::Percent(25)),
             max_fail: Some(Amount::Nodes(0)),
             canary: Some(2),
@@ -154,11 +164,13 @@ mod tests {
             ready_timeout_seconds: 600,
             drain: Some(Duration::from_secs(120)),
             backup: true,
+            cloud_node_limit: Some(2000),
+            joins_in_flight: Some(4),
             ..RunOptions::default()
         };
         assert_eq!(
             retry(&full, &["edge-1", "edge-7"]),
-            "keadm-batch batch -c 'site a.yaml' --only edge-1,edge-7 --shard 2/4 --handshakes-per-host 4 --canary 2 --wave '25%' --max-fail 0 --wave-pause 90s --host-key-policy strict --known-hosts '/etc/ssh/fleet hosts' --preflight off --kubeconfig /root/.kube/config --context prod --ready-timeout 600 --drain-timeout 120s --staging-dir /var/tmp/stage --backup --drain"
+            "keadm-batch batch -c 'site a.yaml' --only edge-1,edge-7 --shard 2/4 --handshakes-per-host 4 --jump-connections 2 --canary 2 --wave '25%' --max-fail 0 --wave-pause 90s --host-key-policy strict --known-hosts '/etc/ssh/fleet hosts' --preflight off --kubeconfig /root/.kube/config --context prod --ready-timeout 600 --drain-timeout 120s --cloud-node-limit 2000 --joins-in-flight 4 --staging-dir /var/tmp/stage --backup --drain"
         );
     }
 

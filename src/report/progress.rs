@@ -84,6 +84,8 @@ pub struct Progress {
     finished: Mutex<usize>,
     /// In a rollout in waves: the wave under way and the last wave's number.
     wave: Mutex<Option<(usize, usize)>>,
+    /// Joins waiting for their turn (`--joins-in-flight`), started by a worker but not yet.
+    waiting_for_turn: Mutex<usize>,
     bar: Option<ProgressBar>,
     stop: Arc<AtomicBool>,
     ticker: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -111,6 +113,7 @@ impl Progress {
             nodes: Mutex::new(vec![None; slots]),
             finished: Mutex::new(0),
             wave: Mutex::new(None),
+            waiting_for_turn: Mutex::new(0),
             bar,
             stop: Arc::new(AtomicBool::new(false)),
             ticker: Mutex::new(None),
@@ -176,6 +179,14 @@ impl Progress {
         *self.wave.lock().unwrap_or_else(|e| e.into_inner()) = Some((number, last));
     }
 
+    /// `count` joins wait for their turn to start (`--joins-in-flight`).
+    pub fn waiting_for_turn(&self, count: usize) {
+        *self
+            .waiting_for_turn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = count;
+    }
+
     /// A line of the run's own (a wave starts, a pause), printed as result lines are.
     pub fn note(&self, line: &str) {
         match &self.bar {
@@ -214,6 +225,14 @@ impl Progress {
         // Only --drain runs have nodes in this phase.
         if draining > 0 {
             text.push_str(&format!("draining {draining} · "));
+        }
+        // Only runs whose joins outnumber --joins-in-flight have joins waiting here.
+        let turn = *self
+            .waiting_for_turn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if turn > 0 {
+            text.push_str(&format!("waiting for a join slot {turn} · "));
         }
         text.push_str(&format!(
             "connecting {} · preparing {} · uploading {} · running {}",
@@ -298,6 +317,12 @@ mod tests {
         p.wave(2, 4);
         let status = p.status();
         assert!(status.starts_with("wave 2/4 · connecting 1 ·"), "{status}");
+        p.waiting_for_turn(3);
+        let status = p.status();
+        assert!(
+            status.starts_with("wave 2/4 · waiting for a join slot 3 · connecting 1 ·"),
+            "{status}"
+        );
         p.finish();
     }
 }

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant, SystemTime};
 mod verdicts;
 
 use crate::cancel::Cancel;
-use crate::cluster::{Cluster, NodeWatch, Seen};
+use crate::cluster::{Capacity, Cluster, NodeWatch, Seen};
 use crate::outcome::{NodeOutcome, Phase, RollbackRecord};
+use crate::pace::JoinSlots;
 use crate::plan::NodePlan;
 use crate::remote::EdgecoreState;
 use crate::report::Recorder;
@@ -38,6 +39,9 @@ pub struct Verification<'c> {
     pub timeout: Duration,
     /// Runs on each node's final outcome just before it is recorded, whoever records it.
     pub finish: &'c dyn Finish,
+    /// What the cloud serves, when known: a join that never registers while the cloud is
+    /// at it says so in its cause.
+    pub capacity: Option<Capacity>,
 }
 
 /// What becomes of a node's final outcome before it is recorded (`--drain` uncordons the
@@ -51,10 +55,13 @@ pub trait Finish: Sync {
 pub struct Finishing<'r> {
     recorder: &'r Recorder,
     finish: &'r dyn Finish,
+    /// A join's slot in flight ends with its verdict.
+    slots: &'r JoinSlots,
 }
 
 impl Finishing<'_> {
     pub fn record(&self, outcome: NodeOutcome) {
+        self.slots.give_back(outcome.index);
         self.recorder.record(self.finish.finish(outcome));
     }
 }
@@ -62,7 +69,12 @@ impl Finishing<'_> {
 impl Verification<'_> {
     /// Runs every node as [`pool::run_all`] does, each join that keadm finished handed to
     /// the wait for its Node. One watch for the whole run, started before the first node,
-    /// so no Node that registers is missed; the waiting joins hold no worker.
+    /// so no Node that registers is missed; the waiting joins hold no worker, but keep
+    /// their slot in `slots` (`--joins-in-flight`, taken in `process`) until their verdict.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the pool's arguments, the pipeline's context and the run's join slots"
+    )]
     pub fn run_all(
         &self,
         nodes: &[NodePlan],
@@ -71,10 +83,12 @@ impl Verification<'_> {
         recorder: &Recorder,
         ctx: &pipeline::Context,
         process: &(dyn Fn(&NodePlan) -> NodeOutcome + Sync),
+        slots: &JoinSlots,
     ) {
         let max_run_num = policy.max_run_num;
         let watch = self.cluster.watch();
-        let verifier = Verifier::new(&watch, self.timeout);
+        let mut verifier = Verifier::new(&watch, self.timeout);
+        verifier.capacity = self.capacity.clone();
         let ask = |asked: &[&NodePlan]| {
             let owned: Vec<NodePlan> = asked.iter().map(|n| (*n).clone()).collect();
             // The run's Ctrl-C does not stop these: the nodes have joined, and their
@@ -104,6 +118,7 @@ impl Verification<'_> {
         let finishing = Finishing {
             recorder,
             finish: self.finish,
+            slots,
         };
         std::thread::scope(|scope| {
             scope.spawn(|| verifier.run(nodes, &finishing, cancel, &ask, &roll_back));
@@ -116,8 +131,9 @@ impl Verification<'_> {
                     let outcome = verifier
                         .take(node, process(node))
                         .map(|outcome| self.finish.finish(outcome));
-                    if outcome.is_none() {
-                        ctx.progress.phase(node.index, &node.name, Phase::Verifying);
+                    match &outcome {
+                        Some(_) => slots.give_back(node.index),
+                        None => ctx.progress.phase(node.index, &node.name, Phase::Verifying),
                     }
                     outcome
                 },
@@ -222,6 +238,8 @@ struct Decided {
 pub struct Verifier<'a> {
     watch: &'a NodeWatch,
     timeout: Duration,
+    /// What the cloud serves, when known (see [`Verification::capacity`]).
+    pub capacity: Option<Capacity>,
     queue: Mutex<Queue>,
     changed: Condvar,
 }
@@ -250,6 +268,7 @@ impl<'a> Verifier<'a> {
         Verifier {
             watch,
             timeout,
+            capacity: None,
             queue: Mutex::default(),
             changed: Condvar::new(),
         }
@@ -374,7 +393,8 @@ impl<'a> Verifier<'a> {
                 joins.into_iter().partition(|(_, seen)| seen.is_some());
             for (waiting, seen) in registered {
                 let seen = seen.expect("partitioned");
-                recorder.record(not_ready_outcome(waiting, &seen, self.timeout, nodes));
+                let full = self.at_capacity(&waiting.node_name);
+                recorder.record(not_ready_outcome(waiting, &seen, full, self.timeout, nodes));
             }
             if !missing.is_empty() {
                 let plans: Vec<Option<&NodePlan>> = missing
@@ -387,8 +407,15 @@ impl<'a> Verifier<'a> {
                     let answer = plan
                         .and_then(|_| answers.next())
                         .unwrap_or_else(|| Err("The node was not asked.".to_string()));
-                    let outcome =
-                        not_registered_outcome(waiting, answer, self.watch, self.timeout, nodes);
+                    let full = self.at_capacity(&waiting.node_name);
+                    let outcome = not_registered_outcome(
+                        waiting,
+                        answer,
+                        self.watch,
+                        full,
+                        self.timeout,
+                        nodes,
+                    );
                     recorder.record(outcome);
                 }
             }
@@ -410,6 +437,16 @@ impl<'a> Verifier<'a> {
                 .min(Instant::now() + TICK);
             self.watch.wait_past(generation, next);
         }
+    }
+
+    /// Why a join missed Ready when the cloud is at its limit, counted as its wait ends:
+    /// what cloudhub had when it refused the node.
+    fn at_capacity(&self, node_name: &str) -> Option<String> {
+        verdicts::at_capacity(
+            self.capacity.as_ref(),
+            self.watch.edge_nodes_but(node_name),
+            node_name,
+        )
     }
 
     /// `--rollback-on-failure` for upgrades that failed the Ready gate: rolled back a few

@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::{Expect, Waiting};
-use crate::cluster::{NodeWatch, Seen};
+use crate::cluster::{Capacity, NodeWatch, Seen};
 use crate::diagnosis::FailureClass;
 use crate::kubeedge::classify;
 use crate::node_text::one_line;
@@ -268,9 +268,11 @@ pub(super) fn cancelled_outcome(
     outcome
 }
 
+/// `full`: the cloud's limit, when it was reached ([`at_capacity`]).
 pub(super) fn not_ready_outcome(
     waiting: Waiting,
     seen: &Seen,
+    full: Option<String>,
     timeout: Duration,
     nodes: &[NodePlan],
 ) -> NodeOutcome {
@@ -288,10 +290,13 @@ pub(super) fn not_ready_outcome(
         Some(c) => c.describe(),
         None => "the Node has no Ready condition yet".to_string(),
     };
-    let error = format!(
+    let mut error = format!(
         "keadm join exited 0 and the Node {node_name} registered {registered_after:.1} s later, but it was not Ready within {} s of keadm's exit: {condition}",
         timeout.as_secs()
     );
+    if let Some(full) = full {
+        error.push_str(&format!(". {full}"));
+    }
     failed(
         nodes,
         &mut outcome,
@@ -309,10 +314,12 @@ pub(super) fn not_ready_outcome(
     outcome
 }
 
+/// `full`: the cloud's limit, when it was reached ([`at_capacity`]).
 pub(super) fn not_registered_outcome(
     waiting: Waiting,
     answer: Result<EdgecoreState, String>,
     watch: &NodeWatch,
+    full: Option<String>,
     timeout: Duration,
     nodes: &[NodePlan],
 ) -> NodeOutcome {
@@ -361,6 +368,9 @@ pub(super) fn not_registered_outcome(
             "; the cluster's watch had trouble meanwhile: {trouble}"
         ));
     }
+    if let Some(full) = full {
+        error.push_str(&format!(". {full}"));
+    }
     failed(
         nodes,
         &mut outcome,
@@ -373,6 +383,27 @@ pub(super) fn not_registered_outcome(
         ..ClusterCheck::default()
     });
     outcome
+}
+
+/// The cause of a join that did not turn Ready while the cloud served all it may, with
+/// `others` edge Nodes registered besides it: cloudhub drops the session of a node past
+/// `nodeLimit` ("Fail to serve node ..., reach node limit") after keadm join has finished.
+/// On KubeEdge v1.23.1 the node's first messages still reach the cloud, so its Node
+/// registers and stays NotReady (`CSINode is not yet initialized`: no answer comes back);
+/// elsewhere it may never register. `None` below the limit, or when it is unknown.
+pub(super) fn at_capacity(
+    capacity: Option<&Capacity>,
+    others: usize,
+    node_name: &str,
+) -> Option<String> {
+    let capacity = capacity?;
+    (others as u64 >= capacity.total()).then(|| {
+        format!(
+            "{} and {others} other edge {} registered: cloudhub refuses node {node_name} (\"reach node limit\") and serves it nothing. Raise nodeLimit or add cloudcore replicas",
+            capacity.describe(),
+            if others == 1 { "Node is" } else { "Nodes are" }
+        )
+    })
 }
 
 /// An upgrade whose node names another Node in its edgecore.yaml (`hostnameOverride`)
@@ -431,6 +462,25 @@ mod tests {
             ready_since: Some(at),
             baseline_version: None,
         }
+    }
+
+    /// A node that never registered while the cloud was at its limit names the limit, the
+    /// count and the fix; below the limit, or with no limit known, nothing is said.
+    #[test]
+    fn a_refused_node_names_the_cloud_s_limit_only_at_it() {
+        let capacity = Capacity {
+            node_limit: Some(2),
+            replicas: Some(1),
+            from: "the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore".into(),
+            flag: None,
+        };
+        assert_eq!(
+            at_capacity(Some(&capacity), 2, "edge-3").unwrap(),
+            "CloudCore serves at most 2 edge nodes (nodeLimit 2 × 1 replica, read from the ConfigMap kubeedge/cloudcore and the Deployment kubeedge/cloudcore) and 2 other edge Nodes are registered: cloudhub refuses node edge-3 (\"reach node limit\") and serves it nothing. Raise nodeLimit or add cloudcore replicas"
+        );
+        assert!(at_capacity(Some(&capacity), 3, "edge-3").is_some());
+        assert_eq!(at_capacity(Some(&capacity), 1, "edge-3"), None);
+        assert_eq!(at_capacity(None, 900, "edge-3"), None);
     }
 
     /// keadm join exits only after edgecore ran a while, so its Node is often Ready

@@ -67,7 +67,15 @@ struct State {
     /// Each watch's body is broken off this long after it began (a chunk that is not
     /// one), as a connection reset under a watch breaks it.
     watch_drop_after: Option<Duration>,
+    /// Objects served by path (`/api/v1/namespaces/kubeedge/configmaps/cloudcore`).
+    objects: BTreeMap<String, Value>,
+    /// Paths whose GET answers 403 Forbidden, as RBAC refuses them.
+    forbidden: HashSet<String>,
 }
+
+/// Where the Helm chart and keadm init put cloudcore's ConfigMap and Deployment.
+pub const CLOUDCORE_CONFIGMAP: &str = "/api/v1/namespaces/kubeedge/configmaps/cloudcore";
+pub const CLOUDCORE_DEPLOYMENT: &str = "/apis/apps/v1/namespaces/kubeedge/deployments/cloudcore";
 
 pub struct FakeApiServer {
     pub port: u16,
@@ -183,6 +191,43 @@ impl FakeApiServer {
         )
         .unwrap();
         (path, plugin)
+    }
+
+    /// cloudcore as the Helm chart installs it: the ConfigMap `cloudcore` in kubeedge with
+    /// `nodeLimit` (as the chart renders it, the line left out when `None`) in its
+    /// `cloudcore.yaml`, and the Deployment `cloudcore` with `replicas`.
+    pub fn cloudcore(&self, node_limit: Option<&str>, replicas: i32) {
+        let limit = node_limit
+            .map(|l| format!("    nodeLimit: {l}\n"))
+            .unwrap_or_default();
+        let config = format!(
+            "apiVersion: cloudcore.config.kubeedge.io/v1alpha2\nkind: CloudCore\nkubeAPIConfig:\n  kubeConfig: \"\"\n  master: \"\"\nmodules:\n  cloudHub:\n    advertiseAddress:\n    - 127.0.0.1\n    dnsNames:\n    -\n{limit}    tlsCAFile: /etc/kubeedge/ca/rootCA.crt\n    websocket:\n      address: 0.0.0.0\n      enable: true\n      port: 10000\n"
+        );
+        let mut state = self.state.lock().unwrap();
+        state.objects.insert(
+            CLOUDCORE_CONFIGMAP.to_string(),
+            json!({"kind": "ConfigMap", "apiVersion": "v1",
+                   "metadata": {"name": "cloudcore", "namespace": "kubeedge", "uid": "uid-cm"},
+                   "data": {"cloudcore.yaml": config}}),
+        );
+        state.objects.insert(
+            CLOUDCORE_DEPLOYMENT.to_string(),
+            json!({"kind": "Deployment", "apiVersion": "apps/v1",
+                   "metadata": {"name": "cloudcore", "namespace": "kubeedge", "uid": "uid-dep"},
+                   "spec": {"replicas": replicas,
+                            "selector": {"matchLabels": {"k8s-application": "kubeedge"}},
+                            "template": {"metadata": {"labels": {"k8s-application": "kubeedge"}},
+                                         "spec": {"containers": [{"name": "cloudcore", "image": "kubeedge/cloudcore:v1.23.1"}]}}}}),
+        );
+    }
+
+    /// A GET of `path` answers 403 Forbidden, as kube-apiserver's RBAC words it.
+    pub fn forbid(&self, path: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .forbidden
+            .insert(path.to_string());
     }
 
     /// Access reviews for `verb` on `resource` answer not allowed.
@@ -547,6 +592,35 @@ fn serve<S: Read + Write>(stream: S, state: &Arc<Mutex<State>>, stop: &Arc<Atomi
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
+    let forbidden = method == "GET" && state.lock().unwrap().forbidden.contains(path);
+    if forbidden {
+        // kube-apiserver's words for an RBAC refusal of a namespaced get.
+        let mut parts = path.trim_start_matches('/').split('/').collect::<Vec<_>>();
+        let name = parts.pop().unwrap_or("");
+        let resource = parts.pop().unwrap_or("");
+        let group = if path.starts_with("/apis/") {
+            format!(" in API group \"{}\"", parts.get(1).copied().unwrap_or(""))
+        } else {
+            " in API group \"\"".to_string()
+        };
+        return respond(
+            &mut out,
+            "403 Forbidden",
+            &status(
+                403,
+                "Forbidden",
+                &format!(
+                    "{resource} \"{name}\" is forbidden: User \"operator\" cannot get resource \"{resource}\"{group} in the namespace \"kubeedge\""
+                ),
+            ),
+        );
+    }
+    let object = (method == "GET")
+        .then(|| state.lock().unwrap().objects.get(path).cloned())
+        .flatten();
+    if let Some(object) = object {
+        return respond(&mut out, "200 OK", &object);
+    }
     match (method.as_str(), path) {
         ("GET", "/version") => respond(
             &mut out,

@@ -248,6 +248,11 @@ impl RealCloud {
     /// Starts etcd, kube-apiserver and cloudcore, and waits until cloudcore has written
     /// the join token.
     pub fn start(bins: &CloudBinaries) -> RealCloud {
+        RealCloud::start_with(bins, None)
+    }
+
+    /// [`RealCloud::start`] with cloudhub's `nodeLimit` set (`None`: cloudcore's default).
+    pub fn start_with(bins: &CloudBinaries, node_limit: Option<u32>) -> RealCloud {
         let dir = tempfile::Builder::new()
             .prefix("cloud-e2e-")
             .tempdir_in("/var/tmp")
@@ -325,8 +330,26 @@ impl RealCloud {
         cloud.kubectl_ok(&["create", "namespace", "kubeedge"]);
         let crds = bins.crds.display().to_string();
         cloud.kubectl_ok(&["apply", "--server-side", "-R", "-f", &crds]);
-        cloud.start_cloudcore(bins);
+        cloud.start_cloudcore(bins, node_limit);
         cloud
+    }
+
+    /// The ConfigMap `cloudcore` (key `cloudcore.yaml`, with `nodeLimit`) and the
+    /// Deployment `cloudcore` (with `replicas`) in kubeedge, as KubeEdge's Helm chart and
+    /// keadm init make them (manifests/charts/cloudcore): what keadm-batch reads for the
+    /// cloud's capacity. Nothing runs the Deployment here (no controller-manager).
+    pub fn chart_objects(&self, node_limit: u32, replicas: u32) {
+        let manifest = self.path("chart-objects.yaml");
+        fs::write(
+            &manifest,
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cloudcore\n  namespace: kubeedge\n  labels: {{k8s-app: kubeedge, kubeedge: cloudcore}}\ndata:\n  cloudcore.yaml: |\n    apiVersion: cloudcore.config.kubeedge.io/v1alpha2\n    kind: CloudCore\n    modules:\n      cloudHub:\n        advertiseAddress:\n        - 127.0.0.1\n        nodeLimit: {node_limit}\n        websocket:\n          enable: true\n          port: {hub}\n\
+                 ---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: cloudcore\n  namespace: kubeedge\n  labels: {{k8s-app: kubeedge, kubeedge: cloudcore}}\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{k8s-app: kubeedge, kubeedge: cloudcore}}\n  template:\n    metadata:\n      labels: {{k8s-app: kubeedge, kubeedge: cloudcore}}\n    spec:\n      containers:\n      - name: cloudcore\n        image: kubeedge/cloudcore:v1.23.1\n",
+                hub = self.hub_port
+            ),
+        )
+        .unwrap();
+        self.kubectl_ok(&["apply", "-f", &manifest.display().to_string()]);
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -343,6 +366,21 @@ impl RealCloud {
             .spawn()
             .unwrap_or_else(|e| panic!("start {name}: {e}"));
         self.processes.push((name, child));
+    }
+
+    /// The CPU time (user and system, in seconds) the process started as `name` has used.
+    pub fn cpu_seconds(&self, name: &str) -> f64 {
+        let (_, child) = self
+            .processes
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no process {name} was started"));
+        let stat = fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+        // Past the command's parentheses: state is field 3, utime and stime 14 and 15.
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        // SAFETY: sysconf(_SC_CLK_TCK) reads a constant of the system.
+        ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
     }
 
     /// The log of the process started as `name`.
@@ -375,11 +413,11 @@ impl RealCloud {
 
     /// cloudcore from its defaults, with what differs here in a config of its own (it
     /// reads a partial config over its defaults).
-    fn start_cloudcore(&mut self, bins: &CloudBinaries) {
+    fn start_cloudcore(&mut self, bins: &CloudBinaries, node_limit: Option<u32>) {
         let state = self.path("cloudcore");
         fs::create_dir_all(&state).unwrap();
         let file = |name: &str| state.join(name).display().to_string();
-        let config = serde_json::json!({
+        let mut config = serde_json::json!({
             "kubeAPIConfig": {"kubeConfig": self.kubeconfig, "master": ""},
             "commonConfig": {"monitorServer": {"bindAddress": format!("127.0.0.1:{}", free_port())}},
             "modules": {
@@ -401,6 +439,9 @@ impl RealCloud {
                 "router": {"enable": false},
             },
         });
+        if let Some(limit) = node_limit {
+            config["modules"]["cloudHub"]["nodeLimit"] = serde_json::json!(limit);
+        }
         let path = state.join("cloudcore.yaml");
         fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
         self.spawn(
