@@ -150,6 +150,16 @@ python3 "$KECLOUD_SCRIPTS/mkimage.py" "$kit/images/installation-package_$VERSION
 python3 "$KECLOUD_SCRIPTS/mkimage.py" "$kit/images/pause_3.6.tar" registry.k8s.io/pause:3.6 \
   --entrypoint /pause "pause=@$PAUSE_BIN" > /dev/null
 
+# Each joined node holds about 6 inotify instances (its edgecore's kubelet: cAdvisor, the
+# plugin prober, config watches; its containerd), all root's, and Linux allows a user 128 by
+# default: past that, edgecore's kubelet fails "Failed to start cAdvisor: inotify_init: too
+# many open files" and the node never registers. Said before anything starts.
+inotify_max=$(cat /proc/sys/fs/inotify/max_user_instances)
+inotify_used=$(find /proc/[0-9]*/fd -lname 'anon_inode:inotify' 2>/dev/null | wc -l)
+if [ $(( inotify_used + 6 * N + 4 )) -gt "$inotify_max" ]; then
+  echo "bench: warning: $N nodes need about $(( 6 * N + 4 )) inotify instances and $inotify_used of fs.inotify.max_user_instances $inotify_max are in use: nodes past the limit will not register (raise it: sysctl fs.inotify.max_user_instances=$(( (inotify_used + 6 * N + 64) / 64 * 64 )))" >&2
+fi
+
 mkdir -p "$KECLOUD"
 exec 9> "$KECLOUD/cloud.lock"
 if ! flock -n 9; then
