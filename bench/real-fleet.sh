@@ -155,7 +155,7 @@ python3 "$KECLOUD_SCRIPTS/mkimage.py" "$kit/images/pause_3.6.tar" registry.k8s.i
 # default: past that, edgecore's kubelet fails "Failed to start cAdvisor: inotify_init: too
 # many open files" and the node never registers. Said before anything starts.
 inotify_max=$(cat /proc/sys/fs/inotify/max_user_instances)
-inotify_used=$(find /proc/[0-9]*/fd -lname 'anon_inode:inotify' 2>/dev/null | wc -l)
+inotify_used=$( { find /proc/[0-9]*/fd -lname 'anon_inode:inotify' 2>/dev/null || true; } | wc -l)
 if [ $(( inotify_used + 6 * N + 4 )) -gt "$inotify_max" ]; then
   echo "bench: warning: $N nodes need about $(( 6 * N + 4 )) inotify instances and $inotify_used of fs.inotify.max_user_instances $inotify_max are in use: nodes past the limit will not register (raise it: sysctl fs.inotify.max_user_instances=$(( (inotify_used + 6 * N + 64) / 64 * 64 )))" >&2
 fi
