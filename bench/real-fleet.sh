@@ -67,7 +67,7 @@ VERSION=$("$KECLOUD_BIN/keadm" version | sed -n 's/.*GitVersion:"\([^"]*\)".*/\1
 [ -n "$VERSION" ] || die "cannot read the version of $KECLOUD_BIN/keadm"
 kubectl() { "$KECLOUD_BIN/kubectl" --kubeconfig "$S/pki/admin.kubeconfig" "$@"; }
 
-# bench_start, busy.
+# bench_start, busy, sshd_common.
 # shellcheck source=bench/lib/fleet.sh
 . bench/lib/fleet.sh
 bench_start kb-realfleet
@@ -191,15 +191,8 @@ cp "$b/id_ed25519.pub" "$b/authorized_keys"
 cat > "$b/sshd_config" <<CFG
 ListenAddress $BASTION_IP:2222
 HostKey $b/host_key
-PidFile none
-UsePAM no
-StrictModes no
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
+$(sshd_common)
 AuthorizedKeysFile $b/authorized_keys
-UseDNS no
-PrintMotd no
 LogLevel VERBOSE
 CFG
 /usr/sbin/sshd -D -f "$b/sshd_config" -E "$b/sshd.log" < /dev/null &
