@@ -59,6 +59,13 @@ bench_cleanup() {
   if [ "${KEEP:-}" = 1 ]; then echo "bench: work dir kept: $work"; else rm -rf "$work"; fi
 }
 
+# sshd_common: the sshd_config lines every bench's sshd shares: no pid file and no PAM,
+# root by key only, no DNS lookups, nothing printed at login.
+sshd_common() {
+  printf '%s\n' 'PidFile none' 'UsePAM no' 'StrictModes no' 'PermitRootLogin prohibit-password' \
+    'PasswordAuthentication no' 'KbdInteractiveAuthentication no' 'UseDNS no' 'PrintMotd no'
+}
+
 # start_fleet N: N `sshd -D` nodes on 127.252.x.y:22 (host_of), each in its own mount and
 # pid namespace (and network namespace, where node_netns says) with a private tmpfs /tmp
 # and a home of its own for root (whose .ssh/authorized_keys the site relay adds its run's
@@ -76,15 +83,8 @@ start_fleet() {
     cat > "$d/sshd_config" <<CFG
 ListenAddress $(host_of "$i"):22
 HostKey $work/host_key
-PidFile none
-UsePAM no
-StrictModes no
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
+$(sshd_common)
 AuthorizedKeysFile $work/authorized_keys .ssh/authorized_keys
-UseDNS no
-PrintMotd no
 PrintLastLog no
 MaxStartups 1000
 LogLevel VERBOSE
