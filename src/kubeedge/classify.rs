@@ -190,6 +190,26 @@ pub fn cause(lines: &[String]) -> Option<(FailureClass, String)> {
     })
 }
 
+/// The newest error or fatal klog line (`E1206 05:51:12.556670 19899 kubelet.go:1493] ...`,
+/// possibly behind a journald prefix): when no known cause matches, edgecore's own last
+/// complaint is still the best lead (a real node out of inotify instances logs `"Failed to
+/// start cAdvisor" err="inotify_init: too many open files"` and stops), and it is quoted
+/// rather than "no cause".
+pub fn last_error(lines: &[String]) -> Option<&str> {
+    lines.iter().rev().map(String::as_str).find(|line| {
+        let Some((header, _)) = line.split_once("] ") else {
+            return false;
+        };
+        header.contains(".go:")
+            && header.split_whitespace().any(|word| {
+                let mut chars = word.chars();
+                matches!(chars.next(), Some('E' | 'F'))
+                    && word.len() == 5
+                    && chars.all(|c| c.is_ascii_digit())
+            })
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     /// The number keadm printed. With `--pre-run` every step after the first is one
@@ -230,6 +250,19 @@ fn step_of(line: &str) -> Option<Step> {
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn the_last_error_line_of_edgecore_is_found_behind_a_journald_prefix() {
+        let log = [
+            "E1206 05:40:00.000000 100 edged.go:10] an older error".to_string(),
+            "Dec 06 05:41:00 edge-3 edgecore[4242]: E1206 05:41:00.123456 4242 kubelet.go:1493] \"Failed to start cAdvisor\" err=\"inotify_init: too many open files\"".to_string(),
+            "I1206 05:41:01.000000 4242 edged.go:20] an info line after it".to_string(),
+            "Error 42 in words, not a klog line] ".to_string(),
+        ];
+        let line = last_error(&log).expect("the kubelet's error");
+        assert!(line.contains("inotify_init: too many open files"), "{line}");
+        assert_eq!(last_error(&log[2..]), None);
+    }
 
     #[test]
     fn what_preflight_found_decides_a_stale_node_s_class() {

@@ -268,6 +268,27 @@ pub(super) fn cancelled_outcome(
     outcome
 }
 
+/// What a node that never registered says when its log matches no known cause: edgecore's
+/// last error line, if it logged one, is the lead.
+fn no_known_cause(state: &EdgecoreState) -> String {
+    match (state.running, classify::last_error(&state.log)) {
+        (Some(false), Some(line)) => format!(
+            "; edgecore is not running on the node, and the last error in its log is: {}",
+            one_line(line, 600)
+        ),
+        (Some(false), None) => {
+            "; edgecore is not running on the node and its log names no cause".to_string()
+        }
+        (_, Some(line)) => format!(
+            "; edgecore's log names no cause the tool knows; its last error is: {}",
+            one_line(line, 600)
+        ),
+        (_, None) => {
+            "; edgecore's log names no cause the tool knows (see the transcript)".to_string()
+        }
+    }
+}
+
 /// `full`: the cloud's limit, when it was reached ([`at_capacity`]).
 pub(super) fn not_ready_outcome(
     waiting: Waiting,
@@ -344,14 +365,7 @@ pub(super) fn not_registered_outcome(
                     ));
                     detail = Some(line);
                 }
-                None => match state.running {
-                    Some(false) => error.push_str(
-                        "; edgecore is not running on the node and its log names no cause",
-                    ),
-                    _ => error.push_str(
-                        "; edgecore's log names no cause the tool knows (see the transcript)",
-                    ),
-                },
+                None => error.push_str(&no_known_cause(&state)),
             }
             if let Some(hostname) = state.hostname.filter(|h| *h != node_name)
                 && watch.seen(&hostname).is_some()
@@ -481,6 +495,32 @@ mod tests {
         assert!(at_capacity(Some(&capacity), 3, "edge-3").is_some());
         assert_eq!(at_capacity(Some(&capacity), 1, "edge-3"), None);
         assert_eq!(at_capacity(None, 900, "edge-3"), None);
+    }
+
+    /// Seen on a real fleet of 24 nodes: edgecore's kubelet ran out of inotify instances,
+    /// logged it and stopped. Its line is quoted, not "no cause".
+    #[test]
+    fn a_stopped_edgecore_with_no_known_cause_quotes_its_last_error() {
+        let state = EdgecoreState {
+            running: Some(false),
+            hostname: None,
+            log: vec![
+                "E1206 06:12:01.000000 5151 kubelet.go:1493] \"Failed to start cAdvisor\" err=\"inotify_init: too many open files\"".into(),
+                "I1206 06:12:01.100000 5151 core.go:50] shutting down".into(),
+            ],
+        };
+        assert_eq!(
+            no_known_cause(&state),
+            "; edgecore is not running on the node, and the last error in its log is: E1206 06:12:01.000000 5151 kubelet.go:1493] \"Failed to start cAdvisor\" err=\"inotify_init: too many open files\""
+        );
+        let quiet = EdgecoreState {
+            log: vec!["I1206 06:12:01.100000 5151 core.go:50] started".into()],
+            ..state
+        };
+        assert_eq!(
+            no_known_cause(&quiet),
+            "; edgecore is not running on the node and its log names no cause"
+        );
     }
 
     /// keadm join exits only after edgecore ran a while, so its Node is often Ready
