@@ -93,7 +93,7 @@ ours() {
   t0=$(date +%s.%N)
   ( cd "$work/bastion" && "$bin" batch -c "$config" --known-hosts "$work/known_hosts" \
       --host-key-policy off --preflight off --relay off --staging-dir "$work/bastion/staging" \
-      --run-dir "$rd" -q ) >"$work/bastion/$rd.log" 2>&1 || true
+      --run-dir "$rd" -q ${OURS_ARGS:-} ) >"$work/bastion/$rd.log" 2>&1 || true
   t1=$(date +%s.%N)
   [ -f "$work/bastion/$rd/summary.json" ] \
     || { echo "bench: keadm-batch wrote no summary, see $work/bastion/$rd.log:" >&2; tail -5 "$work/bastion/$rd.log" >&2; KEEP=1; exit 1; }
