@@ -3,6 +3,7 @@
 //! blocked on.
 
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -30,4 +31,12 @@ pub(super) fn wait(fds: &mut [PollFd<'_>], limit: Duration) -> io::Result<()> {
         Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
         Err(errno) => Err(errno.into()),
     }
+}
+
+/// Puts a TCP socket into quick-ack mode: what arrives is acknowledged at once instead of
+/// after the delayed-ACK timer (40 ms on Linux). Linux leaves the mode again once the
+/// traffic looks interactive, so it is set before every wait. A socket that is not TCP
+/// (a socket pair under a jump chain) is left as it is.
+pub(super) fn ack_at_once(fd: BorrowedFd<'_>) {
+    let _ = rustix::net::sockopt::set_tcp_quickack(fd, true);
 }
