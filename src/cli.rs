@@ -385,11 +385,13 @@ enum BatchSub {
         run_dir: Option<PathBuf>,
     },
     /// Show each node of the config, read-only: reachable over SSH, edgecore running and
-    /// its version, keadm's version, and the node's outcome in the latest run here.
+    /// its version, keadm's version, when its edge certificate expires, and the node's
+    /// outcome in the latest run here.
     ///
     /// One SSH round trip per node, at most maxRunNum at once, with a run's host-key
     /// checks (the same --known-hosts and policy); it changes nothing on any node and
-    /// writes no run directory. Exit 0 when every node answered, 1 when some did not.
+    /// writes no run directory. A certificate that expires within --cert-warn-days is
+    /// warned of. Exit 0 when every node answered, 1 when some did not.
     Status {
         /// Path to the config file (keadm's format).
         #[arg(short = 'c', long = "config", value_name = "FILE", required = true)]

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::common::edge_state::{clean_etc, private_etc, start_edgecore};
 use crate::common::fake_keadm::FakeKeadm;
 use crate::common::fleet::{Fleet, Sudo, TEST_USER, TEST_USER_PASSWORD, Tarpit, refused_endpoint};
+use crate::common::http_server::self_signed;
 use crate::common::scenario::{Login, Scenario, remote_keadm};
 use crate::common::test::{Output, Test};
 
@@ -351,18 +352,7 @@ fn certificate(dir: &Path, days: u32) -> String {
         dir.join(format!("key-{days}.pem")),
         dir.join(format!("cert-{days}.pem")),
     );
-    let made = std::process::Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=edge", "-days",
-        ])
-        .arg(days.to_string())
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{made:?}");
+    self_signed(&key, &cert, "127.0.0.1", days);
     std::fs::read_to_string(cert).unwrap()
 }
 

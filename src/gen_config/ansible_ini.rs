@@ -215,7 +215,7 @@ fn words(line: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gen_config::host::check;
+    use crate::gen_config::inventory::test_nodes;
     use crate::options::GroupsAs;
 
     const INVENTORY: &str = "\
@@ -241,8 +241,7 @@ ansible_user=admin
 
     #[test]
     fn an_ini_inventory_resolves_as_ansible_reads_it() {
-        let hosts = read(INVENTORY).unwrap().resolve(GroupsAs::Site).unwrap();
-        let nodes: Vec<_> = hosts.iter().map(|h| check(h, "host").unwrap()).collect();
+        let nodes = test_nodes(read(INVENTORY).unwrap(), GroupsAs::Site);
         assert_eq!(nodes.len(), 5);
         assert_eq!(nodes[0].name, "mail.example.com");
         assert_eq!(nodes[0].user, "admin");

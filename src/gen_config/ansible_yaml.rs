@@ -212,7 +212,7 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gen_config::host::check;
+    use crate::gen_config::inventory::test_nodes;
     use crate::options::GroupsAs;
 
     const INVENTORY: &str = "\
@@ -241,8 +241,7 @@ all:
 
     #[test]
     fn a_yaml_inventory_resolves_as_ansible_reads_it() {
-        let hosts = read(INVENTORY).unwrap().resolve(GroupsAs::Labels).unwrap();
-        let nodes: Vec<_> = hosts.iter().map(|h| check(h, "host").unwrap()).collect();
+        let nodes = test_nodes(read(INVENTORY).unwrap(), GroupsAs::Labels);
         assert_eq!(nodes.len(), 4);
         assert_eq!(nodes[0].name, "mail.example.com");
         assert_eq!(nodes[0].line, 5);

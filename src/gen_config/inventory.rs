@@ -244,9 +244,9 @@ impl Inventory {
             on_path[g] = false;
             Ok(())
         }
-        for g in 0..n {
+        for (g, group) in self.groups.iter().enumerate() {
             if !has_parent[g] {
-                let d = usize::from(self.groups[g].name != "all");
+                let d = usize::from(group.name != "all");
                 visit(self, g, d, &mut depth, &mut on_path).map_err(|e| vec![e])?;
             }
         }
@@ -262,6 +262,16 @@ impl Inventory {
         }
         Ok(depth)
     }
+}
+
+/// Every host of `inventory` checked into a node, for the readers' tests.
+#[cfg(test)]
+pub fn test_nodes(inventory: Inventory, groups_as: GroupsAs) -> Vec<super::host::SourceNode> {
+    let hosts = inventory.resolve(groups_as).unwrap();
+    hosts
+        .iter()
+        .map(|h| super::host::check(h, "host").unwrap())
+        .collect()
 }
 
 /// The host names `pattern` stands for, and the port it gives (`db:2222`): Ansible's
@@ -427,8 +437,7 @@ mod tests {
         let h = inv.hosts_of_pattern("berlin", "b1", at(5)).unwrap()[0];
         inv.hosts_of_pattern("cameras", "b1", at(6)).unwrap();
         inv.host_var(h, "ansible_host", text("10.0.0.1"), at(5));
-        let hosts = inv.resolve(GroupsAs::Labels).unwrap();
-        let node = super::super::host::check(&hosts[0], "host").unwrap();
+        let node = test_nodes(inv, GroupsAs::Labels).remove(0);
         assert_eq!(node.user, "admin");
         assert_eq!(node.port, 2201, "the child's variable wins");
         assert_eq!(node.address, "10.0.0.1");

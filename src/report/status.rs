@@ -88,15 +88,27 @@ pub struct StatusReport {
     pub cert_warn_days: u32,
 }
 
-/// What the table and the document say of one node's edge certificate.
+/// What the table and the document say of one node's edge certificate (the document's
+/// `edge_cert`).
+#[derive(Serialize)]
 struct CertView<'a> {
     path: Option<&'a str>,
+    /// Its notAfter: unix seconds here, RFC 3339 in the document.
+    #[serde(serialize_with = "rfc3339")]
     not_after: Option<i64>,
+    /// Whole days from now to its notAfter, negative once past it.
     days_left: Option<i64>,
-    /// Within the threshold, or past its expiry.
+    /// Whether it expires within `--cert-warn-days`, or has expired.
     expiring: bool,
     /// Why its expiry is unknown, when there is a file whose expiry cannot be read.
     error: Option<&'static str>,
+}
+
+fn rfc3339<S: serde::Serializer>(at: &Option<i64>, to: S) -> Result<S::Ok, S::Error> {
+    match at {
+        Some(at) => to.serialize_str(&crate::utc::rfc3339((*at).max(0) as u64)),
+        None => to.serialize_none(),
+    }
 }
 
 /// No certificate, or one whose expiry is unknown.
@@ -368,23 +380,10 @@ struct JsonNode<'a> {
     keadm_version: Option<&'a str>,
     /// The edge certificate edgecore connects with: null when the node did not answer or
     /// has none.
-    edge_cert: Option<JsonCert<'a>>,
+    edge_cert: Option<CertView<'a>>,
     last_run: Option<JsonLastRun<'a>>,
     /// The cluster's view of the node: null without a kubeconfig.
     cluster: Option<&'a ClusterView>,
-}
-
-#[derive(Serialize)]
-struct JsonCert<'a> {
-    path: Option<&'a str>,
-    /// Its notAfter in RFC 3339.
-    not_after: Option<String>,
-    /// Whole days from now to its notAfter, negative once past it.
-    days_left: Option<i64>,
-    /// Whether it expires within `--cert-warn-days`, or has expired.
-    expiring: bool,
-    /// Why its expiry is unknown.
-    error: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -419,18 +418,9 @@ impl<'a> JsonNode<'a> {
             edgecore_path: status.and_then(|s| s.edgecore_path.as_deref()),
             edgecore_version: status.and_then(|s| s.edgecore_version.as_deref()),
             keadm_version: status.and_then(|s| s.keadm_version.as_deref()),
-            edge_cert: status.filter(|s| s.cert != EdgeCert::None).map(|s| {
-                let view = report.cert(&s.cert);
-                JsonCert {
-                    path: view.path,
-                    not_after: view
-                        .not_after
-                        .map(|at| crate::utc::rfc3339(at.max(0) as u64)),
-                    days_left: view.days_left,
-                    expiring: view.expiring,
-                    error: view.error,
-                }
-            }),
+            edge_cert: status
+                .filter(|s| s.cert != EdgeCert::None)
+                .map(|s| report.cert(&s.cert)),
             last_run: row.last_run.as_ref().map(|outcome| JsonLastRun {
                 phase: outcome.phase,
                 failure_class: outcome.failure_class,
