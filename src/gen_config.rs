@@ -152,7 +152,10 @@ pub fn from_file(
             Some("save the file as UTF-8".into()),
         )],
     })?;
-    let format = format.unwrap_or_else(|| detect(file, &text));
+    // Spreadsheets save "CSV UTF-8" with a byte order mark, which would be part of the
+    // first column's name.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let format = format.unwrap_or_else(|| detect(file, text));
     let failed = |problems| GenConfigError::Source {
         file: file.to_path_buf(),
         problems,
@@ -406,6 +409,28 @@ mod tests {
         ] {
             assert_eq!(scalar(text), quoted);
         }
+    }
+
+    #[test]
+    fn a_spreadsheets_byte_order_mark_and_the_format_by_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("export");
+        std::fs::write(&csv, "\u{feff}Name;Address\nedge-1;10.0.0.1\n").unwrap();
+        assert_eq!(detect(&csv, "Name;Address\n"), SourceFormat::Csv);
+        let (text, count) = from_file(&csv, None, GroupsAs::Site).unwrap();
+        assert_eq!(count, 1);
+        assert!(text.contains("\n  - nodeName: edge-1\n"), "{text}");
+        let p = Path::new("hosts");
+        assert_eq!(detect(p, "# fleet\n[web]\nw1\n"), SourceFormat::AnsibleIni);
+        assert_eq!(detect(p, "all:\n  hosts:\n"), SourceFormat::AnsibleYaml);
+        assert_eq!(
+            detect(p, "w1 ansible_host=10.0.0.1\n"),
+            SourceFormat::AnsibleIni
+        );
+        assert_eq!(
+            detect(Path::new("x.yml"), "[web]"),
+            SourceFormat::AnsibleYaml
+        );
     }
 
     #[test]
