@@ -161,9 +161,9 @@ pub fn from_file(
         problems,
     };
     let raw = match format {
-        SourceFormat::Csv => csv_rows::hosts(&text),
-        SourceFormat::AnsibleIni => ansible_ini::read(&text).and_then(|inv| inv.resolve(groups)),
-        SourceFormat::AnsibleYaml => ansible_yaml::read(&text).and_then(|inv| inv.resolve(groups)),
+        SourceFormat::Csv => csv_rows::hosts(text),
+        SourceFormat::AnsibleIni => ansible_ini::read(text).and_then(|inv| inv.resolve(groups)),
+        SourceFormat::AnsibleYaml => ansible_yaml::read(text).and_then(|inv| inv.resolve(groups)),
     }
     .map_err(failed)?;
     let nodes = checked(&raw, format).map_err(failed)?;
