@@ -515,6 +515,41 @@ mod tests {
     }
 
     #[test]
+    fn an_expired_or_unreadable_certificate_says_so() {
+        let mut report = report();
+        let Asked::Answered(status) = &mut report.rows[0].asked else {
+            unreachable!()
+        };
+        status.cert = EdgeCert::Expires {
+            path: "/c".into(),
+            not_after: NOW - 5 * 86_400,
+        };
+        assert!(
+            report.text().contains(" expired 2026-12-01 !  "),
+            "{}",
+            report.text()
+        );
+        let warnings = report.cert_warnings();
+        assert!(
+            warnings[0].starts_with("edge-00: its edge certificate /c expired on 2026-12-01T00:00:00Z. KubeEdge renews it"),
+            "{warnings:?}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+        assert_eq!(json["nodes"][0]["edge_cert"]["days_left"], -5);
+        let Asked::Answered(status) = &mut report.rows[0].asked else {
+            unreachable!()
+        };
+        status.cert = EdgeCert::Unreadable { path: "/c".into() };
+        assert!(report.text().contains(" unreadable  "), "{}", report.text());
+        assert!(report.cert_warnings().is_empty());
+        let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+        let cert = &json["nodes"][0]["edge_cert"];
+        assert_eq!(cert["error"], "the login cannot read it");
+        assert_eq!(cert["not_after"], serde_json::Value::Null);
+        assert_eq!(cert["expiring"], false);
+    }
+
+    #[test]
     fn the_json_has_every_field_on_every_node() {
         let json: serde_json::Value = serde_json::from_str(&report().json()).unwrap();
         assert_eq!(json["version"], 1);
