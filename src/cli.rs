@@ -9,9 +9,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::config::HostKeyPolicy;
 use crate::diagnosis::FailureClass;
 use crate::options::{
-    Amount, BundleOptions, Command, ExtractOptions, GenConfigOptions, MergeOptions, OutputFormat,
-    PreflightMode, RegistryMirror, RelayMode, RunOptions, Shard, StatusOptions, Verbosity,
-    VerifyOptions,
+    Amount, BundleOptions, Command, DEFAULT_CERT_WARN_DAYS, ExtractOptions, GenConfigOptions,
+    GroupsAs, MergeOptions, OutputFormat, PreflightMode, RegistryMirror, RelayMode, RunOptions,
+    Shard, SourceFormat, StatusOptions, Verbosity, VerifyOptions,
 };
 use crate::stage::CopyFormat;
 
@@ -315,7 +315,13 @@ struct BatchArgs {
 
 #[derive(Subcommand, Debug)]
 enum BatchSub {
-    /// Write a commented config template.
+    /// Write a commented config template, or a config whose nodes come from a CSV file or
+    /// an Ansible inventory (--from).
+    ///
+    /// With --from FILE, the config's nodes come from a CSV file (a header row, then a node
+    /// per row) or an Ansible inventory (INI or YAML), each node under a comment naming its
+    /// line there. A row that cannot become a node is an error naming its file and line,
+    /// and then nothing is written.
     GenConfig {
         /// Where to write it.
         #[arg(short, long, value_name = "FILE", default_value = "config.yaml")]
@@ -323,6 +329,17 @@ enum BatchSub {
         /// Overwrite an existing file.
         #[arg(long)]
         force: bool,
+        /// Take the nodes from this CSV file or Ansible inventory (columns and variables:
+        /// docs/config.md, "Configs from a CSV file or an Ansible inventory").
+        #[arg(long, value_name = "FILE")]
+        from: Option<PathBuf>,
+        /// How to read --from's file, instead of telling by its extension and content.
+        #[arg(long, value_name = "FORMAT", requires = "from")]
+        format: Option<FormatArg>,
+        /// What an Ansible inventory's groups become: each host's site (the group that
+        /// lists it), or labels (`<group>: "true"` for every group it is in).
+        #[arg(long, value_name = "AS", default_value = "site", requires = "from")]
+        groups: GroupsArg,
     },
     /// Combine the run directories of several shards (--shard I/N runs) into one summary
     /// and one keadm-style log; every node must appear in exactly one of them.
@@ -368,11 +385,13 @@ enum BatchSub {
         run_dir: Option<PathBuf>,
     },
     /// Show each node of the config, read-only: reachable over SSH, edgecore running and
-    /// its version, keadm's version, and the node's outcome in the latest run here.
+    /// its version, keadm's version, when its edge certificate expires, and the node's
+    /// outcome in the latest run here.
     ///
     /// One SSH round trip per node, at most maxRunNum at once, with a run's host-key
     /// checks (the same --known-hosts and policy); it changes nothing on any node and
-    /// writes no run directory. Exit 0 when every node answered, 1 when some did not.
+    /// writes no run directory. A certificate that expires within --cert-warn-days is
+    /// warned of. Exit 0 when every node answered, 1 when some did not.
     Status {
         /// Path to the config file (keadm's format).
         #[arg(short = 'c', long = "config", value_name = "FILE", required = true)]
@@ -398,6 +417,11 @@ enum BatchSub {
         /// Print the status as one JSON document instead of a table.
         #[arg(long, value_name = "FORMAT")]
         output: Option<OutputArg>,
+        /// Warn about each node whose edge certificate expires within DAYS days: KubeEdge
+        /// renews it only while the node is connected, and a node offline past its expiry
+        /// cannot reconnect.
+        #[arg(long, value_name = "DAYS", default_value_t = DEFAULT_CERT_WARN_DAYS)]
+        cert_warn_days: u32,
     },
     /// Write the kit an air-gapped run needs (keadm releases, images, kit.json) into a
     /// directory or one archive; at the site, verify or extract it.
@@ -539,6 +563,24 @@ enum PreflightArg {
 enum RelayArg {
     Off,
     Auto,
+}
+
+/// `gen-config --format`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum FormatArg {
+    /// A CSV file with a header row.
+    Csv,
+    /// An Ansible inventory in its INI dialect.
+    Ini,
+    /// An Ansible inventory in YAML.
+    Yaml,
+}
+
+/// `gen-config --groups`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum GroupsArg {
+    Site,
+    Labels,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -1007,8 +1049,27 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
         TopCommand::Man => return Ok(Command::Man),
     };
     match batch.sub {
-        Some(BatchSub::GenConfig { output, force }) => {
-            return Ok(Command::GenConfig(GenConfigOptions { output, force }));
+        Some(BatchSub::GenConfig {
+            output,
+            force,
+            from,
+            format,
+            groups,
+        }) => {
+            return Ok(Command::GenConfig(GenConfigOptions {
+                output,
+                force,
+                from,
+                format: format.map(|format| match format {
+                    FormatArg::Csv => SourceFormat::Csv,
+                    FormatArg::Ini => SourceFormat::AnsibleIni,
+                    FormatArg::Yaml => SourceFormat::AnsibleYaml,
+                }),
+                groups: match groups {
+                    GroupsArg::Site => GroupsAs::Site,
+                    GroupsArg::Labels => GroupsAs::Labels,
+                },
+            }));
         }
         Some(BatchSub::Merge {
             dirs,
@@ -1036,6 +1097,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
             kubeconfig,
             context,
             output,
+            cert_warn_days,
         }) => {
             return Ok(Command::Status(StatusOptions {
                 // clap has required it.
@@ -1046,6 +1108,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::
                 kubeconfig,
                 context,
                 output: output_format(output),
+                cert_warn_days,
             }));
         }
         Some(BatchSub::Bundle(bundle)) => {
@@ -1223,6 +1286,9 @@ mod tests {
         assert_eq!(
             run(&["keadm-batch", "batch", "gen-config"]).unwrap(),
             Command::GenConfig(GenConfigOptions {
+                from: None,
+                format: None,
+                groups: GroupsAs::Site,
                 output: "config.yaml".into(),
                 force: false
             })

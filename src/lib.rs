@@ -10,6 +10,7 @@ pub mod arch;
 pub mod backoff;
 pub mod bundle;
 pub mod cancel;
+pub mod cert_expiry;
 pub mod cli;
 pub mod cloudcore;
 pub mod cluster;

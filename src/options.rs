@@ -128,7 +128,13 @@ pub struct StatusOptions {
     /// `--context NAME`, as a run's.
     pub context: Option<String>,
     pub output: OutputFormat,
+    /// `--cert-warn-days`: a node whose edge certificate expires within this many days
+    /// (or has expired) is warned about.
+    pub cert_warn_days: u32,
 }
+
+/// How many days before its edge certificate expires a node is warned about by default.
+pub const DEFAULT_CERT_WARN_DAYS: u32 = 30;
 
 impl StatusOptions {
     /// The run options whose plan `batch status` connects with: the same selection,
@@ -152,6 +158,34 @@ impl StatusOptions {
 pub struct GenConfigOptions {
     pub output: PathBuf,
     pub force: bool,
+    /// `--from FILE`: the nodes come from this CSV file or Ansible inventory instead of
+    /// the template's one example node.
+    pub from: Option<PathBuf>,
+    /// `--format`: how to read `from`; `None` to tell by its extension and content.
+    pub format: Option<SourceFormat>,
+    /// `--groups`: what an Ansible group is to its hosts.
+    pub groups: GroupsAs,
+}
+
+/// The kinds of file `batch gen-config --from` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceFormat {
+    /// A header row, then a node per row.
+    Csv,
+    /// An Ansible inventory in its INI dialect.
+    AnsibleIni,
+    /// An Ansible inventory in YAML.
+    AnsibleYaml,
+}
+
+/// What an Ansible inventory's groups become in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupsAs {
+    /// The group that lists a host is its `site`.
+    #[default]
+    Site,
+    /// Every group a host is in is a label `<group>: "true"`.
+    Labels,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

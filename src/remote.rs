@@ -114,7 +114,7 @@ pub use runtime::{
     import_script, parse_import, parse_removed, parse_runtime_facts, remove_archives_script,
     runtime_probe_script,
 };
-pub use status_probe::{EDGECORE_BIN, NodeStatus, parse_status, status_probe_script};
+pub use status_probe::{EDGECORE_BIN, EdgeCert, NodeStatus, parse_status, status_probe_script};
 
 /// The file beside an uploaded file that records the sha256 of what we sent.
 pub const SIDECAR_SUFFIX: &str = ".sha256";

@@ -102,6 +102,10 @@ pub fn gather(
     Ok(StatusReport {
         rows,
         last_run_dir: latest.map(|dir| dir.strip_prefix(cwd).unwrap_or(&dir).display().to_string()),
+        now: now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64),
+        cert_warn_days: options.cert_warn_days,
     })
 }
 
@@ -121,9 +125,13 @@ fn cluster_nodes(
     Ok(Some(cluster::Cluster::connect(&access)?.nodes()?))
 }
 
-/// How `batch status` ends once its report is printed: interrupted (130) when the
-/// operator stopped it, 1 when some node did not answer, else 0.
+/// How `batch status` ends once its report is printed: a warning for each edge
+/// certificate that expires soon (it changes no exit code), then interrupted (130) when
+/// the operator stopped it, 1 when some node did not answer, else 0.
 pub fn ended(report: &StatusReport, cancel: &Cancel) -> Result<(), Error> {
+    for warning in report.cert_warnings() {
+        log::warn!("{warning}");
+    }
     let total = report.rows.len();
     if cancel.stopping() {
         let asked = report.asked();

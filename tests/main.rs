@@ -20,6 +20,7 @@ mod cluster_extras;
 mod docs;
 mod faults;
 mod fuzz_regressions;
+mod gen_config;
 mod hostile;
 mod jump_hub;
 mod junit;

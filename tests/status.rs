@@ -7,9 +7,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::common::edge_state::start_edgecore;
+use crate::common::edge_state::{clean_etc, private_etc, start_edgecore};
 use crate::common::fake_keadm::FakeKeadm;
 use crate::common::fleet::{Fleet, Sudo, TEST_USER, TEST_USER_PASSWORD, Tarpit, refused_endpoint};
+use crate::common::http_server::self_signed;
 use crate::common::scenario::{Login, Scenario, remote_keadm};
 use crate::common::test::{Output, Test};
 
@@ -117,6 +118,7 @@ fn status_shows_each_node_read_only_as_a_table_and_as_json() {
             "EDGECORE",
             "EDGECORE VERSION",
             "KEADM",
+            "CERT EXPIRES",
             "LAST RUN",
             "CLUSTER"
         ]
@@ -131,6 +133,7 @@ fn status_shows_each_node_read_only_as_a_table_and_as_json() {
             format!("running (pid {pid})"),
             "v1.23.1".into(),
             "v1.23.1".into(),
+            "-".into(),
             "succeeded".into(),
             "-".into()
         ]
@@ -144,6 +147,7 @@ fn status_shows_each_node_read_only_as_a_table_and_as_json() {
             "not running",
             "-",
             "-",
+            "-",
             "succeeded",
             "-"
         ]
@@ -152,7 +156,15 @@ fn status_shows_each_node_read_only_as_a_table_and_as_json() {
     assert_eq!(row2[0], "edge-02");
     assert_eq!(
         row2[2..],
-        ["unreachable", "-", "-", "-", "failed (unreachable)", "-"]
+        [
+            "unreachable",
+            "-",
+            "-",
+            "-",
+            "-",
+            "failed (unreachable)",
+            "-"
+        ]
     );
     let why = lines
         .iter()
@@ -332,4 +344,95 @@ fn a_sudo_node_is_asked_under_sudo() {
     assert_eq!(json["nodes"][0]["ssh"], "answered");
     assert_eq!(json["nodes"][0]["keadm_version"], "v1.23.1");
     assert!(!out.stdout.contains(TEST_USER_PASSWORD) && !out.stderr.contains(TEST_USER_PASSWORD));
+}
+
+/// A self-signed certificate made by the openssl CLI, valid for `days` from now, in PEM.
+fn certificate(dir: &Path, days: u32) -> String {
+    let (key, cert) = (
+        dir.join(format!("key-{days}.pem")),
+        dir.join(format!("cert-{days}.pem")),
+    );
+    self_signed(&key, &cert, "127.0.0.1", days);
+    std::fs::read_to_string(cert).unwrap()
+}
+
+/// Issue 45: each node's edge certificate (where keadm join has edgecore keep it),
+/// read on the node without changing it, its notAfter read here; a warning for the one
+/// that expires within --cert-warn-days (default 30), none for the one a year away, and
+/// no certificate on a node that never joined.
+#[test]
+fn status_shows_each_edge_certificates_expiry_and_warns_before_it() {
+    let fleet = Fleet::builder().nodes(3).start();
+    let sc = Scenario::new(&fleet);
+    std::fs::write(sc.path("config.yaml"), sc.config_text()).unwrap();
+    for (i, days) in [(0, 10), (1, 400)] {
+        let pem = certificate(sc.dir.path(), days);
+        std::fs::write(fleet.node(i).tmp_path("server.crt"), pem).unwrap();
+        private_etc(
+            fleet.node(i),
+            "mkdir -p /etc/kubeedge/certs && cp /tmp/server.crt /etc/kubeedge/certs/server.crt",
+        );
+    }
+    clean_etc(fleet.node(2));
+    let stat = |i: usize| {
+        fleet
+            .node(i)
+            .shell("stat -c '%Y %s %a' /etc/kubeedge/certs/server.crt")
+            .stdout
+    };
+    let before = (stat(0), stat(1));
+
+    let out = status(&sc, &["--output", "json"]);
+    out.status(0);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let nodes = json["nodes"].as_array().unwrap();
+    let soon = &nodes[0]["edge_cert"];
+    assert_eq!(soon["path"], "/etc/kubeedge/certs/server.crt");
+    let days = soon["days_left"].as_i64().unwrap();
+    assert!(days == 9 || days == 10, "{soon}");
+    assert_eq!(soon["expiring"], true);
+    assert_eq!(soon["error"], serde_json::Value::Null);
+    let later = &nodes[1]["edge_cert"];
+    let days = later["days_left"].as_i64().unwrap();
+    assert!(days == 399 || days == 400, "{later}");
+    assert_eq!(later["expiring"], false);
+    assert_eq!(nodes[2]["edge_cert"], serde_json::Value::Null);
+    crate::docs::documented_fields("docs/summary.md", "status-json", &json);
+    out.stderr_has("edge-00: its edge certificate /etc/kubeedge/certs/server.crt expires in ")
+        .stderr_has("within --cert-warn-days 30. KubeEdge renews it only while the node is connected to cloudcore, and a node still offline when it expires cannot reconnect")
+        .stderr_lacks("edge-01: its edge certificate")
+        .stderr_lacks("edge-02: its edge certificate");
+
+    // The table: the day each expires, the one within the threshold marked.
+    let out = status(&sc, &[]);
+    out.status(0);
+    let row = |name: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{}", out.stdout))
+            .to_string()
+    };
+    let day = |days: u64| {
+        let at = std::time::SystemTime::now() + std::time::Duration::from_secs(days * 86_400);
+        humantime::format_rfc3339_seconds(at).to_string()[..10].to_string()
+    };
+    assert!(
+        row("edge-00").contains(&format!("{} (", day(10))),
+        "{}",
+        out.stdout
+    );
+    assert!(row("edge-00").contains("d) !"), "{}", out.stdout);
+    assert!(
+        row("edge-01").contains(&format!("{} (", day(400))),
+        "{}",
+        out.stdout
+    );
+    assert!(!row("edge-01").contains('!'), "{}", out.stdout);
+
+    // A lower threshold: no warning.
+    status(&sc, &["--cert-warn-days", "5"])
+        .status(0)
+        .stderr_lacks("its edge certificate");
+    assert_eq!((stat(0), stat(1)), before, "the certificates were touched");
 }

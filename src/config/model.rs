@@ -210,6 +210,20 @@ impl SshSpec {
     }
 }
 
+/// Whether `name` can be a `site`: at most 63 letters, digits, `.`, `_` and `-` (it names
+/// the site in the console, the summary and `--dry-run`).
+pub fn is_site_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// What to do about a site name [`is_site_name`] refuses.
+pub const SITE_NAME_FIX: &str =
+    "name the site with at most 63 letters, digits, `.`, `_` and `-`, such as store-0042";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,14 +2,21 @@
 //! version (the one the running edgecore logged as it started, else edgecore.yaml's
 //! `edgecoreVersion`: edgecore has no `--version`, and running it starts a second
 //! edgecore), and the version of the keadm a run of the config would use. Read-only: it
-//! starts nothing but keadm's `version`, and writes nothing. [`parse_status`] reads its
-//! `KB_ST` lines.
+//! starts nothing but keadm's `version`, and writes nothing. It also prints the edge
+//! certificate edgecore connects with (edgecore.yaml's `edgeHub.tlsCertFile`, else
+//! KubeEdge's default /etc/kubeedge/certs/server.crt) as PEM text, since nodes may have no
+//! openssl: the control host reads its expiry ([`crate::cert_expiry`]). [`parse_status`]
+//! reads its `KB_ST` lines.
 
 use crate::node_text::one_line;
 use crate::shell::shell_quote;
 
 /// Where keadm join installs edgecore.
 pub const EDGECORE_BIN: &str = "/usr/local/bin/edgecore";
+
+/// Where keadm join has edgecore keep the certificate it connects to cloudcore with
+/// (KubeEdge v1.23's `constants.DefaultCertFile`, edgecore.yaml's `edgeHub.tlsCertFile`).
+pub const EDGE_CERT: &str = "/etc/kubeedge/certs/server.crt";
 
 /// The line the probe prints last: output without it is a probe that did not finish.
 const DONE: &str = "KB_ST_DONE";
@@ -19,9 +26,10 @@ const DONE: &str = "KB_ST_DONE";
 /// upload dir is root's under sudo.
 pub fn status_probe_script(keadm: &str) -> String {
     format!(
-        "KEADM={}\nEC_BIN={}\n{STATUS_PROBE_BODY}",
+        "KEADM={}\nEC_BIN={}\nCERT={}\n{STATUS_PROBE_BODY}",
         shell_quote(keadm),
-        shell_quote(EDGECORE_BIN)
+        shell_quote(EDGECORE_BIN),
+        shell_quote(EDGE_CERT)
     )
 }
 
@@ -50,6 +58,17 @@ if [ -x "$KEADM" ] && [ ! -d "$KEADM" ]; then
 else
   echo KB_ST_KEADM_NONE
 fi
+# edgeHub's tlsCertFile is the first in edgecore.yaml (its modules are written sorted).
+f=$(sed -n 's/^[[:space:]]*tlsCertFile:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1 | tr -d "\"' ")
+[ -n "$f" ] && CERT=$f
+if [ ! -e "$CERT" ]; then
+  echo KB_ST_CERT_NONE
+elif [ ! -r "$CERT" ] || [ ! -f "$CERT" ]; then
+  printf 'KB_ST_CERT_UNREADABLE %s\n' "$CERT"
+else
+  printf 'KB_ST_CERT_PATH %s\n' "$CERT"
+  head -c 65536 "$CERT" | sed -n '/-----BEGIN CERTIFICATE-----/,/-----END CERTIFICATE-----/s/^/KB_ST_CERT /p' | head -n 400
+fi
 echo KB_ST_DONE
 "#
 );
@@ -74,12 +93,30 @@ pub struct NodeStatus {
     /// keadm's version (`v1.20.0`, from `keadm version`'s GitVersion, else its first
     /// line), when the keadm the config would use is on the node.
     pub keadm_version: Option<String>,
+    /// The edge certificate edgecore connects with.
+    pub cert: EdgeCert,
+}
+
+/// What the node's edge certificate says of its expiry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum EdgeCert {
+    /// There is none (the node never joined, or was reset).
+    #[default]
+    None,
+    /// It is there, but the login cannot read it.
+    Unreadable { path: String },
+    /// Its notAfter, in unix seconds.
+    Expires { path: String, not_after: i64 },
+    /// Its text is not a certificate whose expiry can be read (why, in a few words).
+    Invalid { path: String, why: &'static str },
 }
 
 /// Reads the probe's output: only its own lines count, each bounded and escaped (the
 /// node's output is untrusted); a pid that is not a number is left out.
 pub fn parse_status(output: &str) -> NodeStatus {
     let mut status = NodeStatus::default();
+    let mut cert_path = None;
+    let mut pem = String::new();
     for line in output.lines() {
         let line = line.trim_end_matches('\r');
         if line == DONE {
@@ -97,7 +134,22 @@ pub fn parse_status(output: &str) -> NodeStatus {
                 Some(one_line(version, VERSION_CHARS)).filter(|v| !v.is_empty());
         } else if let Some(version) = line.strip_prefix("KB_ST_KEADM ") {
             status.keadm_version = Some(keadm_version(version));
+        } else if let Some(path) = line.strip_prefix("KB_ST_CERT_UNREADABLE ") {
+            status.cert = EdgeCert::Unreadable {
+                path: one_line(path, VERSION_CHARS),
+            };
+        } else if let Some(path) = line.strip_prefix("KB_ST_CERT_PATH ") {
+            cert_path = Some(one_line(path, VERSION_CHARS));
+        } else if let Some(text) = line.strip_prefix("KB_ST_CERT ") {
+            pem.push_str(text);
+            pem.push('\n');
         }
+    }
+    if let Some(path) = cert_path {
+        status.cert = match crate::cert_expiry::not_after(&pem) {
+            Ok(not_after) => EdgeCert::Expires { path, not_after },
+            Err(why) => EdgeCert::Invalid { path, why },
+        };
     }
     status
 }
@@ -149,6 +201,8 @@ mod tests {
         .unwrap();
         let config = dir.path().join("edgecore.yaml");
         std::fs::write(&config, "edgecoreVersion: v1.23.1\nmodules: {}\n").unwrap();
+        let cert = dir.path().join("server.crt");
+        std::fs::write(&cert, crate::cert_expiry::test_pem(10)).unwrap();
         use std::os::unix::fs::PermissionsExt;
         for f in [&keadm, &edgecore] {
             std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -166,6 +220,10 @@ mod tests {
                         .replace(
                             "/etc/kubeedge/config/edgecore.yaml",
                             config.to_str().unwrap(),
+                        )
+                        .replace(
+                            &format!("CERT={}", shell_quote(EDGE_CERT)),
+                            &format!("CERT={}", shell_quote(cert.to_str().unwrap())),
                         )
                         // This machine's view holds other tests' edgecores: none is looked at.
                         .replace("/proc/[0-9]*", "/nonexistent/[0-9]*")
@@ -187,8 +245,23 @@ mod tests {
             status.edgecore_path.as_deref(),
             Some(edgecore.to_str().unwrap())
         );
+        // The certificate's PEM came back whole, and its notAfter is read here.
+        match &status.cert {
+            EdgeCert::Expires { path, not_after } => {
+                assert_eq!(path, cert.to_str().unwrap());
+                assert!(*not_after > 1_700_000_000, "{not_after}");
+            }
+            other => panic!("{other:?}"),
+        }
         let status = run(dir.path().join("nothing").to_str().unwrap());
         assert_eq!(status.keadm_version, None);
+        // edgecore.yaml's tlsCertFile names another file, which is not there.
+        std::fs::write(
+            &config,
+            "modules:\n  edgeHub:\n    tlsCertFile: /nonexistent/server.crt\n",
+        )
+        .unwrap();
+        assert_eq!(run(keadm.to_str().unwrap()).cert, EdgeCert::None);
     }
 
     #[test]

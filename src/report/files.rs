@@ -42,6 +42,16 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// is created exclusively (O_EXCL, 0600), so a file another user made in advance, under
 /// any name, is never written into; it is removed when anything fails.
 pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    whole(path, bytes, true)
+}
+
+/// As [`replace`], but never over a file that is there: an error of kind `AlreadyExists`
+/// then (the rename refuses to replace, so a file made meanwhile is kept too).
+pub fn create_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    whole(path, bytes, false)
+}
+
+fn whole(path: &Path, bytes: &[u8], overwrite: bool) -> io::Result<()> {
     let (dir, name) = dir_and_name(path)?;
     let mut prefix = std::ffi::OsString::from(".");
     prefix.push(name);
@@ -51,7 +61,11 @@ pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .suffix(".tmp")
         .tempfile_in(dir)?;
     tmp.write_all(bytes)?;
-    tmp.persist(path).map(drop).map_err(|e| e.error)
+    if overwrite {
+        tmp.persist(path).map(drop).map_err(|e| e.error)
+    } else {
+        tmp.persist_noclobber(path).map(drop).map_err(|e| e.error)
+    }
 }
 
 /// Opens `path` to read: a regular file, reached without following a symbolic link at

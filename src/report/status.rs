@@ -3,21 +3,25 @@
 //! shape is in docs/status.md).
 //!
 //! ```text
-//! NODE     ADDRESS                 SSH          EDGECORE           EDGECORE VERSION  KEADM    LAST RUN                   CLUSTER
-//! edge-00  10.0.0.1:22             ok           running (pid 42)   KubeEdge v1.20.0  v1.20.0  succeeded                  -
-//! edge-01  10.0.0.2:22             unreachable  -                  -                 -        failed (token_invalid)     -
+//! NODE     ADDRESS      SSH          EDGECORE          EDGECORE VERSION  KEADM    CERT EXPIRES       LAST RUN                CLUSTER
+//! edge-00  10.0.0.1:22  ok           running (pid 42)  KubeEdge v1.20.0  v1.20.0  2026-12-16 (9d) !  -                       -
+//! edge-01  10.0.0.2:22  unreachable  -                 -                 -        -                  failed (token_invalid)  -
 //!
 //! edge-01: Cannot connect to 10.0.0.2:22: connection refused.
 //! ```
+//!
+//! A `!` marks an edge certificate that expires within `--cert-warn-days` (or has
+//! expired); [`StatusReport::cert_warnings`] says why that matters.
 
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::cert_expiry::days_left;
 use crate::diagnosis::FailureClass;
 use crate::options::OutputFormat;
 use crate::outcome::{NodeOutcome, Phase, ProbeError};
-use crate::remote::NodeStatus;
+use crate::remote::{EdgeCert, NodeStatus};
 
 /// The format version of the JSON document: it changes when a field changes meaning.
 pub const STATUS_JSON_VERSION: u32 = 1;
@@ -78,6 +82,126 @@ pub struct StatusReport {
     pub rows: Vec<StatusRow>,
     /// The latest run directory, when there is one.
     pub last_run_dir: Option<String>,
+    /// When the nodes were asked, in unix seconds: what certificate expiries count from.
+    pub now: i64,
+    /// `--cert-warn-days`: a certificate that expires within this many days is warned of.
+    pub cert_warn_days: u32,
+}
+
+/// What the table and the document say of one node's edge certificate (the document's
+/// `edge_cert`).
+#[derive(Serialize)]
+struct CertView<'a> {
+    path: Option<&'a str>,
+    /// Its notAfter: unix seconds here, RFC 3339 in the document.
+    #[serde(serialize_with = "rfc3339")]
+    not_after: Option<i64>,
+    /// Whole days from now to its notAfter, negative once past it.
+    days_left: Option<i64>,
+    /// Whether it expires within `--cert-warn-days`, or has expired.
+    expiring: bool,
+    /// Why its expiry is unknown, when there is a file whose expiry cannot be read.
+    error: Option<&'static str>,
+}
+
+fn rfc3339<S: serde::Serializer>(at: &Option<i64>, to: S) -> Result<S::Ok, S::Error> {
+    match at {
+        Some(at) => to.serialize_str(&crate::utc::rfc3339((*at).max(0) as u64)),
+        None => to.serialize_none(),
+    }
+}
+
+/// No certificate, or one whose expiry is unknown.
+const NO_CERT: CertView<'static> = CertView {
+    path: None,
+    not_after: None,
+    days_left: None,
+    expiring: false,
+    error: None,
+};
+
+/// Why an edge certificate the login cannot read has no expiry shown.
+const UNREADABLE: &str = "the login cannot read it";
+
+impl StatusReport {
+    fn cert<'a>(&self, cert: &'a EdgeCert) -> CertView<'a> {
+        match cert {
+            EdgeCert::None => NO_CERT,
+            EdgeCert::Unreadable { path } => CertView {
+                path: Some(path),
+                error: Some(UNREADABLE),
+                ..NO_CERT
+            },
+            EdgeCert::Invalid { path, why } => CertView {
+                path: Some(path),
+                error: Some(why),
+                ..NO_CERT
+            },
+            EdgeCert::Expires { path, not_after } => {
+                let left = days_left(*not_after, self.now);
+                CertView {
+                    path: Some(path),
+                    not_after: Some(*not_after),
+                    days_left: Some(left),
+                    expiring: left < i64::from(self.cert_warn_days),
+                    error: None,
+                }
+            }
+        }
+    }
+
+    /// The CERT EXPIRES cell: `2027-01-05 (30d)`, with ` !` when it is within the
+    /// threshold, `expired 2026-12-01 !`, `unreadable`, `invalid`, or `-`.
+    fn cert_cell(&self, cert: &EdgeCert) -> String {
+        let view = self.cert(cert);
+        let mark = if view.expiring { " !" } else { "" };
+        match (view.not_after, view.days_left, view.error) {
+            (Some(at), Some(left), _) if left < 0 => format!("expired {}{mark}", day(at)),
+            (Some(at), Some(left), _) => format!("{} ({left}d){mark}", day(at)),
+            (_, _, Some(UNREADABLE)) => "unreadable".into(),
+            (_, _, Some(_)) => "invalid".into(),
+            _ => "-".into(),
+        }
+    }
+
+    /// One sentence for each node whose edge certificate expires within the threshold
+    /// or has expired, for the operator's stderr.
+    pub fn cert_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for row in &self.rows {
+            let Asked::Answered(status) = &row.asked else {
+                continue;
+            };
+            let view = self.cert(&status.cert);
+            let (Some(at), Some(left)) = (view.not_after, view.days_left) else {
+                continue;
+            };
+            if !view.expiring {
+                continue;
+            }
+            let when = if left < 0 {
+                format!("expired on {}", crate::utc::rfc3339(at.max(0) as u64))
+            } else {
+                format!(
+                    "expires in {left} day{} ({}), within --cert-warn-days {}",
+                    if left == 1 { "" } else { "s" },
+                    crate::utc::rfc3339(at.max(0) as u64),
+                    self.cert_warn_days
+                )
+            };
+            out.push(format!(
+                "{}: its edge certificate {} {when}. KubeEdge renews it only while the node is connected to cloudcore, and a node still offline when it expires cannot reconnect until it is joined again: keep the node online (and check that its edgecore runs), or plan its rejoin.",
+                row.name,
+                view.path.unwrap_or("")
+            ));
+        }
+        out
+    }
+}
+
+/// `2026-12-16` for unix seconds.
+fn day(unix: i64) -> String {
+    crate::utc::rfc3339(unix.max(0) as u64)[..10].to_string()
 }
 
 impl StatusReport {
@@ -115,24 +239,26 @@ impl StatusReport {
             "EDGECORE",
             "EDGECORE VERSION",
             "KEADM",
+            "CERT EXPIRES",
             "LAST RUN",
             "CLUSTER",
         ];
-        let mut cells: Vec<[String; 8]> = vec![header.map(String::from)];
+        let mut cells: Vec<[String; 9]> = vec![header.map(String::from)];
         for row in &self.rows {
             let none = || "-".to_string();
-            let (ssh, edgecore, edgecore_version, keadm) = match &row.asked {
+            let (ssh, edgecore, edgecore_version, keadm, cert) = match &row.asked {
                 Asked::Answered(status) => (
                     "ok".to_string(),
                     edgecore_cell(status),
                     status.edgecore_version.clone().unwrap_or_else(none),
                     status.keadm_version.clone().unwrap_or_else(none),
+                    self.cert_cell(&status.cert),
                 ),
                 Asked::Failed(error) if error.phase == Phase::Connecting => {
-                    ("unreachable".to_string(), none(), none(), none())
+                    ("unreachable".to_string(), none(), none(), none(), none())
                 }
-                Asked::Failed(_) => ("no answer".to_string(), none(), none(), none()),
-                Asked::NotAsked => ("not asked".to_string(), none(), none(), none()),
+                Asked::Failed(_) => ("no answer".to_string(), none(), none(), none(), none()),
+                Asked::NotAsked => ("not asked".to_string(), none(), none(), none(), none()),
             };
             cells.push([
                 row.name.clone(),
@@ -141,6 +267,7 @@ impl StatusReport {
                 edgecore,
                 edgecore_version,
                 keadm,
+                cert,
                 row.last_run.as_ref().map_or_else(none, last_run_cell),
                 // The cluster's view: the Node's Ready state and age, with a kubeconfig.
                 row.cluster.as_ref().map_or_else(none, ClusterView::cell),
@@ -193,7 +320,11 @@ impl StatusReport {
 
     /// `--output json`: one pretty document with a final newline.
     pub fn json(&self) -> String {
-        let nodes = self.rows.iter().map(JsonNode::of).collect();
+        let nodes = self
+            .rows
+            .iter()
+            .map(|row| JsonNode::of(row, self))
+            .collect();
         let document = JsonStatus {
             version: STATUS_JSON_VERSION,
             last_run_dir: self.last_run_dir.as_deref(),
@@ -247,6 +378,9 @@ struct JsonNode<'a> {
     edgecore_path: Option<&'a str>,
     edgecore_version: Option<&'a str>,
     keadm_version: Option<&'a str>,
+    /// The edge certificate edgecore connects with: null when the node did not answer or
+    /// has none.
+    edge_cert: Option<CertView<'a>>,
     last_run: Option<JsonLastRun<'a>>,
     /// The cluster's view of the node: null without a kubeconfig.
     cluster: Option<&'a ClusterView>,
@@ -261,7 +395,7 @@ struct JsonLastRun<'a> {
 }
 
 impl<'a> JsonNode<'a> {
-    fn of(row: &'a StatusRow) -> JsonNode<'a> {
+    fn of(row: &'a StatusRow, report: &StatusReport) -> JsonNode<'a> {
         let status = match &row.asked {
             Asked::Answered(status) => Some(status),
             _ => None,
@@ -284,6 +418,9 @@ impl<'a> JsonNode<'a> {
             edgecore_path: status.and_then(|s| s.edgecore_path.as_deref()),
             edgecore_version: status.and_then(|s| s.edgecore_version.as_deref()),
             keadm_version: status.and_then(|s| s.keadm_version.as_deref()),
+            edge_cert: status
+                .filter(|s| s.cert != EdgeCert::None)
+                .map(|s| report.cert(&s.cert)),
             last_run: row.last_run.as_ref().map(|outcome| JsonLastRun {
                 phase: outcome.phase,
                 failure_class: outcome.failure_class,
@@ -319,6 +456,10 @@ mod tests {
                         edgecore_path: Some("/usr/local/bin/edgecore".into()),
                         edgecore_version: Some("KubeEdge v1.20.0".into()),
                         keadm_version: Some("v1.20.0".into()),
+                        cert: EdgeCert::Expires {
+                            path: "/etc/kubeedge/certs/server.crt".into(),
+                            not_after: NOW + 9 * 86_400 + 3600,
+                        },
                     }),
                     last_run: None,
                     cluster: None,
@@ -335,22 +476,77 @@ mod tests {
                 },
             ],
             last_run_dir: Some("batch_runs/x".into()),
+            now: NOW,
+            cert_warn_days: 30,
         }
     }
+
+    /// 2026-12-06T00:00:00Z.
+    const NOW: i64 = 1_796_515_200;
 
     #[test]
     fn the_table_aligns_its_columns_and_says_why_a_node_did_not_answer() {
         assert_eq!(
             report().text(),
-            "NODE     ADDRESS      SSH          EDGECORE          EDGECORE VERSION  KEADM    LAST RUN                CLUSTER\n\
-             edge-00  10.0.0.1:22  ok           running (pid 42)  KubeEdge v1.20.0  v1.20.0  -                       -\n\
-             edge-01  10.0.0.2:22  unreachable  -                 -                 -        failed (token_invalid)  -\n\
+            "NODE     ADDRESS      SSH          EDGECORE          EDGECORE VERSION  KEADM    CERT EXPIRES       LAST RUN                CLUSTER\n\
+             edge-00  10.0.0.1:22  ok           running (pid 42)  KubeEdge v1.20.0  v1.20.0  2026-12-15 (9d) !  -                       -\n\
+             edge-01  10.0.0.2:22  unreachable  -                 -                 -        -                  failed (token_invalid)  -\n\
              \n\
              edge-01: Cannot connect to 10.0.0.2:22: connection refused.\n\
              \n\
              Last run: batch_runs/x.\n"
         );
         assert_eq!(report().not_answered(), 1);
+        let warnings = report().cert_warnings();
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].starts_with("edge-00: its edge certificate /etc/kubeedge/certs/server.crt expires in 9 days (2026-12-15T01:00:00Z), within --cert-warn-days 30. KubeEdge renews it only while the node is connected"),
+            "{}",
+            warnings[0]
+        );
+        let mut calm = report();
+        calm.cert_warn_days = 9;
+        assert!(calm.cert_warnings().is_empty());
+        assert!(
+            calm.text().contains(" 2026-12-15 (9d)  "),
+            "{}",
+            calm.text()
+        );
+    }
+
+    #[test]
+    fn an_expired_or_unreadable_certificate_says_so() {
+        let mut report = report();
+        let Asked::Answered(status) = &mut report.rows[0].asked else {
+            unreachable!()
+        };
+        status.cert = EdgeCert::Expires {
+            path: "/c".into(),
+            not_after: NOW - 5 * 86_400,
+        };
+        assert!(
+            report.text().contains(" expired 2026-12-01 !  "),
+            "{}",
+            report.text()
+        );
+        let warnings = report.cert_warnings();
+        assert!(
+            warnings[0].starts_with("edge-00: its edge certificate /c expired on 2026-12-01T00:00:00Z. KubeEdge renews it"),
+            "{warnings:?}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+        assert_eq!(json["nodes"][0]["edge_cert"]["days_left"], -5);
+        let Asked::Answered(status) = &mut report.rows[0].asked else {
+            unreachable!()
+        };
+        status.cert = EdgeCert::Unreadable { path: "/c".into() };
+        assert!(report.text().contains(" unreadable  "), "{}", report.text());
+        assert!(report.cert_warnings().is_empty());
+        let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+        let cert = &json["nodes"][0]["edge_cert"];
+        assert_eq!(cert["error"], "the login cannot read it");
+        assert_eq!(cert["not_after"], serde_json::Value::Null);
+        assert_eq!(cert["expiring"], false);
     }
 
     #[test]
@@ -370,5 +566,9 @@ mod tests {
         assert_eq!(nodes[1]["ssh"], "unreachable");
         assert_eq!(nodes[1]["edgecore_running"], serde_json::Value::Null);
         assert_eq!(nodes[1]["last_run"]["failure_class"], "token_invalid");
+        assert_eq!(nodes[0]["edge_cert"]["days_left"], 9);
+        assert_eq!(nodes[0]["edge_cert"]["expiring"], true);
+        assert_eq!(nodes[0]["edge_cert"]["not_after"], "2026-12-15T01:00:00Z");
+        assert_eq!(nodes[1]["edge_cert"], serde_json::Value::Null);
     }
 }

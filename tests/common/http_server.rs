@@ -303,22 +303,29 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
+/// A throwaway self-signed P-256 certificate for `ip`, valid for `days` from now, made by
+/// the openssl CLI: its key written to `key`, itself to `cert`, both in PEM.
+pub fn self_signed(key: &std::path::Path, cert: &std::path::Path, ip: &str, days: u32) {
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days"])
+        .arg(days.to_string())
+        .args(["-subj", &format!("/CN={ip}")])
+        .args(["-addext", &format!("subjectAltName=IP:{ip}")])
+        .arg("-keyout")
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
 /// A TLS acceptor with a throwaway self-signed P-256 certificate for `ip`, written as
 /// `cert.pem` and `key.pem` in `dir` (clients may trust `cert.pem`).
 pub fn self_signed_acceptor(dir: &std::path::Path, ip: &str) -> native_tls::TlsAcceptor {
     let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
-    let out = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
-        .args(["-subj", &format!("/CN={ip}")])
-        .args(["-addext", &format!("subjectAltName=IP:{ip}")])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    self_signed(&key, &cert, ip, 1);
     let identity = native_tls::Identity::from_pkcs8(
         &std::fs::read(&cert).unwrap(),
         &std::fs::read(&key).unwrap(),

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use crate::config::copy_from::Listings;
 use crate::config::diagnostic::{Diagnostic, Severity};
 use crate::config::environment::{self, Environment};
-use crate::config::model::HostKeyPolicy;
+use crate::config::model::{HostKeyPolicy, SITE_NAME_FIX, is_site_name};
 use crate::config::schema::{Spanned, non_empty};
 use crate::config::yaml::Pos;
 use crate::redact::Secret;
@@ -149,16 +149,12 @@ impl Validator<'_> {
     ) -> Option<String> {
         let value = non_empty(field)?;
         let name = &value.value;
-        let fits = name.len() <= 63
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-        if !fits {
+        if !is_site_name(name) {
             self.error(
                 Some(value.pos),
                 subject,
                 format!("site `{name}` is not a site name"),
-                "name the site with at most 63 letters, digits, `.`, `_` and `-`, such as store-0042",
+                SITE_NAME_FIX,
             );
             return None;
         }
