@@ -10,6 +10,7 @@
 //! environment, copy_from, schema, template), never the other way round.
 
 mod node;
+mod placement;
 mod ssh;
 mod staging;
 mod validator;
