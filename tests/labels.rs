@@ -124,8 +124,17 @@ fn a_ready_node_without_the_labels_asked_fails_as_labels_mismatch() {
         &["dedicated=edge:NoSchedule"],
     );
     api.registers_with("edge-02", &[("tier", "edge"), ("zone", "eu")], &[]);
+    api.node_groups(&[
+        ("berlin", &[], &[("zone", "berlin")]),
+        ("named", &["edge-02"], &[]),
+        ("gpus", &[], &[("tier", "gpu"), ("vendor", "x")]),
+    ]);
     let kubeconfig = api.kubeconfig().display().to_string();
     let sc = scenario(&fleet);
+    // The plan says which NodeGroup each join will be in, by its labels or its name.
+    sc.run(&["--kubeconfig", &kubeconfig, "--dry-run"])
+        .status(0)
+        .stdout_has("; the joins will be in the NodeGroups berlin (edge-00, edge-01), named (edge-02)\n");
     let out = sc.run(&["--kubeconfig", &kubeconfig]);
     out.status(1);
     let summary = out.summary();
@@ -147,7 +156,10 @@ fn a_ready_node_without_the_labels_asked_fails_as_labels_mismatch() {
         assert!(out.transcript(i).contains("labels_mismatch: keadm join exited 0"));
     }
     out.stderr_has("labels_mismatch")
-        .stderr_has("kubectl label node NAME KEY=VALUE --overwrite");
+        .stderr_has("kubectl label node NAME KEY=VALUE --overwrite")
+        .stderr_has("NodeGroups the joins' Nodes are in (by name or by the labels the config gives them)")
+        .stderr_has("  berlin: edge-00 joined; edge-01 did not\n")
+        .stderr_has("  named: edge-02 did not\n");
 
     // A label changed on the cluster side shows in `batch status`, against the config.
     api.label_node("edge-00", "zone", "munich");

@@ -78,6 +78,8 @@ struct State {
 
 /// Where the Helm chart and keadm init put cloudcore's ConfigMap and Deployment.
 pub const CLOUDCORE_CONFIGMAP: &str = "/api/v1/namespaces/kubeedge/configmaps/cloudcore";
+/// Where kube-apiserver lists KubeEdge's NodeGroups, when the CRD is installed.
+pub const NODE_GROUPS: &str = "/apis/apps.kubeedge.io/v1alpha1/nodegroups";
 pub const CLOUDCORE_DEPLOYMENT: &str = "/apis/apps/v1/namespaces/kubeedge/deployments/cloudcore";
 
 pub struct FakeApiServer {
@@ -280,6 +282,28 @@ impl FakeApiServer {
             .unwrap()
             .registers_with
             .insert(name.to_string(), (Value::Object(labels), json!(taints)));
+    }
+
+    /// KubeEdge's NodeGroups (the CRD `apps.kubeedge.io/v1alpha1`): each `(name, nodes,
+    /// matchLabels)`, listed as kube-apiserver lists a custom resource.
+    pub fn node_groups(&self, groups: &[(&str, &[&str], &[(&str, &str)])]) {
+        let items: Vec<Value> = groups
+            .iter()
+            .map(|(name, nodes, labels)| {
+                let labels: serde_json::Map<String, Value> = labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), json!(v)))
+                    .collect();
+                json!({"apiVersion": "apps.kubeedge.io/v1alpha1", "kind": "NodeGroup",
+                       "metadata": {"name": name, "uid": format!("uid-ng-{name}"), "resourceVersion": "1"},
+                       "spec": {"nodes": nodes, "matchLabels": labels}})
+            })
+            .collect();
+        self.state.lock().unwrap().objects.insert(
+            NODE_GROUPS.to_string(),
+            json!({"apiVersion": "apps.kubeedge.io/v1alpha1", "kind": "NodeGroupList",
+                   "metadata": {"resourceVersion": "1"}, "items": items}),
+        );
     }
 
     /// `kubectl label node NAME KEY=VALUE --overwrite`: a write of the Node's labels.
