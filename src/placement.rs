@@ -355,6 +355,20 @@ mod tests {
         );
     }
 
+    /// The command a node runs with them passes `shellcheck -s sh`.
+    #[test]
+    fn the_join_with_its_flags_is_posix_sh() {
+        let p = placement(
+            &[("topology.kubernetes.io/zone", "eu"), ("empty", "")],
+            &["dedicated=true:NoSchedule", "gpu:NoExecute"],
+        );
+        let command = crate::plan::keadm_command(
+            "/tmp/kubeedge/keadm",
+            &p.into_join("join --cloudcore-ipport=10.0.0.1:10000 --token=x"),
+        );
+        crate::shell::shellcheck::assert_posix_sh("keadm join with labels and taints", &command, &[]);
+    }
+
     #[test]
     fn a_node_is_compared_on_what_is_asked_only() {
         let asked = placement(&[("zone", "eu"), ("tier", "edge")], &["dedicated=edge:NoSchedule", "gpu:NoExecute"]);
