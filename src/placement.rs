@@ -11,7 +11,8 @@
 //! bool as that type (and then refuses it for a string field), so each `--set` value is
 //! also double-quoted inside, which `ParseSet` strips.
 //!
-//! A leaf but for the shell quoting it shares with the plan.
+//! It depends only on the shell quoting it shares with the plan and on `kube_name`'s rule
+//! for a DNS subdomain (a label key's prefix).
 
 use std::collections::BTreeMap;
 use std::fmt;
