@@ -10,8 +10,8 @@ use crate::config::HostKeyPolicy;
 use crate::diagnosis::FailureClass;
 use crate::options::{
     Amount, BundleOptions, Command, ExtractOptions, GenConfigOptions, MergeOptions, OutputFormat,
-    PreflightMode, RegistryMirror, RelayMode, RunOptions, Selector, Shard, StatusOptions, Verbosity,
-    VerifyOptions,
+    PreflightMode, RegistryMirror, RelayMode, RunOptions, Selector, Shard, StatusOptions,
+    Verbosity, VerifyOptions,
 };
 use crate::stage::CopyFormat;
 
@@ -1927,7 +1927,10 @@ mod tests {
         };
         assert_eq!(
             opts.only,
-            vec![Selector::Name("edge-[ab]*".into()), Selector::Name("x?".into())]
+            vec![
+                Selector::Name("edge-[ab]*".into()),
+                Selector::Name("x?".into())
+            ]
         );
         let err = run(&["k", "batch", "-c", "c", "--only", "edge-[1"]).unwrap_err();
         assert!(
@@ -1963,15 +1966,24 @@ mod tests {
         let shown: Vec<String> = opts.only.iter().map(Selector::to_string).collect();
         assert_eq!(
             shown,
-            ["site=berlin-*", "label:topology.kubernetes.io/zone=eu", "edge-1"]
+            [
+                "site=berlin-*",
+                "label:topology.kubernetes.io/zone=eu",
+                "edge-1"
+            ]
         );
         for (bad, said) in [
-            ("label:zone", "`label:zone` names no value: write label:KEY=GLOB"),
+            (
+                "label:zone",
+                "`label:zone` names no value: write label:KEY=GLOB",
+            ),
             ("label:-x=1", "the label key `-x`"),
             ("site=b[", "`b[` is not a valid glob"),
             ("label:zone=[", "`[` is not a valid glob"),
         ] {
-            let Command::Status(_) = run(&["k", "batch", "status", "-c", "c", "--only", "a"]).unwrap() else {
+            let Command::Status(_) =
+                run(&["k", "batch", "status", "-c", "c", "--only", "a"]).unwrap()
+            else {
                 panic!()
             };
             let err = run(&["k", "batch", "status", "-c", "c", "--only", bad]).unwrap_err();

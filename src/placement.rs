@@ -148,7 +148,8 @@ impl Placement {
             out.push_str(&shell_quote(&format!("{key}={value}")));
         }
         for (index, taint) in self.taints.iter().enumerate() {
-            let field = |name: &str, value: &str| format!("{TAINTS_FIELD}[{index}].{name}=\"{value}\"");
+            let field =
+                |name: &str, value: &str| format!("{TAINTS_FIELD}[{index}].{name}=\"{value}\"");
             let mut fields = vec![field("Key", &taint.key)];
             if !taint.value.is_empty() {
                 fields.push(field("Value", &taint.value));
@@ -168,8 +169,14 @@ impl Placement {
         let flags = self.join_flags();
         let trimmed = command.trim_start();
         match trimmed.strip_prefix("join") {
-            Some(rest) if !flags.is_empty() && (rest.is_empty() || rest.starts_with(char::is_whitespace)) => {
-                format!("{}join{flags}{rest}", &command[..command.len() - trimmed.len()])
+            Some(rest)
+                if !flags.is_empty()
+                    && (rest.is_empty() || rest.starts_with(char::is_whitespace)) =>
+            {
+                format!(
+                    "{}join{flags}{rest}",
+                    &command[..command.len() - trimmed.len()]
+                )
             }
             _ => command.to_string(),
         }
@@ -206,7 +213,11 @@ impl Placement {
 
     /// `zone=eu,tier=edge; taints dedicated=edge:NoSchedule`, for plans and tables.
     pub fn describe(&self) -> String {
-        let labels: Vec<String> = self.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let labels: Vec<String> = self
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         let taints: Vec<String> = self.taints.iter().map(Taint::to_string).collect();
         match (labels.is_empty(), taints.is_empty()) {
             (_, true) => format!("labels {}", labels.join(",")),
@@ -286,7 +297,16 @@ mod tests {
         for good in ["zone", "topology.kubernetes.io/zone", "a_b.c-d", "A1"] {
             assert_eq!(qualified_name_problem(good), None, "{good}");
         }
-        for bad in ["", "/zone", "Example.com/zone", "zone/", "-zone", "zo ne", "a/b/c", &"x".repeat(64)] {
+        for bad in [
+            "",
+            "/zone",
+            "Example.com/zone",
+            "zone/",
+            "-zone",
+            "zo ne",
+            "a/b/c",
+            &"x".repeat(64),
+        ] {
             assert!(qualified_name_problem(bad).is_some(), "{bad}");
         }
         for good in ["", "eu", "1", "true", "a.b_c-d"] {
@@ -313,12 +333,19 @@ mod tests {
             Taint::parse("gpu=yes:noschedule").unwrap_err(),
             "taint effect `noschedule` is none of NoSchedule, PreferNoSchedule and NoExecute"
         );
-        assert!(Taint::parse("gpu=a;b:NoSchedule").unwrap_err().starts_with("taint value `a;b`"));
+        assert!(
+            Taint::parse("gpu=a;b:NoSchedule")
+                .unwrap_err()
+                .starts_with("taint value `a;b`")
+        );
     }
 
     #[test]
     fn the_node_wins_over_the_site_and_the_site_over_all() {
-        let all = placement(&[("zone", "eu"), ("tier", "edge")], &["a=1:NoSchedule", "b:NoExecute"]);
+        let all = placement(
+            &[("zone", "eu"), ("tier", "edge")],
+            &["a=1:NoSchedule", "b:NoExecute"],
+        );
         let site = placement(&[("zone", "berlin")], &["a=2:NoSchedule"]);
         let node = placement(&[("tier", "gpu")], &[]);
         let merged = all.overlaid(&site).overlaid(&node);
@@ -330,7 +357,10 @@ mod tests {
 
     #[test]
     fn flags_go_right_after_join_each_value_quoted() {
-        let p = placement(&[("zone", "eu"), ("num", "123")], &["dedicated=true:NoSchedule", "gpu:NoExecute"]);
+        let p = placement(
+            &[("zone", "eu"), ("num", "123")],
+            &["dedicated=true:NoSchedule", "gpu:NoExecute"],
+        );
         assert_eq!(
             p.into_join("join --token=x && echo done"),
             "join --labels num=123 --labels zone=eu \
@@ -349,7 +379,10 @@ mod tests {
     fn the_shell_hands_keadm_one_word_per_value() {
         let p = placement(&[("zone", "eu")], &["k=v:NoSchedule"]);
         let script = format!("printf '%s\\n'{}", p.join_flags());
-        let out = std::process::Command::new("sh").args(["-c", &script]).output().unwrap();
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
         assert_eq!(
             String::from_utf8(out.stdout).unwrap(),
             "--labels\nzone=eu\n--set\nModules.Edged.TailoredKubeletConfig.RegisterWithTaints[0].Key=\"k\",Modules.Edged.TailoredKubeletConfig.RegisterWithTaints[0].Value=\"v\",Modules.Edged.TailoredKubeletConfig.RegisterWithTaints[0].Effect=\"NoSchedule\"\n"
@@ -367,12 +400,19 @@ mod tests {
             "/tmp/kubeedge/keadm",
             &p.into_join("join --cloudcore-ipport=10.0.0.1:10000 --token=x"),
         );
-        crate::shell::shellcheck::assert_posix_sh("keadm join with labels and taints", &command, &[]);
+        crate::shell::shellcheck::assert_posix_sh(
+            "keadm join with labels and taints",
+            &command,
+            &[],
+        );
     }
 
     #[test]
     fn a_node_is_compared_on_what_is_asked_only() {
-        let asked = placement(&[("zone", "eu"), ("tier", "edge")], &["dedicated=edge:NoSchedule", "gpu:NoExecute"]);
+        let asked = placement(
+            &[("zone", "eu"), ("tier", "edge")],
+            &["dedicated=edge:NoSchedule", "gpu:NoExecute"],
+        );
         let labels: BTreeMap<String, String> = [("zone", "us"), ("extra", "x")]
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -391,8 +431,10 @@ mod tests {
             ]
         );
         let matching = placement(&[("zone", "us")], &["gpu:NoExecute"]);
-        assert!(matching
-            .differences(&labels, &[Taint::parse("gpu:NoExecute").unwrap()])
-            .is_empty());
+        assert!(
+            matching
+                .differences(&labels, &[Taint::parse("gpu:NoExecute").unwrap()])
+                .is_empty()
+        );
     }
 }

@@ -26,7 +26,8 @@ use crate::common::scenario::{Scenario, VERSION};
 use crate::common::test::Output;
 use crate::keadm_e2e::{MadeMountPoints, keadm_version};
 
-fn binaries() -> CloudBinaries {
+/// The real binaries `KECLOUD_BIN` names, of the release the tests expect.
+pub(crate) fn binaries() -> CloudBinaries {
     let bins = CloudBinaries::from_env().expect(
         "KECLOUD_BIN is not set. Point it at real etcd, kube-apiserver, kubectl, cloudcore, keadm and edgecore binaries (and KECLOUD_CRDS at KubeEdge's build/crds).",
     );

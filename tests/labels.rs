@@ -5,18 +5,14 @@
 
 use std::time::Duration;
 
-use crate::common::apiserver::{Behaviour, FakeApiServer, keadm_exited};
+use crate::cluster::nodes_ready_after_keadm;
+use crate::common::apiserver::FakeApiServer;
 use crate::common::fake_keadm::{self, FakeKeadm};
-use crate::common::fleet::{Fleet, Node};
+use crate::common::fleet::Fleet;
 use crate::common::scenario::{Scenario, remote_keadm};
 use crate::common::test::Test;
 
 const TAINT_SET: &str = "Modules.Edged.TailoredKubeletConfig.RegisterWithTaints[0].Key=\"dedicated\",Modules.Edged.TailoredKubeletConfig.RegisterWithTaints[0].Value=\"edge\",Modules.Edged.TailoredKubeletConfig.RegisterWithTaints[0].Effect=\"NoSchedule\"";
-
-fn after_keadm(node: &Node) -> impl Fn() -> bool + Send + 'static {
-    let calls = remote_keadm(node).with_extension("calls");
-    move || keadm_exited(&calls)
-}
 
 /// Two nodes in site berlin-1, one in paris: labels for all, for berlin-1 and for node 0.
 fn scenario(fleet: &Fleet) -> Scenario<'_> {
@@ -37,7 +33,11 @@ fn a_join_carries_its_merged_labels_and_taints_each_as_one_argument() {
     let sc = scenario(&fleet);
     let out = sc.run(&[]);
     out.status(0);
-    let args = |i: usize| fake_keadm::calls(&remote_keadm(fleet.node(i)))[0].args.clone();
+    let args = |i: usize| {
+        fake_keadm::calls(&remote_keadm(fleet.node(i)))[0]
+            .args
+            .clone()
+    };
     let expect = |labels: &[&str]| {
         let mut want = vec!["join".to_string()];
         for label in labels {
@@ -82,9 +82,8 @@ fn only_selects_by_site_and_by_label() {
         .collect();
     assert_eq!(names, ["edge-00", "edge-02"]);
     let none = sc.run(&["--only", "label:zone=mars"]);
-    none.status(2).stderr_has(
-        "--only label:zone=mars matches no node in the config, so nothing was run.",
-    );
+    none.status(2)
+        .stderr_has("--only label:zone=mars matches no node in the config, so nothing was run.");
 }
 
 #[test]
@@ -104,13 +103,7 @@ fn a_bad_label_or_taint_is_an_error_at_its_line_with_the_node_and_the_fix() {
 fn a_ready_node_without_the_labels_asked_fails_as_labels_mismatch() {
     let fleet = Fleet::builder().nodes(3).start();
     let api = FakeApiServer::start();
-    for (i, node) in fleet.nodes().iter().enumerate() {
-        api.node_on(
-            &Scenario::name(i),
-            after_keadm(node),
-            Behaviour::ReadyAfter(Duration::from_millis(300)),
-        );
-    }
+    nodes_ready_after_keadm(&api, &fleet, Duration::from_millis(300));
     // What edgecore registers each Node with: node 0 as asked; node 1 in the wrong zone;
     // node 2 without the taint.
     api.registers_with(
@@ -134,7 +127,9 @@ fn a_ready_node_without_the_labels_asked_fails_as_labels_mismatch() {
     // The plan says which NodeGroup each join will be in, by its labels or its name.
     sc.run(&["--kubeconfig", &kubeconfig, "--dry-run"])
         .status(0)
-        .stdout_has("; the joins will be in the NodeGroups berlin (edge-00, edge-01), named (edge-02)\n");
+        .stdout_has(
+            "; the joins will be in the NodeGroups berlin (edge-00, edge-01), named (edge-02)\n",
+        );
     let out = sc.run(&["--kubeconfig", &kubeconfig]);
     out.status(1);
     let summary = out.summary();
@@ -153,11 +148,16 @@ fn a_ready_node_without_the_labels_asked_fails_as_labels_mismatch() {
             )),
             "{error}"
         );
-        assert!(out.transcript(i).contains("labels_mismatch: keadm join exited 0"));
+        assert!(
+            out.transcript(i)
+                .contains("labels_mismatch: keadm join exited 0")
+        );
     }
     out.stderr_has("labels_mismatch")
         .stderr_has("kubectl label node NAME KEY=VALUE --overwrite")
-        .stderr_has("NodeGroups the joins' Nodes are in (by name or by the labels the config gives them)")
+        .stderr_has(
+            "NodeGroups the joins' Nodes are in (by name or by the labels the config gives them)",
+        )
         .stderr_has("  berlin: edge-00 joined; edge-01 did not\n")
         .stderr_has("  named: edge-02 did not\n");
 

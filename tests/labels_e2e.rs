@@ -10,11 +10,11 @@
 //! side (`kubectl label --overwrite`) shows in `batch status` as differing from the
 //! config.
 
+use crate::cloud_capacity_e2e::binaries;
 use crate::cloud_e2e::{READY_TIMEOUT, edge_node, joins, mount_points, tail, write_kit};
-use crate::common::real_cloud::{CloudBinaries, RealCloud};
+use crate::common::real_cloud::RealCloud;
 use crate::common::scenario::VERSION;
 use crate::common::test::{Output, Test};
-use crate::keadm_e2e::keadm_version;
 
 fn show(what: &str, out: &Output) {
     eprintln!(
@@ -28,11 +28,7 @@ fn show(what: &str, out: &Output) {
 #[test]
 #[ignore = "needs a real KubeEdge cloud's binaries: run with --ignored and KECLOUD_BIN, KECLOUD_CRDS set (README, Tests)"]
 fn a_real_join_registers_its_node_with_the_configs_labels_and_taint() {
-    let bins = CloudBinaries::from_env().expect(
-        "KECLOUD_BIN is not set. Point it at real etcd, kube-apiserver, kubectl, cloudcore, keadm and edgecore binaries (and KECLOUD_CRDS at KubeEdge's build/crds).",
-    );
-    let version = keadm_version(&bins.path("keadm"));
-    assert_eq!(version, VERSION, "KECLOUD_BIN's keadm is {version}");
+    let bins = binaries();
     let cloud = RealCloud::start(&bins);
     let token = cloud.token();
     let kubeconfig = cloud.kubeconfig.display().to_string();
@@ -56,7 +52,12 @@ fn a_real_join_registers_its_node_with_the_configs_labels_and_taint() {
     dry.status(0)
         .stdout_has("  labels:    accelerator=none, num=123, tier=edge, topology.kubernetes.io/zone=berlin\n")
         .stdout_has("  taints:    dedicated=edge:NoSchedule");
-    let out = sc.run(&["--kubeconfig", &kubeconfig, "--ready-timeout", READY_TIMEOUT]);
+    let out = sc.run(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "--ready-timeout",
+        READY_TIMEOUT,
+    ]);
     show("the join", &out);
     eprintln!("labels_e2e: edge-00's transcript ends:\n{}", tail(&out, 0));
     out.status(0);
@@ -75,9 +76,13 @@ fn a_real_join_registers_its_node_with_the_configs_labels_and_taint() {
         assert_eq!(labels[key], value, "{key} in {labels}");
     }
     assert!(
-        taints.as_array().unwrap().iter().any(|t| t["key"] == "dedicated"
-            && t["value"] == "edge"
-            && t["effect"] == "NoSchedule"),
+        taints
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["key"] == "dedicated"
+                && t["value"] == "edge"
+                && t["effect"] == "NoSchedule"),
         "{taints}"
     );
 

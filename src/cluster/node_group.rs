@@ -22,7 +22,10 @@ impl NodeGroup {
     pub fn of(object: &Value) -> NodeGroup {
         let spec = &object["spec"];
         NodeGroup {
-            name: object["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            name: object["metadata"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
             nodes: spec["nodes"]
                 .as_array()
                 .into_iter()
@@ -83,21 +86,35 @@ mod tests {
     #[test]
     fn a_node_is_in_a_group_by_name_or_by_all_its_match_labels() {
         let groups = [
-            NodeGroup::of(&json!({"metadata": {"name": "berlin"}, "spec": {"matchLabels": {"zone": "berlin", "tier": "edge"}}})),
+            NodeGroup::of(
+                &json!({"metadata": {"name": "berlin"}, "spec": {"matchLabels": {"zone": "berlin", "tier": "edge"}}}),
+            ),
             NodeGroup::of(&json!({"metadata": {"name": "named"}, "spec": {"nodes": ["edge-9"]}})),
             NodeGroup::of(&json!({"metadata": {"name": "empty"}, "spec": {}})),
         ];
         let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
         };
         let names = |node: &str, l: &BTreeMap<String, String>| -> Vec<String> {
-            groups_of(&groups, node, l).iter().map(|g| g.name.clone()).collect()
+            groups_of(&groups, node, l)
+                .iter()
+                .map(|g| g.name.clone())
+                .collect()
         };
         let both = labels(&[("zone", "berlin"), ("tier", "edge"), ("x", "y")]);
         assert_eq!(names("edge-1", &both), ["berlin"]);
-        assert_eq!(names("edge-1", &labels(&[("zone", "berlin")])), Vec::<String>::new());
+        assert_eq!(
+            names("edge-1", &labels(&[("zone", "berlin")])),
+            Vec::<String>::new()
+        );
         assert_eq!(names("edge-9", &both), ["berlin", "named"]);
-        assert_eq!(groups[0].why("edge-1"), "by its labels tier=edge,zone=berlin");
+        assert_eq!(
+            groups[0].why("edge-1"),
+            "by its labels tier=edge,zone=berlin"
+        );
         assert_eq!(groups[1].why("edge-9"), "by name");
     }
 }

@@ -334,7 +334,10 @@ impl Reader<'_> {
                         "{path} must be a list of taints, but it is {}",
                         other.kind()
                     ),
-                    Some("write each taint as a list item such as `- dedicated=edge:NoSchedule`".into()),
+                    Some(
+                        "write each taint as a list item such as `- dedicated=edge:NoSchedule`"
+                            .into(),
+                    ),
                 ),
             }
         }
@@ -344,7 +347,9 @@ impl Reader<'_> {
     /// One `taints` item: `key=value:Effect`, or a mapping of `key`, `value`, `effect`.
     fn taint(&mut self, item: &Node, path: &str) -> Option<RawTaint> {
         match item {
-            Node::Scalar { value, pos, .. } => Some(RawTaint::Text(Spanned::new(value.clone(), *pos))),
+            Node::Scalar { value, pos, .. } => {
+                Some(RawTaint::Text(Spanned::new(value.clone(), *pos)))
+            }
             Node::Map { .. } => {
                 let fields = self.fields(item, path, TAINT_KEYS)?;
                 Some(RawTaint::Fields {

@@ -78,6 +78,9 @@ struct State {
 
 /// Where the Helm chart and keadm init put cloudcore's ConfigMap and Deployment.
 pub const CLOUDCORE_CONFIGMAP: &str = "/api/v1/namespaces/kubeedge/configmaps/cloudcore";
+/// One NodeGroup: its name, the Nodes it names (`spec.nodes`), its `spec.matchLabels`.
+pub type NodeGroupSpec<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+
 /// Where kube-apiserver lists KubeEdge's NodeGroups, when the CRD is installed.
 pub const NODE_GROUPS: &str = "/apis/apps.kubeedge.io/v1alpha1/nodegroups";
 pub const CLOUDCORE_DEPLOYMENT: &str = "/apis/apps/v1/namespaces/kubeedge/deployments/cloudcore";
@@ -284,9 +287,9 @@ impl FakeApiServer {
             .insert(name.to_string(), (Value::Object(labels), json!(taints)));
     }
 
-    /// KubeEdge's NodeGroups (the CRD `apps.kubeedge.io/v1alpha1`): each `(name, nodes,
-    /// matchLabels)`, listed as kube-apiserver lists a custom resource.
-    pub fn node_groups(&self, groups: &[(&str, &[&str], &[(&str, &str)])]) {
+    /// KubeEdge's NodeGroups (the CRD `apps.kubeedge.io/v1alpha1`), listed as
+    /// kube-apiserver lists a custom resource.
+    pub fn node_groups(&self, groups: &[NodeGroupSpec]) {
         let items: Vec<Value> = groups
             .iter()
             .map(|(name, nodes, labels)| {
@@ -574,7 +577,8 @@ fn edgecores(state: &Arc<Mutex<State>>, pending: &Pending, stop: &Arc<AtomicBool
             let mut state = state.lock().unwrap();
             if let Some(old) = state.nodes.get(name.as_str()) {
                 // edgecore writes the Node's status: its labels and spec stay as they are.
-                let mut node = node_object(name, "True", "EdgeReady", "edge is posting ready status");
+                let mut node =
+                    node_object(name, "True", "EdgeReady", "edge is posting ready status");
                 node["metadata"]["labels"] = old["metadata"]["labels"].clone();
                 node["spec"] = old["spec"].clone();
                 change(&mut state, "MODIFIED", node);

@@ -26,9 +26,10 @@ impl Placements {
             let Some(name) = v.site(&Some(site.name.clone()), None) else {
                 continue;
             };
-            let used = raw.nodes.iter().any(|n| {
-                n.site.as_ref().or(raw.site.as_ref()).map(|s| &s.value) == Some(&name)
-            });
+            let used = raw
+                .nodes
+                .iter()
+                .any(|n| n.site.as_ref().or(raw.site.as_ref()).map(|s| &s.value) == Some(&name));
             if !used {
                 v.warn(
                     Some(site.name.pos),
@@ -179,9 +180,15 @@ mod tests {
         assert!(diags.is_empty(), "{}", rendered(&diags));
         let config = config.unwrap();
         let a = &config.nodes[0].placement;
-        assert_eq!(a.describe(), "labels tier=gpu,zone=berlin; taints dedicated=site:NoSchedule,gpu:NoExecute");
+        assert_eq!(
+            a.describe(),
+            "labels tier=gpu,zone=berlin; taints dedicated=site:NoSchedule,gpu:NoExecute"
+        );
         let b = &config.nodes[1].placement;
-        assert_eq!(b.describe(), "labels tier=edge,zone=eu; taints dedicated=edge:NoSchedule");
+        assert_eq!(
+            b.describe(),
+            "labels tier=edge,zone=eu; taints dedicated=edge:NoSchedule"
+        );
     }
 
     #[test]
@@ -207,23 +214,24 @@ mod tests {
 
     #[test]
     fn a_join_that_cannot_carry_them_is_refused() {
-        let (_, diags) = check(&config(
+        // Node b's keadmCmd as `command`, with `top` at the top level: the error said.
+        let refused = |top: &str, command: &str, said: &str| {
+            let text = config(top, "").replace(
+                "keadmCmd: 'join --edgenode-name=b'",
+                &format!("keadmCmd: '{command}'"),
+            );
+            let shown = rendered(&check(&text).1);
+            assert!(shown.contains(said), "{shown}");
+        };
+        refused(
             "labels: {zone: eu}\n",
-            "",
-        ).replace("keadmCmd: 'join --edgenode-name=b'", "keadmCmd: '--v 4 join --edgenode-name=b'"));
-        assert!(
-            rendered(&diags).contains("node 2 \"b\": keadmCmd runs keadm join, but does not start with `join`, so the node's labels and taints have no place in it"),
-            "{}",
-            rendered(&diags)
+            "--v 4 join --edgenode-name=b",
+            "node 2 \"b\": keadmCmd runs keadm join, but does not start with `join`, so the node's labels and taints have no place in it",
         );
-        let (_, diags) = check(&config(
+        refused(
             "taints: ['a:NoSchedule']\n",
-            "",
-        ).replace("keadmCmd: 'join --edgenode-name=b'", "keadmCmd: 'join --edgenode-name=b --set modules.edged.tailoredKubeletConfig.registerWithTaints[0].key=x'"));
-        assert!(
-            rendered(&diags).contains("keadmCmd sets registerWithTaints through --set"),
-            "{}",
-            rendered(&diags)
+            "join --edgenode-name=b --set modules.edged.tailoredKubeletConfig.registerWithTaints[0].key=x",
+            "keadmCmd sets registerWithTaints through --set",
         );
     }
 }
