@@ -171,5 +171,5 @@ fn a_ready_node_without_the_labels_asked_fails_as_labels_mismatch() {
         .run();
     status
         .stdout_has("Ready")
-        .stdout_has("labels differ: label zone is `munich`, not `berlin`");
+        .stdout_has(", labels_mismatch (label zone is `munich`, not `berlin`)");
 }

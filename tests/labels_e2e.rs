@@ -97,5 +97,5 @@ fn a_real_join_registers_its_node_with_the_configs_labels_and_taint() {
     show("batch status", &status);
     status
         .stdout_has("Ready")
-        .stdout_has("labels differ: label tier is `core`, not `edge`");
+        .stdout_has("labels_mismatch (label tier is `core`, not `edge`)");
 }

@@ -67,7 +67,8 @@ pub struct ClusterView {
 impl ClusterView {
     /// The CLUSTER cell: `Ready 3h`, `NotReady 5m`, or `no Node`; then, when the config
     /// gives the node labels or taints, whether the Node has them (`labels as asked`, or
-    /// `labels differ: label zone is `us`, not `eu``).
+    /// the class a run's Ready gate would give it, with the differences:
+    /// `labels_mismatch (label zone is `us`, not `eu`)`).
     fn cell(&self) -> String {
         let state = match (self.ready, &self.age) {
             (Some(ready), Some(age)) => format!("{ready} {age}"),
@@ -77,7 +78,11 @@ impl ClusterView {
         match &self.labels_differ {
             None => state,
             Some(differ) if differ.is_empty() => format!("{state}, labels as asked"),
-            Some(differ) => format!("{state}, labels differ: {}", differ.join("; ")),
+            Some(differ) => format!(
+                "{state}, {} ({})",
+                FailureClass::LabelsMismatch,
+                differ.join("; ")
+            ),
         }
     }
 }
