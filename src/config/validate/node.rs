@@ -333,10 +333,19 @@ fn placement_fits(
     text: &str,
     subject: &str,
 ) -> bool {
+    let pos = node.keadm_cmd.as_ref().map(|c| c.pos);
+    let own = &node.placement;
+    if !keadm_args.is_join() && !(own.labels.is_empty() && own.taints.is_empty()) {
+        v.warn(
+            pos,
+            Some(subject.to_string()),
+            "the node has labels or taints of its own, but its keadmCmd is no join: only keadm join gives a Node its labels and taints, so they do nothing here",
+            Some("remove them, or keep them for the node's next join".into()),
+        );
+    }
     if placement.is_empty() || !keadm_args.is_join() {
         return true;
     }
-    let pos = node.keadm_cmd.as_ref().map(|c| c.pos);
     if !text.trim_start().starts_with("join") {
         v.error(
             pos,

@@ -228,6 +228,17 @@ mod tests {
             "--v 4 join --edgenode-name=b",
             "node 2 \"b\": keadmCmd runs keadm join, but does not start with `join`, so the node's labels and taints have no place in it",
         );
+        let text = config("", "").replace(
+            "keadmCmd: 'join --edgenode-name=b'\n",
+            "keadmCmd: 'reset edge'\n  labels: {zone: eu}\n",
+        );
+        let (config, diags) = check(&text);
+        assert!(config.is_some());
+        assert!(
+            rendered(&diags).contains("node 2 \"b\": the node has labels or taints of its own, but its keadmCmd is no join"),
+            "{}",
+            rendered(&diags)
+        );
         refused(
             "taints: ['a:NoSchedule']\n",
             "join --edgenode-name=b --set modules.edged.tailoredKubeletConfig.registerWithTaints[0].key=x",
