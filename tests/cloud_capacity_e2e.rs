@@ -38,15 +38,15 @@ pub(crate) fn binaries() -> CloudBinaries {
 
 /// `n` edge nodes (tests/cloud_e2e.rs's, each with a CNI bridge) and the offline kit
 /// their joins read; what it made goes, runtimes first, when it is dropped.
-struct EdgeFleet {
+pub(crate) struct EdgeFleet {
     _runtimes: Vec<Containerd>,
     _made: MadeMountPoints,
-    kit: tempfile::TempDir,
-    fleet: Fleet,
+    pub(crate) kit: tempfile::TempDir,
+    pub(crate) fleet: Fleet,
 }
 
 impl EdgeFleet {
-    fn start(bins: &CloudBinaries, n: usize) -> EdgeFleet {
+    pub(crate) fn start(bins: &CloudBinaries, n: usize) -> EdgeFleet {
         let fleet = Fleet::builder().nodes(n).start();
         let made = mount_points();
         let runtimes = (0..n).map(|i| edge_node(fleet.node(i), true)).collect();

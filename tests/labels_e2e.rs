@@ -10,8 +10,8 @@
 //! side (`kubectl label --overwrite`) shows in `batch status` as differing from the
 //! config.
 
-use crate::cloud_capacity_e2e::binaries;
-use crate::cloud_e2e::{READY_TIMEOUT, edge_node, joins, mount_points, tail, write_kit};
+use crate::cloud_capacity_e2e::{EdgeFleet, binaries};
+use crate::cloud_e2e::{READY_TIMEOUT, joins, tail};
 use crate::common::real_cloud::RealCloud;
 use crate::common::scenario::VERSION;
 use crate::common::test::{Output, Test};
@@ -32,16 +32,10 @@ fn a_real_join_registers_its_node_with_the_configs_labels_and_taint() {
     let cloud = RealCloud::start(&bins);
     let token = cloud.token();
     let kubeconfig = cloud.kubeconfig.display().to_string();
-    let fleet = crate::common::fleet::Fleet::builder().nodes(1).start();
-    let _made = mount_points();
-    let _runtime = edge_node(fleet.node(0), true);
-    let kit = tempfile::Builder::new()
-        .prefix("labels-e2e-kit-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    write_kit(kit.path(), &bins);
+    let edges = EdgeFleet::start(&bins, 1);
+    let (fleet, kit) = (&edges.fleet, &edges.kit);
 
-    let sc = joins(&fleet, &[0], kit.path(), &cloud, &token, VERSION)
+    let sc = joins(fleet, &[0], kit.path(), &cloud, &token, VERSION)
         .top_yaml("labels: {tier: edge, num: '123'}")
         .top_yaml("taints: [dedicated=edge:NoSchedule]")
         .top_yaml("sites:\n  berlin-1:\n    labels: {topology.kubernetes.io/zone: berlin}")

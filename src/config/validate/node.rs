@@ -335,7 +335,8 @@ fn placement_fits(
 ) -> bool {
     let pos = node.keadm_cmd.as_ref().map(|c| c.pos);
     let own = &node.placement;
-    if !keadm_args.is_join() && !(own.labels.is_empty() && own.taints.is_empty()) {
+    let has_own = !own.labels.is_empty() || !own.taints.is_empty();
+    if has_own && !keadm_args.is_join() {
         v.warn(
             pos,
             Some(subject.to_string()),
