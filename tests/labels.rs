@@ -117,13 +117,17 @@ fn a_ready_node_without_the_labels_asked_fails_as_labels_mismatch() {
         &["dedicated=edge:NoSchedule"],
     );
     api.registers_with("edge-02", &[("tier", "edge"), ("zone", "eu")], &[]);
+    let kubeconfig = api.kubeconfig().display().to_string();
+    let sc = scenario(&fleet);
+    // A cluster without NodeGroups (the CRD absent: 404) gets nothing said of groups.
+    let plain = sc.run(&["--kubeconfig", &kubeconfig, "--dry-run"]);
+    plain.status(0);
+    assert!(!plain.stdout.contains("NodeGroups"), "{}", plain.stdout);
     api.node_groups(&[
         ("berlin", &[], &[("zone", "berlin")]),
         ("named", &["edge-02"], &[]),
         ("gpus", &[], &[("tier", "gpu"), ("vendor", "x")]),
     ]);
-    let kubeconfig = api.kubeconfig().display().to_string();
-    let sc = scenario(&fleet);
     // The plan says which NodeGroup each join will be in, by its labels or its name.
     sc.run(&["--kubeconfig", &kubeconfig, "--dry-run"])
         .status(0)
