@@ -347,11 +347,12 @@ fn placement_fits(
     if placement.is_empty() || !keadm_args.is_join() {
         return true;
     }
-    if !text.trim_start().starts_with("join") {
+    // The one rule for where they go: a command they do not go into is refused.
+    if placement.into_join(text) == text {
         v.error(
             pos,
             Some(subject.to_string()),
-            "keadmCmd runs keadm join, but does not start with `join`, so the node's labels and taints have no place in it",
+            "keadmCmd runs keadm join, but does not start with `join` and a blank, right after which the node's labels and taints go",
             "write keadmCmd with `join` first and keadm's flags after it, such as `join --cloudcore-ipport=...`",
         );
         return false;

@@ -226,7 +226,12 @@ mod tests {
         refused(
             "labels: {zone: eu}\n",
             "--v 4 join --edgenode-name=b",
-            "node 2 \"b\": keadmCmd runs keadm join, but does not start with `join`, so the node's labels and taints have no place in it",
+            "node 2 \"b\": keadmCmd runs keadm join, but does not start with `join` and a blank, right after which the node's labels and taints go",
+        );
+        refused(
+            "labels: {zone: eu}\n",
+            "join;echo",
+            "keadmCmd runs keadm join, but does not start with `join` and a blank",
         );
         let text = config("", "").replace(
             "keadmCmd: 'join --edgenode-name=b'\n",
