@@ -763,6 +763,10 @@ fn execute(
         );
         console_text!("{}", recap::sites(&summary.sites));
         console_text!("{}", cluster_run::left_behind_recap(&summary.nodes));
+        console_text!(
+            "{}",
+            cluster_run::node_groups_recap(cluster_run.as_ref(), &summary.nodes)
+        );
         console_text!("{}", crate::drain_run::left_cordoned_recap(&summary.nodes));
         if let Some(stager) = &stager {
             // The process goes on after the run: say so, or it looks left behind.

@@ -11,7 +11,7 @@ use crate::diagnosis::FailureClass;
 use crate::options::{
     Amount, BundleOptions, Command, DEFAULT_CERT_WARN_DAYS, ExtractOptions, GenConfigOptions,
     GroupsAs, MergeOptions, OutputFormat, PreflightMode, RegistryMirror, RelayMode, RunOptions,
-    Shard, SourceFormat, StatusOptions, Verbosity, VerifyOptions,
+    Selector, Shard, SourceFormat, StatusOptions, Verbosity, VerifyOptions,
 };
 use crate::stage::CopyFormat;
 
@@ -62,16 +62,17 @@ struct BatchArgs {
     #[arg(long)]
     dry_run: bool,
 
-    /// Process only the nodes whose nodeName matches one of these globs (comma-separated):
-    /// `*` any run of characters, `?` any one, `[abc]`, `[a-z]`, `[!abc]` sets.
+    /// Process only the nodes that match one of these selectors (comma-separated): a glob
+    /// on nodeName, `site=GLOB` on the node's site, `label:KEY=GLOB` on a label the config
+    /// gives it. Globs: `*` any run of characters, `?` any one, `[abc]`, `[a-z]`, `[!abc]`.
     #[arg(
         long,
-        value_name = "NAME,...",
+        value_name = "SELECTOR,...",
         value_delimiter = ',',
-        value_parser = parse_glob,
+        value_parser = Selector::parse,
         help_heading = "Selection"
     )]
-    only: Vec<String>,
+    only: Vec<Selector>,
 
     /// Process only the nodes that did not succeed (or never ran) in the latest run, read
     /// from its journal (works after a crash too).
@@ -396,10 +397,10 @@ enum BatchSub {
         /// Path to the config file (keadm's format).
         #[arg(short = 'c', long = "config", value_name = "FILE", required = true)]
         config: Option<PathBuf>,
-        /// Show only the nodes whose nodeName matches one of these globs (comma-separated),
-        /// as a run's --only.
-        #[arg(long, value_name = "NAME,...", value_delimiter = ',', value_parser = parse_glob)]
-        only: Vec<String>,
+        /// Show only the nodes that match one of these selectors (comma-separated), as a
+        /// run's --only: nodeName globs, `site=GLOB`, `label:KEY=GLOB`.
+        #[arg(long, value_name = "SELECTOR,...", value_delimiter = ',', value_parser = Selector::parse)]
+        only: Vec<Selector>,
         /// How to treat node host keys, as for a run (default accept-new).
         #[arg(long, value_name = "POLICY")]
         host_key_policy: Option<PolicyArg>,
@@ -668,19 +669,6 @@ fn run_output_format(arg: Option<RunOutputArg>) -> OutputFormat {
         Some(RunOutputArg::Json) => OutputFormat::Json,
         Some(RunOutputArg::Junit) => OutputFormat::Junit,
         Some(RunOutputArg::Text) | None => OutputFormat::Text,
-    }
-}
-
-/// `--only`: one glob, checked here so a typo such as `edge-[1` is a usage error rather
-/// than a pattern that silently matches nothing.
-fn parse_glob(text: &str) -> Result<String, String> {
-    match glob::Pattern::new(text) {
-        Ok(_) => Ok(text.to_string()),
-        Err(err) => Err(format!(
-            "`{text}` is not a valid glob: {} at character {}. Use *, ?, [abc], [a-z] or [!abc]; write [*], [?] or [[] for the character itself",
-            err.msg,
-            err.pos + 1
-        )),
     }
 }
 
@@ -1303,7 +1291,10 @@ mod tests {
             panic!()
         };
         assert_eq!(opts.shard, Some(Shard { index: 2, count: 4 }));
-        assert_eq!(opts.only, vec!["a*".to_string(), "b".to_string()]);
+        assert_eq!(
+            opts.only,
+            vec![Selector::Name("a*".into()), Selector::Name("b".into())]
+        );
         assert!(run(&["k", "batch", "-c", "c", "--shard", "5/4"]).is_err());
     }
 
@@ -2000,12 +1991,70 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!(opts.only, vec!["edge-[ab]*".to_string(), "x?".to_string()]);
+        assert_eq!(
+            opts.only,
+            vec![
+                Selector::Name("edge-[ab]*".into()),
+                Selector::Name("x?".into())
+            ]
+        );
         let err = run(&["k", "batch", "-c", "c", "--only", "edge-[1"]).unwrap_err();
         assert!(
             err.to_string().contains("`edge-[1` is not a valid glob"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn only_selects_by_site_and_label_too() {
+        let Command::Run(opts) = run(&[
+            "k",
+            "batch",
+            "-c",
+            "c",
+            "--only",
+            "site=berlin-*,label:topology.kubernetes.io/zone=eu,edge-1",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            opts.only,
+            vec![
+                Selector::Site("berlin-*".into()),
+                Selector::Label {
+                    key: "topology.kubernetes.io/zone".into(),
+                    value: "eu".into()
+                },
+                Selector::Name("edge-1".into()),
+            ]
+        );
+        let shown: Vec<String> = opts.only.iter().map(Selector::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "site=berlin-*",
+                "label:topology.kubernetes.io/zone=eu",
+                "edge-1"
+            ]
+        );
+        for (bad, said) in [
+            (
+                "label:zone",
+                "`label:zone` names no value: write label:KEY=GLOB",
+            ),
+            ("label:-x=1", "the label key `-x`"),
+            ("site=b[", "`b[` is not a valid glob"),
+            ("label:zone=[", "`[` is not a valid glob"),
+        ] {
+            let Command::Status(_) =
+                run(&["k", "batch", "status", "-c", "c", "--only", "a"]).unwrap()
+            else {
+                panic!()
+            };
+            let err = run(&["k", "batch", "status", "-c", "c", "--only", bad]).unwrap_err();
+            assert!(err.to_string().contains(said), "{bad}: {err}");
+        }
     }
 
     #[test]

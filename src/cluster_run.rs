@@ -50,6 +50,10 @@ pub struct ClusterRun {
     pub capacity: Option<Result<Capacity, String>>,
     /// `--drain`, with a node selected that is not a join.
     pub drain: Option<DrainRun>,
+    /// The KubeEdge NodeGroups the selected joins will be in, by name or by the labels
+    /// the config gives them: (group, the nodes' config names). Read only when a join has
+    /// labels or taints, and when the cluster has NodeGroups the kubeconfig may list.
+    pub node_groups: Vec<(String, Vec<String>)>,
 }
 
 /// The kubeconfig the run reads: `--kubeconfig`, the config's, else `$KUBECONFIG`; none
@@ -183,6 +187,7 @@ impl ClusterRun {
         }
         let nodes_before = if joins { cluster.nodes()? } else { Vec::new() };
         let capacity = joins.then(|| capacity(&cluster, options.cloud_node_limit));
+        let node_groups = node_groups(&cluster, plan);
         if let Some(Err(why)) = &capacity {
             log::info!("{}", unknown_capacity(why));
         }
@@ -199,6 +204,7 @@ impl ClusterRun {
             token_for,
             capacity,
             drain: options.drain.filter(|_| drains).map(DrainRun::new),
+            node_groups,
         }))
     }
 
@@ -346,6 +352,18 @@ impl ClusterRun {
         }
         if let Some(drain) = &run.drain {
             let _ = write!(line, "; {}", drain_run::describe(drain.timeout));
+        }
+        if !run.node_groups.is_empty() {
+            let groups: Vec<String> = run
+                .node_groups
+                .iter()
+                .map(|(group, nodes)| format!("{group} ({})", crate::report::names::compact(nodes)))
+                .collect();
+            let _ = write!(
+                line,
+                "; the joins will be in the NodeGroups {}",
+                groups.join(", ")
+            );
         }
         if run.drain.is_some() || run.delete_nodes {
             let _ = write!(line, "; {}", cluster::guard::RULE);
@@ -559,6 +577,63 @@ fn capacity(cluster: &Cluster, flag: Option<u64>) -> Result<Capacity, String> {
 fn unknown_capacity(why: &str) -> String {
     format!(
         "cloudcore's capacity was not checked: {why}, and no --cloud-node-limit was given (it is the most edge nodes the cloud serves: cloudcore's nodeLimit times its replicas)"
+    )
+}
+
+/// Which NodeGroups the selected joins will be in, by their Node name or the labels the
+/// config gives them; empty unless a join has labels or taints and the cluster lets
+/// NodeGroups be listed. A node in two groups (KubeEdge allows one) is listed in both.
+fn node_groups(cluster: &Cluster, plan: &Plan) -> Vec<(String, Vec<String>)> {
+    let joins: Vec<&NodePlan> = plan
+        .nodes
+        .iter()
+        .filter(|n| n.keadm_args.is_join())
+        .collect();
+    if joins.iter().all(|n| n.placement.is_empty()) {
+        return Vec::new();
+    }
+    let Some(groups) = cluster.node_groups() else {
+        return Vec::new();
+    };
+    let mut members: Vec<(String, Vec<String>)> = Vec::new();
+    for node in joins {
+        let node_name = verify::node_name(node);
+        for group in cluster::node_group::groups_of(&groups, &node_name, &node.placement.labels) {
+            match members.iter_mut().find(|(name, _)| *name == group.name) {
+                Some((_, nodes)) => nodes.push(node.name.clone()),
+                None => members.push((group.name.clone(), vec![node.name.clone()])),
+            }
+        }
+    }
+    members
+}
+
+/// The recap's NodeGroups: each group the run's joins are in, with the nodes that
+/// joined it (succeeded) and those that did not. Empty without groups.
+pub fn node_groups_recap(run: Option<&ClusterRun>, outcomes: &[NodeOutcome]) -> String {
+    let mut lines = String::new();
+    for (group, nodes) in run.map_or(&[][..], |r| &r.node_groups[..]) {
+        let (joined, not): (Vec<&String>, Vec<&String>) = nodes.iter().partition(|name| {
+            outcomes
+                .iter()
+                .any(|o| &o.name == *name && o.phase == crate::outcome::Phase::Succeeded)
+        });
+        if joined.is_empty() && not.is_empty() {
+            continue;
+        }
+        let mut line = format!("  {group}: ");
+        if !joined.is_empty() {
+            let _ = write!(line, "{} joined", crate::report::names::compact(&joined));
+        }
+        if !not.is_empty() {
+            let sep = if joined.is_empty() { "" } else { "; " };
+            let _ = write!(line, "{sep}{} did not", crate::report::names::compact(&not));
+        }
+        let _ = writeln!(lines, "{line}");
+    }
+    crate::report::recap::titled(
+        "NodeGroups the joins' Nodes are in (by name or by the labels the config gives them)",
+        lines,
     )
 }
 

@@ -83,6 +83,9 @@ pub enum FailureClass {
     /// Node of that name is not this node's (no KubeEdge edge Node, none of the node's
     /// addresses). Nothing in the cluster was written for it.
     NameMismatch,
+    /// With a kubeconfig: the join's Node turned Ready, but its labels or taints are not
+    /// the ones the config asks for (the error lists each difference).
+    LabelsMismatch,
     /// None of the above was recognised. A class this version does not know (in a file
     /// written by a newer one) reads as this too, so the node's record is not lost.
     #[serde(other)]
@@ -91,7 +94,7 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// Every class, in the order a recap lists them.
-    pub const ALL: [FailureClass; 25] = [
+    pub const ALL: [FailureClass; 26] = [
         FailureClass::AlreadyJoined,
         FailureClass::DirtyManagementDir,
         FailureClass::NameTaken,
@@ -116,6 +119,7 @@ impl FailureClass {
         FailureClass::VersionMismatch,
         FailureClass::DrainFailed,
         FailureClass::NameMismatch,
+        FailureClass::LabelsMismatch,
         FailureClass::Unknown,
     ];
 
@@ -146,6 +150,7 @@ impl FailureClass {
             FailureClass::VersionMismatch => "version_mismatch",
             FailureClass::DrainFailed => "drain_failed",
             FailureClass::NameMismatch => "name_mismatch",
+            FailureClass::LabelsMismatch => "labels_mismatch",
             FailureClass::Unknown => "unknown",
         }
     }
@@ -171,6 +176,7 @@ impl FailureClass {
                 | FailureClass::VersionMismatch
                 | FailureClass::DrainFailed
                 | FailureClass::NameMismatch
+                | FailureClass::LabelsMismatch
         )
     }
 
@@ -203,6 +209,7 @@ impl FailureClass {
             FailureClass::VersionMismatch => "Running edgecore is not the target version",
             FailureClass::DrainFailed => "Not drained (nothing ran on the node)",
             FailureClass::NameMismatch => "The node is not the Node of its name",
+            FailureClass::LabelsMismatch => "Ready, but not the labels or taints asked for",
             FailureClass::Unknown => "Unrecognised failure",
         }
     }
@@ -519,6 +526,20 @@ impl FailureClass {
                  from another node, and retry this class (`--retry-failed --class \
                  name_mismatch`)."
                 .to_string(),
+            FailureClass::LabelsMismatch if join => "The Node is Ready, but its labels or \
+                 taints are not the config's: the error lists each difference. A label changed \
+                 on the cluster side since the join is put back with `kubectl label node NAME \
+                 KEY=VALUE --overwrite` (or change the config to what the Node should keep). \
+                 Taints take effect only when a Node first registers, so a taint that differs \
+                 needs the node joined again: retry this class with --reset-first, which runs \
+                 `keadm reset edge --force` before the join (delete the Node first with \
+                 `kubectl delete node NAME`, or it keeps its old taints)."
+                .to_string(),
+            FailureClass::LabelsMismatch => "Only a join sets a node's labels and taints, so \
+                 this class is not this command's: read the node's transcript, check the \
+                 Node's labels with `kubectl get node NAME --show-labels`, and retry this \
+                 class."
+                .to_string(),
         }
     }
 
@@ -810,7 +831,7 @@ mod tests {
              dirty_management_dir, name_taken, cloudcore_unreachable, token_invalid, \
              ca_mismatch, image_pull_stalled, runtime_missing, unreachable, ssh_admission_refused, auth, host_key, \
              sudo, arch, upload, not_registered, not_ready, reset_incomplete, backup_failed, \
-             upgrade_failed, upgrade_not_done, version_mismatch, drain_failed, name_mismatch, unknown."
+             upgrade_failed, upgrade_not_done, version_mismatch, drain_failed, name_mismatch, labels_mismatch, unknown."
         );
     }
 

@@ -11,6 +11,7 @@ use crate::arch::Arch;
 use crate::config::{AuthSpec, PackageMode, SshSpec};
 use crate::node_text::escape_controls;
 use crate::options::RelayMode;
+use crate::placement::Placement;
 use crate::plan::{KeadmSource, NodePlan, Plan, StagingPlan, display_address};
 use crate::safe_name::shown_path;
 use crate::stage::{ImageArchive, ImageSources, OfflineImages, StageError, Stager, is_plain_http};
@@ -494,8 +495,29 @@ fn render_node(out: &mut String, node: &NodePlan, images: Option<&OfflineImages>
         );
     }
     let _ = writeln!(out, "  command:   {}", r.redact(&node.command));
+    placement_lines(out, &node.placement);
     if let Some(task) = &node.edge_task {
         let _ = writeln!(out, "  after:     {}", edge_task_after(task));
+    }
+}
+
+/// A join's labels and taints, which its command carries as keadm's flags.
+fn placement_lines(out: &mut String, placement: &Placement) {
+    if !placement.labels.is_empty() {
+        let labels: Vec<String> = placement
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(out, "  labels:    {}", labels.join(", "));
+    }
+    if !placement.taints.is_empty() {
+        let taints: Vec<String> = placement.taints.iter().map(|t| t.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "  taints:    {} (set when the Node first registers; changing them later needs a reset and a new join)",
+            taints.join(", ")
+        );
     }
 }
 

@@ -35,6 +35,7 @@ pub mod options;
 pub mod outcome;
 pub mod pace;
 pub mod pipeline;
+pub mod placement;
 pub mod plan;
 pub mod pool;
 pub mod redact;

@@ -114,12 +114,80 @@ pub struct MergeOptions {
     pub metrics: Option<PathBuf>,
 }
 
+/// One `--only` selector (docs/config.md, "Selecting nodes"): a glob on nodeName, on the
+/// node's site (`site=GLOB`) or on the value of one of the labels the config gives it
+/// (`label:KEY=GLOB`). Node names hold no `=` or `:`, so the forms cannot be confused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    Name(String),
+    Site(String),
+    Label { key: String, value: String },
+}
+
+impl Selector {
+    /// Reads one selector, checking its glob (so a typo such as `edge-[1` is a usage
+    /// error rather than a pattern that silently matches nothing) and its label key.
+    pub fn parse(text: &str) -> Result<Selector, String> {
+        let selector = if let Some(site) = text.strip_prefix("site=") {
+            Selector::Site(site.to_string())
+        } else if let Some(label) = text.strip_prefix("label:") {
+            let Some((key, value)) = label.split_once('=') else {
+                return Err(format!(
+                    "`{text}` names no value: write label:KEY=GLOB, such as label:zone=eu or label:zone=* for any value"
+                ));
+            };
+            if let Some(why) = crate::placement::qualified_name_problem(key) {
+                return Err(format!("`{text}`: the label key `{key}` {why}"));
+            }
+            Selector::Label {
+                key: key.to_string(),
+                value: value.to_string(),
+            }
+        } else {
+            Selector::Name(text.to_string())
+        };
+        let glob = selector.glob();
+        match glob::Pattern::new(glob) {
+            Ok(_) => Ok(selector),
+            Err(err) => Err(format!(
+                "`{glob}` is not a valid glob: {} at character {}. Use *, ?, [abc], [a-z] or [!abc]; write [*], [?] or [[] for the character itself",
+                err.msg,
+                err.pos + 1
+            )),
+        }
+    }
+
+    /// The glob the selector matches its value with.
+    pub fn glob(&self) -> &str {
+        match self {
+            Selector::Name(glob) | Selector::Site(glob) => glob,
+            Selector::Label { value, .. } => value,
+        }
+    }
+
+    /// An empty name glob: what `--only a,,b` leaves between its commas.
+    pub fn is_empty(&self) -> bool {
+        matches!(self, Selector::Name(glob) if glob.is_empty())
+    }
+}
+
+impl std::fmt::Display for Selector {
+    /// As it was written.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Selector::Name(glob) => f.write_str(glob),
+            Selector::Site(glob) => write!(f, "site={glob}"),
+            Selector::Label { key, value } => write!(f, "label:{key}={value}"),
+        }
+    }
+}
+
 /// `batch status -c FILE`: each selected node asked, read-only, what it runs.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StatusOptions {
     pub config: PathBuf,
     /// `--only`, as a run reads it.
-    pub only: Vec<String>,
+    pub only: Vec<Selector>,
     /// As a run's: the flag, then the config's, then accept-new.
     pub host_key_policy: Option<HostKeyPolicy>,
     pub known_hosts: Option<PathBuf>,
@@ -276,7 +344,7 @@ pub struct RunOptions {
     pub config: PathBuf,
     pub dry_run: bool,
     // Selection.
-    pub only: Vec<String>,
+    pub only: Vec<Selector>,
     pub shard: Option<Shard>,
     pub retry_failed: bool,
     pub class: Option<FailureClass>,

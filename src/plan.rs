@@ -17,7 +17,8 @@ use crate::config::{
 };
 use crate::image_ref::ImageRef;
 use crate::keadm_cmd::{EdgeTask, KeadmCommand};
-use crate::options::{RelayMode, RunOptions, Shard};
+use crate::options::{RelayMode, RunOptions, Selector, Shard};
+use crate::placement::Placement;
 use crate::redact::Redactor;
 use crate::shell::shell_quote;
 use crate::stage::{ImageSources, Meters, PackageSource, Pin, StageSettings};
@@ -103,6 +104,8 @@ pub struct NodePlan {
     pub redactor: Arc<Redactor>,
     /// The site the node belongs to, if any.
     pub site: Option<Site>,
+    /// The labels and taints a join gives the node's Node, and the Ready gate checks.
+    pub placement: Placement,
 }
 
 /// A step before the node's command (see [`NodePlan::first_step`]).
@@ -313,9 +316,9 @@ impl StagingPlan {
 /// Why no plan could be made from a valid config and these options.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {
-    /// No nodeName matches any `--only` pattern.
+    /// No node matches any `--only` selector.
     #[error(
-        "--only {} matches no nodeName in the config, so nothing was run. Check the patterns against the config's nodeName values (globs: *, ?, [abc], [a-z], [!abc]).",
+        "--only {} matches no node in the config, so nothing was run. Check the selectors against the config's nodeName values, sites (site=GLOB) and labels (label:KEY=GLOB; globs: *, ?, [abc], [a-z], [!abc]).",
         .patterns.join(",")
     )]
     OnlyMatchesNothing { patterns: Vec<String> },
@@ -432,7 +435,14 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         KeadmSource::OnNode(dir) => dir.clone(),
         KeadmSource::Staged => upload_dir.clone(),
     };
-    let command = keadm_command(&exec_dir, &node.command);
+    // A join carries the node's labels and taints as keadm's own flags: this is the one
+    // place they enter its command line, and what the node runs is what the plan shows.
+    let keadm_cmd = if node.keadm_args.is_join() {
+        node.placement.into_join(&node.command)
+    } else {
+        node.command.clone()
+    };
+    let command = keadm_command(&exec_dir, &keadm_cmd);
     let in_dir = |cmd: &str| keadm_command(&exec_dir, cmd);
     // keadm's recommended clean-up of a failed join, before the join itself. A join on
     // top of a reset that failed would start from a state nobody checked, so the run
@@ -505,7 +515,7 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         keadm,
         upload_dir,
         exec_dir,
-        keadm_cmd: node.command.clone(),
+        keadm_cmd,
         keadm_args: node.keadm_args.clone(),
         command,
         first_step,
@@ -524,6 +534,11 @@ fn node_plan(config: &Config, options: &RunOptions, node: &NodeSpec) -> NodePlan
         retries: node.retries.unwrap_or(DEFAULT_RETRIES),
         redactor: Arc::new(redactor),
         site: Site::of(node),
+        placement: if node.keadm_args.is_join() {
+            node.placement.clone()
+        } else {
+            Placement::default()
+        },
     }
 }
 
@@ -549,16 +564,16 @@ pub fn keadm_command(dir: &str, cmd: &str) -> String {
 
 fn select<'c>(
     nodes: &'c [NodeSpec],
-    only: &[String],
+    only: &[Selector],
     shard: Option<Shard>,
 ) -> Result<Vec<&'c NodeSpec>, SelectionError> {
     let mut selected: Vec<&NodeSpec> = nodes
         .iter()
-        .filter(|n| only.is_empty() || only.iter().any(|pattern| glob_match(pattern, &n.name)))
+        .filter(|n| only.is_empty() || only.iter().any(|selector| selects(selector, n)))
         .collect();
     if selected.is_empty() && !only.is_empty() {
         return Err(SelectionError::OnlyMatchesNothing {
-            patterns: only.to_vec(),
+            patterns: only.iter().map(Selector::to_string).collect(),
         });
     }
     if let Some(shard) = shard {
@@ -574,6 +589,18 @@ pub fn shard_of(name: &str, count: u64) -> u64 {
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     u64::from_be_bytes(first) % count + 1
+}
+
+/// Whether the `--only` selector picks `node`: its glob against the node's name, its
+/// site, or its label's value (the labels the config gives it, which are what its Node
+/// should have). A node without a site or without the label is not picked by one.
+fn selects(selector: &Selector, node: &NodeSpec) -> bool {
+    let value = match selector {
+        Selector::Name(_) => Some(node.name.as_str()),
+        Selector::Site(_) => node.site.as_deref(),
+        Selector::Label { key, .. } => node.placement.labels.get(key).map(String::as_str),
+    };
+    value.is_some_and(|value| glob_match(selector.glob(), value))
 }
 
 /// Whether `name` matches the `--only` glob `pattern` (the `glob` crate's syntax: `*` any
@@ -628,6 +655,7 @@ impl NodePlan {
             retries: 0,
             redactor: Arc::new(Redactor::new()),
             site: None,
+            placement: Placement::default(),
         }
     }
 }

@@ -94,6 +94,9 @@ pub fn gather(
                     registered: state.is_some(),
                     ready: state.map(NodeState::status_word),
                     age: state.and_then(|s| s.age(now)),
+                    labels_differ: state
+                        .filter(|_| !node.placement.is_empty())
+                        .map(|s| node.placement.differences(&s.labels, &s.taints)),
                     node_name,
                 }
             }),

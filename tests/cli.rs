@@ -234,7 +234,7 @@ fn only_selects_by_glob_and_refuses_to_select_nothing() {
     }
     only("nothing-*")
         .status(2)
-        .stderr_has("--only nothing-* matches no nodeName");
+        .stderr_has("--only nothing-* matches no node in the config");
     only("edge-[a")
         .status(2)
         .stderr_has("`edge-[a` is not a valid glob");

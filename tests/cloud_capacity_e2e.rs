@@ -26,7 +26,8 @@ use crate::common::scenario::{Scenario, VERSION};
 use crate::common::test::Output;
 use crate::keadm_e2e::{MadeMountPoints, keadm_version};
 
-fn binaries() -> CloudBinaries {
+/// The real binaries `KECLOUD_BIN` names, of the release the tests expect.
+pub(crate) fn binaries() -> CloudBinaries {
     let bins = CloudBinaries::from_env().expect(
         "KECLOUD_BIN is not set. Point it at real etcd, kube-apiserver, kubectl, cloudcore, keadm and edgecore binaries (and KECLOUD_CRDS at KubeEdge's build/crds).",
     );
@@ -37,15 +38,15 @@ fn binaries() -> CloudBinaries {
 
 /// `n` edge nodes (tests/cloud_e2e.rs's, each with a CNI bridge) and the offline kit
 /// their joins read; what it made goes, runtimes first, when it is dropped.
-struct EdgeFleet {
+pub(crate) struct EdgeFleet {
     _runtimes: Vec<Containerd>,
     _made: MadeMountPoints,
-    kit: tempfile::TempDir,
-    fleet: Fleet,
+    pub(crate) kit: tempfile::TempDir,
+    pub(crate) fleet: Fleet,
 }
 
 impl EdgeFleet {
-    fn start(bins: &CloudBinaries, n: usize) -> EdgeFleet {
+    pub(crate) fn start(bins: &CloudBinaries, n: usize) -> EdgeFleet {
         let fleet = Fleet::builder().nodes(n).start();
         let made = mount_points();
         let runtimes = (0..n).map(|i| edge_node(fleet.node(i), true)).collect();

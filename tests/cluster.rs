@@ -11,8 +11,20 @@ use crate::common::fleet::{Fleet, Node, closing_port};
 use crate::common::scenario::{Scenario, remote_keadm};
 use crate::common::test::Output;
 
+/// Every node of `fleet` has its Node register once its keadm has exited, and turn Ready
+/// `after` that, as edgecore's does.
+pub(crate) fn nodes_ready_after_keadm(api: &FakeApiServer, fleet: &Fleet, after: Duration) {
+    for (i, node) in fleet.nodes().iter().enumerate() {
+        api.node_on(
+            &Scenario::name(i),
+            after_keadm(node),
+            Behaviour::ReadyAfter(after),
+        );
+    }
+}
+
 /// When the fake keadm on `node` has exited, as edgecore registers a node after the join.
-fn after_keadm(node: &Node) -> impl Fn() -> bool + Send + 'static {
+pub(crate) fn after_keadm(node: &Node) -> impl Fn() -> bool + Send + 'static {
     let calls = remote_keadm(node).with_extension("calls");
     move || keadm_exited(&calls)
 }
@@ -35,13 +47,7 @@ fn run(sc: &Scenario, api: &FakeApiServer, extra: &[&str]) -> Output {
 fn a_join_whose_node_turns_ready_succeeds_with_its_times_from_one_watch() {
     let fleet = Fleet::builder().nodes(3).start();
     let api = FakeApiServer::start();
-    for (i, node) in fleet.nodes().iter().enumerate() {
-        api.node_on(
-            &Scenario::name(i),
-            after_keadm(node),
-            Behaviour::ReadyAfter(Duration::from_millis(1500)),
-        );
-    }
+    nodes_ready_after_keadm(&api, &fleet, Duration::from_millis(1500));
     let sc = Scenario::new(&fleet).keadm(FakeKeadm::new().prints("Install Complete!"));
     let out = run(&sc, &api, &["--max-run-num", "1"]);
     out.status(0);

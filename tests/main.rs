@@ -26,6 +26,8 @@ mod jump_hub;
 mod junit;
 mod keadm_e2e;
 mod kubeedge;
+mod labels;
+mod labels_e2e;
 mod metrics;
 mod operator;
 mod pacing;

@@ -12,6 +12,7 @@ pub mod capacity;
 pub mod drain;
 mod error;
 pub mod guard;
+pub mod node_group;
 pub mod node_state;
 pub mod pod_state;
 pub mod watch;
@@ -32,6 +33,7 @@ use crate::stage::error_chain;
 pub use capacity::Capacity;
 pub use error::{ClusterError, KubeconfigSource};
 pub use guard::Guard;
+pub use node_group::NodeGroup;
 pub use node_state::NodeState;
 pub use watch::{NodeWatch, Seen};
 
@@ -395,6 +397,28 @@ impl Cluster {
             .block_on(api.list(&ListParams::default()))
             .map(|list| list.items.iter().map(NodeState::of).collect())
             .map_err(|e| self.api_error("for its nodes", &e))
+    }
+
+    /// KubeEdge's NodeGroups, when the cluster has the CRD and the kubeconfig's user may
+    /// list them; `None` otherwise (a cluster without NodeGroups, or a user who may not
+    /// read them, has nothing to say about groups, and that is no error of the run's).
+    pub fn node_groups(&self) -> Option<Vec<NodeGroup>> {
+        let gvk = kube::api::GroupVersionKind::gvk("apps.kubeedge.io", "v1alpha1", "NodeGroup");
+        let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "nodegroups");
+        let api: Api<kube::api::DynamicObject> = Api::all_with(self.client_once.clone(), &resource);
+        match self.runtime.block_on(api.list(&ListParams::default())) {
+            Ok(list) => Some(
+                list.items
+                    .iter()
+                    .filter_map(|item| serde_json::to_value(item).ok())
+                    .map(|object| NodeGroup::of(&object))
+                    .collect(),
+            ),
+            Err(err) => {
+                log::debug!("NodeGroups not read: {}", error_chain(&err));
+                None
+            }
+        }
     }
 
     /// Deletes the Node `name` if `guard` finds it this node's, and only the object read

@@ -2,7 +2,11 @@
 //! exists, its Ready condition, when it was made and its versions. Pure: built from the
 //! API's object, judged without I/O.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::Node;
+
+use crate::placement::{Taint, TaintEffect};
 
 /// One Node as the API server has it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -24,6 +28,11 @@ pub struct NodeState {
     pub edge: bool,
     /// The addresses the Node lists as `InternalIP` or `ExternalIP`.
     pub addresses: Vec<std::net::IpAddr>,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `spec.taints` whose effect is one of the API's three (the others cannot be one a
+    /// config asked for).
+    pub taints: Vec<Taint>,
 }
 
 /// The label keadm join gives an edge Node.
@@ -106,6 +115,21 @@ impl NodeState {
             uid: node.metadata.uid.clone(),
             edge,
             addresses,
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: node
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|t| {
+                    Some(Taint {
+                        key: t.key.clone(),
+                        value: t.value.clone().unwrap_or_default(),
+                        effect: TaintEffect::parse(&t.effect)?,
+                    })
+                })
+                .collect(),
         }
     }
 

@@ -21,7 +21,12 @@ const TOP_KEYS: &[&str] = &[
     "hostKeyPolicy",
     "site",
     "kubeconfig",
+    "labels",
+    "taints",
+    "sites",
 ];
+const SITE_KEYS: &[&str] = &["labels", "taints"];
+const TAINT_KEYS: &[&str] = &["key", "value", "effect"];
 const KEADM_KEYS: &[&str] = &[
     "download",
     "keadmVersion",
@@ -43,6 +48,8 @@ const NODE_KEYS: &[&str] = &[
     "timeoutSeconds",
     "retries",
     "site",
+    "labels",
+    "taints",
 ];
 const SSH_KEYS: &[&str] = &[
     "ip",
@@ -298,7 +305,95 @@ impl Reader<'_> {
         config.host_key_policy = self.string(&top, "hostKeyPolicy");
         config.site = self.string(&top, "site");
         config.kubeconfig = self.string(&top, "kubeconfig");
+        config.placement = self.placement(&top);
+        if let Some(sites) = top.get("sites") {
+            config.sites = self.sites(sites);
+        }
         config
+    }
+
+    /// `labels` and `taints` of the mapping `fields` (the top level, a site or a node).
+    fn placement(&mut self, fields: &Fields) -> RawPlacement {
+        let mut placement = RawPlacement::default();
+        if let Some(labels) = fields.get("labels") {
+            placement.labels = self.string_entries(labels, &fields.path("labels"));
+        }
+        if let Some(taints) = fields.get("taints") {
+            let path = fields.path("taints");
+            match taints {
+                Node::Seq { items, .. } => {
+                    for item in items {
+                        if let Some(taint) = self.taint(item, &path) {
+                            placement.taints.push(taint);
+                        }
+                    }
+                }
+                other => self.error(
+                    other.pos(),
+                    format!(
+                        "{path} must be a list of taints, but it is {}",
+                        other.kind()
+                    ),
+                    Some(
+                        "write each taint as a list item such as `- dedicated=edge:NoSchedule`"
+                            .into(),
+                    ),
+                ),
+            }
+        }
+        placement
+    }
+
+    /// One `taints` item: `key=value:Effect`, or a mapping of `key`, `value`, `effect`.
+    fn taint(&mut self, item: &Node, path: &str) -> Option<RawTaint> {
+        match item {
+            Node::Scalar { value, pos, .. } => {
+                Some(RawTaint::Text(Spanned::new(value.clone(), *pos)))
+            }
+            Node::Map { .. } => {
+                let fields = self.fields(item, path, TAINT_KEYS)?;
+                Some(RawTaint::Fields {
+                    pos: item.pos(),
+                    key: self.string(&fields, "key"),
+                    value: self.string(&fields, "value"),
+                    effect: self.string(&fields, "effect"),
+                })
+            }
+            other => {
+                self.error(
+                    other.pos(),
+                    format!("{path} entries must be taints, but one is {}", other.kind()),
+                    Some("write each taint as `key=value:Effect` or as `{key: ..., value: ..., effect: ...}`".into()),
+                );
+                None
+            }
+        }
+    }
+
+    /// `sites`: a mapping of site names to their `labels` and `taints`.
+    fn sites(&mut self, node: &Node) -> Vec<RawSite> {
+        let Node::Map { entries, .. } = node else {
+            self.error(
+                node.pos(),
+                format!("sites must be a mapping of site names to their labels and taints, but it is {}", node.kind()),
+                Some("write one key per site, such as `berlin-1: {labels: {zone: eu}}`".into()),
+            );
+            return Vec::new();
+        };
+        let mut sites = Vec::new();
+        for (key, value) in entries {
+            let Some(name) = key.key_text() else { continue };
+            let name = Spanned::new(name.to_string(), key.pos());
+            let placement = match value {
+                v if v.is_null() => RawPlacement::default(),
+                _ => match self.fields(value, &format!("sites.{}", name.value), SITE_KEYS) {
+                    Some(fields) => self.placement(&fields),
+                    None => RawPlacement::default(),
+                },
+            };
+            sites.push(RawSite { name, placement });
+        }
+        sites
     }
 
     fn keadm(&mut self, node: &Node) -> KeadmSection {
@@ -488,6 +583,7 @@ impl Reader<'_> {
         raw.timeout_seconds = self.int(&fields, "timeoutSeconds");
         raw.retries = self.int(&fields, "retries");
         raw.site = self.string(&fields, "site");
+        raw.placement = self.placement(&fields);
         if let Some(ssh) = fields.get("ssh") {
             raw.ssh = self.ssh(ssh, &join(&path, "ssh"), SSH_KEYS);
         }

@@ -130,6 +130,9 @@ pub struct NodeSpec {
     /// `site`, the node's own or the top-level one: the nodes that share a network and an
     /// uplink (see docs/config.md, "Sites").
     pub site: Option<String>,
+    /// The labels and taints asked of the node: the top level's, its site's, then its
+    /// own (docs/config.md, "Labels and taints").
+    pub placement: crate::placement::Placement,
     pub ssh: SshSpec,
 }
 

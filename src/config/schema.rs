@@ -46,6 +46,38 @@ pub struct RawConfig {
     pub site: Option<Spanned<String>>,
     /// The cluster to verify joins in (extension; keadm ignores it).
     pub kubeconfig: Option<Spanned<String>>,
+    /// The labels and taints of every node (extension).
+    pub placement: RawPlacement,
+    /// `sites`: per site name, the labels and taints of its nodes (extension).
+    pub sites: Vec<RawSite>,
+}
+
+/// `labels` and `taints`, as written at the top level, under a site or on a node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RawPlacement {
+    /// Keys and values as their literal text, in file order (a null value is "").
+    pub labels: Vec<(Spanned<String>, Spanned<String>)>,
+    pub taints: Vec<RawTaint>,
+}
+
+/// One `taints` entry: `key=value:Effect` as kubectl writes it, or a mapping of `key`,
+/// `value` and `effect` as the Node's spec has it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RawTaint {
+    Text(Spanned<String>),
+    Fields {
+        pos: Pos,
+        key: Option<Spanned<String>>,
+        value: Option<Spanned<String>>,
+        effect: Option<Spanned<String>>,
+    },
+}
+
+/// One `sites` entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawSite {
+    pub name: Spanned<String>,
+    pub placement: RawPlacement,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -88,6 +120,8 @@ pub struct RawNode {
     pub retries: Option<Spanned<i64>>,
     /// The site the node belongs to (extension).
     pub site: Option<Spanned<String>>,
+    /// The node's own labels and taints (extension).
+    pub placement: RawPlacement,
     pub ssh: Option<RawSsh>,
 }
 

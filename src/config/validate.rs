@@ -5,11 +5,13 @@
 //!
 //! [`validate`] runs the steps in file order; each concern has its own module:
 //! [`validator`] (where problems are reported, and the rules for single fields), `node`
-//! (one `nodes` item and the checks across nodes), `ssh` (an ssh block and its auth) and
+//! (one `nodes` item and the checks across nodes), `placement` (labels and taints, at the
+//! top level, per site and per node), `ssh` (an ssh block and its auth) and
 //! `staging` (the keadm section). They depend on this module's siblings (model,
 //! environment, copy_from, schema, template), never the other way round.
 
 mod node;
+mod placement;
 mod ssh;
 mod staging;
 mod validator;

@@ -145,7 +145,7 @@ mod tests {
         );
         let full = RunOptions {
             config: "site a.yaml".into(),
-            only: vec!["edge-*".into()],
+            only: vec![crate::options::Selector::Name("edge-*".into())],
             shard: Some(Shard { index: 2, count: 4 }),
             handshakes_per_host: Some(4),
             jump_connections: Some(2),

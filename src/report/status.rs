@@ -62,15 +62,31 @@ pub struct ClusterView {
     pub ready: Option<&'static str>,
     /// The Node's age as kubectl shows it (`3h`), when it has one.
     pub age: Option<String>,
+    /// When the config gives the node labels or taints and the Node exists: how the
+    /// Node's differ from them, one phrase each (empty when it has them all).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels_differ: Option<Vec<String>>,
 }
 
 impl ClusterView {
-    /// The CLUSTER cell: `Ready 3h`, `NotReady 5m`, or `no Node`.
+    /// The CLUSTER cell: `Ready 3h`, `NotReady 5m`, or `no Node`; then, when the config
+    /// gives the node labels or taints, whether the Node has them (`labels as asked`, or
+    /// the class a run's Ready gate would give it, with the differences:
+    /// `labels_mismatch (label zone is `us`, not `eu`)`).
     fn cell(&self) -> String {
-        match (self.ready, &self.age) {
+        let state = match (self.ready, &self.age) {
             (Some(ready), Some(age)) => format!("{ready} {age}"),
             (Some(ready), None) => ready.to_string(),
             (None, _) => "no Node".to_string(),
+        };
+        match &self.labels_differ {
+            None => state,
+            Some(differ) if differ.is_empty() => format!("{state}, labels as asked"),
+            Some(differ) => format!(
+                "{state}, {} ({})",
+                FailureClass::LabelsMismatch,
+                differ.join("; ")
+            ),
         }
     }
 }

@@ -73,7 +73,25 @@ pub(super) fn ready_outcome(waiting: Waiting, seen: &Seen, nodes: &[NodePlan]) -
     };
     note(nodes, &outcome, &[ready_line(&check, upgraded)]);
     outcome.finished_at = epoch(ready_at).max(outcome.finished_at);
+    let differences = match plan_of(nodes, outcome.index) {
+        Some(plan) if !upgraded => plan
+            .placement
+            .differences(&seen.state.labels, &seen.state.taints),
+        _ => Vec::new(),
+    };
     outcome.cluster = Some(check);
+    if !differences.is_empty() {
+        let shown = differences.join("; ");
+        failed(
+            nodes,
+            &mut outcome,
+            FailureClass::LabelsMismatch,
+            format!(
+                "keadm join exited 0 and the Node {node_name} is Ready, but it does not have the labels and taints the config asks for: {shown}"
+            ),
+            Some(shown),
+        );
+    }
     outcome
 }
 

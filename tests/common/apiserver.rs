@@ -71,10 +71,18 @@ struct State {
     objects: BTreeMap<String, Value>,
     /// Paths whose GET answers 403 Forbidden, as RBAC refuses them.
     forbidden: HashSet<String>,
+    /// Per Node name, the labels and taints its edgecore registers it with (what the
+    /// join asked for, or what a test says it got instead).
+    registers_with: BTreeMap<String, (Value, Value)>,
 }
 
 /// Where the Helm chart and keadm init put cloudcore's ConfigMap and Deployment.
 pub const CLOUDCORE_CONFIGMAP: &str = "/api/v1/namespaces/kubeedge/configmaps/cloudcore";
+/// One NodeGroup: its name, the Nodes it names (`spec.nodes`), its `spec.matchLabels`.
+pub type NodeGroupSpec<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+
+/// Where kube-apiserver lists KubeEdge's NodeGroups, when the CRD is installed.
+pub const NODE_GROUPS: &str = "/apis/apps.kubeedge.io/v1alpha1/nodegroups";
 pub const CLOUDCORE_DEPLOYMENT: &str = "/apis/apps/v1/namespaces/kubeedge/deployments/cloudcore";
 
 pub struct FakeApiServer {
@@ -250,6 +258,63 @@ impl FakeApiServer {
             .lock()
             .unwrap()
             .push((name.to_string(), Box::new(when), behaviour));
+    }
+
+    /// The Node `name` registers with these labels (beside the ones every edge Node has)
+    /// and these taints (`key=value:Effect`), as edgecore registers a Node with the ones
+    /// its edgecore.yaml holds (`nodeLabels`, `registerWithTaints`).
+    pub fn registers_with(&self, name: &str, labels: &[(&str, &str)], taints: &[&str]) {
+        let labels: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let taints: Vec<Value> = taints
+            .iter()
+            .map(|t| {
+                let (key_value, effect) = t.rsplit_once(':').unwrap();
+                let (key, value) = key_value.split_once('=').unwrap_or((key_value, ""));
+                let mut taint = json!({"key": key, "effect": effect});
+                if !value.is_empty() {
+                    taint["value"] = json!(value);
+                }
+                taint
+            })
+            .collect();
+        self.state
+            .lock()
+            .unwrap()
+            .registers_with
+            .insert(name.to_string(), (Value::Object(labels), json!(taints)));
+    }
+
+    /// KubeEdge's NodeGroups (the CRD `apps.kubeedge.io/v1alpha1`), listed as
+    /// kube-apiserver lists a custom resource.
+    pub fn node_groups(&self, groups: &[NodeGroupSpec]) {
+        let items: Vec<Value> = groups
+            .iter()
+            .map(|(name, nodes, labels)| {
+                let labels: serde_json::Map<String, Value> = labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), json!(v)))
+                    .collect();
+                json!({"apiVersion": "apps.kubeedge.io/v1alpha1", "kind": "NodeGroup",
+                       "metadata": {"name": name, "uid": format!("uid-ng-{name}"), "resourceVersion": "1"},
+                       "spec": {"nodes": nodes, "matchLabels": labels}})
+            })
+            .collect();
+        self.state.lock().unwrap().objects.insert(
+            NODE_GROUPS.to_string(),
+            json!({"apiVersion": "apps.kubeedge.io/v1alpha1", "kind": "NodeGroupList",
+                   "metadata": {"resourceVersion": "1"}, "items": items}),
+        );
+    }
+
+    /// `kubectl label node NAME KEY=VALUE --overwrite`: a write of the Node's labels.
+    pub fn label_node(&self, name: &str, key: &str, value: &str) {
+        let mut state = self.state.lock().unwrap();
+        let mut node = state.nodes.get(name).cloned().expect("the Node exists");
+        node["metadata"]["labels"][key] = json!(value);
+        change(&mut state, "MODIFIED", node);
     }
 
     /// The `tokendata` of the kubeedge/tokensecret secret, as cloudcore writes it.
@@ -440,6 +505,18 @@ fn node_object(name: &str, ready: &str, reason: &str, message: &str) -> Value {
     node
 }
 
+/// `node` as its edgecore registers it: with the labels and taints a test gave its name.
+fn registered(state: &State, mut node: Value) -> Value {
+    let name = node["metadata"]["name"].as_str().unwrap_or("").to_string();
+    if let Some((labels, taints)) = state.registers_with.get(&name) {
+        for (key, value) in labels.as_object().unwrap() {
+            node["metadata"]["labels"][key] = value.clone();
+        }
+        node["spec"]["taints"] = taints.clone();
+    }
+    node
+}
+
 fn change(state: &mut State, kind: &'static str, mut object: Value) {
     state.version += 1;
     let version = state.version;
@@ -491,13 +568,19 @@ fn edgecores(state: &Arc<Mutex<State>>, pending: &Pending, stop: &Arc<AtomicBool
                     node_object(&name, "False", reason, message)
                 }
             };
-            change(&mut state.lock().unwrap(), "ADDED", node);
+            let mut state = state.lock().unwrap();
+            let node = registered(&state, node);
+            change(&mut state, "ADDED", node);
         }
         let now = Instant::now();
         for (name, _) in turning.iter().filter(|(_, at)| *at <= now) {
             let mut state = state.lock().unwrap();
-            if state.nodes.contains_key(name.as_str()) {
-                let node = node_object(name, "True", "EdgeReady", "edge is posting ready status");
+            if let Some(old) = state.nodes.get(name.as_str()) {
+                // edgecore writes the Node's status: its labels and spec stay as they are.
+                let mut node =
+                    node_object(name, "True", "EdgeReady", "edge is posting ready status");
+                node["metadata"]["labels"] = old["metadata"]["labels"].clone();
+                node["spec"] = old["spec"].clone();
                 change(&mut state, "MODIFIED", node);
             }
         }

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
+use super::placement::Placements;
 use super::validator::Validator;
 use crate::arch::Arch;
 use crate::config::diagnostic::Diagnostic;
@@ -31,6 +32,8 @@ pub(super) struct Defaults {
     /// remoteDir (keadmBinDir or not): `keadm.offlineImages` lists some, or in offline
     /// mode the offline directory has an `<arch>/images`.
     pub(super) image_archives: bool,
+    /// The labels and taints of every node and of each site.
+    pub(super) placements: Placements,
 }
 
 impl Defaults {
@@ -54,6 +57,7 @@ impl Defaults {
                 .as_ref()
                 .and_then(|version| crate::keadm_cmd::major_minor(version.value.trim())),
             image_archives: image_archives(v, raw),
+            placements: Placements::read(v, raw),
         }
     }
 }
@@ -208,6 +212,13 @@ fn node_spec<'r>(
         .or(defaults.timeout_seconds);
     let retries = v.retries(&node.retries, subj()).or(defaults.retries);
     let site = v.site(&node.site, subj()).or_else(|| defaults.site.clone());
+    let placement = defaults
+        .placements
+        .for_node(v, &node.placement, site.as_deref(), &subject)
+        .filter(|p| {
+            let rendered = command.as_ref().map_or("", |c| c.text.as_str());
+            placement_fits(v, node, p, &keadm_args, rendered, &subject)
+        });
     let remote_dir = v
         .remote_dir(&node.remote_dir, subj())
         .or_else(|| defaults.remote_dir.clone());
@@ -276,7 +287,7 @@ fn node_spec<'r>(
         });
     }
     // Every check has reported by now; a node with any problem is left out.
-    let (name, command) = (name?, command?);
+    let (name, command, placement) = (name?, command?, placement?);
     let (copy_from, copy_files) = match copy {
         Some(listed) => {
             let (dir, files) = listed?;
@@ -306,8 +317,56 @@ fn node_spec<'r>(
         timeout_seconds,
         retries,
         site,
+        placement,
         ssh,
     })
+}
+
+/// Whether a join can carry the node's labels and taints: they go right after the
+/// rendered keadmCmd's `join` (`Placement::into_join`), so it must start with it; and taints set there too
+/// would share edgecore's list with the config's.
+fn placement_fits(
+    v: &mut Validator,
+    node: &RawNode,
+    placement: &crate::placement::Placement,
+    keadm_args: &KeadmCommand,
+    text: &str,
+    subject: &str,
+) -> bool {
+    let pos = node.keadm_cmd.as_ref().map(|c| c.pos);
+    let own = &node.placement;
+    let has_own = !own.labels.is_empty() || !own.taints.is_empty();
+    if has_own && !keadm_args.is_join() {
+        v.warn(
+            pos,
+            Some(subject.to_string()),
+            "the node has labels or taints of its own, but its keadmCmd is no join: only keadm join gives a Node its labels and taints, so they do nothing here",
+            Some("remove them, or keep them for the node's next join".into()),
+        );
+    }
+    if placement.is_empty() || !keadm_args.is_join() {
+        return true;
+    }
+    // The one rule for where they go: a command they do not go into is refused.
+    if placement.into_join(text) == text {
+        v.error(
+            pos,
+            Some(subject.to_string()),
+            "keadmCmd runs keadm join, but does not start with `join` and a blank, right after which the node's labels and taints go",
+            "write keadmCmd with `join` first and keadm's flags after it, such as `join --cloudcore-ipport=...`",
+        );
+        return false;
+    }
+    if !placement.taints.is_empty() && text.to_ascii_lowercase().contains("registerwithtaints") {
+        v.error(
+            pos,
+            Some(subject.to_string()),
+            "keadmCmd sets registerWithTaints through --set, and the config gives the node taints too, which keadm would write into the same list",
+            "give the taints in one place: move them from keadmCmd's --set into the config's `taints:`",
+        );
+        return false;
+    }
+    true
 }
 
 /// Which host a node is: its address and port, after those of the jump hosts it is

@@ -67,6 +67,14 @@ impl Validator<'_> {
         self.diags.push(diagnostic);
     }
 
+    /// How many errors (not warnings) were reported so far.
+    pub(super) fn error_count(&self) -> usize {
+        self.diags
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .count()
+    }
+
     /// Whether any error (not warning) was reported so far.
     pub(super) fn has_errors(&self) -> bool {
         self.diags.iter().any(|d| d.severity == Severity::Error)
