@@ -274,41 +274,14 @@ fn label_pairs(text: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-/// Why `key=value` is not a Kubernetes label (the API server's rules); `None` when it is.
-fn label_problem(key: &str, value: &str) -> Option<&'static str> {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix
-        && kube_name::problem(prefix).is_some()
-    {
-        return Some("its key's prefix is not a DNS name");
-    }
-    if !label_word(name) || name.is_empty() {
-        return Some("its key is not a label name");
-    }
-    if !value.is_empty() && !label_word(value) {
-        return Some("its value is not a label value");
-    }
-    None
-}
-
-/// At most 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or
-/// digit (an empty word passes: a label value may be empty).
-fn label_word(word: &str) -> bool {
-    word.len() <= 63
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && word
-            .chars()
-            .next()
-            .is_none_or(|c| c.is_ascii_alphanumeric())
-        && word
-            .chars()
-            .last()
-            .is_none_or(|c| c.is_ascii_alphanumeric())
+/// Why `key=value` is not a Kubernetes label (the API server's rules, the ones the
+/// config's own `labels` are checked by); `None` when it is.
+fn label_problem(key: &str, value: &str) -> Option<String> {
+    crate::placement::qualified_name_problem(key)
+        .map(|why| format!("its key {why}"))
+        .or_else(|| {
+            crate::placement::label_value_problem(value).map(|why| format!("its value {why}"))
+        })
 }
 
 #[cfg(test)]
