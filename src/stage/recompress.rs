@@ -75,8 +75,8 @@ const MAX_THREADS: usize = 2;
 const NICE: i32 = 19;
 
 /// What makes keadm-batch the process that makes a copy: `keadm-batch pack-copy FORMAT
-/// BINARY SHA256`, the staging dir on its standard input. src/cli.rs reads it before clap,
-/// so it is in no help, man page or completion.
+/// BINARY SHA256`, the staging dir on its standard input. src/cli/mod.rs reads it before
+/// clap, so it is in no help, man page or completion.
 pub const PACK_COMMAND: &str = "pack-copy";
 
 /// Recompress only a binary that gzip already shrinks to this share of its size: an
