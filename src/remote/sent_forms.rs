@@ -47,7 +47,7 @@ pub(crate) fn assert_forms_posix_sh(
     }
     assert_posix_sh(
         &format!("{what} (as sudo's shell runs it after the password)"),
-        &format!("{SKIP_TO_MARK}{script}"),
+        &format!("{}{script}", *SKIP_TO_MARK),
         allowed,
     );
     let outer = with_sh_c_quoting(allowed);
@@ -135,7 +135,7 @@ mod tests {
         let probed = with_sudo_probe(script);
         assert_eq!(
             sh_c_arguments(&probed),
-            [script.to_string(), format!("{SKIP_TO_MARK}{script}")]
+            [script.to_string(), format!("{}{script}", *SKIP_TO_MARK)]
         );
         // Cross-checked against the shell itself.
         let out = std::process::Command::new("sh")

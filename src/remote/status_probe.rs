@@ -6,7 +6,6 @@
 //! `KB_ST` lines.
 
 use crate::node_text::one_line;
-use crate::shell::shell_quote;
 
 /// Where keadm join installs edgecore.
 pub const EDGECORE_BIN: &str = "/usr/local/bin/edgecore";
@@ -14,45 +13,15 @@ pub const EDGECORE_BIN: &str = "/usr/local/bin/edgecore";
 /// The line the probe prints last: output without it is a probe that did not finish.
 const DONE: &str = "KB_ST_DONE";
 
-/// The probe for a node whose keadm would be `keadm` (keadmBinDir's, or the one a run
+/// The probe (scripts/status_probe.sh) for a node whose keadm would be `keadm` (keadmBinDir's, or the one a run
 /// uploads into the node's upload dir). Run it with the privileges keadm would have: the
 /// upload dir is root's under sudo.
 pub fn status_probe_script(keadm: &str) -> String {
-    format!(
-        "KEADM={}\nEC_BIN={}\n{STATUS_PROBE_BODY}",
-        shell_quote(keadm),
-        shell_quote(EDGECORE_BIN)
+    super::script::with_values(
+        include_str!("scripts/status_probe.sh"),
+        &[("KEADM", keadm), ("EC_BIN", EDGECORE_BIN)],
     )
 }
-
-/// The part of [`status_probe_script`] that does not depend on its arguments. Each
-/// version is the first line the binary prints, cut to 200 bytes: the reader bounds it
-/// again, and escapes it.
-const STATUS_PROBE_BODY: &str = concat!(
-    r#"has() { command -v "$1" >/dev/null 2>&1; }
-first() { head -n 1 | cut -c 1-200; }
-"#,
-    super::edgecore_version_fns!(),
-    super::edgecore_pids!(),
-    r#"echo "KB_ST_EDGECORE_PIDS$ec"
-b=$EC_BIN
-[ -x "$b" ] || b=$(command -v edgecore 2>/dev/null) || b=
-if [ -n "$b" ] && [ -x "$b" ]; then
-  v=
-  for p in $ec; do v=$(kb_logged_version "$p"); break; done
-  [ -n "$v" ] || v=$(kb_config_version)
-  printf 'KB_ST_EDGECORE %s %s\n' "$b" "$(printf '%s' "$v" | first)"
-else
-  echo KB_ST_EDGECORE_NONE
-fi
-if [ -x "$KEADM" ] && [ ! -d "$KEADM" ]; then
-  printf 'KB_ST_KEADM %s\n' "$("$KEADM" version </dev/null 2>&1 | first)"
-else
-  echo KB_ST_KEADM_NONE
-fi
-echo KB_ST_DONE
-"#
-);
 
 /// The longest version text kept, in characters.
 const VERSION_CHARS: usize = 120;
@@ -160,7 +129,7 @@ mod tests {
                     "-c",
                     &status_probe_script(keadm)
                         .replace(
-                            &format!("EC_BIN={}", shell_quote(EDGECORE_BIN)),
+                            &format!("EC_BIN={}", crate::shell::shell_quote(EDGECORE_BIN)),
                             "EC_BIN=/nonexistent/edgecore",
                         )
                         .replace(

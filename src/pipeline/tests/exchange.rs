@@ -62,10 +62,9 @@ fn the_staged_binary_rides_behind_the_answer() {
     assert!(run.same_channel);
     assert_eq!(run.stdin, Some(binary));
     assert!(
-        run.command.starts_with(&format!(
-            "( umask 077 && cd /tmp/kb && cat > {}",
-            tmp("keadm")
-        )),
+        run.command
+            .starts_with(&format!("( KB_DIR=/tmp/kb\nKB_TMP={}\n", tmp("keadm")))
+            && run.command.contains("KB_UNPACK=''\n"),
         "{}",
         run.command
     );
