@@ -177,15 +177,7 @@ pub enum Sha256Tool {
 }
 
 impl Sha256Tool {
-    /// The command, for the relay's fetch.
-    fn command(self) -> &'static str {
-        match self {
-            Sha256Tool::Openssl => "openssl dgst -sha256 -r",
-            Sha256Tool::Sha256sum => "sha256sum",
-        }
-    }
-
-    /// Its name, as receive.sh's `KB_HASHER` takes it.
+    /// Its name, as receive.sh's and relay_fetch.sh's `KB_HASHER` take it.
     fn name(self) -> &'static str {
         match self {
             Sha256Tool::Openssl => "openssl",
