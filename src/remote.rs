@@ -266,12 +266,12 @@ pub const SUDO_WANTS_PASSWORD: &str = "KB_SUDO password";
 /// Runs `script` under sudo when `sudo` is set, finding out whether sudo needs a
 /// password: `sudo -n` first, then `sudo -S` reading the password line we send.
 /// Prints `KB_SUDO nopasswd` or `KB_SUDO password` before the script's own output.
-/// Feed it [`password_preamble`] on stdin when there is a password.
+/// Feed it [`password_preamble`] on stdin when there is a password. scripts/sudo_probe.sh,
+/// with `script` as `sh -c`'s argument: sent once, for either answer.
 pub fn with_sudo_probe(script: &str) -> String {
-    format!(
-        "if sudo -n true 2>/dev/null; then echo 'KB_SUDO nopasswd'; {}; else echo '{SUDO_WANTS_PASSWORD}'; {}; fi",
-        wrap(script, Privilege::SudoNoPassword),
-        wrap(script, Privilege::SudoPassword),
+    script::with_values(
+        include_str!("remote/scripts/sudo_probe.sh"),
+        &[("KB_SCRIPT", script), ("KB_SKIP_TO_MARK", &SKIP_TO_MARK)],
     )
 }
 

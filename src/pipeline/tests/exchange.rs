@@ -144,7 +144,7 @@ fn sudo_nodes_cost_one_channel_and_get_the_password_only_when_sudo_asks() {
         let execs = h.execs();
         assert_eq!(channels(&h), 1, "{sudo}: {execs:#?}");
         assert!(
-            execs[0].command.starts_with("if sudo -n true") && execs[0].command.contains(FACTS_END),
+            execs[0].command.contains("\nif sudo -n true") && execs[0].command.contains(FACTS_END),
             "{}",
             execs[0].command
         );

@@ -85,7 +85,7 @@ fn under_sudo_the_password_goes_ahead_of_every_stdin_and_nowhere_else() {
     assert_eq!(execs.len(), 3);
     // The prepare step finds out whether sudo needs the password, so it gets it anyway.
     assert!(
-        execs[0].command.starts_with("if sudo -n true"),
+        execs[0].command.contains("\nif sudo -n true"),
         "{}",
         execs[0].command
     );
