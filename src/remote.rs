@@ -1,92 +1,19 @@
-//! The shell text we send to nodes. Kept in one place, pure and unit-tested, so the
-//! pipeline reads as steps and every remote command can be reviewed side by side: the
-//! prepare, upload, run and kill scripts, the pre-flight probe (in [`preflight_probe`];
-//! `kubeedge::preflight` reads its output), the edgecore log reader, and the kill script the SSH
-//! engine runs after a deadline. One piece lives elsewhere on purpose: keadm's own
-//! command line (`cd <dir> && ./keadm <cmd>`, `plan::keadm_command`), which the plan
-//! builds as keadm does because the run log and the dry run show it; [`run_script`]
-//! runs it as given.
+//! The shell we send to nodes, and how to read what they answer. Each script is a POSIX
+//! sh file in src/remote/scripts/ (see [`script`]: values reach a script only as quoted
+//! parameters, never as its text), and this module and its neighbours give each one its
+//! values and read its output, pure and unit-tested, so the pipeline reads as steps and
+//! every remote command can be reviewed side by side: the prepare, upload, run and kill
+//! scripts, the pre-flight probe (in [`preflight_probe`]; `kubeedge::preflight` reads its
+//! output), the edgecore log reader, and the kill script the SSH engine runs after a
+//! deadline. One piece lives elsewhere on purpose: keadm's own command line
+//! (`cd <dir> && ./keadm <cmd>`, `plan::keadm_command`), which the plan builds as keadm
+//! does because the run log and the dry run show it; [`run_script`] runs it as given.
 //!
 //! Everything here is POSIX sh and busybox-friendly: edge images are often minimal.
 //! The container runtime's part (its probe and the import of offline images) is in
 //! [`runtime`].
 
-/// The shell text that leaves the pids of the node's edgecore processes in `$ec`, each
-/// after a space (empty when none runs), with a function `has` for a command on PATH
-/// defined before it. /proc/*/comm needs no tool at all; pidof (what keadm itself runs)
-/// also matches an argv[0] of edgecore. One spelling for the pre-flight probe, the check
-/// after a reset and `batch status`: a macro, so each can `concat!` it into its script.
-macro_rules! edgecore_pids {
-    () => {
-        r#"ec=
-for p in /proc/[0-9]*; do
-  read -r c 2>/dev/null < "$p/comm" || continue
-  [ "$c" = edgecore ] && ec="$ec ${p#/proc/}"
-done
-if has pidof; then
-  for p in $(pidof edgecore 2>/dev/null); do
-    case "$ec " in *" $p "*) ;; *) ec="$ec $p";; esac
-  done
-fi
-"#
-    };
-}
-use edgecore_pids;
-
-/// The shell text that leaves in `$kd` why /etc/kubeedge (`$KE`) stops a join, by keadm join's own
-/// rule (its management-directory check): nothing when the directory is absent or empty
-/// (an empty one is often a mount point, as on read-only-root devices), else the count
-/// and first names of its entries, that it cannot be read, or that it is not a directory.
-/// One spelling for the pre-flight probe and the check after a reset, so a node the reset
-/// left clean is one the next join's pre-flight finds clean.
-macro_rules! management_dir_state {
-    () => {
-        r#"KE=/etc/kubeedge
-kd=
-if [ -d "$KE" ]; then
-  if ! l=$(ls -A "$KE" 2>&1); then kd="cannot read $KE: $l"
-  elif [ -n "$l" ]; then
-    kd="$(printf '%s\n' "$l" | wc -l | tr -d ' ') entries: $(printf '%s\n' "$l" | head -n 6 | tr '\n' ' ' | sed 's/ $//')"
-  fi
-elif [ -e "$KE" ] || [ -L "$KE" ]; then
-  kd="$KE is not a directory"
-fi
-"#
-    };
-}
-use management_dir_state;
-
-/// Two shell functions that tell which edgecore runs, without running edgecore: it has
-/// no `--version` (it ignores the flag and starts a second edgecore, which knocks the
-/// node's own off cloudcore). `kb_logged_version PID` prints the version edgecore
-/// process PID logged as it started (klog's `I1202 04:02:50.700000 3794 server.go:107]
-/// Version: v1.23.1`, the third field its pid), from the journal under systemd or from
-/// /var/log/kubeedge/edgecore.log (its last MB) otherwise; `kb_config_version` prints
-/// edgecore.yaml's `edgecoreVersion`, which edgecore rewrites to its own as it starts.
-/// One spelling for the check after an upgrade, the upgrade's skip and `batch status`.
-macro_rules! edgecore_version_fns {
-    () => {
-        r#"kb_logged_version() {
-  { journalctl "_PID=$1" -o cat --no-pager 2>/dev/null; tail -c 1000000 /var/log/kubeedge/edgecore.log 2>/dev/null; } | awk -v p="$1" '$3 == p && $5 == "Version:" { v = $6 } END { print v }'
-}
-kb_config_version() {
-  sed -n 's/^[[:space:]]*edgecoreVersion:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1 | tr -d "\"' "
-}
-"#
-    };
-}
-use edgecore_version_fns;
-
-/// The shell text that prints edgecore.yaml's `hostnameOverride` (the Node name edgecore
-/// registers under), unquoted by nothing: the reader checks it is a Node name. One
-/// spelling for the check after an upgrade and the node's identity before a write to its
-/// Node.
-macro_rules! hostname_override {
-    () => {
-        "sed -n 's/^[[:space:]]*hostnameOverride:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1"
-    };
-}
-use hostname_override;
+use std::sync::LazyLock;
 
 mod edge_task;
 mod identity;
@@ -94,6 +21,7 @@ mod preflight_probe;
 pub mod relay;
 mod reset_check;
 mod runtime;
+pub(crate) mod script;
 #[cfg(test)]
 pub(crate) mod sent_forms;
 mod status_probe;
@@ -167,24 +95,23 @@ pub fn password_preamble(password: &str) -> String {
 }
 
 /// Reads stdin up to and including the marker line: one line when sudo took the
+/// Reads stdin up to and including the marker line: one line when sudo took the
 /// password, two when it did not prompt. Anything else stops the script before it runs.
-const SKIP_TO_MARK: &str = concat!(
-    "IFS= read -r kb_l || exit 124\n",
-    "[ \"$kb_l\" = KB_STDIN_MARK ] || { IFS= read -r kb_l && [ \"$kb_l\" = KB_STDIN_MARK ]; } || ",
-    "{ echo 'keadm-batch: the input after the sudo password was out of step' >&2; exit 124; }\n",
-);
+pub(crate) static SKIP_TO_MARK: LazyLock<String> =
+    LazyLock::new(|| script::sendable(include_str!("remote/scripts/skip_to_mark.sh")));
 
 /// Wraps `script` so that it runs with `privilege`: one `sudo ... sh -c` around all of it,
 /// so `cd`, `yes |` and `./keadm` all run as root and the password never appears in a
-/// command line.
+/// command line. The script is `sh -c`'s argument, quoted whole.
 pub fn wrap(script: &str, privilege: Privilege) -> String {
     match privilege {
         Privilege::Login => script.to_string(),
-        Privilege::SudoNoPassword => format!("sudo -n sh -c {}", shell_quote(script)),
-        Privilege::SudoPassword => format!(
-            "sudo -S -p '' sh -c {}",
-            shell_quote(&format!("{SKIP_TO_MARK}{script}"))
-        ),
+        Privilege::SudoNoPassword => ["sudo -n sh -c ", &shell_quote(script)].concat(),
+        Privilege::SudoPassword => [
+            "sudo -S -p '' sh -c ",
+            &shell_quote(&[SKIP_TO_MARK.as_str(), script].concat()),
+        ]
+        .concat(),
     }
 }
 
@@ -250,46 +177,11 @@ pub enum Sha256Tool {
 }
 
 impl Sha256Tool {
-    fn command(self) -> &'static str {
+    /// Its name, as receive.sh's and relay_fetch.sh's `KB_HASHER` take it.
+    fn name(self) -> &'static str {
         match self {
-            Sha256Tool::Openssl => "openssl dgst -sha256 -r",
+            Sha256Tool::Openssl => "openssl",
             Sha256Tool::Sha256sum => "sha256sum",
-        }
-    }
-
-    /// Writes what `producer` prints to the file at `quoted` (shell-quoted) and leaves the
-    /// file's sha256 line in `$s`. What is unpacked is hashed on the way, through a `tee`
-    /// (see [`receive_packed_script`]), so nothing is read again after the last byte. A
-    /// plain copy goes straight to the file and OpenSSL hashes it after the last byte, from
-    /// the page cache (0.04 s for a 29 MB image archive fed at 20 Mbit/s), where a `tee`
-    /// would put a second pipe in the way of every byte; `sha256sum`, five times slower,
-    /// always hashes on the way. POSIX sh has no `pipefail`: a producer that fails part-way
-    /// is caught by the digest, a `tee` that cannot write (a full disk) by the size.
-    fn write_and_hash(self, producer: Producer, quoted: &str) -> String {
-        let command = producer.command();
-        match (self, producer) {
-            (Sha256Tool::Openssl, Producer::Copy) => {
-                format!("{command} > {quoted} && s=$({} < {quoted})", self.command())
-            }
-            _ => format!("s=$({command} | tee {quoted} | {})", self.command()),
-        }
-    }
-}
-
-/// What writes a received file from the script's stdin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Producer<'a> {
-    /// The bytes as they arrive.
-    Copy,
-    /// A command from stdin to stdout that unpacks them (`gzip -dc`, `zstd -dcq`).
-    Unpack(&'a str),
-}
-
-impl Producer<'_> {
-    fn command(&self) -> &str {
-        match self {
-            Producer::Copy => "cat",
-            Producer::Unpack(command) => command,
         }
     }
 }
@@ -297,16 +189,6 @@ impl Producer<'_> {
 /// The line a receiving script prints when what it received does not hash to what was
 /// sent, with the node's digest after it; [`received_sha256`] reads it.
 const SHA256_GOT: &str = "KB_SHA256_GOT";
-
-/// The test that `$s`, as [`Sha256Tool::write_and_hash`] leaves it, starts with `sha256`;
-/// when it does not, it prints [`SHA256_GOT`] and the node's digest, so the control host
-/// can say what arrived.
-fn digest_is(sha256: &str) -> String {
-    format!(
-        "{{ [ \"${{s%% *}}\" = {} ] || {{ echo \"{SHA256_GOT} ${{s%% *}}\"; false; }}; }}",
-        shell_quote(sha256)
-    )
-}
 
 /// The digest the node computed for a file whose check failed, from a receiving script's
 /// output; `None` when the check did not fail (another step did). Empty when the node's
@@ -325,68 +207,19 @@ pub struct ExistingFile {
     pub sidecar: String,
 }
 
-/// The preparatory script: create and check the upload dir, report `uname -m`, and the
-/// size and sidecar of each file we may skip uploading. One round trip. Runs with the
+/// The preparatory script (scripts/prepare.sh): create and check the upload dir, report
+/// `uname -m`, and the size and sidecar of each of `files` we may skip uploading (and
+/// with `verify` their sha256 as the node computes it). One round trip. Runs with the
 /// privileges the later steps will have (under sudo for non-root logins).
-///
-/// The dir must be a real directory owned by the user we act as, not writable by others,
-/// and every parent must be owned by root or that user and not writable by others unless
-/// sticky (like /tmp): then nobody else can swap a file between our upload and our run.
 pub fn prepare_script(dir: &str, files: &[&str], verify: bool) -> String {
-    let mut s = String::new();
-    s.push_str("umask 077\n");
-    s.push_str(&format!("d={}\n", shell_quote(dir)));
-    s.push_str(concat!(
-        "echo \"KB_ARCH $(uname -m)\"\n",
-        "me=$(id -u)\n",
-        "if [ -L \"$d\" ]; then echo \"KB_BAD $d is a symbolic link; remove it or choose another remoteDir\"; exit 0; fi\n",
-        "[ -d \"$d\" ] || err=$(mkdir -p \"$d\" 2>&1) || { echo \"KB_BAD cannot create $d: $err\"; exit 0; }\n",
-        // Every path from the dir up to /, each refused if it is a symlink; then one
-        // `stat` for all of them (a fork per path costs on a fleet of small nodes).
-        "set --\n",
-        "p=\"$d\"\n",
-        "while :; do\n",
-        "  if [ -L \"$p\" ]; then echo \"KB_BAD $p is a symbolic link\"; exit 0; fi\n",
-        "  set -- \"$@\" \"$p\"\n",
-        "  [ \"$p\" = / ] && break\n",
-        // The parent without forking dirname: strip the last component.
-        "  case \"$p\" in */*) q=${p%/*}; p=${q:-/} ;; *) break ;; esac\n",
-        "done\n",
-        "st=$(stat -c '%u %a %n' -- \"$@\" 2>/dev/null) || { echo \"KB_BAD cannot stat the directories of $d\"; exit 0; }\n",
-        "while read -r u a n; do\n",
-        "  if [ \"$u\" != 0 ] && [ \"$u\" != \"$me\" ]; then echo \"KB_BAD $n is owned by uid $u, not by root or uid $me\"; exit 0; fi\n",
-        "  m=$(( 0$a ))\n",
-        "  if [ \"$n\" = \"$d\" ]; then\n",
-        "    if [ \"$u\" != \"$me\" ]; then echo \"KB_BAD $d is owned by uid $u, not uid $me\"; exit 0; fi\n",
-        "    if [ $(( m & 022 )) -ne 0 ]; then echo \"KB_BAD $d is writable by other users (mode $a)\"; exit 0; fi\n",
-        "  elif [ $(( m & 022 )) -ne 0 ] && [ $(( m & 01000 )) -eq 0 ]; then echo \"KB_BAD $n is writable by other users (mode $a)\"; exit 0; fi\n",
-        "done <<KB_STAT\n",
-        "$st\n",
-        "KB_STAT\n",
-        "echo KB_DIR_OK\n",
-    ));
-    // Files are reported by their position in `files`, never by name: a name is data
-    // and appears only single-quoted, outside any `"..."` or echo. A file or sidecar the
-    // script cannot read is reported as not there (so it is uploaded again): its size is
-    // the digits a `wc` that succeeded printed, its leading blanks (BSD's) cut by
-    // parameter expansion (`$(( $(wc ...) ))` of nothing is an error that ends a dash
-    // script), and the sum is cleared first, so a sidecar that cannot be read leaves none
-    // rather than the file before's.
-    for (index, name) in files.iter().enumerate() {
-        let path = format!("\"$d\"/{}", shell_quote(name));
-        let sidecar = format!("\"$d\"/{}", shell_quote(&format!("{name}{SIDECAR_SUFFIX}")));
-        s.push_str(&format!(
-            "if [ -f {path} ] && [ -f {sidecar} ]; then kb_sum=; read -r kb_sum < {sidecar}; \
-             kb_size=$(wc -c < {path}) || kb_size=; kb_size=${{kb_size##*[!0-9]}}; \
-             [ -n \"$kb_size\" ] && [ -n \"$kb_sum\" ] && echo \"KB_FILE {index} $kb_size ${{kb_sum%% *}}\"; fi\n",
-        ));
-        if verify {
-            s.push_str(&format!(
-                "if [ -f {path} ]; then echo \"KB_SHA {index} $(sha256sum < {path} | cut -c1-64)\"; fi\n",
-            ));
-        }
-    }
-    s
+    script::with_values_and_words(
+        include_str!("remote/scripts/prepare.sh"),
+        &[
+            ("KB_DIR", dir),
+            ("KB_VERIFY", if verify { "1" } else { "" }),
+        ],
+        Some(files),
+    )
 }
 
 /// The line the one-channel script prints once the node's facts are out; the control
@@ -397,26 +230,16 @@ pub const FACTS_END: &str = "KB_FACTS_END";
 /// of it ran.
 pub const ANSWER_CUT: i32 = 203;
 
-/// Appended to [`prepare_script`] (and its probes) for the one-channel exchange: prints
-/// [`FACTS_END`], reads the rest of the script from stdin as [`answer`] frames it, and
-/// runs it in this same shell, so a node costs one exec channel. The shell's `read`
-/// takes a pipe one byte at a time, so whatever follows the answer on stdin (the upload)
-/// is left there for the answer's own receive script. An answer cut short runs not at
-/// all (exit [`ANSWER_CUT`]): a half script could move files it never received.
+/// Appended to [`prepare_script`] (and its probes) for the one-channel exchange
+/// (scripts/await_answer.sh): prints [`FACTS_END`], reads the rest of the script from
+/// stdin as [`answer`] frames it, and runs it in this same shell, so a node costs one
+/// exec channel; an answer cut short runs not at all (exit [`ANSWER_CUT`]).
 pub fn await_answer() -> String {
-    format!(
-        "echo {FACTS_END}\n\
-         IFS= read -r kb_n || exit {ANSWER_CUT}\n\
-         case $kb_n in ''|*[!0-9]*) exit {ANSWER_CUT} ;; esac\n\
-         kb_answer=\n\
-         while [ \"$kb_n\" -gt 0 ]; do\n\
-         \x20 IFS= read -r kb_l || exit {ANSWER_CUT}\n\
-         \x20 kb_answer=\"$kb_answer$kb_l\n\"\n\
-         \x20 kb_n=$((kb_n - 1))\n\
-         done\n\
-         eval \"$kb_answer\"\n"
-    )
+    AWAIT_ANSWER.clone()
 }
+
+static AWAIT_ANSWER: LazyLock<String> =
+    LazyLock::new(|| script::sendable(include_str!("remote/scripts/await_answer.sh")));
 
 /// Frames `script` as the answer [`await_answer`]'s script reads: its line count, then
 /// its lines. An empty script is the answer "stop here": the node's script ends with
@@ -430,22 +253,11 @@ pub fn answer(script: &str) -> String {
 }
 
 /// Appended to [`prepare_script`] when the node may get a packed copy of the binary (zstd
-/// or xz) or the release tarball instead of the binary: prints `KB_TOOLS` and the tools that actually work (each is run on empty
-/// input, so a stub such as `/bin/false` in place of `tar` does not count). A dozen tiny
-/// processes per node, so the pipeline adds it only when a tarball would pay off.
-pub const TOOLS_PROBE: &str = concat!(
-    "kb_t=\n",
-    "command -v sha512sum >/dev/null 2>&1 && sha512sum </dev/null >/dev/null 2>&1 && kb_t=\"$kb_t sha512sum\"\n",
-    "command -v gzip >/dev/null 2>&1 && echo | gzip -c 2>/dev/null | gzip -dc >/dev/null 2>&1 && kb_t=\"$kb_t gzip\"\n",
-    "command -v tar >/dev/null 2>&1 && tar -cf - /dev/null 2>/dev/null | tar -tf - >/dev/null 2>&1 && kb_t=\"$kb_t tar\"\n",
-    "command -v xz >/dev/null 2>&1 && echo | xz -c 2>/dev/null | xz -dc >/dev/null 2>&1 && kb_t=\"$kb_t xz\"\n",
-    "command -v zstd >/dev/null 2>&1 && echo | zstd -qc 2>/dev/null | zstd -dcq >/dev/null 2>&1 && kb_t=\"$kb_t zstd\"\n",
-    "command -v sha256sum >/dev/null 2>&1 && sha256sum </dev/null >/dev/null 2>&1 && kb_t=\"$kb_t sha256sum\"\n",
-    // OpenSSL counts only when it prints sha256("abc") in sha256sum's shape.
-    "command -v openssl >/dev/null 2>&1 && kb_o=$(printf abc | openssl dgst -sha256 -r 2>/dev/null) && ",
-    "[ \"${kb_o%% *}\" = ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad ] && kb_t=\"$kb_t openssl\"\n",
-    "echo \"KB_TOOLS$kb_t\"\n",
-);
+/// or xz) or the release tarball instead of the binary (scripts/tools_probe.sh): prints
+/// `KB_TOOLS` and the tools that actually work. A dozen tiny processes per node, so the
+/// pipeline adds it only when a tarball would pay off.
+pub static TOOLS_PROBE: LazyLock<String> =
+    LazyLock::new(|| script::sendable(include_str!("remote/scripts/tools_probe.sh")));
 
 /// The line [`with_sudo_probe`] prints when sudo wants the password: what goes first on
 /// stdin from then on is [`password_preamble`].
@@ -454,12 +266,12 @@ pub const SUDO_WANTS_PASSWORD: &str = "KB_SUDO password";
 /// Runs `script` under sudo when `sudo` is set, finding out whether sudo needs a
 /// password: `sudo -n` first, then `sudo -S` reading the password line we send.
 /// Prints `KB_SUDO nopasswd` or `KB_SUDO password` before the script's own output.
-/// Feed it [`password_preamble`] on stdin when there is a password.
+/// Feed it [`password_preamble`] on stdin when there is a password. scripts/sudo_probe.sh,
+/// with `script` as `sh -c`'s argument: sent once, for either answer.
 pub fn with_sudo_probe(script: &str) -> String {
-    format!(
-        "if sudo -n true 2>/dev/null; then echo 'KB_SUDO nopasswd'; {}; else echo '{SUDO_WANTS_PASSWORD}'; {}; fi",
-        wrap(script, Privilege::SudoNoPassword),
-        wrap(script, Privilege::SudoPassword),
+    script::with_values(
+        include_str!("remote/scripts/sudo_probe.sh"),
+        &[("KB_SCRIPT", script), ("KB_SKIP_TO_MARK", &SKIP_TO_MARK)],
     )
 }
 
@@ -533,13 +345,13 @@ pub fn temp_name(name: &str, token: &str, node_index: usize) -> String {
     format!(".{name}.{token}-{node_index}.tmp")
 }
 
-/// After a failed upload: removes the partial temporary file (it may be what filled the
-/// disk) and reports the space left in the dir as `KB_FREE <KiB>`.
+/// After a failed upload (scripts/upload_failed.sh): removes the partial temporary file
+/// (it may be what filled the disk) and reports the space left in the dir as
+/// `KB_FREE <KiB>`.
 pub fn upload_failed_script(dir: &str, tmp: &str) -> String {
-    format!(
-        "cd {} && rm -f -- {} && df -Pk . | awk 'NR == 2 {{ print \"KB_FREE \" $4 }}'",
-        shell_quote(dir),
-        shell_quote(tmp)
+    script::with_values(
+        include_str!("remote/scripts/upload_failed.sh"),
+        &[("KB_DIR", dir), ("KB_TMP", tmp)],
     )
 }
 
@@ -551,44 +363,50 @@ pub fn parse_free_kib(output: &str) -> Option<u64> {
         .and_then(|kib| kib.trim().parse().ok())
 }
 
-/// The test that the file at `quoted` (shell-quoted) has `size` bytes. The arithmetic
-/// expansion drops the padding some `wc`s print, without a `tr` process per upload.
-fn size_is(quoted: &str, size: u64) -> String {
-    format!("[ $(( $(wc -c < {quoted}) )) = {size} ]")
+/// What a failed receive does with the file (receive.sh's `KB_FAILED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnFailure<'a> {
+    /// Leaves it to the caller; the script ends with the failed step's status.
+    Keep,
+    /// Removes it, prints the line (when not empty) and exits 3.
+    Remove(&'a str),
+    /// Removes it, reads the rest of stdin (so the sender is not left writing into a
+    /// closed channel), prints the line and exits 3.
+    Drain(&'a str),
 }
 
-/// What `producer` prints (stdin, as it came or unpacked), received into `dir/tmp` with
-/// `mode`: its size checked after the producer ends (a connection that breaks mid-stream
-/// ends the remote `cat` as an ordinary end of input, and a short file must never go
-/// further), and with `check` its sha256 too, by that tool, before anything moves it into
-/// place. With `on_failure`, any failure removes the file, runs that text and exits 3.
+/// What arrives on stdin (as it came, or packed with `unpack`: `gzip`, `zstd`, `xz`),
+/// received into `dir/tmp` with `mode` by scripts/receive.sh: its size checked after the
+/// producer ends, and with `check` its sha256 too, by that tool, before anything moves it
+/// into place.
 fn receive_into(
-    dir: &str,
-    tmp: &str,
-    producer: Producer,
+    (dir, tmp): (&str, &str),
+    unpack: &str,
     mode: u32,
     size: u64,
     check: Option<(&str, Sha256Tool)>,
-    on_failure: Option<&str>,
+    on_failure: OnFailure,
 ) -> String {
-    let quoted = shell_quote(tmp);
-    let write = match check {
-        Some((sha256, hasher)) => format!(
-            "{} && {}",
-            hasher.write_and_hash(producer, &quoted),
-            digest_is(sha256)
-        ),
-        None => format!("{} > {quoted}", producer.command()),
+    let (sha256, hasher) = check.map_or(("", ""), |(sha256, tool)| (sha256, tool.name()));
+    let (failed, line) = match on_failure {
+        OnFailure::Keep => ("keep", ""),
+        OnFailure::Remove(line) => ("remove", line),
+        OnFailure::Drain(line) => ("drain", line),
     };
-    let script = format!(
-        "umask 077 && cd {} && {write} && {} && chmod {mode:o} -- {quoted}",
-        shell_quote(dir),
-        size_is(&quoted, size),
-    );
-    match on_failure {
-        Some(then) => format!("{script} || {{ rm -f -- {quoted}; {then}exit 3; }}"),
-        None => script,
-    }
+    script::with_values(
+        include_str!("remote/scripts/receive.sh"),
+        &[
+            ("KB_DIR", dir),
+            ("KB_TMP", tmp),
+            ("KB_MODE", &format!("{mode:o}")),
+            ("KB_SIZE", &size.to_string()),
+            ("KB_UNPACK", unpack),
+            ("KB_SHA256", sha256),
+            ("KB_HASHER", hasher),
+            ("KB_FAILED", failed),
+            ("KB_FAILED_LINE", line),
+        ],
+    )
 }
 
 /// How a file travels on stdin to [`receive_script`].
@@ -615,28 +433,19 @@ pub fn receive_script(
     check: Option<(&str, Sha256Tool)>,
     encoding: Encoding,
 ) -> String {
-    let (producer, on_failure) = match (encoding, check) {
-        (Encoding::Gzip, _) => (Producer::Unpack("gzip -dc"), Some("echo KB_GZIP_FAILED; ")),
-        (Encoding::Plain, Some(_)) => (Producer::Copy, Some("")),
-        (Encoding::Plain, None) => (Producer::Copy, None),
+    let (unpack, on_failure) = match (encoding, check) {
+        (Encoding::Gzip, _) => ("gzip", OnFailure::Remove("KB_GZIP_FAILED")),
+        (Encoding::Plain, Some(_)) => ("", OnFailure::Remove("")),
+        (Encoding::Plain, None) => ("", OnFailure::Keep),
     };
-    receive_into(dir, tmp, producer, mode, size, check, on_failure)
+    receive_into((dir, tmp), unpack, mode, size, check, on_failure)
 }
 
 /// Receives the release tarball on stdin into `dir/tar_tmp` and, as it arrives, unpacks
-/// `entry` (the keadm binary inside) to `dir/bin_tmp`; then checks the tarball's sha512
-/// and the binary's size, gives it mode 0755 and removes the tarball. Any failure removes
-/// both temporary files, reads the rest of stdin (so the sender is not left writing into
-/// a closed channel) and exits 3 after printing `KB_TARBALL_FAILED`, so the caller can
-/// fall back to sending the binary.
-///
-/// Unpacking as it arrives, not after the sha512 check, is what leaves the node little to
-/// do after the last byte: one `sha512sum` of the tarball, where unpacking all of keadm
-/// then took ten nodes sharing two cores seconds per wave (bench/README.md). It is safe
-/// because `tar -O` writes only the entry to its stdout, never a path of the archive's
-/// choosing, and nothing moves the binary into place before the check has passed. A `tar`
-/// that stops reading once it has the entry leaves the rest to a `cat`, so `tee` still
-/// writes the whole tarball.
+/// `entry` (the keadm binary inside) to `dir/bin_tmp` (scripts/receive_tarball.sh); then
+/// checks the tarball's sha512 and the binary's size, gives it mode 0755 and removes the
+/// tarball. Any failure removes both temporary files, reads the rest of stdin and exits 3
+/// after printing `KB_TARBALL_FAILED`, so the caller can fall back to sending the binary.
 pub fn receive_tarball_script(
     dir: &str,
     tar_tmp: &str,
@@ -645,93 +454,82 @@ pub fn receive_tarball_script(
     entry: &str,
     binary_size: u64,
 ) -> String {
-    let (t, b) = (shell_quote(tar_tmp), shell_quote(bin_tmp));
-    format!(
-        "umask 077 && cd {dir} && \
-         tee {t} | {{ gzip -dc | tar -xOf - {entry} > {b}; kb_s=$?; cat > /dev/null; exit $kb_s; }} && \
-         s=$(sha512sum {t}) && [ \"${{s%% *}}\" = {sha} ] && {check} && \
-         chmod 755 -- {b} && rm -f -- {t} || {{ rm -f -- {t} {b}; cat > /dev/null; echo KB_TARBALL_FAILED; exit 3; }}",
-        dir = shell_quote(dir),
-        sha = shell_quote(sha512),
-        entry = shell_quote(entry),
-        check = size_is(&b, binary_size),
+    script::with_values(
+        include_str!("remote/scripts/receive_tarball.sh"),
+        &[
+            ("KB_DIR", dir),
+            ("KB_TAR_TMP", tar_tmp),
+            ("KB_BIN_TMP", bin_tmp),
+            ("KB_SHA512", sha512),
+            ("KB_ENTRY", entry),
+            ("KB_SIZE", &binary_size.to_string()),
+        ],
     )
 }
 
-/// Receives a packed copy of the binary on stdin and unpacks it to `dir/bin_tmp` with
-/// `unpack` (a command from stdin to stdout, of the node's `tool`: `zstd -dcq`, `xz -dc`);
-/// the binary's sha256 and size must be the ones the control host derived from the
-/// verified release, before anything is moved into place. Any failure removes the
-/// temporary file, reads the rest of stdin (so the sender is not left writing into a
-/// closed channel) and exits 3 after printing `KB_<TOOL>_FAILED` (`KB_XZ_FAILED`), so the
-/// caller can fall back to the next form.
+/// Receives a copy of the binary packed with `tool` (`zstd`, `xz`: receive.sh knows how
+/// each unpacks) on stdin and unpacks it to `dir/bin_tmp`; the binary's sha256 and size
+/// must be the ones the control host derived from the verified release, before anything
+/// is moved into place. Any failure removes the temporary file, reads the rest of stdin
+/// and exits 3 after printing `KB_<TOOL>_FAILED` (`KB_XZ_FAILED`), so the caller can fall
+/// back to the next form.
 ///
-/// The node hashes what `unpack` writes while it receives, through a `tee`, with the
-/// fastest tool it has (OpenSSL's, else `sha256sum`): nothing is read again after the last
-/// byte. Hashing the file afterwards spared the node the `tee`'s CPU but cost it 0.11-0.12 s
+/// The node hashes what it unpacks while it receives, through a `tee`, with the fastest
+/// tool it has (OpenSSL's, else `sha256sum`): nothing is read again after the last byte.
+/// Hashing the file afterwards spared the node the `tee`'s CPU but cost it 0.11-0.12 s
 /// after the last byte for an 83 MB keadm, which the link had to wait for (measured in
 /// docs/decisions.md).
 pub fn receive_packed_script(
-    dir: &str,
-    bin_tmp: &str,
+    (dir, bin_tmp): (&str, &str),
     sha256: &str,
     binary_size: u64,
     hasher: Sha256Tool,
-    (tool, unpack): (&str, &str),
+    tool: &str,
 ) -> String {
+    let failed_line = ["KB_", &tool.to_ascii_uppercase(), "_FAILED"].concat();
     receive_into(
-        dir,
-        bin_tmp,
-        Producer::Unpack(unpack),
+        (dir, bin_tmp),
+        tool,
         0o755,
         binary_size,
         Some((sha256, hasher)),
-        Some(&format!(
-            "cat > /dev/null; echo KB_{}_FAILED; ",
-            tool.to_ascii_uppercase()
-        )),
+        OnFailure::Drain(&failed_line),
     )
 }
 
-/// Moves uploaded temporary files into place and writes their sidecars. Every rename is
-/// within one directory, so each file appears whole or not at all.
-pub fn finalize_script(dir: &str, moves: &[(String, String, String)]) -> String {
-    let mut parts = vec![format!("cd {}", shell_quote(dir))];
-    for (tmp, name, sha256) in moves {
-        parts.push(format!(
-            "mv -f -- {} {} && printf '%s\\n' {} > {}",
-            shell_quote(tmp),
-            shell_quote(name),
-            sha256,
-            shell_quote(&format!("{name}{SIDECAR_SUFFIX}"))
-        ));
-    }
-    parts.join(" && ")
+/// Moves uploaded temporary files into place and writes their sidecars
+/// (scripts/finalize.sh); each of `moves` is (temporary name, name, sha256). Every rename
+/// is within one directory, so each file appears whole or not at all. The script exits
+/// `failed` when it cannot, else goes on.
+pub fn finalize_script(dir: &str, moves: &[(String, String, String)], failed: i32) -> String {
+    let words: Vec<&str> = moves
+        .iter()
+        .flat_map(|(tmp, name, sha256)| [tmp.as_str(), name, sha256])
+        .collect();
+    script::with_values_and_words(
+        include_str!("remote/scripts/finalize.sh"),
+        &[("KB_DIR", dir), ("KB_EXIT", &failed.to_string())],
+        Some(&words),
+    )
 }
 
-/// The command that runs keadm: records its process group (so a deadline can kill the
-/// whole tree on the node), then runs keadm's own `cd <dir> && ./keadm <cmd>` with
+/// The record of the running command's process group (see [`run_script`]), in the
+/// upload dir.
+fn pgid_path(upload_dir: &str, index: usize) -> String {
+    [upload_dir.trim_end_matches('/'), "/", &pgid_file(index)].concat()
+}
+
+/// The command that runs keadm (scripts/run.sh, then `keadm_command` as the plan has it:
+/// keadm's own `cd <dir> && ./keadm <cmd>`, shell by definition): records its process
+/// group (so a deadline can kill the whole tree on the node), then runs the command with
 /// stdin from /dev/null (`yes |` still feeds a reset): nothing we send can reach keadm.
-///
-/// The record is the group id and its leader's start time (field 22 of
-/// `/proc/<pid>/stat`), written after removing any earlier record, so [`kill_script`]
-/// can tell our group from an unrelated one that got the same number later.
 pub fn run_script(upload_dir: &str, index: usize, keadm_command: &str) -> String {
-    let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
-    format!(
-        "{{ rm -f -- {file}; read -r _ _ _ _ kb_pgid _ < /proc/$$/stat && \
-         {} < /proc/\"$kb_pgid\"/stat && echo \"$kb_pgid $kb_start\" > {file}; }} 2>/dev/null\n\
-         exec < /dev/null\n\
-         {keadm_command}",
-        read_start_time()
-    )
-}
-
-/// The `read` that leaves field 22 of a `/proc/<pid>/stat` line on its stdin (the
-/// process's start time) in `$kb_start`, split as the shell splits words; one spelling
-/// for [`run_script`], which records it, and [`kill_script`], which compares it.
-fn read_start_time() -> String {
-    format!("read -r {}kb_start _", "_ ".repeat(21))
+    let mut script = script::with_values(
+        include_str!("remote/scripts/run.sh"),
+        &[("KB_PGID_FILE", &pgid_path(upload_dir, index))],
+    );
+    script.push_str(keadm_command);
+    script
 }
 
 /// What [`first_then`] prints after the first step, before the step's name and status:
@@ -741,11 +539,20 @@ const FIRST_EXIT: &str = "keadm-batch: ";
 /// A step before the command: `--reset-first`'s `keadm reset edge --force` before a join,
 /// `--backup`'s `keadm backup edge` before an upgrade. Runs `first`, prints its exit
 /// status on a line of its own (naming it as `what`), and runs `then` only when `first`
-/// exited with 0; otherwise the script exits with `failed_exit`.
+/// exited with 0; otherwise the script exits with `failed_exit`
+/// (scripts/first_then.sh, between the two).
 pub fn first_then(what: &str, first: &str, then: &str, failed_exit: i32) -> String {
-    format!(
-        "{first}\nkb_first=$?\necho \"{FIRST_EXIT}{what} exited with status $kb_first\"\n[ \"$kb_first\" -eq 0 ] || exit {failed_exit}\n{then}"
-    )
+    let mut script = script::assignments(&[
+        ("KB_FIRST_STEP", what),
+        ("KB_FIRST_FAILED", &failed_exit.to_string()),
+    ]);
+    script.push_str(first);
+    script.push('\n');
+    script.push_str(&script::sendable(include_str!(
+        "remote/scripts/first_then.sh"
+    )));
+    script.push_str(then);
+    script
 }
 
 /// The first step's exit status, from the line [`first_then`] printed for `what`.
@@ -758,28 +565,12 @@ pub fn first_exit(line: &str, what: &str) -> Option<i32> {
         .ok()
 }
 
-/// Kills the process group recorded by [`run_script`], only if its leader is still the
-/// process that made the record (same start time) or is gone (then no other process
-/// can hold that number while the group lives). `kill -s KILL --` is the spelling dash,
-/// bash and busybox all accept.
+/// Kills the process group recorded by [`run_script`] (scripts/kill.sh), only if its
+/// leader is still the process that made the record (same start time) or is gone.
 pub fn kill_script(upload_dir: &str, index: usize) -> String {
-    format!(
-        "{}kill -s KILL -- -\"$g\"",
-        recorded_group(upload_dir, index)
-    )
-}
-
-/// The lines [`kill_script`] and [`stop_script`] begin with: the group [`run_script`]
-/// recorded into `$g`, or exit 1 where there is no record, a malformed one, or a leader
-/// alive that is not the process that made it (its start time differs).
-fn recorded_group(upload_dir: &str, index: usize) -> String {
-    let file = format!("{}/{}", shell_quote(upload_dir), pgid_file(index));
-    format!(
-        "read -r g st < {file} || exit 1\n\
-         case \"$g\" in ''|*[!0-9]*) exit 1 ;; esac\n\
-         [ \"$g\" -gt 1 ] && [ -n \"$st\" ] || exit 1\n\
-         if [ -r /proc/\"$g\"/stat ]; then {} < /proc/\"$g\"/stat; [ \"$kb_start\" = \"$st\" ] || exit 1; fi\n",
-        read_start_time()
+    script::with_values(
+        include_str!("remote/scripts/kill.sh"),
+        &[("KB_PGID_FILE", &pgid_path(upload_dir, index))],
     )
 }
 
@@ -811,53 +602,35 @@ pub fn parse_stopped(output: &str) -> Option<Stopped> {
         })
 }
 
-/// Stops the process group recorded by [`run_script`] after its deadline, checked as
-/// [`kill_script`] checks it: SIGTERM to the group, so keadm and the operator's scripts
-/// under it can clean up, then a wait of up to `grace_secs` for every live process of
-/// the group to be gone, then SIGKILL to what is left; with no grace, SIGKILL at once.
-/// The group is watched in /proc (state, parent, group after the command's name, as
-/// [`KILL_SIBLINGS`] reads them, cut out by expansion: no fork per process), so a zombie
-/// its parent has yet to reap does not count as running. The wait is in tenths of a
-/// second where `sleep` takes them (GNU, BusyBox), else in seconds.
+/// Stops the process group recorded by [`run_script`] after its deadline
+/// (scripts/stop.sh), checked as [`kill_script`] checks it: SIGTERM to the group, a wait
+/// of up to `grace_secs` for it to be gone, then SIGKILL to what is left; with no grace,
+/// SIGKILL at once.
 pub fn stop_script(upload_dir: &str, index: usize, grace_secs: u64) -> String {
-    format!(
-        "{}\
-         kb_alive() {{\n\
-         \x20 for kb_d in /proc/[0-9]*; do\n\
-         \x20   read -r kb_s < \"$kb_d/stat\" 2>/dev/null || continue\n\
-         \x20   kb_s=${{kb_s##*) }}; kb_r=${{kb_s#* }}; kb_r=${{kb_r#* }}\n\
-         \x20   [ \"${{kb_r%% *}}\" = \"$g\" ] && [ \"${{kb_s%% *}}\" != Z ] && return 0\n\
-         \x20 done\n\
-         \x20 return 1\n\
-         }}\n\
-         kb_alive || {{ echo '{STOPPED}gone'; exit 0; }}\n\
-         kb_left={tenths}\n\
-         if [ \"$kb_left\" -gt 0 ]; then\n\
-         \x20 kill -s TERM -- -\"$g\" 2>/dev/null\n\
-         \x20 while [ \"$kb_left\" -gt 0 ] && kb_alive; do\n\
-         \x20   if sleep 0.1 2>/dev/null; then kb_left=$((kb_left - 1)); else sleep 1; kb_left=$((kb_left - 10)); fi\n\
-         \x20 done\n\
-         \x20 kb_alive || {{ echo '{STOPPED}exited'; exit 0; }}\n\
-         fi\n\
-         kill -s KILL -- -\"$g\" 2>/dev/null\n\
-         echo '{STOPPED}killed'",
-        recorded_group(upload_dir, index),
-        tenths = grace_secs.saturating_mul(10),
+    script::with_values(
+        include_str!("remote/scripts/stop.sh"),
+        &[
+            ("KB_PGID_FILE", &pgid_path(upload_dir, index)),
+            (
+                "KB_GRACE_TENTHS",
+                &grace_secs.saturating_mul(10).to_string(),
+            ),
+        ],
     )
 }
 
-/// The last 40 lines of edgecore's log, from journald or else from the log file: a join
-/// that timed out waiting for its certificates says why only there.
-pub const EDGECORE_LOG: &str = "journalctl -u edgecore -n 40 --no-pager 2>/dev/null | grep -v '^-- ' || tail -n 40 /var/log/kubeedge/edgecore.log 2>/dev/null";
+/// The last 40 lines of edgecore's log, from journald or else from the log file
+/// (scripts/edgecore_log.sh): a join that timed out waiting for its certificates says why
+/// only there.
+pub static EDGECORE_LOG: LazyLock<String> =
+    LazyLock::new(|| script::sendable(include_str!("remote/scripts/edgecore_log.sh")));
 
-/// What a node that never registered says of its edgecore, once its wait has ended: the
-/// last 30 lines of edgecore's log (as [`EDGECORE_LOG`]), then one marker line
+/// What a node that never registered says of its edgecore, once its wait has ended
+/// (scripts/edgecore_state.sh): the last 30 lines of edgecore's log, then one marker line
 /// (`kb-edgecore: running` or `not running`) and its hostname (a node joined without
-/// --edgenode-name registers under it); the markers last, so the log cannot push them out
-/// of the transcript's tail. Reads only.
-pub const EDGECORE_STATE: &str = "journalctl -u edgecore -n 30 --no-pager 2>/dev/null | grep -v '^-- ' || tail -n 30 /var/log/kubeedge/edgecore.log 2>/dev/null\n\
-if pidof edgecore >/dev/null 2>&1 || pgrep -x edgecore >/dev/null 2>&1; then echo 'kb-edgecore: running'; else echo 'kb-edgecore: not running'; fi\n\
-echo \"kb-hostname: $(hostname 2>/dev/null || cat /proc/sys/kernel/hostname)\"";
+/// --edgenode-name registers under it). Reads only.
+pub static EDGECORE_STATE: LazyLock<String> =
+    LazyLock::new(|| script::sendable(include_str!("remote/scripts/edgecore_state.sh")));
 
 /// The node's answers to [`EDGECORE_STATE`], read from its (untrusted) lines.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -885,19 +658,11 @@ impl EdgecoreState {
     }
 }
 
-/// Run by the SSH engine on a second channel after a deadline or an abort: kills the
-/// process group of every other child of this connection's sshd (sshd starts each command
-/// in its own session, so its pid is its process group). Plain POSIX sh over /proc, so
-/// BusyBox nodes work too.
-pub const KILL_SIBLINGS: &str = r#"me=$$; parent=$PPID
-for d in /proc/[0-9]*; do
-  p=${d#/proc/}
-  [ "$p" = "$me" ] && continue
-  read -r st < "$d/stat" 2>/dev/null || continue
-  st=${st##*) }; st=${st#* }; pp=${st%% *}; st=${st#* }; pg=${st%% *}
-  [ "$pp" = "$parent" ] && [ "$pg" != "$me" ] && kill -s KILL -- "-$pg" 2>/dev/null
-done
-exit 0"#;
+/// Run by the SSH engine on a second channel after a deadline or an abort
+/// (scripts/kill_siblings.sh): kills the process group of every other child of this
+/// connection's sshd.
+pub static KILL_SIBLINGS: LazyLock<String> =
+    LazyLock::new(|| script::sendable(include_str!("remote/scripts/kill_siblings.sh")));
 
 #[cfg(test)]
 mod tests {
@@ -991,7 +756,7 @@ mod tests {
     /// sudo read the password line or not, so the password never reaches its stdin.
     #[test]
     fn the_password_line_never_reaches_the_script() {
-        let script = format!("{SKIP_TO_MARK}cat");
+        let script = format!("{}cat", *SKIP_TO_MARK);
         let run = |input: &str| sh_with_input(&script, input.as_bytes());
         let preamble = password_preamble("s3cret");
         // sudo did not prompt: the whole preamble arrives.
@@ -1151,7 +916,7 @@ mod tests {
     /// What [`TOOLS_PROBE`] finds here, after `stubs` (shell functions that shadow tools).
     fn probe_tools(stubs: &str) -> NodeFacts {
         let out = std::process::Command::new("sh")
-            .args(["-c", &format!("{stubs}\n{TOOLS_PROBE}")])
+            .args(["-c", &format!("{stubs}\n{}", *TOOLS_PROBE)])
             .output()
             .unwrap();
         parse_facts(&String::from_utf8_lossy(&out.stdout), &[])
@@ -1210,10 +975,9 @@ mod tests {
         };
         let sha256 = hex::encode(sha2::Sha256::digest(&binary));
         let size = binary.len() as u64;
-        let run_with = |hasher, sha: &str, size: u64, input: &[u8]| {
+        let run_with = |hasher: Sha256Tool, sha: &str, size: u64, input: &[u8]| {
             let dir = dir.path().to_str().unwrap();
-            let unpack = (format.name(), format.unpack_command());
-            let script = receive_packed_script(dir, ".b.tmp", sha, size, hasher, unpack);
+            let script = receive_packed_script((dir, ".b.tmp"), sha, size, hasher, format.name());
             sh_with_input(&script, input)
         };
         let run =
@@ -1604,7 +1368,7 @@ mod tests {
         }
         std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
         for verify in [false, true] {
-            let script = prepare_script(dir.to_str().unwrap(), &names, verify) + TOOLS_PROBE;
+            let script = prepare_script(dir.to_str().unwrap(), &names, verify) + &TOOLS_PROBE;
             let out = std::process::Command::new("setpriv")
                 .args([
                     &format!("--reuid={uid}"),
@@ -1659,6 +1423,7 @@ mod tests {
         let script = finalize_script(
             sub.to_str().unwrap(),
             &[(".tmp1".to_string(), name.to_string(), "ab".repeat(32))],
+            125,
         );
         let out = std::process::Command::new("sh")
             .args(["-c", &script])
@@ -1704,7 +1469,7 @@ mod tests {
             );
             check(
                 &format!("prepare with the tools probe and the answer awaited (verify {verify})"),
-                format!("{prepare}{TOOLS_PROBE}{}", await_answer()),
+                format!("{prepare}{}{}", *TOOLS_PROBE, await_answer()),
                 Forms::Every,
                 &[],
             );
@@ -1748,14 +1513,7 @@ mod tests {
             for format in crate::stage::CopyFormat::PREFERRED {
                 check(
                     &format!("receive {format} by {hasher:?}"),
-                    receive_packed_script(
-                        dir,
-                        &tmp,
-                        &sha256,
-                        123,
-                        hasher,
-                        (format.name(), format.unpack_command()),
-                    ),
+                    receive_packed_script((dir, &tmp), &sha256, 123, hasher, format.name()),
                     Forms::Every,
                     &cleans_up,
                 );
@@ -1783,7 +1541,12 @@ mod tests {
             Forms::Every,
             &cleans_up,
         );
-        check("finalize", finalize_script(dir, &moves), Forms::Every, &[]);
+        check(
+            "finalize",
+            finalize_script(dir, &moves, 125),
+            Forms::Every,
+            &[],
+        );
         check("run a join", run_script(dir, 3, &join), Forms::Every, &[]);
         check("run a reset", run_script(dir, 0, &reset), Forms::Every, &[]);
         check(

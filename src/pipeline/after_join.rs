@@ -29,7 +29,7 @@ pub fn edgecore_state(node: &NodePlan, ctx: &Context) -> Result<EdgecoreState, S
     run.transcript
         .note("asking the node for edgecore's state and the last lines of its log");
     let result = run.ask_alone(
-        remote::EDGECORE_STATE,
+        &remote::EDGECORE_STATE,
         Phase::Verifying,
         "Could not ask for edgecore's state.",
         None,

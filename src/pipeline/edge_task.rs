@@ -130,7 +130,7 @@ impl Run<'_, '_> {
         let deadline = Instant::now() + self.node.deadlines.step + CHECK_ROOM;
         exec_as(
             conn,
-            remote::EDGE_TASK_CHECK,
+            &remote::EDGE_TASK_CHECK,
             privilege,
             password_of(self.node),
             None,

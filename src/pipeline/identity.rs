@@ -17,7 +17,7 @@ pub fn identity(node: &NodePlan, ctx: &Context) -> Result<NodeIdentity, String> 
     let mut run = Run::new(node, ctx, Transcript::in_memory(node.redactor.clone()));
     let mut output = CappedBuffer::new(STEP_OUTPUT_CAP);
     match run.ask_alone(
-        remote::NODE_IDENTITY,
+        &remote::NODE_IDENTITY,
         Phase::Preparing,
         "Could not ask the node which Node is its own.",
         Some(&mut output),

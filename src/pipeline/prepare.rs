@@ -295,7 +295,7 @@ impl<'a> Run<'a, '_> {
         // A node checks image archives by their sha256 (and may get them gzipped), and a
         // relaying node checks the copy a peer sends.
         if tarball || relay || images.is_some() {
-            script.push_str(remote::TOOLS_PROBE);
+            script.push_str(&remote::TOOLS_PROBE);
         }
         // What an earlier run's fetch left in the upload dir, and whether root can
         // serve as the login user (the rest is the login user's, before sudo).

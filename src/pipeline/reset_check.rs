@@ -28,7 +28,7 @@ impl Run<'_, '_> {
         let deadline = Instant::now() + node.deadlines.step;
         let result = exec_as(
             conn,
-            remote::RESET_CHECK,
+            &remote::RESET_CHECK,
             privilege,
             password_of(node),
             None,

@@ -525,7 +525,7 @@ impl Run<'_, '_> {
             .note("the last lines of edgecore's log follow");
         let _ = exec_as(
             conn,
-            remote::EDGECORE_LOG,
+            &remote::EDGECORE_LOG,
             privilege,
             password_of(self.node),
             None,

@@ -32,10 +32,7 @@ pub(super) fn finalize_line(dir: &str, moves: &[Move]) -> String {
     if moves.is_empty() {
         return String::new();
     }
-    format!(
-        "{} || exit {FINALIZE_FAILED}\n",
-        remote::finalize_script(dir, moves)
-    )
+    remote::finalize_script(dir, moves, FINALIZE_FAILED)
 }
 
 /// The exit status of the run's script when receiving the deferred upload failed.
@@ -77,12 +74,11 @@ impl Deferred {
         let upload = &self.upload;
         match upload.form() {
             Form::Packed(copy, hasher) => remote::receive_packed_script(
-                dir,
-                &self.tmp,
+                (dir, &self.tmp),
                 &upload.sha256,
                 upload.size,
                 hasher,
-                (copy.format.name(), copy.format.unpack_command()),
+                copy.format.name(),
             ),
             Form::Tarball(tarball) => remote::receive_tarball_script(
                 dir,

@@ -11,6 +11,8 @@
 //! prompt was not answered `y` logs `aborted upgrade operation` and exits 0 before its
 //! reporter is set up.
 
+use std::sync::LazyLock;
+
 use serde::{Deserialize, Serialize};
 
 use crate::node_text::{escape_controls, one_line};
@@ -28,20 +30,11 @@ pub const ALREADY_RUNS: &str = "keadm-batch: edgecore already runs ";
 /// Put before an upgrade with a known target: a node whose running edgecore already is
 /// `version` (as it logged when it started, else as edgecore.yaml says) is left alone, so
 /// a rerun of an upgrade touches only the nodes not done yet (as KubeEdge's
-/// NodeUpgradeJob and k0sctl skip them).
+/// NodeUpgradeJob and k0sctl skip them). scripts/unless_running.sh.
 pub fn unless_running(version: &str) -> String {
-    let bare = version.trim_start_matches('v');
-    format!(
-        "{}{}{}kb_pid=\nfor p in $ec; do kb_pid=$p; break; done\n\
-         if [ -n \"$kb_pid\" ]; then\n\
-         \x20 kb_v=$(kb_logged_version \"$kb_pid\")\n\
-         \x20 [ -n \"$kb_v\" ] || kb_v=$(kb_config_version)\n\
-         \x20 if [ \"${{kb_v#v}}\" = {} ]; then echo \"{ALREADY_RUNS}$kb_v, so keadm upgrade edge was not run\"; exit 0; fi\n\
-         fi\n",
-        "has() { command -v \"$1\" >/dev/null 2>&1; }\n",
-        super::edgecore_version_fns!(),
-        super::edgecore_pids!(),
-        crate::shell::shell_quote(bare)
+    super::script::with_values(
+        include_str!("scripts/unless_running.sh"),
+        &[("KB_TARGET", version.trim_start_matches('v'))],
     )
 }
 
@@ -74,53 +67,14 @@ pub const ABORTED_LINE: &str = "aborted upgrade operation";
 /// huge file there gets its first 4 KiB read.
 const REPORT_BYTES: usize = 4096;
 
-/// The check: POSIX sh, read-only, run with the privileges keadm had. The running
+/// The check (scripts/edge_task_check.sh): POSIX sh, read-only, run with the
+/// privileges keadm had. The running
 /// edgecore's version is the one that process logged as it started (matched by its pid,
 /// so an edgecore that failed to start, or the file at /usr/local/bin, is not taken for
 /// it), else edgecore.yaml's `edgecoreVersion` (`KB_CONFIGURED`). keadm starts edgecore
 /// as its last step, so the check gives it up to 15 s to appear and log its version.
-pub const EDGE_TASK_CHECK: &str = concat!(
-    r#"has() { command -v "$1" >/dev/null 2>&1; }
-"#,
-    super::edgecore_version_fns!(),
-    r#"f=/etc/kubeedge/upgrade_report.json
-if [ -f "$f" ]; then
-  printf 'KB_REPORT '
-  head -c 4096 "$f" | tr '\n\r' '  '
-  echo
-else
-  echo 'KB_REPORT_NONE'
-fi
-n=0
-while :; do
-"#,
-    super::edgecore_pids!(),
-    r#"  [ -n "$ec" ] || [ "$n" -ge 15 ] && break
-  n=$((n + 1))
-  sleep 1
-done
-pid=
-for p in $ec; do pid=$p; break; done
-if [ -n "$pid" ]; then
-  n=0
-  while :; do
-    v=$(kb_logged_version "$pid")
-    [ -n "$v" ] || [ "$n" -ge 15 ] && break
-    n=$((n + 1))
-    sleep 1
-  done
-  echo "KB_RUNNING $pid $v"
-else
-  echo 'KB_RUNNING_NONE'
-fi
-echo "KB_CONFIGURED $(kb_config_version)"
-name=$("#,
-    super::hostname_override!(),
-    r#")
-echo "KB_NODE_NAME $name"
-echo KB_EDGE_TASK_CHECKED
-"#
-);
+pub static EDGE_TASK_CHECK: LazyLock<String> =
+    LazyLock::new(|| super::script::sendable(include_str!("scripts/edge_task_check.sh")));
 
 /// keadm's report, as `upgrade_reporter.go` writes it. Its texts are the node's: bounded
 /// and escaped when read.
@@ -251,7 +205,7 @@ mod tests {
 
     #[test]
     fn the_check_is_posix_sh() {
-        assert_forms_posix_sh("the edge task check", EDGE_TASK_CHECK, Forms::Every, &[]);
+        assert_forms_posix_sh("the edge task check", &EDGE_TASK_CHECK, Forms::Every, &[]);
         // Sent as the login user, before the prepare step.
         assert_forms_posix_sh(
             "edgecore.yaml's runtime endpoint",

@@ -4,6 +4,7 @@
 //! (`cluster::guard`), and the name in the config alone does not prove that.
 
 use std::net::IpAddr;
+use std::sync::LazyLock;
 
 use crate::node_text::{escape_controls, one_line};
 
@@ -11,30 +12,11 @@ use crate::node_text::{escape_controls, one_line};
 /// first ones compared.
 const ADDRESSES: usize = 64;
 
-/// The read-only round trip: edgecore.yaml's `hostnameOverride` and `nodeIP` (when the
+/// The read-only round trip (scripts/node_identity.sh): edgecore.yaml's `hostnameOverride` and `nodeIP` (when the
 /// file is there), the host name (edgecore's default Node name, lowercased), and the
 /// node's addresses (`ip -o addr`, else `hostname -I`). POSIX sh, busybox-friendly.
-pub const NODE_IDENTITY: &str = concat!(
-    r#"f=/etc/kubeedge/config/edgecore.yaml
-if [ -f "$f" ]; then
-  echo "KB_NODE_NAME $("#,
-    super::hostname_override!(),
-    r#")"
-  echo "KB_NODE_IP $(sed -n 's/^[[:space:]]*nodeIP:[[:space:]]*//p' "$f" 2>/dev/null | head -n 1)"
-else
-  echo KB_NO_EDGECORE_YAML
-fi
-echo "KB_HOSTNAME $(uname -n)"
-if command -v ip >/dev/null 2>&1 && kb_a=$(ip -o addr show 2>/dev/null); then
-  printf '%s\n' "$kb_a" | awk '{ print "KB_ADDR " $4 }' | head -n 64
-  echo KB_ADDRS_LISTED
-elif kb_a=$(hostname -I 2>/dev/null); then
-  for a in $kb_a; do echo "KB_ADDR $a"; done | head -n 64
-  echo KB_ADDRS_LISTED
-fi
-echo KB_IDENTITY_END
-"#
-);
+pub static NODE_IDENTITY: LazyLock<String> =
+    LazyLock::new(|| super::script::sendable(include_str!("scripts/node_identity.sh")));
 
 /// What [`NODE_IDENTITY`] found.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -118,7 +100,7 @@ mod tests {
 
     #[test]
     fn the_identity_round_trip_is_posix_sh() {
-        assert_forms_posix_sh("the node identity", NODE_IDENTITY, Forms::Every, &[]);
+        assert_forms_posix_sh("the node identity", &NODE_IDENTITY, Forms::Every, &[]);
     }
 
     #[test]

@@ -304,71 +304,25 @@ const LINE_SHAPE: &str = r#"^restrict,from="[^"]*",command="[^"]*",expiry-time="
 /// to a new file beside the old one (keeping its mode), the removed lines are counted,
 /// and only when the two add up to the old file (and it did not change meanwhile) is the
 /// new one renamed into place. Anything else leaves the file as it was and prints
-/// [`KEPT_LINE`] and why.
+/// [`KEPT_LINE`] and why. scripts/relay_clear.sh.
 pub fn clear_script(tag: Option<&str>) -> String {
     let mine = tag
         .map(|t| t.strip_prefix(TAG_PREFIX).unwrap_or(t))
         .unwrap_or_default();
-    format!(
-        r#"( kb_kept() {{ echo "{KEPT_LINE} $*"; exit 0; }}
-LC_ALL=C; export LC_ALL
-umask 077
-case $HOME in /*) ;; *) exit 0;; esac
-kb_ak=$HOME/.ssh/authorized_keys
-kb_new=$HOME/.ssh/.authorized_keys.keadm-batch.$$
-kb_shape={shape}
-kb_tags={mine}
-kb_now=$(date +%Y%m%d%H%M%S 2>/dev/null)
-case $kb_now in {digits}) ;; *) kb_now=;; esac
-if [ -f "$kb_ak" ] && [ -n "$kb_now" ]; then
-  kb_seen=$(grep -a -E -- "${{kb_shape}}[0-9A-Za-z_-]+\$" "$kb_ak" 2>/dev/null | sed -n 's/^.*,expiry-time="\([0-9]*\)" .* keadm-batch-relay-\([0-9A-Za-z_-]*\)$/\1 \2/p')
-  while read -r kb_e kb_t; do
-    [ -n "$kb_t" ] || continue
-    case "|$kb_tags|" in *"|$kb_t|"*) continue;; esac
-    if [ "1${{kb_e%??????}}" -lt "1${{kb_now%??????}}" ] || {{ [ "${{kb_e%??????}}" = "${{kb_now%??????}}" ] && [ "1${{kb_e#????????}}" -lt "1${{kb_now#????????}}" ]; }}; then
-      kb_tags=$kb_tags${{kb_tags:+|}}$kb_t
-    fi
-  done <<KB_SEEN
-$kb_seen
-KB_SEEN
-fi
-[ -n "$kb_tags" ] || exit 0
-kb_ifs=$IFS; IFS='|'
-for kb_t in $kb_tags; do rm -f -- "$HOME/.keadm-batch-relay-$kb_t."*; done
-IFS=$kb_ifs
-kb_drop="${{kb_shape}}($kb_tags)\$"
-[ -e "$kb_ak" ] || exit 0
-grep -a -q -E -- "$kb_drop" "$kb_ak"; kb_st=$?
-[ "$kb_st" = 1 ] && exit 0
-[ "$kb_st" = 0 ] || kb_kept "grep cannot read the login user's authorized_keys (exit $kb_st)"
-[ ! -L "$kb_ak" ] || kb_kept "the login user's .ssh/authorized_keys is a symbolic link"
-if [ ! -f "$kb_ak" ] || [ ! -w "$kb_ak" ]; then kb_kept "the login user's .ssh/authorized_keys is not a file it can write"; fi
-if ! {{ rm -f -- "$kb_new" && cp -p -- "$kb_ak" "$kb_new"; }}; then rm -f -- "$kb_new"; kb_kept "cannot make a new authorized_keys beside the old one"; fi
-kb_old=$(( $(wc -c < "$kb_ak") ))
-grep -a -v -E -- "$kb_drop" "$kb_ak" > "$kb_new"; kb_st=$?
-[ "$kb_st" -le 1 ] || {{ rm -f -- "$kb_new"; kb_kept "grep cannot filter the login user's authorized_keys (exit $kb_st)"; }}
-kb_gone=$(( $(grep -a -E -- "$kb_drop" "$kb_ak" | wc -c) ))
-kb_left=$(( $(wc -c < "$kb_new") ))
-kb_end=0; [ $(( $(tail -c 1 -- "$kb_ak" | wc -l) )) = 1 ] || kb_end=1
-if [ $(( kb_left + kb_gone )) != $(( kb_old + kb_end )) ] || [ "$kb_gone" = 0 ]; then rm -f -- "$kb_new"; kb_kept "the filter's output does not add up to the file ($kb_left bytes kept and $kb_gone removed of $kb_old)"; fi
-[ $(( $(wc -c < "$kb_ak") )) = "$kb_old" ] || {{ rm -f -- "$kb_new"; kb_kept "it changed while it was being cleared"; }}
-mv -f -- "$kb_new" "$kb_ak" || {{ rm -f -- "$kb_new"; kb_kept "cannot rename the new authorized_keys into place"; }}
-) </dev/null 2>/dev/null
-"#,
-        shape = shell_quote(LINE_SHAPE),
-        mine = shell_quote(mine),
-        digits = "[0-9]".repeat(14),
+    super::script::with_values(
+        include_str!("scripts/relay_clear.sh"),
+        &[("KB_LINE_SHAPE", LINE_SHAPE), ("KB_RUN_TAG", mine)],
     )
 }
 
 /// At the start of a run on a node of a relaying site, with the run's privilege: the key
 /// files a fetch of an earlier run left in `dir` when its node died mid-way (a fetch
 /// removes its own whatever else happens), once a day old, so a concurrent run's fetch
-/// keeps its own.
+/// keeps its own (scripts/relay_stale_files.sh).
 pub fn stale_fetch_files_script(dir: &str) -> String {
-    format!(
-        "( cd {} 2>/dev/null && find . ! -name . -prune \\( -name '.*.tmp.key' -o -name '.*.tmp.hosts' -o -name '.*.tmp.err' \\) -type f -mtime +0 -exec rm -f -- {{}} + ) 2>/dev/null\n",
-        shell_quote(dir)
+    super::script::with_values(
+        include_str!("scripts/relay_stale_files.sh"),
+        &[("KB_DIR", dir)],
     )
 }
 
@@ -422,52 +376,28 @@ const FETCH_ERR_CAP: u64 = 4096;
 /// A node whose CPU has AES instructions asks for AES-GCM first: it moves the copy at
 /// several times chacha20's speed there, and a site's fan-out is bound by the nodes' CPU,
 /// not by their LAN. Without them OpenSSH's own order (chacha20 first) is faster.
+/// scripts/relay_fetch.sh.
 pub fn fetch_script(fetch: &Fetch) -> String {
-    let t = shell_quote(fetch.tmp);
     let source = fetch.source;
-    let size = fetch.size;
-    let limit = fetch.limit_secs;
-    format!(
-        "umask 077 && cd {dir} || exit 1\n\
-         kb_k={t}.key; kb_h={t}.hosts; kb_e={t}.err\n\
-         trap 'rm -f -- \"$kb_k\" \"$kb_h\" \"$kb_e\"' EXIT; trap 'exit 1' HUP INT TERM\n\
-         kb_fail() {{ rm -f -- {t}; echo \"{RELAY_FAILED_LINE} $*\"; exit 1; }}\n\
-         command -v ssh >/dev/null 2>&1 || kb_fail the node has no ssh client\n\
-         if ! {{ while IFS= read -r kb_l; do printf '%s\\n' \"$kb_l\"; [ \"$kb_l\" = {key_end} ] && break; done > \"$kb_k\" && \
-         printf '%s\\n' {known} > \"$kb_h\"; }}; then kb_fail cannot write the relay key; fi\n\
-         set -- ssh -F /dev/null -n -i \"$kb_k\" -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=yes \
-         -o UserKnownHostsFile=\"$kb_h\" -o GlobalKnownHostsFile=/dev/null -o HostKeyAlias={HOST_ALIAS} \
-         -o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o LogLevel=ERROR \
-         -b {bind} -p {port} -l {user}\n\
-         grep -qw aes /proc/cpuinfo 2>/dev/null && set -- \"$@\" -c aes128-gcm@openssh.com,chacha20-poly1305@openssh.com,aes128-ctr\n\
-         kb_cap=; prlimit --fsize=1 --core=0 true </dev/null >/dev/null 2>&1 && kb_cap=1 && set -- prlimit --fsize={over} --core=0 \"$@\"\n\
-         command -v timeout >/dev/null 2>&1 && set -- timeout {limit} \"$@\"\n\
-         if [ -n \"$kb_cap\" ]; then\n\
-         kb_st=$( {{ {{ \"$@\" {host} fetch > {t} 2>&4 3>&- 4>&-; echo \"$?\" >&3; }} 4>&1 | head -c {FETCH_ERR_CAP} > \"$kb_e\" 3>&-; }} 3>&1 )\n\
-         else\n\
-         kb_st=$( {{ {{ {{ \"$@\" {host} fetch 2>&4 3>&- 4>&-; echo \"$?\" >&3; }} | head -c {over} > {t} 3>&- 4>&-; }} 4>&1 | head -c {FETCH_ERR_CAP} > \"$kb_e\" 3>&-; }} 3>&1 )\n\
-         fi\n\
-         [ -f {t} ] || kb_fail cannot write the copy\n\
-         kb_got=$(( $(wc -c < {t}) ))\n\
-         [ \"$kb_got\" -le {size} ] || kb_fail the source sent more than {size} bytes\n\
-         [ \"$kb_st\" != 124 ] || kb_fail the read did not end within {limit} s\n\
-         [ \"$kb_st\" = 0 ] || kb_fail \"$(head -c 300 \"$kb_e\" | tr '\\n' ' ')\"\n\
-         [ \"$kb_got\" = {size} ] || kb_fail the copy from {from} has \"$kb_got\" bytes, not {size}\n\
-         kb_s=$({hash} < {t}) || kb_s=\n\
-         [ \"${{kb_s%% *}}\" = {sha} ] || kb_fail the copy from {from} does not have the sha256 this machine verified\n\
-         chmod {mode:o} -- {t}\n",
-        dir = shell_quote(fetch.dir),
-        key_end = shell_quote(KEY_END),
-        known = shell_quote(&format!("{HOST_ALIAS} {}", source.host_key)),
-        bind = shell_quote(fetch.bind),
-        port = source.port,
-        user = shell_quote(&source.user),
-        host = shell_quote(&source.host),
-        over = size + 1,
-        from = shell_quote(&source.host),
-        hash = fetch.hasher.command(),
-        sha = shell_quote(fetch.sha256),
-        mode = fetch.mode,
+    super::script::with_values(
+        include_str!("scripts/relay_fetch.sh"),
+        &[
+            ("KB_DIR", fetch.dir),
+            ("KB_TMP", fetch.tmp),
+            ("KB_KEY_END", KEY_END),
+            ("KB_ALIAS", HOST_ALIAS),
+            ("KB_KNOWN", &[HOST_ALIAS, " ", &source.host_key].concat()),
+            ("KB_BIND", fetch.bind),
+            ("KB_PORT", &source.port.to_string()),
+            ("KB_USER", &source.user),
+            ("KB_HOST", &source.host),
+            ("KB_SIZE", &fetch.size.to_string()),
+            ("KB_ERR_CAP", &FETCH_ERR_CAP.to_string()),
+            ("KB_LIMIT", &fetch.limit_secs.to_string()),
+            ("KB_HASHER", fetch.hasher.name()),
+            ("KB_SHA256", fetch.sha256),
+            ("KB_MODE", &format!("{:o}", fetch.mode)),
+        ],
     )
 }
 

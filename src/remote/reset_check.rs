@@ -5,42 +5,17 @@
 //! often a mount point). It changes nothing; it prints a `KB_LEFT` line for each thing left
 //! and [`CHECKED`] at its end, which [`parse_reset_check`] reads.
 
+use std::sync::LazyLock;
+
 use crate::node_text::one_line;
 
 /// The line the check prints last: output without it is a check that did not finish.
 const CHECKED: &str = "KB_RESET_CHECKED";
 
-/// The check: POSIX sh, read-only. Run it with the privileges keadm had (inside
+/// The check (scripts/reset_check.sh): POSIX sh, read-only. Run it with the privileges keadm had (inside
 /// [`super::wrap`] under sudo), so it sees what keadm's reset should have removed.
-pub const RESET_CHECK: &str = concat!(
-    r#"has() { command -v "$1" >/dev/null 2>&1; }
-left() { printf 'KB_LEFT %s %s\n' "$1" "$2"; }
-"#,
-    super::edgecore_pids!(),
-    r#"for p in $ec; do left pid "$p"; done
-u=/etc/systemd/system/edgecore.service
-if [ -e "$u" ] || [ -L "$u" ]; then left unit "$u"; fi
-# systemd's view, where it runs: the unit still active (or on its way), or loaded from a
-# file that is still there (another directory than keadm's). A unit whose file is gone
-# but which systemd has not reloaded yet, and which is stopped, is not left.
-SD=/run/systemd/system
-if has systemctl && [ -d "$SD" ]; then
-  st=$(systemctl show -p ActiveState -p FragmentPath edgecore.service 2>/dev/null)
-  as=$(printf '%s
-' "$st" | sed -n 's/^ActiveState=//p')
-  fp=$(printf '%s
-' "$st" | sed -n 's/^FragmentPath=//p')
-  case $as in
-    active|activating|reloading|deactivating) left unit "edgecore.service is $as in systemd" ;;
-  esac
-  if [ -n "$fp" ] && [ "$fp" != "$u" ] && { [ -e "$fp" ] || [ -L "$fp" ]; }; then left unit "$fp"; fi
-fi
-"#,
-    super::management_dir_state!(),
-    r#"if [ -n "$kd" ]; then left path "$KE ($kd)"; fi
-echo KB_RESET_CHECKED
-"#
-);
+pub static RESET_CHECK: LazyLock<String> =
+    LazyLock::new(|| super::script::sendable(include_str!("scripts/reset_check.sh")));
 
 /// The most of each kind of leftover kept: a node that reports thousands is not clean
 /// either, and the message stays a line.
@@ -130,7 +105,7 @@ mod tests {
     #[test]
     fn the_check_is_posix_sh() {
         // As the login user runs it, and as it goes to a sudo node.
-        assert_forms_posix_sh("the reset check", RESET_CHECK, Forms::Every, &[]);
+        assert_forms_posix_sh("the reset check", &RESET_CHECK, Forms::Every, &[]);
     }
 
     /// [`RESET_CHECK`] with its places moved under `dir` (the machine's own /etc/kubeedge

@@ -47,7 +47,7 @@ pub(crate) fn assert_forms_posix_sh(
     }
     assert_posix_sh(
         &format!("{what} (as sudo's shell runs it after the password)"),
-        &format!("{SKIP_TO_MARK}{script}"),
+        &format!("{}{script}", *SKIP_TO_MARK),
         allowed,
     );
     let outer = with_sh_c_quoting(allowed);
@@ -85,24 +85,40 @@ pub(crate) fn assert_sent_posix_sh(what: &str, command: &str, allowed: &[(&str, 
 
 /// `allowed`, and what quoting a script for `sh -c '...'` trips: `shell_quote` spells a
 /// quote inside the script as `'\''`, so quoting the script again leaves a
-/// single-quoted backslash (`'\'`), which is meant literally.
+/// single-quoted backslash (`'\'`), which is meant literally; and the sudo probe's
+/// `KB_SCRIPT='...'` is a script for its `sh -c "$KB_SCRIPT"`, whose `$` are that shell's
+/// (shellcheck knows `sh -c '...'` as a script, not a variable that holds one).
 fn with_sh_c_quoting<'a>(allowed: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut outer = allowed.to_vec();
     outer.push((
         "SC1003",
         "a backslash in single quotes is shell_quote's spelling of the script's own quotes",
     ));
+    outer.push((
+        "SC2016",
+        "the sudo probe's KB_SCRIPT='...' is the script its sh -c runs: the $ are that shell's",
+    ));
     outer
 }
 
-/// The single-quoted arguments of each `sh -c '...'` in `command`, unquoted as the shell
-/// unquotes `shell_quote`'s spelling (`'\''` for a quote inside).
+/// The single-quoted arguments of each `sh -c '...'` in `command`, and the script the
+/// sudo probe hands to its `sh -c "$KB_SCRIPT"` (its `KB_SCRIPT='...'`), unquoted as the
+/// shell unquotes `shell_quote`'s spelling (`'\''` for a quote inside).
 fn sh_c_arguments(command: &str) -> Vec<String> {
-    const OPEN: &str = "sh -c '";
+    let mut found = Vec::new();
+    for open in ["sh -c '", "KB_SCRIPT='"] {
+        found.extend(single_quoted_after(command, open));
+    }
+    found
+}
+
+/// The single-quoted texts that follow each `open` (which ends with the opening quote) in
+/// `command`, unquoted.
+fn single_quoted_after(command: &str, open: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut rest = command;
-    while let Some(at) = rest.find(OPEN) {
-        rest = &rest[at + OPEN.len()..];
+    while let Some(at) = rest.find(open) {
+        rest = &rest[at + open.len()..];
         let mut text = String::new();
         loop {
             let end = rest
@@ -133,10 +149,7 @@ mod tests {
         let wrapped = wrap(script, Privilege::SudoNoPassword);
         assert_eq!(sh_c_arguments(&wrapped), [script]);
         let probed = with_sudo_probe(script);
-        assert_eq!(
-            sh_c_arguments(&probed),
-            [script.to_string(), format!("{SKIP_TO_MARK}{script}")]
-        );
+        assert_eq!(sh_c_arguments(&probed), [script]);
         // Cross-checked against the shell itself.
         let out = std::process::Command::new("sh")
             .args([

@@ -9,7 +9,6 @@
 //! reads its `KB_ST` lines.
 
 use crate::node_text::one_line;
-use crate::shell::shell_quote;
 
 /// Where keadm join installs edgecore.
 pub const EDGECORE_BIN: &str = "/usr/local/bin/edgecore";
@@ -21,57 +20,15 @@ pub const EDGE_CERT: &str = "/etc/kubeedge/certs/server.crt";
 /// The line the probe prints last: output without it is a probe that did not finish.
 const DONE: &str = "KB_ST_DONE";
 
-/// The probe for a node whose keadm would be `keadm` (keadmBinDir's, or the one a run
+/// The probe (scripts/status_probe.sh) for a node whose keadm would be `keadm` (keadmBinDir's, or the one a run
 /// uploads into the node's upload dir). Run it with the privileges keadm would have: the
 /// upload dir is root's under sudo.
 pub fn status_probe_script(keadm: &str) -> String {
-    format!(
-        "KEADM={}\nEC_BIN={}\nCERT={}\n{STATUS_PROBE_BODY}",
-        shell_quote(keadm),
-        shell_quote(EDGECORE_BIN),
-        shell_quote(EDGE_CERT)
+    super::script::with_values(
+        include_str!("scripts/status_probe.sh"),
+        &[("KEADM", keadm), ("EC_BIN", EDGECORE_BIN), ("CERT", EDGE_CERT)],
     )
 }
-
-/// The part of [`status_probe_script`] that does not depend on its arguments. Each
-/// version is the first line the binary prints, cut to 200 bytes: the reader bounds it
-/// again, and escapes it.
-const STATUS_PROBE_BODY: &str = concat!(
-    r#"has() { command -v "$1" >/dev/null 2>&1; }
-first() { head -n 1 | cut -c 1-200; }
-"#,
-    super::edgecore_version_fns!(),
-    super::edgecore_pids!(),
-    r#"echo "KB_ST_EDGECORE_PIDS$ec"
-b=$EC_BIN
-[ -x "$b" ] || b=$(command -v edgecore 2>/dev/null) || b=
-if [ -n "$b" ] && [ -x "$b" ]; then
-  v=
-  for p in $ec; do v=$(kb_logged_version "$p"); break; done
-  [ -n "$v" ] || v=$(kb_config_version)
-  printf 'KB_ST_EDGECORE %s %s\n' "$b" "$(printf '%s' "$v" | first)"
-else
-  echo KB_ST_EDGECORE_NONE
-fi
-if [ -x "$KEADM" ] && [ ! -d "$KEADM" ]; then
-  printf 'KB_ST_KEADM %s\n' "$("$KEADM" version </dev/null 2>&1 | first)"
-else
-  echo KB_ST_KEADM_NONE
-fi
-# edgeHub's tlsCertFile is the first in edgecore.yaml (its modules are written sorted).
-f=$(sed -n 's/^[[:space:]]*tlsCertFile:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1 | tr -d "\"' ")
-[ -n "$f" ] && CERT=$f
-if [ ! -e "$CERT" ]; then
-  echo KB_ST_CERT_NONE
-elif [ ! -r "$CERT" ] || [ ! -f "$CERT" ]; then
-  printf 'KB_ST_CERT_UNREADABLE %s\n' "$CERT"
-else
-  printf 'KB_ST_CERT_PATH %s\n' "$CERT"
-  head -c 65536 "$CERT" | sed -n '/-----BEGIN CERTIFICATE-----/,/-----END CERTIFICATE-----/s/^/KB_ST_CERT /p' | head -n 400
-fi
-echo KB_ST_DONE
-"#
-);
 
 /// The longest version text kept, in characters.
 const VERSION_CHARS: usize = 120;
@@ -169,6 +126,7 @@ fn keadm_version(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shell::shell_quote;
     use crate::remote::sent_forms::{Forms, assert_forms_posix_sh};
 
     #[test]
@@ -214,7 +172,7 @@ mod tests {
                     "-c",
                     &status_probe_script(keadm)
                         .replace(
-                            &format!("EC_BIN={}", shell_quote(EDGECORE_BIN)),
+                            &format!("EC_BIN={}", crate::shell::shell_quote(EDGECORE_BIN)),
                             "EC_BIN=/nonexistent/edgecore",
                         )
                         .replace(

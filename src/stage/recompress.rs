@@ -112,15 +112,6 @@ impl CopyFormat {
         CopyFormat::PREFERRED.into_iter().find(|f| f.name() == name)
     }
 
-    /// The command that unpacks a copy from its stdin to its stdout on the node (without
-    /// messages: zstd's progress would end in the transcript).
-    pub fn unpack_command(self) -> &'static str {
-        match self {
-            CopyFormat::Zstd => "zstd -dcq",
-            CopyFormat::Xz => "xz -dc",
-        }
-    }
-
     fn extension(self) -> &'static str {
         match self {
             CopyFormat::Zstd => "zst",

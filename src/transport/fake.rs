@@ -255,7 +255,7 @@ impl Connection for FakeConnection {
     fn kill_left(&mut self) {
         if std::mem::take(&mut self.left) {
             let _ = self.play(
-                crate::remote::KILL_SIBLINGS,
+                &crate::remote::KILL_SIBLINGS,
                 None,
                 &mut std::io::sink(),
                 false,

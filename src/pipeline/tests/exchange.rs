@@ -62,10 +62,9 @@ fn the_staged_binary_rides_behind_the_answer() {
     assert!(run.same_channel);
     assert_eq!(run.stdin, Some(binary));
     assert!(
-        run.command.starts_with(&format!(
-            "( umask 077 && cd /tmp/kb && cat > {}",
-            tmp("keadm")
-        )),
+        run.command
+            .starts_with(&format!("( KB_DIR=/tmp/kb\nKB_TMP={}\n", tmp("keadm")))
+            && run.command.contains("KB_UNPACK=''\n"),
         "{}",
         run.command
     );
@@ -145,7 +144,7 @@ fn sudo_nodes_cost_one_channel_and_get_the_password_only_when_sudo_asks() {
         let execs = h.execs();
         assert_eq!(channels(&h), 1, "{sudo}: {execs:#?}");
         assert!(
-            execs[0].command.starts_with("if sudo -n true") && execs[0].command.contains(FACTS_END),
+            execs[0].command.contains("\nif sudo -n true") && execs[0].command.contains(FACTS_END),
             "{}",
             execs[0].command
         );

@@ -27,7 +27,8 @@ fn exit_201_is_an_upload_failure_of_the_deferred_file() {
     // The partial file is removed while asking for the free space.
     let cleanup = h.exec_with(sent::FREE_SPACE);
     assert!(
-        cleanup.command.contains(&format!("rm -f -- {}", tmp("f1"))),
+        cleanup.command.contains(&format!("KB_TMP={}\n", tmp("f1")))
+            && cleanup.command.contains("rm -f -- \"$KB_TMP\""),
         "{cleanup:?}"
     );
 }
@@ -105,8 +106,8 @@ fn exit_125_from_moving_the_files_into_place_is_a_keadm_failure_line() {
     assert_eq!(outcome.bytes_uploaded, 4);
     let run = h.exec_with(sent::RUN);
     assert!(
-        run.command.contains(&format!("mv -f -- {} f1", tmp("f1")))
-            && run.command.contains(" || exit 125\n"),
+        run.command.contains(&format!("set -- {} f1 ", tmp("f1")))
+            && run.command.contains("KB_EXIT=125\n"),
         "{}",
         run.command
     );
@@ -199,7 +200,7 @@ fn the_deadline_kills_the_command_and_reads_edgecores_log_for_a_join() {
         .map(|e| e.command)
         .collect();
     assert_eq!(killed.len(), 2, "{killed:#?}");
-    assert_eq!(killed[1], crate::remote::KILL_SIBLINGS);
+    assert_eq!(killed[1], *crate::remote::KILL_SIBLINGS);
 }
 
 #[test]

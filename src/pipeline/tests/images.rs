@@ -113,7 +113,9 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
     );
     // The prepare step asks for the archive's sidecar and the runtime's images at once.
     assert!(
-        execs[0].command.contains(&format!("/{}.sha256", package())),
+        execs[0]
+            .command
+            .contains(&format!("set -- {}\n", package())),
         "{}",
         execs[0].command
     );
@@ -127,16 +129,16 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
     assert!(
         execs[1]
             .command
-            .contains(&format!("cat > {}", tmp(&package())))
+            .contains(&format!("KB_TMP={}\n", tmp(&package())))
     );
     assert!(
-        execs[1].command.contains("chmod 600"),
+        execs[1].command.contains("KB_MODE=600\n"),
         "{}",
         execs[1].command
     );
     let import = &execs[2].command;
     assert!(
-        import.contains(&format!("mv -f -- {} {}", tmp(&package()), package())),
+        import.contains(&format!("set -- {} {} ", tmp(&package()), package())),
         "{import}"
     );
     assert!(
@@ -660,7 +662,8 @@ fn under_sudo_the_pre_flight_image_check_runs_as_root_with_the_password() {
     let outcome = h.process(&plan);
     assert_eq!(outcome.preflight[0].id, FindingId::ImageMissing);
     let probe = h.exec_with(sent::PROBE);
-    let (own, under_sudo) = probe.command.split_once("if sudo -n true").unwrap();
+    // The sudo probe begins with the script it hands to sudo (its KB_SCRIPT).
+    let (own, under_sudo) = probe.command.split_once("KB_SCRIPT=").unwrap();
     assert!(
         own.contains("KB_PF_DONE") && !own.contains("images ls"),
         "{own}"
@@ -722,20 +725,17 @@ fn a_compressible_archive_goes_gzipped_to_a_node_with_gzip_and_as_it_is_elsewher
             prepare.contains("KB_TOOLS"),
             "the node is asked for gzip: {prepare}"
         );
-        // Written by `>` when sent as it is, through a `tee` when it is unpacked.
-        let (written, teed) = (
-            format!("> {}", tmp(&package())),
-            format!("tee {}", tmp(&package())),
-        );
+        // Received into its temporary name, unpacked by gzip or as it is.
+        let received = format!("KB_TMP={}\n", tmp(&package()));
         let upload: Vec<_> = h
             .execs()
             .into_iter()
-            .filter(|e| e.command.contains(&written) || e.command.contains(&teed))
+            .filter(|e| e.command.contains(&received))
             .collect();
         assert_eq!(upload.len(), 1, "{:#?}", h.execs());
         if gzipped {
             assert!(
-                upload[0].command.contains("s=$(gzip -dc | tee "),
+                upload[0].command.contains("KB_UNPACK=gzip\n"),
                 "{}",
                 upload[0].command
             );
@@ -745,7 +745,11 @@ fn a_compressible_archive_goes_gzipped_to_a_node_with_gzip_and_as_it_is_elsewher
             );
             assert_eq!(outcome.bytes_uploaded, copy.size);
         } else {
-            assert!(upload[0].command.contains("cat >"), "{}", upload[0].command);
+            assert!(
+                upload[0].command.contains("KB_UNPACK=''\n"),
+                "{}",
+                upload[0].command
+            );
             assert_eq!(outcome.bytes_uploaded, sizes[0]);
         }
     }
@@ -771,9 +775,9 @@ fn under_sudo_the_archive_and_its_import_get_the_password_first_and_run_as_root(
     let preamble = crate::remote::password_preamble(PASSWORD).into_bytes();
     let prepare = h.exec_with(sent::PREPARE).command;
     // The runtime is asked under the same sudo as the prepare step.
-    assert!(prepare.starts_with("if sudo -n true"), "{prepare}");
+    assert!(prepare.contains("\nif sudo -n true"), "{prepare}");
     for exec in [
-        h.exec_with(&format!("cat > {}", tmp(&package()))),
+        h.exec_with(&format!("KB_TMP={}\n", tmp(&package()))),
         h.exec_with(IMPORT),
     ] {
         assert!(
@@ -849,13 +853,9 @@ fn an_archive_replaced_after_it_was_hashed_is_sent_as_it_was_hashed() {
 fn an_archive_that_does_not_hash_on_the_node_to_what_was_sent_is_not_imported() {
     let got = "ab".repeat(32);
     for (tools, hasher, gzipped) in [
-        (
-            "KB_TOOLS sha256sum openssl\n",
-            "openssl dgst -sha256 -r",
-            false,
-        ),
-        (SHA256SUM, "sha256sum", false),
-        ("KB_TOOLS gzip sha256sum\n", "gzip -dc | tee", true),
+        ("KB_TOOLS sha256sum openssl\n", "KB_HASHER=openssl\n", false),
+        (SHA256SUM, "KB_HASHER=sha256sum\n", false),
+        ("KB_TOOLS gzip sha256sum\n", "KB_UNPACK=gzip\n", true),
     ] {
         let fake = FakeTransport::new()
             .on(sent::RUN, Reply::ok())
@@ -895,7 +895,8 @@ fn an_archive_that_does_not_hash_on_the_node_to_what_was_sent_is_not_imported() 
         assert!(
             receive
                 .command
-                .contains(&format!("rm -f -- {}", tmp(&package()))),
+                .contains(&format!("KB_TMP={}\nKB_MODE=600\n", tmp(&package())))
+                && receive.command.contains("KB_FAILED=remove\n"),
             "{}",
             receive.command
         );

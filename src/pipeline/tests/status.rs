@@ -46,7 +46,7 @@ fn a_sudo_node_is_asked_under_sudo_with_the_password_on_stdin() {
     h.status(&plan).unwrap();
     let exec = h.exec_with(PROBE);
     assert!(
-        exec.command.starts_with("if sudo -n true"),
+        exec.command.contains("\nif sudo -n true"),
         "{}",
         exec.command
     );

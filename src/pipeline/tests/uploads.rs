@@ -34,8 +34,10 @@ fn the_last_upload_rides_in_the_runs_channel() {
     assert!(execs[0].command.contains(sent::PREPARE));
     assert_eq!(execs[0].stdin, None);
     assert!(
-        execs[1].command.contains(&format!("cat > {}", tmp("f1")))
-            && execs[1].command.contains("chmod 644"),
+        execs[1]
+            .command
+            .contains(&format!("KB_TMP={}\n", tmp("f1")))
+            && execs[1].command.contains("KB_MODE=644\n"),
         "{}",
         execs[1].command
     );
@@ -43,15 +45,20 @@ fn the_last_upload_rides_in_the_runs_channel() {
     let run = &execs[2];
     assert!(
         run.command
-            .starts_with(&format!("( umask 077 && cd /tmp/kb && cat > {}", tmp("f2"))),
+            .starts_with(&format!("( KB_DIR=/tmp/kb\nKB_TMP={}\n", tmp("f2"))),
         "{}",
         run.command
     );
     assert!(run.command.contains(") || exit 201\n"), "{}", run.command);
+    // Both moved into place by the one finalize.sh: its words are (tmp, name, sha256).
+    let moves = run
+        .command
+        .lines()
+        .find(|l| l.starts_with("set -- "))
+        .unwrap();
     for name in ["f1", "f2"] {
         assert!(
-            run.command
-                .contains(&format!("mv -f -- {} {name}", tmp(name))),
+            moves.contains(&format!(" {} {name} ", tmp(name))),
             "{}",
             run.command
         );
@@ -78,7 +85,7 @@ fn under_sudo_the_password_goes_ahead_of_every_stdin_and_nowhere_else() {
     assert_eq!(execs.len(), 3);
     // The prepare step finds out whether sudo needs the password, so it gets it anyway.
     assert!(
-        execs[0].command.starts_with("if sudo -n true"),
+        execs[0].command.contains("\nif sudo -n true"),
         "{}",
         execs[0].command
     );
@@ -197,7 +204,7 @@ fn the_release_tarball_goes_instead_of_the_binary_when_the_node_can_unpack_it() 
         run.command
     );
     assert!(
-        rest.contains("join") && receive.contains(&format!("mv -f -- {} keadm", tmp("keadm"))),
+        rest.contains("join") && receive.contains(&format!("set -- {} keadm ", tmp("keadm"))),
         "{}",
         run.command
     );
@@ -322,7 +329,9 @@ fn a_node_with_zstd_gets_the_zstd_copy_and_the_xz_copy_when_that_fails() {
     let sha256 = sha256_hex(&binary);
     let (receive, _) = run.command.split_once("./keadm").unwrap();
     assert!(
-        receive.contains("zstd -dcq") && receive.contains(&sha256) && !receive.contains("xz -dc"),
+        receive.contains("KB_UNPACK=zstd\n")
+            && receive.contains(&sha256)
+            && !receive.contains("KB_UNPACK=xz"),
         "{}",
         run.command
     );
@@ -345,7 +354,11 @@ fn a_node_with_zstd_gets_the_zstd_copy_and_the_xz_copy_when_that_fails() {
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].stdin, Some(zst));
     assert_eq!(runs[1].stdin, Some(xz));
-    assert!(runs[1].command.contains("xz -dc |"), "{}", runs[1].command);
+    assert!(
+        runs[1].command.contains("KB_UNPACK=xz\n"),
+        "{}",
+        runs[1].command
+    );
     assert!(transcript(&outcome).contains(
         "the node could not unpack the zstd copy of the binary in the run's channel, so keadm did not run; sending the xz copy instead"
     ));
@@ -412,7 +425,9 @@ fn the_xz_copy_goes_first_to_a_node_with_xz_and_is_checked_by_the_binarys_sha256
     let sha256 = sha256_hex(&binary);
     let (receive, rest) = run.command.split_once("./keadm").unwrap();
     assert!(
-        receive.contains("xz -dc") && receive.contains(&sha256) && receive.contains(&tmp("keadm")),
+        receive.contains("KB_UNPACK=xz\n")
+            && receive.contains(&sha256)
+            && receive.contains(&tmp("keadm")),
         "received before keadm runs, checked by the binary's sha256: {}",
         run.command
     );
@@ -420,7 +435,7 @@ fn the_xz_copy_goes_first_to_a_node_with_xz_and_is_checked_by_the_binarys_sha256
     assert!(h.fake.execs_with(sent::TARBALL).is_empty());
     assert!(
         run.command
-            .contains(&format!("printf '%s\\n' {sha256} > keadm.sha256")),
+            .contains(&format!("set -- {} keadm {sha256}\n", tmp("keadm"))),
         "the sidecar is written from the known digest: {}",
         run.command
     );
@@ -563,8 +578,7 @@ fn a_node_with_a_working_openssl_checks_the_unpacked_xz_copy_with_it() {
     let run = h.exec_with(sent::RUN);
     assert_eq!(run.stdin, Some(xz));
     assert!(
-        run.command.contains("s=$(xz -dc | tee ")
-            && run.command.contains(" | openssl dgst -sha256 -r)"),
+        run.command.contains("KB_UNPACK=xz\n") && run.command.contains("KB_HASHER=openssl\n"),
         "{}",
         run.command
     );

@@ -308,7 +308,7 @@ impl SshConnection {
         let deadline = Cell::new(started + KILL_TIME);
         let killed = (|| {
             let mut killer = self.retry(&deadline, started, what, |s| s.channel_session())?;
-            self.retry(&deadline, started, what, |_| killer.exec(KILL_SIBLINGS))?;
+            self.retry(&deadline, started, what, |_| killer.exec(&KILL_SIBLINGS))?;
             let mut sink = Dropped::up_to(KILL_OUTPUT_CAP);
             let pumped = self.pump(&mut killer, None, &deadline, started, &mut sink);
             deadline.set(Instant::now() + CLOSE_TIME);

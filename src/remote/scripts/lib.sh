@@ -1,0 +1,84 @@
+# The shell functions several node scripts share. Not sent as it is: a script that
+# reads `. ./lib.sh` gets, in that line's place, only the functions below it calls
+# (src/remote/script.rs), so a node is never sent one it does not use. Each function
+# starts on a line of its own, `name() {`, and ends with a line `}`.
+
+# has COMMAND: whether COMMAND is on PATH. Exit 0 when it is, else 1.
+has() { command -v "$1" >/dev/null 2>&1; }
+
+# kb_edgecore_pids: leaves the pids of the node's edgecore processes in $ec, each after a
+# space (empty when none runs). /proc/*/comm needs no tool at all; pidof (what keadm
+# itself runs) also matches an argv[0] of edgecore. The pre-flight probe, the check after
+# a reset, the check after an upgrade and `batch status` call it.
+kb_edgecore_pids() {
+  ec=
+  for p in /proc/[0-9]*; do
+    read -r c 2>/dev/null < "$p/comm" || continue
+    [ "$c" = edgecore ] && ec="$ec ${p#/proc/}"
+  done
+  if has pidof; then
+    for p in $(pidof edgecore 2>/dev/null); do
+      case "$ec " in *" $p "*) ;; *) ec="$ec $p";; esac
+    done
+  fi
+}
+
+# kb_management_dir_state: leaves in $kd why /etc/kubeedge ($KE, which it sets) stops a
+# join, by keadm join's own rule (its management-directory check): nothing when the
+# directory is absent or empty (an empty one is often a mount point, as on read-only-root
+# devices), else the count and first names of its entries, that it cannot be read, or
+# that it is not a directory. One rule for the pre-flight probe and the check after a
+# reset, so a node the reset left clean is one the next join's pre-flight finds clean.
+# shellcheck disable=SC2034 # $kd is this function's result, which its callers read
+kb_management_dir_state() {
+  KE=/etc/kubeedge
+  kd=
+  if [ -d "$KE" ]; then
+    if ! l=$(ls -A "$KE" 2>&1); then kd="cannot read $KE: $l"
+    elif [ -n "$l" ]; then
+      kd="$(printf '%s\n' "$l" | wc -l | tr -d ' ') entries: $(printf '%s\n' "$l" | head -n 6 | tr '\n' ' ' | sed 's/ $//')"
+    fi
+  elif [ -e "$KE" ] || [ -L "$KE" ]; then
+    kd="$KE is not a directory"
+  fi
+}
+
+# kb_logged_version PID: prints the version edgecore process PID logged as it started
+# (klog's `I1202 04:02:50.700000 3794 server.go:107] Version: v1.23.1`, the third field
+# its pid), from the journal under systemd or from /var/log/kubeedge/edgecore.log (its
+# last MB) otherwise; nothing when it logged none. edgecore has no `--version` (it
+# ignores the flag and starts a second edgecore), so no script runs it.
+kb_logged_version() {
+  { journalctl "_PID=$1" -o cat --no-pager 2>/dev/null; tail -c 1000000 /var/log/kubeedge/edgecore.log 2>/dev/null; } | awk -v p="$1" '$3 == p && $5 == "Version:" { v = $6 } END { print v }'
+}
+
+# kb_config_version: prints edgecore.yaml's `edgecoreVersion`, which edgecore rewrites
+# to its own as it starts; nothing when there is none.
+kb_config_version() {
+  sed -n 's/^[[:space:]]*edgecoreVersion:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1 | tr -d "\"' "
+}
+
+# kb_hostname_override: prints edgecore.yaml's `hostnameOverride` (the Node name edgecore
+# registers under) as the file has it, quotes and all: the reader checks it is a Node
+# name. The check after an upgrade and the node's identity call it.
+kb_hostname_override() {
+  sed -n 's/^[[:space:]]*hostnameOverride:[[:space:]]*//p' /etc/kubeedge/config/edgecore.yaml 2>/dev/null | head -n 1
+}
+
+# kb_start_time: reads a `/proc/<pid>/stat` line on stdin and leaves field 22 (the
+# process's start time) in $kb_start, split as the shell splits words. run.sh records it
+# with the group; kill.sh and stop.sh compare it. Exit 1 when there is no line.
+kb_start_time() {
+  read -r _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ kb_start _
+}
+
+# kb_recorded_group: leaves in $g the process group run.sh recorded in $KB_PGID_FILE.
+# Exit 1 where there is no record, a malformed one, or a leader alive that is not the
+# process that made it (its start time differs): then nothing may be signalled. A leader
+# that is gone is fine: no other process can hold that number while the group lives.
+kb_recorded_group() {
+  read -r g st < "$KB_PGID_FILE" || return 1
+  case "$g" in ''|*[!0-9]*) return 1 ;; esac
+  [ "$g" -gt 1 ] && [ -n "$st" ] || return 1
+  if [ -r /proc/"$g"/stat ]; then kb_start_time < /proc/"$g"/stat; [ "$kb_start" = "$st" ] || return 1; fi
+}
