@@ -1266,8 +1266,10 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(stop(1), Some(Stopped::ByKill));
         let took = started.elapsed();
+        // Killed once the grace is over, not sooner; the upper bound only has to be far
+        // below the command's own 30 s, since a loaded machine stretches every step.
         assert!(
-            took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+            took >= Duration::from_millis(900) && took < Duration::from_secs(15),
             "{took:?}"
         );
         child.wait().unwrap();
