@@ -2,7 +2,7 @@ use super::*;
 use crate::keadm_cmd::Task;
 use crate::outcome::{ClusterCheck, StepTimes};
 
-fn node(index: usize, name: &str, phase: Phase) -> NodeOutcome {
+pub(super) fn node(index: usize, name: &str, phase: Phase) -> NodeOutcome {
     serde_json::from_value(serde_json::json!({
         "index": index, "name": name, "address": format!("127.0.0.{}:22", index + 1),
         "phase": phase, "bytes_uploaded": 0, "uploads_skipped": 0, "connect_attempts": 1,
@@ -87,41 +87,6 @@ fn hostile_node_text_is_escaped_and_no_script_runs_but_ours() {
         "{page}"
     );
     assert!(page.contains(&format!("<script>{SCRIPT}</script>")));
-}
-
-#[test]
-fn transcript_links_are_relative_and_encoded() {
-    let mut n = node(0, "edge a", Phase::Failed);
-    n.transcript = Some("/runs/x/nodes/1-edge a#?.log".into());
-    assert_eq!(
-        transcript_href(&n, Path::new("/runs/x")).as_deref(),
-        Some("nodes/1-edge%20a%23%3F.log")
-    );
-    // A merge's: in a shard's directory beside the merged one.
-    n.transcript = Some("/runs/shard-1/nodes/1-a.log".into());
-    assert_eq!(
-        transcript_href(&n, Path::new("/runs/merged")).as_deref(),
-        Some("../shard-1/nodes/1-a.log")
-    );
-}
-
-/// A run directory reached by another name (copied, moved, `batch_runs/latest`) links
-/// its own transcripts as `nodes/<file>`.
-#[test]
-fn a_copied_run_links_its_own_transcripts() {
-    let dir = tempfile::tempdir().unwrap();
-    let copy = dir.path().join("copy");
-    std::fs::create_dir_all(copy.join("nodes")).unwrap();
-    std::fs::write(copy.join("nodes/1-a.log"), "x").unwrap();
-    let mut n = node(0, "a", Phase::Failed);
-    n.transcript = Some("batch_runs/20261202T000000Z-abcd/nodes/1-a.log".into());
-    assert_eq!(transcript_href(&n, &copy).as_deref(), Some("nodes/1-a.log"));
-    // Through a link to it, the same.
-    std::os::unix::fs::symlink(&copy, dir.path().join("latest")).unwrap();
-    assert_eq!(
-        transcript_href(&n, &dir.path().join("latest")).as_deref(),
-        Some("nodes/1-a.log")
-    );
 }
 
 #[test]

@@ -3,75 +3,20 @@
 //! unknown keys accepted. Type mismatches are errors and unknown keys are warnings, every
 //! one naming its line, column and field path.
 
+mod keys;
+mod scalar;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::diagnostic::{Diagnostic, Severity};
 use super::schema::*;
 use super::yaml::{self, Node, Pos};
-
-const TOP_KEYS: &[&str] = &[
-    "keadm",
-    "nodes",
-    "maxRunNum",
-    "remoteDir",
-    "timeoutSeconds",
-    "retries",
-    "connectTimeoutSeconds",
-    "hostKeyPolicy",
-    "site",
-    "kubeconfig",
-    "labels",
-    "taints",
-    "sites",
-];
-const SITE_KEYS: &[&str] = &["labels", "taints"];
-const TAINT_KEYS: &[&str] = &["key", "value", "effect"];
-const KEADM_KEYS: &[&str] = &[
-    "download",
-    "keadmVersion",
-    "archGroup",
-    "offlinePackageDir",
-    "cmdTplArgs",
-    "keadmBinDir",
-    "offlineImages",
-    "extraImages",
-];
-const DOWNLOAD_KEYS: &[&str] = &["enable", "url", "sha512"];
-const NODE_KEYS: &[&str] = &[
-    "nodeName",
-    "keadmCmd",
-    "copyFrom",
-    "keadmBinDir",
-    "ssh",
-    "remoteDir",
-    "timeoutSeconds",
-    "retries",
-    "site",
-    "labels",
-    "taints",
-];
-const SSH_KEYS: &[&str] = &[
-    "ip",
-    "username",
-    "port",
-    "auth",
-    "connectTimeoutSeconds",
-    "hostKeyPolicy",
-    "sudo",
-    "proxyJump",
-];
-const JUMP_KEYS: &[&str] = &[
-    "ip",
-    "port",
-    "username",
-    "auth",
-    "hostKeyPolicy",
-    "proxyJump",
-];
-const AUTH_KEYS: &[&str] = &["type", "passwordAuth", "privateKeyAuth"];
-const PASSWORD_KEYS: &[&str] = &["password", "passwordEnv"];
-const PRIVATE_KEY_KEYS: &[&str] = &["privateKeyPath", "passphrase", "passphraseEnv"];
+use keys::{
+    AUTH_KEYS, DOWNLOAD_KEYS, JUMP_KEYS, KEADM_KEYS, NODE_KEYS, PASSWORD_KEYS, PRIVATE_KEY_KEYS,
+    SITE_KEYS, SSH_KEYS, TAINT_KEYS, TOP_KEYS, unknown_key_advice,
+};
+pub use scalar::{parse_go_int, parse_yaml11_bool};
 
 /// Parses `text` (the contents of `path`) into a [`RawConfig`]. Syntax errors end the
 /// reading at once; type errors and warnings are all collected into `diags`.
@@ -680,114 +625,6 @@ fn display_path(path: &str) -> &str {
     }
 }
 
-/// The warning for an unknown key, with the intended key where it is obvious.
-fn unknown_key_advice(
-    path: &str,
-    key: &str,
-    known: &[&str],
-    siblings: &[(Node, Node)],
-) -> (String, Option<String>) {
-    let full = join(path, key);
-    let message = format!("{full} is not a known field, so it is ignored (keadm ignores it too)");
-    let fix = match (path, key) {
-        ("keadm", "nodes") => Some("`nodes` belongs at the top level, not under `keadm`: move it left so it lines up with `keadm:`".to_string()),
-        (p, "arch") if p.starts_with("nodes[") && !p.contains('.') => {
-            Some("remove it: keadm-batch detects each node's arch with `uname -m` (keadm dropped this field in v1.21)".to_string())
-        }
-        (p, "nodes") if p.starts_with("nodes[") => Some("a node cannot contain `nodes`; check the indentation".to_string()),
-        _ => {
-            // A key that belongs one level up or down is a common indentation slip.
-            let sibling_keys: Vec<&str> = siblings.iter().filter_map(|(k, _)| k.key_text()).collect();
-            suggest(key, known)
-                .filter(|s| !sibling_keys.contains(s))
-                .map(|s| format!("did you mean `{s}`?"))
-                .or_else(|| elsewhere(key).map(|place| format!("`{key}` belongs under `{place}`; check the indentation")))
-        }
-    };
-    (message, fix)
-}
-
-/// Where a known key lives when it is found at the wrong level.
-fn elsewhere(key: &str) -> Option<&'static str> {
-    Some(match key {
-        "nodeName" | "keadmCmd" | "copyFrom" => "a `nodes` item",
-        "ip" | "username" | "port" | "auth" => "a node's `ssh`",
-        "keadmVersion" | "archGroup" | "download" | "offlinePackageDir" | "cmdTplArgs"
-        | "offlineImages" | "extraImages" => "`keadm`",
-        "sha512" => "`keadm.download`",
-        "password" | "passwordEnv" => "`passwordAuth`",
-        "privateKeyPath" => "`privateKeyAuth`",
-        "maxRunNum" => "the top level",
-        _ => return None,
-    })
-}
-
-/// The known key closest to `key`: same letters in another case, or at most two edits away.
-fn suggest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
-    if let Some(k) = known.iter().find(|k| k.eq_ignore_ascii_case(key)) {
-        return Some(k);
-    }
-    let lower = key.to_ascii_lowercase();
-    known
-        .iter()
-        .map(|k| (strsim::levenshtein(&lower, &k.to_ascii_lowercase()), *k))
-        .filter(|(d, k)| *d <= 2 && *d < k.len() / 2 + 1)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
-/// YAML 1.1 booleans, the set Go's yaml.v2 resolves.
-pub fn parse_yaml11_bool(text: &str) -> Option<bool> {
-    match text {
-        "y" | "Y" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" | "true" | "True" | "TRUE" => {
-            Some(true)
-        }
-        "n" | "N" | "no" | "No" | "NO" | "off" | "Off" | "OFF" | "false" | "False" | "FALSE" => {
-            Some(false)
-        }
-        _ => None,
-    }
-}
-
-/// An integer as yaml.v2 resolves a plain scalar for an int field.
-pub fn parse_go_int(text: &str) -> Option<i64> {
-    let cleaned: String = text.chars().filter(|c| *c != '_').collect();
-    let (negative, digits) = match cleaned.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, cleaned.strip_prefix('+').unwrap_or(&cleaned)),
-    };
-    let parsed = if let Some(hex) = digits
-        .strip_prefix("0x")
-        .or_else(|| digits.strip_prefix("0X"))
-    {
-        i64::from_str_radix(hex, 16).ok()
-    } else if let Some(bin) = digits
-        .strip_prefix("0b")
-        .or_else(|| digits.strip_prefix("0B"))
-    {
-        i64::from_str_radix(bin, 2).ok()
-    } else if let Some(oct) = digits
-        .strip_prefix("0o")
-        .or_else(|| digits.strip_prefix("0O"))
-    {
-        i64::from_str_radix(oct, 8).ok()
-    } else if digits.len() > 1
-        && digits.starts_with('0')
-        && digits.bytes().all(|b| b.is_ascii_digit())
-    {
-        i64::from_str_radix(&digits[1..], 8).ok()
-    } else if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-        digits.parse::<i64>().ok()
-    } else {
-        // yaml.v2 truncates a float read into an int field.
-        text.parse::<f64>()
-            .ok()
-            .filter(|f| f.is_finite() && f.abs() < 9.0e18)
-            .map(|f| f.trunc().abs() as i64)
-    };
-    parsed.map(|n| if negative { -n } else { n })
-}
-
 /// Reads the config file at `path`; a missing or unreadable file is an error naming it.
 pub fn read_file(path: &Path) -> Result<String, String> {
     let bytes = std::fs::read(path).map_err(|err| match err.kind() {
@@ -834,19 +671,6 @@ mod tests {
                 .contains("indentation"),
             "plain syntax errors keep their advice"
         );
-    }
-
-    #[test]
-    fn go_ints() {
-        assert_eq!(parse_go_int("22"), Some(22));
-        assert_eq!(parse_go_int("022"), Some(18));
-        assert_eq!(parse_go_int("0x16"), Some(22));
-        assert_eq!(parse_go_int("0b10110"), Some(22));
-        assert_eq!(parse_go_int("2_2"), Some(22));
-        assert_eq!(parse_go_int("-1"), Some(-1));
-        assert_eq!(parse_go_int("22.9"), Some(22));
-        assert_eq!(parse_go_int("abc"), None);
-        assert_eq!(parse_go_int(""), None);
     }
 
     #[test]
@@ -902,29 +726,5 @@ mod tests {
                 .any(|t| t.contains("privateKeyAuth.password") && t.contains("passwordAuth")),
             "{text:?}"
         );
-    }
-
-    #[test]
-    fn suggestions() {
-        assert_eq!(suggest("nodename", NODE_KEYS), Some("nodeName"));
-        assert_eq!(suggest("keadmcmd", NODE_KEYS), Some("keadmCmd"));
-        assert_eq!(suggest("usrname", SSH_KEYS), Some("username"));
-        assert_eq!(suggest("zzz", SSH_KEYS), None);
-    }
-
-    #[test]
-    fn suggestions_allow_two_edits_on_long_keys_only() {
-        // Distances are counted in characters, not bytes, case-insensitively.
-        assert_eq!(strsim::levenshtein("kitten", "sitting"), 3);
-        assert_eq!(strsim::levenshtein("ssh", "sßh"), 1);
-        assert_eq!(suggest("nodNme", NODE_KEYS), Some("nodeName"));
-        assert_eq!(suggest("keadmCmdd", NODE_KEYS), Some("keadmCmd"));
-        assert_eq!(suggest("pot", SSH_KEYS), Some("port"));
-        assert_eq!(suggest("pt", SSH_KEYS), Some("port"));
-        // Two edits on a two-letter key would match anything that short.
-        assert_eq!(suggest("x", SSH_KEYS), None);
-        assert_eq!(suggest("i", SSH_KEYS), Some("ip"));
-        assert_eq!(suggest("usr", SSH_KEYS), None);
-        assert_eq!(suggest("AUTH", SSH_KEYS), Some("auth"));
     }
 }

@@ -1,13 +1,11 @@
-//! The top of the run, in hyperfine's shape: the command line parsed into typed options
-//! (`cli`), then a plan (`config`, `plan`), then its execution (`stage`, `pool`,
-//! `pipeline`, `report`). This module only orders those steps, sets up logging and
-//! Ctrl-C, and turns the result into an exit code. Errors arrive typed and are printed
-//! once, here.
+//! `batch -c FILE`: the config loaded and checked, the plan made, then the pre-flight
+//! probes (`--preflight-only`), the plan printed (`--dry-run`) or the run executed:
+//! staging, every selected node through the pool, the results written and recapped.
 
-use std::ffi::OsString;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
+use super::{home, install_signal_handler, json, load_config, meters, print};
 use crate::arch::Arch;
 use crate::cancel::Cancel;
 use crate::cluster_run::{self, ClusterRun};
@@ -15,313 +13,18 @@ use crate::config::{self, validate::ProcessEnvironment};
 use crate::console::{console_line, console_text};
 use crate::error::{Error, Interruption, OutputError, OutputFile, UsageError};
 use crate::kubeedge::before_run::{self, Refused};
-use crate::node_text::escape_controls_by_line;
-use crate::options::{
-    BundleOptions, Command, MergeOptions, OutputFormat, PreflightMode, RunOptions, StatusOptions,
-    Verbosity,
-};
+use crate::options::{OutputFormat, PreflightMode, RunOptions, Verbosity};
 use crate::pace::{self, JoinSlots};
 use crate::report::findings::{Probe, Report, Row};
 use crate::report::log::ResultLog;
-use crate::report::progress::{ConsoleWriter, Progress};
+use crate::report::progress::Progress;
 use crate::report::summary::{RunFacts, Summary};
 use crate::report::{self, Recorder, RunDir, recap};
-use crate::stage::{CopyMaking, Meters, OfflineImages, StageError, StageSettings, Stager};
-use crate::{
-    bundle, cli, dry_run, gen_config, outcome, pipeline, plan, pool, rerun, status, waves,
-};
-
-/// Runs keadm-batch with `args` and returns the process exit code.
-pub fn main_with_args(args: impl IntoIterator<Item = OsString>) -> i32 {
-    // OpenSSL first, as rust-openssl initialises it: with OPENSSL_INIT_NO_ATEXIT. Whoever
-    // calls OpenSSL first decides, and some of the openssl crate's calls do not initialise
-    // it (the relay key's PKey::generate_ed25519, made on this thread before any SSH
-    // session): OpenSSL then initialised itself and registered OPENSSL_cleanup with
-    // atexit. At exit that frees every thread's OpenSSL state without a lock, racing any
-    // thread still exiting (openssl/openssl#6214; a "double free" abort after a run). The
-    // pools join their threads too (pool::joined); this keeps exit clear of OpenSSL
-    // whatever thread is still around (a jump-host bridge left to time out, say).
-    openssl::init();
-    let command = match cli::parse(args) {
-        Ok(command) => command,
-        Err(err) => {
-            // clap prints help and version to stdout and errors to stderr itself.
-            let _ = err.print();
-            return if err.use_stderr() { 2 } else { 0 };
-        }
-    };
-    let verbosity = match &command {
-        Command::Run(options) => options.verbosity,
-        Command::Bundle(options) => options.verbosity,
-        _ => Verbosity::Normal,
-    };
-    init_logging(verbosity);
-    let result = run(command);
-    // Every node is done: the shared jump-host connections are closed and their driver
-    // threads joined, so none outlives the run on a socket.
-    crate::transport::close_jump_connections();
-    match result {
-        Ok(()) => 0,
-        Err(err) => {
-            // One prefix per line, so a list of config problems reads as a list. An error
-            // may quote a registry, a node or an API server: escaped here once, so none
-            // can move the cursor or retitle the terminal, whichever error it reaches.
-            for line in escape_controls_by_line(&err.to_string()).lines() {
-                console_line!("keadm-batch: error: {line}");
-            }
-            err.exit_code()
-        }
-    }
-}
-
-fn init_logging(verbosity: Verbosity) {
-    let level = match verbosity {
-        Verbosity::Quiet => log::LevelFilter::Error,
-        Verbosity::Normal => log::LevelFilter::Warn,
-        Verbosity::Verbose => log::LevelFilter::Debug,
-    };
-    let mut builder = env_logger::Builder::new();
-    builder
-        .filter_level(log::LevelFilter::Warn)
-        .filter_module("keadm_batch", level)
-        .format(|buf, record| {
-            let level = match record.level() {
-                log::Level::Error => "error",
-                log::Level::Warn => "warning",
-                log::Level::Info => "info",
-                log::Level::Debug | log::Level::Trace => "debug",
-            };
-            // Records quote outside text too (a node's, a registry's): escaped as errors are.
-            let text = escape_controls_by_line(&record.args().to_string());
-            writeln!(buf, "keadm-batch: {level}: {text}")
-        });
-    if let Ok(spec) = std::env::var("RUST_LOG") {
-        builder.parse_filters(&spec);
-    }
-    // Records print above the live status line instead of tearing it.
-    builder.target(env_logger::Target::Pipe(Box::new(ConsoleWriter)));
-    let _ = builder.try_init();
-}
-
-fn run(command: Command) -> Result<(), Error> {
-    match command {
-        Command::GenConfig(options) => Ok(gen_config::run(&options)?),
-        // Both are made in memory first: clap_complete panics on a failed write.
-        Command::Completions(shell) => {
-            let mut script = Vec::new();
-            cli::write_completions(&shell, &mut script).map_err(UsageError::from)?;
-            print(script)
-        }
-        Command::Man => {
-            let mut page = Vec::new();
-            cli::write_man_page(&mut page).map_err(OutputError::Stdout)?;
-            print(page)
-        }
-        Command::Run(options) => run_batch(&options),
-        Command::Merge(options) => run_merge(&options),
-        Command::Report { run_dir } => write_report(&run_dir.unwrap_or_else(latest_run)),
-        Command::Status(options) => run_status(&options),
-        Command::Bundle(options) => run_bundle(&options),
-        // What was checked is the result, so it goes to stdout, as a dry run's plan does.
-        Command::VerifyKit(options) => {
-            print(bundle::verify(&options.path, options.expect_sha512.as_deref())?.summary())
-        }
-        Command::ExtractKit(options) => {
-            for note in &options.deprecations {
-                log::warn!("{note}");
-            }
-            let checked = bundle::extract(
-                &options.archive,
-                &options.into,
-                options.expect_sha512.as_deref(),
-            )?;
-            console_text!("{}", checked.summary());
-            Ok(())
-        }
-        Command::PackCopy {
-            format,
-            binary,
-            sha256,
-        } => Ok(crate::stage::make_copy_here(format, &binary, &sha256)?),
-    }
-}
-
-/// `batch bundle -c FILE --into DIR`: the air-gapped kit, written by `bundle`.
-fn run_bundle(options: &BundleOptions) -> Result<(), Error> {
-    for note in &options.deprecations {
-        log::warn!("{note}");
-    }
-    // The connected machine need not have the site's secrets: bundling reads none.
-    let env = config::environment::WithoutSecrets::new(&ProcessEnvironment);
-    let loaded = load_config(&options.config, &env)?;
-    let docker_config =
-        bundle::docker_config_path(std::env::var_os("DOCKER_CONFIG").map(PathBuf::from), home());
-    let quiet = options.verbosity == Verbosity::Quiet;
-    let settings = bundle::BundleSettings::new(
-        &loaded.config,
-        options,
-        &env.stand_ins(),
-        docker_config,
-        meters(options.verbosity),
-    )?;
-    let mut note = |line: String| {
-        if !quiet {
-            console_line!("{line}");
-        }
-    };
-    let report = bundle::write_kit(&settings, &mut note)?;
-    report.lines().into_iter().for_each(note);
-    console_text!("{}", report.summary());
-    // After the console's lines, as a run prints its summary after the recap.
-    if options.output == OutputFormat::Json {
-        print(report.json())?;
-    }
-    Ok(())
-}
-
-/// Loads and validates the config with `env`, printing its warnings.
-fn load_config(
-    path: &std::path::Path,
-    env: &dyn config::Environment,
-) -> Result<config::Loaded, Error> {
-    let loaded = config::load(path, env).inspect_err(|err| {
-        // Warnings often explain the errors (`nodes` nested under `keadm`).
-        for warning in err.warnings() {
-            log::warn!("{}", warning.render(path));
-        }
-    })?;
-    for warning in &loaded.warnings {
-        log::warn!("{}", warning.render(path));
-    }
-    Ok(loaded)
-}
-
-/// `batch merge DIR...`: the shards' results as one. Exits like a run would: 1 when some
-/// node did not succeed.
-fn run_merge(options: &MergeOptions) -> Result<(), Error> {
-    // Before the config or any shard is read: a refused --into leaves no trace.
-    if let Some(into) = &options.into {
-        report::merge::check_into(into, &options.dirs).map_err(UsageError::from)?;
-    }
-    let config = options.config.as_deref().map(config_nodes).transpose()?;
-    let merged = report::merge::merge(&options.dirs, config.as_ref()).map_err(UsageError::from)?;
-    if let Some(into) = &options.into {
-        report::files::create_dir_all(into)
-            .and_then(|()| merged.summary.write(&into.join(report::run_dir::SUMMARY)))
-            .and_then(|()| {
-                report::files::write(
-                    &into.join(report::log::LOG_FILE),
-                    merged.log_text().as_bytes(),
-                )
-            })
-            .and_then(|()| report::html::write(&merged.summary, into).map(drop))
-            .map_err(OutputError::file(OutputFile::MergedResults, into))?;
-    }
-    report::junit::emit(&merged.summary, &options.junit, options.output)?;
-    if let Some(path) = &options.metrics {
-        report::metrics::write(&merged.summary, path)
-            .map_err(OutputError::file(OutputFile::Metrics, path))?;
-    }
-    print(match options.output {
-        OutputFormat::Json => json(&merged.summary),
-        OutputFormat::Text => report::merge::render(&merged),
-        OutputFormat::Junit => String::new(),
-    })?;
-    let totals = &merged.summary.totals;
-    if totals.not_succeeded() > 0 {
-        return Err(Error::MergedNodesFailed {
-            failed: totals.not_succeeded(),
-            total: totals.selected,
-            dirs: merged.summary.merged_from.join(", "),
-            log: options
-                .into
-                .as_ref()
-                .map(|into| into.join(report::log::LOG_FILE)),
-        });
-    }
-    Ok(())
-}
-
-/// `batch report` without a run directory: the one batch_runs/latest points at, else that
-/// link's path, which the refusal then names.
-fn latest_run() -> PathBuf {
-    let cwd = std::env::current_dir().unwrap_or_default();
-    rerun::latest_run(&cwd)
-        .unwrap_or_else(|| PathBuf::from(report::run_dir::RUNS_DIR).join(report::run_dir::LATEST))
-}
-
-/// `batch report RUN_DIR`: report.html from the run's summary.json (else its journal,
-/// for a run that did not finish); the page's path on stdout.
-fn write_report(run_dir: &std::path::Path) -> Result<(), Error> {
-    let summary = report::merge::read_run_dir(run_dir).map_err(UsageError::from)?;
-    let path = report::html::write(&summary, run_dir)
-        .map_err(OutputError::file(OutputFile::Report, run_dir))?;
-    print(format!("{}\n", path.display()))
-}
-
-/// `batch status -c FILE`: the table (or JSON) on stdout; exit 1 when a node did not answer.
-fn run_status(options: &StatusOptions) -> Result<(), Error> {
-    let loaded = load_config(&options.config, &ProcessEnvironment)?;
-    let cwd = std::env::current_dir().map_err(OutputError::CurrentDir)?;
-    let cancel = Cancel::new();
-    install_signal_handler(&cancel);
-    let report = status::gather(&loaded.config, options, home(), &cwd, &cancel)?;
-    print(report.render(options.output))?;
-    status::ended(&report, &cancel)
-}
-
-/// `batch merge -c FILE`: the config's nodes, each at its address as a run records it.
-fn config_nodes(path: &std::path::Path) -> Result<report::merge::ConfigNodes, Error> {
-    // Merging reads node names and addresses only: no secret need be set on this host.
-    let env = config::environment::WithoutSecrets::new(&ProcessEnvironment);
-    let loaded = load_config(path, &env)?;
-    Ok(report::merge::ConfigNodes {
-        path: path.to_path_buf(),
-        addresses: loaded
-            .config
-            .nodes
-            .iter()
-            .map(|node| {
-                let address = plan::display_address(&node.ssh.host, node.ssh.port);
-                (node.name.clone(), address)
-            })
-            .collect(),
-    })
-}
-
-/// Writes `text` on stdout; see [`report::stdout`] for a reader that stops early.
-fn print(text: impl AsRef<[u8]>) -> Result<(), Error> {
-    Ok(report::stdout::print(text).map_err(OutputError::Stdout)?)
-}
-
-/// A summary as `--output json` prints it: pretty, with a final newline.
-fn json(summary: &Summary) -> String {
-    let mut text = serde_json::to_string_pretty(summary).unwrap_or_default();
-    text.push('\n');
-    text
-}
-
-fn home() -> Option<PathBuf> {
-    std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from)
-}
-
-/// Where downloads and image pulls say how far they are: the console's
-/// shared bars on a terminal (below the live status line), plain lines every few seconds
-/// elsewhere, nothing when the operator asked for quiet.
-fn meters(verbosity: Verbosity) -> Meters {
-    if verbosity == Verbosity::Quiet {
-        Meters::Off
-    } else if std::io::stderr().is_terminal() {
-        Meters::Bars(report::progress::console())
-    } else {
-        Meters::lines()
-    }
-}
+use crate::stage::{CopyMaking, OfflineImages, StageError, StageSettings, Stager};
+use crate::{bundle, dry_run, outcome, pipeline, plan, pool, rerun, waves};
 
 /// `batch -c FILE`: load and check the config, plan, then probe, print or execute.
-fn run_batch(options: &RunOptions) -> Result<(), Error> {
+pub(super) fn run_batch(options: &RunOptions) -> Result<(), Error> {
     let loaded = load_config(&options.config, &ProcessEnvironment)?;
     let retry = if options.retry_failed {
         match retry_selection(&loaded.config, options)? {
@@ -841,27 +544,6 @@ fn stage_packages(settings: StageSettings) -> Result<Stager, StageError> {
     stager.stage_all()?;
     Ok(stager)
 }
-
-/// The first Ctrl-C or SIGTERM stops starting nodes; the second cancels running ones.
-fn install_signal_handler(cancel: &Cancel) {
-    let cancel = cancel.clone();
-    let result = ctrlc::set_handler(move || {
-        let level = cancel.request();
-        if level == 1 {
-            console_line!(
-                "\nkeadm-batch: stopping: no new node will start; running nodes finish or reach their deadline. Press Ctrl-C again to cancel them."
-            );
-        } else if level == 2 {
-            console_line!("\nkeadm-batch: cancelling running nodes; results are still written.");
-        }
-    });
-    if let Err(err) = result {
-        log::warn!(
-            "Could not install the Ctrl-C handler: {err}. Ctrl-C will end keadm-batch at once, without writing the results."
-        );
-    }
-}
-
 /// The sites' relay for this run: with `--relay auto` and a site of two or more nodes
 /// whose addresses this machine knows. Its tag is its own 64 random bits, and its keys,
 /// one per payload, are made for this run as payloads are first claimed.

@@ -10,10 +10,11 @@
 //! characters escaped, and the page's Content-Security-Policy runs no script but the one
 //! shipped, by its hash. What each part shows: docs/summary.md, "report.html".
 
+mod transcript_link;
+
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use askama::Template;
 use base64::Engine as _;
@@ -24,6 +25,7 @@ use crate::diagnosis::FailureClass;
 use crate::node_text::{escape_controls, one_line};
 use crate::outcome::{NodeOutcome, Phase};
 use crate::waves::WaveResult;
+use transcript_link::transcript_href;
 
 /// The report's file name in a run directory.
 pub const REPORT: &str = "report.html";
@@ -34,8 +36,8 @@ const COMMAND_LINE_CHARS: usize = 4000;
 /// The slowest nodes listed.
 const SLOWEST: usize = 10;
 
-const STYLE: &str = include_str!("../../templates/report.css");
-const SCRIPT: &str = include_str!("../../templates/report.js");
+const STYLE: &str = include_str!("../../../templates/report.css");
+const SCRIPT: &str = include_str!("../../../templates/report.js");
 
 /// The timeline's phases, in the order a node goes through them.
 pub const PHASES: [&str; 5] = ["connect", "prepare", "upload", "run", "ready"];
@@ -379,78 +381,6 @@ fn bar(phase: &'static str, start: f64, secs: f64) -> Bar {
         length: number(secs),
         title: format!("{phase}: {}", human_precise(secs)),
     }
-}
-
-/// The node's transcript as a link relative to the run directory, each segment
-/// percent-encoded, so it resolves from `file://` and after the directory is copied.
-fn transcript_href(node: &NodeOutcome, run_dir: &Path) -> Option<String> {
-    let transcript = Path::new(node.transcript.as_deref()?);
-    // The run directory's own transcript, wherever the summary says the run was (a copy,
-    // a directory moved, `batch report batch_runs/latest`): `nodes/<file>` when it is there.
-    let file = transcript.file_name()?;
-    let own = transcript.parent().and_then(Path::file_name) == Some("nodes".as_ref())
-        && run_dir.join("nodes").join(file).is_file();
-    let relative = if own {
-        Path::new("nodes").join(file)
-    } else {
-        relative_to(transcript, run_dir)?
-    };
-    let mut href = String::new();
-    for (i, part) in relative.components().enumerate() {
-        if i > 0 {
-            href.push('/');
-        }
-        match part {
-            Component::ParentDir => href.push_str(".."),
-            Component::Normal(segment) => {
-                href.push_str(&percent_encode(&segment.to_string_lossy()))
-            }
-            _ => return None,
-        }
-    }
-    Some(href)
-}
-
-/// `path` relative to `base`: directly when `base` is a prefix of it (as a run writes
-/// its transcripts), else through both made absolute (a merge's shards, beside it).
-fn relative_to(path: &Path, base: &Path) -> Option<PathBuf> {
-    if let Ok(inside) = path.strip_prefix(base) {
-        return Some(inside.to_path_buf());
-    }
-    // Through links resolved where they exist (`batch_runs/latest`), else as written.
-    let path = std::fs::canonicalize(path)
-        .or_else(|_| std::path::absolute(path))
-        .ok()?;
-    let base = std::fs::canonicalize(base)
-        .or_else(|_| std::path::absolute(base))
-        .ok()?;
-    let path: Vec<Component> = path.components().collect();
-    let base: Vec<Component> = base.components().collect();
-    let common = path.iter().zip(&base).take_while(|(a, b)| a == b).count();
-    if common == 0 {
-        return None;
-    }
-    let mut out = PathBuf::new();
-    for _ in common..base.len() {
-        out.push("..");
-    }
-    for part in &path[common..] {
-        out.push(part);
-    }
-    Some(out)
-}
-
-/// A path segment with everything but RFC 3986's unreserved characters percent-encoded.
-fn percent_encode(segment: &str) -> String {
-    let mut out = String::with_capacity(segment.len());
-    for b in segment.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
 }
 
 /// The nodes that failed or timed out, by class (those with none last), each class with
