@@ -37,6 +37,7 @@
 #if defined(LIBSSH2_OPENSSL) || defined(LIBSSH2_WOLFSSL)
 
 #include <stdlib.h>
+#include <limits.h>
 #include <assert.h>
 
 void ssh2_crypto_init(void)
@@ -934,10 +935,16 @@ int ssh2_cipher_crypt(ssh2_cipher_ctx *ctx, SSH2_CIPHER_T(algo), int encrypt,
     /* size of AT, if present */
     const int authenticationtag = IS_LAST(firstlast) ? authlen : 0;
     unsigned int cryptlen; /* length to encrypt */
+    unsigned char *out; /* where EVP_Cipher() writes */
 
     (void)algo;
 
-    if(blocksize > sizeof(buf) ||
+    /* keadm-batch: more than a block (a run of middle blocks, see
+       ssh2_transport_send()) is crypted in place, which EVP_Cipher() allows;
+       a block still goes through buf as before. */
+    out = blocksize > sizeof(buf) ? block : buf;
+
+    if(blocksize > UINT_MAX ||
        blocksize < (size_t)(aadlen + authenticationtag))
         return 1;
 
@@ -966,7 +973,7 @@ int ssh2_cipher_crypt(ssh2_cipher_ctx *ctx, SSH2_CIPHER_T(algo), int encrypt,
 #endif /* LIBSSH2_AES_GCM */
 
     if(cryptlen > 0)
-        ret = EVP_Cipher(*ctx, buf + aadlen, block + aadlen, cryptlen);
+        ret = EVP_Cipher(*ctx, out + aadlen, block + aadlen, cryptlen);
 
 #if defined(USE_OPENSSL_3) || defined(LIBSSH2_WOLFSSL)
     if(ret != -1)
@@ -1007,7 +1014,8 @@ int ssh2_cipher_crypt(ssh2_cipher_ctx *ctx, SSH2_CIPHER_T(algo), int encrypt,
         /* Copy en/decrypted data back to the caller.
            The first aadlen should not be touched because they were not
            encrypted and are unmodified. */
-        memcpy(block + aadlen, buf + aadlen, cryptlen);
+        if(out != block)
+            memcpy(block + aadlen, buf + aadlen, cryptlen);
         rc = !ret;
     }
 

@@ -1219,9 +1219,21 @@ int ssh2_transport_send(LIBSSH2_SESSION *session,
             /* Some crypto back-ends could handle a single crypt() call for
                encryption, but (presumably) others cannot, so break it up
                into blocksize-sized chunks to satisfy them all. */
+#ifdef LIBSSH2_OPENSSL
+            /* keadm-batch: OpenSSL's ssh2_cipher_crypt() takes any length,
+               so the run of MIDDLE_BLOCK chunks between the first and the
+               last goes in one call: one EVP_Cipher() per packet instead of
+               one per 16-byte block, which ran AES-CTR and AES-GCM at a
+               fraction of OpenSSL's bulk speed. The bytes are the same. */
+            size_t run_start = 0;
+            size_t run_len = 0;
+#endif
             for(i = etm_crypt_offset; i < packet_length;
                 i += session->local.crypt->blocksize) {
                 unsigned char *ptr = &p->outbuf[i];
+#ifdef LIBSSH2_OPENSSL
+                size_t chunk_start = i;
+#endif
                 size_t bsize = SSH2_MIN(session->local.crypt->blocksize,
                                         (int)(packet_length - i));
                 /* The INTEGRATED_MAC case always has an extra call below, so
@@ -1246,11 +1258,38 @@ int ssh2_transport_send(LIBSSH2_SESSION *session,
                 ssh2_deb((session, LIBSSH2_TRACE_SOCKET,
                           "crypting bytes %lu-%lu", (unsigned long)i,
                           (unsigned long)(i + bsize - 1)));
+#ifdef LIBSSH2_OPENSSL
+                if(firstlast == MIDDLE_BLOCK) {
+                    /* chunks follow each other: this one starts where the
+                       run ends */
+                    if(!run_len)
+                        run_start = chunk_start;
+                    run_len += bsize;
+                    continue;
+                }
+                if(run_len) {
+                    if(session->local.crypt->crypt(session, 0,
+                                                   &p->outbuf[run_start],
+                                                   run_len,
+                                                   &session->local.crypt_abstract,
+                                                   MIDDLE_BLOCK))
+                        return LIBSSH2_ERROR_ENCRYPT;
+                    run_len = 0;
+                }
+#endif
                 if(session->local.crypt->crypt(session, 0, ptr, bsize,
                                                &session->local.crypt_abstract,
                                                firstlast))
                     return LIBSSH2_ERROR_ENCRYPT; /* encryption failure */
             }
+#ifdef LIBSSH2_OPENSSL
+            if(run_len &&
+               session->local.crypt->crypt(session, 0, &p->outbuf[run_start],
+                                           run_len,
+                                           &session->local.crypt_abstract,
+                                           MIDDLE_BLOCK))
+                return LIBSSH2_ERROR_ENCRYPT;
+#endif
 
             /* Call crypt() one last time so it can be filled in with the
                MAC */
