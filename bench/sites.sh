@@ -26,12 +26,16 @@
 # machine-readable:
 #   sites: uplink_copies=U relay_vs_off=R relay_vs_floor=F
 # U: bytes the busiest site's uplink carried to the site in the auto run, over one xz copy
-# of keadm; R and F: the auto run's time over the off run's and over the floor's.
+# of keadm (the smaller of its two packed copies); R and F: the auto run's time over the
+# off run's and over the floor's. The contest starts once both the zstd and the xz copy
+# are made, so every run sends what a warm run sends.
 #
 #   bench/sites.sh                         # 2 sites x 20 nodes, 20 Mbit/s, maxRunNum 40
 #   S=2 N=5 RATE=50mbit bench/sites.sh     # a quick look
 # Knobs (environment): S N C (maxRunNum) RATE (tc syntax) BENCH_KEADM (default
-# /usr/bin/containerd, Debian's Go build) KEEP=1 (keep the work dir). Needs root.
+# /usr/bin/containerd, Debian's Go build) STAGING (keadm-batch's staging dir; one outside
+# the work dir keeps the packed copies for the next run: they are made at the lowest CPU
+# priority and take minutes on a busy machine) KEEP=1 (keep the work dir). Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
@@ -159,29 +163,32 @@ ours() {
   local rd=$1 relay=$2 t0
   t0=$(date +%s.%N)
   ( cd "$work/sites" && in_ctl "$bin" batch -c config.yaml --known-hosts "$work/known_hosts" \
-      --host-key-policy accept-new --preflight off --staging-dir "$work/sites/staging" \
+      --host-key-policy accept-new --preflight off --staging-dir "$STAGING" \
       --run-dir "$rd" --relay "$relay" -q ) >"$work/sites/out-$rd.log" 2>&1 \
     || { printf 'bench: keadm-batch failed after %.2f s, see %s:\n' "$(echo "$(date +%s.%N) - $t0" | bc -l)" "$work/sites/out-$rd.log" >&2
          tail -5 "$work/sites/out-$rd.log" >&2; touch "$work/failed"; exit 1; }
   echo "$(date +%s.%N) - $t0" | bc -l
 }
 
-# Staging and the xz copy happen once, untimed: the contest compares transfers.
-echo "==> staging (the xz copy, once)"
+STAGING="${STAGING:-$work/sites/staging}"
+# Staging and the packed copies happen once, untimed: the contest compares transfers.
+echo "==> staging (the zstd and xz copies, once)"
 clear_nodes
 ( cd "$work/sites" && in_ctl "$bin" batch -c config.yaml --only edge-0000 --known-hosts "$work/known_hosts" \
-    --host-key-policy accept-new --preflight off --staging-dir "$work/sites/staging" \
+    --host-key-policy accept-new --preflight off --staging-dir "$STAGING" \
     --run-dir warm -q ) >"$work/sites/out-warm.log" 2>&1 \
   || { echo "bench: the warm-up run failed:" >&2; tail -5 "$work/sites/out-warm.log" >&2; KEEP=1; exit 1; }
-# The first run makes the xz copy beside itself, in a process it does not wait for: the
-# contest starts once the copy is in the cache.
-for _ in $(seq 600); do
-  ls "$work"/sites/staging/bin/amd64/keadm-*.xz >/dev/null 2>&1 && break
+# The first run makes the zstd and xz copies beside itself, in processes it does not wait
+# for: the contest starts once both are in the cache (a node gets the one that suits it).
+for _ in $(seq 1200); do
+  ls "$STAGING"/bin/amd64/keadm-*.xz "$STAGING"/bin/amd64/keadm-*.zst >/dev/null 2>&1 && break
   sleep 0.5
 done
-xz_copy=$(ls "$work"/sites/staging/bin/amd64/keadm-*.xz | head -1)
+xz_copy=$(ls "$STAGING"/bin/amd64/keadm-*.xz | head -1)
 xzsize=$(stat -c %s "$xz_copy")
 echo "    xz copy: $xzsize bytes ($(printf '%.3f' "$(ratio "$xzsize" "$size")")x)"
+zst_copy=$(ls "$STAGING"/bin/amd64/keadm-*.zst 2>/dev/null | head -1 || true)
+[ -z "$zst_copy" ] || echo "    zstd copy: $(stat -c %s "$zst_copy") bytes ($(printf '%.3f' "$(ratio "$(stat -c %s "$zst_copy")" "$size")")x)"
 
 join='./keadm join --cloudcore-ipport=127.0.0.1:10000 --edgenode-name=edge'
 # floor: per site at once, the xz copy over the uplink to its first node, then from that

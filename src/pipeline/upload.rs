@@ -333,6 +333,16 @@ fn tarball_source(staged: &StagedBinary) -> Option<TarballSource> {
     })
 }
 
+/// For a node in a site, whose copy crosses the uplink the site's nodes share (the one
+/// copy the relay sends there, or every node's with `--relay off`): the packed copies
+/// ready now, smallest first, so the xz copy goes before the zstd copy, which is about a
+/// tenth larger. The bytes on a shared uplink are what a site waits for; what the node
+/// pays to unpack xz instead of zstd runs while the bytes arrive (bench/README.md, the
+/// sites' table for issue 47). A node in no site keeps [`CopyFormat::PREFERRED`]'s order.
+fn smallest_first(copies: &mut [(PackedCopy, Sha256Tool)]) {
+    copies.sort_by_key(|(copy, _)| copy.size);
+}
+
 /// Whether any package staged so far is worth sending as its tarball (then the prepare
 /// step asks the node for tar, gzip and sha512sum).
 pub(super) fn tarball_may_pay_off(stager: &Stager) -> bool {
@@ -402,6 +412,9 @@ impl Run<'_, '_> {
                     }
                     None => {}
                 }
+            }
+            if node.site.is_some() {
+                smallest_first(&mut copies);
             }
             uploads.push(Upload {
                 local: staged.binary.clone(),

@@ -6,7 +6,8 @@
 //! the node pays to unpack: xz costs a small edge CPU 1.6-1.8 CPU-s for an 83 MB keadm,
 //! which on a small ARM board is slower than a 20 Mbit/s link brings the bytes, where zstd
 //! costs a sixth of that for a copy about a tenth larger (docs/decisions.md has the
-//! figures). So a node with `zstd` gets the zstd copy, one with only `xz` the xz copy.
+//! figures). So a node with `zstd` gets the zstd copy, one with only `xz` the xz copy; a
+//! node in a site, whose copy crosses the uplink the site shares, gets the smaller one.
 //!
 //! Making a copy takes tens of seconds of the control host's cores, longer than a run of
 //! tens of nodes takes to send them the release tarball, so nothing waits for it. Staging
@@ -96,7 +97,9 @@ pub enum CopyFormat {
 impl CopyFormat {
     /// Every format, the one a node that can unpack both gets first: zstd, since a node's
     /// CPU (a small board's share, or a host's cores shared by the nodes unpacking on it)
-    /// sets the pace before the link does (bench/README.md).
+    /// sets the pace before the link does (bench/README.md). A node in a site gets the
+    /// smaller copy instead: its copy crosses the uplink the site shares (the pipeline's
+    /// upload.rs).
     pub const PREFERRED: [CopyFormat; 2] = [CopyFormat::Zstd, CopyFormat::Xz];
 
     /// Its name: the node's tool that unpacks it, and [`PACK_COMMAND`]'s FORMAT.

@@ -364,6 +364,57 @@ fn a_node_with_zstd_gets_the_zstd_copy_and_the_xz_copy_when_that_fails() {
     ));
 }
 
+/// A keadm whose xz copy is smaller than its zstd copy, as a Go binary's is (about a
+/// tenth): mostly one byte, the rest one of sixteen, from a fixed pseudo-random sequence.
+fn binary_xz_packs_smaller() -> Vec<u8> {
+    let mut binary = b"#!/bin/sh\necho keadm\n".to_vec();
+    let mut x: u64 = 12345;
+    while binary.len() < 256 << 10 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let v = x >> 33;
+        binary.push(if v % 100 < 93 {
+            b'a'
+        } else {
+            b'b' + ((v >> 8) % 16) as u8
+        });
+    }
+    binary
+}
+
+/// A node in a site gets its copy over the uplink the site's nodes share: the smallest
+/// copy it can unpack goes, the xz copy before the zstd copy even where the node has
+/// zstd. A node in no site still gets the zstd copy.
+#[test]
+fn a_node_in_a_site_gets_the_smallest_copy_it_can_unpack() {
+    let binary = binary_xz_packs_smaller();
+    for site in [Some(crate::plan::Site::Named("s1".into())), None] {
+        let fake = FakeTransport::new()
+            .on(sent::RUN, Reply::ok())
+            .on(sent::PREPARE, prepared(WITH_ZSTD));
+        let mut h = Harness::new(fake);
+        h.stage(&binary);
+        let zst = staged_copy(&h, CopyFormat::Zstd, &binary);
+        let xz = staged_xz(&h, &binary);
+        assert!(xz.len() < zst.len(), "xz {} zstd {}", xz.len(), zst.len());
+        let mut node = staged_node(vec![]);
+        node.site = site.clone();
+        let outcome = h.process(&node);
+        assert_eq!(outcome.phase, Phase::Succeeded, "{:?}", outcome.error);
+        let (copy, format) = match site {
+            Some(_) => (xz, "xz"),
+            None => (zst, "zstd"),
+        };
+        assert_eq!(outcome.bytes_uploaded, copy.len() as u64, "{site:?}");
+        assert_eq!(h.exec_with(sent::RUN).stdin, Some(copy), "{site:?}");
+        assert!(
+            transcript(&outcome).contains(&format!("sent the {format} copy of the binary")),
+            "{site:?}"
+        );
+    }
+}
+
 /// A cold run whose xz copy is whole while its zstd copy is still being made: a node with
 /// zstd gets the xz copy at once, and says why.
 #[test]

@@ -25,15 +25,25 @@ const KEX_PREFERENCE: &[&str] = &[
     "ecdh-sha2-nistp521",
 ];
 
-/// Ciphers, cheapest for the control host first. The bundled libssh2 encrypts every AES
-/// mode one 16-byte block per OpenSSL call (GCM pays for its GHASH the same way), but
-/// chacha20-poly1305 a packet at a time, so here chacha20 is the cheapest and AES-GCM, the
-/// cheapest in OpenSSH's client, the dearest. bench/ciphers.sh, control-host CPU-s per GiB
-/// sent (512 MiB, medians): chacha20-poly1305 3.9-4.0, AES-CTR 4.2-4.6, AES-GCM 4.9-5.2
-/// (OpenSSH's client 1.6-2.9). chacha20 costs the node about 30% more than AES-GCM, but
-/// a node's CPU serves one node, while the control host's is shared by every node it serves
-/// at once: the default spares the control host. The rest stay as fallbacks.
-const CIPHER_PREFERENCE: &[&str] = &[
+/// Ciphers, cheapest for the control host first, on a CPU with AES instructions (AES-NI
+/// and PCLMULQDQ, or ARMv8's AES and PMULL). libssh2 is built from vendor/libssh2-sys,
+/// patched so that OpenSSL encrypts each packet's blocks in one call: AES-GCM then runs at
+/// OpenSSL's bulk speed, where stock libssh2 made one call per 16-byte block and its
+/// chacha20-poly1305 is its own portable C. bench/ciphers.sh, control-host CPU-s per GiB
+/// sent: see bench/README.md (issue 47); AES-GCM is also what sshd decrypts the cheapest
+/// (chacha20 costs it about 30 % more). The rest stay as fallbacks.
+const CIPHER_PREFERENCE_AES: &[&str] = &[
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes128-ctr",
+    "aes192-ctr",
+    "aes256-ctr",
+];
+
+/// Without AES instructions, AES in software costs more than libssh2's own
+/// chacha20-poly1305, so chacha20 goes first, as in OpenSSH's own order.
+const CIPHER_PREFERENCE_NO_AES: &[&str] = &[
     "chacha20-poly1305@openssh.com",
     "aes128-ctr",
     "aes192-ctr",
@@ -41,6 +51,34 @@ const CIPHER_PREFERENCE: &[&str] = &[
     "aes128-gcm@openssh.com",
     "aes256-gcm@openssh.com",
 ];
+
+/// The cipher order for this machine's CPU.
+fn cipher_preference() -> &'static [&'static str] {
+    if cpu_has_aes() {
+        CIPHER_PREFERENCE_AES
+    } else {
+        CIPHER_PREFERENCE_NO_AES
+    }
+}
+
+/// Whether the CPU encrypts AES-GCM in hardware: AES rounds and the carry-less multiply
+/// GHASH needs.
+fn cpu_has_aes() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+            && std::arch::is_aarch64_feature_detected!("pmull")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
 
 /// The socket the session runs over: a TCP connection to the node, or, with a jump host,
 /// one end of a socket pair whose other end the jump host's shared connection relays.
@@ -147,8 +185,8 @@ fn connect_tcp(spec: &ConnectSpec, deadline: Instant) -> Result<TcpStream, Trans
 pub(super) fn set_preferences(session: &Session) {
     for (method, preferred) in [
         (MethodType::Kex, KEX_PREFERENCE),
-        (MethodType::CryptCs, CIPHER_PREFERENCE),
-        (MethodType::CryptSc, CIPHER_PREFERENCE),
+        (MethodType::CryptCs, cipher_preference()),
+        (MethodType::CryptSc, cipher_preference()),
     ] {
         let Ok(supported) = session.supported_algs(method) else {
             continue;
