@@ -82,3 +82,83 @@ kb_recorded_group() {
   [ "$g" -gt 1 ] && [ -n "$st" ] || return 1
   if [ -r /proc/"$g"/stat ]; then kb_start_time < /proc/"$g"/stat; [ "$kb_start" = "$st" ] || return 1; fi
 }
+
+# kb_kind_of NAME: prints the word for the runtime that calls itself NAME (CRI's
+# RuntimeName, or the name of the process that holds its socket): containerd, docker,
+# crio or isulad (the words src/remote/runtime.rs reads), else unknown.
+kb_kind_of() {
+  case $1 in
+    containerd) echo containerd ;;
+    docker|cri-dockerd) echo docker ;;
+    cri-o|crio) echo crio ;;
+    isulad|iSulad) echo isulad ;;
+    *) echo unknown ;;
+  esac
+}
+
+# kb_find_tool: leaves in $kb_tool the first CLI of the runtime $kb_kind (a word of
+# kb_kind_of) on PATH that can import into it, in runtime.rs's Runtime::tools order, or
+# nothing. For containerd it prints KB_RT_EXACT: containerd keeps a name as the archive
+# wrote it, and CRI looks images up by their full name, so a short name (kubeedge/x:1)
+# is not the image keadm asks for.
+# shellcheck disable=SC2154 # $kb_kind is the caller's: the probe's finding, the import's KB_RUNTIME
+kb_find_tool() {
+  kb_tool=
+  case $kb_kind in
+    containerd) has ctr && kb_tool=ctr; echo KB_RT_EXACT ;;
+    docker) has docker && kb_tool=docker ;;
+    crio) for kb_t in podman skopeo; do has "$kb_t" && { kb_tool=$kb_t; break; }; done ;;
+    isulad) has isula && kb_tool=isula ;;
+  esac
+}
+
+# kb_crictl_list: prints the images crictl lists on the runtime at $KB_SOCK, one
+# reference per line. The table is read whole before awk sees it: in a pipe crictl's
+# failure would be lost, and an empty list said instead. Exit 3 when there is no
+# crictl, 1 when it fails.
+kb_crictl_list() {
+  has crictl || return 3
+  kb_table=$(crictl --runtime-endpoint "unix://$KB_SOCK" images) || return 1
+  printf '%s\n' "$kb_table" | awk 'NR > 1 && $2 != "<none>" { print $1 ":" $2 }'
+}
+
+# kb_list: prints the images of the runtime $kb_kind at $KB_SOCK, one reference per line,
+# with its CLI $kb_tool (kb_find_tool's). Exit 3 when there is no CLI to ask, else 0, or
+# the CLI's failure (1 where its table is read whole, as kb_crictl_list's).
+# shellcheck disable=SC2154 # $kb_kind is the caller's: the probe's finding, the import's KB_RUNTIME
+kb_list() {
+  case $kb_kind in
+    containerd)
+      [ -n "$kb_tool" ] || { kb_crictl_list; return; }
+      ctr --connect-timeout 10s --address "$KB_SOCK" -n k8s.io images ls -q ;;
+    docker)
+      [ -n "$kb_tool" ] || return 3
+      docker images --format '{{.Repository}}:{{.Tag}}' ;;
+    crio)
+      [ "$kb_tool" = podman ] || return 3
+      podman images --format '{{.Repository}}:{{.Tag}}' ;;
+    isulad)
+      [ -n "$kb_tool" ] || return 3
+      kb_table=$(isula images) || return 1
+      printf '%s\n' "$kb_table" | awk 'NR > 1 { print $1 ":" $2 }' ;;
+    *) kb_crictl_list ;;
+  esac
+}
+
+# kb_rt_list [SOCKET]: lists the runtime's images (kb_list) as KB_RT_IMAGE <ref> lines
+# and KB_RT_LISTED, or says why it could not: KB_RT_LIST_FAILED <the CLI's last words>,
+# or KB_RT_UNLISTED when there is no CLI to ask or nothing at SOCKET (then none is asked).
+# The runtime probe and the import call it.
+kb_rt_list() {
+  if [ -n "$1" ] && [ ! -e "$1" ]; then echo KB_RT_UNLISTED
+  elif kb_out=$(kb_list 2>&1); then
+    printf '%s\n' "$kb_out" | while IFS= read -r kb_l; do [ -n "$kb_l" ] && printf 'KB_RT_IMAGE %s\n' "$kb_l"; done
+    echo KB_RT_LISTED
+  else
+    kb_rc=$?
+    if [ "$kb_rc" = 3 ] && [ -z "$kb_out" ]; then echo KB_RT_UNLISTED
+    else printf 'KB_RT_LIST_FAILED %s\n' "$(printf '%s\n' "$kb_out" | tail -n 3 | tr '\n' ' ')"
+    fi
+  fi
+}
+
