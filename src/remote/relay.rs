@@ -171,7 +171,12 @@ pub fn serve_script(serve: &Serve) -> Result<String, String> {
 /// (scripts/relay_serve_copy.sh).
 fn serve_as_login(serve: &Serve) -> String {
     let copy = copy_name(serve.tag, serve.sha256);
-    with_serve_values(include_str!("scripts/relay_serve_copy.sh"), serve, "", &copy)
+    with_serve_values(
+        include_str!("scripts/relay_serve_copy.sh"),
+        serve,
+        "",
+        &copy,
+    )
 }
 
 /// `file` with the values lib.sh's `kb_serve` reads: the forced `command` (a login's

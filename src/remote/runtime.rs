@@ -7,8 +7,8 @@
 //! asks a registry anything.
 
 use super::SIDECAR_SUFFIX;
-use crate::image_ref::ImageRef;
 use super::script::{with_values, with_values_and_words};
+use crate::image_ref::ImageRef;
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
@@ -241,10 +241,7 @@ fn import_words(runtime: &Runtime, archive: &ArchiveImport) -> Vec<String> {
                     InArchive::OciRefName(name) => ["oci-archive:", &archive.file, ":", name],
                     InArchive::Unnamed => return None,
                 };
-                Some([
-                    source.concat(),
-                    ["containers-storage:", reference].concat(),
-                ])
+                Some([source.concat(), ["containers-storage:", reference].concat()])
             })
             .collect(),
         _ => None,
@@ -912,7 +909,10 @@ mod tests {
             "<copy><docker-archive:image-x.tar:a/b:1><containers-storage:docker.io/a/b:1>\n\
              <copy><oci-archive:image-x.tar:c:2><containers-storage:docker.io/a/c:2>\n"
         );
-        let (out, code) = run(&bin, &import_script(up, &runtime, &[unnamed, named.clone()]));
+        let (out, code) = run(
+            &bin,
+            &import_script(up, &runtime, &[unnamed, named.clone()]),
+        );
         assert_eq!(code, Some(3), "{out}");
         assert_eq!(parse_import(&out).failed, Some((0, 1)));
         assert!(cli_output(&out).contains("install podman"), "{out}");

@@ -215,7 +215,15 @@ mod tests {
             functions_called_by("kb_no the login user has no home\necho \"it has\"\n"),
             ""
         );
-        for call in ["has x", "if has x", "a && has x", "x=$(has y)", "case $a in b) has x ;; esac", "! has x", "{ has x; }"] {
+        for call in [
+            "has x",
+            "if has x",
+            "a && has x",
+            "x=$(has y)",
+            "case $a in b) has x ;; esac",
+            "! has x",
+            "{ has x; }",
+        ] {
             assert!(functions_called_by(call).starts_with("has() {"), "{call}");
         }
     }

@@ -26,7 +26,11 @@ const DONE: &str = "KB_ST_DONE";
 pub fn status_probe_script(keadm: &str) -> String {
     super::script::with_values(
         include_str!("scripts/status_probe.sh"),
-        &[("KEADM", keadm), ("EC_BIN", EDGECORE_BIN), ("CERT", EDGE_CERT)],
+        &[
+            ("KEADM", keadm),
+            ("EC_BIN", EDGECORE_BIN),
+            ("CERT", EDGE_CERT),
+        ],
     )
 }
 
@@ -126,8 +130,8 @@ fn keadm_version(line: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shell::shell_quote;
     use crate::remote::sent_forms::{Forms, assert_forms_posix_sh};
+    use crate::shell::shell_quote;
 
     #[test]
     fn the_probe_is_posix_sh_as_the_login_user_and_under_sudo() {

@@ -123,9 +123,9 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
         execs[0]
             .command
             .contains("KB_SOCK=/run/containerd/containerd.sock\n")
-            && execs[0]
-                .command
-                .contains("ctr --connect-timeout 10s --address \"$KB_SOCK\" -n k8s.io images ls -q"),
+            && execs[0].command.contains(
+                "ctr --connect-timeout 10s --address \"$KB_SOCK\" -n k8s.io images ls -q"
+            ),
         "{}",
         execs[0].command
     );
@@ -148,7 +148,9 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
         import.contains(&format!(
             "KB_RUNTIME=containerd\nKB_SOCK=/run/containerd/containerd.sock\nset -- {} 0\n",
             package()
-        )) && import.contains("ctr --connect-timeout 10s --address \"$KB_SOCK\" -n k8s.io images import \"$kb_f\""),
+        )) && import.contains(
+            "ctr --connect-timeout 10s --address \"$KB_SOCK\" -n k8s.io images import \"$kb_f\""
+        ),
         "{import}"
     );
     assert_eq!(execs[2].stdin, None);
