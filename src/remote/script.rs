@@ -212,7 +212,7 @@ mod tests {
         // in a message.
         assert_eq!(functions_called_by("hash_it; kb_has"), "");
         assert_eq!(
-            functions_called_by("kb_no the login user has no home\necho \"it has\"\n"),
+            functions_called_by("echo the login user has no home\necho \"it has\"\n"),
             ""
         );
         for call in [
