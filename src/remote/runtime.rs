@@ -901,7 +901,10 @@ mod tests {
             &format!("printf '<%s>' \"$@\" >> {}; echo >> {0}", log.display()),
         );
         let up = dir.path().to_str().unwrap();
-        let (out, code) = run(&bin, &import_script(up, &runtime, &[named.clone()]));
+        let (out, code) = run(
+            &bin,
+            &import_script(up, &runtime, std::slice::from_ref(&named)),
+        );
         assert_eq!(code, Some(0), "{out}");
         assert_eq!(parse_import(&out).imported, [0]);
         assert_eq!(
