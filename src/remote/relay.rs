@@ -12,6 +12,7 @@
 //! user for that part ([`serve_script`]); the clearings run as the login user anyway.
 
 use super::Sha256Tool;
+use super::script::{sendable, with_values};
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
@@ -95,62 +96,6 @@ pub struct Serve<'a> {
     pub login: Login<'a>,
 }
 
-/// Shell that ends the script with [`NOT_SERVING_LINE`] and why (`kb_no`), and checks
-/// that `kb_home` is an absolute path that can stand inside the forced command's quotes.
-const HOME_CHECK: &str = r#"kb_no() { echo "KB_RELAY_NOT_SERVING $*"; exit 0; }
-case $kb_home in /*) ;; *) kb_no the login user has no home;; esac
-case $kb_home in *\"*|*\\*|*"'"*|*[[:cntrl:]]*) kb_no "the login user's home has a quote, a backslash or a control character in its name";; esac
-"#;
-
-/// Shell, as the login user, that prints why its authorized_keys cannot take a line
-/// (and succeeds), or fails when it can. A symlink is refused even where the login user
-/// could write through it: the clearing replaces the file by a rename, which would
-/// replace the link.
-const AUTHORIZED_KEYS_CHECK: &str = r#"kb_ak=$kb_home/.ssh/authorized_keys
-kb_ak_refused() {
-  if [ -L "$kb_ak" ]; then echo "the login user's .ssh/authorized_keys is a symbolic link"
-  elif [ -e "$kb_ak" ] && { [ ! -f "$kb_ak" ] || [ ! -w "$kb_ak" ]; }; then echo "the login user's .ssh/authorized_keys is not a file it can write"
-  elif [ -e "$kb_home/.ssh" ] && { [ ! -d "$kb_home/.ssh" ] || [ ! -w "$kb_home/.ssh" ]; }; then echo "the login user's .ssh is not a directory it can write"
-  elif [ ! -e "$kb_home/.ssh" ] && [ ! -w "$kb_home" ]; then echo "the login user cannot write its home"
-  else return 1; fi
-}
-kb_why=$(kb_ak_refused) && kb_no "$kb_why"
-"#;
-
-/// Shell, as root under sudo, that finds the login user `$kb_user` (`kb_pw`, `kb_uid`,
-/// `kb_gid`, or ends the script with `kb_no`) and defines `kb_drop_tool`, which prints
-/// the way this node runs a command as it (util-linux's `setpriv` or `runuser`, else
-/// `su`, each tried with `id -u`) or fails when there is none.
-const FIND_LOGIN_USER: &str = r#"kb_pw=$(getent passwd "$kb_user" 2>/dev/null | head -n 1)
-kb_uid=$(printf '%s\n' "$kb_pw" | cut -d: -f3)
-kb_gid=$(printf '%s\n' "$kb_pw" | cut -d: -f4)
-case $kb_uid:$kb_gid in :*|*:|*[!0-9:]*) kb_no "getent passwd does not know the login user $kb_user";; esac
-kb_drop_tool() {
-  if [ "$(setpriv --reuid="$kb_uid" --regid="$kb_gid" --init-groups -- id -u 2>/dev/null </dev/null)" = "$kb_uid" ]; then echo setpriv
-  elif [ "$(runuser -u "$kb_user" -- id -u 2>/dev/null </dev/null)" = "$kb_uid" ]; then echo runuser
-  elif [ "$(su -s /bin/sh "$kb_user" -c 'id -u' 2>/dev/null </dev/null)" = "$kb_uid" ]; then echo su
-  else return 1; fi
-}
-"#;
-
-/// Why a sudo node whose [`FIND_LOGIN_USER`] finds no way to run as the login user does
-/// not serve.
-const NO_DROP: &str = "none of setpriv, runuser and su runs a command as $kb_user here, and root does not work in its home";
-
-/// Shell after [`FIND_LOGIN_USER`]: `kb_home`, the login user's home, and
-/// `kb_as SCRIPT ARG0 ARGS...`, which runs `sh -c SCRIPT` as the login user (with
-/// `setpriv` its real, effective and saved ids all become the user's, and its groups).
-const DROP_TO_LOGIN: &str = r#"kb_home=$(printf '%s\n' "$kb_pw" | cut -d: -f6)
-kb_how=$(kb_drop_tool) || kb_no "$kb_no_drop"
-kb_as() {
-  case $kb_how in
-    setpriv) setpriv --reuid="$kb_uid" --regid="$kb_gid" --init-groups -- sh -c "$@" ;;
-    runuser) runuser -u "$kb_user" -- sh -c "$@" ;;
-    *) su -s /bin/sh "$kb_user" -c "$@" ;;
-  esac
-}
-"#;
-
 /// Why `command` cannot be a forced command: sshd reads `command="..."` up to the next
 /// unescaped double quote and takes a backslash as an escape, and a line break would end
 /// the authorized_keys line; `None` when it can.
@@ -173,7 +118,10 @@ pub fn forced_command_refusal(command: &str) -> Option<String> {
 
 /// The forced command that serves the node's copy from the upload dir `dir`: the
 /// temporary name `tmp` while it is there, else the final one `name` (a rename is
-/// atomic, so one of the two always exists).
+/// atomic, so one of the two always exists). It stays text put together here: sshd runs
+/// a forced command (`command="..."` in authorized_keys) as it is written, with no
+/// parameters to pass values in, so the paths are quoted into it by [`shell_quote`];
+/// [`forced_command_refusal`] checks that the line can carry it.
 pub fn direct_command(dir: &str, tmp: &str, name: &str) -> String {
     let path = |file: &str| shell_quote(&format!("{}/{file}", dir.trim_end_matches('/')));
     format!("cat -- {} 2>/dev/null || cat -- {}", path(tmp), path(name))
@@ -192,94 +140,79 @@ pub fn direct_command(dir: &str, tmp: &str, name: &str) -> String {
 /// A node that cannot serve prints [`NOT_SERVING_LINE`] and why, and the script goes on.
 /// `Err` (why, for the transcript) when the forced command cannot be written at all: the
 /// direct one, for a login's own home, is checked here; the copy's, under sudo, names
-/// the login user's home, which the node checks.
+/// the login user's home, which the node checks. scripts/relay_serve.sh (a login's own
+/// home), scripts/relay_serve_sudo.sh and scripts/relay_serve_copy.sh (under sudo), and
+/// lib.sh's `kb_serve`.
 pub fn serve_script(serve: &Serve) -> Result<String, String> {
-    let copied = matches!(serve.login, Login::Sudo(_));
-    if !copied
-        && let Some(why) = forced_command_refusal(&direct_command(serve.dir, serve.tmp, serve.name))
-    {
-        return Err(why);
-    }
-    let as_login = serve_as_login(serve, copied);
     Ok(match serve.login {
-        Login::Own => format!("( kb_home=$HOME\n{as_login}) </dev/null 2>/dev/null\n"),
-        Login::Sudo(user) => format!(
-            "( kb_user={user}\nkb_no() {{ echo \"{NOT_SERVING_LINE} $*\"; exit 0; }}\nkb_no_drop=\"{NO_DROP}\"\n{FIND_LOGIN_USER}{DROP_TO_LOGIN}\
-             kb_as {script} kb \"$kb_home\" < {tmp} ) 2>/dev/null\n",
-            user = shell_quote(user),
-            script = shell_quote(&format!("kb_home=$1\n{as_login}")),
-            tmp = shell_quote(&format!(
-                "{}/{}",
-                serve.dir.trim_end_matches('/'),
-                serve.tmp
-            )),
-        ),
+        Login::Own => {
+            let command = direct_command(serve.dir, serve.tmp, serve.name);
+            if let Some(why) = forced_command_refusal(&command) {
+                return Err(why);
+            }
+            with_serve_values(include_str!("scripts/relay_serve.sh"), serve, &command, "")
+        }
+        Login::Sudo(user) => {
+            let served = [serve.dir.trim_end_matches('/'), "/", serve.tmp].concat();
+            with_values(
+                include_str!("scripts/relay_serve_sudo.sh"),
+                &[
+                    ("KB_USER", user),
+                    ("KB_SERVED", &served),
+                    ("KB_AS_LOGIN", &serve_as_login(serve)),
+                ],
+            )
+        }
     })
 }
 
-/// The part of [`serve_script`] that runs as the login user in its home `kb_home`: with
-/// `copy` (under sudo) it first writes the copy root sends on stdin, and serves that.
-fn serve_as_login(serve: &Serve, copy: bool) -> String {
-    let lifetime = serve.lifetime_secs;
-    let command = if copy {
-        let copy = copy_name(serve.tag, serve.sha256);
-        format!(
-            "kb_copy=$kb_home/{copy}\n\
-                 if ! {{ rm -f -- \"$kb_copy.new\" && ( set -C && cat > \"$kb_copy.new\" ) && \
-                 [ $(( $(wc -c < \"$kb_copy.new\") )) = {size} ] && chmod 400 -- \"$kb_copy.new\" && \
-                 rm -f -- \"$kb_copy\" && mv -f -- \"$kb_copy.new\" \"$kb_copy\"; }}; then \
-                 rm -f -- \"$kb_copy.new\"; kb_no \"cannot write its copy in the login user's home\"; fi\n\
-                 kb_cmd=\"cat -- '$kb_copy'\"\n",
-            size = serve.size
-        )
-    } else {
-        format!(
-            "kb_cmd={}\n",
-            shell_quote(&direct_command(serve.dir, serve.tmp, serve.name))
-        )
-    };
-    // The line is put together on the node, where its clock (the expiry) and the login
-    // user's home (the copy under sudo) are known; `%%` keeps a `%` of the text itself.
-    let text = |s: &str| s.replace('%', "%%");
-    let format = format!(
-        "%srestrict,from=\"{}\",command=\"%s\",expiry-time=\"%s\" {} {}\\n",
-        text(&serve.from.join(",")),
-        text(serve.public_key),
-        text(serve.tag)
-    );
-    format!(
-        "{HOME_CHECK}umask 077\n{AUTHORIZED_KEYS_CHECK}\
-         kb_exp=$(date -d \"@$(( $(date +%s) + {lifetime} ))\" +%Y%m%d%H%M%S 2>/dev/null)\n\
-         case $kb_exp in {digits}) ;; *) kb_no \"the node's date cannot tell the time {lifetime} s from now\";; esac\n\
-         {command}\
-         [ -d \"$kb_home/.ssh\" ] || mkdir -m 700 -- \"$kb_home/.ssh\" || kb_no \"cannot make the login user's .ssh\"\n\
-         kb_pre=\n\
-         [ -s \"$kb_ak\" ] && [ $(( $(tail -c 1 -- \"$kb_ak\" | wc -l) )) = 0 ] && kb_pre='\n'\n\
-         printf {format} \"$kb_pre\" \"$kb_cmd\" \"$kb_exp\" >> \"$kb_ak\" || kb_no \"cannot add its line to the login user's authorized_keys\"\n",
-        digits = "[0-9]".repeat(14),
-        format = shell_quote(&format),
+/// The part of [`serve_script`] that the login user runs under sudo, its home as `$1`
+/// and the copy root sends on stdin: it writes the copy in its home and serves that
+/// (scripts/relay_serve_copy.sh).
+fn serve_as_login(serve: &Serve) -> String {
+    let copy = copy_name(serve.tag, serve.sha256);
+    with_serve_values(
+        include_str!("scripts/relay_serve_copy.sh"),
+        serve,
+        "",
+        &copy,
+    )
+}
+
+/// `file` with the values lib.sh's `kb_serve` reads: the forced `command` (a login's
+/// own home) or the name of the `copy` in the home (under sudo), and the line's own.
+fn with_serve_values(file: &str, serve: &Serve, command: &str, copy: &str) -> String {
+    let size = serve.size.to_string();
+    let from = serve.from.join(",");
+    let lifetime = serve.lifetime_secs.to_string();
+    with_values(
+        file,
+        &[
+            ("KB_COMMAND", command),
+            ("KB_COPY", copy),
+            ("KB_SIZE", &size),
+            ("KB_FROM", &from),
+            ("KB_KEY", serve.public_key),
+            ("KB_TAG", serve.tag),
+            ("KB_LIFETIME", &lifetime),
+        ],
     )
 }
 
 /// The prepare step's check, as the login user in its home `$HOME`, that the node can
-/// serve: it prints [`NOT_SERVING_LINE`] and why when it cannot.
+/// serve: it prints [`NOT_SERVING_LINE`] and why when it cannot
+/// (scripts/relay_serve_probe.sh).
 pub fn serve_probe_as_login() -> String {
-    format!(
-        "( kb_home=$HOME\n{HOME_CHECK}{AUTHORIZED_KEYS_CHECK}\
-         kb_exp=$(date -d \"@$(( $(date +%s) + 60 ))\" +%Y%m%d%H%M%S 2>/dev/null)\n\
-         case $kb_exp in {digits}) ;; *) kb_no \"the node's date cannot tell the time of a line's expiry\";; esac\n\
-         ) </dev/null 2>/dev/null\n",
-        digits = "[0-9]".repeat(14),
-    )
+    sendable(include_str!("scripts/relay_serve_probe.sh"))
 }
 
 /// The prepare step's check, as root under sudo, that root can run the serve's steps in
 /// the home of `user` (the login user) as that user: [`NOT_SERVING_LINE`] and why when
-/// it cannot.
+/// it cannot (scripts/relay_serve_probe_root.sh).
 pub fn serve_probe_as_root(user: &str) -> String {
-    format!(
-        "( kb_user={}\nkb_no() {{ echo \"{NOT_SERVING_LINE} $*\"; exit 0; }}\n{FIND_LOGIN_USER}kb_drop_tool >/dev/null || kb_no \"{NO_DROP}\"\n) </dev/null 2>/dev/null\n",
-        shell_quote(user)
+    with_values(
+        include_str!("scripts/relay_serve_probe_root.sh"),
+        &[("KB_USER", user)],
     )
 }
 
@@ -309,7 +242,7 @@ pub fn clear_script(tag: Option<&str>) -> String {
     let mine = tag
         .map(|t| t.strip_prefix(TAG_PREFIX).unwrap_or(t))
         .unwrap_or_default();
-    super::script::with_values(
+    with_values(
         include_str!("scripts/relay_clear.sh"),
         &[("KB_LINE_SHAPE", LINE_SHAPE), ("KB_RUN_TAG", mine)],
     )
@@ -320,7 +253,7 @@ pub fn clear_script(tag: Option<&str>) -> String {
 /// removes its own whatever else happens), once a day old, so a concurrent run's fetch
 /// keeps its own (scripts/relay_stale_files.sh).
 pub fn stale_fetch_files_script(dir: &str) -> String {
-    super::script::with_values(
+    with_values(
         include_str!("scripts/relay_stale_files.sh"),
         &[("KB_DIR", dir)],
     )
@@ -379,7 +312,7 @@ const FETCH_ERR_CAP: u64 = 4096;
 /// scripts/relay_fetch.sh.
 pub fn fetch_script(fetch: &Fetch) -> String {
     let source = fetch.source;
-    super::script::with_values(
+    with_values(
         include_str!("scripts/relay_fetch.sh"),
         &[
             ("KB_DIR", fetch.dir),

@@ -7,13 +7,14 @@
 //! asks a registry anything.
 
 use super::SIDECAR_SUFFIX;
+use super::script::{with_values, with_values_and_words};
 use crate::image_ref::ImageRef;
 use crate::node_text::{MESSAGE_CHARS, one_line};
 use crate::shell::shell_quote;
 
 /// A container runtime keadm join can use, as the runtime itself says what it is (see
-/// [`IDENTIFY`]), never guessed from its socket's name: a containerd listens wherever its
-/// config says.
+/// [`runtime_probe_script`]), never guessed from its socket's name: a containerd listens
+/// wherever its config says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Runtime {
     /// containerd (also k3s's), driven with `ctr --address <socket> -n k8s.io`: CRI's
@@ -30,19 +31,10 @@ pub enum Runtime {
     Unknown { socket: String, why: String },
 }
 
-/// The word the probe prints for each runtime it can tell (`KB_RT_KIND`), and the names
-/// that runtime gives itself, as a `case` pattern: CRI's `RuntimeName` (`crictl version`)
-/// or the name of the process that holds its socket.
-const KINDS: [(&str, &str); 4] = [
-    ("containerd", "containerd"),
-    ("docker", "docker|cri-dockerd"),
-    ("crio", "cri-o|crio"),
-    ("isulad", "isulad|iSulad"),
-];
-
 impl Runtime {
-    /// The runtime the probe's word `kind` names, serving `socket`; `told` is how the
-    /// probe learnt it (for an unknown runtime, what it asked).
+    /// The runtime the probe's word `kind` (lib.sh's `kb_kind_of`) names, serving
+    /// `socket`; `told` is how the probe learnt it (for an unknown runtime, what it
+    /// asked).
     fn of_kind(kind: &str, socket: &str, told: &str) -> Runtime {
         let socket = socket.to_string();
         match kind {
@@ -55,13 +47,6 @@ impl Runtime {
                 why: told.to_string(),
             },
         }
-    }
-
-    /// Every runtime the probe can tell, as serving `socket`, with its word.
-    fn known(socket: &str) -> impl Iterator<Item = (&'static str, Runtime)> {
-        KINDS
-            .iter()
-            .map(move |(kind, _)| (*kind, Runtime::of_kind(kind, socket, "")))
     }
 
     /// Whether `other` is this runtime: the same kind at the same socket. How it was
@@ -85,7 +70,8 @@ impl Runtime {
         }
     }
 
-    /// The CLIs that can import into it, in the order they are tried.
+    /// The CLIs that can import into it, in the order they are tried (lib.sh's
+    /// `kb_find_tool` tries them on the node).
     pub fn tools(&self) -> &'static [&'static str] {
         match self {
             Runtime::Containerd { .. } => &["ctr"],
@@ -96,7 +82,8 @@ impl Runtime {
         }
     }
 
-    /// What an operator would run on the node to import `file` by hand.
+    /// What an operator would run on the node to import `file` by hand: words for the
+    /// transcript and the recap, never sent to a node.
     pub fn manual_import(&self, file: &str) -> String {
         let file = shell_quote(file);
         match self {
@@ -115,195 +102,33 @@ impl Runtime {
         }
     }
 
-    /// Shell functions `kb_list` (prints one image reference per line; `$kb_tool` is the
-    /// runtime's CLI found, or empty) and `kb_sandbox` (prints the sandbox image the
-    /// runtime is configured with, or nothing). They run with the script's privilege,
-    /// which is the run's: the runtime's socket is root's.
-    fn functions(&self) -> String {
-        let crictl = |socket: &str| {
-            format!(
-                "command -v crictl >/dev/null 2>&1 && crictl --runtime-endpoint {} info 2>/dev/null | sed -n 's/.*\"sandboxImage\": *\"\\([^\"]*\\)\".*/\\1/p' | head -n 1",
-                shell_quote(&format!("unix://{socket}"))
-            )
-        };
-        let crictl_list = |socket: &str| {
-            format!(
-                "command -v crictl >/dev/null 2>&1 || return 3; {}",
-                listed_by(
-                    &format!(
-                        "crictl --runtime-endpoint {} images",
-                        shell_quote(&format!("unix://{socket}"))
-                    ),
-                    "NR > 1 && $2 != \"<none>\" { print $1 \":\" $2 }"
-                )
-            )
-        };
-        let (list, sandbox) = match self {
-            Runtime::Containerd { socket } => (
-                format!(
-                    "[ -n \"$kb_tool\" ] || {{ {}; return; }}\n  ctr --connect-timeout 10s --address {} -n k8s.io images ls -q",
-                    crictl_list(socket),
-                    shell_quote(socket)
-                ),
-                format!(
-                    "kb_s=$({})\n  [ -n \"$kb_s\" ] || kb_s=$(containerd config dump 2>/dev/null | sed -n 's/^[[:space:]]*sandbox\\(_image\\)\\{{0,1\\}}[[:space:]]*=[[:space:]]*\"\\([^\"]*\\)\".*/\\2/p' | head -n 1)\n  printf '%s' \"$kb_s\"",
-                    crictl(socket)
-                ),
-            ),
-            Runtime::Docker => (
-                "[ -n \"$kb_tool\" ] || return 3\n  docker images --format '{{.Repository}}:{{.Tag}}'".to_string(),
-                "return 0".to_string(),
-            ),
-            Runtime::CriO => (
-                "[ \"$kb_tool\" = podman ] || return 3\n  podman images --format '{{.Repository}}:{{.Tag}}'".to_string(),
-                "crio config 2>/dev/null | sed -n 's/^[[:space:]]*pause_image[[:space:]]*=[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' | head -n 1".to_string(),
-            ),
-            Runtime::Isulad => (
-                format!(
-                    "[ -n \"$kb_tool\" ] || return 3\n  {}",
-                    listed_by("isula images", "NR > 1 { print $1 \":\" $2 }")
-                ),
-                "sed -n 's/.*\"pod-sandbox-image\"[[:space:]]*:[[:space:]]*\"\\([^\"]*\\)\".*/\\1/p' /etc/isulad/daemon.json 2>/dev/null | head -n 1".to_string(),
-            ),
-            Runtime::Unknown { socket, .. } => (crictl_list(socket), crictl(socket)),
-        };
-        // The first of the runtime's CLIs on the node, in `$kb_tool`; a loop only where
-        // there is a choice.
-        let find_tool = match self.tools() {
-            [] => String::new(),
-            [tool] => format!("kb_tool=\ncommand -v {tool} >/dev/null 2>&1 && kb_tool={tool}\n"),
-            tools => format!(
-                "kb_tool=\nfor kb_t in {}; do command -v \"$kb_t\" >/dev/null 2>&1 && {{ kb_tool=$kb_t; break; }}; done\n",
-                tools.join(" ")
-            ),
-        };
-        let mut s =
-            format!("kb_list() {{\n  {list}\n}}\nkb_sandbox() {{\n  {sandbox}\n}}\n{find_tool}");
-        if let Runtime::Containerd { .. } = self {
-            // containerd keeps a name as the archive wrote it, and CRI looks images up by
-            // their full name: a short name (`kubeedge/x:1`) is not the image keadm asks for.
-            s.push_str("echo KB_RT_EXACT\n");
+    /// The word the probe prints for it (`KB_RT_KIND`), which the import script
+    /// takes (scripts/runtime_import.sh).
+    fn kind(&self) -> &'static str {
+        match self {
+            Runtime::Containerd { .. } => "containerd",
+            Runtime::Docker => "docker",
+            Runtime::CriO => "crio",
+            Runtime::Isulad => "isulad",
+            Runtime::Unknown { .. } => "unknown",
         }
-        s
     }
 }
-
-/// The image references in what `cli` prints as a table, picked out by the awk `program`.
-/// The table is read whole before awk sees it: in a pipe the CLI's failure would be lost,
-/// and an empty list said instead. A failing CLI returns 1, never the 3 that says there
-/// is none.
-fn listed_by(cli: &str, program: &str) -> String {
-    format!("kb_table=$({cli}) || return 1; printf '%s\\n' \"$kb_table\" | awk '{program}'")
-}
-
-/// Asks the runtime at `$kb_sock` what it is, in this order: CRI's `RuntimeName`
-/// (`crictl version`), containerd's own API (`ctr version`), then the name of the process
-/// that holds the socket (its inodes in /proc/net/unix, the process among /proc/*/fd
-/// whose name says a runtime, else the lowest pid: socket activation leaves systemd
-/// holding a socket too). The first that answers decides. A runtime gets 5 s to answer on
-/// its own local socket; one that holds it without answering costs that once per CLI.
-/// Sets `kb_kind` to a word of [`KINDS`] or `unknown`, and `kb_told` to how it was told
-/// (or, when it could not be, what was asked). Where nothing is at the socket's path no
-/// CLI is asked: each would wait out its timeout on a socket that is not there.
-const IDENTIFY: &str = r#"kb_kind=
-kb_told=
-kb_tried=
-kb_try() { kb_tried="${kb_tried:+$kb_tried; }$1"; }
-if [ ! -e "$kb_sock" ]; then
-  kb_kind=unknown; kb_told="nothing is at $kb_sock: no runtime listens there"
-elif command -v crictl >/dev/null 2>&1; then
-  if kb_o=$(crictl --runtime-endpoint "unix://$kb_sock" --timeout 5s version 2>&1); then
-    kb_n=$(printf '%s\n' "$kb_o" | sed -n 's/^RuntimeName:[[:space:]]*//p' | head -n 1)
-    [ -n "$kb_n" ] && kb_kind=$(kb_kind_of "$kb_n") && kb_told="crictl version says RuntimeName $kb_n"
-  fi
-  [ -n "$kb_kind" ] || kb_try "crictl version: $(printf '%s\n' "$kb_o" | tail -n 1)"
-else kb_try "crictl is not installed"
-fi
-if [ -z "$kb_kind" ]; then
-  if ! command -v ctr >/dev/null 2>&1; then kb_try "ctr is not installed"
-  elif kb_o=$(ctr --connect-timeout 5s --address "$kb_sock" version 2>&1); then
-    kb_kind=containerd; kb_told="ctr version answers on it"
-  else kb_try "ctr version: $(printf '%s\n' "$kb_o" | tail -n 1)"
-  fi
-fi
-if [ -z "$kb_kind" ]; then
-  kb_inos=$(awk -v p="$kb_sock" '{ n = $8; for (i = 9; i <= NF; i++) n = n " " $i } n == p { printf " %s", $7 }' /proc/net/unix 2>/dev/null)
-  kb_pids=
-  # ls names each directory before its entries only when given more than one argument.
-  [ -n "$kb_inos" ] && kb_pids=$(ls -l /dev/null /proc/[0-9]*/fd 2>/dev/null | awk -v inos="$kb_inos " '
-    /^\/proc\/[0-9]+\/fd:$/ { split($0, p, "/"); pid = p[3]; next }
-    $NF ~ /^socket:\[[0-9]+\]$/ && index(inos, " " substr($NF, 9, length($NF) - 9) " ") && !seen[pid]++ { print pid }' | sort -n)
-  kb_first=
-  for kb_p in $kb_pids; do
-    read -r kb_n < "/proc/$kb_p/comm" 2>/dev/null || continue
-    [ -n "$kb_first" ] || kb_first="$kb_n (pid $kb_p)"
-    kb_k=$(kb_kind_of "$kb_n")
-    if [ "$kb_k" != unknown ]; then kb_kind=$kb_k; kb_told="its socket is held by $kb_n (pid $kb_p)"; break; fi
-  done
-  if [ -z "$kb_kind" ] && [ -n "$kb_first" ]; then kb_kind=unknown; kb_told="its socket is held by $kb_first"
-  elif [ -z "$kb_kind" ]; then kb_try "no process this probe can see holds the socket"
-  fi
-fi
-[ -n "$kb_kind" ] || { kb_kind=unknown; kb_told=$kb_tried; }
-printf 'KB_RT_SOCKET %s\nKB_RT_KIND %s\nKB_RT_TOLD %s\n' "$kb_sock" "$kb_kind" "$kb_told"
-"#;
-
-/// The shell function `kb_kind_of NAME`: the word of [`KINDS`] for a runtime's own name,
-/// else `unknown`.
-fn kind_of_function() -> String {
-    let mut s = String::from("kb_kind_of() {\n  case $1 in\n");
-    for (kind, names) in KINDS {
-        s.push_str(&format!("    {names}) echo {kind} ;;\n"));
-    }
-    s.push_str("    *) echo unknown ;;\n  esac\n}\n");
-    s
-}
-
-/// Lists the runtime's images as `KB_RT_IMAGE <ref>` lines and `KB_RT_LISTED`, or says
-/// why it could not (`KB_RT_LIST_FAILED <why>`, `KB_RT_UNLISTED`).
-const LIST: &str = r#"if [ -n "$kb_sock" ] && [ ! -e "$kb_sock" ]; then echo KB_RT_UNLISTED
-elif kb_out=$(kb_list 2>&1); then
-  printf '%s\n' "$kb_out" | while IFS= read -r kb_l; do [ -n "$kb_l" ] && printf 'KB_RT_IMAGE %s\n' "$kb_l"; done
-  echo KB_RT_LISTED
-else
-  kb_rc=$?
-  if [ "$kb_rc" = 3 ] && [ -z "$kb_out" ]; then echo KB_RT_UNLISTED
-  else printf 'KB_RT_LIST_FAILED %s\n' "$(printf '%s\n' "$kb_out" | tail -n 3 | tr '\n' ' ')"
-  fi
-fi
-"#;
 
 /// The read-only probe of the runtime at `socket` (a path, as
 /// `kubeedge::preflight::runtime_socket` gives it): what runtime it is (`KB_RT_SOCKET`,
-/// `KB_RT_KIND`, `KB_RT_TOLD`, see [`IDENTIFY`]), the node's `uname -m` (`KB_RT_ARCH`),
-/// the runtime's CLI (`KB_RT_TOOL <cli>`, or `KB_RT_NO_TOOL`), its images (see [`LIST`]),
-/// its sandbox image (`KB_RT_SANDBOX <ref>`) and `KB_RT_DONE` last. Run it with the
-/// privilege the run has (the pre-flight check and the prepare step both do): a runtime's
-/// socket and its processes' /proc entries are root's. Read it with
-/// [`parse_runtime_facts`].
+/// `KB_RT_KIND`, `KB_RT_TOLD`: the runtime's own answer, see the script), the node's
+/// `uname -m` (`KB_RT_ARCH`), the runtime's CLI (`KB_RT_TOOL <cli>`, or
+/// `KB_RT_NO_TOOL`), its images (`KB_RT_IMAGE`, `KB_RT_LISTED`, or why not), its sandbox
+/// image (`KB_RT_SANDBOX <ref>`) and `KB_RT_DONE` last. Run it with the privilege the
+/// run has (the pre-flight check and the prepare step both do): a runtime's socket and
+/// its processes' /proc entries are root's. Read it with [`parse_runtime_facts`].
+/// scripts/runtime_probe.sh.
 pub fn runtime_probe_script(socket: &str) -> String {
-    let mut s = format!("kb_sock={}\n", shell_quote(socket));
-    s.push_str(&kind_of_function());
-    s.push_str(IDENTIFY);
-    // A runtime without a CLI to find leaves it empty, never what the node's environment
-    // held.
-    s.push_str("kb_tool=\ncase $kb_kind in\n");
-    for (kind, runtime) in Runtime::known(socket) {
-        s.push_str(&format!("{kind})\n{};;\n", runtime.functions()));
-    }
-    let unknown = Runtime::Unknown {
-        socket: socket.to_string(),
-        why: String::new(),
-    };
-    s.push_str(&format!("*)\n{};;\nesac\n", unknown.functions()));
-    s.push_str("echo \"KB_RT_ARCH $(uname -m)\"\n");
-    s.push_str(
-        "if [ -n \"$kb_tool\" ]; then echo \"KB_RT_TOOL $kb_tool\"; else echo KB_RT_NO_TOOL; fi\n",
-    );
-    s.push_str(LIST);
-    // Nothing at the socket: no CLI is asked (each would wait out its timeout).
-    s.push_str("kb_sb=\n[ -e \"$kb_sock\" ] && kb_sb=$(kb_sandbox 2>/dev/null)\n[ -n \"$kb_sb\" ] && echo \"KB_RT_SANDBOX $kb_sb\"\necho KB_RT_DONE\n");
-    s
+    with_values(
+        include_str!("scripts/runtime_probe.sh"),
+        &[("KB_SOCK", socket)],
+    )
 }
 
 /// What [`runtime_probe_script`] (or the listing after [`import_script`]) found.
@@ -401,69 +226,56 @@ pub struct ArchiveImport {
     pub images: Vec<(String, InArchive)>,
 }
 
-/// The command that imports `archive` (in the current directory) into `runtime`.
-fn import_command(runtime: &Runtime, archive: &ArchiveImport) -> String {
-    let file = shell_quote(&archive.file);
-    match runtime {
-        Runtime::Containerd { socket } => format!(
-            "ctr --connect-timeout 10s --address {} -n k8s.io images import {file}",
-            shell_quote(socket)
-        ),
-        Runtime::Docker => format!("docker load -i {file}"),
-        Runtime::CriO => {
-            let copies: Option<Vec<String>> = archive
-                .images
-                .iter()
-                .map(|(reference, in_archive)| {
-                    let source = match in_archive {
-                        InArchive::DockerTag(tag) => {
-                            format!("docker-archive:{}:{tag}", archive.file)
-                        }
-                        InArchive::OciRefName(name) => {
-                            format!("oci-archive:{}:{name}", archive.file)
-                        }
-                        InArchive::Unnamed => return None,
-                    };
-                    Some(format!(
-                        "skopeo copy {} {}",
-                        shell_quote(&source),
-                        shell_quote(&format!("containers-storage:{reference}"))
-                    ))
-                })
-                .collect();
-            let skopeo = match copies {
-                Some(copies) if !copies.is_empty() => copies.join(" && "),
-                _ => "{ echo 'skopeo cannot pick these images out of the archive by name; install podman' >&2; false; }".to_string(),
-            };
-            format!(
-                "if command -v podman >/dev/null 2>&1; then podman load -i {file}; else {skopeo}; fi"
-            )
-        }
-        Runtime::Isulad => format!("isula load -i {file}"),
-        Runtime::Unknown { .. } => {
-            "{ echo 'keadm-batch cannot tell which runtime this is' >&2; false; }".to_string()
-        }
-    }
+/// The words that stand for `archive` among scripts/runtime_import.sh's positional
+/// parameters: its file, then how many `skopeo copy` pairs follow and the pairs, for
+/// CRI-O on a node without podman. Other runtimes, and archives skopeo cannot pick images
+/// out of by name, have none.
+fn import_words(runtime: &Runtime, archive: &ArchiveImport) -> Vec<String> {
+    let copies: Option<Vec<[String; 2]>> = match runtime {
+        Runtime::CriO => archive
+            .images
+            .iter()
+            .map(|(reference, in_archive)| {
+                let source = match in_archive {
+                    InArchive::DockerTag(tag) => ["docker-archive:", &archive.file, ":", tag],
+                    InArchive::OciRefName(name) => ["oci-archive:", &archive.file, ":", name],
+                    InArchive::Unnamed => return None,
+                };
+                Some([source.concat(), ["containers-storage:", reference].concat()])
+            })
+            .collect(),
+        _ => None,
+    };
+    let copies = copies.unwrap_or_default();
+    let mut words = vec![archive.file.clone(), copies.len().to_string()];
+    words.extend(copies.into_iter().flatten());
+    words
 }
 
 /// Imports `archives` from `dir` into `runtime`, in order, then lists the runtime's images
 /// again (as [`runtime_probe_script`] does, without the sandbox). Each archive reports
 /// `KB_IMPORTED <index>`; the first failure prints the CLI's output, then
 /// `KB_IMPORT_FAILED <index> <status>`, and stops the script with status 3. Run it with
-/// the node's privilege (the runtime's socket is root's).
+/// the node's privilege (the runtime's socket is root's). scripts/runtime_import.sh.
 pub fn import_script(dir: &str, runtime: &Runtime, archives: &[ArchiveImport]) -> String {
-    let mut s = format!("cd {} || exit 1\n", shell_quote(dir));
-    s.push_str(&runtime.functions());
-    for (index, archive) in archives.iter().enumerate() {
-        s.push_str(&format!(
-            "if kb_out=$({} 2>&1); then printf '%s\\n' \"$kb_out\"; echo 'KB_IMPORTED {index}'; \
-             else kb_rc=$?; printf '%s\\n' \"$kb_out\"; echo \"KB_IMPORT_FAILED {index} $kb_rc\"; exit 3; fi\n",
-            import_command(runtime, archive)
-        ));
-    }
-    s.push_str(LIST);
-    s.push_str("echo KB_RT_DONE\n");
-    s
+    let words: Vec<String> = archives
+        .iter()
+        .flat_map(|archive| import_words(runtime, archive))
+        .collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let socket = match runtime {
+        Runtime::Containerd { socket } | Runtime::Unknown { socket, .. } => socket.as_str(),
+        _ => "",
+    };
+    with_values_and_words(
+        include_str!("scripts/runtime_import.sh"),
+        &[
+            ("KB_DIR", dir),
+            ("KB_RUNTIME", runtime.kind()),
+            ("KB_SOCK", socket),
+        ],
+        Some(&words),
+    )
 }
 
 /// What [`import_script`] reported.
@@ -501,23 +313,13 @@ pub fn parse_import(output: &str) -> ImportReport {
 /// sudo). Only regular files are counted; each archive that is still there afterwards
 /// prints `KB_RM_KEPT <name>`, and the script ends with `KB_RM_DONE <removed> <bytes>`.
 /// It never fails the script: an upload dir it cannot enter prints `KB_RM_NODIR`.
+/// scripts/runtime_remove.sh.
 pub fn remove_archives_script(dir: &str, files: &[String]) -> String {
-    let names: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
-    format!(
-        r#"cd {dir} 2>/dev/null || {{ echo KB_RM_NODIR; exit 0; }}
-kb_n=0; kb_b=0
-set -- {names}
-for kb_f in "$@"; do
-  rm -f -- "$kb_f{SIDECAR_SUFFIX}" 2>/dev/null
-  if [ ! -f "$kb_f" ]; then continue; fi
-  kb_s=$(( $(wc -c < "$kb_f") ))
-  rm -f -- "$kb_f" 2>/dev/null
-  if [ -e "$kb_f" ]; then echo "KB_RM_KEPT $kb_f"; else kb_n=$(( kb_n + 1 )); kb_b=$(( kb_b + kb_s )); fi
-done
-echo "KB_RM_DONE $kb_n $kb_b"
-"#,
-        dir = shell_quote(dir),
-        names = names.join(" ")
+    let files: Vec<&str> = files.iter().map(String::as_str).collect();
+    with_values_and_words(
+        include_str!("scripts/runtime_remove.sh"),
+        &[("KB_DIR", dir), ("KB_SIDECAR", SIDECAR_SUFFIX)],
+        Some(&files),
     )
 }
 
@@ -704,7 +506,12 @@ mod tests {
             ("systemd", "unknown"),
         ] {
             let out = Command::new("sh")
-                .args(["-c", &format!("{}kb_kind_of {name}", kind_of_function())])
+                .args([
+                    "-c",
+                    &crate::remote::script::sendable(". ./lib.sh\nkb_kind_of \"$1\"\n"),
+                    "sh",
+                    name,
+                ])
                 .output()
                 .unwrap();
             assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{kind}\n"));
@@ -808,8 +615,8 @@ mod tests {
             Forms::Every,
             &[LS_OF_PROC_FDS],
         );
-        let unknown = Runtime::of_kind("unknown", socket, "");
-        for runtime in Runtime::known(socket).map(|(_, r)| r).chain([unknown]) {
+        for kind in ["containerd", "docker", "crio", "isulad", "unknown"] {
+            let runtime = Runtime::of_kind(kind, socket, "");
             assert_forms_posix_sh(
                 &format!("the import into {}", runtime.name()),
                 &import_script("/srv/edge nodes/it's", &runtime, &archives),
@@ -1048,9 +855,13 @@ mod tests {
     #[test]
     fn cri_o_imports_with_podman_else_skopeo_by_name() {
         let runtime = Runtime::CriO;
-        let archive = ArchiveImport {
-            file: "image-x.tar".into(),
-            images: vec![
+        let archive = |file: &str, images| ArchiveImport {
+            file: file.into(),
+            images,
+        };
+        let named = archive(
+            "image-x.tar",
+            vec![
                 (
                     "docker.io/a/b:1".into(),
                     InArchive::DockerTag("a/b:1".into()),
@@ -1060,15 +871,58 @@ mod tests {
                     InArchive::OciRefName("c:2".into()),
                 ),
             ],
-        };
-        assert_eq!(
-            import_command(&runtime, &archive),
-            "if command -v podman >/dev/null 2>&1; then podman load -i image-x.tar; else skopeo copy docker-archive:image-x.tar:a/b:1 containers-storage:docker.io/a/b:1 && skopeo copy oci-archive:image-x.tar:c:2 containers-storage:docker.io/a/c:2; fi"
         );
-        let unnamed = ArchiveImport {
-            file: "image-y.tar".into(),
-            images: vec![("docker.io/a/b:1".into(), InArchive::Unnamed)],
-        };
-        assert!(import_command(&runtime, &unnamed).contains("install podman"));
+        assert_eq!(
+            import_words(&runtime, &named),
+            [
+                "image-x.tar",
+                "2",
+                "docker-archive:image-x.tar:a/b:1",
+                "containers-storage:docker.io/a/b:1",
+                "oci-archive:image-x.tar:c:2",
+                "containers-storage:docker.io/a/c:2"
+            ]
+        );
+        let unnamed = archive(
+            "image-y.tar",
+            vec![("docker.io/a/b:1".into(), InArchive::Unnamed)],
+        );
+        assert_eq!(import_words(&runtime, &unnamed), ["image-y.tar", "0"]);
+        // Only CRI-O's import reads the pairs.
+        assert_eq!(import_words(&Runtime::Docker, &named), ["image-x.tar", "0"]);
+
+        // Without podman, skopeo copies each image by name; an archive it cannot pick
+        // them out of fails with why, and stops the import.
+        let (dir, bin) = scratch_bin();
+        let log = dir.path().join("log");
+        fake_tool(
+            &bin,
+            "skopeo",
+            &format!("printf '<%s>' \"$@\" >> {}; echo >> {0}", log.display()),
+        );
+        let up = dir.path().to_str().unwrap();
+        let (out, code) = run(
+            &bin,
+            &import_script(up, &runtime, std::slice::from_ref(&named)),
+        );
+        assert_eq!(code, Some(0), "{out}");
+        assert_eq!(parse_import(&out).imported, [0]);
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "<copy><docker-archive:image-x.tar:a/b:1><containers-storage:docker.io/a/b:1>\n\
+             <copy><oci-archive:image-x.tar:c:2><containers-storage:docker.io/a/c:2>\n"
+        );
+        let (out, code) = run(
+            &bin,
+            &import_script(up, &runtime, &[unnamed, named.clone()]),
+        );
+        assert_eq!(code, Some(3), "{out}");
+        assert_eq!(parse_import(&out).failed, Some((0, 1)));
+        assert!(cli_output(&out).contains("install podman"), "{out}");
+        // With podman, podman loads the archive.
+        fake_tool(&bin, "podman", "echo \"podman $*\"");
+        let (out, code) = run(&bin, &import_script(up, &runtime, &[named]));
+        assert_eq!(code, Some(0), "{out}");
+        assert!(out.contains("podman load -i image-x.tar"), "{out}");
     }
 }

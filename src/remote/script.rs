@@ -100,7 +100,7 @@ fn code_lines(file: &str) -> impl Iterator<Item = &str> {
 fn functions_called_by(script: &str) -> String {
     let functions = lib_functions();
     let mut wanted = vec![false; functions.len()];
-    // A function is wanted when the script or a wanted function names it; each pass
+    // A function is wanted when the script or a wanted function calls it; each pass
     // adds at least one, or ends.
     loop {
         let mut added = false;
@@ -162,11 +162,29 @@ fn lib_functions() -> Vec<(&'static str, String)> {
     functions
 }
 
-/// Whether `text` names the function `name` as a word (not as part of a longer name).
+/// Whether `text` calls the function `name`: names it as a word (not as part of a longer
+/// name) where a command starts, at the start of a line or after `;`, `&`, `|`, `(`,
+/// `{`, `)`, a backquote, `!` or a keyword before a command (`if`, `then`, `else`,
+/// `elif`, `while`, `until`, `do`). The same word in a message (`the login user has no
+/// home`) is no call of lib.sh's `has`.
 fn calls(text: &str, name: &str) -> bool {
     let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let command_starts = |before: &str| {
+        let before = before.trim_end_matches([' ', '\t']);
+        before.is_empty()
+            || before.ends_with(['\n', ';', '&', '|', '(', '{', ')', '`', '!'])
+            || ["if", "then", "else", "elif", "while", "until", "do"]
+                .iter()
+                .any(|keyword| {
+                    before
+                        .strip_suffix(keyword)
+                        .is_some_and(|rest| !word(rest.chars().next_back()))
+                })
+    };
     text.match_indices(name).any(|(at, _)| {
-        !word(text[..at].chars().next_back()) && !word(text[at + name.len()..].chars().next())
+        !word(text[..at].chars().next_back())
+            && !word(text[at + name.len()..].chars().next())
+            && command_starts(&text[..at])
     })
 }
 
@@ -190,8 +208,24 @@ mod tests {
             sent.ends_with("}\nkb_edgecore_pids\necho \"$ec\"\n"),
             "{sent}"
         );
-        // A longer name that contains a function's is not a call of it.
+        // A longer name that contains a function's is not a call of it, nor is the word
+        // in a message.
         assert_eq!(functions_called_by("hash_it; kb_has"), "");
+        assert_eq!(
+            functions_called_by("echo the login user has no home\necho \"it has\"\n"),
+            ""
+        );
+        for call in [
+            "has x",
+            "if has x",
+            "a && has x",
+            "x=$(has y)",
+            "case $a in b) has x ;; esac",
+            "! has x",
+            "{ has x; }",
+        ] {
+            assert!(functions_called_by(call).starts_with("has() {"), "{call}");
+        }
     }
 
     #[test]

@@ -122,7 +122,10 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
     assert!(
         execs[0]
             .command
-            .contains("ctr --connect-timeout 10s --address /run/containerd/containerd.sock -n k8s.io images ls -q"),
+            .contains("KB_SOCK=/run/containerd/containerd.sock\n")
+            && execs[0].command.contains(
+                "ctr --connect-timeout 10s --address \"$KB_SOCK\" -n k8s.io images ls -q"
+            ),
         "{}",
         execs[0].command
     );
@@ -142,7 +145,12 @@ fn archives_the_runtime_lacks_are_uploaded_and_imported_before_keadm() {
         "{import}"
     );
     assert!(
-        import.contains(&format!("ctr --connect-timeout 10s --address /run/containerd/containerd.sock -n k8s.io images import {}", package())),
+        import.contains(&format!(
+            "KB_RUNTIME=containerd\nKB_SOCK=/run/containerd/containerd.sock\nset -- {} 0\n",
+            package()
+        )) && import.contains(
+            "ctr --connect-timeout 10s --address \"$KB_SOCK\" -n k8s.io images import \"$kb_f\""
+        ),
         "{import}"
     );
     assert_eq!(execs[2].stdin, None);
@@ -332,9 +340,9 @@ fn archives_are_removed_once_the_runtime_lists_their_images() {
     assert!(at(IMPORT).unwrap() < removal && removal < at(sent::RUN).unwrap());
     let script = &execs[removal].command;
     assert!(
-        script.contains("cd /tmp/kb ")
+        script.contains("KB_DIR=/tmp/kb\nKB_SIDECAR=.sha256\n")
             && script.contains(&format!("set -- {}\n", package()))
-            && script.contains("rm -f -- \"$kb_f.sha256\"")
+            && script.contains("rm -f -- \"$kb_f$KB_SIDECAR\"")
             && !script.contains("keadm"),
         "{script}"
     );
@@ -443,13 +451,13 @@ fn an_upgrade_gets_its_offline_images_imported_before_keadm() {
     assert!(
         execs[1]
             .command
-            .contains("kb_sock=/run/k3s/containerd/containerd.sock"),
+            .contains("KB_SOCK=/run/k3s/containerd/containerd.sock\n"),
         "{}",
         execs[1].command
     );
     assert!(
         execs[3].command.contains(&format!(
-            "ctr --connect-timeout 10s --address /run/k3s/containerd/containerd.sock -n k8s.io images import {}",
+            "KB_RUNTIME=containerd\nKB_SOCK=/run/k3s/containerd/containerd.sock\nset -- {} 0\n",
             package()
         )),
         "{}",

@@ -61,10 +61,7 @@ fn every_relay_script_passes_shellcheck_in_each_form() {
     let from = site();
     let own = serve_script(&serve(Login::Own, &from)).unwrap();
     let sudo = serve_script(&serve(Login::Sudo("kbuser"), &from)).unwrap();
-    let copying = format!(
-        "kb_home=$1\n{}",
-        serve_as_login(&serve(Login::Sudo("kbuser"), &from), true)
-    );
+    let copying = serve_as_login(&serve(Login::Sudo("kbuser"), &from));
     let source = source();
     // Whether the script is also sent inside sudo's `sh -c`: the clearings and the
     // serve line of a login's own home always run as the login user.
@@ -106,7 +103,7 @@ fn every_relay_script_passes_shellcheck_in_each_form() {
     let inner: &[(&str, &str)] = &[
         (
             "SC2016",
-            "the login user's part is one single-quoted script for `sh -c` as that user: its `$` are that shell's",
+            "the login user's part is one single-quoted value (KB_AS_LOGIN) for `sh -c` as that user: its `$` are that shell's",
         ),
         (
             "SC1003",
