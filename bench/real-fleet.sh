@@ -29,7 +29,8 @@
 # and read keadm from each other, and the cases would differ in more than the bastion),
 # CASES ("bastion direct"), UP_P (nodes started or stopped at once, 4), STAGING (keadm-batch's
 # staging dir; one outside the work dir keeps keadm's compressed copies for the next run),
-# COPY_WAIT (seconds to wait for those copies, 300), KEADM_BATCH (a release binary to
+# COPY_WAIT (seconds to wait for those copies, 300), OURS_ARGS (more keadm-batch flags for
+# both cases, such as --jump-connections 4), KEADM_BATCH (a release binary to
 # measure instead of building one), KEEP=1 (keep the work dir). Root only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -303,10 +304,11 @@ run_case() {
   # In a process group of its own (setsid execs in place: $! is its leader), so the exit
   # trap can stop it and all it started; in the background, so a signal reaches the trap
   # at once.
+  # shellcheck disable=SC2086 # OURS_ARGS is split into its flags on purpose
   ( cd "$d" && exec setsid /usr/bin/time -f '%e %M' -o "$d/time" "$bin" batch -c config.yaml \
       --kubeconfig "$S/pki/admin.kubeconfig" --ready-timeout "$READY_TIMEOUT" \
       --known-hosts "$work/known_hosts" --staging-dir "$STAGING" --run-dir "$d/run" \
-      --relay "$RELAY" 9>&- ) > "$d/out.log" 2>&1 &
+      --relay "$RELAY" ${OURS_ARGS:-} 9>&- ) > "$d/out.log" 2>&1 &
   kb_pid=$!
   wait "$kb_pid" || rc=$?
   kb_pid=""
