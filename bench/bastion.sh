@@ -16,7 +16,8 @@
 #
 #   bench/bastion.sh
 #   NODES=40 C=20 STARTUPS=10:30:60 bench/bastion.sh      # smaller
-# Knobs (environment): NODES (200) C (50) STARTUPS ("10:30:100 10:30:60") CASES ("direct
+# Knobs (environment): NODES (200) C (50) KEADM_MIB (0: MiB of incompressible bytes in the
+# fake keadm, to measure bulk bytes through the bastion instead of connections) STARTUPS ("10:30:100 10:30:60") CASES ("direct
 # bastion floor") KEADM_BATCH (measure that binary instead of building one) KEEP=1 (keep
 # the work dir). Needs root (namespaces, sshd on 127.x:22).
 set -euo pipefail
@@ -26,6 +27,7 @@ repo="$PWD"
 . "$repo/bench/lib/fleet.sh"
 
 NODES="${NODES:-200}"; C="${C:-50}"
+KEADM_MIB="${KEADM_MIB:-0}"
 STARTUPS="${STARTUPS:-10:30:100 10:30:60}"
 CASES="${CASES:-direct bastion floor}"
 VERSION=v1.23.1
@@ -40,7 +42,7 @@ export -f host_of
 export node_net
 
 # ---------------------------------------------------------------- configs
-make_release bastion 0 0
+make_release bastion "$KEADM_MIB" 0
 make_config bastion "$NODES" "$C" direct.yaml
 # The same nodes, each reached through the bastion: a proxyJump block under its ssh.
 jump="      proxyJump:\n        ip: '$bastion'\n        port: 22\n        username: root\n        auth:\n          type: privateKey\n          privateKeyAuth:\n            privateKeyPath: $work/id_ed25519"
